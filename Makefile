@@ -1,0 +1,84 @@
+# Strata build. Convention over lists: every .c under os/ drivers/ serving/ transport/ is part of
+# libstrata (except os/init, the musl PID-1 stage, and serving/main.c), every tests/unit/test_*.c
+# is a test program, every tests/fuzz/fuzz_*.c a libFuzzer target. Adding a module means adding
+# files, not editing this Makefile.
+#
+#   make            build/strata and the test programs
+#   make test       install missing packages, build, run everything (normal + ASan/UBSan + fuzz)
+#   make bench      benchmarks (never in CI)
+#   make run        build the image and boot it under QEMU (serves on localhost:8080)
+#   make image      build out/ (kernel, initrd, UKI, disk image)
+#   make SAN=1      build into build/san with -fsanitize=address,undefined
+
+CC       ?= gcc
+BUILD    ?= build
+SAN      ?=
+OPT      ?= -O2
+PKG_CONFIG ?= pkg-config
+
+ifeq ($(SAN),1)
+BUILD    := build/san
+SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+endif
+
+DPDK_CFLAGS := $(shell $(PKG_CONFIG) --cflags libdpdk 2>/dev/null)
+DPDK_LIBS   := $(shell $(PKG_CONFIG) --libs libdpdk 2>/dev/null)
+
+CFLAGS_BASE = -std=c11 -D_GNU_SOURCE -g $(OPT) -Wall -Wextra -Werror -pthread -I. \
+              -fno-strict-aliasing $(SANFLAGS)
+CFLAGS  ?=
+LDLIBS   = $(DPDK_LIBS) -libverbs -lmicrohttpd -lcjson -lsodium -ldl -lm -pthread
+LDFLAGS += $(SANFLAGS)
+
+LIB_SRC  := $(sort $(shell find os drivers serving transport -name '*.c' \
+              ! -path 'os/init/*' ! -path '*/fuzz/*' ! -name main.c ! -name '*_main.c'))
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+TEST_SRC := $(sort $(wildcard tests/unit/test_*.c))
+TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+TOOL_SRC := $(sort $(wildcard tests/tools/*.c))
+TOOL_BIN := $(TOOL_SRC:tests/tools/%.c=$(BUILD)/tools/%)
+
+.PHONY: all test bench run image deps clean fuzz check-fabric format
+all: $(BUILD)/strata $(TEST_BIN) $(TOOL_BIN)
+
+# DPDK headers only where the NIC driver is compiled.
+$(BUILD)/obj/drivers/nic/%.o: CFLAGS_EXTRA = $(DPDK_CFLAGS) -Wno-error=cast-qual
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS_EXTRA) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/libstrata.a: $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/strata: $(BUILD)/obj/serving/main.o $(BUILD)/libstrata.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/tests/%: tests/unit/%.c tests/unit/check.h $(BUILD)/libstrata.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) -o $@ $< $(BUILD)/libstrata.a $(LDFLAGS) $(LDLIBS)
+
+$(BUILD)/tools/%: tests/tools/%.c $(BUILD)/libstrata.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) -o $@ $< $(BUILD)/libstrata.a $(LDFLAGS) $(LDLIBS)
+
+-include $(LIB_OBJ:.o=.d) $(BUILD)/obj/serving/main.d
+
+deps:
+	@tools/install-deps.sh
+
+test: deps
+	@tools/run-tests.sh
+
+bench: deps all
+	@tools/run-bench.sh
+
+fuzz: deps
+	@FUZZ_SECONDS=$${FUZZ_SECONDS:-300} tools/run-fuzz.sh
+
+format:
+	clang-format -i $$(git ls-files '*.c' '*.h')
+
+clean:
+	rm -rf build out

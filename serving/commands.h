@@ -1,0 +1,8 @@
+/* commands: the subcommands of the one `strata` binary. Each lives in its own file and returns the
+ * process exit status (0 success, 1 runtime failure, 2 usage error). */
+#ifndef STRATA_COMMANDS_H
+#define STRATA_COMMANDS_H
+
+/* Each subsystem adds its line here and its entry in serving/main.c. */
+
+#endif

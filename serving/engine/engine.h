@@ -1,0 +1,80 @@
+/* engine: runs the model on batches of tokens, whole or by layer range.
+ *
+ * A step is a batch of tokens from any number of sequences: prompt chunks (prefill) and single
+ * decode tokens together. Each token carries its sequence's block table and its position; the
+ * engine writes the token's key/value at that position and attends over positions 0..pos of its
+ * own sequence, so prefill and decode are one code path.
+ *
+ *   engine_embed   tokens -> hidden states x[n][dim]
+ *   engine_layers  x -> x through layers [l0, l1)  (what a node that holds only some layers runs,
+ *                  and what it ships to the next node)
+ *   engine_head    final norm + output matrix for the rows that want logits
+ *   engine_forward all three
+ *
+ * Backends (CPU here, CUDA in drivers/cuda) implement the same operations behind struct
+ * engine_backend; the engine picks one at init. All buffers are carved from the arena at init:
+ * a step allocates nothing. */
+#ifndef STRATA_ENGINE_H
+#define STRATA_ENGINE_H
+
+#include "os/arena.h"
+#include "serving/engine/kv_cache.h"
+#include "serving/engine/matmul.h"
+#include "serving/engine/model.h"
+
+struct engine_limits {
+    int max_tokens;    /* tokens per step (prefill chunk + decodes) */
+    int max_seqs;      /* sequences in flight */
+    int ctx;           /* positions per sequence (<= model seq_len) */
+    int kv_block_size; /* positions per KV block (16) */
+    int kv_blocks;     /* 0 = enough for max_seqs full contexts */
+    int threads;
+};
+
+struct batch {
+    int n;                       /* tokens in this step */
+    const int *token;            /* [n] ids (used by engine_embed) */
+    const int *pos;              /* [n] position in its sequence */
+    const int *const *blocks;    /* [n] block table of the token's sequence */
+    int n_logits;                /* rows that want logits */
+    const int *logit_rows;       /* [n_logits] indices into the batch */
+};
+
+struct engine;
+
+struct engine_backend {
+    const char *name;
+    int (*embed)(struct engine *e, const struct batch *b, float *x);
+    int (*layers)(struct engine *e, const struct batch *b, int l0, int l1, float *x);
+    int (*head)(struct engine *e, const struct batch *b, const float *x, float *logits);
+};
+
+struct engine {
+    struct model *model;
+    const struct model_config *cfg;
+    struct engine_limits lim;
+    const struct engine_backend *be;
+    struct kv_cache kv;
+    struct threadpool *tp;
+    struct matmul_ctx mm;
+    /* activations, each max_tokens rows */
+    float *xb, *xb2, *q, *k, *v, *att_out, *hb, *hb2, *att_scores; /* att_scores: per thread ctx */
+    float *hidden; /* max_tokens x dim, for engine_forward */
+    void *backend_state;
+};
+
+/* Bytes of arena the engine needs for these limits (KV + activations + matmul scratch). */
+size_t engine_arena_bytes(const struct model_config *cfg, const struct engine_limits *lim);
+/* Fill in defaults (0 fields) and clamp to the model. Fails if ctx exceeds the model's. */
+int engine_limits_resolve(struct engine_limits *lim, const struct model_config *cfg, char *err);
+int engine_init(struct engine *e, struct model *m, const struct engine_limits *lim,
+                struct arena *a, char *err);
+void engine_free(struct engine *e);
+
+int engine_embed(struct engine *e, const struct batch *b, float *x);
+int engine_layers(struct engine *e, const struct batch *b, int l0, int l1, float *x);
+int engine_head(struct engine *e, const struct batch *b, const float *x, float *logits);
+/* logits: n_logits x vocab. */
+int engine_forward(struct engine *e, const struct batch *b, float *logits);
+
+#endif

@@ -1,0 +1,41 @@
+/* matmul: the kernels of the forward pass, with a run-time choice of SIMD (AVX-512, AVX2, plain C).
+ *
+ * matmul(): y[t][r] = sum_c W[r][c] * x[t][c] for t < n_tok, r < W.rows, over the thread pool.
+ * For quantized W the activations are first quantized to Q8 blocks (as ggml does) and the dot
+ * products are done in integers; for n_tok > 1 the kernel tiles over tokens so each weight block
+ * is read from memory once per tile, which makes prefill compute-bound, not bandwidth-bound.
+ * matmul_multi() runs several matrices on the same input in one dispatch (q/k/v, gate/up).
+ * Scratch for the quantized activations comes from the caller (the arena's activation pool):
+ * matmul_scratch_size() says how much. Nothing here allocates after matmul_init. */
+#ifndef STRATA_MATMUL_H
+#define STRATA_MATMUL_H
+
+#include "serving/engine/model.h"
+#include "serving/engine/threadpool.h"
+
+#include <stddef.h>
+
+struct matmul_ctx {
+    struct threadpool *tp;
+    void *scratch;
+    size_t scratch_size;
+    int max_tokens, max_cols;
+};
+
+size_t matmul_scratch_size(int max_tokens, int max_cols);
+int matmul_init(struct matmul_ctx *k, struct threadpool *tp, void *scratch, int max_tokens,
+                int max_cols, char *err);
+
+void matmul(struct matmul_ctx *k, float *y, const struct tensor *w, const float *x, int n_tok);
+/* y[i] gets W[i] x, for i < n (n <= 4); all W[i] have the same cols. */
+void matmul_multi(struct matmul_ctx *k, int n, float *const *y, const struct tensor *const *w,
+                  const float *x, int n_tok);
+
+/* Dequantize row `row` of W (embedding lookup). */
+void tensor_get_row(const struct tensor *w, int row, float *out);
+
+/* The instruction set in use: "avx512", "avx2" or "scalar". STRATA_ISA=scalar|avx2|avx512 in the
+ * environment forces a lower one (tests compare them). */
+const char *matmul_isa(void);
+
+#endif
