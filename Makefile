@@ -37,6 +37,8 @@ TEST_SRC := $(sort $(wildcard tests/unit/test_*.c))
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 TOOL_SRC := $(sort $(wildcard tests/tools/*.c))
 TOOL_BIN := $(TOOL_SRC:tests/tools/%.c=$(BUILD)/tools/%)
+BENCH_SRC := $(sort $(wildcard tests/bench/bench_*.c))
+BENCH_BIN := $(BENCH_SRC:tests/bench/%.c=$(BUILD)/bench/%)
 
 .PHONY: all test bench run image deps clean fuzz check-fabric format
 all: $(BUILD)/strata $(TEST_BIN) $(TOOL_BIN)
@@ -63,6 +65,12 @@ $(BUILD)/tools/%: tests/tools/%.c $(BUILD)/libstrata.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) $(CFLAGS) -o $@ $< $(BUILD)/libstrata.a $(LDFLAGS) $(LDLIBS)
 
+$(BUILD)/bench/%: tests/bench/%.c $(BUILD)/libstrata.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) -o $@ $< $(BUILD)/libstrata.a $(LDFLAGS) $(LDLIBS)
+
+benches: $(BENCH_BIN)
+
 -include $(LIB_OBJ:.o=.d) $(BUILD)/obj/serving/main.d
 
 deps:
@@ -71,7 +79,7 @@ deps:
 test: deps
 	@tools/run-tests.sh
 
-bench: deps all
+bench: deps all benches
 	@tools/run-bench.sh
 
 fuzz: deps

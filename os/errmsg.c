@@ -23,7 +23,12 @@ int errmsg_prefix(char *err, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(head, sizeof head, fmt, ap);
     va_end(ap);
-    snprintf(tail, sizeof tail, "%s", err);
-    snprintf(err, ERRMSG_LEN, "%s%s", head, tail);
+    memcpy(tail, err, ERRMSG_LEN);
+    tail[ERRMSG_LEN - 1] = 0;
+    size_t h = strnlen(head, ERRMSG_LEN - 1);
+    memcpy(err, head, h);
+    size_t t = strnlen(tail, ERRMSG_LEN - 1 - h);
+    memcpy(err + h, tail, t);
+    err[h + t] = 0;
     return -1;
 }

@@ -4,6 +4,13 @@
 #include <stdio.h>
 #include <string.h>
 
+static int cmd_version(int argc, char **argv)
+{
+    (void)argc, (void)argv;
+    printf("strata 0.1\n");
+    return 0;
+}
+
 static const struct command {
     const char *name;
     int (*run)(int argc, char **argv);
@@ -11,13 +18,6 @@ static const struct command {
 } commands[] = {
     {"version", cmd_version, "version"},
 };
-
-static int cmd_version(int argc, char **argv)
-{
-    (void)argc, (void)argv;
-    printf("strata 0.1\n");
-    return 0;
-}
 
 static void usage(FILE *f)
 {
