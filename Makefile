@@ -31,7 +31,7 @@ LDLIBS   = $(DPDK_LIBS) -libverbs -lmicrohttpd -lcjson -lsodium -ldl -lm -pthrea
 LDFLAGS += $(SANFLAGS)
 
 LIB_SRC  := $(sort $(shell find os drivers serving transport -name '*.c' \
-              ! -path 'os/init/*' ! -path '*/fuzz/*' ! -name main.c ! -name '*_main.c'))
+              ! -path 'os/init/*' ! -path '*/fuzz/*' ! -name main.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_SRC := $(sort $(wildcard tests/unit/test_*.c))
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
