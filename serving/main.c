@@ -17,6 +17,7 @@ static const struct command {
     const char *usage;
 } commands[] = {
     {"version", cmd_version, "version"},
+    {"node", cmd_node, "node --role source|joiner --transport tcp|dpdk|rdma ... (fabric node)"},
 };
 
 static void usage(FILE *f)
