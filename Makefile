@@ -90,3 +90,11 @@ format:
 
 clean:
 	rm -rf build out
+
+# --- the appliance image: image/ scripts, os/init (static musl), boot/ -------------------------
+# `make kernel` fetches and unpacks Debian's kernel into build/kernel (cached .deb); image/mkinitrd.sh
+# builds initramfs images from it (see the script's header); tests/lib/qemu.sh boots them.
+KERNEL_DIR := build/kernel
+.PHONY: kernel
+kernel:
+	@image/fetch-kernel.sh $(KERNEL_DIR) >/dev/null
