@@ -11,9 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define GGUF_MAGIC 0x46554747u /* "GGUF" little-endian */
+#define GGUF_MAGIC             0x46554747u /* "GGUF" little-endian */
 #define GGUF_DEFAULT_ALIGNMENT 32
-#define GGUF_MAX_DIMS 4
+#define GGUF_MAX_DIMS          4
 
 /* ---------------------------------------------------------------------------------------------
  * ggml types: block size and bytes per block. Types Strata computes with, plus the other ggml
@@ -24,13 +24,26 @@ static const struct ggml_type_info {
     int block;      /* elements per block; 0 = unknown type */
     int type_bytes; /* bytes per block */
 } type_info[] = {
-    [GGML_F32] = {"f32", 1, 4},      [GGML_F16] = {"f16", 1, 2},     [GGML_Q4_0] = {"q4_0", 32, 18},
-    [3] = {"q4_1", 32, 20},          [6] = {"q5_0", 32, 22},         [7] = {"q5_1", 32, 24},
-    [GGML_Q8_0] = {"q8_0", 32, 34},  [9] = {"q8_1", 32, 36},         [10] = {"q2_k", 256, 84},
-    [11] = {"q3_k", 256, 110},       [GGML_Q4_K] = {"q4_k", 256, 144}, [13] = {"q5_k", 256, 176},
-    [14] = {"q6_k", 256, 210},       [15] = {"q8_k", 256, 292},      [24] = {"i8", 1, 1},
-    [25] = {"i16", 1, 2},            [26] = {"i32", 1, 4},           [27] = {"i64", 1, 8},
-    [28] = {"f64", 1, 8},            [GGML_BF16] = {"bf16", 1, 2},
+    [GGML_F32] = {"f32", 1, 4},
+    [GGML_F16] = {"f16", 1, 2},
+    [GGML_Q4_0] = {"q4_0", 32, 18},
+    [3] = {"q4_1", 32, 20},
+    [6] = {"q5_0", 32, 22},
+    [7] = {"q5_1", 32, 24},
+    [GGML_Q8_0] = {"q8_0", 32, 34},
+    [9] = {"q8_1", 32, 36},
+    [10] = {"q2_k", 256, 84},
+    [11] = {"q3_k", 256, 110},
+    [GGML_Q4_K] = {"q4_k", 256, 144},
+    [13] = {"q5_k", 256, 176},
+    [14] = {"q6_k", 256, 210},
+    [15] = {"q8_k", 256, 292},
+    [24] = {"i8", 1, 1},
+    [25] = {"i16", 1, 2},
+    [26] = {"i32", 1, 4},
+    [27] = {"i64", 1, 8},
+    [28] = {"f64", 1, 8},
+    [GGML_BF16] = {"bf16", 1, 2},
 };
 #define N_TYPE_INFO (sizeof type_info / sizeof type_info[0])
 
@@ -65,17 +78,29 @@ uint64_t ggml_row_bytes(uint32_t type, uint64_t n)
 static uint64_t vtype_size(uint32_t t)
 {
     switch (t) {
-    case GGUF_UINT8: case GGUF_INT8: case GGUF_BOOL: return 1;
-    case GGUF_UINT16: case GGUF_INT16: return 2;
-    case GGUF_UINT32: case GGUF_INT32: case GGUF_FLOAT32: return 4;
-    case GGUF_UINT64: case GGUF_INT64: case GGUF_FLOAT64: return 8;
-    default: return 0;
+    case GGUF_UINT8:
+    case GGUF_INT8:
+    case GGUF_BOOL:
+        return 1;
+    case GGUF_UINT16:
+    case GGUF_INT16:
+        return 2;
+    case GGUF_UINT32:
+    case GGUF_INT32:
+    case GGUF_FLOAT32:
+        return 4;
+    case GGUF_UINT64:
+    case GGUF_INT64:
+    case GGUF_FLOAT64:
+        return 8;
+    default:
+        return 0;
     }
 }
 
 const char *gguf_vtype_name(uint32_t t)
 {
-    static const char *const names[] = {"u8",  "i8",   "u16",   "i16", "u32", "i32", "f32",
+    static const char *const names[] = {"u8",   "i8",     "u16",   "i16", "u32", "i32", "f32",
                                         "bool", "string", "array", "u64", "i64", "f64"};
     return t < sizeof names / sizeof names[0] ? names[t] : "unknown";
 }
@@ -113,7 +138,8 @@ static uint64_t rd_left(const struct rd *r)
 static int rd_bytes(struct rd *r, void *out, uint64_t n, const char *what)
 {
     if (n > rd_left(r))
-        return errmsg_set(r->err, "truncated at byte %llu reading %s (%llu bytes needed, %llu left)",
+        return errmsg_set(r->err,
+                          "truncated at byte %llu reading %s (%llu bytes needed, %llu left)",
                           (unsigned long long)r->off, what, (unsigned long long)n,
                           (unsigned long long)rd_left(r));
     memcpy(out, r->base + r->off, n);
@@ -155,16 +181,52 @@ static int parse_kv(struct rd *r, struct gguf_kv *kv)
         uint8_t raw[8] = {0};
         if (rd_bytes(r, raw, sz, "value") < 0) return errmsg_prefix(r->err, "key '%s': ", k);
         switch (kv->type) {
-        case GGUF_UINT8: case GGUF_BOOL: kv->v.u = raw[0]; break;
-        case GGUF_INT8: kv->v.i = (int8_t)raw[0]; break;
-        case GGUF_UINT16: { uint16_t x; memcpy(&x, raw, 2); kv->v.u = x; break; }
-        case GGUF_INT16: { int16_t x; memcpy(&x, raw, 2); kv->v.i = x; break; }
-        case GGUF_UINT32: { uint32_t x; memcpy(&x, raw, 4); kv->v.u = x; break; }
-        case GGUF_INT32: { int32_t x; memcpy(&x, raw, 4); kv->v.i = x; break; }
-        case GGUF_FLOAT32: { float x; memcpy(&x, raw, 4); kv->v.f = x; break; }
-        case GGUF_UINT64: memcpy(&kv->v.u, raw, 8); break;
-        case GGUF_INT64: memcpy(&kv->v.i, raw, 8); break;
-        case GGUF_FLOAT64: memcpy(&kv->v.f, raw, 8); break;
+        case GGUF_UINT8:
+        case GGUF_BOOL:
+            kv->v.u = raw[0];
+            break;
+        case GGUF_INT8:
+            kv->v.i = (int8_t)raw[0];
+            break;
+        case GGUF_UINT16: {
+            uint16_t x;
+            memcpy(&x, raw, 2);
+            kv->v.u = x;
+            break;
+        }
+        case GGUF_INT16: {
+            int16_t x;
+            memcpy(&x, raw, 2);
+            kv->v.i = x;
+            break;
+        }
+        case GGUF_UINT32: {
+            uint32_t x;
+            memcpy(&x, raw, 4);
+            kv->v.u = x;
+            break;
+        }
+        case GGUF_INT32: {
+            int32_t x;
+            memcpy(&x, raw, 4);
+            kv->v.i = x;
+            break;
+        }
+        case GGUF_FLOAT32: {
+            float x;
+            memcpy(&x, raw, 4);
+            kv->v.f = x;
+            break;
+        }
+        case GGUF_UINT64:
+            memcpy(&kv->v.u, raw, 8);
+            break;
+        case GGUF_INT64:
+            memcpy(&kv->v.i, raw, 8);
+            break;
+        case GGUF_FLOAT64:
+            memcpy(&kv->v.f, raw, 8);
+            break;
         }
         return 0;
     }
@@ -194,10 +256,9 @@ static int parse_kv(struct rd *r, struct gguf_kv *kv)
                           kv->v.arr.type, gguf_vtype_name(kv->v.arr.type));
     /* Each string takes at least its 8-byte length: reject absurd counts before walking. */
     if (n > rd_left(r) / 8)
-        return errmsg_set(r->err,
-                          "key '%s': array of %llu strings at byte %llu exceeds the %llu bytes left",
-                          k, (unsigned long long)n, (unsigned long long)at,
-                          (unsigned long long)rd_left(r));
+        return errmsg_set(
+            r->err, "key '%s': array of %llu strings at byte %llu exceeds the %llu bytes left", k,
+            (unsigned long long)n, (unsigned long long)at, (unsigned long long)rd_left(r));
     for (uint64_t i = 0; i < n; i++) {
         struct gguf_str s;
         if (rd_str(r, &s, "array string") < 0)
@@ -233,7 +294,8 @@ static int parse_tensor_info(struct rd *r, struct gguf_tensor *t, uint64_t index
     const struct ggml_type_info *ti = type_get(t->type);
     if (!ti) return errmsg_set(r->err, "tensor '%s': unknown type %u", tn.s, t->type);
     if (t->ne[0] % (uint64_t)ti->block)
-        return errmsg_set(r->err, "tensor '%s': row length %llu is not a multiple of %s's block of %d",
+        return errmsg_set(r->err,
+                          "tensor '%s': row length %llu is not a multiple of %s's block of %d",
                           tn.s, (unsigned long long)t->ne[0], ti->name, ti->block);
     uint64_t rows = elems / t->ne[0], row = ggml_row_bytes(t->type, t->ne[0]);
     if (row == 0 || rows > UINT64_MAX / row)
@@ -283,7 +345,8 @@ static int parse(struct gguf *g, const void *buf, size_t size, int header_only, 
     if (magic != GGUF_MAGIC) return errmsg_set(err, "not a GGUF file (bad magic)");
     if (rd_u32(&r, &g->version, "version") < 0) return -1;
     if (g->version != 3 && g->version != 2) {
-        if (g->version == 1) return errmsg_set(err, "GGUF version 1 is not supported (need 2 or 3)");
+        if (g->version == 1)
+            return errmsg_set(err, "GGUF version 1 is not supported (need 2 or 3)");
         if ((g->version & 0xffff) == 0 && g->version)
             return errmsg_set(err, "GGUF version %u is not supported (big-endian file?)",
                               g->version);
@@ -305,8 +368,8 @@ static int parse(struct gguf *g, const void *buf, size_t size, int header_only, 
     struct gguf_str **names = calloc(n_names ? n_names : 1, sizeof *names);
     struct gguf_tensor **order = calloc(g->n_tensors ? g->n_tensors : 1, sizeof *order);
     if (!g->kv || !g->tensors || !names || !order) {
-        errmsg_set(err, "out of memory for %llu keys and %llu tensors",
-                   (unsigned long long)g->n_kv, (unsigned long long)g->n_tensors);
+        errmsg_set(err, "out of memory for %llu keys and %llu tensors", (unsigned long long)g->n_kv,
+                   (unsigned long long)g->n_tensors);
         goto fail;
     }
     for (uint64_t i = 0; i < g->n_kv; i++)
@@ -362,8 +425,7 @@ static int parse(struct gguf *g, const void *buf, size_t size, int header_only, 
             errmsg_set(err,
                        "tensor '%s': data [%llu, %llu) lies outside the file's %llu data bytes",
                        printable(t->name).s, (unsigned long long)t->offset,
-                       (unsigned long long)(t->offset + t->nbytes),
-                       (unsigned long long)data_size);
+                       (unsigned long long)(t->offset + t->nbytes), (unsigned long long)data_size);
             goto fail;
         }
         order[i] = t;
@@ -431,13 +493,19 @@ int gguf_get_u32(const struct gguf *g, const char *key, uint32_t *out, char *err
     const struct gguf_kv *kv = gguf_find(g, key);
     if (!kv) return errmsg_set(err, "missing key %s", key);
     switch (kv->type) {
-    case GGUF_UINT8: case GGUF_UINT16: case GGUF_UINT32: case GGUF_UINT64:
+    case GGUF_UINT8:
+    case GGUF_UINT16:
+    case GGUF_UINT32:
+    case GGUF_UINT64:
         if (kv->v.u > UINT32_MAX)
             return errmsg_set(err, "key %s: value %llu is out of range", key,
                               (unsigned long long)kv->v.u);
         *out = (uint32_t)kv->v.u;
         return 0;
-    case GGUF_INT8: case GGUF_INT16: case GGUF_INT32: case GGUF_INT64:
+    case GGUF_INT8:
+    case GGUF_INT16:
+    case GGUF_INT32:
+    case GGUF_INT64:
         if (kv->v.i < 0 || kv->v.i > (int64_t)UINT32_MAX)
             return errmsg_set(err, "key %s: value %lld is out of range", key, (long long)kv->v.i);
         *out = (uint32_t)kv->v.i;
@@ -543,6 +611,7 @@ void gguf_writer_set_fill(struct gguf_writer *w,
 static int put(struct gguf_writer *w, const void *p, size_t n)
 {
     if (w->failed) return -1;
+    if (n == 0) return 0;
     if (n > SIZE_MAX / 2 - w->meta_len) goto oom;
     if (w->meta_len + n > w->meta_cap) {
         size_t cap = w->meta_cap ? w->meta_cap : 256;

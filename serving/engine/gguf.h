@@ -2,11 +2,11 @@
  *
  * Reader: gguf_parse() validates a whole file image held in memory (mmap or a buffer): magic,
  * version 3 (2 accepted), counts, every string and array length against the bytes left, tensor
- * ranks (1..4) and dims (no overflow of element or byte counts), types, alignment (general.alignment,
- * default 32, power of two), and that each tensor's data lies inside the file and does not overlap
- * another. It never reads outside [buf, buf+size) and never trusts a count before checking it
- * against the remaining bytes. Parsed keys and names point into the caller's buffer (not
- * NUL-terminated: use the lengths), so the buffer must outlive the struct.
+ * ranks (1..4) and dims (no overflow of element or byte counts), types, alignment
+ * (general.alignment, default 32, power of two), and that each tensor's data lies inside the file
+ * and does not overlap another. It never reads outside [buf, buf+size) and never trusts a count
+ * before checking it against the remaining bytes. Parsed keys and names point into the caller's
+ * buffer (not NUL-terminated: use the lengths), so the buffer must outlive the struct.
  * gguf_parse_header() does the same on a prefix that holds at least the metadata and tensor infos
  * (a joining node receives these bytes before any weights) and skips the data-range checks
  * against the file size.
@@ -24,16 +24,31 @@
 
 /* Metadata value types (GGUF spec). */
 enum gguf_vtype {
-    GGUF_UINT8 = 0, GGUF_INT8 = 1, GGUF_UINT16 = 2, GGUF_INT16 = 3, GGUF_UINT32 = 4,
-    GGUF_INT32 = 5, GGUF_FLOAT32 = 6, GGUF_BOOL = 7, GGUF_STRING = 8, GGUF_ARRAY = 9,
-    GGUF_UINT64 = 10, GGUF_INT64 = 11, GGUF_FLOAT64 = 12,
+    GGUF_UINT8 = 0,
+    GGUF_INT8 = 1,
+    GGUF_UINT16 = 2,
+    GGUF_INT16 = 3,
+    GGUF_UINT32 = 4,
+    GGUF_INT32 = 5,
+    GGUF_FLOAT32 = 6,
+    GGUF_BOOL = 7,
+    GGUF_STRING = 8,
+    GGUF_ARRAY = 9,
+    GGUF_UINT64 = 10,
+    GGUF_INT64 = 11,
+    GGUF_FLOAT64 = 12,
 };
 
 /* Tensor element types (ggml numbering). Only the ones Strata computes with are listed; the reader
  * also knows the sizes of the other ggml types (Q4_1, Q5_*, K-quants, ints, F64) so it can parse
  * such files, and model_plan rejects them with a message. */
 enum ggml_type {
-    GGML_F32 = 0, GGML_F16 = 1, GGML_Q4_0 = 2, GGML_Q8_0 = 8, GGML_Q4_K = 12, GGML_BF16 = 30,
+    GGML_F32 = 0,
+    GGML_F16 = 1,
+    GGML_Q4_0 = 2,
+    GGML_Q8_0 = 8,
+    GGML_Q4_K = 12,
+    GGML_BF16 = 30,
 };
 
 struct gguf_str {
@@ -45,9 +60,9 @@ struct gguf_kv {
     struct gguf_str key;
     uint32_t type; /* enum gguf_vtype */
     union {
-        uint64_t u;  /* unsigned ints and bool */
-        int64_t i;   /* signed ints */
-        double f;    /* floats */
+        uint64_t u; /* unsigned ints and bool */
+        int64_t i;  /* signed ints */
+        double f;   /* floats */
         struct gguf_str s;
         struct {
             uint32_t type; /* element type */
@@ -124,8 +139,7 @@ int gguf_w_arr(struct gguf_writer *w, const char *key, uint32_t elem_type, const
 /* Tensors added with data == NULL get their bytes from fill() at write time, one tensor at a time,
  * so a tool can write a model larger than it wants to hold in memory. fill returns 0 or -1. */
 void gguf_writer_set_fill(struct gguf_writer *w,
-                          int (*fill)(void *ctx, int index, void *buf, uint64_t nbytes),
-                          void *ctx);
+                          int (*fill)(void *ctx, int index, void *buf, uint64_t nbytes), void *ctx);
 /* ne as in struct gguf_tensor (ne[0] innermost). data holds ggml_row_bytes(type, ne[0]) * rows. */
 int gguf_w_tensor(struct gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims,
                   const uint64_t *ne, const void *data);

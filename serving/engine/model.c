@@ -19,15 +19,23 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define TENSOR_ALIGN 64 /* SIMD loads and cache lines */
-#define SPAN_ALIGN 4096 /* a span starts on a page: it can be registered, mapped or sent alone */
+#define TENSOR_ALIGN 64   /* SIMD loads and cache lines */
+#define SPAN_ALIGN   4096 /* a span starts on a page: it can be registered, mapped or sent alone */
 
 enum {
-    K_ATTN_NORM, K_ATTN_Q, K_ATTN_K, K_ATTN_V, K_ATTN_OUT, K_FFN_NORM, K_FFN_GATE, K_FFN_DOWN,
-    K_FFN_UP, N_LAYER_KINDS
+    K_ATTN_NORM,
+    K_ATTN_Q,
+    K_ATTN_K,
+    K_ATTN_V,
+    K_ATTN_OUT,
+    K_FFN_NORM,
+    K_FFN_GATE,
+    K_FFN_DOWN,
+    K_FFN_UP,
+    N_LAYER_KINDS
 };
 static const char *const layer_kind_name[N_LAYER_KINDS] = {
-    "attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
+    "attn_norm", "attn_q",   "attn_k",   "attn_v", "attn_output",
     "ffn_norm",  "ffn_gate", "ffn_down", "ffn_up",
 };
 
@@ -97,8 +105,9 @@ static int read_config(struct model_config *c, const struct gguf *g, const char 
     if (get_int(g, "llama.rope.dimension_count", &rope_dims, c->head_dim, 1 << 16, what, err) < 0)
         return -1;
     if (rope_dims != c->head_dim)
-        return errmsg_set(err, "%s: llama.rope.dimension_count %d differs from the head dimension "
-                               "%d (partial RoPE is not supported)",
+        return errmsg_set(err,
+                          "%s: llama.rope.dimension_count %d differs from the head dimension "
+                          "%d (partial RoPE is not supported)",
                           what, rope_dims, c->head_dim);
     const struct gguf_kv *tokens = gguf_find(g, "tokenizer.ggml.tokens");
     if (tokens) {
@@ -171,7 +180,8 @@ static int check_tensor(const struct gguf_tensor *t, struct expect e, int is_nor
         else
             snprintf(want, sizeof want, "%s x %s = %llux%llu", e.cols_name, e.rows_name,
                      (unsigned long long)e.cols, (unsigned long long)e.rows);
-        return errmsg_set(err, "%s: tensor %s: shape %s does not match %s", what, name, shape, want);
+        return errmsg_set(err, "%s: tensor %s: shape %s does not match %s", what, name, shape,
+                          want);
     }
     if (is_norm) {
         if (t->type != GGML_F32)
@@ -180,11 +190,17 @@ static int check_tensor(const struct gguf_tensor *t, struct expect e, int is_nor
         return 0;
     }
     switch (t->type) {
-    case GGML_F32: case GGML_F16: case GGML_BF16: case GGML_Q8_0: case GGML_Q4_0: case GGML_Q4_K:
+    case GGML_F32:
+    case GGML_F16:
+    case GGML_BF16:
+    case GGML_Q8_0:
+    case GGML_Q4_0:
+    case GGML_Q4_K:
         return 0;
     default:
-        return errmsg_set(err, "%s: tensor %s: type %s (%u) is not supported (f32, f16, bf16, "
-                               "q8_0, q4_0, q4_k)",
+        return errmsg_set(err,
+                          "%s: tensor %s: type %s (%u) is not supported (f32, f16, bf16, "
+                          "q8_0, q4_0, q4_k)",
                           what, name, ggml_type_name(t->type), t->type);
     }
 }
@@ -257,8 +273,8 @@ int model_plan(struct model *m, const struct gguf *g, const char *what, char *er
                 goto fail;
             }
 
-    const uint64_t dim = (uint64_t)c->dim, hid = (uint64_t)c->hidden_dim,
-                   kv = (uint64_t)c->kv_dim, voc = (uint64_t)c->vocab_size;
+    const uint64_t dim = (uint64_t)c->dim, hid = (uint64_t)c->hidden_dim, kv = (uint64_t)c->kv_dim,
+                   voc = (uint64_t)c->vocab_size;
     const struct expect e_embd = {dim, voc, "dim", "vocab"}, e_norm = {dim, 0, "dim", "dim"};
     const struct expect e_layer[N_LAYER_KINDS] = {
         [K_ATTN_NORM] = e_norm,
@@ -277,8 +293,8 @@ int model_plan(struct model *m, const struct gguf *g, const char *what, char *er
         goto fail;
     for (int l = 0; l < L; l++)
         for (int k = 0; k < N_LAYER_KINDS; k++)
-            if (check_tensor(lt[l][k], e_layer[k], k == K_ATTN_NORM || k == K_FFN_NORM, what,
-                             err) < 0)
+            if (check_tensor(lt[l][k], e_layer[k], k == K_ATTN_NORM || k == K_FFN_NORM, what, err) <
+                0)
                 goto fail;
 
     /* Layout in execution order. */
@@ -322,9 +338,8 @@ int model_plan(struct model *m, const struct gguf *g, const char *what, char *er
     set_tensor(&m->output, out ? out : embd);
     for (int l = 0; l < L; l++) {
         struct layer_weights *w = &m->layers[l];
-        struct tensor *dst[N_LAYER_KINDS] = {&w->attn_norm, &w->wq,     &w->wk,
-                                             &w->wv,        &w->wo,     &w->ffn_norm,
-                                             &w->w_gate,    &w->w_down, &w->w_up};
+        struct tensor *dst[N_LAYER_KINDS] = {&w->attn_norm, &w->wq,     &w->wk,     &w->wv,  &w->wo,
+                                             &w->ffn_norm,  &w->w_gate, &w->w_down, &w->w_up};
         for (int k = 0; k < N_LAYER_KINDS; k++) set_tensor(dst[k], lt[l][k]);
     }
     free(lt);
@@ -362,9 +377,8 @@ void model_bind(struct model *m, const uint8_t *image)
     m->token_embd.data = image + m->slots[i++].image_offset;
     for (int l = 0; l < m->cfg.n_layers; l++) {
         struct layer_weights *w = &m->layers[l];
-        struct tensor *dst[N_LAYER_KINDS] = {&w->attn_norm, &w->wq,     &w->wk,
-                                             &w->wv,        &w->wo,     &w->ffn_norm,
-                                             &w->w_gate,    &w->w_down, &w->w_up};
+        struct tensor *dst[N_LAYER_KINDS] = {&w->attn_norm, &w->wq,     &w->wk,     &w->wv,  &w->wo,
+                                             &w->ffn_norm,  &w->w_gate, &w->w_down, &w->w_up};
         for (int k = 0; k < N_LAYER_KINDS; k++) dst[k]->data = image + m->slots[i++].image_offset;
     }
     m->output_norm.data = image + m->slots[i++].image_offset;

@@ -111,11 +111,13 @@ int tokenizer_from_llama2c(struct tokenizer *t, const void *buf, size_t size, in
     while (q < end && (vocab_size <= 0 || n < vocab_size)) {
         int32_t len;
         if (end - q < 8)
-            return errmsg_set(err, "tokenizer: truncated at byte %zu (token %d)", (size_t)(q - p), n);
+            return errmsg_set(err, "tokenizer: truncated at byte %zu (token %d)", (size_t)(q - p),
+                              n);
         memcpy(&len, q + 4, 4);
         if (len < 0 || (uint64_t)len > (uint64_t)(end - q - 8))
-            return errmsg_set(err, "tokenizer: token %d at byte %zu: length %d exceeds the %zu "
-                                   "bytes left",
+            return errmsg_set(err,
+                              "tokenizer: token %d at byte %zu: length %d exceeds the %zu "
+                              "bytes left",
                               n, (size_t)(q - p), len, (size_t)(end - q - 8));
         if (n >= MAX_VOCAB) return errmsg_set(err, "tokenizer: more than %d tokens", MAX_VOCAB);
         q += 8 + len;
@@ -125,8 +127,9 @@ int tokenizer_from_llama2c(struct tokenizer *t, const void *buf, size_t size, in
     if (vocab_size > 0 && n < vocab_size)
         return errmsg_set(err, "tokenizer: has %d tokens, the model needs %d", n, vocab_size);
     if (q != end)
-        return errmsg_set(err, "tokenizer: %zu bytes left after %d tokens (a tokenizer for a "
-                               "larger vocabulary?)",
+        return errmsg_set(err,
+                          "tokenizer: %zu bytes left after %d tokens (a tokenizer for a "
+                          "larger vocabulary?)",
                           (size_t)(end - q), n);
     if (n == 0) return errmsg_set(err, "tokenizer: no tokens");
     if (alloc_vocab(t, n, bytes, err) < 0) return -1;
@@ -173,7 +176,8 @@ int tokenizer_from_gguf(struct tokenizer *t, const struct gguf *g, char *err)
     if (gguf_find(g, "tokenizer.ggml.model")) {
         if (gguf_get_str(g, "tokenizer.ggml.model", &model, err) < 0) return -1;
         if (!gguf_str_eq(model, "llama"))
-            return errmsg_set(err, "tokenizer.ggml.model \"%.*s\" is not supported (only \"llama\")",
+            return errmsg_set(err,
+                              "tokenizer.ggml.model \"%.*s\" is not supported (only \"llama\")",
                               (int)(model.len < 32 ? model.len : 32), model.p);
     }
     const struct gguf_kv *tokens, *scores = NULL;
@@ -286,8 +290,8 @@ static void try_pair(const struct tokenizer *t, const struct sym *s, int l, stru
     heap_push(h, nh, (struct cand){t->scores[id], l, r, a, b, id});
 }
 
-int tokenizer_encode(const struct tokenizer *t, const char *text, size_t len, int add_bos,
-                     int *out, int cap, int *n, char *err)
+int tokenizer_encode(const struct tokenizer *t, const char *text, size_t len, int add_bos, int *out,
+                     int cap, int *n, char *err)
 {
     *n = 0;
     if (len > (size_t)(INT32_MAX / 4))
@@ -302,7 +306,7 @@ int tokenizer_encode(const struct tokenizer *t, const char *text, size_t len, in
         return errmsg_set(err, "tokenizer: out of memory for %zu bytes of text", len);
     }
     int ns = 0;
-#define PUSH(tok) (s[ns].id = (tok), s[ns].prev = ns - 1, s[ns].next = ns + 1, ns++)
+#define PUSH(tok)     (s[ns].id = (tok), s[ns].prev = ns - 1, s[ns].next = ns + 1, ns++)
 #define BYTE_TOKEN(c) (t->byte_ids[(uint8_t)(c)] >= 0 ? t->byte_ids[(uint8_t)(c)] : t->unk_id)
     if (len > 0) {
         int sp = lookup2(t, " ", 1, "", 0);

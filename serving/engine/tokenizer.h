@@ -23,12 +23,12 @@
 
 struct tokenizer {
     int vocab_size;
-    char **pieces;   /* NUL-terminated piece of each id */
+    char **pieces; /* NUL-terminated piece of each id */
     int *piece_len;
     float *scores;
     int bos_id, eos_id;
-    int unk_id;          /* 0: used for a byte whose <0xNN> token is missing */
-    int byte_ids[256];   /* id of <0xNN>, or -1 */
+    int unk_id;        /* 0: used for a byte whose <0xNN> token is missing */
+    int byte_ids[256]; /* id of <0xNN>, or -1 */
     /* piece -> id: open addressing over FNV-1a hashes, hash_mask + 1 slots of ids (-1 empty).
      * A hash rather than llama2.c's sorted array so that a merge candidate (a, b) is looked up
      * without building the string a+b. Duplicate pieces resolve to the lowest id. */
@@ -47,8 +47,8 @@ void tokenizer_free(struct tokenizer *t);
 
 /* Encode `len` bytes of text. Writes at most `cap` ids to `out` and sets *n. Fails (with the
  * count needed in err) if cap is too small. */
-int tokenizer_encode(const struct tokenizer *t, const char *text, size_t len, int add_bos,
-                     int *out, int cap, int *n, char *err);
+int tokenizer_encode(const struct tokenizer *t, const char *text, size_t len, int add_bos, int *out,
+                     int cap, int *n, char *err);
 /* The bytes of token `id` when it follows token `prev` (-1 at the start). Sets *len. Returns a
  * pointer into the tokenizer or into `scratch` (at least 1 byte) for byte tokens. */
 const char *tokenizer_decode(const struct tokenizer *t, int prev, int id, char *scratch,
