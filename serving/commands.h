@@ -4,5 +4,6 @@
 #define STRATA_COMMANDS_H
 
 /* Each subsystem adds its line here and its entry in serving/main.c. */
+int cmd_convert(int argc, char **argv); /* serving/engine/convert_cmd.c */
 
 #endif
