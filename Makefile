@@ -73,6 +73,12 @@ benches: $(BENCH_BIN)
 
 -include $(LIB_OBJ:.o=.d) $(BUILD)/obj/serving/main.d
 
+# The fabric's unit tests and multi-node scenarios (network namespaces, QEMU), one line each.
+FABRIC_UNIT := test_wire test_auth test_weight_stream
+check-fabric: all
+	@fail=0; for t in $(FABRIC_UNIT); do $(BUILD)/tests/$$t 2>/dev/null || fail=1; done; \
+	for s in tests/integration/fabric_*.sh; do bash $$s || fail=1; done; exit $$fail
+
 deps:
 	@tools/install-deps.sh
 
