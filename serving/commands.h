@@ -4,5 +4,6 @@
 #define STRATA_COMMANDS_H
 
 /* Each subsystem adds its line here and its entry in serving/main.c. */
+int cmd_generate(int argc, char **argv); /* serving/generate_cmd.c */
 
 #endif

@@ -17,6 +17,9 @@ static const struct command {
     const char *usage;
 } commands[] = {
     {"version", cmd_version, "version"},
+    {"generate", cmd_generate,
+     "generate -m MODEL.gguf -p PROMPT [-n N --temp T --top-p P --top-k K --min-p M --seed S "
+     "--threads N --batch N -v]"},
 };
 
 static void usage(FILE *f)
