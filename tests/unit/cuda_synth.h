@@ -29,7 +29,7 @@ struct synth {
     size_t image_size;
 };
 
-static uint64_t synth_rng(uint64_t *s)
+static inline uint64_t synth_rng(uint64_t *s)
 {
     *s ^= *s << 13;
     *s ^= *s >> 7;
@@ -37,12 +37,12 @@ static uint64_t synth_rng(uint64_t *s)
     return *s;
 }
 
-static float synth_uniform(uint64_t *s) /* [-1, 1) */
+static inline float synth_uniform(uint64_t *s) /* [-1, 1) */
 {
     return (float)((synth_rng(s) >> 40) / 8388608.0 - 1.0);
 }
 
-static uint64_t synth_row_bytes(uint32_t type, int cols)
+static inline uint64_t synth_row_bytes(uint32_t type, int cols)
 {
     switch (type) {
     case GGML_F32:
@@ -65,7 +65,7 @@ struct synth_item {
     int rows, cols, span, norm;
 };
 
-static int synth_items(struct model *m, uint32_t type, int tied, struct synth_item *it)
+static inline int synth_items(struct model *m, uint32_t type, int tied, struct synth_item *it)
 {
     const struct model_config *c = &m->cfg;
     int n = 0, qd = c->n_heads * c->head_dim;
@@ -88,7 +88,7 @@ static int synth_items(struct model *m, uint32_t type, int tied, struct synth_it
     return n;
 }
 
-static void synth_config(struct model *m, const struct synth_shape *sh)
+static inline void synth_config(struct model *m, const struct synth_shape *sh)
 {
     struct model_config *c = &m->cfg;
     c->dim = sh->dim;
@@ -105,7 +105,7 @@ static void synth_config(struct model *m, const struct synth_shape *sh)
 }
 
 /* Lay the items out (32-byte aligned, spans contiguous) and allocate the image. */
-static int synth_layout(struct synth *s, struct synth_item *it, int n)
+static inline int synth_layout(struct synth *s, struct synth_item *it, int n)
 {
     uint64_t off = 0;
     for (int i = 0; i < n; i++)
@@ -135,8 +135,8 @@ static int synth_layout(struct synth *s, struct synth_item *it, int n)
     return 0;
 }
 
-static int synth_build(struct synth *s, const struct synth_shape *sh, uint32_t type, int tied,
-                       int exact, uint64_t seed)
+static inline int synth_build(struct synth *s, const struct synth_shape *sh, uint32_t type,
+                              int tied, int exact, uint64_t seed)
 {
     memset(s, 0, sizeof *s);
     synth_config(&s->m, sh);
@@ -161,40 +161,43 @@ static int synth_build(struct synth *s, const struct synth_shape *sh, uint32_t t
             }
             continue;
         }
-        /* Fast fill: random bytes that are valid values of the type, scaled like the above. */
-        uint64_t nb = t->nbytes;
+        /* Fast fill (benchmarks): one ~1 MiB pattern of valid random values of the type, tiled
+         * over the tensor; whole blocks, so every copy lands on a block boundary. */
+        int bsz = t->type == GGML_Q8_0   ? 34
+                  : t->type == GGML_Q4_0 ? 18
+                  : t->type == GGML_F32  ? 4
+                                         : 2;
+        size_t plen = (size_t)bsz * 32768;
+        uint8_t *pat = malloc(plen);
+        if (!pat) return free(row), free(it), -1;
         if (t->type == GGML_Q8_0 || t->type == GGML_Q4_0) {
-            int bsz = t->type == GGML_Q8_0 ? 34 : 18;
             uint16_t dh = f32_to_fp16(scale / (t->type == GGML_Q8_0 ? 64.f : 4.f));
-            for (uint64_t b = 0; b < nb / bsz; b++) {
-                uint8_t *blk = d + b * bsz;
+            for (size_t b = 0; b < plen / bsz; b++) {
+                uint8_t *blk = pat + b * bsz;
                 memcpy(blk, &dh, 2);
-                for (int j = 2; j < bsz; j += 8) {
-                    uint64_t v = synth_rng(&rng);
-                    memcpy(blk + j, &v, bsz - j < 8 ? (size_t)(bsz - j) : 8);
-                }
+                for (int j = 2; j < bsz; j++) blk[j] = (uint8_t)synth_rng(&rng);
             }
         } else {
-            for (uint64_t e = 0; e < nb / (t->type == GGML_F32 ? 4 : 2); e += 4) {
-                uint64_t v = synth_rng(&rng);
-                for (int k = 0; k < 4 && e + k < nb / (t->type == GGML_F32 ? 4 : 2); k++) {
-                    float f = scale * ((int)((v >> (16 * k)) & 0xffff) - 32768) / 32768.f;
-                    if (t->type == GGML_F32)
-                        memcpy(d + (e + k) * 4, &f, 4);
-                    else {
-                        uint16_t h = t->type == GGML_F16 ? f32_to_fp16(f) : f32_to_bf16(f);
-                        memcpy(d + (e + k) * 2, &h, 2);
-                    }
+            for (size_t e = 0; e < plen / bsz; e++) {
+                float f = scale * synth_uniform(&rng);
+                if (t->type == GGML_F32)
+                    memcpy(pat + e * 4, &f, 4);
+                else {
+                    uint16_t h = t->type == GGML_F16 ? f32_to_fp16(f) : f32_to_bf16(f);
+                    memcpy(pat + e * 2, &h, 2);
                 }
             }
         }
+        for (uint64_t o = 0; o < t->nbytes; o += plen)
+            memcpy(d + o, pat, t->nbytes - o < plen ? t->nbytes - o : plen);
+        free(pat);
     }
     free(row);
     free(it);
     return 0;
 }
 
-static void synth_free(struct synth *s)
+static inline void synth_free(struct synth *s)
 {
     free(s->image);
     memset(s, 0, sizeof *s);
@@ -202,7 +205,7 @@ static void synth_free(struct synth *s)
 
 /* llama2.c "v0" checkpoint: 7 int32 (dim, hidden, layers, heads, kv_heads, vocab, seq_len;
  * vocab > 0 = classifier shared with the embedding), then f32 tensors grouped by kind. */
-static int llama2c_load(struct synth *s, const char *path, char *err)
+static inline int llama2c_load(struct synth *s, const char *path, char *err)
 {
     memset(s, 0, sizeof *s);
     FILE *f = fopen(path, "rb");

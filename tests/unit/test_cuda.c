@@ -16,6 +16,7 @@
 #include "drivers/cuda/cuda_backend.h"
 #include "drivers/cuda/cuda_fatbin.h"
 #include "drivers/cuda/cuda_plan.h"
+#include "serving/engine/convert.h"
 #include "os/errmsg.h"
 #include "os/log.h"
 #include "tests/unit/check.h"
@@ -340,6 +341,77 @@ static int load_stories(struct synth *s, char *err)
     return llama2c_load(s, path, err);
 }
 
+/* stories260K converted to GGUF (`strata convert`'s code, in memory), planned and filled by
+ * model.c into the execution-order image the loader makes: the path a served model takes. */
+struct gguf_model {
+    struct synth s; /* image and model */
+    struct gguf g;
+    char *file;
+    size_t file_size;
+};
+
+static int load_gguf_stories(struct gguf_model *gm, uint32_t type, char *err)
+{
+    memset(gm, 0, sizeof *gm);
+    char ck[512], tk[512];
+    snprintf(ck, sizeof ck, "%s/models/stories260K.bin", check_shared());
+    snprintf(tk, sizeof tk, "%s/models/tok512.bin", check_shared());
+    uint8_t *cb = NULL, *tb = NULL;
+    size_t cs, ts;
+    if (convert_read_file(ck, &cb, &cs, err) || convert_read_file(tk, &tb, &ts, err)) {
+        free(cb);
+        return -1;
+    }
+    FILE *f = open_memstream(&gm->file, &gm->file_size);
+    int rc = convert_llama2c(cb, cs, tb, ts, type, "stories260K", ck, f, err);
+    fclose(f);
+    free(cb);
+    free(tb);
+    if (rc) return -1;
+    if (gguf_parse(&gm->g, gm->file, gm->file_size, err) ||
+        model_plan(&gm->s.m, &gm->g, "stories260K.gguf", err))
+        return -1;
+    gm->s.image_size = gm->s.m.image_size;
+    gm->s.image = aligned_alloc(4096, (gm->s.image_size + 4095) / 4096 * 4096);
+    for (int sp = 0; sp < gm->s.m.n_spans; sp++)
+        if (model_fill(&gm->s.m, gm->s.image, sp, err)) return -1;
+    model_bind(&gm->s.m, gm->s.image);
+    return 0;
+}
+
+static void free_gguf_stories(struct gguf_model *gm)
+{
+    model_free(&gm->s.m);
+    gguf_free(&gm->g);
+    free(gm->file);
+    free(gm->s.image);
+}
+
+TEST(plan_accepts_the_loaders_image)
+{
+    uint32_t types[] = {GGML_F32, GGML_F16, GGML_Q8_0, GGML_Q4_0};
+    for (int i = 0; i < 4; i++) {
+        struct gguf_model gm;
+        char err[ERRMSG_LEN];
+        log_set_quiet(1);
+        if (load_gguf_stories(&gm, types[i], err)) SKIP("%s", err);
+        struct cuda_plan p;
+        CHECKF(cuda_plan_weights(&p, &gm.s.m, err) == 0, "%s", err);
+        for (int sp = 0; sp < p.n_spans; sp++) {
+            CHECK(p.spans[sp].host >= gm.s.image);
+            CHECK(p.spans[sp].host + p.spans[sp].bytes <= gm.s.image + gm.s.image_size);
+        }
+        /* stories260K: dim 64 takes the block types; hidden 172 does not, so ffn_down is F32 */
+        const struct cuda_mat *q = &p.mats[cuda_plan_layer_mat(0, 1)];
+        const struct cuda_mat *down = &p.mats[cuda_plan_layer_mat(0, 7)];
+        CHECK_EQ_INT(q->type, types[i]);
+        CHECK(down->type == (types[i] == GGML_F16 ? GGML_F16 : GGML_F32));
+        CHECK(p.out == p.embd); /* tied classifier */
+        cuda_plan_free(&p);
+        free_gguf_stories(&gm);
+    }
+}
+
 /* The reference the GPU is held to: stories260K greedy from BOS through the span-ordered image
  * must tell the README's story (checks the llama2.c loader and the reference forward). */
 TEST(reference_forward_tells_the_story)
@@ -580,6 +652,56 @@ TEST(stories260k_greedy_equals_reference)
     synth_free(&s);
 }
 
+/* The same through the GGUF loader's image (F32 and F16 conversions): greedy tokens equal the
+ * reference on the same weights. */
+static void gguf_greedy(uint32_t type)
+{
+    NEED_GPU();
+    struct gguf_model gm;
+    char err[ERRMSG_LEN];
+    CHECKF(load_gguf_stories(&gm, type, err) == 0, "%s", err);
+    const struct model *m = &gm.s.m;
+    int V = m->cfg.vocab_size, n = 60;
+    struct engine_limits lim = {.max_tokens = 16, .max_seqs = 1, .ctx = 64};
+    struct cuda_engine *ce;
+    CHECKF(cuda_engine_open(&ce, m, &lim, err) == 0, "%s", err);
+    CHECKF(cuda_engine_register_host(ce, gm.s.image, (gm.s.image_size + 4095) / 4096 * 4096, err) ==
+               0,
+           "%s", err);
+    CHECKF(cuda_upload_all(ce, err) == 0, "%s", err);
+    struct ref r;
+    ref_open(&r, m, 64);
+    struct seqs sq;
+    seqs_init(&sq, 1, 64, 16);
+    float *logits = malloc(sizeof(float) * V);
+    int tok = 1;
+    struct sampler smp = {.p = {.temperature = 0, .top_p = 1}, .vocab_size = V};
+    struct sampler *sp = &smp;
+    for (int p = 0; p < n; p++) {
+        ref_forward(&r, tok, p, logits);
+        int row = 0, next;
+        struct batch b = {1, &tok, &p, sq.tab, 1, &row};
+        CHECKF(cuda_forward_sample(ce, &b, &sp, &next, err) == 0, "%s", err);
+        CHECKF(next == argmax(logits, V), "position %d: gpu %d, reference %d", p, next,
+               argmax(logits, V));
+        tok = next;
+    }
+    free(logits);
+    seqs_free(&sq);
+    ref_close(&r);
+    cuda_engine_close(ce);
+    free_gguf_stories(&gm);
+}
+
+TEST(gguf_stories260k_f32_greedy)
+{
+    gguf_greedy(GGML_F32);
+}
+TEST(gguf_stories260k_f16_greedy)
+{
+    gguf_greedy(GGML_F16);
+}
+
 /* 16 sequences with prompts of different lengths, decoded greedily together (one step = one
  * token of each) and each alone: the same tokens. */
 TEST(batched_decode_equals_one_at_a_time)
@@ -694,6 +816,7 @@ int main(void)
     RUN(plan_pads_ragged_rows);
     RUN(plan_rejects_what_the_kernels_lack);
     RUN(launch_shapes);
+    RUN(plan_accepts_the_loaders_image);
     RUN(reference_forward_tells_the_story);
     RUN(logits_match_f32);
     RUN(logits_match_f16);
@@ -702,6 +825,8 @@ int main(void)
     RUN(logits_match_q4_0);
     RUN(weights_must_land_before_use);
     RUN(stories260k_greedy_equals_reference);
+    RUN(gguf_stories260k_f32_greedy);
+    RUN(gguf_stories260k_f16_greedy);
     RUN(batched_decode_equals_one_at_a_time);
     RUN(device_sampler_top_k_1_and_rng);
     CHECK_DONE();
