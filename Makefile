@@ -73,6 +73,12 @@ benches: $(BENCH_BIN)
 
 -include $(LIB_OBJ:.o=.d) $(BUILD)/obj/serving/main.d
 
+# The fabric's unit tests and multi-node scenarios (network namespaces, QEMU), one line each.
+FABRIC_UNIT := test_wire test_auth test_weight_stream
+check-fabric: all
+	@fail=0; for t in $(FABRIC_UNIT); do $(BUILD)/tests/$$t 2>/dev/null || fail=1; done; \
+	for s in tests/integration/fabric_*.sh; do bash $$s || fail=1; done; exit $$fail
+
 deps:
 	@tools/install-deps.sh
 
@@ -90,3 +96,31 @@ format:
 
 clean:
 	rm -rf build out
+
+# --- the appliance image: image/ scripts, os/init (static musl), boot/ -------------------------
+# `make kernel` fetches and unpacks Debian's kernel into build/kernel (cached .deb); image/mkinitrd.sh
+# builds initramfs images from it (see the script's header); tests/lib/qemu.sh boots them.
+KERNEL_DIR := build/kernel
+.PHONY: kernel
+kernel:
+	@image/fetch-kernel.sh $(KERNEL_DIR) >/dev/null
+
+# The init is static musl, never sanitized (it is PID 1 in a guest). musl-gcc sees only musl's
+# headers: the kernel's uapi headers (netlink) come through a directory of links.
+INIT_SRC := $(sort $(wildcard os/init/*.c)) os/boot_cmdline.c os/errmsg.c
+INIT_HDR := $(wildcard os/init/*.h) os/boot_cmdline.h os/errmsg.h
+MUSL_CC  ?= musl-gcc
+build/musl-include/.links:
+	@mkdir -p $(dir $@)
+	ln -sfn /usr/include/linux build/musl-include/linux
+	ln -sfn /usr/include/asm-generic build/musl-include/asm-generic
+	ln -sfn /usr/include/$$(gcc -print-multiarch)/asm build/musl-include/asm
+	@touch $@
+build/init: $(INIT_SRC) $(INIT_HDR) build/musl-include/.links
+	$(MUSL_CC) -static -std=c11 -D_GNU_SOURCE -Os -Wall -Wextra -Werror -I. \
+	    -isystem build/musl-include -o $@ $(INIT_SRC)
+ifneq ($(SAN),1)
+ifneq ($(shell command -v $(MUSL_CC) 2>/dev/null),)
+all: build/init
+endif
+endif

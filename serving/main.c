@@ -17,6 +17,9 @@ static const struct command {
     const char *usage;
 } commands[] = {
     {"version", cmd_version, "version"},
+    {"node", cmd_node, "node --role source|joiner --transport tcp|dpdk|rdma ... (fabric node)"},
+    {"convert", cmd_convert,
+     "convert --tokenizer TOK.bin IN.bin OUT.gguf [--type f32|f16|bf16|q8_0|q4_0|q4_k]"},
 };
 
 static void usage(FILE *f)

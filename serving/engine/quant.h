@@ -14,7 +14,7 @@
 
 #define QK8_0 32
 #define QK4_0 32
-#define QK_K 256
+#define QK_K  256
 
 struct block_q8_0 {
     uint16_t d; /* f16 */
@@ -38,5 +38,8 @@ uint16_t f32_to_bf16(float f);
 /* n must be a multiple of the type's block size. Return -1 for unsupported types. */
 int quantize_row(uint32_t type, const float *x, void *out, int n);
 int dequantize_row(uint32_t type, const void *in, float *out, int n);
+
+/* The 6-bit scale and min of sub-block j (0..7) of a Q4_K super-block's 12 scale bytes. */
+void q4_K_scale_min(int j, const uint8_t *scales, uint8_t *sc, uint8_t *m);
 
 #endif

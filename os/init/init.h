@@ -1,0 +1,42 @@
+/* init: the appliance's PID 1 stage (static musl). It runs a fixed list of steps, prints each on
+ * the console as "strata-init: STEP: what it did", and ends by execve()ing the server so that the
+ * server becomes PID 1 and the only process. A step returns 0, or -1 with one line in err; init
+ * prints "strata-init: error: LINE" and then halts, reboots or powers off as strata.on_error says.
+ * Each step lives in its own file; the parser of the command line is os/boot_cmdline.c. */
+#ifndef STRATA_INIT_H
+#define STRATA_INIT_H
+
+#include "os/boot_cmdline.h"
+
+#include <stddef.h>
+
+/* Paths inside the image, fixed by image/build.sh. */
+#define INIT_SERVER        "/bin/strata"
+#define INIT_MODULE_LIST   "/etc/modules"
+#define INIT_DEFAULT_MODEL "/model.gguf"
+#define INIT_MODEL_MOUNT   "/mnt/model"
+
+/* Console lines: "strata-init: STEP: ..." */
+void init_say(const char *step, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* mounts.c: proc, sysfs, devtmpfs, tmpfs on /run and /tmp. */
+int init_mounts(char *err);
+/* mounts.c: make fds 0-2 the console when the kernel could not (no /dev/console in the cpio);
+ * dev is strata.console or "" for /dev/console. */
+int init_console(const char *dev, char *err);
+/* mounts.c: reserve n 2 MiB hugepages and mount hugetlbfs on /dev/hugepages. */
+int init_hugepages(long n, char *err);
+
+/* modules.c: finit_module() every module the list file names, in order. A module that fails
+ * (hardware absent) is a warning, not an error: *loaded and *failed count them. */
+int init_modules(const char *list, int *loaded, int *failed, char *err);
+
+/* net.c: lo up; the NIC (cfg->iface or the first non-loopback one) up, with cfg's address and
+ * default route when given; /etc/resolv.conf from cfg's DNS servers. Netlink only. */
+int init_net(const struct boot_config *cfg, char *err);
+
+/* model.c: the model file the server gets: cfg->model, /model.gguf by default, or for
+ * part:LABEL[/path] the file on the GPT partition named LABEL, mounted read-only. */
+int init_model(const struct boot_config *cfg, char *path, size_t cap, char *err);
+
+#endif

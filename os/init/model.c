@@ -1,0 +1,85 @@
+/* Where the model comes from: a file in the initrd, or a GPT partition found by its name (the
+ * disk image's "strata-model" partition, ext4, mounted read-only). */
+#include "os/errmsg.h"
+#include "os/init/init.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+/* The block device whose uevent says PARTNAME=label (no udev, so no /dev/disk/by-partlabel). */
+static int find_partition(const char *label, char *dev, size_t cap)
+{
+    DIR *d = opendir("/sys/class/block");
+    if (!d) return -1;
+    int found = -1;
+    for (struct dirent *e; found && (e = readdir(d));) {
+        if (e->d_name[0] == '.') continue;
+        char path[300], buf[1024];
+        snprintf(path, sizeof path, "/sys/class/block/%s/uevent", e->d_name);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) continue;
+        ssize_t n = read(fd, buf, sizeof buf - 1);
+        close(fd);
+        if (n <= 0) continue;
+        buf[n] = 0;
+        for (char *save = NULL, *l = strtok_r(buf, "\n", &save); l; l = strtok_r(NULL, "\n", &save))
+            if (!strncmp(l, "PARTNAME=", 9) && !strcmp(l + 9, label)) {
+                snprintf(dev, cap, "/dev/%s", e->d_name);
+                found = 0;
+            }
+    }
+    closedir(d);
+    return found;
+}
+
+static int mount_partition(const char *label, char *err)
+{
+    char dev[300];
+    /* Disk drivers scan partition tables as they probe; allow 5 s for slow controllers. */
+    int tries = 0;
+    while (find_partition(label, dev, sizeof dev)) {
+        if (++tries == 50)
+            return errmsg_set(err, "strata.model=part:%s: no partition named %s", label, label);
+        struct timespec ts = {0, 100000000L};
+        nanosleep(&ts, NULL);
+    }
+    if (mkdir(INIT_MODEL_MOUNT, 0755) && errno != EEXIST)
+        return errmsg_set(err, "mkdir %s: %s", INIT_MODEL_MOUNT, strerror(errno));
+    if (mount(dev, INIT_MODEL_MOUNT, "ext4", MS_RDONLY | MS_NOSUID | MS_NODEV, NULL))
+        return errmsg_set(err, "strata.model=part:%s: mount %s (ext4): %s", label, dev,
+                          strerror(errno));
+    init_say("model", "partition %s (%s) mounted read-only on %s", label, dev, INIT_MODEL_MOUNT);
+    return 0;
+}
+
+int init_model(const struct boot_config *cfg, char *path, size_t cap, char *err)
+{
+    const char *m = cfg->model[0] ? cfg->model : INIT_DEFAULT_MODEL;
+    if (!strncmp(m, "part:", 5)) {
+        char label[128];
+        const char *slash = strchr(m + 5, '/');
+        size_t n = slash ? (size_t)(slash - (m + 5)) : strlen(m + 5);
+        if (n >= sizeof label) return errmsg_set(err, "strata.model=%s: label too long", m);
+        memcpy(label, m + 5, n);
+        label[n] = 0;
+        if (mount_partition(label, err)) return -1;
+        snprintf(path, cap, "%s%s", INIT_MODEL_MOUNT, slash ? slash : INIT_DEFAULT_MODEL);
+    } else {
+        snprintf(path, cap, "%s", m);
+    }
+    struct stat st;
+    if (stat(path, &st))
+        return errmsg_set(
+            err, "strata.model=%s: model %s: %s%s", m, path, strerror(errno),
+            cfg->model[0] ? "" : " (no strata.model= given and none baked into the image)");
+    if (!S_ISREG(st.st_mode)) return errmsg_set(err, "strata.model=%s: %s is not a file", m, path);
+    init_say("model", "%s (%.1f MiB)", path, (double)st.st_size / (1 << 20));
+    return 0;
+}
