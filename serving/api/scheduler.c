@@ -617,12 +617,14 @@ static void plan_waiting(struct scheduler *s, int *budget, double now)
 static void advance(struct scheduler *s, struct seq *q, float *logits, double now)
 {
     struct sreq *r = q->r;
-    int eos = s->ops.eos_id;
-    if (eos >= 0 && eos < s->ops.vocab_size && (r->ignore_eos || q->n_gen < r->min_tokens))
-        logits[eos] = -INFINITY;
+    int eos = s->ops.eos_id, eos2 = s->ops.alt_eos_id, V = s->ops.vocab_size;
+    if (r->ignore_eos || q->n_gen < r->min_tokens) {
+        if (eos >= 0 && eos < V) logits[eos] = -INFINITY;
+        if (eos2 >= 0 && eos2 < V) logits[eos2] = -INFINITY;
+    }
     int t = sampler_sample(&q->smp, logits);
     int finish = FINISH_NONE;
-    if (t == eos) {
+    if (t == eos || (eos2 >= 0 && t == eos2)) {
         finish = FINISH_STOP;
     } else {
         int prev = q->tok[q->n_tok - 1];
@@ -633,7 +635,8 @@ static void advance(struct scheduler *s, struct seq *q, float *logits, double no
         atomic_fetch_add_explicit(&s->m->generated_tokens, 1, memory_order_relaxed);
         char scratch[8];
         size_t len = 0;
-        const char *piece = s->ops.decode ? s->ops.decode(s->ops.ctx, prev, t, scratch, &len) : "";
+        const char *piece =
+            s->ops.decode ? s->ops.decode(s->ops.decode_ctx, prev, t, scratch, &len) : "";
         if (len) {
             if (q->text_len + len + 1 > q->text_cap) {
                 size_t cap = (q->text_len + len + 1) * 2;

@@ -71,11 +71,14 @@ void sreq_get(struct sreq *r);
 void sreq_put(struct sreq *r);
 
 struct sched_ops {
-    void *ctx;
-    int vocab_size, eos_id;
+    void *ctx; /* for forward */
+    int vocab_size;
+    int eos_id;     /* ends a completion ("stop") */
+    int alt_eos_id; /* also ends one (BOS: llama2.c models emit it between stories); -1 none */
     int (*forward)(void *ctx, const struct batch *b, float *logits);
     /* Bytes of token id following prev (tokenizer_decode). */
-    const char *(*decode)(void *ctx, int prev, int id, char *scratch, size_t *len);
+    void *decode_ctx;
+    const char *(*decode)(void *decode_ctx, int prev, int id, char *scratch, size_t *len);
     /* A request has new output or finished. Called from the scheduler thread. */
     void *notify_ctx;
     void (*notify)(void *notify_ctx, struct sreq *r);

@@ -1,11 +1,11 @@
 #include "serving/api/serve_front.h"
 
 #include "os/errmsg.h"
+#include "os/pid1.h"
 #include "serving/api/api_request.h"
 #include "serving/api/api_response.h"
 
 #include <cjson/cJSON.h>
-#include <dirent.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -114,18 +114,6 @@ static void send_error(struct front *f, struct http_conn *c, const struct api_er
     send_json(f, c, e->status, api_error_json(e), extra);
 }
 
-static int count_processes(void)
-{
-    DIR *d = opendir("/proc");
-    if (!d) return -1;
-    int n = 0;
-    struct dirent *de;
-    while ((de = readdir(d)))
-        if (de->d_name[0] >= '0' && de->d_name[0] <= '9') n++;
-    closedir(d);
-    return n;
-}
-
 static void handle_health(struct front *f, struct http_conn *c)
 {
     const struct front_model *model = atomic_load(&f->model);
@@ -137,7 +125,7 @@ static void handle_health(struct front *f, struct http_conn *c)
     pthread_mutex_unlock(&f->mu);
     if (model) cJSON_AddStringToObject(o, "model", model->name);
     cJSON_AddNumberToObject(o, "pid", (double)getpid());
-    cJSON_AddNumberToObject(o, "processes", count_processes());
+    cJSON_AddNumberToObject(o, "processes", pid1_process_count());
     cJSON_AddNumberToObject(o, "running", atomic_load(&f->m->running));
     cJSON_AddNumberToObject(o, "waiting", atomic_load(&f->m->waiting));
     char *body = cJSON_PrintUnformatted(o);
