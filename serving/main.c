@@ -23,6 +23,9 @@ static const struct command {
      "(OpenAI-compatible server)"},
     {"convert", cmd_convert,
      "convert --tokenizer TOK.bin IN.bin OUT.gguf [--type f32|f16|bf16|q8_0|q4_0|q4_k]"},
+    {"generate", cmd_generate,
+     "generate -m MODEL.gguf -p PROMPT [-n N --temp T --top-p P --top-k K --min-p M --seed S "
+     "--threads N --batch N -v]"},
 };
 
 static void usage(FILE *f)

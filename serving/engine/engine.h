@@ -32,12 +32,12 @@ struct engine_limits {
 };
 
 struct batch {
-    int n;                       /* tokens in this step */
-    const int *token;            /* [n] ids (used by engine_embed) */
-    const int *pos;              /* [n] position in its sequence */
-    const int *const *blocks;    /* [n] block table of the token's sequence */
-    int n_logits;                /* rows that want logits */
-    const int *logit_rows;       /* [n_logits] indices into the batch */
+    int n;                    /* tokens in this step */
+    const int *token;         /* [n] ids (used by engine_embed) */
+    const int *pos;           /* [n] position in its sequence */
+    const int *const *blocks; /* [n] block table of the token's sequence */
+    int n_logits;             /* rows that want logits */
+    const int *logit_rows;    /* [n_logits] indices into the batch */
 };
 
 struct engine;
@@ -59,7 +59,8 @@ struct engine {
     struct matmul_ctx mm;
     /* activations, each max_tokens rows */
     float *xb, *xb2, *q, *k, *v, *att_out, *hb, *hb2, *att_scores; /* att_scores: per thread ctx */
-    float *hidden; /* max_tokens x dim, for engine_forward */
+    float *hidden;  /* max_tokens x dim, for engine_forward */
+    float *rope_cs; /* ctx x head_dim: (cos, sin) per position and pair */
     void *backend_state;
 };
 
@@ -67,8 +68,8 @@ struct engine {
 size_t engine_arena_bytes(const struct model_config *cfg, const struct engine_limits *lim);
 /* Fill in defaults (0 fields) and clamp to the model. Fails if ctx exceeds the model's. */
 int engine_limits_resolve(struct engine_limits *lim, const struct model_config *cfg, char *err);
-int engine_init(struct engine *e, struct model *m, const struct engine_limits *lim,
-                struct arena *a, char *err);
+int engine_init(struct engine *e, struct model *m, const struct engine_limits *lim, struct arena *a,
+                char *err);
 void engine_free(struct engine *e);
 
 int engine_embed(struct engine *e, const struct batch *b, float *x);
