@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define MIN_CHUNK 8 /* smallest prompt chunk worth admitting under SLO pressure */
 
@@ -717,6 +718,7 @@ static int run_step(struct scheduler *s)
             advance(s, q, s->logits + (size_t)row++ * s->ops.vocab_size, t1);
     }
     s->n_plan = 0;
+    if (s->cfg.step_delay_us > 0) usleep((useconds_t)s->cfg.step_delay_us);
     return 1;
 }
 

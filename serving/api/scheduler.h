@@ -94,6 +94,8 @@ struct sched_config {
     double static_wait_ms;   /* static: start a partial batch when the oldest waited this long */
     double ttft_ms, tpot_ms; /* default SLOs */
     int no_slo_admission;    /* ablation: admit whenever blocks and budget allow */
+    int step_delay_us; /* tests: sleep after each step so the tiny model is slow enough to cancel
+                          mid-stream and to overlap requests */
 };
 
 struct scheduler;

@@ -22,7 +22,7 @@
 struct serve_opts {
     const char *model, *host, *api_key, *name;
     int port, max_batch, ctx, threads, step_tokens, kv_blocks, kv_block_size, static_batch;
-    int max_conns, timeout_ms, idle_timeout_ms, no_slo, verbose;
+    int max_conns, timeout_ms, idle_timeout_ms, no_slo, verbose, step_delay_us;
     double ttft_ms, tpot_ms, static_wait_ms;
     long max_body;
 };
@@ -34,7 +34,8 @@ static int usage(void)
             "         [--max-batch N] [--ctx N] [--threads N] [--step-tokens N]\n"
             "         [--ttft-ms MS] [--tpot-ms MS] [--no-slo] [--static-batch N]\n"
             "         [--static-wait-ms MS] [--kv-blocks N] [--kv-block-size N]\n"
-            "         [--max-conns N] [--max-body BYTES] [--timeout-ms MS] [--name ID] [-v]\n");
+            "         [--max-conns N] [--max-body BYTES] [--timeout-ms MS] [--name ID] [-v]\n"
+            "         [--test-step-delay-us US]  (tests: sleep after every step)\n");
     return 2;
 }
 
@@ -69,6 +70,7 @@ static int parse_opts(int argc, char **argv, struct serve_opts *o)
             {"--kv-blocks", &o->kv_blocks, NULL, 0, 1 << 24},
             {"--kv-block-size", &o->kv_block_size, NULL, 1, 4096},
             {"--static-batch", &o->static_batch, NULL, 0, 4096},
+            {"--test-step-delay-us", &o->step_delay_us, NULL, 0, 1000000},
             {"--max-conns", &o->max_conns, NULL, 1, 1 << 20},
             {"--timeout-ms", &o->timeout_ms, NULL, 1, 3600000},
             {"--idle-timeout-ms", &o->idle_timeout_ms, NULL, 1, 3600000},
@@ -263,7 +265,8 @@ int cmd_serve(int argc, char **argv)
                               .static_wait_ms = o.static_wait_ms,
                               .ttft_ms = o.ttft_ms,
                               .tpot_ms = o.tpot_ms,
-                              .no_slo_admission = o.no_slo};
+                              .no_slo_admission = o.no_slo,
+                              .step_delay_us = o.step_delay_us};
     struct sched_ops ops = {.ctx = e,
                             .vocab_size = sv.lm->model.cfg.vocab_size,
                             .eos_id = sv.lm->tok.eos_id,
