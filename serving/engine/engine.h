@@ -41,12 +41,25 @@ struct batch {
 };
 
 struct engine;
+struct sampler;
 
 struct engine_backend {
     const char *name;
     int (*embed)(struct engine *e, const struct batch *b, float *x);
     int (*layers)(struct engine *e, const struct batch *b, int l0, int l1, float *x);
     int (*head)(struct engine *e, const struct batch *b, const float *x, float *logits);
+    /* Optional (NULL where a backend has nothing to do; the CPU backend needs none of them). */
+    /* After the engine's own init: device set-up, arena registration (once). */
+    int (*init)(struct engine *e, struct arena *a, char *err);
+    void (*free)(struct engine *e);
+    /* Forward, then tokens[i] for row logit_rows[i] drawn with samplers[i] (its generator
+     * advances as sampler_sample's would): only the tokens leave the device. */
+    int (*forward_sample)(struct engine *e, const struct batch *b,
+                          struct sampler *const *samplers, int *tokens, char *err);
+    /* Start moving weight span s (model.h) to the device; a layer waits for its span. */
+    int (*upload_span)(struct engine *e, int span, char *err);
+    /* 1 when span s is resident on the device. */
+    int (*span_ready)(struct engine *e, int span);
 };
 
 struct engine {

@@ -39,7 +39,10 @@ int loader_open(struct loaded_model *lm, const char *path, const struct loader_o
     memset(lm, 0, sizeof *lm);
     lm->path = path;
     if (map_file(lm, path, err)) return -1;
-    if (gguf_parse(&lm->gguf, lm->map, lm->map_size, err)) goto fail;
+    if (gguf_parse(&lm->gguf, lm->map, lm->map_size, err)) {
+        errmsg_prefix(err, "%s: ", path);
+        goto fail;
+    }
     if (model_plan(&lm->model, &lm->gguf, path, err)) goto fail;
     if (tokenizer_from_gguf(&lm->tok, &lm->gguf, err)) {
         errmsg_prefix(err, "%s: ", path);
