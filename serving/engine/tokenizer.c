@@ -55,6 +55,7 @@ static int finish(struct tokenizer *t, char *err)
     t->hash_mask = cap - 1;
     t->max_piece_len = 0;
     for (int b = 0; b < 256; b++) t->byte_ids[b] = -1;
+    t->space_split = 1;
     for (int id = 0; id < t->vocab_size; id++) {
         int len = t->piece_len[id];
         if (len > t->max_piece_len) t->max_piece_len = len;
@@ -63,6 +64,8 @@ static int finish(struct tokenizer *t, char *err)
         uint32_t i = h & t->hash_mask;
         while (t->hash[i] >= 0) i = (i + 1) & t->hash_mask;
         t->hash[i] = id;
+        for (int j = 1; j < len; j++)
+            if (t->pieces[id][j] == ' ' && t->pieces[id][j - 1] != ' ') t->space_split = 0;
         int b = byte_piece(t->pieces[id], len);
         if (b >= 0 && t->byte_ids[b] < 0) t->byte_ids[b] = id;
     }
@@ -241,14 +244,20 @@ struct sym {
 };
 
 struct cand {
-    float score;
+    uint64_t key; /* score (order-preserving bits) above, ~left below: the larger key wins */
     int left, right, id_l, id_r, id;
 };
 
-/* Max-heap on score; on equal scores the leftmost pair first (llama2.c takes the first best). */
-static int cand_before(const struct cand *a, const struct cand *b)
+/* A key that orders candidates as llama2.c does: higher score first, then the leftmost pair.
+ * One integer compare instead of float compares with NaN branches; -0 is folded into +0 because
+ * llama2.c's '>' treats them as equal. */
+static uint64_t cand_key(float score, int left)
 {
-    return a->score > b->score || (a->score == b->score && a->left < b->left);
+    if (score == 0) score = 0;
+    uint32_t u;
+    memcpy(&u, &score, 4);
+    u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+    return (uint64_t)u << 32 | (uint32_t) ~(uint32_t)left;
 }
 
 static void heap_push(struct cand *h, int *n, struct cand c)
@@ -256,7 +265,7 @@ static void heap_push(struct cand *h, int *n, struct cand c)
     int i = (*n)++;
     while (i > 0) {
         int p = (i - 1) / 2;
-        if (!cand_before(&c, &h[p])) break;
+        if (c.key <= h[p].key) break;
         h[i] = h[p];
         i = p;
     }
@@ -270,8 +279,8 @@ static struct cand heap_pop(struct cand *h, int *n)
     for (;;) {
         int c = 2 * i + 1;
         if (c >= *n) break;
-        if (c + 1 < *n && cand_before(&h[c + 1], &h[c])) c++;
-        if (!cand_before(&h[c], &last)) break;
+        if (c + 1 < *n && h[c + 1].key > h[c].key) c++;
+        if (h[c].key <= last.key) break;
         h[i] = h[c];
         i = c;
     }
@@ -287,7 +296,7 @@ static void try_pair(const struct tokenizer *t, const struct sym *s, int l, stru
     int id = lookup2(t, t->pieces[a], t->piece_len[a], t->pieces[b], t->piece_len[b]);
     /* llama2.c starts its search at -1e10 with a strict '>': lower (or NaN) scores never merge. */
     if (id < 0 || !(t->scores[id] > -1e10f)) return;
-    heap_push(h, nh, (struct cand){t->scores[id], l, r, a, b, id});
+    heap_push(h, nh, (struct cand){cand_key(t->scores[id], l), l, r, a, b, id});
 }
 
 int tokenizer_encode(const struct tokenizer *t, const char *text, size_t len, int add_bos, int *out,
@@ -326,22 +335,36 @@ int tokenizer_encode(const struct tokenizer *t, const char *text, size_t len, in
 #undef PUSH
 #undef BYTE_TOKEN
     if (ns) s[ns - 1].next = -1;
+    /* With a vocabulary whose pieces never hold a space after a non-space (llama's), no merge can
+     * join a symbol ending in a non-space to one starting with a space: the text falls apart into
+     * words that merge independently. Same result as one global pass (merges in one word never
+     * change another's candidates; ties stay leftmost within the word), with small heaps. */
     int nh = 0;
-    for (int i = 0; i + 1 < ns; i++) try_pair(t, s, i, h, &nh);
-    while (nh > 0) {
-        struct cand c = heap_pop(h, &nh);
-        /* Stale if either side has merged since the candidate was pushed. */
-        if (s[c.left].id != c.id_l || s[c.left].next != c.right || s[c.right].id != c.id_r ||
-            s[c.right].prev != c.left)
-            continue;
-        s[c.left].id = c.id;
-        int r = s[c.right].next;
-        s[c.left].next = r;
-        if (r >= 0) s[r].prev = c.left;
-        s[c.right].id = -1;
-        s[c.right].prev = s[c.right].next = -2; /* dead */
-        if (s[c.left].prev >= 0) try_pair(t, s, s[c.left].prev, h, &nh);
-        try_pair(t, s, c.left, h, &nh);
+    for (int w0 = 0; w0 < ns;) {
+        int w1 = w0 + 1;
+        if (t->space_split)
+            while (w1 < ns && !(t->pieces[s[w1].id][0] == ' ' && t->piece_len[s[w1 - 1].id] > 0 &&
+                                t->pieces[s[w1 - 1].id][t->piece_len[s[w1 - 1].id] - 1] != ' '))
+                w1++;
+        else
+            w1 = ns;
+        for (int i = w0; i + 1 < w1; i++) try_pair(t, s, i, h, &nh);
+        while (nh > 0) {
+            struct cand c = heap_pop(h, &nh);
+            /* Stale if either side has merged since the candidate was pushed. */
+            if (s[c.left].id != c.id_l || s[c.left].next != c.right || s[c.right].id != c.id_r ||
+                s[c.right].prev != c.left)
+                continue;
+            s[c.left].id = c.id;
+            int r = s[c.right].next;
+            s[c.left].next = r;
+            if (r >= 0) s[r].prev = c.left;
+            s[c.right].id = -1;
+            s[c.right].prev = s[c.right].next = -2; /* dead */
+            if (s[c.left].prev >= w0) try_pair(t, s, s[c.left].prev, h, &nh);
+            if (r >= 0 && r < w1) try_pair(t, s, c.left, h, &nh);
+        }
+        w0 = w1;
     }
     int need = (add_bos && t->bos_id >= 0) ? 1 : 0;
     for (int i = ns ? 0 : -1; i >= 0; i = s[i].next) need++;

@@ -35,7 +35,8 @@ struct tokenizer {
     int *hash;
     unsigned hash_mask;
     int max_piece_len;
-    char *blob; /* storage of all pieces */
+    int space_split; /* no piece has a space after a non-space: words merge independently */
+    char *blob;      /* storage of all pieces */
 };
 
 /* From GGUF metadata: tokenizer.ggml.tokens, .scores, .bos_token_id, .eos_token_id. */
