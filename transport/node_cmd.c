@@ -32,7 +32,7 @@ struct node_opts {
     int n_peers, serve, corrupt_unit, mtu, window, quiet;
     double timeout_s, rate_mbs, link_gbps;
     uint32_t chunk;
-    const char *eal, *exception_vdev, *rdma_dev;
+    const char *eal, *exception_vdev, *rdma_dev, *impair;
 };
 
 static double now_s(void)
@@ -49,23 +49,36 @@ static void usage(FILE *f)
                "         [--synthetic BYTES[:SPANS[:SEED]] | -m MODEL.gguf] [--image-out FILE]\n"
                "         [--header-out FILE] [--chunk BYTES] [--rate MB/s] [--corrupt-unit U]\n"
                "         [--eal 'EAL ARGS'] [--exception-vdev VDEV] [--mtu N] [--window PKTS]\n"
-               "         [--link-gbps G] [--rdma-dev NAME] [-q]\n");
+               "         [--link-gbps G] [--rdma-dev NAME] [--impair "
+               "loss=P,reorder=P,delay=MS,...] [-q]\n");
 }
 
 static int parse_opts(struct node_opts *o, int argc, char **argv)
 {
     static const struct option lo[] = {
-        {"role", 1, 0, 'r'},       {"transport", 1, 0, 't'},
-        {"listen", 1, 0, 'l'},     {"peer", 1, 0, 'p'},
-        {"key-file", 1, 0, 'k'},   {"model", 1, 0, 'm'},
-        {"synthetic", 1, 0, 'S'},  {"image-out", 1, 0, 'o'},
-        {"header-out", 1, 0, 'H'}, {"serve", 1, 0, 'n'},
-        {"timeout", 1, 0, 'T'},    {"chunk", 1, 0, 'c'},
-        {"rate", 1, 0, 'R'},       {"corrupt-unit", 1, 0, 'C'},
-        {"eal", 1, 0, 'E'},        {"exception-vdev", 1, 0, 'X'},
-        {"mtu", 1, 0, 'M'},        {"window", 1, 0, 'W'},
-        {"link-gbps", 1, 0, 'G'},  {"rdma-dev", 1, 0, 'D'},
-        {"help", 0, 0, 'h'},       {0, 0, 0, 0},
+        {"role", 1, 0, 'r'},
+        {"transport", 1, 0, 't'},
+        {"listen", 1, 0, 'l'},
+        {"peer", 1, 0, 'p'},
+        {"key-file", 1, 0, 'k'},
+        {"model", 1, 0, 'm'},
+        {"synthetic", 1, 0, 'S'},
+        {"image-out", 1, 0, 'o'},
+        {"header-out", 1, 0, 'H'},
+        {"serve", 1, 0, 'n'},
+        {"timeout", 1, 0, 'T'},
+        {"chunk", 1, 0, 'c'},
+        {"rate", 1, 0, 'R'},
+        {"corrupt-unit", 1, 0, 'C'},
+        {"eal", 1, 0, 'E'},
+        {"exception-vdev", 1, 0, 'X'},
+        {"mtu", 1, 0, 'M'},
+        {"window", 1, 0, 'W'},
+        {"link-gbps", 1, 0, 'G'},
+        {"rdma-dev", 1, 0, 'D'},
+        {"impair", 1, 0, 'I'},
+        {"help", 0, 0, 'h'},
+        {0, 0, 0, 0},
     };
     memset(o, 0, sizeof *o);
     o->transport = "tcp";
@@ -136,6 +149,9 @@ static int parse_opts(struct node_opts *o, int argc, char **argv)
             break;
         case 'D':
             o->rdma_dev = optarg;
+            break;
+        case 'I':
+            o->impair = optarg;
             break;
         case 'q':
             o->quiet = 1;
@@ -290,6 +306,7 @@ int cmd_node(int argc, char **argv)
         .window = o.window,
         .rate_gbps = o.link_gbps,
         .rdma_dev = o.rdma_dev,
+        .impair = o.impair,
     };
     if (auth_init(err) || cluster_key_load(&cfg.key, o.key_file, err)) goto out;
     t = tp_open(&cfg, err);
@@ -348,13 +365,22 @@ int cmd_node(int argc, char **argv)
         }
         if (now_s() - t0 > o.timeout_s) {
             if (is_source && o.serve == 0) break;
-            errmsg_set(err, "timed out after %.0f s: %d of %u spans verified, %d peers served",
-                       o.timeout_s, weight_store_spans_ready(&store),
-                       store.man ? store.man->n_spans : 0, weight_stream_served(ws));
+            const char *ue = weight_stream_upstream_error(ws);
+            errmsg_set(
+                err, "timed out after %.0f s: %d of %u spans verified, %d peers served%s%.300s",
+                o.timeout_s, weight_store_spans_ready(&store), store.man ? store.man->n_spans : 0,
+                weight_stream_served(ws), *ue ? "; last upstream error: " : "", ue);
             goto out;
         }
     }
     const struct weight_stream_stats *st = weight_stream_stats(ws);
+    const struct tp_stats *ts = &t->stats;
+    /* Transport counters first; the result is always the last line. */
+    printf("stats: messages tx %llu rx %llu, retransmits %llu, dropped bad %llu, duplicates %llu, "
+           "refused %llu\n",
+           (unsigned long long)ts->frames_tx, (unsigned long long)ts->frames_rx,
+           (unsigned long long)ts->retransmits, (unsigned long long)ts->dropped_bad,
+           (unsigned long long)ts->dropped_dup, (unsigned long long)ts->refused);
     if (is_source) {
         printf("complete: served %d peers, %llu bytes sent, %llu re-sent units\n",
                weight_stream_served(ws), (unsigned long long)st->bytes_tx,
@@ -372,14 +398,12 @@ int cmd_node(int argc, char **argv)
                (unsigned long long)st->refetches, (unsigned long long)st->dup_chunks,
                weight_stream_served(ws));
     }
-    const struct tp_stats *ts = &t->stats;
-    log_info("fabric",
-             "frames tx %llu rx %llu, retransmits %llu, dropped bad %llu dup %llu, refused %llu",
-             (unsigned long long)ts->frames_tx, (unsigned long long)ts->frames_rx,
-             (unsigned long long)ts->retransmits, (unsigned long long)ts->dropped_bad,
-             (unsigned long long)ts->dropped_dup, (unsigned long long)ts->refused);
     rc = 0;
 out:
+    if (rc && t)
+        fprintf(stderr, "strata node: retransmits %llu, dropped bad %llu, duplicates %llu\n",
+                (unsigned long long)t->stats.retransmits, (unsigned long long)t->stats.dropped_bad,
+                (unsigned long long)t->stats.dropped_dup);
     if (rc) {
         printf("failed: %s\n", err);
         fprintf(stderr, "strata node: %s\n", err);
