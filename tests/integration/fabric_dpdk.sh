@@ -21,4 +21,5 @@ kill_source dpdk_kill_source_resume_from_other_holder
 wrong_key dpdk_wrong_cluster_key_refused
 forged_packets dpdk_forged_and_corrupted_packets_dropped
 corrupt_span dpdk_corrupt_span_refetched
+gguf_chain dpdk_gguf_model_chain
 exit $fail
