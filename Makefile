@@ -71,7 +71,40 @@ $(BUILD)/bench/%: tests/bench/%.c $(BUILD)/libstrata.a
 
 benches: $(BENCH_BIN)
 
+# CUDA kernels: drivers/cuda/kernels.cu (with its k_*.cuh parts) -> one fatbin for sm_80, sm_90 and
+# compute_90 PTX (forward compatible), embedded into libstrata by drivers/cuda/cuda_fatbin.c with
+# .incbin. No libcudart: the host code loads libcuda.so.1 at run time. A .cu error fails the build.
+# Without nvcc (or with `make NVCC=`) the binary is built without kernels and the CPU backend serves.
+# The fatbin sits outside $(BUILD) so the SAN build reuses it.
+NVCC ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
+CUDA_INC ?= $(dir $(NVCC))../include
+NVCC_FLAGS ?= -O3 -std=c++17 -gencode arch=compute_80,code=sm_80 \
+              -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+CUDA_FATBIN := build/cuda/kernels.fatbin
+ifneq ($(NVCC),)
+build/cuda/kernels.fatbin: drivers/cuda/kernels.cu $(wildcard drivers/cuda/*.cuh)
+	@mkdir -p $(dir $@)
+	$(NVCC) -fatbin $(NVCC_FLAGS) -o $@.tmp $< && mv $@.tmp $@
+
+# The driver API prototypes in cu_api.h must match cuda.h: a compile-only check.
+build/cuda/cu_api_check.stamp: drivers/cuda/cu_api_check.c drivers/cuda/cu_api.h
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -fsyntax-only -Wall -Werror -I. -I$(CUDA_INC) -DSTRATA_CU_API_CHECK $<
+	@touch $@
+
+$(BUILD)/obj/drivers/cuda/cuda_fatbin.o: CFLAGS_EXTRA = -DSTRATA_CUDA_FATBIN='"$(CUDA_FATBIN)"'
+$(BUILD)/obj/drivers/cuda/cuda_fatbin.o: $(CUDA_FATBIN) build/cuda/cu_api_check.stamp
+# test_cuda insists on a non-empty fatbin when nvcc was there.
+$(BUILD)/tests/test_cuda: CFLAGS += -DSTRATA_NVCC_BUILD
+endif
+
 -include $(LIB_OBJ:.o=.d) $(BUILD)/obj/serving/main.d
+
+# The fabric's unit tests and multi-node scenarios (network namespaces, QEMU), one line each.
+FABRIC_UNIT := test_wire test_auth test_weight_stream
+check-fabric: all
+	@fail=0; for t in $(FABRIC_UNIT); do $(BUILD)/tests/$$t 2>/dev/null || fail=1; done; \
+	for s in tests/integration/fabric_*.sh; do bash $$s || fail=1; done; exit $$fail
 
 deps:
 	@tools/install-deps.sh

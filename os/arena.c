@@ -16,17 +16,22 @@ size_t arena_round(size_t size)
     return (size + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1);
 }
 
-/* MemAvailable from /proc/meminfo in bytes, or 0 if unknown. */
-static size_t mem_available(void)
+/* A /proc/meminfo field ("MemAvailable: %llu kB" style), or 0 if absent. */
+static unsigned long long meminfo(const char *fmt)
 {
     FILE *f = fopen("/proc/meminfo", "r");
     if (!f) return 0;
     char line[256];
-    unsigned long long kb = 0;
+    unsigned long long v = 0;
     while (fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+        if (sscanf(line, fmt, &v) == 1) break;
     fclose(f);
-    return (size_t)kb * 1024;
+    return v;
+}
+
+static size_t mem_available(void)
+{
+    return (size_t)meminfo("MemAvailable: %llu kB") * 1024;
 }
 
 int arena_open(struct arena *a, size_t size, unsigned flags, char *err)
@@ -40,7 +45,11 @@ int arena_open(struct arena *a, size_t size, unsigned flags, char *err)
 
     void *p = MAP_FAILED;
     size_t huge_size = (size + HUGE_2M - 1) & ~(size_t)(HUGE_2M - 1);
-    if (!(flags & ARENA_NO_HUGEPAGES)) {
+    size_t huge_free = (size_t)meminfo("HugePages_Free: %llu") * HUGE_2M;
+    if (!(flags & ARENA_NO_HUGEPAGES) && huge_free < huge_size)
+        log_info("arena", "%zu MiB of free hugepages for %zu MiB; using normal pages",
+                 huge_free >> 20, huge_size >> 20);
+    else if (!(flags & ARENA_NO_HUGEPAGES)) {
         p = mmap(NULL, huge_size, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB | MAP_POPULATE, -1, 0);
         if (p != MAP_FAILED) {

@@ -32,21 +32,34 @@ struct engine_limits {
 };
 
 struct batch {
-    int n;                       /* tokens in this step */
-    const int *token;            /* [n] ids (used by engine_embed) */
-    const int *pos;              /* [n] position in its sequence */
-    const int *const *blocks;    /* [n] block table of the token's sequence */
-    int n_logits;                /* rows that want logits */
-    const int *logit_rows;       /* [n_logits] indices into the batch */
+    int n;                    /* tokens in this step */
+    const int *token;         /* [n] ids (used by engine_embed) */
+    const int *pos;           /* [n] position in its sequence */
+    const int *const *blocks; /* [n] block table of the token's sequence */
+    int n_logits;             /* rows that want logits */
+    const int *logit_rows;    /* [n_logits] indices into the batch */
 };
 
 struct engine;
+struct sampler;
 
 struct engine_backend {
     const char *name;
     int (*embed)(struct engine *e, const struct batch *b, float *x);
     int (*layers)(struct engine *e, const struct batch *b, int l0, int l1, float *x);
     int (*head)(struct engine *e, const struct batch *b, const float *x, float *logits);
+    /* Optional (NULL where a backend has nothing to do; the CPU backend needs none of them). */
+    /* After the engine's own init: device set-up, arena registration (once). */
+    int (*init)(struct engine *e, struct arena *a, char *err);
+    void (*free)(struct engine *e);
+    /* Forward, then tokens[i] for row logit_rows[i] drawn with samplers[i] (its generator
+     * advances as sampler_sample's would): only the tokens leave the device. */
+    int (*forward_sample)(struct engine *e, const struct batch *b,
+                          struct sampler *const *samplers, int *tokens, char *err);
+    /* Start moving weight span s (model.h) to the device; a layer waits for its span. */
+    int (*upload_span)(struct engine *e, int span, char *err);
+    /* 1 when span s is resident on the device. */
+    int (*span_ready)(struct engine *e, int span);
 };
 
 struct engine {
@@ -59,7 +72,8 @@ struct engine {
     struct matmul_ctx mm;
     /* activations, each max_tokens rows */
     float *xb, *xb2, *q, *k, *v, *att_out, *hb, *hb2, *att_scores; /* att_scores: per thread ctx */
-    float *hidden; /* max_tokens x dim, for engine_forward */
+    float *hidden;  /* max_tokens x dim, for engine_forward */
+    float *rope_cs; /* ctx x head_dim: (cos, sin) per position and pair */
     void *backend_state;
 };
 
@@ -67,8 +81,8 @@ struct engine {
 size_t engine_arena_bytes(const struct model_config *cfg, const struct engine_limits *lim);
 /* Fill in defaults (0 fields) and clamp to the model. Fails if ctx exceeds the model's. */
 int engine_limits_resolve(struct engine_limits *lim, const struct model_config *cfg, char *err);
-int engine_init(struct engine *e, struct model *m, const struct engine_limits *lim,
-                struct arena *a, char *err);
+int engine_init(struct engine *e, struct model *m, const struct engine_limits *lim, struct arena *a,
+                char *err);
 void engine_free(struct engine *e);
 
 int engine_embed(struct engine *e, const struct batch *b, float *x);

@@ -15,11 +15,14 @@
 
 #include <stddef.h>
 
+struct kernel_table;
+
 struct matmul_ctx {
-    struct threadpool *tp;
+    struct threadpool *tp; /* NULL: run on the calling thread */
     void *scratch;
     size_t scratch_size;
     int max_tokens, max_cols;
+    const struct kernel_table *kernels; /* chosen by matmul_init (CPU and STRATA_ISA) */
 };
 
 size_t matmul_scratch_size(int max_tokens, int max_cols);
@@ -37,5 +40,7 @@ void tensor_get_row(const struct tensor *w, int row, float *out);
 /* The instruction set in use: "avx512", "avx2" or "scalar". STRATA_ISA=scalar|avx2|avx512 in the
  * environment forces a lower one (tests compare them). */
 const char *matmul_isa(void);
+/* The instruction set a context chose at matmul_init. */
+const char *matmul_isa_of(const struct matmul_ctx *k);
 
 #endif

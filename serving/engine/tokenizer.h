@@ -5,8 +5,15 @@
  * adds), then each UTF-8 code point becomes its token or, if the vocabulary lacks it, its bytes as
  * <0xNN> tokens; then the best-scoring adjacent pair is merged while any merge exists.
  * Invalid UTF-8 is treated byte by byte (byte fallback), never rejected, never read past the end.
+ * The merge loop is llama2.c's (best score wins, leftmost on ties, a merge must score above
+ * -1e10) run with a heap over a linked list, O(n log n) instead of llama2.c's O(n^2) rescans; BOS
+ * never merges. Segmentation into "code points" follows llama2.c byte for byte: a unit starts at
+ * every byte that is not a continuation byte (10xxxxxx) and holds at most 4 bytes.
  * Decoding: a token's piece with <0xNN> turned into the raw byte; after BOS the leading space of
- * the first piece is dropped (as llama2.c does). */
+ * the first piece is dropped (as llama2.c does); BOS and EOS decode to nothing.
+ * Pieces are held with ' ' for spaces as in llama2.c's tokenizer.bin; GGUF vocabularies spell the
+ * space U+2581 ("\xe2\x96\x81", SentencePiece's meta symbol) and are translated on load (and by the
+ * converter on the way out), so Strata's GGUF files tokenize the same in llama.cpp. */
 #ifndef STRATA_TOKENIZER_H
 #define STRATA_TOKENIZER_H
 
@@ -16,14 +23,20 @@
 
 struct tokenizer {
     int vocab_size;
-    char **pieces;   /* NUL-terminated piece of each id */
+    char **pieces; /* NUL-terminated piece of each id */
     int *piece_len;
     float *scores;
     int bos_id, eos_id;
-    int byte_ids[256];   /* id of <0xNN>, or -1 */
-    /* sorted index for piece -> id lookup */
-    int *sorted;
+    int unk_id;        /* 0: used for a byte whose <0xNN> token is missing */
+    int byte_ids[256]; /* id of <0xNN>, or -1 */
+    /* piece -> id: open addressing over FNV-1a hashes, hash_mask + 1 slots of ids (-1 empty).
+     * A hash rather than llama2.c's sorted array so that a merge candidate (a, b) is looked up
+     * without building the string a+b. Duplicate pieces resolve to the lowest id. */
+    int *hash;
+    unsigned hash_mask;
     int max_piece_len;
+    int space_split; /* no piece has a space after a non-space: words merge independently */
+    char *blob;      /* storage of all pieces */
 };
 
 /* From GGUF metadata: tokenizer.ggml.tokens, .scores, .bos_token_id, .eos_token_id. */
@@ -35,8 +48,8 @@ void tokenizer_free(struct tokenizer *t);
 
 /* Encode `len` bytes of text. Writes at most `cap` ids to `out` and sets *n. Fails (with the
  * count needed in err) if cap is too small. */
-int tokenizer_encode(const struct tokenizer *t, const char *text, size_t len, int add_bos,
-                     int *out, int cap, int *n, char *err);
+int tokenizer_encode(const struct tokenizer *t, const char *text, size_t len, int add_bos, int *out,
+                     int cap, int *n, char *err);
 /* The bytes of token `id` when it follows token `prev` (-1 at the start). Sets *len. Returns a
  * pointer into the tokenizer or into `scratch` (at least 1 byte) for byte tokens. */
 const char *tokenizer_decode(const struct tokenizer *t, int prev, int id, char *scratch,

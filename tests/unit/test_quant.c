@@ -4,6 +4,7 @@
 #include "serving/engine/quant.h"
 #include "tests/unit/check.h"
 
+#include <cpuid.h>
 #include <immintrin.h>
 #include <stdint.h>
 
@@ -99,7 +100,8 @@ __attribute__((target("f16c"))) static float hw_fp16_to_f32(uint16_t h)
 
 TEST(fp16_matches_f16c)
 {
-    if (!__builtin_cpu_supports("f16c")) SKIP("CPU has no F16C");
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_F16C)) SKIP("CPU has no F16C");
     for (uint32_t h = 0; h < 65536; h++) {
         float a = fp16_to_f32((uint16_t)h), b = hw_fp16_to_f32((uint16_t)h);
         CHECKF(bits(a) == bits(b) || (isnan(a) && isnan(b)), "0x%04x: %a vs %a", h, (double)a,

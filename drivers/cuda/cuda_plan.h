@@ -1,0 +1,109 @@
+/* cuda_plan: where every weight lives on the GPU and how it gets there, and the launch shapes of
+ * the kernels. Pure arithmetic on the model's tensors: no driver calls, so it is tested on
+ * machines without a GPU.
+ *
+ * Upload schedule: span s (model.h: 0 = token_embd, 1+l = block l, L+1 = output) is one host
+ * byte range [host, host+bytes) holding its tensors (the weight image is in execution order, so
+ * the range is contiguous). It is copied to the staging buffer (the size of the largest span) on
+ * the copy stream, then each tensor is repacked from staging offset src_off into the device
+ * layout (kernels.cu) at dst_off of the resident weight memory, and an event marks the span
+ * ready; the compute stream waits on that event before running the layer. A tied output reuses
+ * token_embd's device copy. */
+#ifndef STRATA_CUDA_PLAN_H
+#define STRATA_CUDA_PLAN_H
+
+#include "serving/engine/model.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define CUDA_DEV_ALIGN     256 /* every device array starts on a 256-byte boundary */
+#define CUDA_LAYER_TENSORS 9
+
+struct cuda_mat {
+    const struct tensor *t; /* host tensor */
+    const char *name;       /* "blk.3.attn_q", for messages */
+    int span;
+    uint32_t type;
+    int rows, cols, ld; /* ld: elements per device row (F32/F16/BF16), else cols */
+    uint64_t src_off;   /* in the span's staging copy */
+    uint64_t dst_off;   /* in resident device weight memory: quants/elements */
+    uint64_t qs_bytes;  /* quants or elements, padded rows included */
+    uint64_t d_off;     /* scales (Q8_0/Q4_0) at dst_off + d_off */
+    uint64_t d_bytes;
+};
+
+struct cuda_span {
+    const uint8_t *host; /* first byte of the span in host memory */
+    uint64_t bytes;      /* bytes to copy */
+    int first_mat, n_mats;
+};
+
+struct cuda_plan {
+    int n_mats;
+    struct cuda_mat *mats; /* 1 + 9 L + 2, in span order */
+    int n_spans;
+    struct cuda_span spans[MODEL_MAX_LAYERS + 2];
+    uint64_t staging_bytes;  /* the largest span */
+    uint64_t device_bytes;   /* resident weights, all spans */
+    int embd, out_norm, out; /* mat indices; out == embd when tied */
+};
+
+/* Lay out m's weights. Fails naming the tensor for types the CUDA kernels lack (Q4_K), norms
+ * that are not F32, block types whose cols are not a multiple of 32, or tensors whose bytes do
+ * not match their shape. */
+int cuda_plan_weights(struct cuda_plan *p, const struct model *m, char *err);
+void cuda_plan_free(struct cuda_plan *p);
+/* Index of layer l's tensor f (0 attn_norm, 1 wq, 2 wk, 3 wv, 4 wo, 5 ffn_norm, 6 w_gate,
+ * 7 w_down, 8 w_up). */
+static inline int cuda_plan_layer_mat(int l, int f)
+{
+    return 1 + CUDA_LAYER_TENSORS * l + f;
+}
+
+/* Bytes of one ggml row of `cols` elements (0 if unsupported or not a whole number of blocks). */
+uint64_t cuda_ggml_row_bytes(uint32_t type, int cols);
+
+/* ---- launch shapes ---- */
+#define CUDA_GEMV_THREADS    256 /* 8 warps: one row each */
+#define CUDA_GEMV_MAX_NT     8   /* tokens per GEMV pass */
+#define CUDA_GEMM_MIN_TOKENS 16
+#define CUDA_GEMM_TILE       64
+#define CUDA_GEMM_THREADS    128
+#define CUDA_ATTN_THREADS    128
+#define CUDA_SAMPLE_THREADS  1024
+
+/* Blocks for a GEMV over `rows` rows. */
+static inline unsigned cuda_gemv_blocks(int rows)
+{
+    return (unsigned)((rows + CUDA_GEMV_THREADS / 32 - 1) / (CUDA_GEMV_THREADS / 32));
+}
+/* The GEMV template (1, 2, 4, 8) that covers nt tokens (1 <= nt <= 8). */
+static inline int cuda_gemv_nt(int nt)
+{
+    return nt <= 1 ? 1 : nt <= 2 ? 2 : nt <= 4 ? 4 : 8;
+}
+/* Tensor cores pay once a weight tile is shared by enough tokens; F32 weights always take GEMV
+ * (exact f32 products for the small F32 models). */
+static inline int cuda_use_gemm(uint32_t type, int n_tok)
+{
+    return type != 0 /* F32 */ && n_tok >= CUDA_GEMM_MIN_TOKENS;
+}
+static inline unsigned cuda_gemm_blocks(int n)
+{
+    return (unsigned)((n + CUDA_GEMM_TILE - 1) / CUDA_GEMM_TILE);
+}
+/* Dynamic shared memory of k_attention: q (head_dim floats) and the scores (ctx floats). */
+static inline size_t cuda_attention_smem(int ctx, int head_dim)
+{
+    return ((size_t)ctx + (size_t)head_dim) * sizeof(float);
+}
+/* Grid for a grid-stride elementwise kernel over n elements: enough blocks to fill a large GPU,
+ * never more than the work. */
+static inline unsigned cuda_elementwise_blocks(long long n, int threads)
+{
+    long long b = (n + threads - 1) / threads;
+    return (unsigned)(b < 1 ? 1 : b > 4096 ? 4096 : b);
+}
+
+#endif

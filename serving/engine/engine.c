@@ -1,0 +1,334 @@
+/* engine: the Llama forward pass on the CPU, read top to bottom like the equations.
+ *
+ * For each layer, over a batch of n tokens from any sequences:
+ *   xb  = rmsnorm(x) * attn_norm
+ *   q,k,v = Wq xb, Wk xb, Wv xb           (one dispatch)
+ *   rope(q, k) at each token's position   (interleaved pairs, as llama2.c)
+ *   write k, v into the paged cache at (block table[pos / bs], pos % bs)
+ *   att = softmax(q . K[0..pos] / sqrt(hd)) V[0..pos], per head, GQA-shared kv heads
+ *   x  += Wo att
+ *   xb  = rmsnorm(x) * ffn_norm
+ *   x  += Wdown (silu(Wgate xb) * Wup xb)
+ * The matrix products go through matmul.h (SIMD, threaded); attention is threaded over
+ * (token, head) pairs. */
+#include "serving/engine/engine.h"
+
+#include "os/errmsg.h"
+#include "os/log.h"
+
+#include <math.h>
+#include <string.h>
+#include <unistd.h>
+
+// ----------------------------------------------------------------------------
+// small kernels
+
+static void rmsnorm(float *o, const float *x, const float *w, int n, float eps)
+{
+    float ss = 0.0f;
+    for (int j = 0; j < n; j++) ss += x[j] * x[j];
+    ss /= n;
+    ss += eps;
+    ss = 1.0f / sqrtf(ss);
+    for (int j = 0; j < n; j++) o[j] = w[j] * (ss * x[j]);
+}
+
+static void softmax(float *x, int n)
+{
+    float max = x[0];
+    for (int i = 1; i < n; i++)
+        if (x[i] > max) max = x[i];
+    float sum = 0.0f;
+    for (int i = 0; i < n; i++) {
+        x[i] = expf(x[i] - max);
+        sum += x[i];
+    }
+    for (int i = 0; i < n; i++) x[i] /= sum;
+}
+
+/* Rotate pairs (2i, 2i+1) of every head of `v` (n_heads * head_dim floats) by pos * freq_i, with
+ * the cos/sin of (pos, i) from the table built at init. */
+static void rope(float *v, int n, int head_dim, const float *cs)
+{
+    for (int i = 0; i < n; i += 2) {
+        int pair = (i % head_dim) / 2;
+        float c = cs[2 * pair], s = cs[2 * pair + 1];
+        float v0 = v[i], v1 = v[i + 1];
+        v[i] = v0 * c - v1 * s;
+        v[i + 1] = v0 * s + v1 * c;
+    }
+}
+
+// ----------------------------------------------------------------------------
+// planning
+
+int engine_limits_resolve(struct engine_limits *lim, const struct model_config *cfg, char *err)
+{
+    if (lim->ctx <= 0) lim->ctx = cfg->seq_len;
+    if (lim->ctx > cfg->seq_len)
+        return errmsg_set(err, "context %d exceeds the model's trained context %d", lim->ctx,
+                          cfg->seq_len);
+    if (lim->max_seqs <= 0) lim->max_seqs = 1;
+    if (lim->max_tokens <= 0) lim->max_tokens = 256;
+    if (lim->kv_block_size <= 0) lim->kv_block_size = 16;
+    if (lim->kv_blocks <= 0)
+        lim->kv_blocks = lim->max_seqs * ((lim->ctx + lim->kv_block_size - 1) / lim->kv_block_size);
+    if (lim->threads <= 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        lim->threads = n > 0 ? (int)n : 1;
+    }
+    return 0;
+}
+
+struct act_sizes {
+    size_t xb, q, kv, hb, scores, rope, hidden, logits_in;
+};
+
+static struct act_sizes act_sizes(const struct model_config *c, const struct engine_limits *l)
+{
+    size_t t = (size_t)l->max_tokens;
+    struct act_sizes s = {
+        .xb = t * c->dim,
+        .q = t * (size_t)c->n_heads * c->head_dim,
+        .kv = t * c->kv_dim,
+        .hb = t * c->hidden_dim,
+        .scores = (size_t)l->threads * l->ctx,
+        .rope = (size_t)l->ctx * c->head_dim, /* (cos, sin) per pair per position */
+        .hidden = t * c->dim,
+    };
+    return s;
+}
+
+size_t engine_arena_bytes(const struct model_config *c, const struct engine_limits *l)
+{
+    struct act_sizes s = act_sizes(c, l);
+    size_t f = sizeof(float);
+    size_t bytes = 0;
+    bytes += arena_round(kv_cache_bytes(c->n_layers, c->kv_dim, l->kv_block_size, l->kv_blocks));
+    bytes += 3 * arena_round(s.xb * f); /* xb, xb2, hidden */
+    bytes += 2 * arena_round(s.q * f);  /* q, att_out */
+    bytes += 2 * arena_round(s.kv * f); /* k, v */
+    bytes += 2 * arena_round(s.hb * f); /* hb, hb2 */
+    bytes += arena_round(s.scores * f);
+    bytes += arena_round(s.rope * f);
+    int max_cols = c->hidden_dim > c->dim ? c->hidden_dim : c->dim;
+    bytes += arena_round(matmul_scratch_size(l->max_tokens, max_cols));
+    return bytes;
+}
+
+// ----------------------------------------------------------------------------
+// the CPU backend
+
+static int cpu_embed(struct engine *e, const struct batch *b, float *x)
+{
+    const struct model_config *c = e->cfg;
+    for (int t = 0; t < b->n; t++) {
+        int id = b->token[t];
+        if (id < 0 || id >= c->vocab_size) return -1;
+        tensor_get_row(&e->model->token_embd, id, x + (size_t)t * c->dim);
+    }
+    return 0;
+}
+
+struct attn_job {
+    struct engine *e;
+    const struct batch *b;
+    int layer;
+};
+
+static void attention_worker(void *ctx, int ith, int nth)
+{
+    struct attn_job *job = ctx;
+    struct engine *e = job->e;
+    const struct model_config *c = e->cfg;
+    const struct batch *b = job->b;
+    const struct kv_cache *kv = &e->kv;
+    int hd = c->head_dim, group = c->n_heads / c->n_kv_heads;
+    float scale = 1.0f / sqrtf((float)hd);
+    float *att = e->att_scores + (size_t)ith * e->lim.ctx;
+    int total = b->n * c->n_heads;
+    for (int task = ith; task < total; task += nth) {
+        int t = task / c->n_heads, h = task % c->n_heads;
+        int pos = b->pos[t];
+        const int *bt = b->blocks[t];
+        const float *q = e->q + (size_t)t * c->n_heads * hd + (size_t)h * hd;
+        int koff = (h / group) * hd;
+        for (int p = 0; p <= pos; p++) {
+            const float *k = kv_key(kv, job->layer, bt[p / kv->block_size], p % kv->block_size);
+            k += koff;
+            float score = 0.0f;
+            for (int i = 0; i < hd; i++) score += q[i] * k[i];
+            att[p] = score * scale;
+        }
+        softmax(att, pos + 1);
+        float *out = e->att_out + (size_t)t * c->n_heads * hd + (size_t)h * hd;
+        memset(out, 0, (size_t)hd * sizeof *out);
+        for (int p = 0; p <= pos; p++) {
+            const float *v =
+                kv_value(kv, job->layer, bt[p / kv->block_size], p % kv->block_size) + koff;
+            float a = att[p];
+            for (int i = 0; i < hd; i++) out[i] += a * v[i];
+        }
+    }
+}
+
+static int cpu_layers(struct engine *e, const struct batch *b, int l0, int l1, float *x)
+{
+    const struct model_config *c = e->cfg;
+    int n = b->n, dim = c->dim, qdim = c->n_heads * c->head_dim, kvd = c->kv_dim,
+        hid = c->hidden_dim;
+    struct kv_cache *kv = &e->kv;
+
+    for (int l = l0; l < l1; l++) {
+        const struct layer_weights *w = &e->model->layers[l];
+
+        // attention: norm, q/k/v, rope, cache, attend, output projection, residual
+        for (int t = 0; t < n; t++)
+            rmsnorm(e->xb + (size_t)t * dim, x + (size_t)t * dim, w->attn_norm.data, dim,
+                    c->norm_eps);
+        float *qkv_out[3] = {e->q, e->k, e->v};
+        const struct tensor *qkv_w[3] = {&w->wq, &w->wk, &w->wv};
+        matmul_multi(&e->mm, 3, qkv_out, qkv_w, e->xb, n);
+        for (int t = 0; t < n; t++) {
+            const float *cs = e->rope_cs + (size_t)b->pos[t] * c->head_dim;
+            float *q = e->q + (size_t)t * qdim, *k = e->k + (size_t)t * kvd;
+            rope(q, qdim, c->head_dim, cs);
+            rope(k, kvd, c->head_dim, cs);
+            int pos = b->pos[t], blk = b->blocks[t][pos / kv->block_size];
+            memcpy(kv_key(kv, l, blk, pos % kv->block_size), k, (size_t)kvd * sizeof(float));
+            memcpy(kv_value(kv, l, blk, pos % kv->block_size), e->v + (size_t)t * kvd,
+                   (size_t)kvd * sizeof(float));
+        }
+        struct attn_job job = {e, b, l};
+        threadpool_run(e->tp, attention_worker, &job);
+        matmul(&e->mm, e->xb2, &w->wo, e->att_out, n);
+        for (size_t i = 0; i < (size_t)n * dim; i++) x[i] += e->xb2[i];
+
+        // feed-forward: norm, gate/up, SwiGLU, down projection, residual
+        for (int t = 0; t < n; t++)
+            rmsnorm(e->xb + (size_t)t * dim, x + (size_t)t * dim, w->ffn_norm.data, dim,
+                    c->norm_eps);
+        float *gu_out[2] = {e->hb, e->hb2};
+        const struct tensor *gu_w[2] = {&w->w_gate, &w->w_up};
+        matmul_multi(&e->mm, 2, gu_out, gu_w, e->xb, n);
+        for (size_t i = 0; i < (size_t)n * hid; i++) {
+            float g = e->hb[i];
+            e->hb[i] = g / (1.0f + expf(-g)) * e->hb2[i];
+        }
+        matmul(&e->mm, e->xb2, &w->w_down, e->hb, n);
+        for (size_t i = 0; i < (size_t)n * dim; i++) x[i] += e->xb2[i];
+    }
+    return 0;
+}
+
+static int cpu_head(struct engine *e, const struct batch *b, const float *x, float *logits)
+{
+    const struct model_config *c = e->cfg;
+    for (int i = 0; i < b->n_logits; i++)
+        rmsnorm(e->xb + (size_t)i * c->dim, x + (size_t)b->logit_rows[i] * c->dim,
+                e->model->output_norm.data, c->dim, c->norm_eps);
+    matmul(&e->mm, logits, &e->model->output, e->xb, b->n_logits);
+    return 0;
+}
+
+static const struct engine_backend cpu_backend = {
+    .name = "cpu", .embed = cpu_embed, .layers = cpu_layers, .head = cpu_head};
+
+// ----------------------------------------------------------------------------
+// the engine
+
+int engine_init(struct engine *e, struct model *m, const struct engine_limits *lim_in,
+                struct arena *a, char *err)
+{
+    memset(e, 0, sizeof *e);
+    e->model = m;
+    e->cfg = &m->cfg;
+    e->lim = *lim_in;
+    const struct model_config *c = e->cfg;
+    if (engine_limits_resolve(&e->lim, c, err)) return -1;
+    const struct engine_limits *l = &e->lim;
+    struct act_sizes s = act_sizes(c, l);
+    size_t f = sizeof(float);
+
+    void *kvmem = arena_carve(
+        a, "kv", kv_cache_bytes(c->n_layers, c->kv_dim, l->kv_block_size, l->kv_blocks), err);
+    if (!kvmem) return -1;
+    if (kv_cache_init(&e->kv, kvmem, c->n_layers, c->kv_dim, l->kv_block_size, l->kv_blocks, err))
+        return -1;
+    struct {
+        float **p;
+        size_t n;
+        const char *name;
+    } bufs[] = {
+        {&e->xb, s.xb, "act.xb"},        {&e->xb2, s.xb, "act.xb2"},
+        {&e->hidden, s.hidden, "act.x"}, {&e->q, s.q, "act.q"},
+        {&e->att_out, s.q, "act.att"},   {&e->k, s.kv, "act.k"},
+        {&e->v, s.kv, "act.v"},          {&e->hb, s.hb, "act.hb"},
+        {&e->hb2, s.hb, "act.hb2"},      {&e->att_scores, s.scores, "act.scores"},
+        {&e->rope_cs, s.rope, "rope"},
+    };
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (!(*bufs[i].p = arena_carve(a, bufs[i].name, bufs[i].n * f, err))) return -1;
+
+    // RoPE table: (cos, sin) of pos * theta^(-2i/hd) for every position and pair.
+    int hd = c->head_dim;
+    for (int p = 0; p < l->ctx; p++)
+        for (int i = 0; i < hd; i += 2) {
+            float freq = 1.0f / powf(c->rope_theta, (float)i / (float)hd);
+            float val = (float)p * freq;
+            e->rope_cs[(size_t)p * hd + i] = cosf(val);
+            e->rope_cs[(size_t)p * hd + i + 1] = sinf(val);
+        }
+
+    int max_cols = c->hidden_dim > c->dim ? c->hidden_dim : c->dim;
+    size_t scratch_n = matmul_scratch_size(l->max_tokens, max_cols);
+    void *scratch = arena_carve(a, "act.matmul", scratch_n, err);
+    if (!scratch) return -1;
+    if (!(e->tp = threadpool_new(l->threads, err))) return -1;
+    if (matmul_init(&e->mm, e->tp, scratch, l->max_tokens, max_cols, err)) {
+        threadpool_free(e->tp);
+        e->tp = NULL;
+        return -1;
+    }
+    e->be = &cpu_backend;
+    return 0;
+}
+
+void engine_free(struct engine *e)
+{
+    if (e->tp) threadpool_free(e->tp);
+    e->tp = NULL;
+}
+
+static int check_batch(struct engine *e, const struct batch *b)
+{
+    if (b->n <= 0 || b->n > e->lim.max_tokens || b->n_logits < 0 || b->n_logits > b->n) return -1;
+    for (int t = 0; t < b->n; t++)
+        if (b->pos[t] < 0 || b->pos[t] >= e->lim.ctx) return -1;
+    return 0;
+}
+
+int engine_embed(struct engine *e, const struct batch *b, float *x)
+{
+    if (check_batch(e, b)) return -1;
+    return e->be->embed(e, b, x);
+}
+
+int engine_layers(struct engine *e, const struct batch *b, int l0, int l1, float *x)
+{
+    if (check_batch(e, b) || l0 < 0 || l1 > e->cfg->n_layers || l0 > l1) return -1;
+    return e->be->layers(e, b, l0, l1, x);
+}
+
+int engine_head(struct engine *e, const struct batch *b, const float *x, float *logits)
+{
+    if (check_batch(e, b)) return -1;
+    return b->n_logits ? e->be->head(e, b, x, logits) : 0;
+}
+
+int engine_forward(struct engine *e, const struct batch *b, float *logits)
+{
+    if (engine_embed(e, b, e->hidden)) return -1;
+    if (engine_layers(e, b, 0, e->cfg->n_layers, e->hidden)) return -1;
+    return engine_head(e, b, e->hidden, logits);
+}

@@ -1,0 +1,47 @@
+#include "serving/engine/kv_cache.h"
+
+#include "os/errmsg.h"
+
+#include <stdint.h>
+
+size_t kv_cache_bytes(int n_layers, int kv_dim, int block_size, int n_blocks)
+{
+    size_t per = (size_t)n_layers * n_blocks * block_size * kv_dim * sizeof(float);
+    return 2 * per + (size_t)n_blocks * sizeof(int) + 64;
+}
+
+int kv_cache_init(struct kv_cache *c, void *mem, int n_layers, int kv_dim, int block_size,
+                  int n_blocks, char *err)
+{
+    if (n_layers <= 0 || kv_dim <= 0 || block_size <= 0 || n_blocks <= 0)
+        return errmsg_set(err, "kv cache: bad geometry (%d layers, kv_dim %d, %d blocks of %d)",
+                          n_layers, kv_dim, n_blocks, block_size);
+    size_t per = (size_t)n_layers * n_blocks * block_size * kv_dim;
+    c->n_layers = n_layers;
+    c->kv_dim = kv_dim;
+    c->block_size = block_size;
+    c->n_blocks = n_blocks;
+    c->k = mem;
+    c->v = c->k + per;
+    c->free_list = (int *)(c->v + per);
+    /* Pop order 0, 1, 2...: a fresh cache hands out blocks in address order. */
+    for (int i = 0; i < n_blocks; i++) c->free_list[i] = n_blocks - 1 - i;
+    c->n_free = n_blocks;
+    return 0;
+}
+
+int kv_block_alloc(struct kv_cache *c)
+{
+    return c->n_free ? c->free_list[--c->n_free] : -1;
+}
+
+void kv_block_free(struct kv_cache *c, int block)
+{
+    if (block >= 0 && block < c->n_blocks && c->n_free < c->n_blocks)
+        c->free_list[c->n_free++] = block;
+}
+
+int kv_blocks_for(const struct kv_cache *c, int n_positions)
+{
+    return (n_positions + c->block_size - 1) / c->block_size;
+}

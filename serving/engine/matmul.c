@@ -1,0 +1,418 @@
+/* matmul: the driver (ISA choice, activation quantization, splitting rows over threads) and the
+ * scalar reference kernels. The SIMD kernels live in matmul_avx2.c and matmul_avx512.c. */
+#include "serving/engine/matmul.h"
+
+#include "os/errmsg.h"
+#include "serving/engine/gguf.h"
+#include "serving/engine/matmul_kernels.h"
+#include "serving/engine/quant.h"
+
+#include <cpuid.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- formats -------------------------------------------------------------------------------- */
+
+static int kernel_type(uint32_t t)
+{
+    switch (t) {
+    case GGML_F32:
+        return KT_F32;
+    case GGML_F16:
+        return KT_F16;
+    case GGML_BF16:
+        return KT_BF16;
+    case GGML_Q8_0:
+        return KT_Q8_0;
+    case GGML_Q4_0:
+        return KT_Q4_0;
+    case GGML_Q4_K:
+        return KT_Q4_K;
+    }
+    return -1;
+}
+
+static size_t row_bytes(uint32_t t, int cols)
+{
+    switch (t) {
+    case GGML_F32:
+        return (size_t)cols * 4;
+    case GGML_F16:
+    case GGML_BF16:
+        return (size_t)cols * 2;
+    case GGML_Q8_0:
+        return (size_t)cols / QK8_0 * sizeof(struct block_q8_0);
+    case GGML_Q4_0:
+        return (size_t)cols / QK4_0 * sizeof(struct block_q4_0);
+    case GGML_Q4_K:
+        return (size_t)cols / QK_K * sizeof(struct block_q4_K);
+    }
+    return 0;
+}
+
+/* Which activation format a weight type wants: 0 floats, 1 act_q8, 2 act_q8k. */
+static int act_format(uint32_t t)
+{
+    return t == GGML_Q8_0 || t == GGML_Q4_0 ? 1 : t == GGML_Q4_K ? 2 : 0;
+}
+
+static size_t act_bytes(int fmt, int cols)
+{
+    return fmt == 1   ? (size_t)cols / 32 * sizeof(struct act_q8)
+           : fmt == 2 ? (size_t)cols / QK_K * sizeof(struct act_q8k)
+                      : (size_t)cols * sizeof(float);
+}
+
+/* Round to nearest even for |v| < 2^22 (the float addition rounds), like quant.c. */
+static inline int round_even(float v)
+{
+    float t = v + 12582912.f;
+    uint32_t i;
+    memcpy(&i, &t, 4);
+    return (int)(i & 0x007fffff) - 0x00400000;
+}
+
+void quantize_act_q8(const float *x, struct act_q8 *a, int nb)
+{
+    for (int b = 0; b < nb; b++, x += 32) {
+        float amax = 0;
+        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
+        float id = amax > 0 ? 127.0f / amax : 0.0f;
+        int sum = 0;
+        for (int j = 0; j < 32; j++) {
+            int q = round_even(x[j] * id);
+            a[b].qs[j] = (int8_t)q;
+            sum += q;
+        }
+        a[b].d = amax / 127.0f;
+        a[b].neg8sum = -8 * sum;
+    }
+}
+
+void quantize_act_q8k(const float *x, struct act_q8k *a, int nb)
+{
+    for (int b = 0; b < nb; b++, x += QK_K) {
+        float amax = 0;
+        for (int j = 0; j < QK_K; j++) amax = fmaxf(amax, fabsf(x[j]));
+        float id = amax > 0 ? 127.0f / amax : 0.0f;
+        for (int s = 0; s < 8; s++) {
+            int sum = 0;
+            for (int j = 32 * s; j < 32 * s + 32; j++) {
+                int q = round_even(x[j] * id);
+                a[b].qs[j] = (int8_t)q;
+                sum += q;
+            }
+            a[b].bsums[s] = (int16_t)sum;
+        }
+        a[b].d = amax / 127.0f;
+    }
+}
+
+static void quantize_act(const struct kernel_table *kt, int fmt, const float *x, void *out,
+                         int cols)
+{
+    if (fmt == 1) kt->quant_q8(x, out, cols / 32);
+    if (fmt == 2) kt->quant_q8k(x, out, cols / QK_K);
+}
+
+float matmul_f16_table[1 << 16];
+static pthread_once_t f16_table_once = PTHREAD_ONCE_INIT;
+
+static void f16_table_fill(void)
+{
+    for (uint32_t h = 0; h < (1u << 16); h++) matmul_f16_table[h] = fp16_to_f32((uint16_t)h);
+}
+
+/* ---- scalar kernels: the reference the SIMD kernels are tested against ---------------------- */
+
+static void tile_f32_scalar(const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs,
+                            int nt, int cols, float *y, size_t ys)
+{
+    for (int r = 0; r < nr; r++)
+        for (int t = 0; t < nt; t++) {
+            const float *wr = (const float *)(w + r * ws), *xt = (const float *)(x + t * xs);
+            float s = 0;
+            for (int c = 0; c < cols; c++) s += wr[c] * xt[c];
+            y[t * ys + r] = s;
+        }
+}
+
+static void tile_f16_scalar(const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs,
+                            int nt, int cols, float *y, size_t ys)
+{
+    for (int r = 0; r < nr; r++)
+        for (int t = 0; t < nt; t++) {
+            const uint16_t *wr = (const uint16_t *)(w + r * ws);
+            const float *xt = (const float *)(x + t * xs);
+            float s = 0;
+            for (int c = 0; c < cols; c++) s += fp16_to_f32(wr[c]) * xt[c];
+            y[t * ys + r] = s;
+        }
+}
+
+static void tile_bf16_scalar(const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs,
+                             int nt, int cols, float *y, size_t ys)
+{
+    for (int r = 0; r < nr; r++)
+        for (int t = 0; t < nt; t++) {
+            const uint16_t *wr = (const uint16_t *)(w + r * ws);
+            const float *xt = (const float *)(x + t * xs);
+            float s = 0;
+            for (int c = 0; c < cols; c++) s += bf16_to_f32(wr[c]) * xt[c];
+            y[t * ys + r] = s;
+        }
+}
+
+static void tile_q8_0_scalar(const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs,
+                             int nt, int cols, float *y, size_t ys)
+{
+    for (int r = 0; r < nr; r++)
+        for (int t = 0; t < nt; t++) {
+            const struct block_q8_0 *wb = (const struct block_q8_0 *)(w + r * ws);
+            const struct act_q8 *a = (const struct act_q8 *)(x + t * xs);
+            float s = 0;
+            for (int b = 0; b < cols / 32; b++) {
+                int isum = 0;
+                for (int j = 0; j < 32; j++) isum += wb[b].qs[j] * a[b].qs[j];
+                s += fp16_to_f32(wb[b].d) * a[b].d * (float)isum;
+            }
+            y[t * ys + r] = s;
+        }
+}
+
+static void tile_q4_0_scalar(const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs,
+                             int nt, int cols, float *y, size_t ys)
+{
+    for (int r = 0; r < nr; r++)
+        for (int t = 0; t < nt; t++) {
+            const struct block_q4_0 *wb = (const struct block_q4_0 *)(w + r * ws);
+            const struct act_q8 *a = (const struct act_q8 *)(x + t * xs);
+            float s = 0;
+            for (int b = 0; b < cols / 32; b++) {
+                int isum = a[b].neg8sum;
+                for (int j = 0; j < 16; j++)
+                    isum += (wb[b].qs[j] & 0xf) * a[b].qs[j] + (wb[b].qs[j] >> 4) * a[b].qs[j + 16];
+                s += fp16_to_f32(wb[b].d) * a[b].d * (float)isum;
+            }
+            y[t * ys + r] = s;
+        }
+}
+
+static void tile_q4_K_scalar(const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs,
+                             int nt, int cols, float *y, size_t ys)
+{
+    for (int r = 0; r < nr; r++)
+        for (int t = 0; t < nt; t++) {
+            const struct block_q4_K *wb = (const struct block_q4_K *)(w + r * ws);
+            const struct act_q8k *a = (const struct act_q8k *)(x + t * xs);
+            float s = 0;
+            for (int b = 0; b < cols / QK_K; b++) {
+                int isum = 0, msum = 0;
+                for (int j = 0; j < 8; j++) {
+                    uint8_t sc, m;
+                    q4_K_scale_min(j, wb[b].scales, &sc, &m);
+                    const uint8_t *q = wb[b].qs + 32 * (j / 2);
+                    const int8_t *xq = a[b].qs + 32 * j;
+                    int dot = 0;
+                    for (int l = 0; l < 32; l++) dot += (j & 1 ? q[l] >> 4 : q[l] & 0xf) * xq[l];
+                    isum += sc * dot;
+                    msum += m * a[b].bsums[j];
+                }
+                s += fp16_to_f32(wb[b].d) * a[b].d * (float)isum -
+                     fp16_to_f32(wb[b].dmin) * a[b].d * (float)msum;
+            }
+            y[t * ys + r] = s;
+        }
+}
+
+const struct kernel_table kernels_scalar = {
+    .name = "scalar",
+    .tile_t = 4,
+    .tile = {tile_f32_scalar, tile_f16_scalar, tile_bf16_scalar, tile_q8_0_scalar, tile_q4_0_scalar,
+             tile_q4_K_scalar},
+    .quant_q8 = quantize_act_q8,
+    .quant_q8k = quantize_act_q8k,
+};
+
+/* ---- ISA choice ----------------------------------------------------------------------------- */
+
+static int have_f16c(void)
+{
+    /* cpuid, not __builtin_cpu_supports: clang 14 does not know "f16c". */
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
+
+static int have_avx2(void)
+{
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && have_f16c();
+}
+
+static int have_avx512(void)
+{
+    return have_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+}
+
+static const struct kernel_table *choose_kernels(void)
+{
+    pthread_once(&f16_table_once, f16_table_fill);
+    const char *want = getenv("STRATA_ISA");
+    int limit = 2; /* 0 scalar, 1 avx2, 2 avx512 */
+    if (want && !strcmp(want, "scalar")) limit = 0;
+    if (want && !strcmp(want, "avx2")) limit = 1;
+    if (limit >= 2 && have_avx512()) return &kernels_avx512;
+    if (limit >= 1 && have_avx2()) return &kernels_avx2;
+    return &kernels_scalar;
+}
+
+const char *matmul_isa(void)
+{
+    return choose_kernels()->name;
+}
+
+const char *matmul_isa_of(const struct matmul_ctx *k)
+{
+    return k->kernels ? k->kernels->name : matmul_isa();
+}
+
+/* ---- driver --------------------------------------------------------------------------------- */
+
+size_t matmul_scratch_size(int max_tokens, int max_cols)
+{
+    size_t cols = ((size_t)max_cols + QK_K - 1) / QK_K * QK_K;
+    size_t per_tok = act_bytes(1, (int)cols);
+    if (act_bytes(2, (int)cols) > per_tok) per_tok = act_bytes(2, (int)cols);
+    return (size_t)max_tokens * per_tok;
+}
+
+int matmul_init(struct matmul_ctx *k, struct threadpool *tp, void *scratch, int max_tokens,
+                int max_cols, char *err)
+{
+    memset(k, 0, sizeof *k);
+    if (max_tokens < 1 || max_cols < 1) {
+        errmsg_set(err, "matmul: max_tokens %d and max_cols %d must be positive", max_tokens,
+                   max_cols);
+        return -1;
+    }
+    size_t need = matmul_scratch_size(max_tokens, max_cols);
+    if (need && !scratch) {
+        errmsg_set(err, "matmul: no scratch buffer (%zu bytes needed)", need);
+        return -1;
+    }
+    k->tp = tp;
+    k->scratch = scratch;
+    k->scratch_size = need;
+    k->max_tokens = max_tokens;
+    k->max_cols = max_cols;
+    k->kernels = choose_kernels();
+    return 0;
+}
+
+struct mm_job {
+    const struct kernel_table *kt;
+    int n;
+    float *const *y;
+    const struct tensor *const *w;
+    const uint8_t *x; /* floats or quantized activations */
+    size_t xs;        /* bytes per token in x */
+    int n_tok, total_rows;
+};
+
+/* Rows are split in runs of 4 (one tile) so every thread gets whole tiles. Each thread walks its
+ * rows tile by tile and, for each, all tokens: the weight tile stays in L1 while the activations
+ * (L2-resident) stream past, so for n_tok > 1 weights are read from memory once. */
+static void mm_worker(void *arg, int ith, int nth)
+{
+    const struct mm_job *j = arg;
+    int tiles = (j->total_rows + 3) / 4;
+    int t0 = (int)((long long)tiles * ith / nth), t1 = (int)((long long)tiles * (ith + 1) / nth);
+    int row = t0 * 4, end = t1 * 4 < j->total_rows ? t1 * 4 : j->total_rows;
+    int base = 0;
+    for (int m = 0; m < j->n && row < end; m++) {
+        const struct tensor *w = j->w[m];
+        int rows = w->rows;
+        if (row >= base + rows) {
+            base += rows;
+            continue;
+        }
+        int kt = kernel_type(w->type);
+        if (kt < 0) abort(); /* model_plan admits only the types above */
+        tile_fn fn = j->kt->tile[kt];
+        size_t ws = row_bytes(w->type, w->cols);
+        int tt = j->kt->tile_t;
+        for (int nr; row < end && row < base + rows; row += nr) {
+            int r = row - base;
+            nr = base + rows - row < 4 ? base + rows - row : 4;
+            if (end - row < nr) nr = end - row;
+            for (int t = 0; t < j->n_tok; t += tt) {
+                int nt = j->n_tok - t < tt ? j->n_tok - t : tt;
+                fn((const uint8_t *)w->data + (size_t)r * ws, ws, nr, j->x + (size_t)t * j->xs,
+                   j->xs, nt, w->cols, j->y[m] + (size_t)t * rows + r, (size_t)rows);
+            }
+        }
+        base += rows;
+    }
+}
+
+struct quant_job {
+    const struct kernel_table *kt;
+    int fmt, cols, n_tok;
+    const float *x;
+    uint8_t *out;
+    size_t xs;
+};
+
+static void quant_worker(void *arg, int ith, int nth)
+{
+    const struct quant_job *q = arg;
+    for (int t = ith; t < q->n_tok; t += nth)
+        quantize_act(q->kt, q->fmt, q->x + (size_t)t * q->cols, q->out + (size_t)t * q->xs,
+                     q->cols);
+}
+
+void matmul_multi(struct matmul_ctx *k, int n, float *const *y, const struct tensor *const *w,
+                  const float *x, int n_tok)
+{
+    if (n < 1 || n_tok < 1) return;
+    int fmt = act_format(w[0]->type), total = 0;
+    for (int i = 0; i < n; i++) {
+        if (act_format(w[i]->type) != fmt) { /* mixed formats: one dispatch per matrix */
+            for (int m = 0; m < n; m++) matmul_multi(k, 1, &y[m], &w[m], x, n_tok);
+            return;
+        }
+        total += w[i]->rows;
+    }
+    const struct kernel_table *kt = k->kernels ? k->kernels : choose_kernels();
+    int cols = w[0]->cols;
+    struct mm_job job = {kt,    n,    y, w, (const uint8_t *)x, (size_t)cols * sizeof(float),
+                         n_tok, total};
+    if (fmt) {
+        /* The forward pass sizes the scratch from max_tokens/max_cols; exceeding it is a bug. */
+        if (n_tok > k->max_tokens || cols > k->max_cols) abort();
+        struct quant_job q = {kt, fmt, cols, n_tok, x, k->scratch, act_bytes(fmt, cols)};
+        if (n_tok == 1 || !k->tp)
+            quant_worker(&q, 0, 1);
+        else
+            threadpool_run(k->tp, quant_worker, &q);
+        job.x = k->scratch;
+        job.xs = q.xs;
+    }
+    if (k->tp)
+        threadpool_run(k->tp, mm_worker, &job);
+    else
+        mm_worker(&job, 0, 1);
+}
+
+void matmul(struct matmul_ctx *k, float *y, const struct tensor *w, const float *x, int n_tok)
+{
+    matmul_multi(k, 1, &y, &w, x, n_tok);
+}
+
+void tensor_get_row(const struct tensor *w, int row, float *out)
+{
+    size_t rb = row_bytes(w->type, w->cols);
+    dequantize_row(w->type, (const uint8_t *)w->data + (size_t)row * rb, out, w->cols);
+}

@@ -1,0 +1,42 @@
+/* matmul_avx2: the kernels of matmul_simd.inc for AVX2 + FMA + F16C (x86-64-v3). The target is
+ * set per function by the pragma, not by Makefile flags, so the rest of the program stays
+ * baseline x86-64 and this file builds with any compiler flags (the fuzz build uses clang). */
+#include "serving/engine/matmul_kernels.h"
+#include "serving/engine/quant.h"
+
+#include <immintrin.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+#endif
+
+#define KNAME(x) x##_avx2
+#define ISA_NAME "avx2"
+/* 16 ymm registers: 4 rows x 2 tokens of accumulators plus the operands. */
+#define TILE_T 2
+#define DOT_U8S8(acc, u, s)                                                                        \
+    _mm256_add_epi32((acc), _mm256_madd_epi16(_mm256_maddubs_epi16((u), (s)), _mm256_set1_epi16(1)))
+#define MADD_I16(acc, p, s) _mm256_add_epi32((acc), _mm256_madd_epi16((p), (s)))
+#define VF                  __m256
+#define VF_N                8
+#define vf_zero()           _mm256_setzero_ps()
+#define vf_load(p)          _mm256_loadu_ps(p)
+#define vf_load_f16(p)      _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+#define vf_load_bf16(p)                                                                            \
+    _mm256_castsi256_ps(                                                                           \
+        _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
+#define vf_fma(a, b, c) _mm256_fmadd_ps((a), (b), (c))
+#define vf_hsum(v)      hsum_ps256(v)
+
+#include "serving/engine/matmul_simd.inc"
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif

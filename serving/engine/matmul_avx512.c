@@ -1,0 +1,42 @@
+/* matmul_avx512: the kernels of matmul_simd.inc for AVX-512 F/BW/VL + VNNI (Zen 4, Ice Lake and
+ * later): vpdpbusd/vpdpwssd for the integer dots, 512-bit FMA for float weights, and 32 vector
+ * registers for 4 x 4 tiles. Target set per function by the pragma, as in matmul_avx2.c. */
+#include "serving/engine/matmul_kernels.h"
+#include "serving/engine/quant.h"
+
+#include <immintrin.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__clang__)
+#pragma clang attribute push(                                                                      \
+    __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"))),                 \
+    apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")
+#endif
+
+#define KNAME(x)            x##_avx512
+#define ISA_NAME            "avx512"
+#define TILE_T              4
+#define DOT_U8S8(acc, u, s) _mm256_dpbusd_epi32((acc), (u), (s))
+#define MADD_I16(acc, p, s) _mm256_dpwssd_epi32((acc), (p), (s))
+#define VF                  __m512
+#define VF_N                16
+#define vf_zero()           _mm512_setzero_ps()
+#define vf_load(p)          _mm512_loadu_ps(p)
+#define vf_load_f16(p)      _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
+#define vf_load_bf16(p)                                                                            \
+    _mm512_castsi512_ps(                                                                           \
+        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(p))), 16))
+#define vf_fma(a, b, c) _mm512_fmadd_ps((a), (b), (c))
+#define vf_hsum(v)      _mm512_reduce_add_ps(v)
+
+#include "serving/engine/matmul_simd.inc"
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif

@@ -1,0 +1,393 @@
+/* model: llama config from GGUF metadata, tensor validation and the execution-order weight image.
+ * See model.h for the contract.
+ *
+ * RoPE layout. Strata rotates interleaved pairs (2i, 2i+1) of each head, as llama2.c's run.c does
+ * and as llama.cpp does for LLM_ARCH_LLAMA ("normal" rope, not NeoX). That is right only because
+ * of how the weights were stored: Meta's original Llama weights use interleaved pairs; Hugging
+ * Face checkpoints permute the rows of Q and K so that rotating halves (i, i + head_dim/2) is
+ * equivalent, and llama.cpp's convert_hf_to_gguf.py undoes that permutation when it writes a GGUF.
+ * llama2.c checkpoints are trained with interleaved (complex-number) RoPE in model.py, and its
+ * export.py undoes the HF permutation the same way, so they are already in the interleaved layout:
+ * `strata convert` copies wq/wk as they are and must NOT permute. Every GGUF "llama" file is
+ * therefore interleaved-pairs. */
+#include "serving/engine/model.h"
+
+#include "os/errmsg.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TENSOR_ALIGN 64   /* SIMD loads and cache lines */
+#define SPAN_ALIGN   4096 /* a span starts on a page: it can be registered, mapped or sent alone */
+
+enum {
+    K_ATTN_NORM,
+    K_ATTN_Q,
+    K_ATTN_K,
+    K_ATTN_V,
+    K_ATTN_OUT,
+    K_FFN_NORM,
+    K_FFN_GATE,
+    K_FFN_DOWN,
+    K_FFN_UP,
+    N_LAYER_KINDS
+};
+static const char *const layer_kind_name[N_LAYER_KINDS] = {
+    "attn_norm", "attn_q",   "attn_k",   "attn_v", "attn_output",
+    "ffn_norm",  "ffn_gate", "ffn_down", "ffn_up",
+};
+
+/* ---------------------------------------------------------------------------------------------
+ * Config */
+
+static int get_int(const struct gguf *g, const char *key, int *out, int def, int max,
+                   const char *what, char *err)
+{
+    uint32_t v;
+    if (!gguf_find(g, key)) {
+        if (def < 0) return errmsg_set(err, "%s: missing key %s", what, key);
+        *out = def;
+        return 0;
+    }
+    if (gguf_get_u32(g, key, &v, err) < 0) return errmsg_prefix(err, "%s: ", what);
+    if (v == 0 || v > (uint32_t)max)
+        return errmsg_set(err, "%s: %s = %u is out of range (1..%d)", what, key, v, max);
+    *out = (int)v;
+    return 0;
+}
+
+static int get_float(const struct gguf *g, const char *key, float *out, float def, const char *what,
+                     char *err)
+{
+    if (!gguf_find(g, key)) {
+        *out = def;
+        return 0;
+    }
+    if (gguf_get_f32(g, key, out, err) < 0) return errmsg_prefix(err, "%s: ", what);
+    if (!(*out > 0) || *out > 1e30f)
+        return errmsg_set(err, "%s: %s = %g must be positive", what, key, (double)*out);
+    return 0;
+}
+
+static int read_config(struct model_config *c, const struct gguf *g, const char *what, char *err)
+{
+    struct gguf_str arch;
+    if (gguf_get_str(g, "general.architecture", &arch, err) < 0)
+        return errmsg_prefix(err, "%s: ", what);
+    if (!gguf_str_eq(arch, "llama"))
+        return errmsg_set(err, "%s: general.architecture is \"%.*s\", only \"llama\" is supported",
+                          what, (int)(arch.len < 32 ? arch.len : 32), arch.p);
+    if (get_int(g, "llama.embedding_length", &c->dim, -1, 1 << 16, what, err) < 0 ||
+        get_int(g, "llama.feed_forward_length", &c->hidden_dim, -1, 1 << 18, what, err) < 0 ||
+        get_int(g, "llama.block_count", &c->n_layers, -1, MODEL_MAX_LAYERS, what, err) < 0 ||
+        get_int(g, "llama.attention.head_count", &c->n_heads, -1, 1 << 12, what, err) < 0 ||
+        get_int(g, "llama.attention.head_count_kv", &c->n_kv_heads, c->n_heads, 1 << 12, what,
+                err) < 0 ||
+        get_int(g, "llama.context_length", &c->seq_len, -1, 1 << 24, what, err) < 0 ||
+        get_float(g, "llama.attention.layer_norm_rms_epsilon", &c->norm_eps, 1e-5f, what, err) <
+            0 ||
+        get_float(g, "llama.rope.freq_base", &c->rope_theta, 10000.0f, what, err) < 0)
+        return -1;
+    if (c->dim % c->n_heads)
+        return errmsg_set(err, "%s: embedding_length %d is not a multiple of head_count %d", what,
+                          c->dim, c->n_heads);
+    if (c->n_heads % c->n_kv_heads)
+        return errmsg_set(err, "%s: head_count %d is not a multiple of head_count_kv %d", what,
+                          c->n_heads, c->n_kv_heads);
+    c->head_dim = c->dim / c->n_heads;
+    if (c->head_dim % 2)
+        return errmsg_set(err, "%s: head dimension %d is odd (RoPE rotates pairs)", what,
+                          c->head_dim);
+    c->kv_dim = c->n_kv_heads * c->head_dim;
+    int rope_dims;
+    if (get_int(g, "llama.rope.dimension_count", &rope_dims, c->head_dim, 1 << 16, what, err) < 0)
+        return -1;
+    if (rope_dims != c->head_dim)
+        return errmsg_set(err,
+                          "%s: llama.rope.dimension_count %d differs from the head dimension "
+                          "%d (partial RoPE is not supported)",
+                          what, rope_dims, c->head_dim);
+    const struct gguf_kv *tokens = gguf_find(g, "tokenizer.ggml.tokens");
+    if (tokens) {
+        if (tokens->type != GGUF_ARRAY || tokens->v.arr.type != GGUF_STRING)
+            return errmsg_set(err, "%s: tokenizer.ggml.tokens is not an array of strings", what);
+        if (tokens->v.arr.n == 0 || tokens->v.arr.n > (1 << 24))
+            return errmsg_set(err, "%s: tokenizer.ggml.tokens has %llu entries (1..%d)", what,
+                              (unsigned long long)tokens->v.arr.n, 1 << 24);
+        c->vocab_size = (int)tokens->v.arr.n;
+    } else {
+        const struct gguf_tensor *e = gguf_find_tensor(g, "token_embd.weight");
+        if (!e) return errmsg_set(err, "%s: missing tensor token_embd.weight", what);
+        if (e->ne[1] == 0 || e->ne[1] > (1 << 24))
+            return errmsg_set(err, "%s: tensor token_embd.weight: vocabulary of %llu rows", what,
+                              (unsigned long long)e->ne[1]);
+        c->vocab_size = (int)e->ne[1];
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Tensors */
+
+/* "blk.N.KIND.weight" -> layer and kind; -1 if the name is not of that form. */
+static int parse_layer_name(struct gguf_str name, int *layer, int *kind)
+{
+    const char *p = name.p, *end = name.p + name.len;
+    if (name.len < 5 || memcmp(p, "blk.", 4) != 0) return -1;
+    p += 4;
+    long n = 0;
+    const char *digits = p;
+    while (p < end && *p >= '0' && *p <= '9' && p - digits < 6) n = n * 10 + (*p++ - '0');
+    if (p == digits || p >= end || *p != '.' || (*digits == '0' && p - digits > 1)) return -1;
+    p++;
+    for (int k = 0; k < N_LAYER_KINDS; k++) {
+        size_t kl = strlen(layer_kind_name[k]);
+        if ((size_t)(end - p) == kl + 7 && memcmp(p, layer_kind_name[k], kl) == 0 &&
+            memcmp(p + kl, ".weight", 7) == 0) {
+            *layer = (int)n;
+            *kind = k;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+struct expect {
+    uint64_t cols, rows; /* rows == 0: a vector */
+    const char *cols_name, *rows_name;
+};
+
+static void shape_str(const struct gguf_tensor *t, char *buf, size_t n)
+{
+    int o = 0;
+    for (uint32_t d = 0; d < t->n_dims && o < (int)n; d++)
+        o += snprintf(buf + o, n - o, "%s%llu", d ? "x" : "", (unsigned long long)t->ne[d]);
+}
+
+static int check_tensor(const struct gguf_tensor *t, struct expect e, int is_norm, const char *what,
+                        char *err)
+{
+    char name[80];
+    snprintf(name, sizeof name, "%.*s", (int)t->name.len, t->name.p);
+    uint64_t rows = e.rows ? e.rows : 1;
+    if (t->ne[0] != e.cols || t->ne[1] != rows || t->ne[2] != 1 || t->ne[3] != 1) {
+        char shape[96], want[96];
+        shape_str(t, shape, sizeof shape);
+        if (!e.rows || !strcmp(e.cols_name, e.rows_name))
+            snprintf(want, sizeof want, "%s %llu", e.cols_name, (unsigned long long)e.cols);
+        else
+            snprintf(want, sizeof want, "%s x %s = %llux%llu", e.cols_name, e.rows_name,
+                     (unsigned long long)e.cols, (unsigned long long)e.rows);
+        return errmsg_set(err, "%s: tensor %s: shape %s does not match %s", what, name, shape,
+                          want);
+    }
+    if (is_norm) {
+        if (t->type != GGML_F32)
+            return errmsg_set(err, "%s: tensor %s: type %s, norm weights must be f32", what, name,
+                              ggml_type_name(t->type));
+        return 0;
+    }
+    switch (t->type) {
+    case GGML_F32:
+    case GGML_F16:
+    case GGML_BF16:
+    case GGML_Q8_0:
+    case GGML_Q4_0:
+    case GGML_Q4_K:
+        return 0;
+    default:
+        return errmsg_set(err,
+                          "%s: tensor %s: type %s (%u) is not supported (f32, f16, bf16, "
+                          "q8_0, q4_0, q4_k)",
+                          what, name, ggml_type_name(t->type), t->type);
+    }
+}
+
+static void set_tensor(struct tensor *dst, const struct gguf_tensor *src)
+{
+    dst->data = NULL;
+    dst->type = src->type;
+    dst->cols = (int)src->ne[0];
+    dst->rows = (int)src->ne[1];
+    dst->nbytes = (size_t)src->nbytes;
+}
+
+static uint64_t align_up(uint64_t x, uint64_t a)
+{
+    return (x + a - 1) / a * a;
+}
+
+int model_plan(struct model *m, const struct gguf *g, const char *what, char *err)
+{
+    if (!what) what = "model";
+    memset(m, 0, sizeof *m);
+    m->gguf = g;
+    struct model_config *c = &m->cfg;
+    if (read_config(c, g, what, err) < 0) return -1;
+    const int L = c->n_layers;
+
+    /* One pass over the file's tensors: each name must be one the architecture knows, once. */
+    const struct gguf_tensor *embd = NULL, *out_norm = NULL, *out = NULL;
+    const struct gguf_tensor *(*lt)[N_LAYER_KINDS] = calloc((size_t)L, sizeof *lt);
+    if (!lt) return errmsg_set(err, "%s: out of memory", what);
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        const struct gguf_tensor *t = &g->tensors[i];
+        int layer, kind;
+        if (gguf_str_eq(t->name, "token_embd.weight"))
+            embd = t;
+        else if (gguf_str_eq(t->name, "output_norm.weight"))
+            out_norm = t;
+        else if (gguf_str_eq(t->name, "output.weight"))
+            out = t;
+        else if (parse_layer_name(t->name, &layer, &kind) == 0) {
+            if (layer >= L) {
+                errmsg_set(err, "%s: tensor %.*s: layer %d is beyond block_count %d", what,
+                           (int)(t->name.len < 64 ? t->name.len : 64), t->name.p, layer, L);
+                goto fail;
+            }
+            lt[layer][kind] = t; /* gguf_parse rejected duplicate names */
+        } else {
+            char name[80];
+            snprintf(name, sizeof name, "%.*s", (int)(t->name.len < 64 ? t->name.len : 64),
+                     t->name.p);
+            for (char *p = name; *p; p++)
+                if ((unsigned char)*p < 0x20 || (unsigned char)*p >= 0x7f) *p = '?';
+            errmsg_set(err, "%s: tensor %s is not part of the llama architecture", what, name);
+            goto fail;
+        }
+    }
+    if (!embd) {
+        errmsg_set(err, "%s: missing tensor token_embd.weight", what);
+        goto fail;
+    }
+    if (!out_norm) {
+        errmsg_set(err, "%s: missing tensor output_norm.weight", what);
+        goto fail;
+    }
+    for (int l = 0; l < L; l++)
+        for (int k = 0; k < N_LAYER_KINDS; k++)
+            if (!lt[l][k]) {
+                errmsg_set(err, "%s: missing tensor blk.%d.%s.weight", what, l, layer_kind_name[k]);
+                goto fail;
+            }
+
+    const uint64_t dim = (uint64_t)c->dim, hid = (uint64_t)c->hidden_dim, kv = (uint64_t)c->kv_dim,
+                   voc = (uint64_t)c->vocab_size;
+    const struct expect e_embd = {dim, voc, "dim", "vocab"}, e_norm = {dim, 0, "dim", "dim"};
+    const struct expect e_layer[N_LAYER_KINDS] = {
+        [K_ATTN_NORM] = e_norm,
+        [K_ATTN_Q] = {dim, dim, "dim", "dim"},
+        [K_ATTN_K] = {dim, kv, "dim", "kv_dim"},
+        [K_ATTN_V] = {dim, kv, "dim", "kv_dim"},
+        [K_ATTN_OUT] = {dim, dim, "dim", "dim"},
+        [K_FFN_NORM] = e_norm,
+        [K_FFN_GATE] = {dim, hid, "dim", "hidden_dim"},
+        [K_FFN_DOWN] = {hid, dim, "hidden_dim", "dim"},
+        [K_FFN_UP] = {dim, hid, "dim", "hidden_dim"},
+    };
+    if (check_tensor(embd, e_embd, 0, what, err) < 0 ||
+        check_tensor(out_norm, e_norm, 1, what, err) < 0 ||
+        (out && check_tensor(out, e_embd, 0, what, err) < 0))
+        goto fail;
+    for (int l = 0; l < L; l++)
+        for (int k = 0; k < N_LAYER_KINDS; k++)
+            if (check_tensor(lt[l][k], e_layer[k], k == K_ATTN_NORM || k == K_FFN_NORM, what, err) <
+                0)
+                goto fail;
+
+    /* Layout in execution order. */
+    m->tied_output = out == NULL;
+    m->n_spans = L + 2;
+    m->n_slots = 1 + L * N_LAYER_KINDS + 1 + (out != NULL);
+    m->slots = calloc((size_t)m->n_slots, sizeof *m->slots);
+    if (!m->slots) {
+        errmsg_set(err, "%s: out of memory", what);
+        goto fail;
+    }
+    uint64_t off = 0;
+    int n = 0;
+    for (int s = 0; s < m->n_spans; s++) {
+        off = align_up(off, SPAN_ALIGN);
+        m->spans[s].offset = off;
+        const struct gguf_tensor *list[N_LAYER_KINDS];
+        int cnt = 0;
+        if (s == 0)
+            list[cnt++] = embd;
+        else if (s <= L)
+            for (int k = 0; k < N_LAYER_KINDS; k++) list[cnt++] = lt[s - 1][k];
+        else {
+            list[cnt++] = out_norm;
+            if (out) list[cnt++] = out;
+        }
+        for (int i = 0; i < cnt; i++) {
+            off = align_up(off, TENSOR_ALIGN);
+            m->slots[n].src = list[i];
+            m->slots[n].image_offset = off;
+            m->slots[n].span = s;
+            n++;
+            off += list[i]->nbytes;
+        }
+        m->spans[s].size = off - m->spans[s].offset;
+    }
+    m->image_size = align_up(off, SPAN_ALIGN);
+
+    set_tensor(&m->token_embd, embd);
+    set_tensor(&m->output_norm, out_norm);
+    set_tensor(&m->output, out ? out : embd);
+    for (int l = 0; l < L; l++) {
+        struct layer_weights *w = &m->layers[l];
+        struct tensor *dst[N_LAYER_KINDS] = {&w->attn_norm, &w->wq,     &w->wk,     &w->wv,  &w->wo,
+                                             &w->ffn_norm,  &w->w_gate, &w->w_down, &w->w_up};
+        for (int k = 0; k < N_LAYER_KINDS; k++) set_tensor(dst[k], lt[l][k]);
+    }
+    free(lt);
+    return 0;
+fail:
+    free(lt);
+    free(m->slots);
+    m->slots = NULL;
+    return -1;
+}
+
+int model_fill(struct model *m, uint8_t *image, int s, char *err)
+{
+    if (s < 0 || s >= m->n_spans)
+        return errmsg_set(err, "model: span %d out of range (0..%d)", s, m->n_spans - 1);
+    const struct gguf *g = m->gguf;
+    for (int i = 0; i < m->n_slots; i++) {
+        const struct model_slot *sl = &m->slots[i];
+        if (sl->span != s) continue;
+        const struct gguf_tensor *t = sl->src;
+        /* A GGUF parsed with gguf_parse_header may hold only the header. */
+        if (g->data_offset > g->size || t->offset > g->size - g->data_offset ||
+            t->nbytes > g->size - g->data_offset - t->offset)
+            return errmsg_set(err, "model: tensor %.*s: data is not in the buffer",
+                              (int)t->name.len, t->name.p);
+        memcpy(image + sl->image_offset, gguf_tensor_data(g, t), t->nbytes);
+    }
+    return 0;
+}
+
+void model_bind(struct model *m, const uint8_t *image)
+{
+    /* Slots are in execution order, the same order model_plan assigned the tensors in. */
+    int i = 0;
+    m->token_embd.data = image + m->slots[i++].image_offset;
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        struct layer_weights *w = &m->layers[l];
+        struct tensor *dst[N_LAYER_KINDS] = {&w->attn_norm, &w->wq,     &w->wk,     &w->wv,  &w->wo,
+                                             &w->ffn_norm,  &w->w_gate, &w->w_down, &w->w_up};
+        for (int k = 0; k < N_LAYER_KINDS; k++) dst[k]->data = image + m->slots[i++].image_offset;
+    }
+    m->output_norm.data = image + m->slots[i++].image_offset;
+    m->output.data = m->tied_output ? m->token_embd.data : image + m->slots[i++].image_offset;
+}
+
+void model_free(struct model *m)
+{
+    free(m->slots);
+    m->slots = NULL;
+    m->n_slots = 0;
+}

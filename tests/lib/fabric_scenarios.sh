@@ -1,0 +1,126 @@
+# fabric_scenarios.sh: the multi-node scenarios shared by fabric_tcp.sh and fabric_dpdk.sh.
+# Expects W (a work directory) and FAB_TRANSPORT; sets fail=1 when a scenario fails. Each scenario
+# prints one "ok - NAME" or "not ok - NAME: why" line.
+fail=0
+fab_key "$W/key"
+fab_key "$W/badkey"
+T=${FAB_TIMEOUT:-40}
+
+pass() { echo "ok - $1"; }
+flunk() {
+    echo "not ok - $1: $2"
+    fail=1
+    local f
+    for f in "$W"/*.err; do [ -s "$f" ] && { echo "  --- $(basename "$f")"; tail -n 6 "$f" | sed 's/^/  /'; }; done
+}
+
+same() { # same NAME A B: byte-identical files
+    cmp -s "$2" "$3" || { flunk "$1" "$(basename "$3") differs from $(basename "$2")"; return 1; }
+}
+
+# chain PREFIX N SIZE [netem args...]: source on node 1, joiners 2..N+1 each pulling from the
+# previous one; every joiner must end with the source's bytes.
+chain() {
+    local name=$1 n=$2 size=$3
+    shift 3
+    rm -f "$W"/*.img "$W"/*.out "$W"/*.err
+    fab_setup $((n + 1)) "${FAB_MTU:-1500}" "$FAB_TRANSPORT" || { flunk "$name" "namespace setup failed"; return; }
+    local how=""
+    if [ $# -gt 0 ]; then
+        if fab_netem "$@" 2>/dev/null; then
+            how="tc netem $*, "
+        elif [ "$FAB_TRANSPORT" = dpdk ]; then
+            # This kernel has no sch_netem: the nodes impair their own traffic instead (same loss,
+            # reordering and delay, applied by the DPDK transport on receive).
+            FAB_IMPAIR=${FAB_IMPAIR:-loss=3,reorder=10,delay=2}
+            how="no sch_netem here: built-in impairment $FAB_IMPAIR, "
+        else
+            echo "skip - $name: this kernel has no sch_netem (tc netem), and kernel TCP cannot be impaired from inside the process"
+            return
+        fi
+    fi
+    fab_node 1 src source --key-file "$W/key" --synthetic "$size:12:5" --image-out "$W/src.img" --serve 1 --timeout $T -q
+    local pids=($FAB_LAST) i
+    for ((i = 2; i <= n + 1; i++)); do
+        local serve=()
+        [ $i -le $n ] && serve=(--serve 1)
+        fab_node $i "n$i" joiner --key-file "$W/key" --peer "10.77.0.$((i - 1)):7000" "${serve[@]}" --image-out "$W/n$i.img" --timeout $T -q
+        pids+=($FAB_LAST)
+    done
+    local p bad=""
+    for p in "${pids[@]}"; do fab_wait "$p" $((T + 5)) || bad="$bad $p"; done
+    for ((i = 2; i <= n + 1; i++)); do
+        grep -q '^complete:' "$W/n$i.out" 2>/dev/null || { flunk "$name" "node n$i: $(fab_result n$i)"; return; }
+        same "$name" "$W/src.img" "$W/n$i.img" || return
+    done
+    [ -z "$bad" ] || { flunk "$name" "a process failed:$bad"; return; }
+    pass "$name (${how}$(sed -n 's/.*verified in \([0-9.]* s\).*/\1/p' "$W/n$((n + 1)).out"))"
+    FAB_IMPAIR=""
+}
+
+# Kill the source mid-stream: the joiner resumes from a second holder and ends exact.
+kill_source() {
+    local name=$1
+    rm -f "$W"/*.img "$W"/*.out "$W"/*.err
+    fab_setup 3 "${FAB_MTU:-1500}" "$FAB_TRANSPORT" || { flunk "$name" "namespace setup failed"; return; }
+    # Paced so that the kill lands mid-stream.
+    fab_node 1 s1 source --key-file "$W/key" --synthetic 24M:12:9 --image-out "$W/src.img" --rate 12 --timeout $T
+    local s1=$FAB_LAST
+    fab_node 2 s2 source --key-file "$W/key" --synthetic 24M:12:9 --serve 1 --timeout $T -q
+    local s2=$FAB_LAST
+    fab_node 3 j joiner --key-file "$W/key" --peer 10.77.0.1:7000 --peer 10.77.0.2:7000 --image-out "$W/j.img" --timeout $T
+    local j=$FAB_LAST
+    if ! fab_wait_line "$W/j.err" 'span 2/12 verified' $T; then flunk "$name" "no span arrived from the first source"; return; fi
+    kill -9 "$s1"
+    fab_wait "$j" $T
+    fab_wait "$s2" 5
+    grep -q '^complete:.* [1-9][0-9]* resumes' "$W/j.out" || { flunk "$name" "joiner: $(fab_result j)"; return; }
+    grep -q 'resuming from 10.77.0.2' "$W/j.err" || { flunk "$name" "joiner did not resume from the second holder"; return; }
+    same "$name" "$W/src.img" "$W/j.img" || return
+    pass "$name"
+}
+
+# A joiner with another cluster key is refused and gets nothing; the source keeps serving.
+wrong_key() {
+    local name=$1
+    rm -f "$W"/*.img "$W"/*.out "$W"/*.err
+    fab_setup 3 "${FAB_MTU:-1500}" "$FAB_TRANSPORT" || { flunk "$name" "namespace setup failed"; return; }
+    fab_node 1 src source --key-file "$W/key" --synthetic 4M:12:3 --image-out "$W/src.img" --serve 1 --timeout $T
+    local s=$FAB_LAST
+    fab_node 2 bad joiner --key-file "$W/badkey" --peer 10.77.0.1:7000 --image-out "$W/bad.img" --timeout 4
+    local b=$FAB_LAST
+    fab_wait "$b" 10 && { flunk "$name" "the joiner with the wrong key succeeded"; return; }
+    [ -e "$W/bad.img" ] && { flunk "$name" "the joiner with the wrong key wrote an image"; return; }
+    grep -q '^failed:' "$W/bad.out" || { flunk "$name" "no failure line: $(fab_result bad)"; return; }
+    # The right key still works afterwards.
+    fab_node 3 good joiner --key-file "$W/key" --peer 10.77.0.1:7000 --image-out "$W/good.img" --timeout $T -q
+    fab_wait "$FAB_LAST" $T || { flunk "$name" "good joiner: $(fab_result good)"; return; }
+    fab_wait "$s" 5
+    same "$name" "$W/src.img" "$W/good.img" || return
+    pass "$name ($(fab_result bad | cut -c1-90))"
+}
+
+# The source corrupts one span before sending (its chunk CRCs agree, the span CRC does not):
+# the joiner detects it, re-fetches, and ends exact.
+corrupt_span() {
+    local name=$1
+    rm -f "$W"/*.img "$W"/*.out "$W"/*.err
+    fab_setup 2 "${FAB_MTU:-1500}" "$FAB_TRANSPORT" || { flunk "$name" "namespace setup failed"; return; }
+    fab_node 1 src source --key-file "$W/key" --synthetic 8M:12:4 --image-out "$W/src.img" --serve 1 --corrupt-unit 4 --timeout $T -q
+    local s=$FAB_LAST
+    fab_node 2 j joiner --key-file "$W/key" --peer 10.77.0.1:7000 --image-out "$W/j.img" --timeout $T -q
+    fab_wait "$FAB_LAST" $T
+    fab_wait "$s" 5
+    grep -q '^complete:.* 1 refetches' "$W/j.out" || { flunk "$name" "joiner: $(fab_result j)"; return; }
+    same "$name" "$W/src.img" "$W/j.img" || return
+    pass "$name"
+}
+
+run_common_scenarios() {
+    local p=$1
+    chain "${p}_chain_3_nodes" 2 32M
+    chain "${p}_chain_4_nodes_netem_loss_reorder_delay" 3 16M loss 3% delay 2ms 1ms reorder 10% 50%
+    kill_source "${p}_kill_source_resume_from_other_holder"
+    wrong_key "${p}_wrong_cluster_key_refused"
+    corrupt_span "${p}_corrupt_span_refetched"
+}

@@ -1,0 +1,287 @@
+/* cuda_synth: models for the CUDA tests and benchmark, built in-process (no GGUF needed).
+ *
+ * synth_build() lays out a Llama-shaped model of the given weight type in execution order (span 0
+ * token_embd, span 1+l block l, span L+1 output_norm + output), 32-byte aligned like GGUF, with
+ * random weights from a fixed seed: exact=1 quantizes real floats with quant.c (tests compare
+ * against a reference that dequantizes the same bytes); exact=0 writes valid random bytes
+ * directly (benchmarks: 7B shapes in seconds). Norms are F32.
+ * llama2c_load() reads a llama2.c checkpoint (stories260K.bin) into the same span layout (F32). */
+#ifndef STRATA_TEST_CUDA_SYNTH_H
+#define STRATA_TEST_CUDA_SYNTH_H
+
+#include "serving/engine/gguf.h"
+#include "serving/engine/model.h"
+#include "serving/engine/quant.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct synth_shape {
+    int dim, hidden, layers, heads, kv_heads, vocab, seq_len;
+};
+
+struct synth {
+    struct model m;
+    uint8_t *image;
+    size_t image_size;
+};
+
+static inline uint64_t synth_rng(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+static inline float synth_uniform(uint64_t *s) /* [-1, 1) */
+{
+    return (float)((synth_rng(s) >> 40) / 8388608.0 - 1.0);
+}
+
+static inline uint64_t synth_row_bytes(uint32_t type, int cols)
+{
+    switch (type) {
+    case GGML_F32:
+        return (uint64_t)cols * 4;
+    case GGML_F16:
+    case GGML_BF16:
+        return (uint64_t)cols * 2;
+    case GGML_Q8_0:
+        return (uint64_t)cols / 32 * 34;
+    case GGML_Q4_0:
+        return (uint64_t)cols / 32 * 18;
+    }
+    return 0;
+}
+
+/* The tensors of a model in image order: (tensor, type, rows, cols, span). */
+struct synth_item {
+    struct tensor *t;
+    uint32_t type;
+    int rows, cols, span, norm;
+};
+
+static inline int synth_items(struct model *m, uint32_t type, int tied, struct synth_item *it)
+{
+    const struct model_config *c = &m->cfg;
+    int n = 0, qd = c->n_heads * c->head_dim;
+    it[n++] = (struct synth_item){&m->token_embd, type, c->vocab_size, c->dim, 0, 0};
+    for (int l = 0; l < c->n_layers; l++) {
+        struct layer_weights *w = &m->layers[l];
+        it[n++] = (struct synth_item){&w->attn_norm, GGML_F32, 1, c->dim, 1 + l, 1};
+        it[n++] = (struct synth_item){&w->wq, type, qd, c->dim, 1 + l, 0};
+        it[n++] = (struct synth_item){&w->wk, type, c->kv_dim, c->dim, 1 + l, 0};
+        it[n++] = (struct synth_item){&w->wv, type, c->kv_dim, c->dim, 1 + l, 0};
+        it[n++] = (struct synth_item){&w->wo, type, c->dim, qd, 1 + l, 0};
+        it[n++] = (struct synth_item){&w->ffn_norm, GGML_F32, 1, c->dim, 1 + l, 1};
+        it[n++] = (struct synth_item){&w->w_gate, type, c->hidden_dim, c->dim, 1 + l, 0};
+        it[n++] = (struct synth_item){&w->w_down, type, c->dim, c->hidden_dim, 1 + l, 0};
+        it[n++] = (struct synth_item){&w->w_up, type, c->hidden_dim, c->dim, 1 + l, 0};
+    }
+    it[n++] = (struct synth_item){&m->output_norm, GGML_F32, 1, c->dim, c->n_layers + 1, 1};
+    if (!tied)
+        it[n++] = (struct synth_item){&m->output, type, c->vocab_size, c->dim, c->n_layers + 1, 0};
+    return n;
+}
+
+static inline void synth_config(struct model *m, const struct synth_shape *sh)
+{
+    struct model_config *c = &m->cfg;
+    c->dim = sh->dim;
+    c->hidden_dim = sh->hidden;
+    c->n_layers = sh->layers;
+    c->n_heads = sh->heads;
+    c->n_kv_heads = sh->kv_heads;
+    c->head_dim = sh->dim / sh->heads;
+    c->kv_dim = c->head_dim * sh->kv_heads;
+    c->vocab_size = sh->vocab;
+    c->seq_len = sh->seq_len;
+    c->norm_eps = 1e-5f;
+    c->rope_theta = 10000.0f;
+}
+
+/* Lay the items out (32-byte aligned, spans contiguous) and allocate the image. */
+static inline int synth_layout(struct synth *s, struct synth_item *it, int n)
+{
+    uint64_t off = 0;
+    for (int i = 0; i < n; i++)
+        off = (off + 31) / 32 * 32 + synth_row_bytes(it[i].type, it[i].cols) * it[i].rows;
+    s->image_size = off;
+    s->image = aligned_alloc(4096, (off + 4095) / 4096 * 4096);
+    if (!s->image) return -1;
+    off = 0;
+    s->m.n_spans = s->m.cfg.n_layers + 2;
+    int cur = -1;
+    for (int i = 0; i < n; i++) {
+        off = (off + 31) / 32 * 32;
+        if (it[i].span != cur) {
+            cur = it[i].span;
+            s->m.spans[cur].offset = off;
+        }
+        struct tensor *t = it[i].t;
+        t->data = s->image + off;
+        t->type = it[i].type;
+        t->rows = it[i].rows;
+        t->cols = it[i].cols;
+        t->nbytes = synth_row_bytes(it[i].type, it[i].cols) * it[i].rows;
+        off += t->nbytes;
+        s->m.spans[cur].size = off - s->m.spans[cur].offset;
+    }
+    s->m.image_size = s->image_size;
+    return 0;
+}
+
+static inline int synth_build(struct synth *s, const struct synth_shape *sh, uint32_t type,
+                              int tied, int exact, uint64_t seed)
+{
+    memset(s, 0, sizeof *s);
+    synth_config(&s->m, sh);
+    s->m.tied_output = tied;
+    struct synth_item *it = calloc((size_t)sh->layers * 9 + 3, sizeof *it);
+    if (!it) return -1;
+    int n = synth_items(&s->m, type, tied, it);
+    if (synth_layout(s, it, n)) return free(it), -1;
+    if (tied) s->m.output = s->m.token_embd;
+    uint64_t rng = seed | 1;
+    float *row = malloc(sizeof(float) * (size_t)(sh->hidden > sh->dim ? sh->hidden : sh->dim));
+    for (int i = 0; i < n; i++) {
+        struct tensor *t = it[i].t;
+        uint8_t *d = (uint8_t *)t->data;
+        uint64_t rb = synth_row_bytes(t->type, t->cols);
+        float scale = it[i].norm ? 0.1f : i == 0 ? 0.5f : 1.0f / sqrtf((float)t->cols);
+        if (exact || it[i].norm) {
+            for (int r = 0; r < t->rows; r++) {
+                for (int c = 0; c < t->cols; c++)
+                    row[c] = (it[i].norm ? 1.0f : 0.f) + scale * synth_uniform(&rng) * 1.7f;
+                quantize_row(t->type, row, d + r * rb, t->cols);
+            }
+            continue;
+        }
+        /* Fast fill (benchmarks): one ~1 MiB pattern of valid random values of the type, tiled
+         * over the tensor; whole blocks, so every copy lands on a block boundary. */
+        int bsz = t->type == GGML_Q8_0   ? 34
+                  : t->type == GGML_Q4_0 ? 18
+                  : t->type == GGML_F32  ? 4
+                                         : 2;
+        size_t plen = (size_t)bsz * 32768;
+        uint8_t *pat = malloc(plen);
+        if (!pat) return free(row), free(it), -1;
+        if (t->type == GGML_Q8_0 || t->type == GGML_Q4_0) {
+            uint16_t dh = f32_to_fp16(scale / (t->type == GGML_Q8_0 ? 64.f : 4.f));
+            for (size_t b = 0; b < plen / bsz; b++) {
+                uint8_t *blk = pat + b * bsz;
+                memcpy(blk, &dh, 2);
+                for (int j = 2; j < bsz; j++) blk[j] = (uint8_t)synth_rng(&rng);
+            }
+        } else {
+            for (size_t e = 0; e < plen / bsz; e++) {
+                float f = scale * synth_uniform(&rng);
+                if (t->type == GGML_F32)
+                    memcpy(pat + e * 4, &f, 4);
+                else {
+                    uint16_t h = t->type == GGML_F16 ? f32_to_fp16(f) : f32_to_bf16(f);
+                    memcpy(pat + e * 2, &h, 2);
+                }
+            }
+        }
+        for (uint64_t o = 0; o < t->nbytes; o += plen)
+            memcpy(d + o, pat, t->nbytes - o < plen ? t->nbytes - o : plen);
+        free(pat);
+    }
+    free(row);
+    free(it);
+    return 0;
+}
+
+static inline void synth_free(struct synth *s)
+{
+    free(s->image);
+    memset(s, 0, sizeof *s);
+}
+
+/* llama2.c "v0" checkpoint: 7 int32 (dim, hidden, layers, heads, kv_heads, vocab, seq_len;
+ * vocab > 0 = classifier shared with the embedding), then f32 tensors grouped by kind. */
+static inline int llama2c_load(struct synth *s, const char *path, char *err)
+{
+    memset(s, 0, sizeof *s);
+    FILE *f = fopen(path, "rb");
+    if (!f) return snprintf(err, 256, "%s: cannot open", path), -1;
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    float *buf = malloc((size_t)size);
+    if (!buf || fread(buf, 1, (size_t)size, f) != (size_t)size) {
+        fclose(f);
+        free(buf);
+        return snprintf(err, 256, "%s: read failed", path), -1;
+    }
+    fclose(f);
+    int32_t h[7];
+    memcpy(h, buf, sizeof h);
+    int shared = h[5] > 0;
+    struct synth_shape sh = {h[0], h[1], h[2], h[3], h[4], shared ? h[5] : -h[5], h[6]};
+    synth_config(&s->m, &sh);
+    s->m.tied_output = shared;
+    const struct model_config *c = &s->m.cfg;
+    struct synth_item *it = calloc((size_t)sh.layers * 9 + 3, sizeof *it);
+    int n = synth_items(&s->m, GGML_F32, shared, it);
+    if (synth_layout(s, it, n)) return free(it), free(buf), -1;
+    if (shared) s->m.output = s->m.token_embd;
+    /* Source offsets (floats) of each kind, llama2.c's memory_map_weights order. */
+    size_t L = (size_t)c->n_layers, D = (size_t)c->dim, H = (size_t)c->hidden_dim,
+           Q = (size_t)c->n_heads * c->head_dim, K = (size_t)c->kv_dim;
+    size_t o = 7, emb = o;
+    o += (size_t)c->vocab_size * D;
+    size_t rms_att = o;
+    o += L * D;
+    size_t wq = o;
+    o += L * D * Q;
+    size_t wk = o;
+    o += L * D * K;
+    size_t wv = o;
+    o += L * D * K;
+    size_t wo = o;
+    o += L * Q * D;
+    size_t rms_ffn = o;
+    o += L * D;
+    size_t w1 = o;
+    o += L * D * H;
+    size_t w2 = o;
+    o += L * H * D;
+    size_t w3 = o;
+    o += L * D * H;
+    size_t rms_final = o;
+    o += D;
+    o += (size_t)c->seq_len * c->head_dim; /* freq_cis_real and _imag */
+    size_t wcls = o;
+    if ((size_t)size < (shared ? o : o + (size_t)c->vocab_size * D) * 4) {
+        free(it), free(buf);
+        return snprintf(err, 256, "%s: truncated", path), -1;
+    }
+#define CP(t, src) memcpy((void *)(t).data, buf + (src), (t).nbytes)
+    CP(s->m.token_embd, emb);
+    for (size_t l = 0; l < L; l++) {
+        struct layer_weights *w = &s->m.layers[l];
+        CP(w->attn_norm, rms_att + l * D);
+        CP(w->wq, wq + l * D * Q);
+        CP(w->wk, wk + l * D * K);
+        CP(w->wv, wv + l * D * K);
+        CP(w->wo, wo + l * Q * D);
+        CP(w->ffn_norm, rms_ffn + l * D);
+        CP(w->w_gate, w1 + l * D * H);
+        CP(w->w_down, w2 + l * H * D);
+        CP(w->w_up, w3 + l * D * H);
+    }
+    CP(s->m.output_norm, rms_final);
+    if (!shared) CP(s->m.output, wcls);
+#undef CP
+    free(it);
+    free(buf);
+    return 0;
+}
+
+#endif

@@ -1,0 +1,428 @@
+/* The forward pass against a plain reference: a straightforward f32 Llama (llama2.c's
+ * equations, contiguous KV, one token at a time, double-precision dot products) on the
+ * dequantized weights of the same model. Synthetic GQA models of every weight type; batched
+ * prefill, batched decode of several sequences and layer-range execution must all agree with it. */
+#include "check.h"
+#include "synth.h"
+
+#include "os/errmsg.h"
+#include "os/log.h"
+#include "serving/engine/loader.h"
+#include "serving/engine/sampler.h"
+
+#include <math.h>
+
+// ----------------------------------------------------------------------------
+// the reference model
+
+struct ref {
+    struct model_config c;
+    float *emb, *out, *onorm;
+    struct {
+        float *an, *wq, *wk, *wv, *wo, *fn, *wg, *wd, *wu;
+    } l[8];
+    float *kc, *vc; /* [layer][pos][kv_dim] */
+};
+
+static float *deq(const struct tensor *t)
+{
+    float *o = malloc(sizeof(float) * (size_t)t->rows * t->cols);
+    size_t rb = ggml_row_bytes(t->type, (uint64_t)t->cols);
+    for (int r = 0; r < t->rows; r++)
+        dequantize_row(t->type, (const uint8_t *)t->data + rb * r, o + (size_t)r * t->cols,
+                       t->cols);
+    return o;
+}
+
+static void ref_init(struct ref *R, const struct model *m)
+{
+    R->c = m->cfg;
+    R->emb = deq(&m->token_embd);
+    R->out = deq(&m->output);
+    R->onorm = deq(&m->output_norm);
+    for (int i = 0; i < m->cfg.n_layers; i++) {
+        const struct layer_weights *w = &m->layers[i];
+        R->l[i].an = deq(&w->attn_norm), R->l[i].wq = deq(&w->wq), R->l[i].wk = deq(&w->wk);
+        R->l[i].wv = deq(&w->wv), R->l[i].wo = deq(&w->wo), R->l[i].fn = deq(&w->ffn_norm);
+        R->l[i].wg = deq(&w->w_gate), R->l[i].wd = deq(&w->w_down), R->l[i].wu = deq(&w->w_up);
+    }
+    size_t kv = (size_t)m->cfg.n_layers * m->cfg.seq_len * m->cfg.kv_dim;
+    R->kc = calloc(kv, sizeof(float));
+    R->vc = calloc(kv, sizeof(float));
+}
+
+static void ref_free(struct ref *R)
+{
+    free(R->emb), free(R->out), free(R->onorm), free(R->kc), free(R->vc);
+    for (int i = 0; i < R->c.n_layers; i++) {
+        free(R->l[i].an), free(R->l[i].wq), free(R->l[i].wk), free(R->l[i].wv);
+        free(R->l[i].wo), free(R->l[i].fn), free(R->l[i].wg), free(R->l[i].wd), free(R->l[i].wu);
+    }
+}
+
+static void ref_mv(float *y, const float *W, const float *x, int rows, int cols)
+{
+    for (int r = 0; r < rows; r++) {
+        double s = 0;
+        for (int c = 0; c < cols; c++) s += (double)W[(size_t)r * cols + c] * x[c];
+        y[r] = (float)s;
+    }
+}
+
+static void ref_norm(float *o, const float *x, const float *w, int n, float eps)
+{
+    double ss = 0;
+    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    float s = (float)(1.0 / sqrt(ss / n + eps));
+    for (int i = 0; i < n; i++) o[i] = w[i] * (s * x[i]);
+}
+
+/* Logits for `token` at `pos`, with its own contiguous cache (one sequence). */
+static void ref_forward(struct ref *R, int token, int pos, float *logits)
+{
+    const struct model_config *c = &R->c;
+    int dim = c->dim, hd = c->head_dim, kvd = c->kv_dim, hid = c->hidden_dim;
+    float *x = malloc(sizeof(float) * dim), *xb = malloc(sizeof(float) * dim),
+          *q = malloc(sizeof(float) * dim), *att = malloc(sizeof(float) * dim),
+          *t = malloc(sizeof(float) * dim), *hb = malloc(sizeof(float) * hid),
+          *hb2 = malloc(sizeof(float) * hid), *sc = malloc(sizeof(float) * (pos + 1));
+    memcpy(x, R->emb + (size_t)token * dim, sizeof(float) * dim);
+    for (int l = 0; l < c->n_layers; l++) {
+        float *kr = R->kc + ((size_t)l * c->seq_len + pos) * kvd;
+        float *vr = R->vc + ((size_t)l * c->seq_len + pos) * kvd;
+        ref_norm(xb, x, R->l[l].an, dim, c->norm_eps);
+        ref_mv(q, R->l[l].wq, xb, dim, dim);
+        ref_mv(kr, R->l[l].wk, xb, kvd, dim);
+        ref_mv(vr, R->l[l].wv, xb, kvd, dim);
+        for (int i = 0; i < dim; i += 2) {
+            int hi = i % hd;
+            double f = 1.0 / pow(c->rope_theta, (double)hi / hd), a = pos * f;
+            float co = (float)cos(a), si = (float)sin(a);
+            float q0 = q[i], q1 = q[i + 1];
+            q[i] = q0 * co - q1 * si, q[i + 1] = q0 * si + q1 * co;
+            if (i < kvd) {
+                float k0 = kr[i], k1 = kr[i + 1];
+                kr[i] = k0 * co - k1 * si, kr[i + 1] = k0 * si + k1 * co;
+            }
+        }
+        for (int h = 0; h < c->n_heads; h++) {
+            int kh = h / (c->n_heads / c->n_kv_heads);
+            double mx = -1e30, sum = 0;
+            for (int p = 0; p <= pos; p++) {
+                const float *k = R->kc + ((size_t)l * c->seq_len + p) * kvd + kh * hd;
+                double s = 0;
+                for (int i = 0; i < hd; i++) s += (double)q[h * hd + i] * k[i];
+                sc[p] = (float)(s / sqrt(hd));
+                if (sc[p] > mx) mx = sc[p];
+            }
+            for (int p = 0; p <= pos; p++) sum += exp(sc[p] - mx);
+            for (int i = 0; i < hd; i++) {
+                double o = 0;
+                for (int p = 0; p <= pos; p++)
+                    o += exp(sc[p] - mx) / sum *
+                         R->vc[((size_t)l * c->seq_len + p) * kvd + kh * hd + i];
+                att[h * hd + i] = (float)o;
+            }
+        }
+        ref_mv(t, R->l[l].wo, att, dim, dim);
+        for (int i = 0; i < dim; i++) x[i] += t[i];
+        ref_norm(xb, x, R->l[l].fn, dim, c->norm_eps);
+        ref_mv(hb, R->l[l].wg, xb, hid, dim);
+        ref_mv(hb2, R->l[l].wu, xb, hid, dim);
+        for (int i = 0; i < hid; i++) hb[i] = (float)(hb[i] / (1.0 + exp(-hb[i]))) * hb2[i];
+        ref_mv(t, R->l[l].wd, hb, dim, hid);
+        for (int i = 0; i < dim; i++) x[i] += t[i];
+    }
+    ref_norm(xb, x, R->onorm, dim, c->norm_eps);
+    ref_mv(logits, R->out, xb, c->vocab_size, dim);
+    free(x), free(xb), free(q), free(att), free(t), free(hb), free(hb2), free(sc);
+}
+
+// ----------------------------------------------------------------------------
+// helpers
+
+static const struct synth_cfg gqa = {64, 160, 3, 8, 2, 300, 64}; /* head_dim 8, 4 q per kv */
+
+static struct loaded_model *open_model(const char *path, int max_seqs, int max_tokens)
+{
+    static char err[ERRMSG_LEN];
+    struct loaded_model *lm = calloc(1, sizeof *lm);
+    struct loader_opts o = {
+        .limits = {.max_seqs = max_seqs, .max_tokens = max_tokens, .threads = 2},
+        .arena_flags = ARENA_NO_HUGEPAGES | ARENA_NO_LOCK};
+    if (loader_open(lm, path, &o, err)) {
+        fprintf(stderr, "%s\n", err);
+        free(lm);
+        return NULL;
+    }
+    return lm;
+}
+
+static void close_model(struct loaded_model *lm)
+{
+    if (lm) loader_close(lm);
+    free(lm);
+}
+
+static double rel_err(const float *a, const float *b, int n)
+{
+    double num = 0, den = 0;
+    for (int i = 0; i < n; i++) {
+        if (isnan(a[i]) || isnan(b[i])) return INFINITY;
+        num += (double)(a[i] - b[i]) * (a[i] - b[i]);
+        den += (double)b[i] * b[i];
+    }
+    return sqrt(num / (den + 1e-30));
+}
+
+/* Tolerance on ||engine - ref|| / ||ref|| of the logits, per weight type. The reference uses the
+ * same dequantized weights, so the only differences are: f32 accumulation order (~1e-6), and for
+ * quantized types the Q8 rounding of the activations before the integer dot products (ggml does
+ * the same): ~0.4% per matmul for 8-bit activations, compounding over 3 layers. */
+static double tolerance(uint32_t type)
+{
+    switch (type) {
+    case GGML_F32:
+        return 1e-4;
+    case GGML_F16:
+    case GGML_BF16:
+        return 1e-3; /* f16/bf16 weights are exact after dequantization */
+    default:
+        return 3e-2;
+    }
+}
+
+/* Prefill a 9-token prompt as one batch (logits at every row), compare each row with the
+ * reference run token by token. */
+static void check_type(uint32_t type)
+{
+    char path[128];
+    snprintf(path, sizeof path, "build/test-engine-%s.gguf", ggml_type_name(type));
+    CHECK(synth_write(path, &gqa, type, 7) == 0);
+    struct loaded_model *lm = open_model(path, 2, 16);
+    CHECK(lm);
+    struct engine *e = &lm->engine;
+    int V = gqa.vocab, n = 9;
+    int toks[9] = {1, 260, 7, 299, 42, 100, 3, 280, 259}, pos[9], rows[9];
+    int table[64];
+    for (int i = 0; i < kv_blocks_for(&e->kv, 64); i++) table[i] = kv_block_alloc(&e->kv);
+    const int *blocks[9];
+    for (int i = 0; i < n; i++) pos[i] = i, rows[i] = i, blocks[i] = table;
+    float *logits = malloc(sizeof(float) * V * n), *ref = malloc(sizeof(float) * V);
+    struct batch b = {n, toks, pos, blocks, n, rows};
+    CHECK(engine_forward(e, &b, logits) == 0);
+    struct ref R;
+    ref_init(&R, &lm->model);
+    double worst = 0;
+    for (int i = 0; i < n; i++) {
+        ref_forward(&R, toks[i], i, ref);
+        double r = rel_err(logits + (size_t)i * V, ref, V);
+        if (r > worst) worst = r;
+    }
+    ref_free(&R);
+    free(logits), free(ref);
+    close_model(lm);
+    remove(path);
+    CHECKF(worst <= tolerance(type), "%s: relative logit error %.3g > %.3g", ggml_type_name(type),
+           worst, tolerance(type));
+    printf("# %s: worst relative logit error %.3g (tolerance %.3g)\n", ggml_type_name(type), worst,
+           tolerance(type));
+}
+
+TEST(prefill_matches_reference_f32)
+{
+    check_type(GGML_F32);
+}
+TEST(prefill_matches_reference_f16)
+{
+    check_type(GGML_F16);
+}
+TEST(prefill_matches_reference_bf16)
+{
+    check_type(GGML_BF16);
+}
+TEST(prefill_matches_reference_q8_0)
+{
+    check_type(GGML_Q8_0);
+}
+TEST(prefill_matches_reference_q4_0)
+{
+    check_type(GGML_Q4_0);
+}
+
+/* Greedy continuation of one sequence, decoding one token per step. */
+static void greedy_alone(struct engine *e, const int *prompt, int np, int n_gen, int *out)
+{
+    int V = e->cfg->vocab_size, table[16], pos[16], rows[16];
+    const int *blocks[16];
+    for (int i = 0; i < kv_blocks_for(&e->kv, 64); i++) table[i] = kv_block_alloc(&e->kv);
+    float *logits = malloc(sizeof(float) * V);
+    int last = np - 1;
+    for (int i = 0; i < np; i++) pos[i] = i, blocks[i] = table;
+    rows[0] = last;
+    struct batch b = {np, prompt, pos, blocks, 1, rows};
+    CHECK(engine_forward(e, &b, logits) == 0);
+    int cur = np;
+    for (int g = 0; g < n_gen; g++) {
+        out[g] = sampler_argmax(logits, V);
+        int p = cur++, z = 0;
+        const int *bt = table;
+        struct batch d = {1, &out[g], &p, &bt, 1, &z};
+        CHECK(engine_forward(e, &d, logits) == 0);
+    }
+    for (int i = 0; i < kv_blocks_for(&e->kv, 64); i++) kv_block_free(&e->kv, table[i]);
+    free(logits);
+}
+
+/* Three sequences with different prompts decoded together, one token each per step, mixed with
+ * the third sequence's prefill arriving late: the same greedy tokens as each alone. */
+TEST(batched_decode_equals_one_by_one)
+{
+    const char *path = "build/test-engine-batch.gguf";
+    CHECK(synth_write(path, &gqa, GGML_Q8_0, 11) == 0);
+    struct loaded_model *lm = open_model(path, 4, 16);
+    CHECK(lm);
+    struct engine *e = &lm->engine;
+    int V = gqa.vocab;
+    int p0[] = {1, 270, 5}, p1[] = {1, 9, 33, 290, 12, 260}, p2[] = {1, 299};
+    const int *prompts[3] = {p0, p1, p2};
+    int np[3] = {3, 6, 2}, alone[3][8], together[3][8];
+    for (int s = 0; s < 3; s++) greedy_alone(e, prompts[s], np[s], 8, alone[s]);
+
+    int tables[3][16];
+    for (int s = 0; s < 3; s++)
+        for (int i = 0; i < kv_blocks_for(&e->kv, 64); i++) tables[s][i] = kv_block_alloc(&e->kv);
+    float *logits = malloc(sizeof(float) * V * 3);
+    int toks[16], pos[16], rows[3], cur[3], ngen[3] = {0, 0, 0};
+    const int *blocks[16];
+    // step 0: prefill of sequences 0 and 1 in one batch
+    int n = 0;
+    for (int s = 0; s < 2; s++) {
+        for (int i = 0; i < np[s]; i++)
+            toks[n] = prompts[s][i], pos[n] = i, blocks[n] = tables[s], n++;
+        rows[s] = n - 1;
+        cur[s] = np[s];
+    }
+    struct batch b = {n, toks, pos, blocks, 2, rows};
+    CHECK(engine_forward(e, &b, logits) == 0);
+    for (int s = 0; s < 2; s++) together[s][ngen[s]++] = sampler_argmax(logits + s * V, V);
+    // step 1: decode 0 and 1, prefill 2; then all three decode together
+    for (int step = 1; step < 9; step++) {
+        n = 0;
+        int nr = 0, who[3];
+        for (int s = 0; s < 3; s++) {
+            if (s == 2 && step == 1) {
+                for (int i = 0; i < np[2]; i++)
+                    toks[n] = p2[i], pos[n] = i, blocks[n] = tables[2], n++;
+                cur[2] = np[2];
+            } else {
+                if (ngen[s] >= 8) continue;
+                toks[n] = together[s][ngen[s] - 1], pos[n] = cur[s]++, blocks[n] = tables[s], n++;
+            }
+            rows[nr] = n - 1, who[nr++] = s;
+        }
+        if (!n) break;
+        struct batch d = {n, toks, pos, blocks, nr, rows};
+        CHECK(engine_forward(e, &d, logits) == 0);
+        for (int r = 0; r < nr; r++)
+            if (ngen[who[r]] < 8)
+                together[who[r]][ngen[who[r]]++] = sampler_argmax(logits + r * V, V);
+    }
+    free(logits);
+    close_model(lm);
+    remove(path);
+    for (int s = 0; s < 3; s++)
+        for (int g = 0; g < 8; g++)
+            CHECKF(alone[s][g] == together[s][g], "seq %d token %d: alone %d, batched %d", s, g,
+                   alone[s][g], together[s][g]);
+}
+
+/* embed + layers [0,k) + layers [k,L) + head == forward, for every split point k: what a node
+ * holding only the first k layers computes, handed to a node with the rest. */
+TEST(layer_range_split_equals_full)
+{
+    const char *path = "build/test-engine-split.gguf";
+    CHECK(synth_write(path, &gqa, GGML_F32, 3) == 0);
+    struct loaded_model *lm = open_model(path, 1, 16);
+    CHECK(lm);
+    struct engine *e = &lm->engine;
+    int V = gqa.vocab, dim = gqa.dim, n = 4;
+    int toks[4] = {1, 300 - 1, 77, 261}, pos[4] = {0, 1, 2, 3}, rows[1] = {3}, table[16];
+    for (int i = 0; i < kv_blocks_for(&e->kv, 64); i++) table[i] = kv_block_alloc(&e->kv);
+    const int *blocks[4] = {table, table, table, table};
+    struct batch b = {n, toks, pos, blocks, 1, rows};
+    float *full = malloc(sizeof(float) * V), *split = malloc(sizeof(float) * V);
+    float *x = malloc(sizeof(float) * dim * n);
+    CHECK(engine_forward(e, &b, full) == 0);
+    for (int k = 0; k <= gqa.layers; k++) {
+        CHECK(engine_embed(e, &b, x) == 0);
+        CHECK(engine_layers(e, &b, 0, k, x) == 0);
+        CHECK(engine_layers(e, &b, k, gqa.layers, x) == 0);
+        CHECK(engine_head(e, &b, x, split) == 0);
+        CHECKF(memcmp(full, split, sizeof(float) * V) == 0, "split at %d differs", k);
+    }
+    CHECK(engine_layers(e, &b, 2, 1, x) == -1);
+    CHECK(engine_layers(e, &b, 0, gqa.layers + 1, x) == -1);
+    free(full), free(split), free(x);
+    close_model(lm);
+    remove(path);
+}
+
+TEST(sampler_seeded_and_filters)
+{
+    int V = 50;
+    float logits[50], work[50];
+    for (int i = 0; i < V; i++) logits[i] = sinf((float)i) * 3;
+    struct sampler a, b;
+    struct sampler_params p = {
+        .temperature = 0.9f, .top_p = 0.9f, .top_k = 20, .min_p = 0.01f, .seed = 42};
+    CHECK(sampler_init(&a, &p, V, NULL) == 0);
+    CHECK(sampler_init(&b, &p, V, NULL) == 0);
+    int differ = 0, seen_other = 0, first = -1;
+    for (int i = 0; i < 200; i++) {
+        memcpy(work, logits, sizeof work);
+        int x = sampler_sample(&a, work);
+        memcpy(work, logits, sizeof work);
+        int y = sampler_sample(&b, work);
+        differ |= x != y;
+        if (first < 0)
+            first = x;
+        else if (x != first)
+            seen_other = 1;
+        /* top-k 20: only the 20 best may ever come out */
+        int better = 0;
+        for (int j = 0; j < V; j++) better += logits[j] > logits[x];
+        CHECKF(better < 20, "token %d has %d better tokens", x, better);
+    }
+    CHECK(!differ);    /* same seed, same stream */
+    CHECK(seen_other); /* and it is not constant */
+    sampler_free(&a), sampler_free(&b);
+    // top_k 1 and temperature 0 are greedy
+    struct sampler_params g = {.temperature = 1.0f, .top_p = 1.0f, .top_k = 1, .seed = 1};
+    CHECK(sampler_init(&a, &g, V, NULL) == 0);
+    memcpy(work, logits, sizeof work);
+    CHECK_EQ_INT(sampler_sample(&a, work), sampler_argmax(logits, V));
+    sampler_free(&a);
+    // min_p near 1 keeps only the best
+    struct sampler_params mp = {.temperature = 1.0f, .top_p = 1.0f, .min_p = 0.999f, .seed = 5};
+    CHECK(sampler_init(&a, &mp, V, NULL) == 0);
+    for (int i = 0; i < 20; i++) {
+        memcpy(work, logits, sizeof work);
+        CHECK_EQ_INT(sampler_sample(&a, work), sampler_argmax(logits, V));
+    }
+    sampler_free(&a);
+}
+
+int main(void)
+{
+    log_set_quiet(1);
+    RUN(prefill_matches_reference_f32);
+    RUN(prefill_matches_reference_f16);
+    RUN(prefill_matches_reference_bf16);
+    RUN(prefill_matches_reference_q8_0);
+    RUN(prefill_matches_reference_q4_0);
+    RUN(batched_decode_equals_one_by_one);
+    RUN(layer_range_split_equals_full);
+    RUN(sampler_seeded_and_filters);
+    CHECK_DONE();
+}

@@ -1,0 +1,376 @@
+/* matmul and threadpool: every weight type x every ISA this CPU has x n_tok in {1,2,3,5,17} x odd
+ * row counts, against a double-precision reference on the dequantized weights; every ISA against
+ * the scalar kernels; results independent of batch size, tiling and thread count. */
+#include "os/errmsg.h"
+#include "serving/engine/gguf.h"
+#include "serving/engine/matmul.h"
+#include "serving/engine/matmul_kernels.h"
+#include "serving/engine/quant.h"
+#include "serving/engine/threadpool.h"
+#include "tests/unit/check.h"
+
+#include <stdatomic.h>
+#include <stdint.h>
+#include <unistd.h>
+
+static uint64_t rng = 0x243f6a8885a308d3ull;
+static float uniform(void) /* [-1, 1) */
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((int32_t)(rng >> 32)) / 2147483648.0f;
+}
+
+static const uint32_t types[] = {GGML_F32, GGML_F16, GGML_BF16, GGML_Q8_0, GGML_Q4_0, GGML_Q4_K};
+static const char *type_name(uint32_t t)
+{
+    switch (t) {
+    case GGML_F32:
+        return "F32";
+    case GGML_F16:
+        return "F16";
+    case GGML_BF16:
+        return "BF16";
+    case GGML_Q8_0:
+        return "Q8_0";
+    case GGML_Q4_0:
+        return "Q4_0";
+    case GGML_Q4_K:
+        return "Q4_K";
+    }
+    return "?";
+}
+
+/* Float types get a column count that is not a multiple of the vector width (tail path); the
+ * block types an odd number of blocks. */
+static int cols_for(uint32_t t)
+{
+    return t == GGML_Q4_K ? 768 : (t == GGML_Q8_0 || t == GGML_Q4_0) ? 288 : 200;
+}
+
+static size_t row_size(uint32_t t, int cols)
+{
+    switch (t) {
+    case GGML_F32:
+        return (size_t)cols * 4;
+    case GGML_F16:
+    case GGML_BF16:
+        return (size_t)cols * 2;
+    case GGML_Q8_0:
+        return (size_t)cols / 32 * sizeof(struct block_q8_0);
+    case GGML_Q4_0:
+        return (size_t)cols / 32 * sizeof(struct block_q4_0);
+    }
+    return (size_t)cols / 256 * sizeof(struct block_q4_K);
+}
+
+struct mat {
+    struct tensor t;
+    uint8_t *data;
+    float *deq; /* dequantized weights, rows x cols */
+};
+
+static void mat_make(struct mat *m, uint32_t type, int rows, int cols)
+{
+    size_t rb = row_size(type, cols);
+    m->data = malloc(rb * rows);
+    m->deq = malloc(sizeof(float) * rows * cols);
+    float *row = malloc(sizeof(float) * cols);
+    for (int r = 0; r < rows; r++) {
+        /* Rows of different magnitudes and a few outliers, as in real weights. */
+        float scale = 0.02f * (1 + r % 5);
+        for (int c = 0; c < cols; c++) row[c] = uniform() * scale * (c % 97 == 3 ? 8.0f : 1.0f);
+        quantize_row(type, row, m->data + rb * r, cols);
+        dequantize_row(type, m->data + rb * r, m->deq + (size_t)r * cols, cols);
+    }
+    free(row);
+    m->t = (struct tensor){m->data, type, rows, cols, rb * rows};
+}
+
+static void mat_free(struct mat *m)
+{
+    free(m->data);
+    free(m->deq);
+}
+
+static float *make_x(int n_tok, int cols)
+{
+    float *x = malloc(sizeof(float) * n_tok * cols);
+    for (int i = 0; i < n_tok * cols; i++) x[i] = uniform() * (i % 31 == 0 ? 4.0f : 1.0f);
+    return x;
+}
+
+/* Allowed |y - reference| for one output, where the reference is the exact dot product of the
+ * dequantized weights with the float activations:
+ * - every type: float accumulation over `cols` terms, at most cols * 2^-24 * sum|w x| (the
+ *   standard bound n*u; in practice far less);
+ * - Q8_0, Q4_0, Q4_K: the kernels quantize the activations to int8 per block of 32 (256 for
+ *   Q4_K) with step d = max|x|/127, so each x is off by at most d/2: add sum|w| * d/2 over each
+ *   block (5% slack for the float computation of d and 1/d). The integer dot itself is exact. */
+static double tolerance(uint32_t type, const float *w, const float *x, int cols)
+{
+    double sabs = 0, q = 0;
+    for (int c = 0; c < cols; c++) sabs += fabs((double)w[c] * x[c]);
+    double tol = cols * 0x1p-24 * sabs + 1e-30;
+    if (type == GGML_Q8_0 || type == GGML_Q4_0 || type == GGML_Q4_K) {
+        int bs = type == GGML_Q4_K ? 256 : 32;
+        for (int b = 0; b < cols; b += bs) {
+            double amax = 0, wsum = 0;
+            for (int c = b; c < b + bs; c++) {
+                amax = fmax(amax, fabs(x[c]));
+                wsum += fabs(w[c]);
+            }
+            q += wsum * amax / 254;
+        }
+        tol += 1.05 * q;
+    }
+    return tol;
+}
+
+static const char *isas[] = {"scalar", "avx2", "avx512"};
+
+static int init_ctx(struct matmul_ctx *k, const char *isa, struct threadpool *tp, void **scratch,
+                    int max_tok, int max_cols)
+{
+    char err[ERRMSG_LEN];
+    setenv("STRATA_ISA", isa, 1);
+    *scratch = malloc(matmul_scratch_size(max_tok, max_cols) + 1);
+    int rc = matmul_init(k, tp, *scratch, max_tok, max_cols, err);
+    unsetenv("STRATA_ISA");
+    if (rc) {
+        fprintf(stderr, "%s\n", err);
+        return -1;
+    }
+    return strcmp(matmul_isa_of(k), isa) == 0 ? 0 : 1; /* 1: this CPU lacks the ISA */
+}
+
+TEST(all_types_isas_batches_vs_reference)
+{
+    static const int n_toks[] = {1, 2, 3, 5, 17};
+    static const int row_counts[] = {1, 7, 37};
+    int missing = 0;
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
+        uint32_t type = types[ti];
+        int cols = cols_for(type);
+        for (size_t ri = 0; ri < 3; ri++) {
+            int rows = row_counts[ri];
+            struct mat m;
+            mat_make(&m, type, rows, cols);
+            float *x = make_x(17, cols);
+            float *y = malloc(sizeof(float) * 17 * rows), *ys = malloc(sizeof(float) * 17 * rows);
+            for (size_t ni = 0; ni < 5; ni++) {
+                int n_tok = n_toks[ni];
+                for (int ii = 0; ii < 3; ii++) {
+                    struct matmul_ctx k;
+                    void *scratch;
+                    int rc = init_ctx(&k, isas[ii], NULL, &scratch, 17, cols);
+                    CHECK(rc >= 0);
+                    if (rc == 1) {
+                        missing = 1;
+                        free(scratch);
+                        continue;
+                    }
+                    matmul(&k, ii == 0 ? ys : y, &m.t, x, n_tok);
+                    free(scratch);
+                    for (int t = 0; t < n_tok; t++)
+                        for (int r = 0; r < rows; r++) {
+                            const float *wr = m.deq + (size_t)r * cols, *xt = x + (size_t)t * cols;
+                            double ref = 0;
+                            for (int c = 0; c < cols; c++) ref += (double)wr[c] * xt[c];
+                            double got = (ii == 0 ? ys : y)[t * rows + r];
+                            double tol = tolerance(type, wr, xt, cols);
+                            CHECKF(fabs(got - ref) <= tol,
+                                   "%s %s rows=%d n_tok=%d: y[%d][%d] = %.9g, reference %.9g, "
+                                   "tolerance %.3g",
+                                   type_name(type), isas[ii], rows, n_tok, t, r, got, ref, tol);
+                            if (ii == 0) continue;
+                            /* Same integer dots as scalar: only float summation order differs. */
+                            double s = ys[t * rows + r];
+                            double sabs = 0;
+                            for (int c = 0; c < cols; c++) sabs += fabs((double)wr[c] * xt[c]);
+                            CHECKF(fabs(got - s) <= 2 * cols * 0x1p-24 * sabs + 1e-30,
+                                   "%s %s vs scalar rows=%d n_tok=%d: y[%d][%d] %.9g vs %.9g",
+                                   type_name(type), isas[ii], rows, n_tok, t, r, got, s);
+                        }
+                }
+            }
+            free(x);
+            free(y);
+            free(ys);
+            mat_free(&m);
+        }
+    }
+    if (missing)
+        printf("# some ISAs are missing on this CPU; tested: %s and below\n", matmul_isa());
+}
+
+/* A token's outputs do not depend on which batch it came in, nor on the thread count, nor on
+ * being run through matmul_multi: bit for bit, so batched and one-by-one greedy decoding agree. */
+TEST(batch_threads_multi_bit_identical)
+{
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
+        uint32_t type = types[ti];
+        int cols = cols_for(type);
+        struct mat m[3];
+        int rows[3] = {13, 5, 22};
+        for (int i = 0; i < 3; i++) mat_make(&m[i], type, rows[i], cols);
+        float *x = make_x(17, cols);
+        float *one = malloc(sizeof(float) * 22), *batch[3], *multi[3];
+        for (int i = 0; i < 3; i++) {
+            batch[i] = malloc(sizeof(float) * 17 * rows[i]);
+            multi[i] = malloc(sizeof(float) * 17 * rows[i]);
+        }
+        for (int nth = 1; nth <= 4; nth++) {
+            char err[ERRMSG_LEN];
+            struct threadpool *tp = threadpool_new(nth, err);
+            CHECKF(tp, "%s", err);
+            struct matmul_ctx k;
+            void *scratch;
+            CHECK(init_ctx(&k, matmul_isa(), tp, &scratch, 17, cols) == 0);
+            const struct tensor *ws[3] = {&m[0].t, &m[1].t, &m[2].t};
+            matmul_multi(&k, 3, multi, ws, x, 17);
+            for (int i = 0; i < 3; i++) {
+                matmul(&k, batch[i], &m[i].t, x, 17);
+                CHECKF(!memcmp(batch[i], multi[i], sizeof(float) * 17 * rows[i]),
+                       "%s: matmul_multi differs from matmul (matrix %d, %d threads)",
+                       type_name(type), i, nth);
+                for (int t = 0; t < 17; t += 4) {
+                    matmul(&k, one, &m[i].t, x + (size_t)t * cols, 1);
+                    CHECKF(!memcmp(one, batch[i] + (size_t)t * rows[i], sizeof(float) * rows[i]),
+                           "%s: token %d alone differs from in a batch of 17 (%d threads)",
+                           type_name(type), t, nth);
+                }
+            }
+            free(scratch);
+            threadpool_free(tp);
+        }
+        for (int i = 0; i < 3; i++) {
+            free(batch[i]);
+            free(multi[i]);
+            mat_free(&m[i]);
+        }
+        free(one);
+        free(x);
+    }
+}
+
+/* The SIMD activation quantizers produce the scalar one's bytes: zero blocks, ties (x/d exactly
+ * k + 0.5, which round to even), outliers. */
+TEST(activation_quantizers_bit_identical)
+{
+    enum { N = 1024 };
+    static float x[N];
+    for (int i = 0; i < N; i++) x[i] = uniform() * (i % 37 == 0 ? 50.0f : 1.0f);
+    for (int i = 0; i < 32; i++) x[i] = 0.0f;                    /* an all-zero block */
+    for (int i = 32; i < 64; i++) x[i] = (float)(i - 48) + 0.5f; /* amax 15.5 */
+    x[32] = 127.0f;                                              /* d = 1: ties at k + 0.5 */
+    static struct act_q8 a[N / 32], b[N / 32];
+    static struct act_q8k ak[N / 256], bk[N / 256];
+    quantize_act_q8(x, a, N / 32);
+    quantize_act_q8k(x, ak, N / 256);
+    CHECK(a[0].d == 0 && a[0].qs[5] == 0);
+    CHECK(a[1].d == 1.0f && a[1].qs[1] == -14 && a[1].qs[2] == -14 && a[1].qs[3] == -12);
+    const struct kernel_table *tables[] = {&kernels_avx2, &kernels_avx512};
+    int ran = 0;
+    for (int i = 0; i < 2; i++) {
+        struct matmul_ctx k;
+        void *scratch;
+        if (init_ctx(&k, tables[i]->name, NULL, &scratch, 1, 32) != 0) {
+            free(scratch);
+            continue;
+        }
+        free(scratch);
+        ran++;
+        memset(b, 0x55, sizeof b);
+        memset(bk, 0x55, sizeof bk);
+        tables[i]->quant_q8(x, b, N / 32);
+        tables[i]->quant_q8k(x, bk, N / 256);
+        CHECKF(!memcmp(a, b, sizeof a), "%s: act_q8 differs from scalar", tables[i]->name);
+        CHECKF(!memcmp(ak, bk, sizeof ak), "%s: act_q8k differs from scalar", tables[i]->name);
+    }
+    if (!ran) SKIP("no SIMD ISA on this CPU");
+}
+
+TEST(tensor_get_row_dequantizes)
+{
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
+        int cols = cols_for(types[ti]);
+        struct mat m;
+        mat_make(&m, types[ti], 9, cols);
+        float *out = malloc(sizeof(float) * cols);
+        for (int r = 0; r < 9; r += 4) {
+            tensor_get_row(&m.t, r, out);
+            CHECK(!memcmp(out, m.deq + (size_t)r * cols, sizeof(float) * cols));
+        }
+        free(out);
+        mat_free(&m);
+    }
+}
+
+TEST(isa_override)
+{
+    setenv("STRATA_ISA", "scalar", 1);
+    CHECK_STR(matmul_isa(), "scalar");
+    unsetenv("STRATA_ISA");
+    const char *best = matmul_isa();
+    CHECK(!strcmp(best, "scalar") || !strcmp(best, "avx2") || !strcmp(best, "avx512"));
+    setenv("STRATA_ISA", "avx2", 1);
+    CHECK(strcmp(matmul_isa(), "avx512") != 0); /* forces a lower one, never a higher */
+    unsetenv("STRATA_ISA");
+}
+
+struct tp_job {
+    atomic_int calls[8];
+    atomic_long sum;
+    atomic_int bad_nth;
+    int n;
+};
+
+static void tp_fn(void *arg, int ith, int nth)
+{
+    struct tp_job *j = arg;
+    atomic_fetch_add(&j->calls[ith], 1);
+    if (nth != j->n) atomic_fetch_add(&j->bad_nth, 1); /* no CHECK: not the test's thread */
+    long s = 0;
+    for (int i = ith; i < 1000; i += nth) s += i;
+    atomic_fetch_add(&j->sum, s);
+}
+
+TEST(threadpool_runs_each_thread_once_per_job)
+{
+    for (int n = 1; n <= 4; n++) {
+        char err[ERRMSG_LEN];
+        struct threadpool *tp = threadpool_new(n, err);
+        CHECKF(tp, "%s", err);
+        CHECK_EQ_INT(threadpool_size(tp), n);
+        struct tp_job j;
+        memset(&j, 0, sizeof j);
+        j.n = n;
+        const int jobs = 2000;
+        for (int i = 0; i < jobs; i++) {
+            atomic_store(&j.sum, 0);
+            threadpool_run(tp, tp_fn, &j);
+            CHECK_EQ_INT(atomic_load(&j.sum), 999 * 1000 / 2);
+            if (i == jobs / 2) usleep(3000); /* let workers fall asleep on the futex */
+        }
+        for (int i = 0; i < n; i++) CHECK_EQ_INT(atomic_load(&j.calls[i]), jobs);
+        CHECK_EQ_INT(atomic_load(&j.bad_nth), 0);
+        threadpool_free(tp);
+    }
+    char err[ERRMSG_LEN];
+    CHECK(threadpool_new(0, err) == NULL);
+    CHECK(strstr(err, "threads") != NULL);
+}
+
+int main(void)
+{
+    printf("# matmul ISA on this CPU: %s\n", matmul_isa());
+    RUN(all_types_isas_batches_vs_reference);
+    RUN(batch_threads_multi_bit_identical);
+    RUN(activation_quantizers_bit_identical);
+    RUN(tensor_get_row_dequantizes);
+    RUN(isa_override);
+    RUN(threadpool_runs_each_thread_once_per_job);
+    CHECK_DONE();
+}

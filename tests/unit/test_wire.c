@@ -1,0 +1,309 @@
+/* Wire format: CRC-32C vectors, IEEE-754 and half-precision bit patterns, every encoder against
+ * its decoder, and every decoder against short, long and corrupted input. */
+#include "tests/unit/check.h"
+#include "transport/crc32c.h"
+#include "transport/wire.h"
+
+#include <math.h>
+#include <stdint.h>
+
+static char err[512];
+
+TEST(crc32c_vectors)
+{
+    /* RFC 3720 (iSCSI) B.4 and the common check value. */
+    uint8_t b[32];
+    CHECK_EQ_INT(crc32c(0, "123456789", 9), 0xE3069283u);
+    memset(b, 0, 32);
+    CHECK_EQ_INT(crc32c(0, b, 32), 0x8A9136AAu);
+    memset(b, 0xff, 32);
+    CHECK_EQ_INT(crc32c(0, b, 32), 0x62A8AB43u);
+    for (int i = 0; i < 32; i++) b[i] = (uint8_t)i;
+    CHECK_EQ_INT(crc32c(0, b, 32), 0x46DD794Eu);
+    for (int i = 0; i < 32; i++) b[i] = (uint8_t)(31 - i);
+    CHECK_EQ_INT(crc32c(0, b, 32), 0x113FDB5Cu);
+    CHECK_EQ_INT(crc32c(0, b, 0), 0);
+    CHECK_EQ_INT(crc32c_sw(0, "123456789", 9), 0xE3069283u);
+}
+
+TEST(crc32c_hw_matches_table_and_chains)
+{
+    static uint8_t buf[4096 + 16];
+    uint64_t x = 88172645463325252ull;
+    for (size_t i = 0; i < sizeof buf; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        buf[i] = (uint8_t)x;
+    }
+    for (size_t off = 0; off < 9; off++)
+        for (size_t len = 0; len < 300; len += 7)
+            CHECK_EQ_INT(crc32c(0, buf + off, len), crc32c_sw(0, buf + off, len));
+    uint32_t whole = crc32c(0, buf, 4096);
+    CHECK_EQ_INT(crc32c(crc32c(0, buf, 1000), buf + 1000, 3096), whole);
+    CHECK_EQ_INT(crc32c_sw(crc32c_sw(0, buf, 13), buf + 13, 4083), whole);
+}
+
+TEST(ieee754_f32_bits)
+{
+    uint8_t out[4];
+    struct wire_w w = {out, 4, 0, 0};
+    CHECK_EQ_INT(wire_f32_bits(6.342e-5f), 0x3885005Au);
+    wire_put_f32(&w, 6.342e-5f);
+    CHECK(!w.bad && w.off == 4);
+    /* Little-endian on the wire: the big-endian bytes 38 85 00 5A reversed. */
+    CHECK(out[0] == 0x5A && out[1] == 0x00 && out[2] == 0x85 && out[3] == 0x38);
+    struct wire_r r = {out, 4, 0, 0};
+    CHECK(wire_get_f32(&r) == 6.342e-5f);
+    CHECK_EQ_INT(wire_f32_bits(1.0f), 0x3F800000u);
+    CHECK_EQ_INT(wire_f32_bits(-2.0f), 0xC0000000u);
+    CHECK_EQ_INT(wire_f32_bits(INFINITY), 0x7F800000u);
+    CHECK_EQ_INT(wire_f32_bits(-0.0f), 0x80000000u);
+    CHECK(isnan(wire_bits_f32(0x7FC00000u)));
+}
+
+/* Reference half and bfloat16 decoding, to pin the bit patterns the fabric ships. */
+static double half_value(uint16_t h)
+{
+    int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
+    double v = e == 0 ? ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexp(1024 + m, e - 25);
+    return s ? -v : v;
+}
+
+TEST(fp16_bf16_patterns)
+{
+    CHECK(half_value(0x3C00) == 1.0);
+    CHECK(half_value(0xC000) == -2.0);
+    CHECK(half_value(0x7BFF) == 65504.0);
+    CHECK(half_value(0x0001) == ldexp(1, -24));
+    CHECK(isinf(half_value(0x7C00)));
+    /* 6.342e-5 as fp16 is 0x0428 (1.0390625 * 2^-14 = 6.3419e-5). */
+    CHECK(fabs(half_value(0x0428) - 6.342e-5) < 1e-8);
+    /* bf16 is the upper half of the f32: 6.342e-5 -> 0x3885 (round to nearest even). */
+    CHECK_EQ_INT(wire_f32_bits(6.342e-5f) >> 16, 0x3885);
+    uint8_t out[4];
+    struct wire_w w = {out, 4, 0, 0};
+    wire_put_u16(&w, 0x0428);
+    wire_put_u16(&w, 0x3885);
+    CHECK(out[0] == 0x28 && out[1] == 0x04 && out[2] == 0x85 && out[3] == 0x38);
+    struct wire_r r = {out, 4, 0, 0};
+    CHECK_EQ_INT(wire_get_u16(&r), 0x0428);
+    CHECK_EQ_INT(wire_get_u16(&r), 0x3885);
+    CHECK(!r.bad);
+    CHECK_EQ_INT(wire_get_u16(&r), 0);
+    CHECK(r.bad);
+}
+
+TEST(header_roundtrip_and_bytes)
+{
+    struct wire_hdr h = {WIRE_VERSION, WIRE_MSG, WIRE_F_END, 3, 7, 0x0102030405060708ull, 0};
+    uint8_t f[WIRE_HDR_LEN + 3] = {0};
+    memcpy(f + WIRE_HDR_LEN, "abc", 3);
+    h.crc = crc32c(0, "abc", 3);
+    wire_hdr_encode(f, &h);
+    static const uint8_t head[] = {0x53, 0x54, 0x52, 0x41, 1, 3, 1, 0, 3, 0, 0, 0,
+                                   7,    0,    0,    0,    8, 7, 6, 5, 4, 3, 2, 1};
+    CHECK(!memcmp(f, head, sizeof head));
+    struct wire_hdr g;
+    CHECK(wire_frame_check(&g, f, sizeof f, err) == 0);
+    CHECK(g.type == WIRE_MSG && g.flags == WIRE_F_END && g.length == 3 && g.conn == 7 &&
+          g.seq == 0x0102030405060708ull && g.crc == h.crc);
+    for (size_t n = 0; n < sizeof f; n++) CHECK(wire_frame_check(&g, f, n, err) == -1);
+    uint8_t longer[sizeof f + 1];
+    memcpy(longer, f, sizeof f);
+    CHECK(wire_frame_check(&g, longer, sizeof longer, err) == -1);
+    /* Any flipped bit in any field or in the payload is rejected. */
+    for (size_t i = 0; i < sizeof f; i++)
+        for (int b = 0; b < 8; b++) {
+            /* type, flags, conn and seq are authenticated by the session (test_fabric_auth) */
+            if ((i >= 5 && i < 8) || (i >= 12 && i < 24)) continue;
+            uint8_t c[sizeof f];
+            memcpy(c, f, sizeof f);
+            c[i] ^= (uint8_t)(1 << b);
+            CHECKF(wire_frame_check(&g, c, sizeof c, err) == -1, "byte %zu bit %d", i, b);
+        }
+    h.type = 9;
+    wire_hdr_encode(f, &h);
+    CHECK(wire_hdr_decode(&g, f, sizeof f, err) == -1);
+    h.type = WIRE_MSG;
+    h.length = WIRE_MAX_FRAME;
+    wire_hdr_encode(f, &h);
+    CHECK(wire_hdr_peek(&g, f, sizeof f, err) == -1);
+}
+
+/* Round trip, then every truncation and one extra byte must be rejected. */
+#define CHECK_STRICT(decode_call_len)                                                              \
+    do {                                                                                           \
+        for (size_t n_ = 0; n_ < len; n_++) {                                                      \
+            size_t L = n_;                                                                         \
+            CHECKF((decode_call_len) == -1, "accepted %zu of %zu bytes", n_, len);                 \
+        }                                                                                          \
+        buf[len] = 0;                                                                              \
+        size_t L = len + 1;                                                                        \
+        CHECKF((decode_call_len) == -1, "accepted a trailing byte");                               \
+    } while (0)
+
+TEST(manifest_roundtrip_and_rejects)
+{
+    static struct wire_manifest m, d;
+    static uint8_t buf[65536];
+    memset(&m, 0, sizeof m);
+    for (int i = 0; i < WIRE_ID_LEN; i++) m.model_id[i] = (uint8_t)(i * 7);
+    strcpy(m.name, "stories15M");
+    m.header_len = 12345;
+    m.header_crc = 0xdeadbeef;
+    m.image_size = 1000;
+    m.chunk_size = 4096;
+    m.n_spans = 3;
+    m.span[0] = (struct wire_span){0, 100, 1};
+    m.span[1] = (struct wire_span){128, 500, 2};
+    m.span[2] = (struct wire_span){640, 360, 3};
+    size_t len = wire_manifest_encode(buf, sizeof buf, &m);
+    CHECK(len > 0);
+    CHECK(wire_manifest_decode(&d, buf, len, err) == 0);
+    CHECK(!memcmp(d.model_id, m.model_id, WIRE_ID_LEN));
+    CHECK_STR(d.name, "stories15M");
+    CHECK(d.header_len == 12345 && d.header_crc == 0xdeadbeef && d.image_size == 1000 &&
+          d.chunk_size == 4096 && d.n_spans == 3 && d.span[1].offset == 128 &&
+          d.span[2].size == 360 && d.span[2].crc == 3);
+    CHECK_STRICT(wire_manifest_decode(&d, buf, L, err));
+    CHECK(wire_manifest_encode(buf, len - 1, &m) == 0);
+
+    struct wire_manifest bad = m;
+    bad.span[1].offset = 50; /* overlaps span 0 */
+    len = wire_manifest_encode(buf, sizeof buf, &bad);
+    CHECK(wire_manifest_decode(&d, buf, len, err) == -1);
+    bad = m;
+    bad.span[2].size = 361; /* past the image */
+    len = wire_manifest_encode(buf, sizeof buf, &bad);
+    CHECK(wire_manifest_decode(&d, buf, len, err) == -1);
+    bad = m;
+    bad.chunk_size = 16;
+    len = wire_manifest_encode(buf, sizeof buf, &bad);
+    CHECK(wire_manifest_decode(&d, buf, len, err) == -1);
+    bad = m;
+    bad.n_spans = 0;
+    len = wire_manifest_encode(buf, sizeof buf, &bad);
+    CHECK(wire_manifest_decode(&d, buf, len, err) == -1);
+    bad = m;
+    bad.header_len = (uint64_t)WIRE_MAX_HEADER_BYTES + 1;
+    len = wire_manifest_encode(buf, sizeof buf, &bad);
+    CHECK(wire_manifest_decode(&d, buf, len, err) == -1);
+    bad = m;
+    strcpy(bad.name, "bad\nname");
+    len = wire_manifest_encode(buf, sizeof buf, &bad);
+    CHECK(wire_manifest_decode(&d, buf, len, err) == -1);
+    /* A span count that claims more than the bytes hold. */
+    len = wire_manifest_encode(buf, sizeof buf, &m);
+    buf[1 + WIRE_ID_LEN + 1 + 10 + 8 + 4 + 8 + 4] = 200;
+    CHECK(wire_manifest_decode(&d, buf, len, err) == -1);
+    /* Wrong message type. */
+    len = wire_manifest_encode(buf, sizeof buf, &m);
+    buf[0] = MSG_JOIN;
+    CHECK(wire_manifest_decode(&d, buf, len, err) == -1);
+}
+
+TEST(join_roundtrip_and_rejects)
+{
+    static struct wire_join j, d;
+    uint8_t buf[1024];
+    memset(&j, 0, sizeof j);
+    j.model_id[0] = 9;
+    j.flags = JOIN_HAVE_HEADER;
+    j.chunk_size = 65536;
+    j.n_spans = 13;
+    j.have[0] = 0xA5;
+    j.have[1] = 0x11;
+    size_t len = wire_join_encode(buf, sizeof buf, &j);
+    CHECK(len == 1 + WIRE_ID_LEN + 1 + 4 + 4 + 2);
+    CHECK(wire_join_decode(&d, buf, len, err) == 0);
+    CHECK(d.model_id[0] == 9 && d.flags == JOIN_HAVE_HEADER && d.chunk_size == 65536 &&
+          d.n_spans == 13 && d.have[0] == 0xA5 && d.have[1] == 0x11);
+    CHECK_STRICT(wire_join_decode(&d, buf, L, err));
+    j.have[1] = 0x21; /* bit 13 is past n_spans */
+    len = wire_join_encode(buf, sizeof buf, &j);
+    CHECK(wire_join_decode(&d, buf, len, err) == -1);
+    j.have[1] = 0x11;
+    j.flags = 0x80;
+    len = wire_join_encode(buf, sizeof buf, &j);
+    CHECK(wire_join_decode(&d, buf, len, err) == -1);
+    j.flags = 0;
+    j.chunk_size = 3;
+    len = wire_join_encode(buf, sizeof buf, &j);
+    CHECK(wire_join_decode(&d, buf, len, err) == -1);
+    j.chunk_size = 0;
+    j.n_spans = WIRE_MAX_SPANS + 1;
+    CHECK(wire_join_encode(buf, sizeof buf, &j) == 0);
+}
+
+TEST(chunk_roundtrip_and_rejects)
+{
+    static uint8_t buf[4096];
+    uint8_t data[100];
+    for (int i = 0; i < 100; i++) data[i] = (uint8_t)(i * 3);
+    struct wire_chunk c = {REGION_IMAGE, 4, 1 << 20, 100, crc32c(0, data, 100), data}, d;
+    size_t len = wire_chunk_encode(buf, sizeof buf, &c);
+    CHECK(len == WIRE_CHUNK_HDR_LEN + 100);
+    CHECK(wire_chunk_decode(&d, buf, len, err) == 0);
+    CHECK(d.region == REGION_IMAGE && d.span == 4 && d.offset == 1 << 20 && d.len == 100 &&
+          !memcmp(d.data, data, 100) && d.data == buf + WIRE_CHUNK_HDR_LEN);
+    CHECK_STRICT(wire_chunk_decode(&d, buf, L, err));
+    buf[WIRE_CHUNK_HDR_LEN + 50] ^= 1; /* a corrupted byte fails the chunk CRC */
+    CHECK(wire_chunk_decode(&d, buf, len, err) == -1);
+    buf[WIRE_CHUNK_HDR_LEN + 50] ^= 1;
+    buf[1] = 7; /* unknown region */
+    CHECK(wire_chunk_decode(&d, buf, len, err) == -1);
+}
+
+TEST(small_messages)
+{
+    uint8_t buf[256];
+    size_t len = wire_refetch_encode(buf, sizeof buf, 42);
+    uint32_t u = 0;
+    CHECK(wire_refetch_decode(&u, buf, len, err) == 0 && u == 42);
+    CHECK_STRICT(wire_refetch_decode(&u, buf, L, err));
+    len = wire_refetch_encode(buf, sizeof buf, WIRE_MAX_SPANS);
+    CHECK(wire_refetch_decode(&u, buf, len, err) == -1);
+    len = wire_done_encode(buf, sizeof buf);
+    CHECK(len == 1 && wire_done_decode(buf, len, err) == 0);
+    CHECK_STRICT(wire_done_decode(buf, L, err));
+
+    struct wire_ack a = {.cum = 77}, b;
+    a.sack[0] = 0x5;
+    a.sack[WIRE_SACK_WORDS - 1] = 1ull << 63;
+    len = wire_ack_encode(buf, sizeof buf, &a);
+    CHECK(len == WIRE_ACK_LEN);
+    CHECK(wire_ack_decode(&b, buf, len, err) == 0 && !memcmp(&a, &b, sizeof a));
+    CHECK_STRICT(wire_ack_decode(&b, buf, L, err));
+
+    struct wire_rdma_info i = {.qpn = 0x123456,
+                               .psn = 0xabcdef,
+                               .lid = 3,
+                               .rkey = 99,
+                               .addr = 0x7f0000001000ull,
+                               .len = 1 << 20},
+                          o;
+    i.gid[15] = 1;
+    len = wire_rdma_info_encode(buf, sizeof buf, &i);
+    CHECK(len == WIRE_RDMA_INFO_LEN);
+    CHECK(wire_rdma_info_decode(&o, buf, len, err) == 0);
+    CHECK(o.qpn == i.qpn && o.psn == i.psn && o.lid == i.lid && o.rkey == i.rkey &&
+          o.addr == i.addr && o.len == i.len && !memcmp(o.gid, i.gid, 16));
+    CHECK_STRICT(wire_rdma_info_decode(&o, buf, L, err));
+    i.qpn = 1u << 24;
+    len = wire_rdma_info_encode(buf, sizeof buf, &i);
+    CHECK(wire_rdma_info_decode(&o, buf, len, err) == -1);
+    CHECK(wire_msg_type(buf, 0) == -1);
+}
+
+int main(void)
+{
+    RUN(crc32c_vectors);
+    RUN(crc32c_hw_matches_table_and_chains);
+    RUN(ieee754_f32_bits);
+    RUN(fp16_bf16_patterns);
+    RUN(header_roundtrip_and_bytes);
+    RUN(manifest_roundtrip_and_rejects);
+    RUN(join_roundtrip_and_rejects);
+    RUN(chunk_roundtrip_and_rejects);
+    RUN(small_messages);
+    CHECK_DONE();
+}

@@ -1,0 +1,394 @@
+/* strata node: one fabric node as a process, for tests, benchmarks and manual runs.
+ *
+ *   strata node --role source --transport tcp|dpdk|rdma --listen IP:PORT --key-file KEY
+ *               (--synthetic BYTES[:SPANS[:SEED]] | -m MODEL.gguf) [--serve N] [--rate MB/s]
+ *   strata node --role joiner --transport ... --peer IP:PORT [--peer ...] --key-file KEY
+ *               [--listen IP:PORT --serve N] --image-out FILE
+ *
+ * A joiner with --listen is a chain node: it forwards each chunk downstream as soon as it holds
+ * it. --serve N makes a holder exit once N downstream peers have verified everything; a joiner
+ * without it exits when it has. The last stdout line says what happened ("complete: ..." or
+ * "failed: ..."), so scripts can check it. */
+#include "os/arena.h"
+#include "os/errmsg.h"
+#include "os/log.h"
+#include "serving/commands.h"
+#include "transport/transport.h"
+#include "transport/weight_stream.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MAX_PEERS 8
+
+struct node_opts {
+    const char *role, *transport, *listen, *key_file, *model, *synthetic, *image_out, *header_out;
+    const char *peers[MAX_PEERS];
+    int n_peers, serve, corrupt_unit, mtu, window, quiet;
+    double timeout_s, rate_mbs, link_gbps;
+    uint32_t chunk;
+    const char *eal, *exception_vdev, *rdma_dev;
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: strata node --role source|joiner --transport tcp|dpdk|rdma --key-file FILE\n"
+               "         [--listen IP:PORT] [--peer IP:PORT ...] [--serve N] [--timeout SEC]\n"
+               "         [--synthetic BYTES[:SPANS[:SEED]] | -m MODEL.gguf] [--image-out FILE]\n"
+               "         [--header-out FILE] [--chunk BYTES] [--rate MB/s] [--corrupt-unit U]\n"
+               "         [--eal 'EAL ARGS'] [--exception-vdev VDEV] [--mtu N] [--window PKTS]\n"
+               "         [--link-gbps G] [--rdma-dev NAME] [-q]\n");
+}
+
+static int parse_opts(struct node_opts *o, int argc, char **argv)
+{
+    static const struct option lo[] = {
+        {"role", 1, 0, 'r'},       {"transport", 1, 0, 't'},
+        {"listen", 1, 0, 'l'},     {"peer", 1, 0, 'p'},
+        {"key-file", 1, 0, 'k'},   {"model", 1, 0, 'm'},
+        {"synthetic", 1, 0, 'S'},  {"image-out", 1, 0, 'o'},
+        {"header-out", 1, 0, 'H'}, {"serve", 1, 0, 'n'},
+        {"timeout", 1, 0, 'T'},    {"chunk", 1, 0, 'c'},
+        {"rate", 1, 0, 'R'},       {"corrupt-unit", 1, 0, 'C'},
+        {"eal", 1, 0, 'E'},        {"exception-vdev", 1, 0, 'X'},
+        {"mtu", 1, 0, 'M'},        {"window", 1, 0, 'W'},
+        {"link-gbps", 1, 0, 'G'},  {"rdma-dev", 1, 0, 'D'},
+        {"help", 0, 0, 'h'},       {0, 0, 0, 0},
+    };
+    memset(o, 0, sizeof *o);
+    o->transport = "tcp";
+    o->timeout_s = 60;
+    o->corrupt_unit = -1;
+    optind = 1;
+    int ch;
+    while ((ch = getopt_long(argc, argv, "m:qh", lo, NULL)) != -1) {
+        switch (ch) {
+        case 'r':
+            o->role = optarg;
+            break;
+        case 't':
+            o->transport = optarg;
+            break;
+        case 'l':
+            o->listen = optarg;
+            break;
+        case 'p':
+            if (o->n_peers == MAX_PEERS)
+                return fprintf(stderr, "node: at most %d peers\n", MAX_PEERS), -1;
+            o->peers[o->n_peers++] = optarg;
+            break;
+        case 'k':
+            o->key_file = optarg;
+            break;
+        case 'm':
+            o->model = optarg;
+            break;
+        case 'S':
+            o->synthetic = optarg;
+            break;
+        case 'o':
+            o->image_out = optarg;
+            break;
+        case 'H':
+            o->header_out = optarg;
+            break;
+        case 'n':
+            o->serve = atoi(optarg);
+            break;
+        case 'T':
+            o->timeout_s = atof(optarg);
+            break;
+        case 'c':
+            o->chunk = (uint32_t)strtoul(optarg, NULL, 0);
+            break;
+        case 'R':
+            o->rate_mbs = atof(optarg);
+            break;
+        case 'C':
+            o->corrupt_unit = atoi(optarg);
+            break;
+        case 'E':
+            o->eal = optarg;
+            break;
+        case 'X':
+            o->exception_vdev = optarg;
+            break;
+        case 'M':
+            o->mtu = atoi(optarg);
+            break;
+        case 'W':
+            o->window = atoi(optarg);
+            break;
+        case 'G':
+            o->link_gbps = atof(optarg);
+            break;
+        case 'D':
+            o->rdma_dev = optarg;
+            break;
+        case 'q':
+            o->quiet = 1;
+            break;
+        case 'h':
+            usage(stdout);
+            exit(0);
+        default:
+            return -1;
+        }
+    }
+    if (optind != argc || !o->role || !o->key_file) return -1;
+    if (!strcmp(o->role, "source")) {
+        if (!o->synthetic == !o->model)
+            return fprintf(stderr, "node: a source needs --synthetic or -m\n"), -1;
+        if (!o->listen) return fprintf(stderr, "node: a source needs --listen\n"), -1;
+    } else if (!strcmp(o->role, "joiner")) {
+        if (!o->n_peers) return fprintf(stderr, "node: a joiner needs --peer\n"), -1;
+    } else {
+        return fprintf(stderr, "node: --role is source or joiner\n"), -1;
+    }
+    return 0;
+}
+
+/* ---- the image a source serves ---- */
+
+static uint64_t parse_size(const char *s, const char **end)
+{
+    char *e;
+    uint64_t v = strtoull(s, &e, 10);
+    if (*e == 'K' || *e == 'k')
+        v <<= 10, e++;
+    else if (*e == 'M' || *e == 'm')
+        v <<= 20, e++;
+    else if (*e == 'G' || *e == 'g')
+        v <<= 30, e++;
+    *end = e;
+    return v;
+}
+
+static uint64_t xorshift(uint64_t *x)
+{
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    return *x;
+}
+
+/* A deterministic synthetic model: a header of pseudo-random bytes and spans of uneven sizes
+ * (embedding and head larger than blocks, as in a real model). */
+struct synth {
+    uint8_t header[4096];
+    uint64_t image_size;
+    uint32_t n_spans;
+    struct wire_span spans[WIRE_MAX_SPANS];
+};
+
+static int synth_plan(struct synth *sy, const char *spec, uint64_t *seed, char *err)
+{
+    const char *e;
+    sy->image_size = parse_size(spec, &e);
+    sy->n_spans = 10;
+    *seed = 1;
+    if (*e == ':') sy->n_spans = (uint32_t)strtoul(e + 1, (char **)&e, 10);
+    if (*e == ':') *seed = strtoull(e + 1, (char **)&e, 10);
+    if (*e || sy->image_size < 1024 || sy->n_spans < 3 || sy->n_spans > WIRE_MAX_SPANS)
+        return errmsg_set(err,
+                          "--synthetic '%s': expected BYTES[:SPANS[:SEED]], >= 1K, 3..%d spans",
+                          spec, WIRE_MAX_SPANS);
+    if (!*seed) *seed = 1;
+    /* Weights: embedding 3, blocks 2 each, head 3; spans start 64-byte aligned. */
+    uint64_t units = 6 + 2 * (uint64_t)(sy->n_spans - 2), off = 0;
+    for (uint32_t i = 0; i < sy->n_spans; i++) {
+        uint64_t w = (i == 0 || i == sy->n_spans - 1) ? 3 : 2;
+        uint64_t size = sy->image_size * w / units & ~(uint64_t)63;
+        if (i == sy->n_spans - 1) size = sy->image_size - off;
+        sy->spans[i].offset = off;
+        sy->spans[i].size = size;
+        off += size;
+    }
+    uint64_t x = *seed * 0x9E3779B97F4A7C15ull;
+    memcpy(sy->header, "GGUF", 4);
+    for (size_t i = 4; i < sizeof sy->header; i++) sy->header[i] = (uint8_t)xorshift(&x);
+    return 0;
+}
+
+static void synth_fill(uint8_t *image, uint64_t size, uint64_t seed)
+{
+    uint64_t x = seed * 0xD1B54A32D192ED03ull + 1;
+    uint64_t i = 0;
+    for (; i + 8 <= size; i += 8) {
+        uint64_t v = xorshift(&x);
+        memcpy(image + i, &v, 8);
+    }
+    for (; i < size; i++) image[i] = (uint8_t)xorshift(&x);
+}
+
+/* ---- the joiner's image lives in the pinned arena ---- */
+
+struct node {
+    struct arena arena;
+    int have_arena;
+};
+
+static uint8_t *alloc_image(void *ctx, uint64_t size, char *err)
+{
+    struct node *n = ctx;
+    if (arena_open(&n->arena, (size_t)size + ARENA_ALIGN, ARENA_NO_HUGEPAGES | ARENA_NO_LOCK, err))
+        return NULL;
+    n->have_arena = 1;
+    return arena_carve(&n->arena, "weights", (size_t)size, err);
+}
+
+static int write_file(const char *path, const void *p, uint64_t n, char *err)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f) return errmsg_set(err, "%s: %s", path, strerror(errno));
+    size_t w = n ? fwrite(p, 1, (size_t)n, f) : 0;
+    if (fclose(f) || w != n) return errmsg_set(err, "%s: write failed", path);
+    return 0;
+}
+
+static volatile sig_atomic_t stop_signal;
+static void on_signal(int sig)
+{
+    stop_signal = sig;
+}
+
+int cmd_node(int argc, char **argv)
+{
+    struct node_opts o;
+    if (parse_opts(&o, argc, argv)) {
+        usage(stderr);
+        return 2;
+    }
+    if (o.quiet) log_set_quiet(1);
+    char err[ERRMSG_LEN];
+    int is_source = !strcmp(o.role, "source"), rc = 1;
+    struct node node = {0};
+    struct weight_store store;
+    struct synth *sy = NULL;
+    struct tp *t = NULL;
+    struct weight_stream *ws = NULL;
+    weight_store_init_empty(&store);
+
+    struct tp_config cfg = {
+        .kind = o.transport,
+        .listen = o.listen,
+        .eal = o.eal,
+        .exception_vdev = o.exception_vdev,
+        .mtu = o.mtu,
+        .window = o.window,
+        .rate_gbps = o.link_gbps,
+        .rdma_dev = o.rdma_dev,
+    };
+    if (auth_init(err) || cluster_key_load(&cfg.key, o.key_file, err)) goto out;
+    t = tp_open(&cfg, err);
+    if (!t) goto out;
+
+    if (is_source) {
+        if (o.model) {
+            errmsg_set(err, "%s: loading GGUF models into the fabric needs serving/engine/model.c",
+                       o.model);
+            goto out;
+        }
+        uint64_t seed;
+        sy = calloc(1, sizeof *sy);
+        if (!sy || synth_plan(sy, o.synthetic, &seed, err)) goto out;
+        uint8_t *image = alloc_image(&node, sy->image_size, err);
+        if (!image) goto out;
+        synth_fill(image, sy->image_size, seed);
+        if (weight_store_init_full(&store, "synthetic", sy->header, sizeof sy->header, image,
+                                   sy->image_size, sy->spans, sy->n_spans, o.chunk, err))
+            goto out;
+        if (tp_can_pull(t) && tp_expose(t, image, sy->image_size, err)) goto out;
+        if (o.image_out && write_file(o.image_out, image, sy->image_size, err)) goto out;
+        log_info("fabric", "source: %llu-byte synthetic image, %u spans, serving on %s",
+                 (unsigned long long)sy->image_size, sy->n_spans, o.listen);
+    } else {
+        store.alloc_image = alloc_image;
+        store.alloc_ctx = &node;
+    }
+
+    struct weight_stream_config wc = {
+        .t = t,
+        .store = &store,
+        .peers = o.peers,
+        .n_peers = is_source ? 0 : o.n_peers,
+        .chunk_size = o.chunk,
+        .rate_bytes = o.rate_mbs * 1e6,
+        .corrupt_unit = o.corrupt_unit,
+    };
+    ws = weight_stream_new(&wc, err);
+    if (!ws) goto out;
+    signal(SIGTERM, on_signal);
+    signal(SIGINT, on_signal);
+
+    double t0 = now_s(), t_complete = 0;
+    for (;;) {
+        tp_poll(t, 1);
+        if (weight_stream_step(ws, err)) goto out;
+        if (!t_complete && weight_store_complete(&store) && !is_source) t_complete = now_s();
+        int own_done = is_source || weight_stream_finished(ws);
+        if (own_done && weight_stream_served(ws) >= o.serve && weight_stream_active(ws) == 0 &&
+            (o.serve > 0 || !is_source))
+            break;
+        if (stop_signal) {
+            errmsg_set(err, "stopped by signal %d", (int)stop_signal);
+            goto out;
+        }
+        if (now_s() - t0 > o.timeout_s) {
+            if (is_source && o.serve == 0) break;
+            errmsg_set(err, "timed out after %.0f s: %d of %u spans verified, %d peers served",
+                       o.timeout_s, weight_store_spans_ready(&store),
+                       store.man ? store.man->n_spans : 0, weight_stream_served(ws));
+            goto out;
+        }
+    }
+    const struct weight_stream_stats *st = weight_stream_stats(ws);
+    if (is_source) {
+        printf("complete: served %d peers, %llu bytes sent, %llu re-sent units\n",
+               weight_stream_served(ws), (unsigned long long)st->bytes_tx,
+               (unsigned long long)st->refetches);
+    } else {
+        double dt = t_complete - t0;
+        if (o.image_out && write_file(o.image_out, store.image, store.man->image_size, err))
+            goto out;
+        if (o.header_out && write_file(o.header_out, store.header, store.man->header_len, err))
+            goto out;
+        printf("complete: %llu-byte image, %u spans verified in %.3f s (%.1f MB/s), %llu resumes, "
+               "%llu refetches, %llu duplicate chunks, served %d peers\n",
+               (unsigned long long)store.man->image_size, store.man->n_spans, dt,
+               dt > 0 ? store.man->image_size / dt / 1e6 : 0.0, (unsigned long long)st->resumes,
+               (unsigned long long)st->refetches, (unsigned long long)st->dup_chunks,
+               weight_stream_served(ws));
+    }
+    const struct tp_stats *ts = &t->stats;
+    log_info("fabric",
+             "frames tx %llu rx %llu, retransmits %llu, dropped bad %llu dup %llu, refused %llu",
+             (unsigned long long)ts->frames_tx, (unsigned long long)ts->frames_rx,
+             (unsigned long long)ts->retransmits, (unsigned long long)ts->dropped_bad,
+             (unsigned long long)ts->dropped_dup, (unsigned long long)ts->refused);
+    rc = 0;
+out:
+    if (rc) {
+        printf("failed: %s\n", err);
+        fprintf(stderr, "strata node: %s\n", err);
+    }
+    fflush(stdout);
+    weight_stream_free(ws);
+    tp_destroy(t);
+    weight_store_free(&store);
+    if (node.have_arena) arena_close(&node.arena);
+    free(sy);
+    return rc;
+}

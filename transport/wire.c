@@ -1,0 +1,433 @@
+#include "transport/wire.h"
+
+#include "os/errmsg.h"
+#include "transport/crc32c.h"
+
+#include <string.h>
+
+/* ---- primitives ---- */
+
+static uint8_t *w_room(struct wire_w *w, size_t n)
+{
+    if (w->bad || w->cap - w->off < n) {
+        w->bad = 1;
+        return NULL;
+    }
+    uint8_t *p = w->p + w->off;
+    w->off += n;
+    return p;
+}
+
+void wire_put_u8(struct wire_w *w, uint8_t v)
+{
+    uint8_t *p = w_room(w, 1);
+    if (p) p[0] = v;
+}
+
+void wire_put_u16(struct wire_w *w, uint16_t v)
+{
+    uint8_t *p = w_room(w, 2);
+    if (p) p[0] = (uint8_t)v, p[1] = (uint8_t)(v >> 8);
+}
+
+void wire_put_u32(struct wire_w *w, uint32_t v)
+{
+    uint8_t *p = w_room(w, 4);
+    if (!p) return;
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+void wire_put_u64(struct wire_w *w, uint64_t v)
+{
+    uint8_t *p = w_room(w, 8);
+    if (!p) return;
+    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+uint32_t wire_f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+float wire_bits_f32(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+void wire_put_f32(struct wire_w *w, float v)
+{
+    wire_put_u32(w, wire_f32_bits(v));
+}
+
+void wire_put_bytes(struct wire_w *w, const void *src, size_t n)
+{
+    uint8_t *p = w_room(w, n);
+    if (p && n) memcpy(p, src, n);
+}
+
+const uint8_t *wire_get_bytes(struct wire_r *r, size_t n)
+{
+    if (r->bad || r->len - r->off < n) {
+        r->bad = 1;
+        return NULL;
+    }
+    const uint8_t *p = r->p + r->off;
+    r->off += n;
+    return p;
+}
+
+uint8_t wire_get_u8(struct wire_r *r)
+{
+    const uint8_t *p = wire_get_bytes(r, 1);
+    return p ? p[0] : 0;
+}
+
+uint16_t wire_get_u16(struct wire_r *r)
+{
+    const uint8_t *p = wire_get_bytes(r, 2);
+    return p ? (uint16_t)(p[0] | p[1] << 8) : 0;
+}
+
+uint32_t wire_get_u32(struct wire_r *r)
+{
+    const uint8_t *p = wire_get_bytes(r, 4);
+    if (!p) return 0;
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+uint64_t wire_get_u64(struct wire_r *r)
+{
+    const uint8_t *p = wire_get_bytes(r, 8);
+    if (!p) return 0;
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
+    return v;
+}
+
+float wire_get_f32(struct wire_r *r)
+{
+    return wire_bits_f32(wire_get_u32(r));
+}
+
+/* A decoder's last check: everything read, nothing short, nothing left over. */
+static int r_done(const struct wire_r *r, const char *what, char *err)
+{
+    if (r->bad) return errmsg_set(err, "%s: truncated (%zu bytes)", what, r->len);
+    if (r->off != r->len) return errmsg_set(err, "%s: %zu trailing bytes", what, r->len - r->off);
+    return 0;
+}
+
+static int r_type(struct wire_r *r, int type, const char *what, char *err)
+{
+    int t = wire_get_u8(r);
+    if (r->bad) return errmsg_set(err, "%s: empty message", what);
+    if (t != type) return errmsg_set(err, "%s: message type %d, expected %d", what, t, type);
+    return 0;
+}
+
+int wire_msg_type(const uint8_t *buf, size_t len)
+{
+    return len ? buf[0] : -1;
+}
+
+/* ---- frame header ---- */
+
+void wire_hdr_encode(uint8_t out[WIRE_HDR_LEN], const struct wire_hdr *h)
+{
+    struct wire_w w = {out, WIRE_HDR_LEN, 0, 0};
+    wire_put_u32(&w, WIRE_MAGIC);
+    wire_put_u8(&w, h->version);
+    wire_put_u8(&w, h->type);
+    wire_put_u16(&w, h->flags);
+    wire_put_u32(&w, h->length);
+    wire_put_u32(&w, h->conn);
+    wire_put_u64(&w, h->seq);
+    wire_put_u32(&w, h->crc);
+}
+
+int wire_hdr_peek(struct wire_hdr *h, const uint8_t *buf, size_t len, char *err)
+{
+    if (len < WIRE_HDR_LEN)
+        return errmsg_set(err, "frame: %zu bytes, header needs %d", len, WIRE_HDR_LEN);
+    struct wire_r r = {buf, WIRE_HDR_LEN, 0, 0};
+    uint32_t magic = wire_get_u32(&r);
+    if (magic != WIRE_MAGIC) return errmsg_set(err, "frame: bad magic 0x%08x", magic);
+    h->version = wire_get_u8(&r);
+    h->type = wire_get_u8(&r);
+    h->flags = wire_get_u16(&r);
+    h->length = wire_get_u32(&r);
+    h->conn = wire_get_u32(&r);
+    h->seq = wire_get_u64(&r);
+    h->crc = wire_get_u32(&r);
+    if (h->version != WIRE_VERSION)
+        return errmsg_set(err, "frame: version %u, this node speaks %d", h->version, WIRE_VERSION);
+    if (h->type < WIRE_HELLO || h->type > WIRE_CLOSE)
+        return errmsg_set(err, "frame: unknown type %u", h->type);
+    if (h->length > WIRE_MAX_FRAME - WIRE_HDR_LEN)
+        return errmsg_set(err, "frame: payload length %u exceeds %d", h->length,
+                          WIRE_MAX_FRAME - WIRE_HDR_LEN);
+    return 0;
+}
+
+int wire_hdr_decode(struct wire_hdr *h, const uint8_t *buf, size_t len, char *err)
+{
+    if (wire_hdr_peek(h, buf, len, err)) return -1;
+    if (h->length > len - WIRE_HDR_LEN)
+        return errmsg_set(err, "frame: payload length %u but only %zu bytes follow", h->length,
+                          len - WIRE_HDR_LEN);
+    return 0;
+}
+
+int wire_frame_check(struct wire_hdr *h, const uint8_t *frame, size_t len, char *err)
+{
+    if (wire_hdr_decode(h, frame, len, err)) return -1;
+    if ((size_t)h->length != len - WIRE_HDR_LEN)
+        return errmsg_set(err, "frame: payload length %u but frame has %zu bytes", h->length,
+                          len - WIRE_HDR_LEN);
+    uint32_t c = crc32c(0, frame + WIRE_HDR_LEN, h->length);
+    if (c != h->crc) return errmsg_set(err, "frame: crc32c 0x%08x, header says 0x%08x", c, h->crc);
+    return 0;
+}
+
+/* ---- ack ---- */
+
+size_t wire_ack_encode(uint8_t *out, size_t cap, const struct wire_ack *a)
+{
+    struct wire_w w = {out, cap, 0, 0};
+    wire_put_u64(&w, a->cum);
+    for (int i = 0; i < WIRE_SACK_WORDS; i++) wire_put_u64(&w, a->sack[i]);
+    return w.bad ? 0 : w.off;
+}
+
+int wire_ack_decode(struct wire_ack *a, const uint8_t *buf, size_t len, char *err)
+{
+    struct wire_r r = {buf, len, 0, 0};
+    a->cum = wire_get_u64(&r);
+    for (int i = 0; i < WIRE_SACK_WORDS; i++) a->sack[i] = wire_get_u64(&r);
+    return r_done(&r, "ack", err);
+}
+
+/* ---- manifest ---- */
+
+size_t wire_manifest_encode(uint8_t *out, size_t cap, const struct wire_manifest *m)
+{
+    struct wire_w w = {out, cap, 0, 0};
+    size_t nlen = strnlen(m->name, WIRE_NAME_LEN);
+    if (m->n_spans > WIRE_MAX_SPANS) return 0;
+    wire_put_u8(&w, MSG_MANIFEST);
+    wire_put_bytes(&w, m->model_id, WIRE_ID_LEN);
+    wire_put_u8(&w, (uint8_t)nlen);
+    wire_put_bytes(&w, m->name, nlen);
+    wire_put_u64(&w, m->header_len);
+    wire_put_u32(&w, m->header_crc);
+    wire_put_u64(&w, m->image_size);
+    wire_put_u32(&w, m->chunk_size);
+    wire_put_u32(&w, m->n_spans);
+    for (uint32_t i = 0; i < m->n_spans; i++) {
+        wire_put_u64(&w, m->span[i].offset);
+        wire_put_u64(&w, m->span[i].size);
+        wire_put_u32(&w, m->span[i].crc);
+    }
+    return w.bad ? 0 : w.off;
+}
+
+int wire_manifest_decode(struct wire_manifest *m, const uint8_t *buf, size_t len, char *err)
+{
+    struct wire_r r = {buf, len, 0, 0};
+    if (r_type(&r, MSG_MANIFEST, "manifest", err)) return -1;
+    const uint8_t *id = wire_get_bytes(&r, WIRE_ID_LEN);
+    uint8_t nlen = wire_get_u8(&r);
+    if (nlen > WIRE_NAME_LEN)
+        return errmsg_set(err, "manifest: name length %u > %d", nlen, WIRE_NAME_LEN);
+    const uint8_t *name = wire_get_bytes(&r, nlen);
+    m->header_len = wire_get_u64(&r);
+    m->header_crc = wire_get_u32(&r);
+    m->image_size = wire_get_u64(&r);
+    m->chunk_size = wire_get_u32(&r);
+    m->n_spans = wire_get_u32(&r);
+    if (r.bad) return errmsg_set(err, "manifest: truncated (%zu bytes)", len);
+    if (m->n_spans < 1 || m->n_spans > WIRE_MAX_SPANS)
+        return errmsg_set(err, "manifest: %u spans, must be 1..%d", m->n_spans, WIRE_MAX_SPANS);
+    if ((len - r.off) / 20 < m->n_spans)
+        return errmsg_set(err, "manifest: %u spans need %u bytes, %zu left", m->n_spans,
+                          m->n_spans * 20, len - r.off);
+    memcpy(m->model_id, id, WIRE_ID_LEN);
+    for (unsigned i = 0; i < nlen; i++)
+        if (name[i] < 0x20 || name[i] > 0x7e)
+            return errmsg_set(err, "manifest: name byte %u is not printable", i);
+    memcpy(m->name, name, nlen);
+    m->name[nlen] = 0;
+    if (m->header_len > WIRE_MAX_HEADER_BYTES)
+        return errmsg_set(err, "manifest: header length %llu exceeds %u",
+                          (unsigned long long)m->header_len, WIRE_MAX_HEADER_BYTES);
+    if (m->chunk_size < WIRE_MIN_CHUNK || m->chunk_size > WIRE_MAX_CHUNK)
+        return errmsg_set(err, "manifest: chunk size %u outside %d..%d", m->chunk_size,
+                          WIRE_MIN_CHUNK, WIRE_MAX_CHUNK);
+    uint64_t end = 0;
+    for (uint32_t i = 0; i < m->n_spans; i++) {
+        struct wire_span *s = &m->span[i];
+        s->offset = wire_get_u64(&r);
+        s->size = wire_get_u64(&r);
+        s->crc = wire_get_u32(&r);
+        if (s->offset < end)
+            return errmsg_set(err, "manifest: span %u at %llu overlaps the previous one", i,
+                              (unsigned long long)s->offset);
+        if (s->offset > m->image_size || s->size > m->image_size - s->offset)
+            return errmsg_set(err, "manifest: span %u [%llu, +%llu) outside the %llu-byte image", i,
+                              (unsigned long long)s->offset, (unsigned long long)s->size,
+                              (unsigned long long)m->image_size);
+        end = s->offset + s->size;
+    }
+    return r_done(&r, "manifest", err);
+}
+
+/* ---- join ---- */
+
+size_t wire_join_encode(uint8_t *out, size_t cap, const struct wire_join *j)
+{
+    struct wire_w w = {out, cap, 0, 0};
+    if (j->n_spans > WIRE_MAX_SPANS) return 0;
+    wire_put_u8(&w, MSG_JOIN);
+    wire_put_bytes(&w, j->model_id, WIRE_ID_LEN);
+    wire_put_u8(&w, j->flags);
+    wire_put_u32(&w, j->chunk_size);
+    wire_put_u32(&w, j->n_spans);
+    wire_put_bytes(&w, j->have, (j->n_spans + 7) / 8);
+    return w.bad ? 0 : w.off;
+}
+
+int wire_join_decode(struct wire_join *j, const uint8_t *buf, size_t len, char *err)
+{
+    struct wire_r r = {buf, len, 0, 0};
+    if (r_type(&r, MSG_JOIN, "join", err)) return -1;
+    const uint8_t *id = wire_get_bytes(&r, WIRE_ID_LEN);
+    j->flags = wire_get_u8(&r);
+    j->chunk_size = wire_get_u32(&r);
+    j->n_spans = wire_get_u32(&r);
+    if (r.bad) return errmsg_set(err, "join: truncated (%zu bytes)", len);
+    if (j->flags & ~(JOIN_HAVE_HEADER | JOIN_PULL))
+        return errmsg_set(err, "join: unknown flags 0x%x", j->flags);
+    if (j->chunk_size && (j->chunk_size < WIRE_MIN_CHUNK || j->chunk_size > WIRE_MAX_CHUNK))
+        return errmsg_set(err, "join: chunk size %u outside %d..%d", j->chunk_size, WIRE_MIN_CHUNK,
+                          WIRE_MAX_CHUNK);
+    if (j->n_spans > WIRE_MAX_SPANS)
+        return errmsg_set(err, "join: %u spans exceeds %d", j->n_spans, WIRE_MAX_SPANS);
+    const uint8_t *have = wire_get_bytes(&r, (j->n_spans + 7) / 8);
+    if (r_done(&r, "join", err)) return -1;
+    memcpy(j->model_id, id, WIRE_ID_LEN);
+    memset(j->have, 0, sizeof j->have);
+    memcpy(j->have, have, (j->n_spans + 7) / 8);
+    /* Bits past n_spans must be zero, so one bitmap has one encoding. */
+    if (j->n_spans % 8 && (j->have[j->n_spans / 8] >> (j->n_spans % 8)))
+        return errmsg_set(err, "join: bits set past span %u", j->n_spans);
+    return 0;
+}
+
+/* ---- chunk ---- */
+
+size_t wire_chunk_encode(uint8_t *out, size_t cap, const struct wire_chunk *c)
+{
+    struct wire_w w = {out, cap, 0, 0};
+    if (c->len > WIRE_MAX_CHUNK) return 0;
+    wire_put_u8(&w, MSG_CHUNK);
+    wire_put_u8(&w, c->region);
+    wire_put_u32(&w, c->span);
+    wire_put_u64(&w, c->offset);
+    wire_put_u32(&w, c->len);
+    wire_put_u32(&w, c->crc);
+    wire_put_bytes(&w, c->data, c->len);
+    return w.bad ? 0 : w.off;
+}
+
+int wire_chunk_decode(struct wire_chunk *c, const uint8_t *buf, size_t len, char *err)
+{
+    struct wire_r r = {buf, len, 0, 0};
+    if (r_type(&r, MSG_CHUNK, "chunk", err)) return -1;
+    c->region = wire_get_u8(&r);
+    c->span = wire_get_u32(&r);
+    c->offset = wire_get_u64(&r);
+    c->len = wire_get_u32(&r);
+    c->crc = wire_get_u32(&r);
+    if (r.bad) return errmsg_set(err, "chunk: truncated (%zu bytes)", len);
+    if (c->region > REGION_IMAGE) return errmsg_set(err, "chunk: unknown region %u", c->region);
+    if (c->len > WIRE_MAX_CHUNK)
+        return errmsg_set(err, "chunk: length %u exceeds %d", c->len, WIRE_MAX_CHUNK);
+    c->data = wire_get_bytes(&r, c->len);
+    if (r_done(&r, "chunk", err)) return -1;
+    uint32_t crc = crc32c(0, c->data, c->len);
+    if (crc != c->crc)
+        return errmsg_set(err, "chunk: span %u offset %llu: crc32c 0x%08x, expected 0x%08x",
+                          c->span, (unsigned long long)c->offset, crc, c->crc);
+    return 0;
+}
+
+/* ---- small messages ---- */
+
+size_t wire_refetch_encode(uint8_t *out, size_t cap, uint32_t span)
+{
+    struct wire_w w = {out, cap, 0, 0};
+    wire_put_u8(&w, MSG_REFETCH);
+    wire_put_u32(&w, span);
+    return w.bad ? 0 : w.off;
+}
+
+int wire_refetch_decode(uint32_t *span, const uint8_t *buf, size_t len, char *err)
+{
+    struct wire_r r = {buf, len, 0, 0};
+    if (r_type(&r, MSG_REFETCH, "refetch", err)) return -1;
+    *span = wire_get_u32(&r);
+    if (r_done(&r, "refetch", err)) return -1;
+    if (*span >= WIRE_MAX_SPANS) return errmsg_set(err, "refetch: span %u out of range", *span);
+    return 0;
+}
+
+size_t wire_done_encode(uint8_t *out, size_t cap)
+{
+    struct wire_w w = {out, cap, 0, 0};
+    wire_put_u8(&w, MSG_DONE);
+    return w.bad ? 0 : w.off;
+}
+
+int wire_done_decode(const uint8_t *buf, size_t len, char *err)
+{
+    struct wire_r r = {buf, len, 0, 0};
+    if (r_type(&r, MSG_DONE, "done", err)) return -1;
+    return r_done(&r, "done", err);
+}
+
+size_t wire_rdma_info_encode(uint8_t *out, size_t cap, const struct wire_rdma_info *i)
+{
+    struct wire_w w = {out, cap, 0, 0};
+    wire_put_u8(&w, MSG_RDMA_INFO);
+    wire_put_u32(&w, i->qpn);
+    wire_put_u32(&w, i->psn);
+    wire_put_u16(&w, i->lid);
+    wire_put_bytes(&w, i->gid, 16);
+    wire_put_u32(&w, i->rkey);
+    wire_put_u64(&w, i->addr);
+    wire_put_u64(&w, i->len);
+    return w.bad ? 0 : w.off;
+}
+
+int wire_rdma_info_decode(struct wire_rdma_info *i, const uint8_t *buf, size_t len, char *err)
+{
+    struct wire_r r = {buf, len, 0, 0};
+    if (r_type(&r, MSG_RDMA_INFO, "rdma info", err)) return -1;
+    i->qpn = wire_get_u32(&r);
+    i->psn = wire_get_u32(&r);
+    i->lid = wire_get_u16(&r);
+    const uint8_t *gid = wire_get_bytes(&r, 16);
+    i->rkey = wire_get_u32(&r);
+    i->addr = wire_get_u64(&r);
+    i->len = wire_get_u64(&r);
+    if (r_done(&r, "rdma info", err)) return -1;
+    memcpy(i->gid, gid, 16);
+    if (i->qpn >= 1u << 24) return errmsg_set(err, "rdma info: qpn 0x%x exceeds 24 bits", i->qpn);
+    if (i->psn >= 1u << 24) return errmsg_set(err, "rdma info: psn 0x%x exceeds 24 bits", i->psn);
+    if (i->addr + i->len < i->addr) return errmsg_set(err, "rdma info: region wraps");
+    return 0;
+}

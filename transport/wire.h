@@ -1,0 +1,191 @@
+/* wire: the fabric's bytes on the wire, encoded and decoded field by field.
+ *
+ * Everything is little-endian and written with explicit shifts, never by casting a struct over
+ * wire bytes. Every frame starts with a 28-byte header:
+ *   magic u32 "STRA" | version u8 | type u8 | flags u16 | length u32 | conn u32 | seq u64 | crc u32
+ * `length` counts the payload bytes after the header, `crc` is the CRC-32C of exactly those bytes
+ * (the sealed payload as sent), so a corrupted frame is dropped before any cryptography runs.
+ * HELLO and HELLO_ACK payloads are in the clear and carry a MAC keyed with the cluster key;
+ * every other payload is sealed by the session (transport/auth.h). Inside a sealed MSG payload is
+ * one application message (or a fragment of one, on datagram transports): a type byte and its body.
+ *
+ * Decoders take (buf, len), check every length against what is left before reading it, reject
+ * trailing bytes, and return 0 or -1 with one line in err. Weight payloads inside CHUNK messages
+ * are returned as pointers into the caller's buffer (no copy). */
+#ifndef STRATA_WIRE_H
+#define STRATA_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define WIRE_MAGIC   0x41525453u /* "STRA" as little-endian bytes 53 54 52 41 */
+#define WIRE_VERSION 1
+#define WIRE_HDR_LEN 28
+/* Authenticated-encryption tag appended to every sealed payload. */
+#define WIRE_TAG_LEN 16
+/* Largest application message; a CHUNK carries at most WIRE_MAX_CHUNK bytes of weights. */
+#define WIRE_MAX_MSG   (1u << 20)
+#define WIRE_MAX_CHUNK (WIRE_MAX_MSG - 64)
+#define WIRE_MIN_CHUNK 256
+#define WIRE_MAX_FRAME (WIRE_HDR_LEN + WIRE_MAX_MSG + WIRE_TAG_LEN)
+/* Spans of a manifest: embedding, up to 256 blocks, head, and some room. */
+#define WIRE_MAX_SPANS        1024
+#define WIRE_MAX_HEADER_BYTES (256u << 20)
+#define WIRE_NAME_LEN         63
+#define WIRE_NONCE_LEN        32
+#define WIRE_MAC_LEN          32
+#define WIRE_ID_LEN           32
+/* Selective acknowledgement: bitmap of the WIRE_SACK_BITS packets after the cumulative ack. */
+#define WIRE_SACK_WORDS 8
+#define WIRE_SACK_BITS  (64 * WIRE_SACK_WORDS)
+
+/* Frame types (header `type`). */
+enum wire_type {
+    WIRE_HELLO = 1,     /* client -> server: nonce, MAC */
+    WIRE_HELLO_ACK = 2, /* server -> client: both nonces, conn id, MAC */
+    WIRE_MSG = 3,       /* sealed application message or fragment */
+    WIRE_ACK = 4,       /* sealed: cumulative + selective ack (datagram transports) */
+    WIRE_CLOSE = 5,     /* sealed: the sender is closing the connection */
+};
+#define WIRE_F_END 1u /* MSG: last fragment of an application message */
+
+struct wire_hdr {
+    uint8_t version, type;
+    uint16_t flags;
+    uint32_t length; /* payload bytes after the header */
+    uint32_t conn;   /* connection id chosen by the server; 0 in HELLO */
+    uint64_t seq;
+    uint32_t crc; /* CRC-32C of the payload */
+};
+
+/* Little-endian primitives over a bounded cursor. A write past `cap` or a read past `len` sets
+ * `bad` and does nothing, so a sequence of calls can be checked once at the end. */
+struct wire_w {
+    uint8_t *p;
+    size_t cap, off;
+    int bad;
+};
+struct wire_r {
+    const uint8_t *p;
+    size_t len, off;
+    int bad;
+};
+void wire_put_u8(struct wire_w *w, uint8_t v);
+void wire_put_u16(struct wire_w *w, uint16_t v);
+void wire_put_u32(struct wire_w *w, uint32_t v);
+void wire_put_u64(struct wire_w *w, uint64_t v);
+void wire_put_f32(struct wire_w *w, float v); /* IEEE-754 binary32 bits, little-endian */
+void wire_put_bytes(struct wire_w *w, const void *p, size_t n);
+uint8_t wire_get_u8(struct wire_r *r);
+uint16_t wire_get_u16(struct wire_r *r);
+uint32_t wire_get_u32(struct wire_r *r);
+uint64_t wire_get_u64(struct wire_r *r);
+float wire_get_f32(struct wire_r *r);
+const uint8_t *wire_get_bytes(struct wire_r *r, size_t n); /* NULL (and bad) if short */
+uint32_t wire_f32_bits(float f);
+float wire_bits_f32(uint32_t u);
+
+/* Header. decode checks magic, version, type, and that `length` fits in len - WIRE_HDR_LEN and
+ * WIRE_MAX_FRAME; it does not check the CRC (wire_frame_check does). */
+void wire_hdr_encode(uint8_t out[WIRE_HDR_LEN], const struct wire_hdr *h);
+int wire_hdr_decode(struct wire_hdr *h, const uint8_t *buf, size_t len, char *err);
+/* The same checks except that the payload need not have arrived yet (stream transports). */
+int wire_hdr_peek(struct wire_hdr *h, const uint8_t *buf, size_t len, char *err);
+/* Decode the header of a whole frame of exactly len bytes and check its payload CRC. */
+int wire_frame_check(struct wire_hdr *h, const uint8_t *frame, size_t len, char *err);
+
+/* HELLO / HELLO_ACK bodies (the MAC is computed and checked by transport/auth.c). */
+#define WIRE_HELLO_LEN     (WIRE_NONCE_LEN + WIRE_MAC_LEN)
+#define WIRE_HELLO_ACK_LEN (2 * WIRE_NONCE_LEN + 4 + WIRE_MAC_LEN)
+
+/* ACK plaintext: next expected sequence number and which of the following WIRE_SACK_BITS
+ * packets already arrived (bit i of word i/64 is seq cum+1+i). */
+struct wire_ack {
+    uint64_t cum;
+    uint64_t sack[WIRE_SACK_WORDS];
+};
+#define WIRE_ACK_LEN (8 + 8 * WIRE_SACK_WORDS)
+size_t wire_ack_encode(uint8_t *out, size_t cap, const struct wire_ack *a);
+int wire_ack_decode(struct wire_ack *a, const uint8_t *buf, size_t len, char *err);
+
+/* Application messages (first byte of a MSG payload). */
+enum wire_msg {
+    MSG_JOIN = 16,      /* joiner -> holder: which model, which spans it already holds */
+    MSG_MANIFEST = 17,  /* holder -> joiner: identity, header length, spans with CRCs */
+    MSG_CHUNK = 18,     /* holder -> joiner: bytes of the header or of the weight image */
+    MSG_REFETCH = 19,   /* joiner -> holder: a unit (0 header, 1+s span s) failed its CRC */
+    MSG_DONE = 20,      /* joiner -> holder: every span verified */
+    MSG_RDMA_INFO = 21, /* both ways: queue pair and memory region for one-sided reads */
+};
+
+struct wire_span {
+    uint64_t offset, size; /* in the weight image */
+    uint32_t crc;          /* CRC-32C of the span's bytes */
+};
+
+struct wire_manifest {
+    uint8_t model_id[WIRE_ID_LEN]; /* BLAKE2b-256 of the header bytes */
+    char name[WIRE_NAME_LEN + 1];
+    uint64_t header_len; /* GGUF metadata + tensor infos, sent before the weights */
+    uint32_t header_crc;
+    uint64_t image_size;
+    uint32_t chunk_size; /* the holder sends spans in chunks of at most this many bytes */
+    uint32_t n_spans;
+    struct wire_span span[WIRE_MAX_SPANS];
+};
+/* Returns bytes written, 0 if cap is too small. */
+size_t wire_manifest_encode(uint8_t *out, size_t cap, const struct wire_manifest *m);
+/* Checks besides lengths: 1 <= n_spans <= WIRE_MAX_SPANS, spans in increasing order without
+ * overlap and inside image_size, chunk_size in [WIRE_MIN_CHUNK, WIRE_MAX_CHUNK], header_len <=
+ * WIRE_MAX_HEADER_BYTES, name printable. */
+int wire_manifest_decode(struct wire_manifest *m, const uint8_t *buf, size_t len, char *err);
+
+#define JOIN_HAVE_HEADER 1u /* the header bytes are already verified */
+#define JOIN_PULL                                                                                  \
+    2u /* the joiner pulls the image with one-sided reads: send only the                           \
+          manifest and the header */
+struct wire_join {
+    uint8_t model_id[WIRE_ID_LEN]; /* all zero: any model (a fresh node) */
+    uint8_t flags;                 /* JOIN_* */
+    uint32_t chunk_size;           /* chunking the joiner wants (0: the holder's) */
+    uint32_t n_spans;              /* bits in `have` */
+    uint8_t have[WIRE_MAX_SPANS / 8];
+};
+size_t wire_join_encode(uint8_t *out, size_t cap, const struct wire_join *j);
+int wire_join_decode(struct wire_join *j, const uint8_t *buf, size_t len, char *err);
+
+enum wire_region { REGION_HEADER = 0, REGION_IMAGE = 1 };
+struct wire_chunk {
+    uint8_t region;  /* enum wire_region */
+    uint32_t span;   /* image chunks: the span it belongs to */
+    uint64_t offset; /* in the header bytes or the image */
+    uint32_t len;
+    uint32_t crc; /* CRC-32C of data */
+    const uint8_t *data;
+};
+#define WIRE_CHUNK_HDR_LEN (1 + 1 + 4 + 8 + 4 + 4)
+size_t wire_chunk_encode(uint8_t *out, size_t cap, const struct wire_chunk *c);
+/* Checks len <= WIRE_MAX_CHUNK, the data length and its CRC (not bounds against a manifest:
+ * the receiver does that). */
+int wire_chunk_decode(struct wire_chunk *c, const uint8_t *buf, size_t len, char *err);
+
+size_t wire_refetch_encode(uint8_t *out, size_t cap, uint32_t span);
+int wire_refetch_decode(uint32_t *span, const uint8_t *buf, size_t len, char *err);
+size_t wire_done_encode(uint8_t *out, size_t cap);
+int wire_done_decode(const uint8_t *buf, size_t len, char *err);
+
+struct wire_rdma_info {
+    uint32_t qpn, psn;
+    uint16_t lid;
+    uint8_t gid[16];
+    uint32_t rkey;
+    uint64_t addr, len; /* the registered region the peer may read */
+};
+#define WIRE_RDMA_INFO_LEN (1 + 4 + 4 + 2 + 16 + 4 + 8 + 8)
+size_t wire_rdma_info_encode(uint8_t *out, size_t cap, const struct wire_rdma_info *i);
+int wire_rdma_info_decode(struct wire_rdma_info *i, const uint8_t *buf, size_t len, char *err);
+
+/* The message type of an application message, or -1 if empty. */
+int wire_msg_type(const uint8_t *buf, size_t len);
+
+#endif
