@@ -1,6 +1,6 @@
 #!/bin/bash
 # boot_pxe: network boot as a rack would do it. QEMU's user network is the DHCP and TFTP server
-# (tftp=out dir, bootfile=strata.ipxe); the virtio NIC's iPXE ROM (ipxe-qemu) runs boot/strata.ipxe,
+# (tftp=the image's out dir, bootfile=test.ipxe, which sets strata-args and chains strata.ipxe); the virtio NIC's iPXE ROM (ipxe-qemu) runs boot/strata.ipxe,
 # which fetches vmlinuz and initrd.img and hands its DHCP lease to the kernel as strata.ip/gw/dns.
 # Software emulation; ends with a completion from outside the VM checked against the native
 # greedy output.
@@ -17,7 +17,7 @@ if ! msg=$(boot_image); then nok "pxe image" "$msg"; exit 1; fi
 port=$(qemu_free_port)
 t0=$(date +%s.%N)
 qemu_start pxe -boot n \
-    -netdev "user,id=n0,tftp=$BOOT_OUT,bootfile=strata.ipxe,hostfwd=tcp:127.0.0.1:$port-:8080" \
+    -netdev "user,id=n0,tftp=$BOOT_OUT,bootfile=test.ipxe,hostfwd=tcp:127.0.0.1:$port-:8080" \
     -device virtio-net-pci,netdev=n0
 trap 'qemu_stop pxe' EXIT
 

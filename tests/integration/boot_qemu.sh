@@ -15,8 +15,8 @@ if ! msg=$(boot_image); then nok "qemu image" "$msg"; exit 1; fi
 port=$(qemu_free_port)
 t0=$(date +%s.%N)
 qemu_start qemu -kernel "$BOOT_OUT/vmlinuz" -initrd "$BOOT_OUT/initrd.img" \
-    -append "console=ttyS0 quiet strata.ip=10.0.2.15/24 strata.gw=10.0.2.2 strata.dns=10.0.2.3 strata.hugepages=16" \
-    -netdev "user,id=n0,hostfwd=tcp:127.0.0.1:$port-:8080" -device virtio-net-pci,netdev=n0
+    -append "console=ttyS0 quiet strata.ip=10.0.2.15/24 strata.gw=10.0.2.2 strata.dns=10.0.2.3 strata.hugepages=16 $BOOT_ARGS" \
+    -netdev "user,id=n0,hostfwd=tcp:127.0.0.1:$port-:8080" -device virtio-net-pci,netdev=n0,romfile=
 trap 'qemu_stop qemu' EXIT
 
 if qemu_wait qemu "strata-init: exec" 120 "Kernel panic" "strata-init: error"; then
