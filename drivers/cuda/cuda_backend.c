@@ -89,6 +89,13 @@ struct sample_param {
 _Static_assert(sizeof(struct dmat) == 32, "dmat layout");
 _Static_assert(sizeof(struct sample_param) == 32, "sample_param layout");
 
+/* A captured step: the launches of one (tokens, logit rows, sampling) shape. */
+#define GRAPH_CACHE 16
+struct step_graph {
+    int n, n_logits, sample;
+    CUgraphExec exec;
+};
+
 struct cuda_engine {
     const struct model *m;
     struct model_config cfg;
@@ -113,6 +120,8 @@ struct cuda_engine {
     struct sample_param *h_sp;
     void *registered;
     struct cuda_device_info info;
+    int graphs_on, capturing, all_ready, n_graphs, next_evict;
+    struct step_graph graphs[GRAPH_CACHE];
 };
 
 #define CK(call, what)                                                                             \
@@ -272,6 +281,8 @@ int cuda_engine_open(struct cuda_engine **out, const struct model *m,
     if (!ce) return errmsg_set(err, "cuda: out of memory");
     ce->m = m;
     ce->cfg = m->cfg;
+    const char *g = getenv("STRATA_CUDA_GRAPHS");
+    ce->graphs_on = !(g && !strcmp(g, "0"));
     ce->lim = *lim_in;
     resolve_limits(&ce->lim, &ce->cfg);
     ce->max_blocks_per_seq = (ce->lim.ctx + ce->lim.kv_block_size - 1) / ce->lim.kv_block_size;
@@ -336,6 +347,7 @@ void cuda_engine_close(struct cuda_engine *ce)
         cu.CtxSetCurrent(ce->ctx);
         if (ce->compute) cu.StreamSynchronize(ce->compute);
         if (ce->copy) cu.StreamSynchronize(ce->copy);
+        for (int i = 0; i < ce->n_graphs; i++) cu.GraphExecDestroy(ce->graphs[i].exec);
         if (ce->registered) cu.MemHostUnregister(ce->registered);
         if (ce->hmeta) cu.MemFreeHost(ce->hmeta);
         CUdeviceptr bufs[] = {ce->weights, ce->staging, ce->kc, ce->vc, ce->act};
@@ -464,6 +476,7 @@ int cuda_upload_span(struct cuda_engine *ce, int s, char *err)
     }
     CK(cu.EventRecord(ce->span_ev[s], ce->copy), "cuda: cuEventRecord(span)");
     ce->span_queued[s] = 1;
+    ce->all_ready = 0; /* captured steps do not wait for spans: none until this one lands */
     return 0;
 }
 
@@ -491,6 +504,7 @@ int cuda_upload_wait(struct cuda_engine *ce, char *err)
 /* The compute stream waits (on the device, not the host) for span s. */
 static int need_span(struct cuda_engine *ce, int s, char *err)
 {
+    if (ce->capturing) return 0; /* capture only starts once every span has landed */
     if (!ce->span_queued[s])
         return errmsg_set(err, "cuda: span %d (%s) has not been uploaded", s,
                           s == 0                      ? "token_embd"
@@ -695,11 +709,83 @@ static int dev_forward_body(struct cuda_engine *ce, int n, char *err)
     return head_spans(ce, err);
 }
 
+static int dev_sample(struct cuda_engine *ce, int r0, int nr, char *err);
+
+/* The device work of a step whose metadata is uploaded: embed, layers, the head of the first
+ * n_logits rows (<= max_logits) and, with `sample`, the sampler. */
+static int dev_step(struct cuda_engine *ce, int n, int n_logits, int sample, char *err)
+{
+    if (dev_forward_body(ce, n, err)) return -1;
+    if (n_logits && dev_head_chunk(ce, 0, n_logits, err)) return -1;
+    if (sample && n_logits && dev_sample(ce, 0, n_logits, err)) return -1;
+    return 0;
+}
+
+static int all_spans_ready(struct cuda_engine *ce)
+{
+    if (ce->all_ready) return 1;
+    for (int s = 0; s < ce->plan.n_spans; s++)
+        if (!ce->span_queued[s] || cu.EventQuery(ce->span_ev[s]) != CUX_SUCCESS) return 0;
+    return ce->all_ready = 1;
+}
+
+/* dev_step through a CUDA graph: captured on first use of a shape, replayed after. Every kernel
+ * argument is a device pointer or a shape, and the step's tokens, positions and tables live in
+ * device buffers refreshed before each replay, so one graph serves every step of its shape. */
+static int run_step(struct cuda_engine *ce, int n, int n_logits, int sample, char *err)
+{
+    if (!ce->graphs_on || !all_spans_ready(ce)) return dev_step(ce, n, n_logits, sample, err);
+    for (int i = 0; i < ce->n_graphs; i++) {
+        struct step_graph *g = &ce->graphs[i];
+        if (g->n == n && g->n_logits == n_logits && g->sample == sample)
+            return cu_check(cu.GraphLaunch(g->exec, ce->compute), "cuda: cuGraphLaunch", err);
+    }
+    CK(cu.StreamBeginCapture(ce->compute, CUX_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+       "cuda: cuStreamBeginCapture");
+    ce->capturing = 1;
+    int rc = dev_step(ce, n, n_logits, sample, err);
+    ce->capturing = 0;
+    CUgraph graph = NULL;
+    CUresult r = cu.StreamEndCapture(ce->compute, &graph);
+    CUgraphExec exec = NULL;
+    if (rc == 0 && r == CUX_SUCCESS) r = cu.GraphInstantiate(&exec, graph, 0);
+    if (graph) cu.GraphDestroy(graph);
+    if (rc) return -1;
+    if (r != CUX_SUCCESS) { /* still correct without graphs, only slower */
+        log_warn("cuda", "CUDA graphs disabled: capture failed: %s", cu_errstr(r));
+        ce->graphs_on = 0;
+        return dev_step(ce, n, n_logits, sample, err);
+    }
+    struct step_graph *g;
+    if (ce->n_graphs < GRAPH_CACHE) {
+        g = &ce->graphs[ce->n_graphs++];
+    } else {
+        g = &ce->graphs[ce->next_evict];
+        ce->next_evict = (ce->next_evict + 1) % GRAPH_CACHE;
+        cu.GraphExecDestroy(g->exec);
+    }
+    *g = (struct step_graph){n, n_logits, sample, exec};
+    return cu_check(cu.GraphLaunch(exec, ce->compute), "cuda: cuGraphLaunch", err);
+}
+
+void cuda_set_graphs(struct cuda_engine *ce, int on)
+{
+    ce->graphs_on = on;
+}
+
 int cuda_forward(struct cuda_engine *ce, const struct batch *b, float *logits, char *err)
 {
     CK(cu.CtxSetCurrent(ce->ctx), "cuda: cuCtxSetCurrent");
-    if (upload_batch(ce, b, 1, err) || dev_forward_body(ce, b->n, err)) return -1;
+    if (upload_batch(ce, b, 1, err)) return -1;
     size_t V = (size_t)ce->cfg.vocab_size;
+    if (b->n_logits <= ce->max_logits) {
+        if (run_step(ce, b->n, b->n_logits, 0, err)) return -1;
+        if (b->n_logits)
+            CK(cu.MemcpyDtoHAsync(logits, ce->logits, (size_t)b->n_logits * V * 4, ce->compute),
+               "cuda: download logits");
+        return sync_compute(ce, "cuda: forward", err);
+    }
+    if (dev_forward_body(ce, b->n, err)) return -1;
     for (int r0 = 0; r0 < b->n_logits; r0 += ce->max_logits) {
         int nr = b->n_logits - r0 < ce->max_logits ? b->n_logits - r0 : ce->max_logits;
         if (dev_head_chunk(ce, r0, nr, err)) return -1;
@@ -739,12 +825,10 @@ int cuda_forward_sample(struct cuda_engine *ce, const struct batch *b,
             .token = -1,
         };
     }
-    if (upload_batch(ce, b, 1, err) || dev_forward_body(ce, b->n, err)) return -1;
+    if (upload_batch(ce, b, 1, err)) return -1;
     size_t spb = (size_t)b->n_logits * sizeof(struct sample_param);
     CK(cu.MemcpyHtoDAsync(ce->sparams, ce->h_sp, spb, ce->compute), "cuda: upload sampling");
-    if (b->n_logits &&
-        (dev_head_chunk(ce, 0, b->n_logits, err) || dev_sample(ce, 0, b->n_logits, err)))
-        return -1;
+    if (run_step(ce, b->n, b->n_logits, 1, err)) return -1;
     CK(cu.MemcpyDtoHAsync(ce->h_sp, ce->sparams, spb, ce->compute), "cuda: download tokens");
     if (sync_compute(ce, "cuda: forward+sample", err)) return -1;
     for (int i = 0; i < b->n_logits; i++) {
@@ -764,6 +848,12 @@ static int be_init(struct engine *e, struct arena *a, char *err)
     if (a && a->base && cuda_engine_register_host(ce, a->base, a->size, err)) {
         /* Still correct without it, only slower: the driver stages pageable copies itself. */
         log_warn("cuda", "%s; weight uploads will not be DMA", err);
+    }
+    /* The loader has filled the image before engine_init; a node that streams weights in
+     * re-uploads each span as it lands (upload_span). */
+    if (cuda_upload_all(ce, err)) {
+        cuda_engine_close(ce);
+        return -1;
     }
     e->backend_state = ce;
     log_info("cuda", "%s (sm_%d%d, %d SMs, %zu MiB), weights %llu MiB on the device", ce->info.name,
@@ -943,14 +1033,11 @@ int cuda_time_forward(struct cuda_engine *ce, const struct batch *b, int iters, 
 {
     CK(cu.CtxSetCurrent(ce->ctx), "cuda: cuCtxSetCurrent");
     if (upload_batch(ce, b, 1, err)) return -1;
-    if (dev_forward_body(ce, b->n, err)) return -1; /* warm-up */
+    int nl = b->n_logits < ce->max_logits ? b->n_logits : ce->max_logits;
+    if (run_step(ce, b->n, nl, 0, err)) return -1; /* warm-up (and capture) */
     CK(cu.EventRecord(ce->t0, ce->compute), "cuda: event");
-    for (int i = 0; i < iters; i++) {
-        if (dev_forward_body(ce, b->n, err)) return -1;
-        if (b->n_logits &&
-            dev_head_chunk(ce, 0, b->n_logits < ce->max_logits ? b->n_logits : ce->max_logits, err))
-            return -1;
-    }
+    for (int i = 0; i < iters; i++)
+        if (run_step(ce, b->n, nl, 0, err)) return -1;
     if (elapsed(ce, ce->compute, seconds, err)) return -1;
     *seconds /= iters > 0 ? iters : 1;
     return 0;

@@ -9,6 +9,7 @@
 
 #include <cpuid.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -73,7 +74,7 @@ static inline int round_even(float v)
     return (int)(i & 0x007fffff) - 0x00400000;
 }
 
-static void quantize_act_q8(const float *x, struct act_q8 *a, int nb)
+void quantize_act_q8(const float *x, struct act_q8 *a, int nb)
 {
     for (int b = 0; b < nb; b++, x += 32) {
         float amax = 0;
@@ -90,7 +91,7 @@ static void quantize_act_q8(const float *x, struct act_q8 *a, int nb)
     }
 }
 
-static void quantize_act_q8k(const float *x, struct act_q8k *a, int nb)
+void quantize_act_q8k(const float *x, struct act_q8k *a, int nb)
 {
     for (int b = 0; b < nb; b++, x += QK_K) {
         float amax = 0;
@@ -109,10 +110,19 @@ static void quantize_act_q8k(const float *x, struct act_q8k *a, int nb)
     }
 }
 
-static void quantize_act(int fmt, const float *x, void *out, int cols)
+static void quantize_act(const struct kernel_table *kt, int fmt, const float *x, void *out,
+                         int cols)
 {
-    if (fmt == 1) quantize_act_q8(x, out, cols / 32);
-    if (fmt == 2) quantize_act_q8k(x, out, cols / QK_K);
+    if (fmt == 1) kt->quant_q8(x, out, cols / 32);
+    if (fmt == 2) kt->quant_q8k(x, out, cols / QK_K);
+}
+
+float matmul_f16_table[1 << 16];
+static pthread_once_t f16_table_once = PTHREAD_ONCE_INIT;
+
+static void f16_table_fill(void)
+{
+    for (uint32_t h = 0; h < (1u << 16); h++) matmul_f16_table[h] = fp16_to_f32((uint16_t)h);
 }
 
 /* ---- scalar kernels: the reference the SIMD kernels are tested against ---------------------- */
@@ -222,6 +232,8 @@ const struct kernel_table kernels_scalar = {
     .tile_t = 4,
     .tile = {tile_f32_scalar, tile_f16_scalar, tile_bf16_scalar, tile_q8_0_scalar, tile_q4_0_scalar,
              tile_q4_K_scalar},
+    .quant_q8 = quantize_act_q8,
+    .quant_q8k = quantize_act_q8k,
 };
 
 /* ---- ISA choice ----------------------------------------------------------------------------- */
@@ -246,6 +258,7 @@ static int have_avx512(void)
 
 static const struct kernel_table *choose_kernels(void)
 {
+    pthread_once(&f16_table_once, f16_table_fill);
     const char *want = getenv("STRATA_ISA");
     int limit = 2; /* 0 scalar, 1 avx2, 2 avx512 */
     if (want && !strcmp(want, "scalar")) limit = 0;
@@ -345,6 +358,7 @@ static void mm_worker(void *arg, int ith, int nth)
 }
 
 struct quant_job {
+    const struct kernel_table *kt;
     int fmt, cols, n_tok;
     const float *x;
     uint8_t *out;
@@ -355,7 +369,8 @@ static void quant_worker(void *arg, int ith, int nth)
 {
     const struct quant_job *q = arg;
     for (int t = ith; t < q->n_tok; t += nth)
-        quantize_act(q->fmt, q->x + (size_t)t * q->cols, q->out + (size_t)t * q->xs, q->cols);
+        quantize_act(q->kt, q->fmt, q->x + (size_t)t * q->cols, q->out + (size_t)t * q->xs,
+                     q->cols);
 }
 
 void matmul_multi(struct matmul_ctx *k, int n, float *const *y, const struct tensor *const *w,
@@ -377,7 +392,7 @@ void matmul_multi(struct matmul_ctx *k, int n, float *const *y, const struct ten
     if (fmt) {
         /* The forward pass sizes the scratch from max_tokens/max_cols; exceeding it is a bug. */
         if (n_tok > k->max_tokens || cols > k->max_cols) abort();
-        struct quant_job q = {fmt, cols, n_tok, x, k->scratch, act_bytes(fmt, cols)};
+        struct quant_job q = {kt, fmt, cols, n_tok, x, k->scratch, act_bytes(fmt, cols)};
         if (n_tok == 1 || !k->tp)
             quant_worker(&q, 0, 1);
         else

@@ -40,7 +40,18 @@ struct kernel_table {
     const char *name;
     int tile_t; /* tokens per tile (registers permitting) */
     tile_fn tile[KT_COUNT];
+    /* Activation quantizers; every table's give bit-identical results (same formulas). */
+    void (*quant_q8)(const float *x, struct act_q8 *a, int nb);
+    void (*quant_q8k)(const float *x, struct act_q8k *a, int nb);
 };
+
+/* f16 -> f32 for every half: the kernels convert one scale per block, and a table load
+ * (broadcast straight from memory) is cheaper than vcvtph2ps on a scalar. Filled by
+ * matmul_init. */
+extern float matmul_f16_table[1 << 16];
+
+void quantize_act_q8(const float *x, struct act_q8 *a, int nb);
+void quantize_act_q8k(const float *x, struct act_q8k *a, int nb);
 
 extern const struct kernel_table kernels_scalar;
 extern const struct kernel_table kernels_avx2;

@@ -9,7 +9,8 @@
  *                 ffn_down, ffn_up), l = 0 .. n_layers-1
  *   span L+1    : output_norm, output (absent output = tied to token_embd, nothing stored)
  * Each span is a contiguous byte range of the image, so weights can be streamed and made resident
- * one layer at a time. model_plan() does not touch tensor data; model_fill() copies a span's
+ * one layer at a time. Spans start on 4096-byte boundaries (a span can be mapped, registered or
+ * sent on its own) and tensors on 64-byte boundaries (SIMD loads). model_plan() does not touch tensor data; model_fill() copies a span's
  * tensors from the GGUF buffer into the image (the loader) and model_bind() points the tensor
  * structs into an image that is already filled (e.g. received from a peer). */
 #ifndef STRATA_MODEL_H

@@ -521,6 +521,7 @@ TEST(tensor_info_errors)
 struct mk {
     const char *arch;
     const char *skip_key;
+    const char *zero_key; /* this key is written as 0 */
     const char *skip_tensor;
     const char *extra_tensor;
     const char *bad_shape; /* this tensor gets one extra row */
@@ -539,7 +540,8 @@ static uint8_t *make_model(const struct mk *o, size_t *len)
     const char *arch = o->arch ? o->arch : "llama";
     const uint64_t M = o->mul ? (uint64_t)o->mul : 1;
 #define KEY(k, v)                                                                                  \
-    if (!o->skip_key || strcmp(o->skip_key, k)) gguf_w_u32(w, k, v)
+    if (!o->skip_key || strcmp(o->skip_key, k))                                                    \
+    gguf_w_u32(w, k, o->zero_key && !strcmp(o->zero_key, k) ? 0 : (v))
     gguf_w_str(w, "general.architecture", arch);
     KEY("llama.embedding_length", 8 * M);
     KEY("llama.feed_forward_length", 16 * M);
@@ -747,6 +749,10 @@ TEST(model_plan_errors)
     o = (struct mk){.skip_key = "llama.attention.head_count_kv"}; /* defaults to head_count */
     CHECK_STR(plan_msg(&o),
               "m.gguf: tensor blk.0.attn_k.weight: shape 8x4 does not match dim x kv_dim = 8x8");
+    o = (struct mk){.zero_key = "llama.block_count"};
+    CHECK_STR(plan_msg(&o), "m.gguf: llama.block_count = 0 is out of range (1..256)");
+    o = (struct mk){.zero_key = "llama.attention.head_count_kv"};
+    CHECK_STR(plan_msg(&o), "m.gguf: llama.attention.head_count_kv = 0 is out of range (1..4096)");
     o = (struct mk){.heads = 3};
     CHECK_STR(plan_msg(&o), "m.gguf: embedding_length 8 is not a multiple of head_count 3");
     o = (struct mk){.heads = 8};

@@ -4,6 +4,7 @@
 #include "os/errmsg.h"
 #include "serving/engine/gguf.h"
 #include "serving/engine/matmul.h"
+#include "serving/engine/matmul_kernels.h"
 #include "serving/engine/quant.h"
 #include "serving/engine/threadpool.h"
 #include "tests/unit/check.h"
@@ -254,6 +255,43 @@ TEST(batch_threads_multi_bit_identical)
     }
 }
 
+/* The SIMD activation quantizers produce the scalar one's bytes: zero blocks, ties (x/d exactly
+ * k + 0.5, which round to even), outliers. */
+TEST(activation_quantizers_bit_identical)
+{
+    enum { N = 1024 };
+    static float x[N];
+    for (int i = 0; i < N; i++) x[i] = uniform() * (i % 37 == 0 ? 50.0f : 1.0f);
+    for (int i = 0; i < 32; i++) x[i] = 0.0f;                    /* an all-zero block */
+    for (int i = 32; i < 64; i++) x[i] = (float)(i - 48) + 0.5f; /* amax 15.5 */
+    x[32] = 127.0f;                                              /* d = 1: ties at k + 0.5 */
+    static struct act_q8 a[N / 32], b[N / 32];
+    static struct act_q8k ak[N / 256], bk[N / 256];
+    quantize_act_q8(x, a, N / 32);
+    quantize_act_q8k(x, ak, N / 256);
+    CHECK(a[0].d == 0 && a[0].qs[5] == 0);
+    CHECK(a[1].d == 1.0f && a[1].qs[1] == -14 && a[1].qs[2] == -14 && a[1].qs[3] == -12);
+    const struct kernel_table *tables[] = {&kernels_avx2, &kernels_avx512};
+    int ran = 0;
+    for (int i = 0; i < 2; i++) {
+        struct matmul_ctx k;
+        void *scratch;
+        if (init_ctx(&k, tables[i]->name, NULL, &scratch, 1, 32) != 0) {
+            free(scratch);
+            continue;
+        }
+        free(scratch);
+        ran++;
+        memset(b, 0x55, sizeof b);
+        memset(bk, 0x55, sizeof bk);
+        tables[i]->quant_q8(x, b, N / 32);
+        tables[i]->quant_q8k(x, bk, N / 256);
+        CHECKF(!memcmp(a, b, sizeof a), "%s: act_q8 differs from scalar", tables[i]->name);
+        CHECKF(!memcmp(ak, bk, sizeof ak), "%s: act_q8k differs from scalar", tables[i]->name);
+    }
+    if (!ran) SKIP("no SIMD ISA on this CPU");
+}
+
 TEST(tensor_get_row_dequantizes)
 {
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
@@ -330,6 +368,7 @@ int main(void)
     printf("# matmul ISA on this CPU: %s\n", matmul_isa());
     RUN(all_types_isas_batches_vs_reference);
     RUN(batch_threads_multi_bit_identical);
+    RUN(activation_quantizers_bit_identical);
     RUN(tensor_get_row_dequantizes);
     RUN(isa_override);
     RUN(threadpool_runs_each_thread_once_per_job);

@@ -1,0 +1,106 @@
+/* membw: a streaming-read bandwidth probe (see membw.h). The read loop is what the GEMV kernels
+ * do to weights, minus the arithmetic: sequential 32-byte loads, several in flight. */
+#include "serving/engine/membw.h"
+
+#include "serving/engine/threadpool.h"
+
+#include <immintrin.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#define MEMBW_BYTES  (1ull << 30)
+#define MEMBW_PASSES 4
+
+struct membw_job {
+    const uint8_t *buf;
+    size_t size;
+    int avx2;
+    uint64_t sink[64]; /* per-thread results, so the reads cannot be optimized away */
+};
+
+__attribute__((target("avx2"))) static uint64_t read_avx2(const uint8_t *p, size_t n)
+{
+    __m256i a = _mm256_setzero_si256(), b = a, c = a, d = a;
+    for (size_t i = 0; i + 128 <= n; i += 128) {
+        a = _mm256_xor_si256(a, _mm256_load_si256((const __m256i *)(p + i)));
+        b = _mm256_xor_si256(b, _mm256_load_si256((const __m256i *)(p + i + 32)));
+        c = _mm256_xor_si256(c, _mm256_load_si256((const __m256i *)(p + i + 64)));
+        d = _mm256_xor_si256(d, _mm256_load_si256((const __m256i *)(p + i + 96)));
+    }
+    a = _mm256_xor_si256(_mm256_xor_si256(a, b), _mm256_xor_si256(c, d));
+    return (uint64_t)_mm256_extract_epi64(a, 0) ^ (uint64_t)_mm256_extract_epi64(a, 3);
+}
+
+static uint64_t read_plain(const uint8_t *p, size_t n)
+{
+    const uint64_t *q = (const uint64_t *)p;
+    uint64_t a = 0, b = 0, c = 0, d = 0;
+    for (size_t i = 0; i + 4 <= n / 8; i += 4) {
+        a ^= q[i];
+        b ^= q[i + 1];
+        c ^= q[i + 2];
+        d ^= q[i + 3];
+    }
+    return a ^ b ^ c ^ d;
+}
+
+static void slice(const struct membw_job *j, int ith, int nth, size_t *off, size_t *len)
+{
+    size_t chunk = j->size / (size_t)nth / 4096 * 4096;
+    *off = chunk * (size_t)ith;
+    *len = chunk;
+}
+
+static void touch_worker(void *arg, int ith, int nth)
+{
+    struct membw_job *j = arg;
+    size_t off, len;
+    slice(j, ith, nth, &off, &len);
+    memset((uint8_t *)j->buf + off, ith + 1, len); /* fault pages in on this thread's node */
+}
+
+static void read_worker(void *arg, int ith, int nth)
+{
+    struct membw_job *j = arg;
+    size_t off, len;
+    slice(j, ith, nth, &off, &len);
+    uint64_t s = j->avx2 ? read_avx2(j->buf + off, len) : read_plain(j->buf + off, len);
+    if (ith < 64) j->sink[ith] ^= s;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+double membw_read_gbs(int threads)
+{
+    char err[512];
+    struct threadpool *tp = threadpool_new(threads, err);
+    if (!tp) return -1;
+    void *buf = mmap(NULL, MEMBW_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (buf == MAP_FAILED) {
+        threadpool_free(tp);
+        return -1;
+    }
+    madvise(buf, MEMBW_BYTES, MADV_HUGEPAGE); /* fewer TLB misses, as the weight arena has */
+    struct membw_job j = {.buf = buf, .size = MEMBW_BYTES, .avx2 = __builtin_cpu_supports("avx2")};
+    threadpool_run(tp, touch_worker, &j);
+    double best = 0;
+    for (int p = 0; p < MEMBW_PASSES; p++) {
+        double t0 = now_s();
+        threadpool_run(tp, read_worker, &j);
+        double dt = now_s() - t0;
+        size_t bytes = MEMBW_BYTES / (size_t)threads / 4096 * 4096 * (size_t)threads;
+        double gbs = (double)bytes / dt / 1e9;
+        if (gbs > best) best = gbs;
+    }
+    munmap(buf, MEMBW_BYTES);
+    threadpool_free(tp);
+    return best;
+}

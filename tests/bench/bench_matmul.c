@@ -1,0 +1,173 @@
+/* bench_matmul: kernel speed beside the machine's memory bandwidth, measured in the same run.
+ *
+ * decode: batch-1 GEMV through a stack of TinyLlama-1.1B FFN-shaped matrices (5632 x 2048) that
+ *         together hold ~256 MiB of weights (8x the last-level cache), one matmul() per matrix
+ *         as the forward pass does; GB/s = weight bytes / time, beside the streaming-read
+ *         bandwidth of a 1 GiB buffer with the same thread count (membw.c).
+ * prefill: 64 tokens x one 2048 x 2048 matrix; GFLOP/s = 2 * rows * cols * 64 / time.
+ * Best of several runs (others share this machine: figures are noisy).
+ * Usage: [BENCH_TYPES=Q8_0,Q4_0] bench_matmul [threads...]   (default: 1 2) */
+#include "os/errmsg.h"
+#include "serving/engine/gguf.h"
+#include "serving/engine/matmul.h"
+#include "serving/engine/membw.h"
+#include "serving/engine/quant.h"
+#include "serving/engine/threadpool.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static const struct {
+    uint32_t type;
+    const char *name;
+} types[] = {{GGML_F32, "F32"},   {GGML_F16, "F16"},   {GGML_BF16, "BF16"},
+             {GGML_Q8_0, "Q8_0"}, {GGML_Q4_0, "Q4_0"}, {GGML_Q4_K, "Q4_K"}};
+
+static size_t row_size(uint32_t t, int cols)
+{
+    switch (t) {
+    case GGML_F32:
+        return (size_t)cols * 4;
+    case GGML_F16:
+    case GGML_BF16:
+        return (size_t)cols * 2;
+    case GGML_Q8_0:
+        return (size_t)cols / 32 * sizeof(struct block_q8_0);
+    case GGML_Q4_0:
+        return (size_t)cols / 32 * sizeof(struct block_q4_0);
+    }
+    return (size_t)cols / 256 * sizeof(struct block_q4_K);
+}
+
+/* A buffer of `bytes` filled with rows quantized from random floats (64 distinct rows, copied:
+ * the values do not matter for speed, and quantizing 256 MiB of Q4_K would take minutes). */
+static uint8_t *make_weights(uint32_t type, int cols, size_t bytes)
+{
+    size_t rb = row_size(type, cols);
+    uint8_t *w = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (w == MAP_FAILED) return NULL;
+    madvise(w, bytes, MADV_HUGEPAGE);
+    float *row = malloc(sizeof(float) * cols);
+    uint64_t s = 88172645463325252ull;
+    for (int r = 0; r < 64 && (r + 1) * rb <= bytes; r++) {
+        for (int c = 0; c < cols; c++) {
+            s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+            row[c] = (float)((int32_t)(s >> 32)) / 2147483648.0f * 0.05f;
+        }
+        quantize_row(type, row, w + r * rb, cols);
+    }
+    for (size_t off = 64 * rb; off + rb <= bytes; off += rb)
+        memcpy(w + off, w + off % (64 * rb), rb);
+    free(row);
+    return w;
+}
+
+int main(int argc, char **argv)
+{
+    int thread_counts[8] = {1, 2}, n_counts = 2;
+    if (argc > 1) {
+        n_counts = 0;
+        for (int i = 1; i < argc && n_counts < 8; i++) thread_counts[n_counts++] = atoi(argv[i]);
+    }
+    const int rows = 5632, cols = 2048, pf_dim = 2048, pf_tok = 64;
+    const size_t target = 256ull << 20;
+    const char *isas[] = {"scalar", "avx2", "avx512"};
+    char err[ERRMSG_LEN];
+
+    printf("bench_matmul: best ISA %s; the machine is shared, figures are noisy\n", matmul_isa());
+    double bw[8];
+    for (int i = 0; i < n_counts; i++) {
+        bw[i] = membw_read_gbs(thread_counts[i]);
+        printf("memory read bandwidth, %d thread%s: %.1f GB/s (1 GiB streaming read)\n",
+               thread_counts[i], thread_counts[i] > 1 ? "s" : "", bw[i]);
+    }
+    printf("%-5s %-7s %3s  %13s %8s  %17s\n", "type", "isa", "thr", "decode GB/s", "of mem",
+           "prefill64 GFLOP/s");
+
+    size_t scratch_size = matmul_scratch_size(pf_tok, cols > pf_dim ? cols : pf_dim);
+    void *scratch = aligned_alloc(64, (scratch_size + 63) / 64 * 64);
+    float *x = malloc(sizeof(float) * pf_tok * pf_dim);
+    float *y = malloc(sizeof(float) * pf_tok * (rows > pf_dim ? rows : pf_dim));
+    for (int i = 0; i < pf_tok * pf_dim; i++) x[i] = (float)((i * 7919) % 2001 - 1000) / 1000.0f;
+
+    const char *only = getenv("BENCH_TYPES"); /* e.g. BENCH_TYPES=Q8_0,Q4_0 */
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
+        uint32_t type = types[ti].type;
+        if (only && !strstr(only, types[ti].name)) continue;
+        size_t mat_bytes = row_size(type, cols) * rows;
+        int n_mats = (int)(target / mat_bytes);
+        if (n_mats < 1) n_mats = 1;
+        uint8_t *w = make_weights(type, cols, mat_bytes * n_mats);
+        uint8_t *pw = make_weights(type, pf_dim, row_size(type, pf_dim) * pf_dim);
+        if (!w || !pw) {
+            printf("%-5s: cannot map %zu MiB of weights\n", types[ti].name,
+                   mat_bytes * n_mats >> 20);
+            return 1;
+        }
+        struct tensor pf = {pw, type, pf_dim, pf_dim, row_size(type, pf_dim) * pf_dim};
+        for (int ii = 0; ii < 3; ii++) {
+            for (int ci = 0; ci < n_counts; ci++) {
+                int nth = thread_counts[ci];
+                struct threadpool *tp = threadpool_new(nth, err);
+                if (!tp) {
+                    printf("%s\n", err);
+                    return 1;
+                }
+                struct matmul_ctx k;
+                setenv("STRATA_ISA", isas[ii], 1);
+                int rc = matmul_init(&k, tp, scratch, pf_tok, cols > pf_dim ? cols : pf_dim, err);
+                unsetenv("STRATA_ISA");
+                if (rc) {
+                    printf("%s\n", err);
+                    return 1;
+                }
+                if (strcmp(matmul_isa_of(&k), isas[ii])) { /* CPU lacks it */
+                    threadpool_free(tp);
+                    continue;
+                }
+                int scalar = ii == 0;
+                /* decode: one pass through all matrices, best of a few */
+                double best = 1e30;
+                for (int rep = 0; rep < (scalar ? 2 : 5); rep++) {
+                    double t0 = now_s();
+                    for (int m = 0; m < n_mats; m++) {
+                        struct tensor t = {w + mat_bytes * m, type, rows, cols, mat_bytes};
+                        matmul(&k, y, &t, x, 1);
+                    }
+                    double dt = now_s() - t0;
+                    if (dt < best) best = dt;
+                }
+                double gbs = (double)mat_bytes * n_mats / best / 1e9;
+                double pbest = 1e30;
+                for (int rep = 0; rep < (scalar ? 1 : 4); rep++) {
+                    double t0 = now_s();
+                    matmul(&k, y, &pf, x, pf_tok);
+                    double dt = now_s() - t0;
+                    if (dt < pbest) pbest = dt;
+                }
+                double gflops = 2.0 * pf_dim * pf_dim * pf_tok / pbest / 1e9;
+                printf("%-5s %-7s %3d  %13.1f %7.0f%%  %17.1f\n", types[ti].name, isas[ii], nth,
+                       gbs, 100 * gbs / bw[ci], gflops);
+                fflush(stdout);
+                threadpool_free(tp);
+            }
+        }
+        munmap(w, mat_bytes * n_mats);
+        munmap(pw, row_size(type, pf_dim) * pf_dim);
+    }
+    free(scratch);
+    free(x);
+    free(y);
+    return 0;
+}
