@@ -189,6 +189,7 @@ static void finish_metrics(struct scheduler *s, struct seq *q, int finish)
 static void retire(struct scheduler *s, struct seq *q, int finish, const char *why)
 {
     free_blocks(s, q);
+    kv_gauges(s); /* before the client can see its answer, so /metrics is never behind it */
     if (why) {
         pthread_mutex_lock(&q->r->mu);
         snprintf(q->r->error, sizeof q->r->error, "%s", why);
