@@ -317,10 +317,11 @@ int cuda_engine_open(struct cuda_engine **out, const struct model *m,
         if (cu_check(cu.EventCreate(&ce->span_ev[s], CUX_EVENT_DISABLE_TIMING), "cuda: event", err))
             goto fail;
     size_t smem = cuda_attention_smem(ce->lim.ctx, c->head_dim);
-    if (smem > 48 * 1024) { /* above the default, opt in (up to the device's limit) */
+    /* k_attention's static reduction buffer counts against the same 48 KiB default. */
+    if (smem + 256 > 48 * 1024) { /* above the default, opt in (up to the device's limit) */
         int optin = 0;
         cu.DeviceGetAttribute(&optin, CUX_ATTR_MAX_SHARED_PER_BLOCK_OPTIN, ce->dev);
-        if ((size_t)optin < smem + 33 * 4) {
+        if ((size_t)optin < smem + 256) {
             errmsg_set(err,
                        "cuda: attention over ctx %d needs %zu bytes of shared memory; %s has %d",
                        ce->lim.ctx, smem, ce->info.name, optin);
@@ -409,27 +410,64 @@ static int elementwise(struct cuda_engine *ce, int k, CUdeviceptr a, CUdeviceptr
                   k_name[k], err);
 }
 
-/* y (n x rows) = x (n x cols) W^T */
-static int dev_matmul(struct cuda_engine *ce, const struct dmat *w, CUdeviceptr x, CUdeviceptr y,
-                      int n, char *err)
+/* k_gemv's argument block (k_gemv.cuh gemv_args). */
+enum { GEMV_STORE = 0, GEMV_ADD = 1, GEMV_SWIGLU = 2 };
+struct gemv_args {
+    struct dmat w[3];
+    CUdeviceptr y[3];
+    int rows_end[3];
+    int n_mats, mode;
+};
+_Static_assert(sizeof(struct gemv_args) == 144, "gemv_args layout");
+
+/* GEMV over n tokens, CUDA_GEMV_MAX_NT per launch: y_i = x W_i^T for n_mats matrices of one type
+ * and cols (q, k, v in one launch), or with mode GEMV_ADD y_0 += x W_0^T, or with GEMV_SWIGLU
+ * y_0 = silu(x W_0^T) * (x W_1^T). */
+static int dev_gemv(struct cuda_engine *ce, int n_mats, const struct dmat *const *w,
+                    const CUdeviceptr *y, int mode, CUdeviceptr x, int n, char *err)
 {
-    int wi = wi_of((uint32_t)w->type);
-    struct dmat dm = *w;
-    if (cuda_use_gemm((uint32_t)w->type, n)) {
-        void *args[] = {&dm, &x, &y, &n};
-        return launch(ce, ce->gemm[wi], cuda_gemm_blocks(w->rows), cuda_gemm_blocks(n),
-                      CUDA_GEMM_THREADS, 0, ce->compute, args, "k_gemm", err);
+    struct gemv_args a;
+    memset(&a, 0, sizeof a);
+    int total = 0;
+    for (int i = 0; i < 3; i++) {
+        if (i < n_mats || (mode == GEMV_SWIGLU && i == 1)) a.w[i] = *w[i];
+        if (i < n_mats) total += w[i]->rows;
+        a.rows_end[i] = total;
     }
+    a.n_mats = n_mats;
+    a.mode = mode;
+    int wi = wi_of((uint32_t)w[0]->type), cols = w[0]->cols;
     for (int t0 = 0; t0 < n; t0 += CUDA_GEMV_MAX_NT) {
         int nt = n - t0 < CUDA_GEMV_MAX_NT ? n - t0 : CUDA_GEMV_MAX_NT;
         int NT = cuda_gemv_nt(nt), j = NT == 1 ? 0 : NT == 2 ? 1 : NT == 4 ? 2 : 3;
-        CUdeviceptr xx = x + (size_t)t0 * w->cols * 4, yy = y + (size_t)t0 * w->rows * 4;
-        void *args[] = {&dm, &xx, &yy, &nt};
-        if (launch(ce, ce->gemv[wi][j], cuda_gemv_blocks(w->rows), 1, CUDA_GEMV_THREADS, 0,
+        for (int i = 0; i < n_mats; i++) a.y[i] = y[i] + (size_t)t0 * w[i]->rows * 4;
+        CUdeviceptr xx = x + (size_t)t0 * cols * 4;
+        void *args[] = {&a, &xx, &nt};
+        if (launch(ce, ce->gemv[wi][j], cuda_gemv_blocks(total), 1, CUDA_GEMV_THREADS, 0,
                    ce->compute, args, "k_gemv", err))
             return -1;
     }
     return 0;
+}
+
+/* y (n x rows) = x (n x cols) W^T: tensor cores for many tokens, else GEMV. */
+static int dev_matmul(struct cuda_engine *ce, const struct dmat *w, CUdeviceptr x, CUdeviceptr y,
+                      int n, char *err)
+{
+    if (cuda_use_gemm((uint32_t)w->type, n)) {
+        struct dmat dm = *w;
+        void *args[] = {&dm, &x, &y, &n};
+        return launch(ce, ce->gemm[wi_of((uint32_t)w->type)], cuda_gemm_blocks(w->rows),
+                      cuda_gemm_blocks(n), CUDA_GEMM_THREADS, 0, ce->compute, args, "k_gemm", err);
+    }
+    return dev_gemv(ce, 1, &w, &y, GEMV_STORE, x, n, err);
+}
+
+/* Whether matrices a and b can share one GEMV launch at n tokens. */
+static int gemv_pair(const struct dmat *a, const struct dmat *b, int n)
+{
+    return !cuda_use_gemm((uint32_t)a->type, n) && !cuda_use_gemm((uint32_t)b->type, n) &&
+           a->type == b->type && a->cols == b->cols;
 }
 
 static int dev_rmsnorm(struct cuda_engine *ce, CUdeviceptr x, const struct dmat *w, CUdeviceptr out,
@@ -570,6 +608,17 @@ static int dev_embed(struct cuda_engine *ce, int n, char *err)
     return launch(ce, ce->fn[K_EMBED], (unsigned)n, 1, 256, 0, ce->compute, args, "k_embed", err);
 }
 
+/* x += in W^T */
+static int residual(struct cuda_engine *ce, const struct dmat *w, CUdeviceptr in, int n, char *err)
+{
+    if (!cuda_use_gemm((uint32_t)w->type, n)) {
+        CUdeviceptr x = ce->x;
+        return dev_gemv(ce, 1, &w, &x, GEMV_ADD, in, n, err);
+    }
+    return dev_matmul(ce, w, in, ce->xb2, n, err) ||
+           elementwise(ce, K_ADD, ce->x, ce->xb2, (long long)n * ce->cfg.dim, err);
+}
+
 static int dev_layer(struct cuda_engine *ce, int l, int n, char *err)
 {
     const struct model_config *c = &ce->cfg;
@@ -580,10 +629,15 @@ static int dev_layer(struct cuda_engine *ce, int l, int n, char *err)
 
     /* attention: xb = rmsnorm(x); q, k, v = xb Wq, Wk, Wv; RoPE; store k, v; attend */
     if (dev_rmsnorm(ce, ce->x, &w[0], ce->xb, n, 0, err)) return -1;
-    if (dev_matmul(ce, &w[1], ce->xb, ce->q, n, err) ||
-        dev_matmul(ce, &w[2], ce->xb, ce->k, n, err) ||
-        dev_matmul(ce, &w[3], ce->xb, ce->v, n, err))
+    if (gemv_pair(&w[1], &w[2], n) && gemv_pair(&w[1], &w[3], n)) {
+        const struct dmat *m3[3] = {&w[1], &w[2], &w[3]};
+        CUdeviceptr y3[3] = {ce->q, ce->k, ce->v};
+        if (dev_gemv(ce, 3, m3, y3, GEMV_STORE, ce->xb, n, err)) return -1;
+    } else if (dev_matmul(ce, &w[1], ce->xb, ce->q, n, err) ||
+               dev_matmul(ce, &w[2], ce->xb, ce->k, n, err) ||
+               dev_matmul(ce, &w[3], ce->xb, ce->v, n, err)) {
         return -1;
+    }
     {
         CUdeviceptr q = ce->q, k = ce->k, pos = ce->pos;
         int nh = c->n_heads, nkv = c->n_kv_heads, hd = c->head_dim;
@@ -613,21 +667,21 @@ static int dev_layer(struct cuda_engine *ce, int l, int n, char *err)
                    "k_attention", err))
             return -1;
     }
-    /* x += att Wo */
-    if (dev_matmul(ce, &w[4], ce->att, ce->xb2, n, err) ||
-        elementwise(ce, K_ADD, ce->x, ce->xb2, (long long)n * c->dim, err))
-        return -1;
+    /* x += att Wo (GEMV adds in place; the tensor-core path adds after) */
+    if (residual(ce, &w[4], ce->att, n, err)) return -1;
 
     /* FFN: x += (silu(xb Wgate) * (xb Wup)) Wdown, xb = rmsnorm(x) */
     if (dev_rmsnorm(ce, ce->x, &w[5], ce->xb, n, 0, err)) return -1;
-    if (dev_matmul(ce, &w[6], ce->xb, ce->hb, n, err) ||
-        dev_matmul(ce, &w[8], ce->xb, ce->hb2, n, err))
+    if (gemv_pair(&w[6], &w[8], n)) {
+        const struct dmat *gu[2] = {&w[6], &w[8]};
+        CUdeviceptr y = ce->hb;
+        if (dev_gemv(ce, 1, gu, &y, GEMV_SWIGLU, ce->xb, n, err)) return -1;
+    } else if (dev_matmul(ce, &w[6], ce->xb, ce->hb, n, err) ||
+               dev_matmul(ce, &w[8], ce->xb, ce->hb2, n, err) ||
+               elementwise(ce, K_SWIGLU, ce->hb, ce->hb2, (long long)n * c->hidden_dim, err)) {
         return -1;
-    if (elementwise(ce, K_SWIGLU, ce->hb, ce->hb2, (long long)n * c->hidden_dim, err)) return -1;
-    if (dev_matmul(ce, &w[7], ce->hb, ce->xb2, n, err) ||
-        elementwise(ce, K_ADD, ce->x, ce->xb2, (long long)n * c->dim, err))
-        return -1;
-    return 0;
+    }
+    return residual(ce, &w[7], ce->hb, n, err);
 }
 
 /* Final norm of the logit rows (gathered into xb) and the output matrix, max_logits rows at a

@@ -35,6 +35,14 @@ for t in f32 q8_0 q4_0; do
     expect "convert --type $t" 0 "wrote $W/s-$t.gguf" \
         $B convert --tokenizer "$S/tok512.bin" "$S/stories260K.bin" "$W/s-$t.gguf" --type $t
 done
+$B inspect "$W/s-q8_0.gguf" >"$W/out" 2>&1
+grep -q "llama: dim 64, hidden 172, layers 5, heads 8 (kv 4, head dim 8), vocab 512, context 512" "$W/out" \
+    && grep -q "q8_0 attention, q8_0 ffn gate/up, f32 ffn down" "$W/out" && grep -q "file in execution order" "$W/out" \
+    && grep -q "tokenizer: llama, 512 tokens, bos 1, eos 2, 256 byte tokens" "$W/out" \
+    && ok "inspect shows the config, types and spans" || nok "inspect: $(cat "$W/out")"
+head -c 5000 "$W/s-q8_0.gguf" >"$W/cut.gguf"
+expect "inspect of a truncated GGUF names the file and the place" 1 \
+    "cut.gguf: key 'tokenizer.ggml.tokens': element 324: truncated at byte 5000" $B inspect "$W/cut.gguf"
 # Converting twice gives the same bytes.
 $B convert --tokenizer "$S/tok512.bin" "$S/stories260K.bin" "$W/s-again.gguf" --type q8_0 2>/dev/null
 cmp -s "$W/s-q8_0.gguf" "$W/s-again.gguf" && ok "convert is deterministic" \

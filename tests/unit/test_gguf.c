@@ -208,6 +208,17 @@ TEST(roundtrip_every_tensor_type)
     free(buf);
 }
 
+TEST(printable_names)
+{
+    char out[12];
+    struct gguf_str s = {"ab\x1b[0m\x7f\xc3\xa9", 9};
+    CHECK_STR(gguf_str_printable(s, out, sizeof out), "ab?[0m?\xc3\xa9");
+    s = (struct gguf_str){"0123456789abcdef", 16};
+    CHECK_STR(gguf_str_printable(s, out, sizeof out), "01234567...");
+    s = (struct gguf_str){"", 0};
+    CHECK_STR(gguf_str_printable(s, out, sizeof out), "");
+}
+
 TEST(type_table)
 {
     CHECK_STR(ggml_type_name(GGML_Q4_K), "q4_k");
@@ -529,7 +540,8 @@ struct mk {
     uint32_t matrix_type;
     int tied;
     int heads;
-    int mul; /* scales every dimension (0 = 1): 4 makes rows multiples of 32 */
+    int mul;     /* scales every dimension (0 = 1): 4 makes rows multiples of 32 */
+    int reverse; /* write the tensors in reverse execution order */
 };
 
 static uint8_t *make_model(const struct mk *o, size_t *len)
@@ -572,7 +584,8 @@ static uint8_t *make_model(const struct mk *o, size_t *len)
     if (!o->tied) T("output.weight", 8, 10);
     if (o->extra_tensor) T(o->extra_tensor, 8, 0);
 #undef T
-    for (int i = 0; i < n; i++) {
+    for (int j = 0; j < n; j++) {
+        int i = o->reverse ? n - 1 - j : j;
         if (o->skip_tensor && !strcmp(o->skip_tensor, ts[i].name)) continue;
         int bad = o->bad_shape && !strcmp(o->bad_shape, ts[i].name);
         uint64_t ne[2] = {ts[i].cols + (bad && !ts[i].rows), ts[i].rows + (bad && ts[i].rows)};
@@ -636,6 +649,13 @@ TEST(model_plan_layout)
         if (s) CHECK(m.spans[s].offset >= m.spans[s - 1].offset + m.spans[s - 1].size);
     }
     CHECK(m.image_size >= m.spans[3].offset + m.spans[3].size);
+    /* The writer wrote the file in execution order: each span is one range of the file. */
+    CHECK(m.file_in_order);
+    CHECK_EQ_INT(m.file_spans[0].offset, g.data_offset);
+    CHECK_EQ_INT(m.file_spans[0].size, 10 * 8 * 4);
+    CHECK_EQ_INT(m.file_spans[3].offset + m.file_spans[3].size, len); /* 320 bytes: no padding */
+    for (int s = 1; s < m.n_spans; s++)
+        CHECK(m.file_spans[s].offset >= m.file_spans[s - 1].offset + m.file_spans[s - 1].size);
     uint64_t prev_end = 0;
     for (int i = 0; i < m.n_slots; i++) {
         const struct model_slot *sl = &m.slots[i];
@@ -690,6 +710,32 @@ TEST(model_plan_tied_output)
     model_bind(&m, image);
     CHECK(m.output.data == m.token_embd.data);
     CHECK_EQ_INT(m.output.rows, 10);
+    free(image);
+    model_free(&m);
+    gguf_free(&g);
+    free(buf);
+}
+
+TEST(model_plan_file_out_of_order)
+{
+    /* Tensors are found by name: a file in any order gives the same execution-order image. */
+    struct mk o = {.reverse = 1};
+    size_t len;
+    uint8_t *buf = make_model(&o, &len);
+    struct gguf g;
+    CHECKF(gguf_parse(&g, buf, len, err) == 0, "%s", err);
+    CHECK(gguf_str_eq(g.tensors[0].name, "output.weight"));
+    struct model m;
+    CHECKF(model_plan(&m, &g, "m.gguf", err) == 0, "%s", err);
+    CHECK(!m.file_in_order);
+    CHECK(gguf_str_eq(m.slots[0].src->name, "token_embd.weight"));
+    CHECK(gguf_str_eq(m.slots[20].src->name, "output.weight"));
+    uint8_t *image = calloc(1, m.image_size);
+    for (int s = 0; s < m.n_spans; s++) CHECK(model_fill(&m, image, s, err) == 0);
+    model_bind(&m, image);
+    const struct gguf_tensor *t = gguf_find_tensor(&g, "blk.0.attn_v.weight");
+    CHECK(memcmp(m.layers[0].wv.data, gguf_tensor_data(&g, t), t->nbytes) == 0);
+    CHECK(m.layers[0].wv.data < m.layers[1].wv.data);
     free(image);
     model_free(&m);
     gguf_free(&g);
@@ -771,6 +817,7 @@ int main(void)
 {
     RUN(roundtrip_every_kv_type);
     RUN(roundtrip_every_tensor_type);
+    RUN(printable_names);
     RUN(type_table);
     RUN(valid_small_file);
     RUN(truncated_at_every_byte);
@@ -782,6 +829,7 @@ int main(void)
     RUN(tensor_info_errors);
     RUN(model_plan_layout);
     RUN(model_plan_tied_output);
+    RUN(model_plan_file_out_of_order);
     RUN(model_plan_quantized_types);
     RUN(model_plan_errors);
     RUN(model_plan_unsupported_type);
