@@ -443,8 +443,8 @@ static int dev_gemv(struct cuda_engine *ce, int n_mats, const struct dmat *const
         for (int i = 0; i < n_mats; i++) a.y[i] = y[i] + (size_t)t0 * w[i]->rows * 4;
         CUdeviceptr xx = x + (size_t)t0 * cols * 4;
         void *args[] = {&a, &xx, &nt};
-        if (launch(ce, ce->gemv[wi][j], cuda_gemv_blocks(total), 1, CUDA_GEMV_THREADS, 0,
-                   ce->compute, args, "k_gemv", err))
+        if (launch(ce, ce->gemv[wi][j], cuda_gemv_blocks((uint32_t)w[0]->type, total), 1,
+                   CUDA_GEMV_THREADS, 0, ce->compute, args, "k_gemv", err))
             return -1;
     }
     return 0;

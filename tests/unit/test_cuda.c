@@ -340,9 +340,12 @@ TEST(plan_rejects_what_the_kernels_lack)
 
 TEST(launch_shapes)
 {
-    CHECK_EQ_INT(cuda_gemv_blocks(4096), 512); /* 8 rows (warps) per 256-thread block */
-    CHECK_EQ_INT(cuda_gemv_blocks(4097), 513);
-    CHECK_EQ_INT(cuda_gemv_blocks(1), 1);
+    CHECK_EQ_INT(cuda_gemv_blocks(GGML_F16, 4096), 512); /* 8 rows (warps) per 256 threads */
+    CHECK_EQ_INT(cuda_gemv_blocks(GGML_Q8_0, 4097), 513);
+    CHECK_EQ_INT(cuda_gemv_blocks(GGML_F32, 1), 1);
+    CHECK_EQ_INT(cuda_gemv_blocks(GGML_Q4_0, 4096), 256); /* half a warp per row */
+    CHECK_EQ_INT(cuda_gemv_blocks(GGML_Q4_0, 4097), 257);
+    CHECK_EQ_INT(cuda_gemv_blocks(GGML_Q4_0, 64 + 64 + 1), 9); /* q, k, v of a tiny model */
     int want[9] = {0, 1, 2, 4, 4, 8, 8, 8, 8};
     for (int n = 1; n <= 8; n++) CHECK_EQ_INT(cuda_gemv_nt(n), want[n]);
     CHECK(!cuda_use_gemm(GGML_F16, 1) && !cuda_use_gemm(GGML_Q4_0, 15));
