@@ -150,6 +150,12 @@ build/init: $(INIT_SRC) $(INIT_HDR) build/musl-include/.links
 image: $(BUILD)/strata build/init
 	@image/build.sh out
 
+# `make run`: packages, image, then QEMU with the API on localhost:8080 (image/run.sh: PORT, ACCEL,
+# MEM, SMP, APPEND, DISK=1 for the UEFI disk, GPU=<pci address> for VFIO, NATIVE=1).
+run: deps
+	@$(MAKE) -s image
+	@image/run.sh out
+
 ifneq ($(SAN),1)
 ifneq ($(shell command -v $(MUSL_CC) 2>/dev/null),)
 all: build/init
