@@ -23,6 +23,10 @@ static const struct command {
     {"node", cmd_node, "node --role source|joiner --transport tcp|dpdk|rdma ... (fabric node)"},
     {"convert", cmd_convert,
      "convert --tokenizer TOK.bin IN.bin OUT.gguf [--type f32|f16|bf16|q8_0|q4_0|q4_k]"},
+    {"inspect", cmd_inspect, "inspect [-v] MODEL.gguf (config, tokenizer, per-layer spans)"},
+    {"serve", cmd_serve,
+     "serve -m MODEL.gguf [--host H] [--port N] [--max-batch N] [--ctx N] [--api-key KEY] ... "
+     "(OpenAI-compatible server)"},
 };
 
 static void usage(FILE *f)

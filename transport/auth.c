@@ -68,10 +68,14 @@ static size_t plain_frame(uint8_t *out, uint8_t type, uint32_t conn, size_t body
     return WIRE_HDR_LEN + body_len;
 }
 
-size_t auth_hello(const struct cluster_key *key, uint8_t nonce[WIRE_NONCE_LEN], uint8_t *out)
+void auth_nonce(uint8_t nonce[WIRE_NONCE_LEN])
+{
+    randombytes_buf(nonce, WIRE_NONCE_LEN);
+}
+
+size_t auth_hello(const struct cluster_key *key, const uint8_t nonce[WIRE_NONCE_LEN], uint8_t *out)
 {
     uint8_t *body = out + WIRE_HDR_LEN;
-    randombytes_buf(nonce, WIRE_NONCE_LEN);
     memcpy(body, nonce, WIRE_NONCE_LEN);
     mac(key, WIRE_HELLO, body, WIRE_NONCE_LEN, body + WIRE_NONCE_LEN);
     return plain_frame(out, WIRE_HELLO, 0, WIRE_HELLO_LEN);

@@ -37,9 +37,11 @@ struct session {
     uint8_t tx_key[32], rx_key[32];
 };
 
-/* Whole HELLO frame (header + body) into out[WIRE_HDR_LEN + WIRE_HELLO_LEN]; nonce is filled in
- * with fresh random bytes. */
-size_t auth_hello(const struct cluster_key *key, uint8_t nonce[WIRE_NONCE_LEN], uint8_t *out);
+/* Fresh random bytes for a client nonce (one per connection attempt). */
+void auth_nonce(uint8_t nonce[WIRE_NONCE_LEN]);
+/* Whole HELLO frame (header + body) for `nonce` into out[WIRE_HDR_LEN + WIRE_HELLO_LEN]; the same
+ * nonce gives the same frame, so a datagram transport can repeat it. */
+size_t auth_hello(const struct cluster_key *key, const uint8_t nonce[WIRE_NONCE_LEN], uint8_t *out);
 /* Check a received HELLO frame's body (after wire_frame_check); copies the client nonce out. */
 int auth_hello_check(const struct cluster_key *key, const uint8_t *body, size_t len,
                      uint8_t nonce[WIRE_NONCE_LEN], char *err);

@@ -13,10 +13,16 @@
 #include "os/errmsg.h"
 #include "os/log.h"
 #include "serving/commands.h"
+#include "serving/engine/gguf.h"
+#include "serving/engine/model.h"
 #include "transport/transport.h"
 #include "transport/weight_stream.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
@@ -32,7 +38,7 @@ struct node_opts {
     int n_peers, serve, corrupt_unit, mtu, window, quiet;
     double timeout_s, rate_mbs, link_gbps;
     uint32_t chunk;
-    const char *eal, *exception_vdev, *rdma_dev;
+    const char *eal, *exception_vdev, *rdma_dev, *impair;
 };
 
 static double now_s(void)
@@ -49,23 +55,36 @@ static void usage(FILE *f)
                "         [--synthetic BYTES[:SPANS[:SEED]] | -m MODEL.gguf] [--image-out FILE]\n"
                "         [--header-out FILE] [--chunk BYTES] [--rate MB/s] [--corrupt-unit U]\n"
                "         [--eal 'EAL ARGS'] [--exception-vdev VDEV] [--mtu N] [--window PKTS]\n"
-               "         [--link-gbps G] [--rdma-dev NAME] [-q]\n");
+               "         [--link-gbps G] [--rdma-dev NAME] [--impair "
+               "loss=P,reorder=P,delay=MS,...] [-q]\n");
 }
 
 static int parse_opts(struct node_opts *o, int argc, char **argv)
 {
     static const struct option lo[] = {
-        {"role", 1, 0, 'r'},       {"transport", 1, 0, 't'},
-        {"listen", 1, 0, 'l'},     {"peer", 1, 0, 'p'},
-        {"key-file", 1, 0, 'k'},   {"model", 1, 0, 'm'},
-        {"synthetic", 1, 0, 'S'},  {"image-out", 1, 0, 'o'},
-        {"header-out", 1, 0, 'H'}, {"serve", 1, 0, 'n'},
-        {"timeout", 1, 0, 'T'},    {"chunk", 1, 0, 'c'},
-        {"rate", 1, 0, 'R'},       {"corrupt-unit", 1, 0, 'C'},
-        {"eal", 1, 0, 'E'},        {"exception-vdev", 1, 0, 'X'},
-        {"mtu", 1, 0, 'M'},        {"window", 1, 0, 'W'},
-        {"link-gbps", 1, 0, 'G'},  {"rdma-dev", 1, 0, 'D'},
-        {"help", 0, 0, 'h'},       {0, 0, 0, 0},
+        {"role", 1, 0, 'r'},
+        {"transport", 1, 0, 't'},
+        {"listen", 1, 0, 'l'},
+        {"peer", 1, 0, 'p'},
+        {"key-file", 1, 0, 'k'},
+        {"model", 1, 0, 'm'},
+        {"synthetic", 1, 0, 'S'},
+        {"image-out", 1, 0, 'o'},
+        {"header-out", 1, 0, 'H'},
+        {"serve", 1, 0, 'n'},
+        {"timeout", 1, 0, 'T'},
+        {"chunk", 1, 0, 'c'},
+        {"rate", 1, 0, 'R'},
+        {"corrupt-unit", 1, 0, 'C'},
+        {"eal", 1, 0, 'E'},
+        {"exception-vdev", 1, 0, 'X'},
+        {"mtu", 1, 0, 'M'},
+        {"window", 1, 0, 'W'},
+        {"link-gbps", 1, 0, 'G'},
+        {"rdma-dev", 1, 0, 'D'},
+        {"impair", 1, 0, 'I'},
+        {"help", 0, 0, 'h'},
+        {0, 0, 0, 0},
     };
     memset(o, 0, sizeof *o);
     o->transport = "tcp";
@@ -136,6 +155,9 @@ static int parse_opts(struct node_opts *o, int argc, char **argv)
             break;
         case 'D':
             o->rdma_dev = optarg;
+            break;
+        case 'I':
+            o->impair = optarg;
             break;
         case 'q':
             o->quiet = 1;
@@ -217,7 +239,7 @@ static int synth_plan(struct synth *sy, const char *spec, uint64_t *seed, char *
         off += size;
     }
     uint64_t x = *seed * 0x9E3779B97F4A7C15ull;
-    memcpy(sy->header, "GGUF", 4);
+    memcpy(sy->header, "SYNT", 4); /* not "GGUF": joiners do not try to parse it */
     for (size_t i = 4; i < sizeof sy->header; i++) sy->header[i] = (uint8_t)xorshift(&x);
     return 0;
 }
@@ -231,6 +253,84 @@ static void synth_fill(uint8_t *image, uint64_t size, uint64_t seed)
         memcpy(image + i, &v, 8);
     }
     for (; i < size; i++) image[i] = (uint8_t)xorshift(&x);
+}
+
+/* ---- a GGUF model: header bytes and the image laid out by model_plan ---- */
+
+struct gguf_source {
+    uint8_t *file;
+    size_t size;
+    struct gguf g;
+    struct model m;
+    struct wire_span spans[WIRE_MAX_SPANS];
+    char name[WIRE_NAME_LEN + 1];
+};
+
+static int gguf_open_model(struct gguf_source *gs, const char *path, char *err)
+{
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return errmsg_set(err, "%s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st)) {
+        close(fd);
+        return errmsg_set(err, "%s: %s", path, strerror(errno));
+    }
+    gs->size = (size_t)st.st_size;
+    gs->file = mmap(NULL, gs->size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (gs->file == MAP_FAILED) {
+        gs->file = NULL;
+        return errmsg_set(err, "%s: mmap: %s", path, strerror(errno));
+    }
+    if (gguf_parse(&gs->g, gs->file, gs->size, err)) return errmsg_prefix(err, "%s: ", path);
+    if (model_plan(&gs->m, &gs->g, path, err)) return -1;
+    if (gs->m.n_spans > WIRE_MAX_SPANS) return errmsg_set(err, "%s: too many spans", path);
+    for (int i = 0; i < gs->m.n_spans; i++)
+        gs->spans[i] = (struct wire_span){gs->m.spans[i].offset, gs->m.spans[i].size, 0};
+    struct gguf_str name;
+    char e2[ERRMSG_LEN];
+    if (gguf_get_str(&gs->g, "general.name", &name, e2) == 0)
+        snprintf(gs->name, sizeof gs->name, "%.*s", (int)name.len, name.p);
+    else
+        snprintf(gs->name, sizeof gs->name, "%s", path);
+    for (char *c = gs->name; *c; c++)
+        if (*c < 0x20 || *c > 0x7e) *c = '?';
+    return 0;
+}
+
+static void gguf_close_model(struct gguf_source *gs)
+{
+    if (gs->m.slots) model_free(&gs->m);
+    if (gs->g.kv || gs->g.tensors) gguf_free(&gs->g);
+    if (gs->file) munmap(gs->file, gs->size);
+}
+
+/* A joiner checks that the header it received describes the manifest's layout: the config
+ * comes from the GGUF metadata (one place for each fact), the byte ranges from the manifest. */
+static int check_header(const struct weight_store *s, char *err)
+{
+    const struct wire_manifest *man = s->man;
+    if (man->header_len < 4 || memcmp(s->header, "GGUF", 4)) return 0; /* not a GGUF model */
+    struct gguf g;
+    struct model m;
+    if (gguf_parse_header(&g, s->header, man->header_len, err))
+        return errmsg_prefix(err, "received header: ");
+    int rc = model_plan(&m, &g, "received header", err);
+    if (rc == 0) {
+        if ((uint32_t)m.n_spans != man->n_spans || m.image_size != man->image_size)
+            rc = errmsg_set(err, "received header: %d spans / %llu bytes, manifest says %u / %llu",
+                            m.n_spans, (unsigned long long)m.image_size, man->n_spans,
+                            (unsigned long long)man->image_size);
+        for (int i = 0; rc == 0 && i < m.n_spans; i++)
+            if (m.spans[i].offset != man->span[i].offset || m.spans[i].size != man->span[i].size)
+                rc = errmsg_set(err, "received header: span %d does not match the manifest", i);
+        if (rc == 0)
+            log_info("fabric", "model config: dim %d, %d layers, %d heads (%d kv), vocab %d",
+                     m.cfg.dim, m.cfg.n_layers, m.cfg.n_heads, m.cfg.n_kv_heads, m.cfg.vocab_size);
+        model_free(&m);
+    }
+    gguf_free(&g);
+    return rc;
 }
 
 /* ---- the joiner's image lives in the pinned arena ---- */
@@ -277,6 +377,8 @@ int cmd_node(int argc, char **argv)
     struct node node = {0};
     struct weight_store store;
     struct synth *sy = NULL;
+    struct gguf_source *gs = NULL;
+    int header_checked = 0;
     struct tp *t = NULL;
     struct weight_stream *ws = NULL;
     weight_store_init_empty(&store);
@@ -290,6 +392,7 @@ int cmd_node(int argc, char **argv)
         .window = o.window,
         .rate_gbps = o.link_gbps,
         .rdma_dev = o.rdma_dev,
+        .impair = o.impair,
     };
     if (auth_init(err) || cluster_key_load(&cfg.key, o.key_file, err)) goto out;
     t = tp_open(&cfg, err);
@@ -297,23 +400,41 @@ int cmd_node(int argc, char **argv)
 
     if (is_source) {
         if (o.model) {
-            errmsg_set(err, "%s: loading GGUF models into the fabric needs serving/engine/model.c",
-                       o.model);
-            goto out;
+            gs = calloc(1, sizeof *gs);
+            if (!gs) {
+                errmsg_set(err, "out of memory");
+                goto out;
+            }
+            if (gguf_open_model(gs, o.model, err)) goto out;
+            uint8_t *image = alloc_image(&node, gs->m.image_size, err);
+            if (!image) goto out;
+            for (int i = 0; i < gs->m.n_spans; i++)
+                if (model_fill(&gs->m, image, i, err)) goto out;
+            if (weight_store_init_full(&store, gs->name, gs->file, gs->g.data_offset, image,
+                                       gs->m.image_size, gs->spans, (uint32_t)gs->m.n_spans,
+                                       o.chunk, err))
+                goto out;
+            if (tp_can_pull(t) && tp_expose(t, image, gs->m.image_size, err)) goto out;
+            if (o.image_out && write_file(o.image_out, image, gs->m.image_size, err)) goto out;
+            if (o.header_out && write_file(o.header_out, gs->file, gs->g.data_offset, err))
+                goto out;
+            log_info("fabric", "source: %s, %d spans, %llu-byte image, serving on %s", gs->name,
+                     gs->m.n_spans, (unsigned long long)gs->m.image_size, o.listen);
+        } else {
+            uint64_t seed;
+            sy = calloc(1, sizeof *sy);
+            if (!sy || synth_plan(sy, o.synthetic, &seed, err)) goto out;
+            uint8_t *image = alloc_image(&node, sy->image_size, err);
+            if (!image) goto out;
+            synth_fill(image, sy->image_size, seed);
+            if (weight_store_init_full(&store, "synthetic", sy->header, sizeof sy->header, image,
+                                       sy->image_size, sy->spans, sy->n_spans, o.chunk, err))
+                goto out;
+            if (tp_can_pull(t) && tp_expose(t, image, sy->image_size, err)) goto out;
+            if (o.image_out && write_file(o.image_out, image, sy->image_size, err)) goto out;
+            log_info("fabric", "source: %llu-byte synthetic image, %u spans, serving on %s",
+                     (unsigned long long)sy->image_size, sy->n_spans, o.listen);
         }
-        uint64_t seed;
-        sy = calloc(1, sizeof *sy);
-        if (!sy || synth_plan(sy, o.synthetic, &seed, err)) goto out;
-        uint8_t *image = alloc_image(&node, sy->image_size, err);
-        if (!image) goto out;
-        synth_fill(image, sy->image_size, seed);
-        if (weight_store_init_full(&store, "synthetic", sy->header, sizeof sy->header, image,
-                                   sy->image_size, sy->spans, sy->n_spans, o.chunk, err))
-            goto out;
-        if (tp_can_pull(t) && tp_expose(t, image, sy->image_size, err)) goto out;
-        if (o.image_out && write_file(o.image_out, image, sy->image_size, err)) goto out;
-        log_info("fabric", "source: %llu-byte synthetic image, %u spans, serving on %s",
-                 (unsigned long long)sy->image_size, sy->n_spans, o.listen);
     } else {
         store.alloc_image = alloc_image;
         store.alloc_ctx = &node;
@@ -337,6 +458,10 @@ int cmd_node(int argc, char **argv)
     for (;;) {
         tp_poll(t, 1);
         if (weight_stream_step(ws, err)) goto out;
+        if (!is_source && !header_checked && weight_store_header_ready(&store)) {
+            header_checked = 1;
+            if (check_header(&store, err)) goto out;
+        }
         if (!t_complete && weight_store_complete(&store) && !is_source) t_complete = now_s();
         int own_done = is_source || weight_stream_finished(ws);
         if (own_done && weight_stream_served(ws) >= o.serve && weight_stream_active(ws) == 0 &&
@@ -348,13 +473,22 @@ int cmd_node(int argc, char **argv)
         }
         if (now_s() - t0 > o.timeout_s) {
             if (is_source && o.serve == 0) break;
-            errmsg_set(err, "timed out after %.0f s: %d of %u spans verified, %d peers served",
-                       o.timeout_s, weight_store_spans_ready(&store),
-                       store.man ? store.man->n_spans : 0, weight_stream_served(ws));
+            const char *ue = weight_stream_upstream_error(ws);
+            errmsg_set(
+                err, "timed out after %.0f s: %d of %u spans verified, %d peers served%s%.300s",
+                o.timeout_s, weight_store_spans_ready(&store), store.man ? store.man->n_spans : 0,
+                weight_stream_served(ws), *ue ? "; last upstream error: " : "", ue);
             goto out;
         }
     }
     const struct weight_stream_stats *st = weight_stream_stats(ws);
+    const struct tp_stats *ts = &t->stats;
+    /* Transport counters first; the result is always the last line. */
+    printf("stats: messages tx %llu rx %llu, retransmits %llu, dropped bad %llu, duplicates %llu, "
+           "refused %llu\n",
+           (unsigned long long)ts->frames_tx, (unsigned long long)ts->frames_rx,
+           (unsigned long long)ts->retransmits, (unsigned long long)ts->dropped_bad,
+           (unsigned long long)ts->dropped_dup, (unsigned long long)ts->refused);
     if (is_source) {
         printf("complete: served %d peers, %llu bytes sent, %llu re-sent units\n",
                weight_stream_served(ws), (unsigned long long)st->bytes_tx,
@@ -372,14 +506,12 @@ int cmd_node(int argc, char **argv)
                (unsigned long long)st->refetches, (unsigned long long)st->dup_chunks,
                weight_stream_served(ws));
     }
-    const struct tp_stats *ts = &t->stats;
-    log_info("fabric",
-             "frames tx %llu rx %llu, retransmits %llu, dropped bad %llu dup %llu, refused %llu",
-             (unsigned long long)ts->frames_tx, (unsigned long long)ts->frames_rx,
-             (unsigned long long)ts->retransmits, (unsigned long long)ts->dropped_bad,
-             (unsigned long long)ts->dropped_dup, (unsigned long long)ts->refused);
     rc = 0;
 out:
+    if (rc && t)
+        fprintf(stderr, "strata node: retransmits %llu, dropped bad %llu, duplicates %llu\n",
+                (unsigned long long)t->stats.retransmits, (unsigned long long)t->stats.dropped_bad,
+                (unsigned long long)t->stats.dropped_dup);
     if (rc) {
         printf("failed: %s\n", err);
         fprintf(stderr, "strata node: %s\n", err);
@@ -390,5 +522,7 @@ out:
     weight_store_free(&store);
     if (node.have_arena) arena_close(&node.arena);
     free(sy);
+    if (gs) gguf_close_model(gs);
+    free(gs);
     return rc;
 }

@@ -36,6 +36,7 @@ struct tp_config {
     int mtu;                    /* IP MTU of the port (default 1500) */
     int window;                 /* packets in flight per connection (default 256) */
     double rate_gbps;           /* pacing of each connection's sends; 0 = unpaced */
+    const char *impair;         /* tests: "loss=P,reorder=P,delay=MS,corrupt=P,forge=P" */
     /* rdma */
     const char *rdma_dev; /* ibv device name, NULL = first */
 };

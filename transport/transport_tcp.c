@@ -171,6 +171,7 @@ static void send_hello(struct tcp_conn *c)
     uint8_t *at;
     if (out_append(c, WIRE_HDR_LEN + WIRE_HELLO_LEN, &at))
         return conn_fail(c, "%s: %s", "out of memory");
+    auth_nonce(c->nonce);
     c->out_len += auth_hello(&c->b.t->cfg.key, c->nonce, at);
 }
 

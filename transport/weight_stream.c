@@ -245,7 +245,13 @@ struct weight_stream {
     uint64_t pull_off;
     uint8_t *msg;
     struct weight_stream_stats st;
+    char up_err[ERRMSG_LEN];
 };
+
+const char *weight_stream_upstream_error(const struct weight_stream *ws)
+{
+    return ws->up_err;
+}
 
 struct weight_stream *weight_stream_new(const struct weight_stream_config *cfg, char *err)
 {
@@ -689,6 +695,7 @@ static int upstream_step(struct weight_stream *ws, char *err)
         return 0;
     }
     if (tp_conn_state(ws->up) == TP_CLOSED) {
+        snprintf(ws->up_err, sizeof ws->up_err, "%s", tp_conn_error(ws->up));
         if (((struct tp_conn_base *)ws->up)->refused && ++ws->refusals >= 3 * ws->cfg.n_peers)
             return errmsg_set(err, "refused by every peer: %s", tp_conn_error(ws->up));
         if (!weight_store_complete(s) || !ws->done_sent)

@@ -86,6 +86,8 @@ int weight_stream_served(const struct weight_stream *ws);
 int weight_stream_active(const struct weight_stream *ws);
 /* Joiner: complete, DONE sent and delivered upstream. */
 int weight_stream_finished(const struct weight_stream *ws);
+/* The last reason the upstream connection failed ("" if none), for failure messages. */
+const char *weight_stream_upstream_error(const struct weight_stream *ws);
 /* Counters for logs and benchmarks. */
 struct weight_stream_stats {
     uint64_t chunks_rx, chunks_tx, bytes_rx, bytes_tx, refetches, resumes, dup_chunks;

@@ -67,6 +67,12 @@ static const struct sym syms[] = {
     S(EventQuery, "cuEventQuery"),
     /* _v2 exists from CUDA 12.8 drivers on; older drivers only have the original. */
     S(EventElapsedTime, "cuEventElapsedTime_v2", "cuEventElapsedTime"),
+    S(StreamBeginCapture, "cuStreamBeginCapture_v2"),
+    S(StreamEndCapture, "cuStreamEndCapture"),
+    S(GraphInstantiate, "cuGraphInstantiateWithFlags"),
+    S(GraphLaunch, "cuGraphLaunch"),
+    S(GraphExecDestroy, "cuGraphExecDestroy"),
+    S(GraphDestroy, "cuGraphDestroy"),
 };
 
 const char *cu_errstr(CUresult r)

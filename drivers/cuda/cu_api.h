@@ -27,22 +27,25 @@ typedef struct CUmod_st *CUmodule;
 typedef struct CUfunc_st *CUfunction;
 typedef struct CUstream_st *CUstream;
 typedef struct CUevent_st *CUevent;
+typedef struct CUgraph_st *CUgraph;
+typedef struct CUgraphExec_st *CUgraphExec;
 #define CUX_ENUM(cuda_h_type) int
 #endif
 
 /* The few constants used, named CUX_ so they never collide with cuda.h's enumerators. */
-#define CUX_SUCCESS                         0
-#define CUX_ERROR_NO_DEVICE                 100
-#define CUX_STREAM_NON_BLOCKING             0x1
-#define CUX_EVENT_DISABLE_TIMING            0x2
-#define CUX_MEMHOSTREGISTER_PORTABLE        0x1
-#define CUX_ATTR_MULTIPROCESSOR_COUNT       16
-#define CUX_ATTR_MEMORY_CLOCK_RATE          36 /* kHz */
-#define CUX_ATTR_GLOBAL_MEMORY_BUS_WIDTH    37
-#define CUX_ATTR_CC_MAJOR                   75
-#define CUX_ATTR_CC_MINOR                   76
-#define CUX_ATTR_MAX_SHARED_PER_BLOCK_OPTIN 97
-#define CUX_FUNC_ATTR_MAX_DYNAMIC_SHARED    8
+#define CUX_SUCCESS                          0
+#define CUX_ERROR_NO_DEVICE                  100
+#define CUX_STREAM_NON_BLOCKING              0x1
+#define CUX_EVENT_DISABLE_TIMING             0x2
+#define CUX_MEMHOSTREGISTER_PORTABLE         0x1
+#define CUX_ATTR_MULTIPROCESSOR_COUNT        16
+#define CUX_ATTR_MEMORY_CLOCK_RATE           36 /* kHz */
+#define CUX_ATTR_GLOBAL_MEMORY_BUS_WIDTH     37
+#define CUX_ATTR_CC_MAJOR                    75
+#define CUX_ATTR_CC_MINOR                    76
+#define CUX_ATTR_MAX_SHARED_PER_BLOCK_OPTIN  97
+#define CUX_FUNC_ATTR_MAX_DYNAMIC_SHARED     8
+#define CUX_STREAM_CAPTURE_MODE_THREAD_LOCAL 1
 
 struct cu_api {
     void *lib;
@@ -86,6 +89,14 @@ struct cu_api {
     CUresult (*EventSynchronize)(CUevent e);
     CUresult (*EventQuery)(CUevent e);
     CUresult (*EventElapsedTime)(float *ms, CUevent start, CUevent end);
+    /* CUDA graphs: a decode step is ~13 launches per layer; replaying them as one graph takes
+     * the CPU's launch rate out of the token time. */
+    CUresult (*StreamBeginCapture)(CUstream s, CUX_ENUM(CUstreamCaptureMode) mode);
+    CUresult (*StreamEndCapture)(CUstream s, CUgraph *g);
+    CUresult (*GraphInstantiate)(CUgraphExec *e, CUgraph g, unsigned long long flags);
+    CUresult (*GraphLaunch)(CUgraphExec e, CUstream s);
+    CUresult (*GraphExecDestroy)(CUgraphExec e);
+    CUresult (*GraphDestroy)(CUgraph g);
 };
 
 extern struct cu_api cu;

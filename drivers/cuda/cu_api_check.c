@@ -48,6 +48,13 @@ SAME(EventRecord, cuEventRecord);
 SAME(EventSynchronize, cuEventSynchronize);
 SAME(EventQuery, cuEventQuery);
 SAME(EventElapsedTime, cuEventElapsedTime);
+SAME(StreamBeginCapture, cuStreamBeginCapture_v2);
+SAME(StreamEndCapture, cuStreamEndCapture);
+SAME(GraphInstantiate, cuGraphInstantiateWithFlags);
+SAME(GraphLaunch, cuGraphLaunch);
+SAME(GraphExecDestroy, cuGraphExecDestroy);
+SAME(GraphDestroy, cuGraphDestroy);
+_Static_assert(CU_STREAM_CAPTURE_MODE_THREAD_LOCAL == CUX_STREAM_CAPTURE_MODE_THREAD_LOCAL, "");
 
 _Static_assert(CUDA_SUCCESS == CUX_SUCCESS, "");
 _Static_assert(CUDA_ERROR_NO_DEVICE == CUX_ERROR_NO_DEVICE, "");

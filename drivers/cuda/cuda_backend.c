@@ -89,6 +89,13 @@ struct sample_param {
 _Static_assert(sizeof(struct dmat) == 32, "dmat layout");
 _Static_assert(sizeof(struct sample_param) == 32, "sample_param layout");
 
+/* A captured step: the launches of one (tokens, logit rows, sampling) shape. */
+#define GRAPH_CACHE 16
+struct step_graph {
+    int n, n_logits, sample;
+    CUgraphExec exec;
+};
+
 struct cuda_engine {
     const struct model *m;
     struct model_config cfg;
@@ -113,6 +120,8 @@ struct cuda_engine {
     struct sample_param *h_sp;
     void *registered;
     struct cuda_device_info info;
+    int graphs_on, capturing, all_ready, n_graphs, next_evict;
+    struct step_graph graphs[GRAPH_CACHE];
 };
 
 #define CK(call, what)                                                                             \
@@ -272,6 +281,8 @@ int cuda_engine_open(struct cuda_engine **out, const struct model *m,
     if (!ce) return errmsg_set(err, "cuda: out of memory");
     ce->m = m;
     ce->cfg = m->cfg;
+    const char *g = getenv("STRATA_CUDA_GRAPHS");
+    ce->graphs_on = !(g && !strcmp(g, "0"));
     ce->lim = *lim_in;
     resolve_limits(&ce->lim, &ce->cfg);
     ce->max_blocks_per_seq = (ce->lim.ctx + ce->lim.kv_block_size - 1) / ce->lim.kv_block_size;
@@ -336,6 +347,7 @@ void cuda_engine_close(struct cuda_engine *ce)
         cu.CtxSetCurrent(ce->ctx);
         if (ce->compute) cu.StreamSynchronize(ce->compute);
         if (ce->copy) cu.StreamSynchronize(ce->copy);
+        for (int i = 0; i < ce->n_graphs; i++) cu.GraphExecDestroy(ce->graphs[i].exec);
         if (ce->registered) cu.MemHostUnregister(ce->registered);
         if (ce->hmeta) cu.MemFreeHost(ce->hmeta);
         CUdeviceptr bufs[] = {ce->weights, ce->staging, ce->kc, ce->vc, ce->act};
@@ -397,27 +409,64 @@ static int elementwise(struct cuda_engine *ce, int k, CUdeviceptr a, CUdeviceptr
                   k_name[k], err);
 }
 
-/* y (n x rows) = x (n x cols) W^T */
-static int dev_matmul(struct cuda_engine *ce, const struct dmat *w, CUdeviceptr x, CUdeviceptr y,
-                      int n, char *err)
+/* k_gemv's argument block (k_gemv.cuh gemv_args). */
+enum { GEMV_STORE = 0, GEMV_ADD = 1, GEMV_SWIGLU = 2 };
+struct gemv_args {
+    struct dmat w[3];
+    CUdeviceptr y[3];
+    int rows_end[3];
+    int n_mats, mode;
+};
+_Static_assert(sizeof(struct gemv_args) == 144, "gemv_args layout");
+
+/* GEMV over n tokens, CUDA_GEMV_MAX_NT per launch: y_i = x W_i^T for n_mats matrices of one type
+ * and cols (q, k, v in one launch), or with mode GEMV_ADD y_0 += x W_0^T, or with GEMV_SWIGLU
+ * y_0 = silu(x W_0^T) * (x W_1^T). */
+static int dev_gemv(struct cuda_engine *ce, int n_mats, const struct dmat *const *w,
+                    const CUdeviceptr *y, int mode, CUdeviceptr x, int n, char *err)
 {
-    int wi = wi_of((uint32_t)w->type);
-    struct dmat dm = *w;
-    if (cuda_use_gemm((uint32_t)w->type, n)) {
-        void *args[] = {&dm, &x, &y, &n};
-        return launch(ce, ce->gemm[wi], cuda_gemm_blocks(w->rows), cuda_gemm_blocks(n),
-                      CUDA_GEMM_THREADS, 0, ce->compute, args, "k_gemm", err);
+    struct gemv_args a;
+    memset(&a, 0, sizeof a);
+    int total = 0;
+    for (int i = 0; i < 3; i++) {
+        if (i < n_mats || (mode == GEMV_SWIGLU && i == 1)) a.w[i] = *w[i];
+        if (i < n_mats) total += w[i]->rows;
+        a.rows_end[i] = total;
     }
+    a.n_mats = n_mats;
+    a.mode = mode;
+    int wi = wi_of((uint32_t)w[0]->type), cols = w[0]->cols;
     for (int t0 = 0; t0 < n; t0 += CUDA_GEMV_MAX_NT) {
         int nt = n - t0 < CUDA_GEMV_MAX_NT ? n - t0 : CUDA_GEMV_MAX_NT;
         int NT = cuda_gemv_nt(nt), j = NT == 1 ? 0 : NT == 2 ? 1 : NT == 4 ? 2 : 3;
-        CUdeviceptr xx = x + (size_t)t0 * w->cols * 4, yy = y + (size_t)t0 * w->rows * 4;
-        void *args[] = {&dm, &xx, &yy, &nt};
-        if (launch(ce, ce->gemv[wi][j], cuda_gemv_blocks(w->rows), 1, CUDA_GEMV_THREADS, 0,
+        for (int i = 0; i < n_mats; i++) a.y[i] = y[i] + (size_t)t0 * w[i]->rows * 4;
+        CUdeviceptr xx = x + (size_t)t0 * cols * 4;
+        void *args[] = {&a, &xx, &nt};
+        if (launch(ce, ce->gemv[wi][j], cuda_gemv_blocks(total), 1, CUDA_GEMV_THREADS, 0,
                    ce->compute, args, "k_gemv", err))
             return -1;
     }
     return 0;
+}
+
+/* y (n x rows) = x (n x cols) W^T: tensor cores for many tokens, else GEMV. */
+static int dev_matmul(struct cuda_engine *ce, const struct dmat *w, CUdeviceptr x, CUdeviceptr y,
+                      int n, char *err)
+{
+    if (cuda_use_gemm((uint32_t)w->type, n)) {
+        struct dmat dm = *w;
+        void *args[] = {&dm, &x, &y, &n};
+        return launch(ce, ce->gemm[wi_of((uint32_t)w->type)], cuda_gemm_blocks(w->rows),
+                      cuda_gemm_blocks(n), CUDA_GEMM_THREADS, 0, ce->compute, args, "k_gemm", err);
+    }
+    return dev_gemv(ce, 1, &w, &y, GEMV_STORE, x, n, err);
+}
+
+/* Whether matrices a and b can share one GEMV launch at n tokens. */
+static int gemv_pair(const struct dmat *a, const struct dmat *b, int n)
+{
+    return !cuda_use_gemm((uint32_t)a->type, n) && !cuda_use_gemm((uint32_t)b->type, n) &&
+           a->type == b->type && a->cols == b->cols;
 }
 
 static int dev_rmsnorm(struct cuda_engine *ce, CUdeviceptr x, const struct dmat *w, CUdeviceptr out,
@@ -464,6 +513,7 @@ int cuda_upload_span(struct cuda_engine *ce, int s, char *err)
     }
     CK(cu.EventRecord(ce->span_ev[s], ce->copy), "cuda: cuEventRecord(span)");
     ce->span_queued[s] = 1;
+    ce->all_ready = 0; /* captured steps do not wait for spans: none until this one lands */
     return 0;
 }
 
@@ -491,6 +541,7 @@ int cuda_upload_wait(struct cuda_engine *ce, char *err)
 /* The compute stream waits (on the device, not the host) for span s. */
 static int need_span(struct cuda_engine *ce, int s, char *err)
 {
+    if (ce->capturing) return 0; /* capture only starts once every span has landed */
     if (!ce->span_queued[s])
         return errmsg_set(err, "cuda: span %d (%s) has not been uploaded", s,
                           s == 0                      ? "token_embd"
@@ -556,6 +607,17 @@ static int dev_embed(struct cuda_engine *ce, int n, char *err)
     return launch(ce, ce->fn[K_EMBED], (unsigned)n, 1, 256, 0, ce->compute, args, "k_embed", err);
 }
 
+/* x += in W^T */
+static int residual(struct cuda_engine *ce, const struct dmat *w, CUdeviceptr in, int n, char *err)
+{
+    if (!cuda_use_gemm((uint32_t)w->type, n)) {
+        CUdeviceptr x = ce->x;
+        return dev_gemv(ce, 1, &w, &x, GEMV_ADD, in, n, err);
+    }
+    return dev_matmul(ce, w, in, ce->xb2, n, err) ||
+           elementwise(ce, K_ADD, ce->x, ce->xb2, (long long)n * ce->cfg.dim, err);
+}
+
 static int dev_layer(struct cuda_engine *ce, int l, int n, char *err)
 {
     const struct model_config *c = &ce->cfg;
@@ -566,10 +628,15 @@ static int dev_layer(struct cuda_engine *ce, int l, int n, char *err)
 
     /* attention: xb = rmsnorm(x); q, k, v = xb Wq, Wk, Wv; RoPE; store k, v; attend */
     if (dev_rmsnorm(ce, ce->x, &w[0], ce->xb, n, 0, err)) return -1;
-    if (dev_matmul(ce, &w[1], ce->xb, ce->q, n, err) ||
-        dev_matmul(ce, &w[2], ce->xb, ce->k, n, err) ||
-        dev_matmul(ce, &w[3], ce->xb, ce->v, n, err))
+    if (gemv_pair(&w[1], &w[2], n) && gemv_pair(&w[1], &w[3], n)) {
+        const struct dmat *m3[3] = {&w[1], &w[2], &w[3]};
+        CUdeviceptr y3[3] = {ce->q, ce->k, ce->v};
+        if (dev_gemv(ce, 3, m3, y3, GEMV_STORE, ce->xb, n, err)) return -1;
+    } else if (dev_matmul(ce, &w[1], ce->xb, ce->q, n, err) ||
+               dev_matmul(ce, &w[2], ce->xb, ce->k, n, err) ||
+               dev_matmul(ce, &w[3], ce->xb, ce->v, n, err)) {
         return -1;
+    }
     {
         CUdeviceptr q = ce->q, k = ce->k, pos = ce->pos;
         int nh = c->n_heads, nkv = c->n_kv_heads, hd = c->head_dim;
@@ -599,21 +666,21 @@ static int dev_layer(struct cuda_engine *ce, int l, int n, char *err)
                    "k_attention", err))
             return -1;
     }
-    /* x += att Wo */
-    if (dev_matmul(ce, &w[4], ce->att, ce->xb2, n, err) ||
-        elementwise(ce, K_ADD, ce->x, ce->xb2, (long long)n * c->dim, err))
-        return -1;
+    /* x += att Wo (GEMV adds in place; the tensor-core path adds after) */
+    if (residual(ce, &w[4], ce->att, n, err)) return -1;
 
     /* FFN: x += (silu(xb Wgate) * (xb Wup)) Wdown, xb = rmsnorm(x) */
     if (dev_rmsnorm(ce, ce->x, &w[5], ce->xb, n, 0, err)) return -1;
-    if (dev_matmul(ce, &w[6], ce->xb, ce->hb, n, err) ||
-        dev_matmul(ce, &w[8], ce->xb, ce->hb2, n, err))
+    if (gemv_pair(&w[6], &w[8], n)) {
+        const struct dmat *gu[2] = {&w[6], &w[8]};
+        CUdeviceptr y = ce->hb;
+        if (dev_gemv(ce, 1, gu, &y, GEMV_SWIGLU, ce->xb, n, err)) return -1;
+    } else if (dev_matmul(ce, &w[6], ce->xb, ce->hb, n, err) ||
+               dev_matmul(ce, &w[8], ce->xb, ce->hb2, n, err) ||
+               elementwise(ce, K_SWIGLU, ce->hb, ce->hb2, (long long)n * c->hidden_dim, err)) {
         return -1;
-    if (elementwise(ce, K_SWIGLU, ce->hb, ce->hb2, (long long)n * c->hidden_dim, err)) return -1;
-    if (dev_matmul(ce, &w[7], ce->hb, ce->xb2, n, err) ||
-        elementwise(ce, K_ADD, ce->x, ce->xb2, (long long)n * c->dim, err))
-        return -1;
-    return 0;
+    }
+    return residual(ce, &w[7], ce->hb, n, err);
 }
 
 /* Final norm of the logit rows (gathered into xb) and the output matrix, max_logits rows at a
@@ -695,11 +762,83 @@ static int dev_forward_body(struct cuda_engine *ce, int n, char *err)
     return head_spans(ce, err);
 }
 
+static int dev_sample(struct cuda_engine *ce, int r0, int nr, char *err);
+
+/* The device work of a step whose metadata is uploaded: embed, layers, the head of the first
+ * n_logits rows (<= max_logits) and, with `sample`, the sampler. */
+static int dev_step(struct cuda_engine *ce, int n, int n_logits, int sample, char *err)
+{
+    if (dev_forward_body(ce, n, err)) return -1;
+    if (n_logits && dev_head_chunk(ce, 0, n_logits, err)) return -1;
+    if (sample && n_logits && dev_sample(ce, 0, n_logits, err)) return -1;
+    return 0;
+}
+
+static int all_spans_ready(struct cuda_engine *ce)
+{
+    if (ce->all_ready) return 1;
+    for (int s = 0; s < ce->plan.n_spans; s++)
+        if (!ce->span_queued[s] || cu.EventQuery(ce->span_ev[s]) != CUX_SUCCESS) return 0;
+    return ce->all_ready = 1;
+}
+
+/* dev_step through a CUDA graph: captured on first use of a shape, replayed after. Every kernel
+ * argument is a device pointer or a shape, and the step's tokens, positions and tables live in
+ * device buffers refreshed before each replay, so one graph serves every step of its shape. */
+static int run_step(struct cuda_engine *ce, int n, int n_logits, int sample, char *err)
+{
+    if (!ce->graphs_on || !all_spans_ready(ce)) return dev_step(ce, n, n_logits, sample, err);
+    for (int i = 0; i < ce->n_graphs; i++) {
+        struct step_graph *g = &ce->graphs[i];
+        if (g->n == n && g->n_logits == n_logits && g->sample == sample)
+            return cu_check(cu.GraphLaunch(g->exec, ce->compute), "cuda: cuGraphLaunch", err);
+    }
+    CK(cu.StreamBeginCapture(ce->compute, CUX_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+       "cuda: cuStreamBeginCapture");
+    ce->capturing = 1;
+    int rc = dev_step(ce, n, n_logits, sample, err);
+    ce->capturing = 0;
+    CUgraph graph = NULL;
+    CUresult r = cu.StreamEndCapture(ce->compute, &graph);
+    CUgraphExec exec = NULL;
+    if (rc == 0 && r == CUX_SUCCESS) r = cu.GraphInstantiate(&exec, graph, 0);
+    if (graph) cu.GraphDestroy(graph);
+    if (rc) return -1;
+    if (r != CUX_SUCCESS) { /* still correct without graphs, only slower */
+        log_warn("cuda", "CUDA graphs disabled: capture failed: %s", cu_errstr(r));
+        ce->graphs_on = 0;
+        return dev_step(ce, n, n_logits, sample, err);
+    }
+    struct step_graph *g;
+    if (ce->n_graphs < GRAPH_CACHE) {
+        g = &ce->graphs[ce->n_graphs++];
+    } else {
+        g = &ce->graphs[ce->next_evict];
+        ce->next_evict = (ce->next_evict + 1) % GRAPH_CACHE;
+        cu.GraphExecDestroy(g->exec);
+    }
+    *g = (struct step_graph){n, n_logits, sample, exec};
+    return cu_check(cu.GraphLaunch(exec, ce->compute), "cuda: cuGraphLaunch", err);
+}
+
+void cuda_set_graphs(struct cuda_engine *ce, int on)
+{
+    ce->graphs_on = on;
+}
+
 int cuda_forward(struct cuda_engine *ce, const struct batch *b, float *logits, char *err)
 {
     CK(cu.CtxSetCurrent(ce->ctx), "cuda: cuCtxSetCurrent");
-    if (upload_batch(ce, b, 1, err) || dev_forward_body(ce, b->n, err)) return -1;
+    if (upload_batch(ce, b, 1, err)) return -1;
     size_t V = (size_t)ce->cfg.vocab_size;
+    if (b->n_logits <= ce->max_logits) {
+        if (run_step(ce, b->n, b->n_logits, 0, err)) return -1;
+        if (b->n_logits)
+            CK(cu.MemcpyDtoHAsync(logits, ce->logits, (size_t)b->n_logits * V * 4, ce->compute),
+               "cuda: download logits");
+        return sync_compute(ce, "cuda: forward", err);
+    }
+    if (dev_forward_body(ce, b->n, err)) return -1;
     for (int r0 = 0; r0 < b->n_logits; r0 += ce->max_logits) {
         int nr = b->n_logits - r0 < ce->max_logits ? b->n_logits - r0 : ce->max_logits;
         if (dev_head_chunk(ce, r0, nr, err)) return -1;
@@ -739,12 +878,10 @@ int cuda_forward_sample(struct cuda_engine *ce, const struct batch *b,
             .token = -1,
         };
     }
-    if (upload_batch(ce, b, 1, err) || dev_forward_body(ce, b->n, err)) return -1;
+    if (upload_batch(ce, b, 1, err)) return -1;
     size_t spb = (size_t)b->n_logits * sizeof(struct sample_param);
     CK(cu.MemcpyHtoDAsync(ce->sparams, ce->h_sp, spb, ce->compute), "cuda: upload sampling");
-    if (b->n_logits &&
-        (dev_head_chunk(ce, 0, b->n_logits, err) || dev_sample(ce, 0, b->n_logits, err)))
-        return -1;
+    if (run_step(ce, b->n, b->n_logits, 1, err)) return -1;
     CK(cu.MemcpyDtoHAsync(ce->h_sp, ce->sparams, spb, ce->compute), "cuda: download tokens");
     if (sync_compute(ce, "cuda: forward+sample", err)) return -1;
     for (int i = 0; i < b->n_logits; i++) {
@@ -764,6 +901,12 @@ static int be_init(struct engine *e, struct arena *a, char *err)
     if (a && a->base && cuda_engine_register_host(ce, a->base, a->size, err)) {
         /* Still correct without it, only slower: the driver stages pageable copies itself. */
         log_warn("cuda", "%s; weight uploads will not be DMA", err);
+    }
+    /* The loader has filled the image before engine_init; a node that streams weights in
+     * re-uploads each span as it lands (upload_span). */
+    if (cuda_upload_all(ce, err)) {
+        cuda_engine_close(ce);
+        return -1;
     }
     e->backend_state = ce;
     log_info("cuda", "%s (sm_%d%d, %d SMs, %zu MiB), weights %llu MiB on the device", ce->info.name,
@@ -943,14 +1086,11 @@ int cuda_time_forward(struct cuda_engine *ce, const struct batch *b, int iters, 
 {
     CK(cu.CtxSetCurrent(ce->ctx), "cuda: cuCtxSetCurrent");
     if (upload_batch(ce, b, 1, err)) return -1;
-    if (dev_forward_body(ce, b->n, err)) return -1; /* warm-up */
+    int nl = b->n_logits < ce->max_logits ? b->n_logits : ce->max_logits;
+    if (run_step(ce, b->n, nl, 0, err)) return -1; /* warm-up (and capture) */
     CK(cu.EventRecord(ce->t0, ce->compute), "cuda: event");
-    for (int i = 0; i < iters; i++) {
-        if (dev_forward_body(ce, b->n, err)) return -1;
-        if (b->n_logits &&
-            dev_head_chunk(ce, 0, b->n_logits < ce->max_logits ? b->n_logits : ce->max_logits, err))
-            return -1;
-    }
+    for (int i = 0; i < iters; i++)
+        if (run_step(ce, b->n, nl, 0, err)) return -1;
     if (elapsed(ce, ce->compute, seconds, err)) return -1;
     *seconds /= iters > 0 ? iters : 1;
     return 0;

@@ -73,6 +73,11 @@ int cuda_forward(struct cuda_engine *ce, const struct batch *b, float *logits, c
 int cuda_forward_sample(struct cuda_engine *ce, const struct batch *b,
                         struct sampler *const *samplers, int *tokens, char *err);
 
+/* Replay steps as CUDA graphs (default on; $STRATA_CUDA_GRAPHS=0 turns it off): a decode step
+ * is ~13 launches per layer, and at batch 1 on a fast GPU the CPU's launch rate, not HBM, would
+ * set the token time. Graphs are used only once every span has landed. */
+void cuda_set_graphs(struct cuda_engine *ce, int on);
+
 /* For benchmarks: device-to-device copy rate (GB/s, read + write counted) over `bytes`, and the
  * host-to-device rate from pinned memory; each the best of `iters` runs. */
 int cuda_measure_d2d(struct cuda_engine *ce, size_t bytes, int iters, double *gbs, char *err);

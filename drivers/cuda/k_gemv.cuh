@@ -29,31 +29,18 @@ __device__ __forceinline__ void load_x8(const float *x, int c, bool vec, float *
     }
 }
 
-/* Write the warp's sums. */
-template <int NT>
-__device__ __forceinline__ void gemv_store(float *acc, float *y, int r, int rows, int nt, int lane)
-{
-#pragma unroll
-    for (int t = 0; t < NT; t++) {
-        float s = warp_sum(acc[t]);
-        if (lane == 0 && t < nt) y[(size_t)t * rows + r] = s;
-    }
-}
+/* Each gemv_<type> adds this lane's share of row r's dot products with the nt token rows of x
+ * into acc[t]; the caller reduces over the warp. */
 
 /* F16, BF16 and F32 rows: chunks of 16 bytes (8 halves or 4 floats). */
 template <int WT, int NT>
-__device__ __forceinline__ void gemv_dense(const dmat &w, const float *x, float *y, int nt)
+__device__ __forceinline__ void gemv_dense(const dmat &w, int r, const float *x, int nt, float *acc)
 {
     int lane = threadIdx.x & 31;
-    int r = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    if (r >= w.rows) return;
     const int per = WT == WT_F32 ? 4 : 8; /* elements per 16-byte chunk */
     const uint8_t *row = (const uint8_t *)w.qs + (size_t)r * w.ld * (WT == WT_F32 ? 4 : 2);
     int nfull = w.cols / per; /* chunks entirely inside cols */
     bool vec = (w.cols & 3) == 0;
-    float acc[NT];
-#pragma unroll
-    for (int t = 0; t < NT; t++) acc[t] = 0.f;
     for (int c0 = lane; c0 < nfull; c0 += 32 * GEMV_UNROLL) {
         uint4 q[GEMV_UNROLL];
 #pragma unroll
@@ -116,22 +103,16 @@ __device__ __forceinline__ void gemv_dense(const dmat &w, const float *x, float 
         for (int t = 0; t < NT; t++)
             if (t < nt) acc[t] += wv * x[(size_t)t * w.cols + c];
     }
-    gemv_store<NT>(acc, y, r, w.rows, nt, lane);
 }
 
 /* Q8_0: a lane takes whole blocks: 32 int8 (two 16-byte loads) and one f16 scale. */
 template <int NT>
-__device__ __forceinline__ void gemv_q8_0(const dmat &w, const float *x, float *y, int nt)
+__device__ __forceinline__ void gemv_q8_0(const dmat &w, int r, const float *x, int nt, float *acc)
 {
     int lane = threadIdx.x & 31;
-    int r = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    if (r >= w.rows) return;
     int nb = w.cols / 32;
     const int8_t *row = (const int8_t *)w.qs + (size_t)r * w.cols;
     const __half *dr = w.d + (size_t)r * nb;
-    float acc[NT];
-#pragma unroll
-    for (int t = 0; t < NT; t++) acc[t] = 0.f;
     for (int b0 = lane; b0 < nb; b0 += 32 * GEMV_UNROLL) {
         uint4 q[GEMV_UNROLL][2];
         float d[GEMV_UNROLL];
@@ -169,22 +150,16 @@ __device__ __forceinline__ void gemv_q8_0(const dmat &w, const float *x, float *
             }
         }
     }
-    gemv_store<NT>(acc, y, r, w.rows, nt, lane);
 }
 
 /* Q4_0: one 16-byte load is one whole block; low nibbles are elements 0..15, high 16..31. */
 template <int NT>
-__device__ __forceinline__ void gemv_q4_0(const dmat &w, const float *x, float *y, int nt)
+__device__ __forceinline__ void gemv_q4_0(const dmat &w, int r, const float *x, int nt, float *acc)
 {
     int lane = threadIdx.x & 31;
-    int r = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    if (r >= w.rows) return;
     int nb = w.cols / 32;
     const uint8_t *row = (const uint8_t *)w.qs + (size_t)r * (w.cols / 2);
     const __half *dr = w.d + (size_t)r * nb;
-    float acc[NT];
-#pragma unroll
-    for (int t = 0; t < NT; t++) acc[t] = 0.f;
     for (int b0 = lane; b0 < nb; b0 += 32 * GEMV_UNROLL) {
         uint4 q[GEMV_UNROLL];
         float d[GEMV_UNROLL];
@@ -220,22 +195,80 @@ __device__ __forceinline__ void gemv_q4_0(const dmat &w, const float *x, float *
             }
         }
     }
-    gemv_store<NT>(acc, y, r, w.rows, nt, lane);
 }
 
-/* Entry points: k_gemv_<type>_<NT>(w, x, y, nt). Grid: ceil(rows / 8) blocks of 256. */
-#define GEMV_ENTRY(name, call, NT)                                                                 \
+/* One launch for up to 3 matrices with the same type and input (q, k, v), or a fused epilogue:
+ *   GEMV_STORE  y_i[t][r] = W_i x_t
+ *   GEMV_ADD    y_0[t][r] += W_0 x_t                      (wo, ffn_down: the residual add)
+ *   GEMV_SWIGLU y_0[t][r] = silu(W_0 x_t) * (W_1 x_t)     (ffn_gate and ffn_up, one warp per row)
+ * Warps are numbered across the matrices' rows (rows_end: running totals). */
+enum { GEMV_STORE = 0, GEMV_ADD = 1, GEMV_SWIGLU = 2 };
+
+struct gemv_args {
+    dmat w[3];
+    float *y[3];
+    int rows_end[3];
+    int n_mats, mode;
+};
+
+template <int WT, int NT>
+__device__ __forceinline__ void gemv_row(const dmat &w, int r, const float *x, int nt, float *acc)
+{
+#pragma unroll
+    for (int t = 0; t < NT; t++) acc[t] = 0.f;
+    if (WT == WT_Q8_0)
+        gemv_q8_0<NT>(w, r, x, nt, acc);
+    else if (WT == WT_Q4_0)
+        gemv_q4_0<NT>(w, r, x, nt, acc);
+    else
+        gemv_dense<WT, NT>(w, r, x, nt, acc);
+#pragma unroll
+    for (int t = 0; t < NT; t++) acc[t] = warp_sum(acc[t]);
+}
+
+template <int WT, int NT>
+__device__ __forceinline__ void gemv_entry(const gemv_args &a, const float *x, int nt)
+{
+    int lane = threadIdx.x & 31;
+    int g = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (g >= a.rows_end[a.n_mats - 1]) return; /* warp-uniform */
+    int i = g < a.rows_end[0] ? 0 : g < a.rows_end[1] ? 1 : 2;
+    int r = g - (i == 0 ? 0 : a.rows_end[i - 1]);
+    const dmat &w = i == 0 ? a.w[0] : i == 1 ? a.w[1] : a.w[2];
+    float *y = i == 0 ? a.y[0] : i == 1 ? a.y[1] : a.y[2];
+    float acc[NT];
+    gemv_row<WT, NT>(w, r, x, nt, acc);
+    if (a.mode == GEMV_SWIGLU) {
+        float up[NT];
+        gemv_row<WT, NT>(a.w[1], r, x, nt, up);
+#pragma unroll
+        for (int t = 0; t < NT; t++) acc[t] = acc[t] / (1.0f + expf(-acc[t])) * up[t];
+    }
+    if (lane == 0)
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            if (t >= nt) break;
+            float *o = y + (size_t)t * w.rows + r;
+            if (a.mode == GEMV_ADD)
+                *o += acc[t];
+            else
+                *o = acc[t];
+        }
+}
+
+/* Entry points: k_gemv_<type>_<NT>(args, x, nt). Grid: ceil(total rows / 8) blocks of 256. */
+#define GEMV_ENTRY(name, WT, NT)                                                                   \
     extern "C" __global__ void __launch_bounds__(GEMV_THREADS)                                     \
-        k_gemv_##name##_##NT(dmat w, const float *x, float *y, int nt)                             \
+        k_gemv_##name##_##NT(gemv_args a, const float *x, int nt)                                  \
     {                                                                                              \
-        call;                                                                                      \
+        gemv_entry<WT, NT>(a, x, nt);                                                              \
     }
 #define GEMV_ALL(NT)                                                                               \
-    GEMV_ENTRY(f32, (gemv_dense<WT_F32, NT>(w, x, y, nt)), NT)                                     \
-    GEMV_ENTRY(f16, (gemv_dense<WT_F16, NT>(w, x, y, nt)), NT)                                     \
-    GEMV_ENTRY(bf16, (gemv_dense<WT_BF16, NT>(w, x, y, nt)), NT)                                   \
-    GEMV_ENTRY(q8_0, gemv_q8_0<NT>(w, x, y, nt), NT)                                               \
-    GEMV_ENTRY(q4_0, gemv_q4_0<NT>(w, x, y, nt), NT)
+    GEMV_ENTRY(f32, WT_F32, NT)                                                                    \
+    GEMV_ENTRY(f16, WT_F16, NT)                                                                    \
+    GEMV_ENTRY(bf16, WT_BF16, NT)                                                                  \
+    GEMV_ENTRY(q8_0, WT_Q8_0, NT)                                                                  \
+    GEMV_ENTRY(q4_0, WT_Q4_0, NT)
 GEMV_ALL(1)
 GEMV_ALL(2)
 GEMV_ALL(4)

@@ -1,16 +1,23 @@
-/* k_sample: the sampler on the GPU, so only the chosen token (and the generator state) crosses
- * PCIe. One 1024-thread block per row of logits.
+/* k_sample: serving/engine/sampler.c on the GPU, so only the chosen token (and the generator
+ * state) crosses PCIe. One 1024-thread block per row of logits.
  *
- * Greedy (temperature 0): argmax, lowest id on ties: the CPU sampler's rule, so greedy tokens are
- * identical. Otherwise, as serving/engine/sampler.h orders it: logits / temperature; top_k by a
- * threshold (the k-th largest, found by bisection on the order-preserving integer image of the
- * floats, 32 counting passes); softmax; min_p drops e < min_p * e_max; top_p keeps the largest
- * values whose mass reaches top_p (bisection again); then one draw from the xorshift64* generator
- * (llama2.c's random_f32: same state update, same 24-bit mantissa) scaled by the kept mass, and
- * a walk in id order. Bisection keeps ties at a threshold (a set may exceed k by the tied
- * values); the CPU walks in its own order, so stochastic draws share the generator and the
- * distribution, not necessarily the token. */
+ * Greedy (temperature <= 0): argmax, lowest id on ties, as sampler_argmax: identical tokens.
+ * Otherwise the CPU's steps on the same numbers: z = (logit - max) / temperature, p = exp(z).
+ *  - No filter (top_k off, top_p >= 1, min_p <= 0): one draw r * sum and a walk in id order,
+ *    as the CPU does (sums in double; the GPU adds per-thread chunks, so only a draw within
+ *    rounding of a boundary can differ).
+ *  - With filters: the candidates the CPU can keep, C = the top_k largest z (threshold found by
+ *    bisection on the order-preserving integer image of z, ties kept) with p >= min_p, are
+ *    compacted into shared memory, sorted by (z desc, id asc) as the CPU's qsort, and thread 0
+ *    replays the CPU: first k, min_p cut, top_p prefix, draw, walk; in double, in that order.
+ *    When C exceeds SAMPLE_CAP (top_p alone over a large vocabulary), top_p is applied by a mass
+ *    threshold (bisection) and the walk is in id order: same distribution, but not the CPU's
+ *    token for the same seed.
+ * The generator is xorshift64* exactly as sampler.c (state update, >> 40, / 2^24), advanced once
+ * per non-greedy draw. */
 #pragma once
+
+#define SAMPLE_CAP 4096
 
 struct sample_param {
     float temperature, top_p, min_p;
@@ -31,25 +38,42 @@ __device__ __forceinline__ float rng_f32(unsigned long long *s)
     *s ^= *s >> 12;
     *s ^= *s << 25;
     *s ^= *s >> 27;
-    unsigned r = (unsigned)((*s * 0x2545F4914F6CDD1Dull) >> 32);
-    return (r >> 8) / 16777216.0f;
+    return (float)((*s * 0x2545F4914F6CDD1Dull) >> 40) / 16777216.0f;
 }
 
-/* Largest key K with f(K) >= target, f monotone decreasing in K: count or mass of values whose
- * key is >= K. `val(i)` gives element i's value, `keep(i)` whether it is still a candidate. */
-template <typename Val, typename Keep, bool MASS>
-__device__ unsigned bisect(int n, Val val, Keep keep, float target, float *red)
+__device__ __forceinline__ double block_sum_d(double v, double *red)
+{
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    __syncthreads();
+    if (lane == 0) red[w] = v;
+    __syncthreads();
+    if (w == 0) {
+        double t = lane < nw ? red[lane] : 0.0;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+        if (lane == 0) red[32] = t;
+    }
+    __syncthreads();
+    return red[32];
+}
+
+/* Largest key K with f(K) >= target, f decreasing in K: the count (or mass) of candidates whose
+ * value has key >= K. 32 passes over the row. */
+template <bool MASS, typename Val, typename Keep>
+__device__ unsigned bisect(int n, Val val, Keep keep, double target, double *red)
 {
     unsigned K = 0;
     for (int bit = 31; bit >= 0; bit--) {
         unsigned cand = K | (1u << bit);
-        float acc = 0.f;
+        double acc = 0;
         for (int i = threadIdx.x; i < n; i += blockDim.x)
             if (keep(i)) {
                 float v = val(i);
-                if (key_of(v) >= cand) acc += MASS ? v : 1.f;
+                if (key_of(v) >= cand) acc += MASS ? (double)v : 1.0;
             }
-        acc = block_sum(acc, red);
+        acc = block_sum_d(acc, red);
         if (acc >= target) K = cand;
     }
     return K;
@@ -58,117 +82,207 @@ __device__ unsigned bisect(int n, Val val, Keep keep, float target, float *red)
 extern "C" __global__ void __launch_bounds__(1024)
     k_sample(const float *logits, int vocab, sample_param *params)
 {
-    __shared__ float red[33];
-    __shared__ float part[1024];
-    __shared__ int chosen;
+    __shared__ double red[33];
+    __shared__ float cz[SAMPLE_CAP];
+    __shared__ int cid[SAMPLE_CAP];
+    __shared__ double part[1024];
+    __shared__ int count, chosen;
+    __shared__ unsigned long long rng_out;
+    __shared__ double total;
     sample_param *sp = params + blockIdx.x;
     const float *l = logits + (size_t)blockIdx.x * vocab;
-    float temp = sp->temperature;
+    const float temp = sp->temperature;
+    const int tid = threadIdx.x, nth = blockDim.x;
 
-    if (!(temp > 0.f)) { /* greedy */
-        float best = -INFINITY;
-        int bi = 0x7fffffff;
-        for (int i = threadIdx.x; i < vocab; i += blockDim.x)
-            if (l[i] > best || (l[i] == best && i < bi)) best = l[i], bi = i;
+    /* argmax, lowest id on ties (also the max the CPU subtracts) */
+    float best = -INFINITY;
+    int bi = 0x7fffffff;
+    for (int i = tid; i < vocab; i += nth)
+        if (l[i] > best || bi == 0x7fffffff) best = l[i], bi = i;
 #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) {
-            float ob = __shfl_xor_sync(0xffffffffu, best, o);
-            int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-            if (ob > best || (ob == best && oi < bi)) best = ob, bi = oi;
-        }
-        if ((threadIdx.x & 31) == 0)
-            part[threadIdx.x >> 5] = best, ((int *)red)[threadIdx.x >> 5] = bi;
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            int nw = blockDim.x >> 5, id = ((int *)red)[0];
-            float b = part[0];
-            for (int w = 1; w < nw; w++) {
-                int wi = ((int *)red)[w];
-                if (part[w] > b || (part[w] == b && wi < id)) b = part[w], id = wi;
-            }
-            sp->token = id == 0x7fffffff ? 0 : id;
-        }
+    for (int o = 16; o > 0; o >>= 1) {
+        float ob = __shfl_xor_sync(0xffffffffu, best, o);
+        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (ob > best || (ob == best && oi < bi) || bi == 0x7fffffff) best = ob, bi = oi;
+    }
+    if ((tid & 31) == 0) cz[tid >> 5] = best, cid[tid >> 5] = bi;
+    __syncthreads();
+    if (tid == 0) {
+        for (int w = 1; w < nth >> 5; w++)
+            if (cz[w] > cz[0] || (cz[w] == cz[0] && cid[w] < cid[0]))
+                cz[0] = cz[w], cid[0] = cid[w];
+        chosen = cid[0] == 0x7fffffff ? 0 : cid[0];
+        red[0] = cz[0];
+    }
+    __syncthreads();
+    const float lmax = (float)red[0];
+    if (!(temp > 0.f)) {
+        if (tid == 0) sp->token = chosen;
         return;
     }
+    __syncthreads();
 
-    float inv_t = 1.0f / temp;
-    auto lt = [&](int i) { return l[i] * inv_t; };
+    auto zf = [&](int i) { return (l[i] - lmax) / temp; };
+    const bool use_k = sp->top_k > 0 && sp->top_k < vocab;
+    const bool use_p = sp->top_p < 1.0f;
+    const bool use_min = sp->min_p > 0.f;
     auto all = [&](int) { return true; };
-    unsigned kmin = 0; /* keep logits with key >= kmin */
-    if (sp->top_k > 0 && sp->top_k < vocab)
-        kmin = bisect<decltype(lt), decltype(all), false>(vocab, lt, all, (float)sp->top_k, red);
-    auto in_k = [&](int i) { return key_of(lt(i)) >= kmin; };
 
-    float m = -INFINITY;
-    for (int i = threadIdx.x; i < vocab; i += blockDim.x)
-        if (in_k(i)) m = fmaxf(m, lt(i));
-    m = block_max(m, red);
-    /* e_i = exp(l_i - max): p_i = e_i / sum, and p_max corresponds to e = 1. */
-    auto ex = [&](int i) { return expf(lt(i) - m); };
-    float min_e = sp->min_p > 0.f ? sp->min_p : 0.f;
-    auto in_kp = [&](int i) { return in_k(i) && ex(i) >= min_e; };
-    float kept = 0.f;
-    for (int i = threadIdx.x; i < vocab; i += blockDim.x)
-        if (in_kp(i)) kept += ex(i);
-    kept = block_sum(kept, red);
-    unsigned emin = 0;
-    if (sp->top_p > 0.f && sp->top_p < 1.f)
-        emin = bisect<decltype(ex), decltype(in_kp), true>(vocab, ex, in_kp, sp->top_p * kept, red);
-    auto final_keep = [&](int i) { return in_kp(i) && key_of(ex(i)) >= emin; };
-
-    /* Contiguous id ranges per thread, an exclusive scan of their masses, one walk. */
-    int chunk = (vocab + blockDim.x - 1) / blockDim.x;
-    int lo = threadIdx.x * chunk, hi = min(vocab, lo + chunk);
-    float mine = 0.f;
-    int last = -1;
-    for (int i = lo; i < hi; i++)
-        if (final_keep(i)) mine += ex(i), last = i;
-    part[threadIdx.x] = mine;
-    if (threadIdx.x == 0) chosen = -1;
-    __syncthreads();
-    __shared__ float base_total[2];
-    __shared__ unsigned long long rng_out;
-    if (threadIdx.x == 0) {
-        float run = 0.f;
-        for (int i = 0; i < (int)blockDim.x; i++) {
-            float v = part[i];
-            part[i] = run;
-            run += v;
+    if (!use_k && !use_p && !use_min) {
+        /* id order, as the CPU when nothing is filtered */
+        int chunk = (vocab + nth - 1) / nth, lo = tid * chunk, hi = min(vocab, lo + chunk);
+        double mine = 0;
+        for (int i = lo; i < hi; i++) mine += expf(zf(i));
+        part[tid] = mine;
+        if (tid == 0) chosen = -1;
+        __syncthreads();
+        if (tid == 0) {
+            double run = 0;
+            for (int i = 0; i < nth; i++) {
+                double v = part[i];
+                part[i] = run;
+                run += v;
+            }
+            unsigned long long s = sp->rng;
+            total = rng_f32(&s) * run;
+            rng_out = s;
         }
-        unsigned long long s = sp->rng;
-        float r = rng_f32(&s);
-        rng_out = s;
-        base_total[0] = r * run;
-        base_total[1] = run;
-    }
-    __syncthreads();
-    float target = base_total[0], cum = part[threadIdx.x];
-    if (target >= cum && target < cum + mine) {
-        for (int i = lo; i < hi; i++)
-            if (final_keep(i)) {
-                cum += ex(i);
-                if (target < cum) {
+        __syncthreads();
+        double acc = part[tid];
+        if (total >= acc && total < acc + mine)
+            for (int i = lo; i < hi; i++) {
+                acc += expf(zf(i));
+                if (total < acc) {
                     chosen = i;
                     break;
                 }
             }
-        if (chosen < 0) chosen = last; /* rounding at the end of the range */
+        __syncthreads();
+        if (tid == 0) {
+            sp->token = chosen >= 0 ? chosen : vocab - 1;
+            sp->rng = rng_out;
+        }
+        return;
+    }
+
+    /* C: top_k by threshold (ties kept), then p >= min_p */
+    unsigned kmin = 0;
+    if (use_k) kmin = bisect<false>(vocab, zf, all, (double)sp->top_k, red);
+    const float min_p = use_min ? sp->min_p : 0.f;
+    auto in_c = [&](int i) {
+        float z = zf(i);
+        return key_of(z) >= kmin && (!use_min || expf(z) >= min_p);
+    };
+    if (tid == 0) count = 0;
+    __syncthreads();
+    for (int i = tid; i < vocab; i += nth)
+        if (in_c(i)) {
+            int at = atomicAdd(&count, 1);
+            if (at < SAMPLE_CAP) cz[at] = zf(i), cid[at] = i;
+        }
+    __syncthreads();
+    const int nc = count;
+
+    if (nc <= SAMPLE_CAP) {
+        /* bitonic sort of (z desc, id asc), padded to a power of two */
+        int np = 1;
+        while (np < nc) np <<= 1;
+        for (int i = nc + tid; i < np; i += nth) cz[i] = -INFINITY, cid[i] = 0x7fffffff;
+        __syncthreads();
+        for (int size = 2; size <= np; size <<= 1)
+            for (int stride = size >> 1; stride > 0; stride >>= 1) {
+                for (int i = tid; i < np; i += nth) {
+                    int j = i ^ stride;
+                    if (j > i) {
+                        /* "before": a sorts ahead of b */
+                        bool a_first = cz[i] > cz[j] || (cz[i] == cz[j] && cid[i] < cid[j]);
+                        bool up = (i & size) == 0;
+                        if (up ? !a_first : a_first) {
+                            float tz = cz[i];
+                            cz[i] = cz[j], cz[j] = tz;
+                            int ti = cid[i];
+                            cid[i] = cid[j], cid[j] = ti;
+                        }
+                    }
+                }
+                __syncthreads();
+            }
+        if (tid == 0) { /* the CPU's steps, sequentially, in double */
+            int k = nc;
+            if (use_k && sp->top_k < k) k = sp->top_k;
+            double sum = 0;
+            for (int i = 0; i < k; i++) sum += (double)expf(cz[i]);
+            if (use_p && sp->top_p > 0.f) {
+                double acc = 0, target = sp->top_p * sum;
+                int kept = 0;
+                while (kept < k) {
+                    acc += (double)expf(cz[kept]);
+                    kept++;
+                    if (acc >= target) break;
+                }
+                k = kept;
+                sum = acc;
+            }
+            unsigned long long s = sp->rng;
+            double r = rng_f32(&s) * sum, acc = 0;
+            int pick = cid[k - 1];
+            for (int i = 0; i < k; i++) {
+                acc += (double)expf(cz[i]);
+                if (r < acc) {
+                    pick = cid[i];
+                    break;
+                }
+            }
+            sp->token = pick;
+            sp->rng = s;
+        }
+        return;
+    }
+
+    /* Too many candidates to sort here: top_p by a mass threshold, walk in id order. */
+    auto pe = [&](int i) { return expf(zf(i)); };
+    double kept = 0;
+    for (int i = tid; i < vocab; i += nth)
+        if (in_c(i)) kept += pe(i);
+    kept = block_sum_d(kept, red);
+    unsigned emin = 0;
+    if (use_p && sp->top_p > 0.f) emin = bisect<true>(vocab, pe, in_c, sp->top_p * kept, red);
+    auto keep = [&](int i) { return in_c(i) && key_of(pe(i)) >= emin; };
+    int chunk = (vocab + nth - 1) / nth, lo = tid * chunk, hi = min(vocab, lo + chunk);
+    double mine = 0;
+    int last = -1;
+    for (int i = lo; i < hi; i++)
+        if (keep(i)) mine += pe(i), last = i;
+    part[tid] = mine;
+    if (tid == 0) chosen = -1;
+    __syncthreads();
+    if (tid == 0) {
+        double run = 0;
+        for (int i = 0; i < nth; i++) {
+            double v = part[i];
+            part[i] = run;
+            run += v;
+        }
+        unsigned long long s = sp->rng;
+        total = rng_f32(&s) * run;
+        rng_out = s;
     }
     __syncthreads();
-    if (chosen < 0) { /* target landed past the total by rounding: the last kept id */
-        int lk = last;
-        for (int o = 16; o > 0; o >>= 1) lk = max(lk, __shfl_xor_sync(0xffffffffu, lk, o));
-        if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = (float)lk;
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            int b = -1;
-            for (int w = 0; w < (int)(blockDim.x >> 5); w++) b = max(b, (int)part[w]);
-            chosen = b < 0 ? 0 : b;
-        }
-        __syncthreads();
+    double acc = part[tid];
+    if (total >= acc && total < acc + mine) {
+        for (int i = lo; i < hi; i++)
+            if (keep(i)) {
+                acc += pe(i);
+                if (total < acc) {
+                    chosen = i;
+                    break;
+                }
+            }
+        if (chosen < 0) chosen = last;
     }
-    if (threadIdx.x == 0) {
-        sp->token = chosen;
+    __syncthreads();
+    if (tid == 0) {
+        sp->token = chosen >= 0 ? chosen : cid[0]; /* rounding past the end: a kept id */
         sp->rng = rng_out;
     }
 }

@@ -13,6 +13,7 @@
  * (token, head) pairs. */
 #include "serving/engine/engine.h"
 
+#include "drivers/cuda/cuda_backend.h"
 #include "os/errmsg.h"
 #include "os/log.h"
 
@@ -290,12 +291,20 @@ int engine_init(struct engine *e, struct model *m, const struct engine_limits *l
         e->tp = NULL;
         return -1;
     }
-    e->be = &cpu_backend;
+    /* cuda when a GPU and the kernels are there (logs which and why); its init uploads the
+     * weights. If it fails, the CPU serves. */
+    e->be = engine_pick_backend(&cpu_backend);
+    if (e->be->init && e->be->init(e, a, err)) {
+        log_warn("engine", "backend %s: %s; the CPU serves", e->be->name, err);
+        e->be = &cpu_backend;
+    }
     return 0;
 }
 
 void engine_free(struct engine *e)
 {
+    if (e->be && e->be->free) e->be->free(e);
+    e->be = NULL;
     if (e->tp) threadpool_free(e->tp);
     e->tp = NULL;
 }

@@ -321,7 +321,11 @@ int model_plan(struct model *m, const struct gguf *g, const char *what, char *er
             list[cnt++] = out_norm;
             if (out) list[cnt++] = out;
         }
+        uint64_t lo = UINT64_MAX, hi = 0;
         for (int i = 0; i < cnt; i++) {
+            uint64_t at = g->data_offset + list[i]->offset; /* gguf_parse checked: no overflow */
+            if (at < lo) lo = at;
+            if (at + list[i]->nbytes > hi) hi = at + list[i]->nbytes;
             off = align_up(off, TENSOR_ALIGN);
             m->slots[n].src = list[i];
             m->slots[n].image_offset = off;
@@ -330,7 +334,13 @@ int model_plan(struct model *m, const struct gguf *g, const char *what, char *er
             off += list[i]->nbytes;
         }
         m->spans[s].size = off - m->spans[s].offset;
+        m->file_spans[s].offset = lo;
+        m->file_spans[s].size = hi - lo;
     }
+    m->file_in_order = 1;
+    for (int s = 1; s < m->n_spans; s++)
+        if (m->file_spans[s].offset < m->file_spans[s - 1].offset + m->file_spans[s - 1].size)
+            m->file_in_order = 0;
     m->image_size = align_up(off, SPAN_ALIGN);
 
     set_tensor(&m->token_embd, embd);

@@ -9,9 +9,11 @@
  *                 ffn_down, ffn_up), l = 0 .. n_layers-1
  *   span L+1    : output_norm, output (absent output = tied to token_embd, nothing stored)
  * Each span is a contiguous byte range of the image, so weights can be streamed and made resident
- * one layer at a time. model_plan() does not touch tensor data; model_fill() copies a span's
- * tensors from the GGUF buffer into the image (the loader) and model_bind() points the tensor
- * structs into an image that is already filled (e.g. received from a peer). */
+ * one layer at a time. Spans start on 4096-byte boundaries (a span can be mapped, registered or
+ * sent on its own) and tensors on 64-byte boundaries (SIMD loads). model_plan() does not touch
+ * tensor data; model_fill() copies a span's tensors from the GGUF buffer into the image (the
+ * loader) and model_bind() points the tensor structs into an image that is already filled (e.g.
+ * received from a peer). */
 #ifndef STRATA_MODEL_H
 #define STRATA_MODEL_H
 
@@ -78,6 +80,12 @@ struct model {
 
     int n_spans; /* n_layers + 2 */
     struct span spans[MODEL_MAX_LAYERS + 2];
+    /* Where each span's tensors lie in the GGUF file: [offset, offset+size) covers them all
+     * (absolute file offsets). file_in_order is 1 when these ranges are disjoint and ascending,
+     * i.e. the file itself is in execution order (as `strata convert`, synth_model and llama.cpp
+     * write it), so a span can be read or sent straight from the file. */
+    struct span file_spans[MODEL_MAX_LAYERS + 2];
+    int file_in_order;
     uint64_t image_size;
     int n_slots;
     struct model_slot *slots;

@@ -66,7 +66,7 @@ fab_wait() { # fab_wait PID SECONDS: wait for PID to exit, kill it after SECONDS
     local pid=$1 t=$(( $2 * 10 ))
     while kill -0 "$pid" 2>/dev/null && [ $t -gt 0 ]; do sleep 0.1; t=$((t - 1)); done
     kill -9 "$pid" 2>/dev/null
-    wait "$pid"
+    wait "$pid" 2>/dev/null
 }
 
 fab_wait_line() { # fab_wait_line FILE REGEX SECONDS
@@ -88,10 +88,10 @@ fab_node() {
     shift 3
     local targs=(--transport "${FAB_TRANSPORT:-tcp}" --listen "10.77.0.$node:7000")
     if [ "${FAB_TRANSPORT:-tcp}" = dpdk ]; then
-        local mtu=${FAB_MTU:-1500} frame=2048
-        [ "$mtu" -gt 1500 ] && frame=12288
+        local mtu=${FAB_MTU:-1500} frame=2048 block=4096
+        [ "$mtu" -gt 1500 ] && frame=12288 block=12288
         [ -n "${FAB_IMPAIR:-}" ] && targs+=(--impair "$FAB_IMPAIR")
-        targs+=(--mtu "$mtu" --eal "-l 0 --no-pci --no-huge --no-shconf -m 256 --log-level=lib.*:error --vdev=net_af_packet0,iface=eth0,blocksz=$frame,framesz=$frame,framecnt=1024,qdisc_bypass=0")
+        targs+=(--mtu "$mtu" --eal "-l 0 --no-pci --no-huge --no-shconf -m 256 --log-level=lib.*:error --vdev=net_af_packet0,iface=eth0,blocksz=$block,framesz=$frame,framecnt=1024,qdisc_bypass=0")
     fi
     fab_bg "$node" "$W/$name" "$STRATA" node --role "$role" "${targs[@]}" "$@"
 }

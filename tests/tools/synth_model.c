@@ -2,7 +2,7 @@
  *
  *   build/tools/synth_model --shape stories15M|stories110M|tinyllama|tiny-gqa|D,H,L,NH,NKV,V,S
  *       --type f32|f16|bf16|q8_0|q4_0|q4_k --seed S -o OUT.gguf
- *       [--tokenizer ../shared/models/tokenizer.bin] [--tied|--untied]
+ *       [--tokenizer ../shared/models/tokenizer.bin] [--tied|--untied] [--threads N]
  *
  * Weights are deterministic in the seed (each tensor has its own stream, so they do not depend on
  * the order they are generated in): matrices ~ N(0, 0.02) (an Irwin-Hall approximation), norm
@@ -10,14 +10,16 @@
  * whose rows are not a multiple of the type's block stay f32 (as `strata convert` does).
  * Without --tokenizer the vocabulary is synthetic: <unk>, <s>, </s>, the 256 <0xNN> byte tokens,
  * printable ASCII, " x" and letter pairs, so the file is a complete model the tokenizer accepts.
- * Tensors are generated one at a time while the file is written: a 1.1B f32 model needs one
- * tensor's memory, not the model's. */
+ * Tensors are generated one at a time while the file is written (a 1.1B f32 model needs one
+ * tensor's memory, not the model's), rows split over all CPUs; the bytes do not depend on the
+ * number of CPUs. */
 #include "os/errmsg.h"
 #include "os/log.h"
 #include "serving/engine/convert.h"
 #include "serving/engine/quant.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,7 +47,7 @@ struct gen_tensor {
 struct gen {
     struct gen_tensor *t;
     int n;
-    float *row;
+    int threads;
 };
 
 static uint64_t splitmix(uint64_t *s)
@@ -65,18 +67,60 @@ static float gauss(uint64_t *s)
     return (sum / 65536.0f - 2.0f) * 1.7320508f;
 }
 
+struct fill_job {
+    const struct gen_tensor *t;
+    uint8_t *buf;
+    uint64_t r0, r1;
+    int rc;
+};
+
+/* Rows [r0, r1): each row has its own stream (derived from the tensor's seed and the row), so the
+ * values do not depend on how rows are split between threads. */
+static void *fill_rows(void *arg)
+{
+    struct fill_job *j = arg;
+    const struct gen_tensor *t = j->t;
+    uint64_t rb = ggml_row_bytes(t->type, t->cols);
+    float *row = malloc(t->cols * sizeof *row);
+    j->rc = row ? 0 : -1;
+    for (uint64_t r = j->r0; r < j->r1 && j->rc == 0; r++) {
+        uint64_t s = t->seed ^ (r * 0xd1b54a32d192ed03ull);
+        s = splitmix(&s);
+        for (uint64_t i = 0; i < t->cols; i++)
+            row[i] = t->is_norm ? 1.0f + 0.05f * gauss(&s) : 0.02f * gauss(&s);
+        if (convert_encode(t->type, row, 1, t->cols, j->buf + r * rb) < 0) j->rc = -1;
+    }
+    free(row);
+    return NULL;
+}
+
+#define MAX_THREADS 16
+
 static int fill(void *ctx, int index, void *buf, uint64_t nbytes)
 {
     struct gen *g = ctx;
     const struct gen_tensor *t = &g->t[index];
-    uint64_t s = t->seed, rb = ggml_row_bytes(t->type, t->cols);
-    if (rb * t->rows != nbytes) return -1;
-    for (uint64_t r = 0; r < t->rows; r++) {
-        for (uint64_t i = 0; i < t->cols; i++)
-            g->row[i] = t->is_norm ? 1.0f + 0.05f * gauss(&s) : 0.02f * gauss(&s);
-        if (convert_encode(t->type, g->row, 1, t->cols, (uint8_t *)buf + r * rb) < 0) return -1;
+    if (ggml_row_bytes(t->type, t->cols) * t->rows != nbytes) return -1;
+    int nt = g->threads;
+    if ((uint64_t)nt > t->rows) nt = (int)t->rows;
+    struct fill_job jobs[MAX_THREADS];
+    pthread_t th[MAX_THREADS];
+    int started[MAX_THREADS] = {0};
+    for (int k = 0; k < nt; k++) {
+        jobs[k] = (struct fill_job){t, buf, t->rows * (uint64_t)k / (uint64_t)nt,
+                                    t->rows * (uint64_t)(k + 1) / (uint64_t)nt, 0};
+        /* Job 0 runs on this thread; a job whose thread cannot start runs here too. */
+        if (k > 0) started[k] = pthread_create(&th[k], NULL, fill_rows, &jobs[k]) == 0;
     }
-    return 0;
+    int rc = 0;
+    for (int k = 0; k < nt; k++) {
+        if (started[k])
+            pthread_join(th[k], NULL);
+        else
+            fill_rows(&jobs[k]);
+        if (jobs[k].rc) rc = -1;
+    }
+    return rc;
 }
 
 /* A llama2.c tokenizer.bin image of a synthetic vocabulary of n tokens. */
@@ -126,7 +170,7 @@ static int usage(void)
 {
     fprintf(stderr, "usage: synth_model --shape stories15M|stories110M|tinyllama|tiny-gqa|"
                     "D,H,L,NH,NKV,V,S --type f32|f16|bf16|q8_0|q4_0|q4_k --seed S -o OUT.gguf "
-                    "[--tokenizer TOK.bin] [--tied|--untied]\n");
+                    "[--tokenizer TOK.bin] [--tied|--untied] [--threads N]\n");
     return 2;
 }
 
@@ -136,7 +180,7 @@ int main(int argc, char **argv)
     const char *out = NULL, *tok_path = NULL;
     uint32_t type = GGML_F32;
     uint64_t seed = 1;
-    int tied = -1, have_shape = 0;
+    int tied = -1, have_shape = 0, threads = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--shape") && v) {
@@ -161,6 +205,8 @@ int main(int argc, char **argv)
             out = argv[++i];
         else if (!strcmp(a, "--tokenizer") && v)
             tok_path = argv[++i];
+        else if (!strcmp(a, "--threads") && v)
+            threads = atoi(argv[++i]);
         else if (!strcmp(a, "--tied"))
             tied = 1;
         else if (!strcmp(a, "--untied"))
@@ -217,9 +263,11 @@ int main(int argc, char **argv)
     tokenizer_free(&tok);
 
     const int max_t = 3 + 9 * sh.layers;
-    struct gen g = {calloc((size_t)max_t, sizeof *g.t), 0, NULL};
-    uint64_t max_cols = (uint64_t)(sh.hidden > sh.dim ? sh.hidden : sh.dim);
-    g.row = malloc(max_cols * sizeof *g.row);
+    long cpus = threads > 0 ? threads : sysconf(_SC_NPROCESSORS_ONLN);
+    struct gen g = {calloc((size_t)max_t, sizeof *g.t), 0,
+                    cpus < 1             ? 1
+                    : cpus > MAX_THREADS ? MAX_THREADS
+                                         : (int)cpus};
     const uint64_t D = (uint64_t)c.dim, H = (uint64_t)c.hidden_dim, KV = (uint64_t)c.kv_dim,
                    V = (uint64_t)c.vocab_size;
     int kept = 0;
@@ -268,6 +316,5 @@ int main(int argc, char **argv)
     }
     gguf_writer_free(w);
     free(g.t);
-    free(g.row);
     return rc < 0 ? 1 : 0;
 }

@@ -9,9 +9,11 @@
  *   F32 1e-4 (GEMV, f32 throughout);
  *   F16/BF16/Q8_0/Q4_0 decode (GEMV, f32 activations) 1e-3;
  *   prefill on the tensor cores (activations rounded to f16; bf16 for BF16) 3e-2 (BF16 6e-2),
- * all as max |gpu - ref| / max(1, max |ref|) over every logit; greedy tokens of stories260K equal
- * the reference's exactly; 16 sequences decoded in one batch = each alone; weights must be
- * uploaded before use; the device sampler's greedy and top_k=1 paths. */
+ * all as max |gpu - ref| / max(1, max |ref|) over every logit; through engine.h against the
+ * CPU engine (Q8 activations on the CPU side): F32 1e-3, F16 3e-2, BF16 6e-2, Q8_0/Q4_0 5e-2;
+ * greedy tokens of stories260K equal the reference's exactly; 16 sequences decoded in one batch =
+ * each alone; weights must be uploaded before use; the device sampler's greedy and top_k=1 paths.
+ */
 #include "drivers/cuda/cu_api.h"
 #include "drivers/cuda/cuda_backend.h"
 #include "drivers/cuda/cuda_fatbin.h"
@@ -150,6 +152,26 @@ static int argmax(const float *v, int n)
 }
 
 /* ---- no GPU needed ---- */
+
+static double rel_err(const float *a, const float *ref, size_t n)
+{
+    double mx = 1, d = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (fabs(ref[i]) > mx) mx = fabs(ref[i]);
+        double e = fabs((double)a[i] - ref[i]);
+        if (!(e <= d)) d = e; /* NaN propagates */
+    }
+    return d / mx;
+}
+
+static const char *type_str(uint32_t t)
+{
+    return t == GGML_F32    ? "F32"
+           : t == GGML_F16  ? "F16"
+           : t == GGML_BF16 ? "BF16"
+           : t == GGML_Q8_0 ? "Q8_0"
+                            : "Q4_0";
+}
 
 TEST(fatbin_embedded)
 {
@@ -454,6 +476,69 @@ TEST(reference_forward_tells_the_story)
     synth_free(&s);
 }
 
+/* An engine through engine.h on its own arena; cpu=1 forces the CPU backend. */
+struct eng {
+    struct arena a;
+    struct engine e;
+};
+
+static int eng_open(struct eng *g, struct model *m, const struct engine_limits *lim_in, int cpu,
+                    char *err)
+{
+    struct engine_limits lim = *lim_in;
+    if (engine_limits_resolve(&lim, &m->cfg, err) ||
+        arena_open(&g->a, engine_arena_bytes(&m->cfg, &lim), ARENA_NO_HUGEPAGES | ARENA_NO_LOCK,
+                   err))
+        return -1;
+    if (cpu) setenv("STRATA_BACKEND", "cpu", 1);
+    int rc = engine_init(&g->e, m, &lim, &g->a, err);
+    unsetenv("STRATA_BACKEND");
+    return rc;
+}
+
+static void eng_close(struct eng *g)
+{
+    engine_free(&g->e);
+    arena_close(&g->a);
+}
+
+/* The reference the GPU tests use agrees with the CPU engine (no GPU needed): so a GPU that
+ * matches the reference matches the engine. */
+TEST(reference_matches_cpu_engine)
+{
+    uint32_t types[] = {GGML_F32, GGML_F16, GGML_Q8_0, GGML_Q4_0};
+    for (int ti = 0; ti < 4; ti++) {
+        struct synth s;
+        char err[ERRMSG_LEN];
+        CHECK(synth_build(&s, &tiny, types[ti], ti & 1, 1, 17) == 0);
+        struct engine_limits lim = {
+            .max_tokens = 16, .max_seqs = 1, .ctx = 32, .kv_block_size = 16, .threads = 1};
+        struct eng cpu;
+        CHECKF(eng_open(&cpu, &s.m, &lim, 1, err) == 0, "%s", err);
+        struct ref r;
+        ref_open(&r, &s.m, 32);
+        int V = tiny.vocab, n = 12, blocks[2] = {0, 1}, tok[12], pos[12], rows[12];
+        const int *tabs[12];
+        float *lc = malloc(sizeof(float) * V * n), *lr = malloc(sizeof(float) * V * n);
+        uint64_t rng = 21;
+        for (int i = 0; i < n; i++)
+            tok[i] = (int)(synth_rng(&rng) % V), pos[i] = i, rows[i] = i, tabs[i] = blocks;
+        struct batch b = {n, tok, pos, tabs, n, rows};
+        CHECK(engine_forward(&cpu.e, &b, lc) == 0);
+        for (int i = 0; i < n; i++) ref_forward(&r, tok[i], i, lr + (size_t)i * V);
+        double e = rel_err(lc, lr, (size_t)n * V);
+        double tol = types[ti] == GGML_F32 ? 1e-4 : 3e-2;
+        printf("# %s: CPU engine vs reference %.2g (tolerance %.2g)\n", type_str(types[ti]), e,
+               tol);
+        CHECKF(e <= tol, "%s: CPU engine vs reference %.3g > %.3g", type_str(types[ti]), e, tol);
+        free(lc);
+        free(lr);
+        ref_close(&r);
+        eng_close(&cpu);
+        synth_free(&s);
+    }
+}
+
 /* ---- on a GPU ---- */
 
 static char gpu_why[ERRMSG_LEN];
@@ -485,26 +570,6 @@ static void seqs_free(struct seqs *s)
 {
     free(s->blocks);
     free(s->tab);
-}
-
-static double rel_err(const float *a, const float *ref, size_t n)
-{
-    double mx = 1, d = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (fabs(ref[i]) > mx) mx = fabs(ref[i]);
-        double e = fabs((double)a[i] - ref[i]);
-        if (!(e <= d)) d = e; /* NaN propagates */
-    }
-    return d / mx;
-}
-
-static const char *type_str(uint32_t t)
-{
-    return t == GGML_F32    ? "F32"
-           : t == GGML_F16  ? "F16"
-           : t == GGML_BF16 ? "BF16"
-           : t == GGML_Q8_0 ? "Q8_0"
-                            : "Q4_0";
 }
 
 static void logits_match(uint32_t type, double tol_prefill, double tol_decode)
@@ -551,6 +616,73 @@ static void logits_match(uint32_t type, double tol_prefill, double tol_decode)
     ref_close(&r);
     cuda_engine_close(ce);
     synth_free(&s);
+}
+
+/* The same through engine.h: engine_init picks cuda on its own (and uploads through the arena
+ * it registers); its logits against engine_init on the CPU (STRATA_BACKEND=cpu), whose
+ * quantized matmuls use Q8 activations, hence the wider tolerance for block types. */
+static void engine_logits_match(uint32_t type, double tol)
+{
+    NEED_GPU();
+    struct synth s;
+    char err[ERRMSG_LEN];
+    CHECK(synth_build(&s, &tiny, type, 0, 1, 13) == 0);
+    struct engine_limits lim = {
+        .max_tokens = 32, .max_seqs = 1, .ctx = 64, .kv_block_size = 16, .threads = 1};
+    struct eng cpu, gpu;
+    CHECKF(eng_open(&cpu, &s.m, &lim, 1, err) == 0, "cpu engine: %s", err);
+    CHECKF(eng_open(&gpu, &s.m, &lim, 0, err) == 0, "gpu engine: %s", err);
+    CHECK_STR(cpu.e.be->name, "cpu");
+    CHECK_STR(gpu.e.be->name, "cuda");
+    int V = tiny.vocab, n = 24, blocks[4] = {0, 1, 2, 3};
+    float *lc = malloc(sizeof(float) * V * n), *lg = malloc(sizeof(float) * V * n);
+    int tok[24], pos[24], rows[24];
+    const int *tabs[24];
+    uint64_t rng = 5;
+    for (int i = 0; i < n; i++)
+        tok[i] = (int)(synth_rng(&rng) % V), pos[i] = i, rows[i] = i, tabs[i] = blocks;
+    struct batch b = {n, tok, pos, tabs, n, rows};
+    CHECK(engine_forward(&cpu.e, &b, lc) == 0);
+    CHECK(engine_forward(&gpu.e, &b, lg) == 0);
+    double ep = rel_err(lg, lc, (size_t)n * V), ed = 0;
+    for (int step = 0; step < 4; step++) {
+        int t = argmax(lc, V), p = n + step, r0 = 0;
+        struct batch d = {1, &t, &p, tabs, 1, &r0};
+        CHECK(engine_forward(&cpu.e, &d, lc) == 0);
+        CHECK(engine_forward(&gpu.e, &d, lg) == 0);
+        double e = rel_err(lg, lc, (size_t)V);
+        if (e > ed) ed = e;
+    }
+    printf("# %s vs the CPU engine: prefill %.2g, decode %.2g (tolerance %.2g)\n", type_str(type),
+           ep, ed, tol);
+    CHECKF(ep <= tol && ed <= tol, "%s: prefill error %.3g, decode %.3g > %.3g", type_str(type), ep,
+           ed, tol);
+    free(lc);
+    free(lg);
+    eng_close(&gpu);
+    eng_close(&cpu);
+    synth_free(&s);
+}
+
+TEST(engine_cuda_matches_cpu_f32)
+{
+    engine_logits_match(GGML_F32, 1e-3);
+}
+TEST(engine_cuda_matches_cpu_f16)
+{
+    engine_logits_match(GGML_F16, 3e-2);
+}
+TEST(engine_cuda_matches_cpu_bf16)
+{
+    engine_logits_match(GGML_BF16, 6e-2);
+}
+TEST(engine_cuda_matches_cpu_q8_0)
+{
+    engine_logits_match(GGML_Q8_0, 5e-2);
+}
+TEST(engine_cuda_matches_cpu_q4_0)
+{
+    engine_logits_match(GGML_Q4_0, 5e-2);
 }
 
 TEST(logits_match_f32)
@@ -616,7 +748,7 @@ TEST(weights_must_land_before_use)
 
 /* Greedy generation of n tokens after BOS on the GPU (sampling on the device) and in the
  * reference: the same tokens, exactly. */
-TEST(stories260k_greedy_equals_reference)
+static void stories_greedy(int graphs)
 {
     NEED_GPU();
     struct synth s;
@@ -626,6 +758,7 @@ TEST(stories260k_greedy_equals_reference)
     struct engine_limits lim = {.max_tokens = 16, .max_seqs = 1, .ctx = 128};
     struct cuda_engine *ce;
     CHECKF(cuda_engine_open(&ce, &s.m, &lim, err) == 0, "%s", err);
+    cuda_set_graphs(ce, graphs);
     CHECKF(cuda_upload_all(ce, err) == 0, "%s", err);
     struct ref r;
     ref_open(&r, &s.m, 128);
@@ -650,6 +783,16 @@ TEST(stories260k_greedy_equals_reference)
     ref_close(&r);
     cuda_engine_close(ce);
     synth_free(&s);
+}
+
+/* CUDA graphs replay the captured launches: the same tokens with and without them. */
+TEST(stories260k_greedy_equals_reference)
+{
+    stories_greedy(1);
+}
+TEST(stories260k_greedy_without_graphs)
+{
+    stories_greedy(0);
 }
 
 /* The same through the GGUF loader's image (F32 and F16 conversions): greedy tokens equal the
@@ -770,9 +913,10 @@ TEST(batched_decode_equals_one_at_a_time)
     synth_free(&s);
 }
 
-/* The device sampler: top_k = 1 at any temperature is the argmax, and the generator advanced
- * exactly one xorshift64* step. */
-TEST(device_sampler_top_k_1_and_rng)
+/* The device sampler against serving/engine/sampler.c on the same logits, same seed: the same
+ * tokens and generator states, draw after draw, for each filter combination; top_k = 1 at any
+ * temperature is the argmax. */
+TEST(device_sampler_matches_cpu_sampler)
 {
     NEED_GPU();
     struct synth s;
@@ -784,22 +928,37 @@ TEST(device_sampler_top_k_1_and_rng)
     CHECKF(cuda_upload_all(ce, err) == 0, "%s", err);
     struct seqs sq;
     seqs_init(&sq, 1, 16, 16);
-    int V = s.m.cfg.vocab_size, t = 1, p = 0, row = 0, greedy, got;
-    float *logits = malloc(sizeof(float) * V);
+    int V = s.m.cfg.vocab_size, t = 1, p = 0, row = 0, got;
+    float *logits = malloc(sizeof(float) * V), *copy = malloc(sizeof(float) * V);
     struct batch b = {1, &t, &p, sq.tab, 1, &row};
     CHECKF(cuda_forward(ce, &b, logits, err) == 0, "%s", err);
-    greedy = argmax(logits, V);
-    struct sampler smp = {.p = {.temperature = 0.8f, .top_p = 0.9f, .top_k = 1, .seed = 5},
-                          .vocab_size = V,
-                          .rng = 0x1234567ull};
-    struct sampler *sp = &smp;
-    CHECKF(cuda_forward_sample(ce, &b, &sp, &got, err) == 0, "%s", err);
-    CHECK_EQ_INT(got, greedy);
-    uint64_t x = 0x1234567ull;
-    x ^= x >> 12, x ^= x << 25, x ^= x >> 27;
-    CHECKF(smp.rng == x, "rng %llx, expected %llx", (unsigned long long)smp.rng,
-           (unsigned long long)x);
+    const struct sampler_params cfgs[] = {
+        {.temperature = 1.0f, .top_p = 1.0f, .seed = 42},                /* no filter */
+        {.temperature = 0.8f, .top_p = 1.0f, .top_k = 40, .seed = 7},    /* top_k */
+        {.temperature = 1.0f, .top_p = 0.9f, .seed = 9},                 /* top_p */
+        {.temperature = 0.7f, .top_p = 1.0f, .min_p = 0.05f, .seed = 3}, /* min_p */
+        {.temperature = 0.9f, .top_p = 0.8f, .top_k = 20, .min_p = 0.02f, .seed = 11},
+        {.temperature = 1.3f, .top_p = 1.0f, .top_k = 1, .seed = 5}, /* = argmax */
+    };
+    for (size_t c = 0; c < sizeof cfgs / sizeof cfgs[0]; c++) {
+        struct sampler cpu, gpu;
+        CHECK(sampler_init(&cpu, &cfgs[c], V, err) == 0 &&
+              sampler_init(&gpu, &cfgs[c], V, err) == 0);
+        struct sampler *gp = &gpu;
+        for (int draw = 0; draw < 30; draw++) {
+            memcpy(copy, logits, sizeof(float) * V);
+            int want = sampler_sample(&cpu, copy);
+            CHECKF(cuda_forward_sample(ce, &b, &gp, &got, err) == 0, "%s", err);
+            CHECKF(got == want && gpu.rng == cpu.rng,
+                   "config %zu draw %d: gpu token %d rng %llx, cpu token %d rng %llx", c, draw, got,
+                   (unsigned long long)gpu.rng, want, (unsigned long long)cpu.rng);
+            if (cfgs[c].top_k == 1) CHECK_EQ_INT(got, argmax(logits, V));
+        }
+        sampler_free(&cpu);
+        sampler_free(&gpu);
+    }
     free(logits);
+    free(copy);
     seqs_free(&sq);
     cuda_engine_close(ce);
     synth_free(&s);
@@ -818,16 +977,23 @@ int main(void)
     RUN(launch_shapes);
     RUN(plan_accepts_the_loaders_image);
     RUN(reference_forward_tells_the_story);
+    RUN(reference_matches_cpu_engine);
     RUN(logits_match_f32);
     RUN(logits_match_f16);
     RUN(logits_match_bf16);
     RUN(logits_match_q8_0);
     RUN(logits_match_q4_0);
+    RUN(engine_cuda_matches_cpu_f32);
+    RUN(engine_cuda_matches_cpu_f16);
+    RUN(engine_cuda_matches_cpu_bf16);
+    RUN(engine_cuda_matches_cpu_q8_0);
+    RUN(engine_cuda_matches_cpu_q4_0);
     RUN(weights_must_land_before_use);
     RUN(stories260k_greedy_equals_reference);
+    RUN(stories260k_greedy_without_graphs);
     RUN(gguf_stories260k_f32_greedy);
     RUN(gguf_stories260k_f16_greedy);
     RUN(batched_decode_equals_one_at_a_time);
-    RUN(device_sampler_top_k_1_and_rng);
+    RUN(device_sampler_matches_cpu_sampler);
     CHECK_DONE();
 }

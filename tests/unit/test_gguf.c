@@ -521,6 +521,7 @@ TEST(tensor_info_errors)
 struct mk {
     const char *arch;
     const char *skip_key;
+    const char *zero_key; /* this key is written as 0 */
     const char *skip_tensor;
     const char *extra_tensor;
     const char *bad_shape; /* this tensor gets one extra row */
@@ -528,7 +529,8 @@ struct mk {
     uint32_t matrix_type;
     int tied;
     int heads;
-    int mul; /* scales every dimension (0 = 1): 4 makes rows multiples of 32 */
+    int mul;     /* scales every dimension (0 = 1): 4 makes rows multiples of 32 */
+    int reverse; /* write the tensors in reverse execution order */
 };
 
 static uint8_t *make_model(const struct mk *o, size_t *len)
@@ -539,7 +541,8 @@ static uint8_t *make_model(const struct mk *o, size_t *len)
     const char *arch = o->arch ? o->arch : "llama";
     const uint64_t M = o->mul ? (uint64_t)o->mul : 1;
 #define KEY(k, v)                                                                                  \
-    if (!o->skip_key || strcmp(o->skip_key, k)) gguf_w_u32(w, k, v)
+    if (!o->skip_key || strcmp(o->skip_key, k))                                                    \
+    gguf_w_u32(w, k, o->zero_key && !strcmp(o->zero_key, k) ? 0 : (v))
     gguf_w_str(w, "general.architecture", arch);
     KEY("llama.embedding_length", 8 * M);
     KEY("llama.feed_forward_length", 16 * M);
@@ -570,7 +573,8 @@ static uint8_t *make_model(const struct mk *o, size_t *len)
     if (!o->tied) T("output.weight", 8, 10);
     if (o->extra_tensor) T(o->extra_tensor, 8, 0);
 #undef T
-    for (int i = 0; i < n; i++) {
+    for (int j = 0; j < n; j++) {
+        int i = o->reverse ? n - 1 - j : j;
         if (o->skip_tensor && !strcmp(o->skip_tensor, ts[i].name)) continue;
         int bad = o->bad_shape && !strcmp(o->bad_shape, ts[i].name);
         uint64_t ne[2] = {ts[i].cols + (bad && !ts[i].rows), ts[i].rows + (bad && ts[i].rows)};
@@ -634,6 +638,13 @@ TEST(model_plan_layout)
         if (s) CHECK(m.spans[s].offset >= m.spans[s - 1].offset + m.spans[s - 1].size);
     }
     CHECK(m.image_size >= m.spans[3].offset + m.spans[3].size);
+    /* The writer wrote the file in execution order: each span is one range of the file. */
+    CHECK(m.file_in_order);
+    CHECK_EQ_INT(m.file_spans[0].offset, g.data_offset);
+    CHECK_EQ_INT(m.file_spans[0].size, 10 * 8 * 4);
+    CHECK_EQ_INT(m.file_spans[3].offset + m.file_spans[3].size, len); /* 320 bytes: no padding */
+    for (int s = 1; s < m.n_spans; s++)
+        CHECK(m.file_spans[s].offset >= m.file_spans[s - 1].offset + m.file_spans[s - 1].size);
     uint64_t prev_end = 0;
     for (int i = 0; i < m.n_slots; i++) {
         const struct model_slot *sl = &m.slots[i];
@@ -694,6 +705,32 @@ TEST(model_plan_tied_output)
     free(buf);
 }
 
+TEST(model_plan_file_out_of_order)
+{
+    /* Tensors are found by name: a file in any order gives the same execution-order image. */
+    struct mk o = {.reverse = 1};
+    size_t len;
+    uint8_t *buf = make_model(&o, &len);
+    struct gguf g;
+    CHECKF(gguf_parse(&g, buf, len, err) == 0, "%s", err);
+    CHECK(gguf_str_eq(g.tensors[0].name, "output.weight"));
+    struct model m;
+    CHECKF(model_plan(&m, &g, "m.gguf", err) == 0, "%s", err);
+    CHECK(!m.file_in_order);
+    CHECK(gguf_str_eq(m.slots[0].src->name, "token_embd.weight"));
+    CHECK(gguf_str_eq(m.slots[20].src->name, "output.weight"));
+    uint8_t *image = calloc(1, m.image_size);
+    for (int s = 0; s < m.n_spans; s++) CHECK(model_fill(&m, image, s, err) == 0);
+    model_bind(&m, image);
+    const struct gguf_tensor *t = gguf_find_tensor(&g, "blk.0.attn_v.weight");
+    CHECK(memcmp(m.layers[0].wv.data, gguf_tensor_data(&g, t), t->nbytes) == 0);
+    CHECK(m.layers[0].wv.data < m.layers[1].wv.data);
+    free(image);
+    model_free(&m);
+    gguf_free(&g);
+    free(buf);
+}
+
 TEST(model_plan_quantized_types)
 {
     const uint32_t ok[] = {GGML_F16, GGML_BF16, GGML_Q8_0, GGML_Q4_0};
@@ -747,6 +784,10 @@ TEST(model_plan_errors)
     o = (struct mk){.skip_key = "llama.attention.head_count_kv"}; /* defaults to head_count */
     CHECK_STR(plan_msg(&o),
               "m.gguf: tensor blk.0.attn_k.weight: shape 8x4 does not match dim x kv_dim = 8x8");
+    o = (struct mk){.zero_key = "llama.block_count"};
+    CHECK_STR(plan_msg(&o), "m.gguf: llama.block_count = 0 is out of range (1..256)");
+    o = (struct mk){.zero_key = "llama.attention.head_count_kv"};
+    CHECK_STR(plan_msg(&o), "m.gguf: llama.attention.head_count_kv = 0 is out of range (1..4096)");
     o = (struct mk){.heads = 3};
     CHECK_STR(plan_msg(&o), "m.gguf: embedding_length 8 is not a multiple of head_count 3");
     o = (struct mk){.heads = 8};
@@ -776,6 +817,7 @@ int main(void)
     RUN(tensor_info_errors);
     RUN(model_plan_layout);
     RUN(model_plan_tied_output);
+    RUN(model_plan_file_out_of_order);
     RUN(model_plan_quantized_types);
     RUN(model_plan_errors);
     RUN(model_plan_unsupported_type);

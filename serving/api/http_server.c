@@ -1,0 +1,578 @@
+#include "serving/api/http_server.h"
+
+#include "os/errmsg.h"
+#include "os/log.h"
+#include "serving/api/api_request.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+enum conn_state { C_READ, C_BUSY, C_STREAM };
+
+struct http_conn {
+    struct http_server *srv;
+    int fd;
+    enum conn_state state;
+    char *rbuf;
+    size_t rlen, rcap;
+    char *wbuf;
+    size_t wlen, woff, wcap;
+    struct http_request req;
+    int have_head, sent_continue;
+    size_t consumed; /* bytes of the current request (head + body) */
+    double t_start;  /* first byte of the request being read */
+    double t_idle;   /* when the connection became idle */
+    double t_write;  /* last write progress while output is pending */
+    int keep_alive, close_after_write, chunked_out, reading_paused;
+    int dead, in_process, epoll_out;
+    void *user;
+    struct http_conn *prev, *next;
+};
+
+struct http_server {
+    struct http_server_config cfg;
+    struct http_handler h;
+    struct serve_metrics *m;
+    int lfd, efd, wfd, port;
+    volatile int stopping;
+    struct http_conn *conns, *graveyard;
+    int n_conns;
+};
+
+static char listen_tag, wake_tag;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* ---------------------------------------------------------------- setup */
+
+struct http_server *http_server_new(const struct http_server_config *cfg,
+                                    const struct http_handler *h, struct serve_metrics *m,
+                                    char *err)
+{
+    struct http_server *s = calloc(1, sizeof *s);
+    if (!s) {
+        errmsg_set(err, "http: out of memory");
+        return NULL;
+    }
+    s->cfg = *cfg;
+    s->h = *h;
+    s->m = m;
+    s->lfd = s->efd = s->wfd = -1;
+    char port[16];
+    snprintf(port, sizeof port, "%d", cfg->port);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICHOST | AI_NUMERICSERV};
+    struct addrinfo *ai = NULL;
+    int rc = getaddrinfo(cfg->host, port, &hints, &ai);
+    if (rc) {
+        errmsg_set(err, "http: address %s: %s", cfg->host, gai_strerror(rc));
+        goto fail;
+    }
+    s->lfd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (s->lfd < 0) {
+        errmsg_set(err, "http: socket: %s", strerror(errno));
+        goto fail;
+    }
+    int one = 1;
+    setsockopt(s->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(s->lfd, ai->ai_addr, ai->ai_addrlen) || listen(s->lfd, 1024)) {
+        errmsg_set(err, "http: bind %s:%d: %s", cfg->host, cfg->port, strerror(errno));
+        goto fail;
+    }
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    getsockname(s->lfd, (struct sockaddr *)&ss, &sl);
+    s->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                             : ((struct sockaddr_in *)&ss)->sin_port);
+    freeaddrinfo(ai);
+    ai = NULL;
+    s->efd = epoll_create1(EPOLL_CLOEXEC);
+    s->wfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (s->efd < 0 || s->wfd < 0) {
+        errmsg_set(err, "http: epoll/eventfd: %s", strerror(errno));
+        goto fail;
+    }
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &listen_tag};
+    epoll_ctl(s->efd, EPOLL_CTL_ADD, s->lfd, &ev);
+    ev.data.ptr = &wake_tag;
+    epoll_ctl(s->efd, EPOLL_CTL_ADD, s->wfd, &ev);
+    return s;
+fail:
+    if (ai) freeaddrinfo(ai);
+    http_server_free(s);
+    return NULL;
+}
+
+int http_server_port(const struct http_server *s)
+{
+    return s->port;
+}
+
+void http_server_stop(struct http_server *s)
+{
+    s->stopping = 1;
+    uint64_t one = 1;
+    ssize_t w = write(s->wfd, &one, sizeof one);
+    (void)w;
+}
+
+void http_server_wake(struct http_server *s)
+{
+    uint64_t one = 1;
+    ssize_t w = write(s->wfd, &one, sizeof one);
+    (void)w;
+}
+
+/* ---------------------------------------------------------------- connections */
+
+static void conn_events(struct http_conn *c)
+{
+    if (c->dead) return;
+    uint32_t ev = EPOLLRDHUP;
+    if (!c->reading_paused) ev |= EPOLLIN;
+    if (c->wlen > c->woff) ev |= EPOLLOUT;
+    struct epoll_event e = {.events = ev, .data.ptr = c};
+    epoll_ctl(c->srv->efd, EPOLL_CTL_MOD, c->fd, &e);
+    c->epoll_out = (ev & EPOLLOUT) != 0;
+}
+
+/* Close now; the struct is freed (and on_abort called) from the loop. */
+static void conn_kill(struct http_conn *c)
+{
+    if (c->dead) return;
+    c->dead = 1;
+    epoll_ctl(c->srv->efd, EPOLL_CTL_DEL, c->fd, NULL);
+    close(c->fd);
+    c->fd = -1;
+    struct http_server *s = c->srv;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        s->conns = c->next;
+    if (c->next) c->next->prev = c->prev;
+    c->prev = NULL;
+    c->next = s->graveyard;
+    s->graveyard = c;
+    s->n_conns--;
+    if (s->m) atomic_store(&s->m->connections, s->n_conns);
+}
+
+static void bury(struct http_server *s)
+{
+    while (s->graveyard) {
+        struct http_conn *c = s->graveyard;
+        s->graveyard = c->next;
+        if (c->user && s->h.on_abort) s->h.on_abort(s->h.ctx, c, c->user);
+        free(c->rbuf);
+        free(c->wbuf);
+        free(c);
+    }
+}
+
+static int flush(struct http_conn *c)
+{
+    while (c->woff < c->wlen) {
+        ssize_t k = send(c->fd, c->wbuf + c->woff, c->wlen - c->woff, MSG_NOSIGNAL);
+        if (k > 0) {
+            c->woff += (size_t)k;
+            c->t_write = now_s();
+            continue;
+        }
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+        conn_kill(c);
+        return -1;
+    }
+    if (c->woff == c->wlen) {
+        c->woff = c->wlen = 0;
+        if (c->close_after_write) {
+            /* Half-close first so the client reads the whole answer before the reset. */
+            shutdown(c->fd, SHUT_WR);
+            conn_kill(c);
+            return -1;
+        }
+    }
+    if ((c->wlen > c->woff) != c->epoll_out) conn_events(c);
+    return 0;
+}
+
+static int conn_write(struct http_conn *c, const char *data, size_t len)
+{
+    if (c->dead) return -1;
+    if (c->wlen - c->woff + len > c->srv->cfg.max_pending_write) {
+        log_warn("http", "dropping a client that does not read (%zu bytes pending)",
+                 c->wlen - c->woff + len);
+        conn_kill(c);
+        return -1;
+    }
+    if (c->wlen + len > c->wcap) {
+        if (c->woff) {
+            memmove(c->wbuf, c->wbuf + c->woff, c->wlen - c->woff);
+            c->wlen -= c->woff;
+            c->woff = 0;
+        }
+        if (c->wlen + len > c->wcap) {
+            size_t cap = (c->wlen + len) * 2 + 1024;
+            char *p = realloc(c->wbuf, cap);
+            if (!p) {
+                conn_kill(c);
+                return -1;
+            }
+            c->wbuf = p;
+            c->wcap = cap;
+        }
+    }
+    if (c->wlen == c->woff) c->t_write = now_s();
+    memcpy(c->wbuf + c->wlen, data, len);
+    c->wlen += len;
+    return 0;
+}
+
+static int conn_printf(struct http_conn *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static int conn_printf(struct http_conn *c, const char *fmt, ...)
+{
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof buf) return -1;
+    return conn_write(c, buf, (size_t)n);
+}
+
+static void process_input(struct http_conn *c);
+
+/* The answer to the current request is queued: get ready for the next one. */
+static void request_done(struct http_conn *c)
+{
+    c->user = NULL;
+    c->state = C_READ;
+    if (c->consumed > c->rlen) c->consumed = c->rlen;
+    memmove(c->rbuf, c->rbuf + c->consumed, c->rlen - c->consumed);
+    c->rlen -= c->consumed;
+    c->consumed = 0;
+    c->have_head = c->sent_continue = 0;
+    c->t_start = c->rlen ? now_s() : 0;
+    c->t_idle = now_s();
+    if (!c->keep_alive) c->close_after_write = 1;
+    if (c->reading_paused) {
+        c->reading_paused = 0;
+        conn_events(c);
+    }
+    if (flush(c)) return;
+    if (!c->in_process && c->rlen) process_input(c);
+}
+
+int http_respond(struct http_conn *c, int status, const char *content_type, const char *body,
+                 size_t len, const char *extra_headers)
+{
+    if (c->dead) return -1;
+    if (conn_printf(c,
+                    "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%s"
+                    "Connection: %s\r\n\r\n",
+                    status, http_status_text(status), content_type, len,
+                    extra_headers ? extra_headers : "", c->keep_alive ? "keep-alive" : "close"))
+        return -1;
+    if (conn_write(c, body, len)) return -1;
+    request_done(c);
+    return c->dead ? -1 : 0;
+}
+
+int http_stream_begin(struct http_conn *c, int status, const char *content_type)
+{
+    if (c->dead) return -1;
+    /* HTTP/1.0 has no chunked encoding: the stream ends with the connection. */
+    c->chunked_out = c->req.minor >= 1;
+    if (!c->chunked_out) c->keep_alive = 0;
+    c->state = C_STREAM;
+    if (conn_printf(c,
+                    "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nCache-Control: no-cache\r\n%s"
+                    "Connection: %s\r\n\r\n",
+                    status, http_status_text(status), content_type,
+                    c->chunked_out ? "Transfer-Encoding: chunked\r\n" : "",
+                    c->keep_alive ? "keep-alive" : "close"))
+        return -1;
+    return flush(c);
+}
+
+int http_stream_write(struct http_conn *c, const char *data, size_t len)
+{
+    if (c->dead) return -1;
+    if (!len) return 0;
+    if (c->chunked_out && conn_printf(c, "%zx\r\n", len)) return -1;
+    if (conn_write(c, data, len)) return -1;
+    if (c->chunked_out && conn_write(c, "\r\n", 2)) return -1;
+    return flush(c);
+}
+
+int http_stream_end(struct http_conn *c)
+{
+    if (c->dead) return -1;
+    if (c->chunked_out && conn_write(c, "0\r\n\r\n", 5)) return -1;
+    request_done(c);
+    return c->dead ? -1 : 0;
+}
+
+void http_conn_set_user(struct http_conn *c, void *user)
+{
+    c->user = user;
+}
+
+int http_conn_alive(const struct http_conn *c)
+{
+    return !c->dead;
+}
+
+/* An error the server itself answers (bad head, too large, timeout), then closes. */
+static void respond_error(struct http_conn *c, int status, const char *msg, const char *extra)
+{
+    struct api_error e;
+    api_error_set(&e, status, status == 503 ? "server_error" : "invalid_request_error", NULL, "%s",
+                  msg);
+    char *body = api_error_json(&e);
+    c->keep_alive = 0;
+    c->consumed = c->rlen;
+    if (c->srv->m) metrics_request(c->srv->m, status == 503 ? OUTCOME_REJECTED : OUTCOME_INVALID);
+    http_respond(c, status, "application/json", body ? body : "{}", body ? strlen(body) : 2, extra);
+    free(body);
+}
+
+static void process_input(struct http_conn *c)
+{
+    struct http_server *s = c->srv;
+    c->in_process = 1;
+    while (!c->dead && c->state == C_READ && c->rlen && !c->close_after_write) {
+        if (!c->have_head) {
+            int status;
+            char err[ERRMSG_LEN];
+            int rc = http_parse_head(c->rbuf, c->rlen, s->cfg.max_head, &c->req, &status, err);
+            if (rc == 0) break;
+            if (rc < 0) {
+                respond_error(c, status, err, NULL);
+                break;
+            }
+            c->have_head = 1;
+            c->keep_alive = c->req.keep_alive;
+            if (c->req.chunked) {
+                respond_error(c, 411,
+                              "http: chunked request bodies are not accepted; send "
+                              "Content-Length",
+                              NULL);
+                break;
+            }
+            if (c->req.content_length < 0) c->req.content_length = 0;
+            if ((size_t)c->req.content_length > s->cfg.max_body) {
+                char msg[160];
+                snprintf(msg, sizeof msg,
+                         "http: request body of %lld bytes exceeds the limit of "
+                         "%zu bytes",
+                         c->req.content_length, s->cfg.max_body);
+                respond_error(c, 413, msg, NULL);
+                break;
+            }
+            if (c->req.expect_continue && !c->sent_continue && c->req.content_length > 0 &&
+                c->rlen < c->req.head_len + (size_t)c->req.content_length) {
+                c->sent_continue = 1;
+                if (conn_printf(c, "HTTP/1.1 100 Continue\r\n\r\n") || flush(c)) break;
+            }
+        }
+        size_t total = c->req.head_len + (size_t)c->req.content_length;
+        if (c->rlen < total) break;
+        c->consumed = total;
+        c->state = C_BUSY;
+        s->h.on_request(s->h.ctx, c, &c->req, c->rbuf + c->req.head_len,
+                        (size_t)c->req.content_length);
+    }
+    c->in_process = 0;
+}
+
+static void on_readable(struct http_conn *c)
+{
+    struct http_server *s = c->srv;
+    size_t limit = s->cfg.max_head + s->cfg.max_body + 4096;
+    for (;;) {
+        if (c->rlen == c->rcap) {
+            if (c->rcap >= limit) {
+                /* Busy with a request and the client keeps sending: stop reading (EPOLLRDHUP
+                 * still reports a hang-up). */
+                if (c->state != C_READ) {
+                    c->reading_paused = 1;
+                    conn_events(c);
+                }
+                break;
+            }
+            size_t cap = c->rcap ? c->rcap * 2 : 4096;
+            if (cap > limit) cap = limit;
+            char *p = realloc(c->rbuf, cap);
+            if (!p) {
+                conn_kill(c);
+                return;
+            }
+            c->rbuf = p;
+            c->rcap = cap;
+        }
+        ssize_t k = recv(c->fd, c->rbuf + c->rlen, c->rcap - c->rlen, 0);
+        if (k > 0) {
+            if (!c->rlen && c->state == C_READ) c->t_start = now_s();
+            c->rlen += (size_t)k;
+            continue;
+        }
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+        /* EOF or error: the client is gone (a half-closed client cannot read our answer to a
+         * request it has not finished sending, and streaming needs both directions). */
+        conn_kill(c);
+        return;
+    }
+    if (c->state == C_READ) process_input(c);
+}
+
+static void on_accept(struct http_server *s)
+{
+    for (;;) {
+        int fd = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) return;
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        if (s->n_conns >= s->cfg.max_conns) {
+            struct api_error e;
+            api_error_set(&e, 503, "server_error", NULL,
+                          "The server is handling %d connections, its limit; retry shortly.",
+                          s->n_conns);
+            char *body = api_error_json(&e);
+            char head[256];
+            int hn = snprintf(head, sizeof head,
+                              "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json"
+                              "\r\nContent-Length: %zu\r\nRetry-After: 1\r\nConnection: close"
+                              "\r\n\r\n",
+                              body ? strlen(body) : 0);
+            ssize_t w = send(fd, head, (size_t)hn, MSG_NOSIGNAL);
+            if (body && w == hn) w = send(fd, body, strlen(body), MSG_NOSIGNAL);
+            (void)w;
+            free(body);
+            shutdown(fd, SHUT_WR);
+            close(fd);
+            if (s->m) metrics_request(s->m, OUTCOME_REJECTED);
+            continue;
+        }
+        struct http_conn *c = calloc(1, sizeof *c);
+        if (!c) {
+            close(fd);
+            continue;
+        }
+        c->srv = s;
+        c->fd = fd;
+        c->t_idle = now_s();
+        c->next = s->conns;
+        if (s->conns) s->conns->prev = c;
+        s->conns = c;
+        s->n_conns++;
+        if (s->m) atomic_store(&s->m->connections, s->n_conns);
+        struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.ptr = c};
+        epoll_ctl(s->efd, EPOLL_CTL_ADD, fd, &ev);
+    }
+}
+
+static void check_timeouts(struct http_server *s)
+{
+    double now = now_s();
+    struct http_conn *c = s->conns, *next;
+    for (; c; c = next) {
+        next = c->next;
+        if (c->wlen > c->woff && (now - c->t_write) * 1e3 > s->cfg.write_timeout_ms) {
+            conn_kill(c);
+            continue;
+        }
+        if (c->state != C_READ) continue;
+        if (c->rlen || c->have_head) {
+            if (c->t_start && (now - c->t_start) * 1e3 > s->cfg.read_timeout_ms && !c->wlen)
+                respond_error(c, 408, "http: the request did not arrive in time", NULL);
+        } else if (!c->wlen && (now - c->t_idle) * 1e3 > s->cfg.idle_timeout_ms) {
+            conn_kill(c);
+        }
+    }
+}
+
+int http_server_run(struct http_server *s, char *err)
+{
+    struct epoll_event evs[64];
+    double last_check = 0;
+    while (!s->stopping) {
+        int n = epoll_wait(s->efd, evs, 64, 100);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return errmsg_set(err, "http: epoll_wait: %s", strerror(errno));
+        }
+        for (int i = 0; i < n; i++) {
+            void *p = evs[i].data.ptr;
+            if (p == &listen_tag) {
+                on_accept(s);
+            } else if (p == &wake_tag) {
+                uint64_t v;
+                ssize_t r = read(s->wfd, &v, sizeof v);
+                (void)r;
+                if (s->h.on_wake) s->h.on_wake(s->h.ctx);
+            } else {
+                struct http_conn *c = p;
+                if (c->dead) continue;
+                uint32_t e = evs[i].events;
+                if (e & (EPOLLERR | EPOLLHUP)) {
+                    conn_kill(c);
+                    continue;
+                }
+                if (e & EPOLLOUT) flush(c);
+                if (!c->dead && (e & (EPOLLIN | EPOLLRDHUP))) {
+                    if (c->reading_paused && (e & EPOLLRDHUP))
+                        conn_kill(c);
+                    else
+                        on_readable(c);
+                }
+            }
+        }
+        double now = now_s();
+        if (now - last_check > 0.05) {
+            check_timeouts(s);
+            last_check = now;
+        }
+        bury(s);
+    }
+    /* Flush what is queued, best effort, then close everything. */
+    for (struct http_conn *c = s->conns; c; c = c->next)
+        if (c->wlen > c->woff) {
+            ssize_t w = send(c->fd, c->wbuf + c->woff, c->wlen - c->woff, MSG_NOSIGNAL);
+            (void)w;
+        }
+    while (s->conns) conn_kill(s->conns);
+    bury(s);
+    return 0;
+}
+
+void http_server_free(struct http_server *s)
+{
+    if (!s) return;
+    while (s->conns) conn_kill(s->conns);
+    bury(s);
+    if (s->lfd >= 0) close(s->lfd);
+    if (s->efd >= 0) close(s->efd);
+    if (s->wfd >= 0) close(s->wfd);
+    free(s);
+}

@@ -1,0 +1,67 @@
+/* http_server: the front thread's HTTP/1.1 server on kernel sockets (epoll, level-triggered).
+ *
+ * One thread owns every connection. A connection reads a request head (http.h) and its body
+ * (Content-Length only; chunked request bodies get 411), then hands the request to the handler,
+ * which answers at once (http_respond) or later from on_wake (after another thread called
+ * http_server_wake), possibly as a chunked stream (http_stream_*; SSE uses this). Keep-alive and
+ * pipelining: the next request on a connection is read after the previous answer is queued.
+ *
+ * Protection: at most max_conns connections (the next gets 503 with Retry-After and is closed);
+ * heads over max_head get 431, bodies over max_body 413 (not read); a request that does not
+ * arrive within read_timeout_ms gets 408; idle keep-alive connections close after
+ * idle_timeout_ms; a client that stops reading (no write progress for write_timeout_ms, or more
+ * than max_pending_write bytes queued) is dropped. Every error body is in OpenAI's error shape.
+ *
+ * A client that goes away while its request is with the handler (EOF, reset, timeout) triggers
+ * on_abort(user) from the loop, never from inside an http_* call made by the handler; http_*
+ * calls on a dead connection return -1 and do nothing. */
+#ifndef STRATA_HTTP_SERVER_H
+#define STRATA_HTTP_SERVER_H
+
+#include "serving/api/http.h"
+#include "serving/api/metrics.h"
+
+#include <stddef.h>
+
+struct http_server_config {
+    const char *host; /* "127.0.0.1", "0.0.0.0", "::" */
+    int port;         /* 0 = any (see http_server_port) */
+    int max_conns;
+    size_t max_head, max_body;
+    int read_timeout_ms, idle_timeout_ms, write_timeout_ms;
+    size_t max_pending_write;
+};
+
+struct http_conn;
+
+struct http_handler {
+    void *ctx;
+    void (*on_request)(void *ctx, struct http_conn *c, const struct http_request *r,
+                       const char *body, size_t len);
+    void (*on_abort)(void *ctx, struct http_conn *c, void *user);
+    void (*on_wake)(void *ctx);
+};
+
+struct http_server;
+
+/* Binds and listens. m (optional) gets the connection gauge and rejected/invalid outcomes. */
+struct http_server *http_server_new(const struct http_server_config *cfg,
+                                    const struct http_handler *h, struct serve_metrics *m,
+                                    char *err);
+int http_server_port(const struct http_server *s);
+/* Runs the loop until http_server_stop. */
+int http_server_run(struct http_server *s, char *err);
+void http_server_stop(struct http_server *s); /* any thread, async-signal-safe */
+void http_server_wake(struct http_server *s); /* any thread */
+void http_server_free(struct http_server *s);
+
+/* Front thread only. */
+int http_respond(struct http_conn *c, int status, const char *content_type, const char *body,
+                 size_t len, const char *extra_headers);
+int http_stream_begin(struct http_conn *c, int status, const char *content_type);
+int http_stream_write(struct http_conn *c, const char *data, size_t len);
+int http_stream_end(struct http_conn *c);
+void http_conn_set_user(struct http_conn *c, void *user);
+int http_conn_alive(const struct http_conn *c);
+
+#endif

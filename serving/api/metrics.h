@@ -1,0 +1,49 @@
+/* metrics: the serving counters, gauges and histograms, rendered as Prometheus text (format 0.0.4).
+ *
+ * Every field is an atomic updated with relaxed ordering by whichever thread sees the event (the
+ * scheduler for tokens and latencies, the front for HTTP outcomes), so neither thread waits for
+ * the other; /metrics reads a slightly torn but always monotone snapshot. Histograms keep
+ * per-bucket counts (rendered cumulative), the count and the sum in microseconds.
+ *
+ * Goodput counts the completion tokens of requests that met both their TTFT and TPOT targets. */
+#ifndef STRATA_METRICS_H
+#define STRATA_METRICS_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+
+enum req_outcome {
+    OUTCOME_STOP,      /* finished, finish_reason "stop" */
+    OUTCOME_LENGTH,    /* finished, finish_reason "length" */
+    OUTCOME_CANCELLED, /* client went away */
+    OUTCOME_INVALID,   /* 4xx: bad request, auth, not found, too large */
+    OUTCOME_REJECTED,  /* 503: overloaded, not ready */
+    OUTCOME_ERROR,     /* 5xx: our fault */
+    OUTCOME_N
+};
+
+#define HIST_BUCKETS 16
+
+struct histogram {
+    const char *name, *help;
+    const double *bounds; /* seconds, ascending, n of them (+Inf implied) */
+    int n;
+    atomic_ullong counts[HIST_BUCKETS + 1];
+    atomic_ullong count, sum_us;
+};
+
+struct serve_metrics {
+    atomic_ullong requests[OUTCOME_N];
+    atomic_ullong prompt_tokens, generated_tokens, goodput_tokens;
+    atomic_ullong slo_met, slo_missed, preemptions, steps, step_tokens;
+    struct histogram ttft, tpot, e2e, queue, step;
+    atomic_int running, waiting, kv_blocks_used, kv_blocks_total, connections;
+};
+
+void metrics_init(struct serve_metrics *m);
+void metrics_request(struct serve_metrics *m, enum req_outcome o);
+void hist_observe(struct histogram *h, double seconds);
+/* malloc'd text; *len its length. */
+char *metrics_render(struct serve_metrics *m, size_t *len);
+
+#endif

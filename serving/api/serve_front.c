@@ -1,0 +1,511 @@
+#include "serving/api/serve_front.h"
+
+#include "os/errmsg.h"
+#include "os/pid1.h"
+#include "serving/api/api_request.h"
+#include "serving/api/api_response.h"
+
+#include <cjson/cJSON.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* The front's side of one completion request. */
+struct front_req {
+    struct front *f;
+    struct http_conn *conn;
+    struct sreq *r;
+    char id[40];
+    long long created;
+    int chat, stream, include_usage, first_sent;
+    size_t sent; /* bytes of r->text already sent (streaming) */
+};
+
+struct front {
+    struct front_config cfg;
+    struct serve_metrics *m;
+    struct http_server *http;
+    _Atomic(const struct front_model *) model;
+    struct front_model model_copy;
+    _Atomic(struct scheduler *) sched;
+    pthread_mutex_t mu; /* progress text and the notification list */
+    char stage[64];
+    double progress;
+    struct sreq *notify_head;
+    unsigned long long next_id;
+    long long started;
+};
+
+struct front *front_new(const struct front_config *cfg, struct serve_metrics *m, char *err)
+{
+    struct front *f = calloc(1, sizeof *f);
+    if (!f) {
+        errmsg_set(err, "front: out of memory");
+        return NULL;
+    }
+    f->cfg = *cfg;
+    if (f->cfg.default_max_tokens_completion <= 0) f->cfg.default_max_tokens_completion = 16;
+    f->m = m;
+    pthread_mutex_init(&f->mu, NULL);
+    snprintf(f->stage, sizeof f->stage, "starting");
+    f->started = (long long)time(NULL);
+    return f;
+}
+
+void front_free(struct front *f)
+{
+    if (!f) return;
+    struct sreq *r = f->notify_head;
+    while (r) {
+        struct sreq *n = r->notify_next;
+        sreq_put(r);
+        r = n;
+    }
+    pthread_mutex_destroy(&f->mu);
+    free(f);
+}
+
+void front_set_progress(struct front *f, const char *stage, double fraction)
+{
+    pthread_mutex_lock(&f->mu);
+    snprintf(f->stage, sizeof f->stage, "%s", stage);
+    f->progress = fraction;
+    pthread_mutex_unlock(&f->mu);
+}
+
+void front_set_server(struct front *f, struct http_server *s)
+{
+    f->http = s;
+}
+
+void front_set_ready(struct front *f, const struct front_model *model, struct scheduler *s)
+{
+    f->model_copy = *model;
+    atomic_store(&f->sched, s);
+    atomic_store(&f->model, &f->model_copy);
+    front_set_progress(f, "ready", 1.0);
+}
+
+/* ---------------------------------------------------------------- responses */
+
+static void send_json(struct front *f, struct http_conn *c, int status, char *body,
+                      const char *extra)
+{
+    (void)f;
+    http_respond(c, status, "application/json", body ? body : "{}", body ? strlen(body) : 2, extra);
+    free(body);
+}
+
+static void send_error(struct front *f, struct http_conn *c, const struct api_error *e)
+{
+    if (e->status == 503)
+        metrics_request(f->m, OUTCOME_REJECTED);
+    else if (e->status >= 500)
+        metrics_request(f->m, OUTCOME_ERROR);
+    else
+        metrics_request(f->m, OUTCOME_INVALID);
+    const char *extra = NULL;
+    if (e->status == 503) extra = "Retry-After: 1\r\n";
+    if (e->status == 401) extra = "WWW-Authenticate: Bearer\r\n";
+    send_json(f, c, e->status, api_error_json(e), extra);
+}
+
+static void handle_health(struct front *f, struct http_conn *c)
+{
+    const struct front_model *model = atomic_load(&f->model);
+    cJSON *o = cJSON_CreateObject();
+    pthread_mutex_lock(&f->mu);
+    cJSON_AddStringToObject(o, "status", model ? "ok" : "loading");
+    cJSON_AddStringToObject(o, "stage", f->stage);
+    cJSON_AddNumberToObject(o, "progress", f->progress);
+    pthread_mutex_unlock(&f->mu);
+    if (model) cJSON_AddStringToObject(o, "model", model->name);
+    cJSON_AddNumberToObject(o, "pid", (double)getpid());
+    cJSON_AddNumberToObject(o, "processes", pid1_process_count());
+    cJSON_AddNumberToObject(o, "running", atomic_load(&f->m->running));
+    cJSON_AddNumberToObject(o, "waiting", atomic_load(&f->m->waiting));
+    char *body = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    send_json(f, c, model ? 200 : 503, body, model ? NULL : "Retry-After: 1\r\n");
+}
+
+static void handle_metrics(struct front *f, struct http_conn *c)
+{
+    size_t len = 0;
+    char *text = metrics_render(f->m, &len);
+    http_respond(c, 200, "text/plain; version=0.0.4; charset=utf-8", text ? text : "", len, NULL);
+    free(text);
+}
+
+static void handle_models(struct front *f, struct http_conn *c, const struct front_model *m)
+{
+    send_json(f, c, 200, api_models_json(m->name, f->started), NULL);
+}
+
+/* ---------------------------------------------------------------- completions */
+
+static int sse(struct http_conn *c, const char *json)
+{
+    size_t n = strlen(json);
+    char *buf = malloc(n + 9);
+    if (!buf) return -1;
+    memcpy(buf, "data: ", 6);
+    memcpy(buf + 6, json, n);
+    memcpy(buf + 6 + n, "\n\n", 2);
+    int rc = http_stream_write(c, buf, n + 8);
+    free(buf);
+    return rc;
+}
+
+static const char *finish_name(int finish)
+{
+    return finish == FINISH_LENGTH ? "length" : "stop";
+}
+
+static void front_req_free(struct front_req *fr)
+{
+    if (fr->conn) http_conn_set_user(fr->conn, NULL);
+    fr->r->user = NULL;
+    sreq_put(fr->r);
+    free(fr);
+}
+
+/* Send what the scheduler produced for fr since last time. */
+static void deliver(struct front *f, struct front_req *fr)
+{
+    struct sreq *r = fr->r;
+    const struct front_model *m = atomic_load(&f->model);
+    pthread_mutex_lock(&r->mu);
+    int finish = r->finish, n_gen = r->n_generated;
+    size_t len = r->text_len;
+    char *text = malloc(len + 1);
+    if (text) memcpy(text, r->text ? r->text : "", len), text[len] = 0;
+    char error[sizeof r->error];
+    memcpy(error, r->error, sizeof error);
+    pthread_mutex_unlock(&r->mu);
+    if (!text) return;
+    struct api_reply rep = {.chat = fr->chat,
+                            .id = fr->id,
+                            .created = fr->created,
+                            .model = m->name,
+                            .finish_reason = NULL,
+                            .prompt_tokens = r->n_prompt,
+                            .completion_tokens = n_gen};
+    struct http_conn *c = fr->conn;
+    if (finish == FINISH_ERROR || finish == FINISH_CANCELLED) {
+        struct api_error e;
+        api_error_set(&e, 500, "server_error", NULL, "%s",
+                      error[0] ? error : "the request was cancelled");
+        if (strstr(error, "shutting down")) e.status = 503;
+        if (fr->stream) {
+            /* the headers are out: report inside the stream */
+            char *j = api_error_json(&e);
+            if (j) sse(c, j);
+            free(j);
+            sse(c, "[DONE]");
+            http_stream_end(c);
+        } else {
+            send_json(f, c, e.status, api_error_json(&e), NULL);
+        }
+        free(text);
+        front_req_free(fr);
+        return;
+    }
+    if (fr->stream) {
+        if (len > fr->sent || (fr->chat && !fr->first_sent)) {
+            char *j = api_chunk_json(&rep, text + fr->sent, len - fr->sent, !fr->first_sent);
+            fr->first_sent = 1;
+            fr->sent = len;
+            if (j) sse(c, j);
+            free(j);
+        }
+        if (finish) {
+            rep.finish_reason = finish_name(finish);
+            char *j = api_chunk_json(&rep, "", 0, 0);
+            if (j) sse(c, j);
+            free(j);
+            if (fr->include_usage) {
+                j = api_usage_chunk_json(&rep);
+                if (j) sse(c, j);
+                free(j);
+            }
+            sse(c, "[DONE]");
+            http_stream_end(c);
+            front_req_free(fr);
+        }
+    } else if (finish) {
+        rep.finish_reason = finish_name(finish);
+        send_json(f, c, 200, api_completion_json(&rep, text, len), NULL);
+        front_req_free(fr);
+    }
+    free(text);
+}
+
+static int check_auth(struct front *f, const struct http_request *req, struct api_error *e)
+{
+    const char *key = f->cfg.api_key;
+    if (!key || !key[0]) return 0;
+    if (!req->has_auth || !req->bearer[0])
+        return api_error_set(e, 401, "invalid_request_error", NULL,
+                             "You didn't provide an API key. You need to provide your API key in "
+                             "an Authorization header using Bearer auth (i.e. Authorization: "
+                             "Bearer YOUR_KEY).");
+    /* constant time in the key's length */
+    size_t kl = strlen(key), bl = strlen(req->bearer);
+    unsigned diff = (unsigned)(kl != bl) | (unsigned)req->bearer_truncated;
+    for (size_t i = 0; i < kl; i++)
+        diff |= (unsigned char)key[i] ^ (unsigned char)(i < bl ? req->bearer[i] : 0);
+    if (diff)
+        return api_error_set(e, 401, "invalid_request_error", NULL, "Incorrect API key provided.");
+    return 0;
+}
+
+static int tokenize(const struct front_model *m, const struct completion_request *cr, int **ids,
+                    int *n, struct api_error *e)
+{
+    if (cr->prompt_ids) {
+        for (int i = 0; i < cr->n_prompt_ids; i++)
+            if (cr->prompt_ids[i] >= m->vocab_size)
+                return api_error_set(e, 400, "invalid_request_error", "prompt",
+                                     "Invalid value for 'prompt': token id %d at index %d is "
+                                     "outside the vocabulary (%d tokens).",
+                                     cr->prompt_ids[i], i, m->vocab_size);
+        *ids = malloc((size_t)cr->n_prompt_ids * sizeof **ids);
+        if (!*ids) return api_error_set(e, 500, "server_error", NULL, "out of memory");
+        memcpy(*ids, cr->prompt_ids, (size_t)cr->n_prompt_ids * sizeof **ids);
+        *n = cr->n_prompt_ids;
+        return 0;
+    }
+    char *rendered = NULL;
+    const char *text = cr->prompt;
+    if (cr->chat) {
+        rendered = chat_template_render(m->tmpl, cr->messages, cr->n_messages);
+        if (!rendered) return api_error_set(e, 500, "server_error", NULL, "out of memory");
+        text = rendered;
+    }
+    size_t len = strlen(text);
+    /* Every byte can become at most one token (byte fallback), plus BOS. */
+    int cap = (int)(len < (size_t)(1 << 28) ? len : (1 << 28)) + 2;
+    *ids = malloc((size_t)cap * sizeof **ids);
+    char err[ERRMSG_LEN] = "tokenizer failed";
+    int rc = *ids ? m->encode(m->tok, text, len, *ids, cap, n, err) : -1;
+    free(rendered);
+    if (rc) {
+        free(*ids);
+        *ids = NULL;
+        return api_error_set(e, 500, "server_error", NULL, "%s", err);
+    }
+    return 0;
+}
+
+static void handle_completion(struct front *f, struct http_conn *c, const char *body, size_t len,
+                              int chat)
+{
+    struct api_error e;
+    const struct front_model *m = atomic_load(&f->model);
+    struct scheduler *s = atomic_load(&f->sched);
+    if (!m || !s) {
+        api_error_set(&e, 503, "server_error", NULL,
+                      "The model is still loading; retry shortly (see /health).");
+        send_error(f, c, &e);
+        return;
+    }
+    struct completion_request cr;
+    if (completion_request_parse(body, len, chat, &cr, &e)) {
+        send_error(f, c, &e);
+        return;
+    }
+    int *ids = NULL, n = 0;
+    if (tokenize(m, &cr, &ids, &n, &e)) goto fail;
+    if (n >= m->ctx) {
+        api_error_set(&e, 400, "invalid_request_error", chat ? "messages" : "prompt",
+                      "This model's maximum context length is %d tokens. However, your prompt "
+                      "has %d tokens. Please reduce the length of the prompt.",
+                      m->ctx, n);
+        e.code = "context_length_exceeded";
+        goto fail;
+    }
+    int max_tokens = cr.max_tokens;
+    if (max_tokens < 0) {
+        max_tokens = m->ctx - n;
+        if (!chat && max_tokens > f->cfg.default_max_tokens_completion)
+            max_tokens = f->cfg.default_max_tokens_completion;
+    } else if ((long long)n + max_tokens > m->ctx) {
+        api_error_set(&e, 400, "invalid_request_error", "max_tokens",
+                      "This model's maximum context length is %d tokens. However, you requested "
+                      "%lld tokens (%d in the prompt, %d for the completion). Please reduce the "
+                      "length of the prompt or completion.",
+                      m->ctx, (long long)n + max_tokens, n, max_tokens);
+        e.code = "context_length_exceeded";
+        goto fail;
+    }
+    if (cr.min_tokens > max_tokens) {
+        api_error_set(&e, 400, "invalid_request_error", "min_tokens",
+                      "Invalid value for 'min_tokens': %d exceeds max_tokens (%d).", cr.min_tokens,
+                      max_tokens);
+        goto fail;
+    }
+    struct sreq *r = sreq_new();
+    struct front_req *fr = calloc(1, sizeof *fr);
+    if (!r || !fr) {
+        free(fr);
+        if (r) sreq_put(r);
+        api_error_set(&e, 500, "server_error", NULL, "out of memory");
+        goto fail;
+    }
+    r->prompt = ids;
+    r->n_prompt = n;
+    ids = NULL;
+    r->max_tokens = max_tokens;
+    r->min_tokens = cr.min_tokens;
+    r->ignore_eos = cr.ignore_eos;
+    r->sp = (struct sampler_params){
+        .temperature = cr.temperature,
+        .top_p = cr.top_p,
+        .top_k = cr.top_k,
+        .min_p = cr.min_p,
+        .seed = cr.has_seed ? cr.seed : (uint64_t)time(NULL) * 2654435761u + f->next_id};
+    for (int i = 0; i < cr.n_stop && i < SREQ_MAX_STOP; i++) {
+        r->stop[i] = cr.stop[i];
+        cr.stop[i] = NULL;
+        r->n_stop++;
+    }
+    r->ttft_ms = cr.ttft_ms;
+    r->tpot_ms = cr.tpot_ms;
+    fr->f = f;
+    fr->conn = c;
+    fr->r = r;
+    fr->chat = chat;
+    fr->stream = cr.stream;
+    fr->include_usage = cr.include_usage;
+    fr->created = (long long)time(NULL);
+    snprintf(fr->id, sizeof fr->id, "%s-%llu", chat ? "chatcmpl" : "cmpl", ++f->next_id);
+    r->user = fr;
+    char err[ERRMSG_LEN];
+    if (sched_submit(s, r, err)) {
+        api_error_set(&e, 400, "invalid_request_error", chat ? "messages" : "prompt", "%s", err);
+        r->user = NULL;
+        free(fr);
+        sreq_put(r);
+        goto fail;
+    }
+    completion_request_free(&cr);
+    http_conn_set_user(c, fr);
+    if (fr->stream) http_stream_begin(c, 200, "text/event-stream");
+    return;
+fail:
+    free(ids);
+    completion_request_free(&cr);
+    send_error(f, c, &e);
+}
+
+/* ---------------------------------------------------------------- handler */
+
+static void on_request(void *ctx, struct http_conn *c, const struct http_request *req,
+                       const char *body, size_t len)
+{
+    struct front *f = ctx;
+    struct api_error e;
+    const char *p = req->path;
+    int get = !strcmp(req->method, "GET");
+    int post = !strcmp(req->method, "POST");
+    if (!strcmp(p, "/health")) {
+        if (get)
+            handle_health(f, c);
+        else
+            goto method;
+        return;
+    }
+    if (!strcmp(p, "/metrics")) {
+        if (get)
+            handle_metrics(f, c);
+        else
+            goto method;
+        return;
+    }
+    int is_models = !strcmp(p, "/v1/models"), is_cmpl = !strcmp(p, "/v1/completions"),
+        is_chat = !strcmp(p, "/v1/chat/completions");
+    if (!is_models && !is_cmpl && !is_chat) {
+        api_error_set(&e, 404, "invalid_request_error", NULL, "Unknown request URL: %s %s.",
+                      req->method, p);
+        send_error(f, c, &e);
+        return;
+    }
+    if (check_auth(f, req, &e)) {
+        send_error(f, c, &e);
+        return;
+    }
+    if (is_models) {
+        const struct front_model *m = atomic_load(&f->model);
+        if (!get) goto method;
+        if (!m) {
+            api_error_set(&e, 503, "server_error", NULL, "The model is still loading.");
+            send_error(f, c, &e);
+            return;
+        }
+        handle_models(f, c, m);
+        return;
+    }
+    if (!post) goto method;
+    handle_completion(f, c, body, len, is_chat);
+    return;
+method:
+    api_error_set(&e, 405, "invalid_request_error", NULL, "Method %s is not allowed for %s.",
+                  req->method, p);
+    send_error(f, c, &e);
+}
+
+static void on_abort(void *ctx, struct http_conn *c, void *user)
+{
+    struct front *f = ctx;
+    struct front_req *fr = user;
+    (void)c;
+    struct scheduler *s = atomic_load(&f->sched);
+    if (s) sched_cancel(s, fr->r);
+    fr->conn = NULL;
+    front_req_free(fr);
+}
+
+void front_notify(void *ctx, struct sreq *r)
+{
+    struct front *f = ctx;
+    if (atomic_exchange(&r->notify_pending, 1)) return;
+    sreq_get(r);
+    pthread_mutex_lock(&f->mu);
+    r->notify_next = f->notify_head;
+    f->notify_head = r;
+    pthread_mutex_unlock(&f->mu);
+}
+
+void front_wake(void *ctx)
+{
+    struct front *f = ctx;
+    if (f->http) http_server_wake(f->http);
+}
+
+static void on_wake(void *ctx)
+{
+    struct front *f = ctx;
+    pthread_mutex_lock(&f->mu);
+    struct sreq *r = f->notify_head;
+    f->notify_head = NULL;
+    pthread_mutex_unlock(&f->mu);
+    /* The list is LIFO; order between requests does not matter. */
+    while (r) {
+        struct sreq *next = r->notify_next;
+        atomic_store(&r->notify_pending, 0);
+        if (r->user) deliver(f, r->user);
+        sreq_put(r);
+        r = next;
+    }
+}
+
+struct http_handler front_handler(struct front *f)
+{
+    return (struct http_handler){
+        .ctx = f, .on_request = on_request, .on_abort = on_abort, .on_wake = on_wake};
+}

@@ -1,0 +1,51 @@
+/* serve_front: the HTTP handlers of `strata serve` (run on the front thread).
+ *
+ * Routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health,
+ * GET /metrics. A completion request is authenticated (optional bearer key), validated
+ * (api_request), rendered (chat_template), tokenized, checked against the context, and submitted
+ * to the scheduler; its output comes back through front_notify (scheduler thread: queue the
+ * request, once) and front_wake (wake the front), and is sent as one JSON body or as server-sent
+ * events ("data: {chunk}\n\n" ... "data: [DONE]\n\n"). A client that disconnects cancels its
+ * request. Until front_set_ready(), completions get 503 and /health reports the load progress.
+ *
+ * /health always carries "pid" and "processes" (entries of /proc/[0-9]*): on the appliance the
+ * server is PID 1 and alone, and the boot tests check that. */
+#ifndef STRATA_SERVE_FRONT_H
+#define STRATA_SERVE_FRONT_H
+
+#include "serving/api/chat_template.h"
+#include "serving/api/http_server.h"
+#include "serving/api/metrics.h"
+#include "serving/api/scheduler.h"
+
+#include <stddef.h>
+
+struct front_model {
+    const char *name; /* model id in responses and /v1/models */
+    int ctx, vocab_size;
+    enum chat_template tmpl;
+    void *tok; /* tokenizer context for encode */
+    /* text -> ids with BOS (tokenizer_encode) */
+    int (*encode)(void *tok, const char *text, size_t len, int *out, int cap, int *n, char *err);
+};
+
+struct front_config {
+    const char *api_key;               /* NULL: no authentication */
+    int default_max_tokens_completion; /* OpenAI's legacy default is 16 */
+};
+
+struct front;
+
+struct front *front_new(const struct front_config *cfg, struct serve_metrics *m, char *err);
+void front_free(struct front *f);
+/* Before ready: loading progress for /health ("loading weights", 0.4). Thread-safe. */
+void front_set_progress(struct front *f, const char *stage, double fraction);
+void front_set_server(struct front *f, struct http_server *s);
+/* The model and scheduler become visible to the front thread; completions are served. */
+void front_set_ready(struct front *f, const struct front_model *model, struct scheduler *s);
+struct http_handler front_handler(struct front *f);
+/* sched_ops.notify / sched_ops.wake */
+void front_notify(void *f, struct sreq *r);
+void front_wake(void *f);
+
+#endif

@@ -1,0 +1,104 @@
+/* Model benchmark: synthetic models of the stories15M, stories110M and TinyLlama-1.1B shapes in
+ * F32, Q8_0 and Q4_0, at 1 and 2 threads: prefill tokens/s (a 64-token prompt in one batch) and
+ * batch-1 decode tokens/s, beside the machine's read bandwidth measured in the same run and the
+ * bandwidth each decode implies (weight bytes read per token x tokens/s).
+ * Models are written once to build/bench-models/ and reused. BENCH_SHAPES=stories15M,... limits
+ * the shapes. */
+#include "../unit/synth.h"
+
+#include "os/errmsg.h"
+#include "os/log.h"
+#include "serving/engine/loader.h"
+#include "serving/engine/membw.h"
+#include "serving/engine/sampler.h"
+
+#include <sys/stat.h>
+#include <time.h>
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+struct shape {
+    const char *name;
+    struct synth_cfg c;
+};
+
+static const struct shape shapes[] = {
+    {"stories15M", {288, 768, 6, 6, 6, 32000, 256}},
+    {"stories110M", {768, 2048, 12, 12, 12, 32000, 1024}},
+    {"tinyllama-1.1B", {2048, 5632, 22, 32, 4, 32000, 2048}},
+};
+
+static void run(const struct shape *s, uint32_t type, int threads, double bw)
+{
+    char path[256], err[ERRMSG_LEN];
+    mkdir("build/bench-models", 0755);
+    snprintf(path, sizeof path, "build/bench-models/%s-%s.gguf", s->name, ggml_type_name(type));
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        fprintf(stderr, "writing %s ...\n", path);
+        if (synth_write(path, &s->c, type, 1)) return;
+    }
+    struct loaded_model *lm = calloc(1, sizeof *lm);
+    int n_prompt = 64, n_decode = 16;
+    struct loader_opts o = {.limits = {.max_seqs = 1, .max_tokens = n_prompt,
+                                       .ctx = n_prompt + n_decode + 1, .threads = threads}};
+    if (loader_open(lm, path, &o, err)) {
+        fprintf(stderr, "%s\n", err);
+        free(lm);
+        return;
+    }
+    struct engine *e = &lm->engine;
+    int V = lm->model.cfg.vocab_size;
+    int toks[64], pos[64], table[64], last = n_prompt - 1;
+    const int *blocks[64];
+    for (int i = 0; i < kv_blocks_for(&e->kv, e->lim.ctx); i++) table[i] = kv_block_alloc(&e->kv);
+    for (int i = 0; i < n_prompt; i++)
+        toks[i] = 3 + (i * 7919) % (V - 3), pos[i] = i, blocks[i] = table;
+    float *logits = malloc(sizeof(float) * V);
+    struct batch b = {n_prompt, toks, pos, blocks, 1, &last};
+    double t0 = now_s();
+    engine_forward(e, &b, logits);
+    double t1 = now_s();
+    int cur = n_prompt, tok = sampler_argmax(logits, V);
+    for (int i = 0; i < n_decode; i++) {
+        int z = 0, p = cur++;
+        const int *bt = table;
+        struct batch d = {1, &tok, &p, &bt, 1, &z};
+        engine_forward(e, &d, logits);
+        tok = sampler_argmax(logits, V);
+    }
+    double t2 = now_s();
+    /* Every weight is read once per decoded token, except the embedding table, of which one row
+     * is read (unless the output is tied to it). */
+    double bytes = (double)lm->model.image_size;
+    if (!lm->model.tied_output) bytes -= (double)lm->model.token_embd.nbytes;
+    double dec = n_decode / (t2 - t1), gbs = bytes * dec / 1e9;
+    printf("%-15s %-5s %d thr | prefill %8.1f tok/s | decode %7.2f tok/s = %6.1f GB/s "
+           "(%3.0f%% of %.1f GB/s measured) | %s\n",
+           s->name, ggml_type_name(type), threads, n_prompt / (t1 - t0), dec, gbs,
+           100 * gbs / bw, bw, matmul_isa());
+    fflush(stdout);
+    free(logits);
+    loader_close(lm);
+    free(lm);
+}
+
+int main(void)
+{
+    log_set_quiet(1);
+    const char *only = getenv("BENCH_SHAPES");
+    uint32_t types[] = {GGML_F32, GGML_Q8_0, GGML_Q4_0};
+    double bw[3] = {0, membw_read_gbs(1), membw_read_gbs(2)};
+    printf("memory read bandwidth: %.1f GB/s (1 thread), %.1f GB/s (2 threads)\n", bw[1], bw[2]);
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        if (only && !strstr(only, shapes[s].name)) continue;
+        for (size_t t = 0; t < 3; t++)
+            for (int th = 1; th <= 2; th++) run(&shapes[s], types[t], th, bw[th]);
+    }
+    return 0;
+}

@@ -1,0 +1,537 @@
+/* The whole front in one process against the fake model: HTTP server thread + scheduler thread,
+ * real sockets on loopback. Completions (plain and streamed), 16 concurrent clients each getting
+ * exactly their output alone, cancellation on disconnect, and every kind of bad input answered
+ * in OpenAI's error shape while the server keeps serving. Timing is never a pass criterion. */
+#include "check.h"
+#include "fake_model.h"
+#include "os/errmsg.h"
+#include "serving/api/http_server.h"
+#include "serving/api/serve_front.h"
+
+#include <arpa/inet.h>
+#include <cjson/cJSON.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define CTX              256
+#define CHECK_TEXT(a, b) CHECKF(!strcmp((a), (b)), "got \"%.200s\", want \"%.200s\"", (a), (b))
+
+static struct {
+    struct kv_cache kv;
+    void *mem;
+    struct fake_model fm;
+    struct serve_metrics m;
+    struct scheduler *s;
+    struct front *f;
+    struct http_server *http;
+    pthread_t th;
+    int port;
+} G;
+
+static void *http_thread(void *arg)
+{
+    char err[ERRMSG_LEN];
+    (void)arg;
+    http_server_run(G.http, err);
+    return NULL;
+}
+
+static int start(const char *api_key)
+{
+    char err[ERRMSG_LEN];
+    memset(&G, 0, sizeof G);
+    G.mem = calloc(1, kv_cache_bytes(1, 1, 8, 512));
+    if (kv_cache_init(&G.kv, G.mem, 1, 1, 8, 512, err)) return -1;
+    G.fm.kv = &G.kv;
+    metrics_init(&G.m);
+    struct front_config fc = {.api_key = api_key};
+    G.f = front_new(&fc, &G.m, err);
+    struct http_server_config hc = {.host = "127.0.0.1",
+                                    .port = 0,
+                                    .max_conns = 40,
+                                    .max_head = 8192,
+                                    .max_body = 64 * 1024,
+                                    .read_timeout_ms = 400,
+                                    .idle_timeout_ms = 5000,
+                                    .write_timeout_ms = 2000,
+                                    .max_pending_write = 1 << 20};
+    struct http_handler h = front_handler(G.f);
+    G.http = http_server_new(&hc, &h, &G.m, err);
+    if (!G.http) {
+        fprintf(stderr, "%s\n", err);
+        return -1;
+    }
+    front_set_server(G.f, G.http);
+    G.port = http_server_port(G.http);
+    pthread_create(&G.th, NULL, http_thread, NULL);
+    return 0;
+}
+
+static void make_ready(void)
+{
+    char err[ERRMSG_LEN];
+    struct sched_config sc = {.max_seqs = 8, .max_step_tokens = 64, .ctx = CTX};
+    struct sched_ops ops = {.ctx = &G.fm,
+                            .vocab_size = FAKE_VOCAB,
+                            .eos_id = FAKE_EOS,
+                            .alt_eos_id = -1,
+                            .forward = fake_forward,
+                            .decode = fake_decode,
+                            .notify = front_notify,
+                            .wake = front_wake};
+    ops.notify_ctx = G.f;
+    G.s = sched_new(&sc, &ops, &G.kv, &G.m, err);
+    sched_start(G.s, err);
+    struct front_model fm = {.name = "fake",
+                             .ctx = CTX,
+                             .vocab_size = FAKE_VOCAB,
+                             .tmpl = CHAT_PLAIN,
+                             .encode = fake_encode};
+    front_set_ready(G.f, &fm, G.s);
+}
+
+static void stop(void)
+{
+    http_server_stop(G.http);
+    pthread_join(G.th, NULL);
+    if (G.s) sched_free(G.s);
+    http_server_free(G.http);
+    front_free(G.f);
+    free(G.mem);
+}
+
+static int dial(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)G.port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a)) {
+        close(fd);
+        return -1;
+    }
+    struct timeval tv = {.tv_sec = 10};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    return fd;
+}
+
+static void send_all(int fd, const char *s, size_t n)
+{
+    while (n) {
+        ssize_t k = send(fd, s, n, MSG_NOSIGNAL);
+        if (k <= 0) return;
+        s += k, n -= (size_t)k;
+    }
+}
+
+/* Read until EOF. */
+static char *read_all(int fd, size_t *len)
+{
+    size_t cap = 4096, n = 0;
+    char *b = malloc(cap);
+    for (;;) {
+        if (n + 1 >= cap) b = realloc(b, cap *= 2);
+        ssize_t k = recv(fd, b + n, cap - n - 1, 0);
+        if (k <= 0) break;
+        n += (size_t)k;
+    }
+    b[n] = 0;
+    if (len) *len = n;
+    return b;
+}
+
+struct resp {
+    int status;
+    char *raw, *body; /* body: de-chunked */
+};
+
+static void dechunk(char *body)
+{
+    char *in = body, *out = body;
+    for (;;) {
+        unsigned long n = strtoul(in, &in, 16);
+        in = strstr(in, "\r\n");
+        if (!in || !n) break;
+        in += 2;
+        memmove(out, in, n);
+        out += n;
+        in += n + 2;
+    }
+    *out = 0;
+}
+
+static struct resp http(const char *method, const char *path, const char *body, const char *extra)
+{
+    struct resp r = {0};
+    int fd = dial();
+    if (fd < 0) return r;
+    char head[1024];
+    int hn = snprintf(head, sizeof head,
+                      "%s %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n%sContent-Length: "
+                      "%zu\r\n\r\n",
+                      method, path, extra ? extra : "", body ? strlen(body) : 0);
+    send_all(fd, head, (size_t)hn);
+    if (body) send_all(fd, body, strlen(body));
+    r.raw = read_all(fd, NULL);
+    close(fd);
+    sscanf(r.raw, "HTTP/1.1 %d", &r.status);
+    char *b = strstr(r.raw, "\r\n\r\n");
+    r.body = strdup(b ? b + 4 : "");
+    if (strstr(r.raw, "Transfer-Encoding: chunked")) dechunk(r.body);
+    return r;
+}
+
+static void resp_free(struct resp *r)
+{
+    free(r->raw);
+    free(r->body);
+}
+
+static void check_error_shape(const struct resp *r, int status)
+{
+    CHECKF(r->status == status, "status %d, want %d: %s", r->status, status, r->raw);
+    cJSON *o = cJSON_Parse(r->body);
+    CHECKF(o, "body is not JSON: %s", r->body);
+    cJSON *e = cJSON_GetObjectItem(o, "error");
+    CHECKF(cJSON_IsString(cJSON_GetObjectItem(e, "message")), "no error.message: %s", r->body);
+    CHECK(cJSON_IsString(cJSON_GetObjectItem(e, "type")));
+    cJSON_Delete(o);
+}
+
+/* The oracle for a completion prompt through the fake tokenizer. */
+static void expect_text(const char *prompt, int max_tokens, char *want, int *eos)
+{
+    int ids[1024], n = 0;
+    fake_encode(NULL, prompt, strlen(prompt), ids, 1024, &n, NULL);
+    fake_oracle(ids, n, max_tokens, CTX, want, eos);
+}
+
+static const char *completion_text(const char *body, const char **finish)
+{
+    static char buf[4096];
+    cJSON *o = cJSON_Parse(body);
+    cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "choices"), 0);
+    cJSON *t = cJSON_GetObjectItem(c0, "text");
+    if (!t) t = cJSON_GetObjectItem(cJSON_GetObjectItem(c0, "message"), "content");
+    snprintf(buf, sizeof buf, "%s", cJSON_IsString(t) ? t->valuestring : "<none>");
+    static char fin[16];
+    cJSON *f = cJSON_GetObjectItem(c0, "finish_reason");
+    snprintf(fin, sizeof fin, "%s", cJSON_IsString(f) ? f->valuestring : "null");
+    if (finish) *finish = fin;
+    cJSON_Delete(o);
+    return buf;
+}
+
+TEST(loading_then_ready)
+{
+    struct resp r = http("GET", "/health", NULL, NULL);
+    CHECKF(r.status == 503, "%s", r.raw);
+    CHECK(strstr(r.body, "\"status\":\"loading\"") && strstr(r.body, "\"pid\":"));
+    CHECK(strstr(r.raw, "Retry-After:"));
+    resp_free(&r);
+    r = http("POST", "/v1/completions", "{\"prompt\":\"x\"}", NULL);
+    check_error_shape(&r, 503);
+    resp_free(&r);
+    make_ready();
+    r = http("GET", "/health", NULL, NULL);
+    CHECKF(r.status == 200, "%s", r.raw);
+    CHECK(strstr(r.body, "\"processes\":"));
+    resp_free(&r);
+    r = http("GET", "/v1/models", NULL, NULL);
+    CHECK(r.status == 200 && strstr(r.body, "\"id\":\"fake\""));
+    resp_free(&r);
+}
+
+TEST(completion_plain_and_stream)
+{
+    char want[4096];
+    int eos;
+    expect_text("hello world", 20, want, &eos);
+    struct resp r = http("POST", "/v1/completions",
+                         "{\"prompt\":\"hello world\",\"max_tokens\":20,\"temperature\":0}", NULL);
+    CHECKF(r.status == 200, "%s", r.raw);
+    const char *fin;
+    CHECK_TEXT(completion_text(r.body, &fin), want);
+    CHECK_STR(fin, eos ? "stop" : "length");
+    CHECK(strstr(r.body, "\"usage\":{\"prompt_tokens\":12,"));
+    resp_free(&r);
+
+    r = http("POST", "/v1/completions",
+             "{\"prompt\":\"hello world\",\"max_tokens\":20,\"temperature\":0,\"stream\":true,"
+             "\"stream_options\":{\"include_usage\":true}}",
+             NULL);
+    CHECKF(r.status == 200 && strstr(r.raw, "text/event-stream"), "%s", r.raw);
+    /* concatenate the chunks */
+    char got[4096] = "";
+    int events = 0, done = 0, usage = 0;
+    for (char *p = r.body; (p = strstr(p, "data: ")); p += 6) {
+        events++;
+        if (!strncmp(p + 6, "[DONE]\n\n", 8)) {
+            done = 1;
+            continue;
+        }
+        char *end = strstr(p, "\n\n");
+        CHECK(end);
+        *end = 0;
+        cJSON *o = cJSON_Parse(p + 6);
+        CHECKF(o, "bad chunk %s", p + 6);
+        cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "choices"), 0);
+        if (c0) strcat(got, cJSON_GetObjectItem(c0, "text")->valuestring);
+        if (cJSON_GetObjectItem(o, "usage")) usage = 1;
+        cJSON_Delete(o);
+        *end = '\n';
+    }
+    CHECK(done && usage && events >= 3);
+    CHECK_TEXT(got, want);
+    resp_free(&r);
+}
+
+TEST(chat_completion)
+{
+    /* the plain template */
+    char want[4096];
+    int eos;
+    expect_text("User: hi\nAssistant:", 8, want, &eos);
+    struct resp r = http("POST", "/v1/chat/completions",
+                         "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":8,"
+                         "\"temperature\":0}",
+                         NULL);
+    CHECKF(r.status == 200, "%s", r.raw);
+    CHECK(strstr(r.body, "\"object\":\"chat.completion\""));
+    CHECK_TEXT(completion_text(r.body, NULL), want);
+    resp_free(&r);
+}
+
+struct client {
+    char prompt[64];
+    int max_tokens;
+    int ok;
+    char got[4096], want[4096];
+};
+
+static void *client_main(void *arg)
+{
+    struct client *c = arg;
+    char body[256];
+    snprintf(body, sizeof body, "{\"prompt\":\"%s\",\"max_tokens\":%d,\"temperature\":0}",
+             c->prompt, c->max_tokens);
+    struct resp r = http("POST", "/v1/completions", body, NULL);
+    int eos;
+    expect_text(c->prompt, c->max_tokens, c->want, &eos);
+    snprintf(c->got, sizeof c->got, "%s", r.status == 200 ? completion_text(r.body, NULL) : r.raw);
+    c->ok = r.status == 200 && !strcmp(c->got, c->want);
+    resp_free(&r);
+    return NULL;
+}
+
+TEST(concurrent_clients_get_their_output_alone)
+{
+    struct client c[20];
+    pthread_t th[20];
+    G.fm.sleep_us_per_token = 50; /* keep steps slow enough that requests overlap */
+    for (int i = 0; i < 20; i++) {
+        snprintf(c[i].prompt, sizeof c[i].prompt, "prompt %d %.*s", i, i * 2,
+                 "abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyz");
+        c[i].max_tokens = 5 + i * 3;
+        pthread_create(&th[i], NULL, client_main, &c[i]);
+    }
+    for (int i = 0; i < 20; i++) pthread_join(th[i], NULL);
+    G.fm.sleep_us_per_token = 0;
+    for (int i = 0; i < 20; i++)
+        CHECKF(c[i].ok, "client %d: got '%.100s' want '%.100s'", i, c[i].got, c[i].want);
+}
+
+TEST(disconnect_cancels_and_frees_blocks)
+{
+    unsigned long long cancelled0 = atomic_load(&G.m.requests[OUTCOME_CANCELLED]);
+    G.fm.sleep_us_per_token = 2000;
+    int fd = dial();
+    const char *body = "{\"prompt\":\"cancel me\",\"max_tokens\":200,\"ignore_eos\":true,"
+                       "\"stream\":true}";
+    char head[256];
+    int hn = snprintf(head, sizeof head,
+                      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n",
+                      strlen(body));
+    send_all(fd, head, (size_t)hn);
+    send_all(fd, body, strlen(body));
+    char buf[4096];
+    size_t got = 0;
+    while (got < sizeof buf - 1) { /* the headers, then the first chunk */
+        ssize_t k = recv(fd, buf + got, sizeof buf - 1 - got, 0);
+        CHECK(k > 0);
+        got += (size_t)k;
+        buf[got] = 0;
+        if (strstr(buf, "data: ")) break;
+    }
+    CHECK(atomic_load(&G.m.kv_blocks_used) > 0);
+    close(fd);
+    for (int i = 0; i < 200 && atomic_load(&G.m.requests[OUTCOME_CANCELLED]) == cancelled0; i++)
+        usleep(10000);
+    G.fm.sleep_us_per_token = 0;
+    CHECK_EQ_INT(atomic_load(&G.m.requests[OUTCOME_CANCELLED]), cancelled0 + 1);
+    for (int i = 0; i < 100 && atomic_load(&G.m.kv_blocks_used); i++) usleep(10000);
+    CHECK_EQ_INT(atomic_load(&G.m.kv_blocks_used), 0);
+}
+
+TEST(bad_input_gets_openai_errors)
+{
+    struct resp r;
+    r = http("POST", "/v1/completions", "{\"prompt\":", NULL);
+    check_error_shape(&r, 400);
+    resp_free(&r);
+    r = http("POST", "/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":-1}", NULL);
+    check_error_shape(&r, 400);
+    resp_free(&r);
+    r = http("POST", "/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":100000}", NULL);
+    check_error_shape(&r, 400);
+    CHECK(strstr(r.body, "maximum context length is 256 tokens") && strstr(r.body, "100002"));
+    resp_free(&r);
+    char big[400];
+    memset(big, 'a', 300);
+    big[300] = 0;
+    char body[512];
+    snprintf(body, sizeof body, "{\"prompt\":\"%s\"}", big);
+    r = http("POST", "/v1/completions", body, NULL);
+    check_error_shape(&r, 400);
+    CHECK(strstr(r.body, "256") && strstr(r.body, "301"));
+    resp_free(&r);
+    r = http("POST", "/v1/completions", "{\"prompt\":\"\xc3\x28\"}", NULL);
+    check_error_shape(&r, 400);
+    resp_free(&r);
+    r = http("GET", "/v1/nothing", NULL, NULL);
+    check_error_shape(&r, 404);
+    resp_free(&r);
+    r = http("GET", "/v1/completions", NULL, NULL);
+    check_error_shape(&r, 405);
+    resp_free(&r);
+    /* oversized body: refused from the Content-Length, without reading it */
+    r = http("POST", "/v1/completions", NULL, "Content-Length: 10000000\r\n");
+    CHECK(r.status == 400 || r.status == 413); /* duplicate CL header differs: 400 */
+    resp_free(&r);
+    int fd = dial();
+    const char *h = "POST /v1/completions HTTP/1.1\r\nContent-Length: 10000000\r\n\r\n";
+    send_all(fd, h, strlen(h));
+    char *raw = read_all(fd, NULL);
+    close(fd);
+    CHECKF(!strncmp(raw, "HTTP/1.1 413", 12) && strstr(raw, "\"error\""), "%s", raw);
+    free(raw);
+    /* the server still serves */
+    r = http("POST", "/v1/completions", "{\"prompt\":\"still\",\"max_tokens\":3}", NULL);
+    CHECK_EQ_INT(r.status, 200);
+    resp_free(&r);
+}
+
+TEST(slow_client_times_out)
+{
+    int fd = dial();
+    const char *h = "POST /v1/completions HTTP/1.1\r\nContent-Length: 50\r\n\r\n{\"pro";
+    send_all(fd, h, strlen(h));
+    char *raw = read_all(fd, NULL); /* the server answers 408 after read_timeout (400 ms) */
+    close(fd);
+    CHECKF(!strncmp(raw, "HTTP/1.1 408", 12) && strstr(raw, "\"error\""), "%s", raw);
+    free(raw);
+}
+
+TEST(too_many_connections_get_503)
+{
+    int fds[45], n = 0;
+    for (int i = 0; i < 45; i++) {
+        fds[i] = dial();
+        if (fds[i] >= 0) n++;
+    }
+    CHECK(n == 45);
+    /* connection 41.. are answered 503 and closed */
+    int got503 = 0;
+    for (int i = 40; i < 45; i++) {
+        char *raw = read_all(fds[i], NULL);
+        if (!strncmp(raw, "HTTP/1.1 503", 12) && strstr(raw, "Retry-After: 1") &&
+            strstr(raw, "\"error\""))
+            got503++;
+        free(raw);
+    }
+    for (int i = 0; i < 45; i++) close(fds[i]);
+    CHECK(got503 >= 4);
+    usleep(100000);
+    struct resp r = http("GET", "/health", NULL, NULL);
+    CHECK_EQ_INT(r.status, 200);
+    resp_free(&r);
+}
+
+TEST(keep_alive_and_pipelining)
+{
+    int fd = dial();
+    const char *two =
+        "GET /health HTTP/1.1\r\nHost: x\r\n\r\nGET /v1/models HTTP/1.1\r\nHost: x\r\n"
+        "Connection: close\r\n\r\n";
+    send_all(fd, two, strlen(two));
+    char *raw = read_all(fd, NULL);
+    close(fd);
+    char *second = strstr(raw + 1, "HTTP/1.1 200");
+    CHECKF(!strncmp(raw, "HTTP/1.1 200", 12) && second && strstr(second, "\"object\":\"list\""),
+           "%s", raw);
+    free(raw);
+}
+
+TEST(metrics_add_up)
+{
+    struct resp r = http("GET", "/metrics", NULL, NULL);
+    CHECK_EQ_INT(r.status, 200);
+    /* every line is a comment or "name{labels} value" */
+    unsigned long long stop = 0, length = 0, cancelled = 0;
+    for (char *line = strtok(r.body, "\n"); line; line = strtok(NULL, "\n")) {
+        if (line[0] == '#') continue;
+        char name[160];
+        double v;
+        CHECKF(sscanf(line, "%159s %lf", name, &v) == 2, "bad line '%s'", line);
+        if (!strcmp(name, "strata_requests_total{outcome=\"stop\"}")) stop = (unsigned long long)v;
+        if (!strcmp(name, "strata_requests_total{outcome=\"length\"}"))
+            length = (unsigned long long)v;
+        if (!strcmp(name, "strata_requests_total{outcome=\"cancelled\"}"))
+            cancelled = (unsigned long long)v;
+    }
+    /* 2 (plain+stream) + 1 chat + 20 clients + 1 "still" completions finished; 1 cancelled */
+    CHECK_EQ_INT(stop + length, 24);
+    CHECK_EQ_INT(cancelled, 1);
+    resp_free(&r);
+}
+
+TEST(api_key)
+{
+    stop();
+    CHECK(start("sk-test") == 0);
+    make_ready();
+    struct resp r = http("GET", "/v1/models", NULL, NULL);
+    check_error_shape(&r, 401);
+    resp_free(&r);
+    r = http("GET", "/v1/models", NULL, "Authorization: Bearer wrong\r\n");
+    check_error_shape(&r, 401);
+    resp_free(&r);
+    r = http("GET", "/v1/models", NULL, "Authorization: Bearer sk-test\r\n");
+    CHECK_EQ_INT(r.status, 200);
+    resp_free(&r);
+    r = http("GET", "/health", NULL, NULL);
+    CHECK_EQ_INT(r.status, 200);
+    resp_free(&r);
+}
+
+int main(void)
+{
+    if (start(NULL)) {
+        printf("not ok - start: cannot start the server\n");
+        return 1;
+    }
+    RUN(loading_then_ready);
+    RUN(completion_plain_and_stream);
+    RUN(chat_completion);
+    RUN(concurrent_clients_get_their_output_alone);
+    RUN(disconnect_cancels_and_frees_blocks);
+    RUN(bad_input_gets_openai_errors);
+    RUN(slow_client_times_out);
+    RUN(too_many_connections_get_503);
+    RUN(keep_alive_and_pipelining);
+    RUN(metrics_add_up);
+    RUN(api_key);
+    stop();
+    CHECK_DONE();
+}
