@@ -146,6 +146,16 @@ build/musl-include/.links:
 build/init: $(INIT_SRC) $(INIT_HDR) build/musl-include/.links
 	$(MUSL_CC) -static -std=c11 -D_GNU_SOURCE -Os -Wall -Wextra -Werror -I. \
 	    -isystem build/musl-include -o $@ $(INIT_SRC)
+# `make image`: out/vmlinuz, out/initrd.img, out/strata.efi, out/strata.img (image/build.sh).
+image: $(BUILD)/strata build/init
+	@image/build.sh out
+
+# `make run`: packages, image, then QEMU with the API on localhost:8080 (image/run.sh: PORT, ACCEL,
+# MEM, SMP, APPEND, DISK=1 for the UEFI disk, GPU=<pci address> for VFIO, NATIVE=1).
+run: deps
+	@$(MAKE) -s image
+	@image/run.sh out
+
 ifneq ($(SAN),1)
 ifneq ($(shell command -v $(MUSL_CC) 2>/dev/null),)
 all: build/init

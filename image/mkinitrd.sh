@@ -146,10 +146,22 @@ fi
 declare -A HIDDEN_DEPS=([rdma_rxe]="crc32_generic")
 
 mod_deps() {
-    local f=${MODPATH[$1]} d s
+    local f=${MODPATH[$1]} d s x
     d=$(modinfo -F depends "$f" 2>/dev/null | tr ',' ' ')
-    s=$(modinfo -F softdep "$f" 2>/dev/null | sed -n 's/.*pre: *\([^:]*\)\( post:.*\)\{0,1\}$/\1/p')
-    echo "$d $s ${HIDDEN_DEPS[$1]:-}"
+    s=$(modinfo -F softdep "$f" 2>/dev/null | sed -n 's/.*pre: *\([^:]*\)\( post:.*\)\{0,1\}$/\1/p' | sed 's/ post$//')
+    for x in $s; do d="$d $(resolve_soft "$x")"; done
+    echo "$d ${HIDDEN_DEPS[$1]:-}"
+}
+
+# A softdep may name an alias: "crypto-crc32c" is the crypto API's name for crc32c, provided by
+# crc32c_generic (or an accelerated variant). Map those; a softdep that still names nothing here is
+# optional by definition and is left out.
+resolve_soft() {
+    local n=$1 c
+    for c in "$n" "${n#crypto-}" "${n#crypto-}_generic"; do
+        c=$(norm "$c")
+        if [ -n "${MODPATH[$c]:-}" ] || [ -n "${BUILTIN[$c]:-}" ]; then echo "$c"; return; fi
+    done
 }
 
 ORDER=()

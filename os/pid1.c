@@ -227,10 +227,22 @@ static enum boot_on_error read_on_error(void)
     return cfg.on_error;
 }
 
+/* Armed before main() runs: a PID-1 process that leaves main() for any reason -- a usage error
+ * before the server even reached pid1_init() included -- goes through at_exit() instead of
+ * panicking the kernel. */
+__attribute__((constructor)) static void pid1_arm(void)
+{
+    if (!pid1_active()) return;
+    P.on_error = read_on_error();
+    P.active = 1;
+    atexit(at_exit);
+}
+
 int pid1_init(void (*on_shutdown)(void *ctx), void *ctx, char *err)
 {
-    if (!pid1_active() || P.active) return 0;
-    P.on_error = read_on_error();
+    static int done;
+    if (!pid1_active() || done) return 0;
+    done = 1;
     P.on_shutdown = on_shutdown;
     P.ctx = ctx;
     sigset_t set;
@@ -239,8 +251,6 @@ int pid1_init(void (*on_shutdown)(void *ctx), void *ctx, char *err)
     P.sfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
     if (P.sfd < 0) return errmsg_set(err, "signalfd: %s", strerror(errno));
     open_power_buttons();
-    P.active = 1;
-    if (atexit(at_exit)) return errmsg_set(err, "atexit failed");
     pthread_t t;
     int rc = pthread_create(&t, NULL, watcher, NULL);
     if (rc) return errmsg_set(err, "pid1 watcher thread: %s", strerror(rc));

@@ -317,10 +317,11 @@ int cuda_engine_open(struct cuda_engine **out, const struct model *m,
         if (cu_check(cu.EventCreate(&ce->span_ev[s], CUX_EVENT_DISABLE_TIMING), "cuda: event", err))
             goto fail;
     size_t smem = cuda_attention_smem(ce->lim.ctx, c->head_dim);
-    if (smem > 48 * 1024) { /* above the default, opt in (up to the device's limit) */
+    /* k_attention's static reduction buffer counts against the same 48 KiB default. */
+    if (smem + 256 > 48 * 1024) { /* above the default, opt in (up to the device's limit) */
         int optin = 0;
         cu.DeviceGetAttribute(&optin, CUX_ATTR_MAX_SHARED_PER_BLOCK_OPTIN, ce->dev);
-        if ((size_t)optin < smem + 33 * 4) {
+        if ((size_t)optin < smem + 256) {
             errmsg_set(err,
                        "cuda: attention over ctx %d needs %zu bytes of shared memory; %s has %d",
                        ce->lim.ctx, smem, ce->info.name, optin);
@@ -442,8 +443,8 @@ static int dev_gemv(struct cuda_engine *ce, int n_mats, const struct dmat *const
         for (int i = 0; i < n_mats; i++) a.y[i] = y[i] + (size_t)t0 * w[i]->rows * 4;
         CUdeviceptr xx = x + (size_t)t0 * cols * 4;
         void *args[] = {&a, &xx, &nt};
-        if (launch(ce, ce->gemv[wi][j], cuda_gemv_blocks(total), 1, CUDA_GEMV_THREADS, 0,
-                   ce->compute, args, "k_gemv", err))
+        if (launch(ce, ce->gemv[wi][j], cuda_gemv_blocks((uint32_t)w[0]->type, total), 1,
+                   CUDA_GEMV_THREADS, 0, ce->compute, args, "k_gemv", err))
             return -1;
     }
     return 0;

@@ -73,10 +73,11 @@ uint64_t cuda_ggml_row_bytes(uint32_t type, int cols);
 #define CUDA_ATTN_THREADS    128
 #define CUDA_SAMPLE_THREADS  1024
 
-/* Blocks for a GEMV over `rows` rows. */
-static inline unsigned cuda_gemv_blocks(int rows)
+/* Blocks for a GEMV over `rows` rows: a warp per row (8 per block), half a warp for Q4_0. */
+static inline unsigned cuda_gemv_blocks(uint32_t type, int rows)
 {
-    return (unsigned)((rows + CUDA_GEMV_THREADS / 32 - 1) / (CUDA_GEMV_THREADS / 32));
+    int per_block = CUDA_GEMV_THREADS / 32 * (type == 2 /* Q4_0 */ ? 2 : 1);
+    return (unsigned)((rows + per_block - 1) / per_block);
 }
 /* The GEMV template (1, 2, 4, 8) that covers nt tokens (1 <= nt <= 8). */
 static inline int cuda_gemv_nt(int nt)

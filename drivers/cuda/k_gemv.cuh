@@ -152,26 +152,32 @@ __device__ __forceinline__ void gemv_q8_0(const dmat &w, int r, const float *x, 
     }
 }
 
-/* Q4_0: one 16-byte load is one whole block; low nibbles are elements 0..15, high 16..31. */
+/* Q4_0: one 16-byte load is one whole block; low nibbles are elements 0..15, high 16..31.
+ * Half a warp per row (GEMV_Q4_LANES): 18 weight bytes per block against 128 bytes of x, so the
+ * two half-warps of a warp read the same x addresses in the same instruction and L1 serves them
+ * once, halving x traffic, which would otherwise approach L1's limit before HBM's. Twice the
+ * unroll keeps the bytes in flight per lane. */
+#define GEMV_Q4_LANES  16
+#define GEMV_Q4_UNROLL 8
 template <int NT>
 __device__ __forceinline__ void gemv_q4_0(const dmat &w, int r, const float *x, int nt, float *acc)
 {
-    int lane = threadIdx.x & 31;
+    int lane = threadIdx.x & (GEMV_Q4_LANES - 1);
     int nb = w.cols / 32;
     const uint8_t *row = (const uint8_t *)w.qs + (size_t)r * (w.cols / 2);
     const __half *dr = w.d + (size_t)r * nb;
-    for (int b0 = lane; b0 < nb; b0 += 32 * GEMV_UNROLL) {
-        uint4 q[GEMV_UNROLL];
-        float d[GEMV_UNROLL];
+    for (int b0 = lane; b0 < nb; b0 += GEMV_Q4_LANES * GEMV_Q4_UNROLL) {
+        uint4 q[GEMV_Q4_UNROLL];
+        float d[GEMV_Q4_UNROLL];
 #pragma unroll
-        for (int u = 0; u < GEMV_UNROLL; u++) {
-            int b = b0 + 32 * u;
+        for (int u = 0; u < GEMV_Q4_UNROLL; u++) {
+            int b = b0 + GEMV_Q4_LANES * u;
             q[u] = b < nb ? ldg16(row + (size_t)b * 16) : make_uint4(0, 0, 0, 0);
             d[u] = b < nb ? __half2float(dr[b]) : 0.f;
         }
 #pragma unroll
-        for (int u = 0; u < GEMV_UNROLL; u++) {
-            int b = b0 + 32 * u;
+        for (int u = 0; u < GEMV_Q4_UNROLL; u++) {
+            int b = b0 + GEMV_Q4_LANES * u;
             if (b >= nb) break;
             const uint8_t *qb = (const uint8_t *)&q[u];
 #pragma unroll
@@ -211,6 +217,11 @@ struct gemv_args {
     int n_mats, mode;
 };
 
+/* Lanes that share one row: a whole warp, or half of one for Q4_0. */
+template <int WT> struct gemv_lanes {
+    static const int n = WT == WT_Q4_0 ? GEMV_Q4_LANES : 32;
+};
+
 template <int WT, int NT>
 __device__ __forceinline__ void gemv_row(const dmat &w, int r, const float *x, int nt, float *acc)
 {
@@ -223,15 +234,24 @@ __device__ __forceinline__ void gemv_row(const dmat &w, int r, const float *x, i
     else
         gemv_dense<WT, NT>(w, r, x, nt, acc);
 #pragma unroll
-    for (int t = 0; t < NT; t++) acc[t] = warp_sum(acc[t]);
+    for (int t = 0; t < NT; t++)
+#pragma unroll
+        for (int o = gemv_lanes<WT>::n / 2; o > 0; o >>= 1)
+            acc[t] += __shfl_xor_sync(0xffffffffu, acc[t], o);
 }
 
 template <int WT, int NT>
 __device__ __forceinline__ void gemv_entry(const gemv_args &a, const float *x, int nt)
 {
-    int lane = threadIdx.x & 31;
-    int g = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    if (g >= a.rows_end[a.n_mats - 1]) return; /* warp-uniform */
+    const int L = gemv_lanes<WT>::n, per_warp = 32 / L;
+    int lane = threadIdx.x & 31, total = a.rows_end[a.n_mats - 1];
+    int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (warp * per_warp >= total) return; /* warp-uniform */
+    int g = warp * per_warp + lane / L;
+    /* A half-warp past the last row computes a copy of it (its lanes must join the shuffles)
+     * and writes nothing. */
+    bool valid = g < total;
+    if (!valid) g = total - 1;
     int i = g < a.rows_end[0] ? 0 : g < a.rows_end[1] ? 1 : 2;
     int r = g - (i == 0 ? 0 : a.rows_end[i - 1]);
     const dmat &w = i == 0 ? a.w[0] : i == 1 ? a.w[1] : a.w[2];
@@ -244,7 +264,7 @@ __device__ __forceinline__ void gemv_entry(const gemv_args &a, const float *x, i
 #pragma unroll
         for (int t = 0; t < NT; t++) acc[t] = acc[t] / (1.0f + expf(-acc[t])) * up[t];
     }
-    if (lane == 0)
+    if ((lane & (L - 1)) == 0 && valid)
 #pragma unroll
         for (int t = 0; t < NT; t++) {
             if (t >= nt) break;
@@ -256,7 +276,8 @@ __device__ __forceinline__ void gemv_entry(const gemv_args &a, const float *x, i
         }
 }
 
-/* Entry points: k_gemv_<type>_<NT>(args, x, nt). Grid: ceil(total rows / 8) blocks of 256. */
+/* Entry points: k_gemv_<type>_<NT>(args, x, nt). Grid: ceil(total rows / rows per block) blocks
+ * of 256: 8 rows per block, 16 for Q4_0 (cuda_plan.h cuda_gemv_blocks). */
 #define GEMV_ENTRY(name, WT, NT)                                                                   \
     extern "C" __global__ void __launch_bounds__(GEMV_THREADS)                                     \
         k_gemv_##name##_##NT(gemv_args a, const float *x, int nt)                                  \

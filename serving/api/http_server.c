@@ -337,6 +337,11 @@ void http_conn_set_user(struct http_conn *c, void *user)
     c->user = user;
 }
 
+void *http_conn_user(const struct http_conn *c)
+{
+    return c->user;
+}
+
 int http_conn_alive(const struct http_conn *c)
 {
     return !c->dead;

@@ -62,6 +62,7 @@ int http_stream_begin(struct http_conn *c, int status, const char *content_type)
 int http_stream_write(struct http_conn *c, const char *data, size_t len);
 int http_stream_end(struct http_conn *c);
 void http_conn_set_user(struct http_conn *c, void *user);
+void *http_conn_user(const struct http_conn *c);
 int http_conn_alive(const struct http_conn *c);
 
 #endif

@@ -189,6 +189,7 @@ static void finish_metrics(struct scheduler *s, struct seq *q, int finish)
 static void retire(struct scheduler *s, struct seq *q, int finish, const char *why)
 {
     free_blocks(s, q);
+    kv_gauges(s); /* before the client can see its answer, so /metrics is never behind it */
     if (why) {
         pthread_mutex_lock(&q->r->mu);
         snprintf(q->r->error, sizeof q->r->error, "%s", why);
@@ -432,14 +433,24 @@ static double waiting_slack(const struct scheduler *s, const struct seq *q, doub
     return slack_of(q, now) - s->model.a * s->model.corr * (q->n_tok - q->n_computed);
 }
 
+/* Least slack first among requests that can still meet their target; requests that cannot
+ * (negative slack) go after them in arrival order. Pure least-slack-first collapses under
+ * overload (every request is served just too late); serving the feasible ones first keeps
+ * goodput up, and the late ones are still served, in order, when capacity frees. */
+static double waiting_key(const struct scheduler *s, const struct seq *q, double now)
+{
+    double sl = waiting_slack(s, q, now);
+    return sl >= 0 ? sl : 1e9 + q->r->t_arrival;
+}
+
 static void sort_waiting(struct scheduler *s, double now)
 {
     /* insertion sort: the queue is mostly sorted from the last step */
     for (int i = 1; i < s->n_waiting; i++) {
         struct seq *q = s->waiting[i];
-        double k = waiting_slack(s, q, now);
+        double k = waiting_key(s, q, now);
         int j = i - 1;
-        while (j >= 0 && waiting_slack(s, s->waiting[j], now) > k) {
+        while (j >= 0 && waiting_key(s, s->waiting[j], now) > k) {
             s->waiting[j + 1] = s->waiting[j];
             j--;
         }
@@ -501,17 +512,43 @@ static int planned_tokens(const struct scheduler *s)
     return t;
 }
 
+/* The smallest time any running sequence can give the next step (decode_only: only those
+ * already streaming tokens, which a prompt chunk must not stall). */
+static double allowed_step_time(const struct scheduler *s, double now, int decode_only)
+{
+    double allowed = INFINITY;
+    for (int i = 0; i < s->n_running; i++) {
+        const struct seq *q = s->running[i];
+        if (decode_only && !q->n_gen) continue;
+        double sl = slack_of(q, now);
+        double floor_t = q->n_gen ? q->tpot : 0;
+        if (sl < floor_t) sl = floor_t;
+        if (sl < allowed) allowed = sl;
+    }
+    return allowed;
+}
+
 /* Running sequences first: every decode token, then prompt chunks, oldest first (running[] is in
  * admission order). A sequence that cannot get blocks was preempted (it was the newest: the last
  * element) or cannot fit the pool alone and is retired; either way the next one is at index i. */
-static void plan_running(struct scheduler *s, int *budget)
+static void plan_running(struct scheduler *s, double now, int *budget)
 {
+    int slo = !s->cfg.no_slo_admission && s->cfg.static_batch <= 0;
     for (int pass = 0; pass < 2; pass++) {
+        double allowed = pass == 1 && slo ? allowed_step_time(s, now, 1) : INFINITY;
         for (int i = 0; i<s->n_running && * budget> 0; i++) {
             struct seq *q = s->running[i];
             int want = q->n_tok - q->n_computed;
             if ((pass == 0) != (want == 1) || in_plan(s, q)) continue;
             int n = want < *budget ? want : *budget;
+            if (pass == 1 && allowed < INFINITY) {
+                /* prompt chunks too must leave the streaming requests their slack (chunked
+                 * prefill sized by the step model), but always make some progress */
+                int fit =
+                    step_model_max_tokens(&s->model, s->n_plan + 1, allowed) - planned_tokens(s);
+                int least = want < MIN_CHUNK ? want : MIN_CHUNK;
+                if (fit < n) n = fit > least ? fit : least;
+            }
             if (ensure_blocks(s, q, q->n_computed + n) == 0) {
                 plan_add(s, q, n, budget);
                 continue;
@@ -525,20 +562,6 @@ static void plan_running(struct scheduler *s, int *budget)
             i--;
         }
     }
-}
-
-/* The smallest time any running sequence can give the next step. */
-static double allowed_step_time(const struct scheduler *s, double now)
-{
-    double allowed = INFINITY;
-    for (int i = 0; i < s->n_running; i++) {
-        const struct seq *q = s->running[i];
-        double sl = slack_of(q, now);
-        double floor_t = q->n_gen ? q->tpot : 0;
-        if (sl < floor_t) sl = floor_t;
-        if (sl < allowed) allowed = sl;
-    }
-    return allowed;
 }
 
 static void admit(struct scheduler *s, int i, int n, int *budget, double now)
@@ -599,7 +622,7 @@ static void plan_waiting(struct scheduler *s, int *budget, double now)
         int want = q->n_tok - q->n_computed;
         int n = want < *budget ? want : *budget;
         if (s->n_running && !s->cfg.no_slo_admission) {
-            double allowed = allowed_step_time(s, now);
+            double allowed = allowed_step_time(s, now, 0);
             int fit = step_model_max_tokens(&s->model, s->n_plan + 1, allowed) - planned_tokens(s);
             if (fit < n) {
                 int least = want < MIN_CHUNK ? want : MIN_CHUNK;
@@ -674,7 +697,7 @@ static int run_step(struct scheduler *s)
     double now = sched_now();
     int budget = s->cfg.max_step_tokens;
     s->n_plan = 0;
-    plan_running(s, &budget);
+    plan_running(s, now, &budget);
     plan_waiting(s, &budget, now);
     if (!s->n_plan) return 0;
 

@@ -118,15 +118,24 @@ struct rd {
 struct pname {
     char s[80];
 };
+char *gguf_str_printable(struct gguf_str s, char *out, size_t cap)
+{
+    if (cap == 0) return out;
+    size_t n = s.len < cap - 1 ? (size_t)s.len : cap - 1;
+    int cut = n < s.len && cap > 4;
+    if (cut) n = cap - 4;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s.p[i];
+        out[i] = (c < 0x20 || c == 0x7f) ? '?' : (char)c;
+    }
+    strcpy(out + n, cut ? "..." : "");
+    return out;
+}
+
 static struct pname printable(struct gguf_str str)
 {
     struct pname n;
-    uint64_t len = str.len < 64 ? str.len : 64;
-    for (uint64_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)str.p[i];
-        n.s[i] = (c >= 0x20 && c < 0x7f) ? (char)c : '?';
-    }
-    strcpy(n.s + len, str.len > 64 ? "..." : "");
+    gguf_str_printable(str, n.s, 68); /* 64 bytes and "..." */
     return n;
 }
 

@@ -117,6 +117,9 @@ int gguf_get_arr(const struct gguf *g, const char *key, uint32_t elem_type,
 /* Walk a string array that gguf_parse validated: reads the string at p into *s and returns the
  * position of the next one. Start with kv->v.arr.data. */
 const uint8_t *gguf_next_str(const uint8_t *p, struct gguf_str *s);
+/* A file string made safe for a message: at most cap-1 bytes (cut with "..."), control bytes and
+ * DEL as '?', NUL-terminated. Returns out. */
+char *gguf_str_printable(struct gguf_str s, char *out, size_t cap);
 /* 1 if s equals the NUL-terminated string c. */
 int gguf_str_eq(struct gguf_str s, const char *c);
 const char *gguf_vtype_name(uint32_t type);

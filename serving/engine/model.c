@@ -76,9 +76,10 @@ static int read_config(struct model_config *c, const struct gguf *g, const char 
     struct gguf_str arch;
     if (gguf_get_str(g, "general.architecture", &arch, err) < 0)
         return errmsg_prefix(err, "%s: ", what);
+    char buf[48];
     if (!gguf_str_eq(arch, "llama"))
-        return errmsg_set(err, "%s: general.architecture is \"%.*s\", only \"llama\" is supported",
-                          what, (int)(arch.len < 32 ? arch.len : 32), arch.p);
+        return errmsg_set(err, "%s: general.architecture is \"%s\", only \"llama\" is supported",
+                          what, gguf_str_printable(arch, buf, sizeof buf));
     if (get_int(g, "llama.embedding_length", &c->dim, -1, 1 << 16, what, err) < 0 ||
         get_int(g, "llama.feed_forward_length", &c->hidden_dim, -1, 1 << 18, what, err) < 0 ||
         get_int(g, "llama.block_count", &c->n_layers, -1, MODEL_MAX_LAYERS, what, err) < 0 ||
@@ -170,7 +171,7 @@ static int check_tensor(const struct gguf_tensor *t, struct expect e, int is_nor
                         char *err)
 {
     char name[80];
-    snprintf(name, sizeof name, "%.*s", (int)t->name.len, t->name.p);
+    gguf_str_printable(t->name, name, sizeof name);
     uint64_t rows = e.rows ? e.rows : 1;
     if (t->ne[0] != e.cols || t->ne[1] != rows || t->ne[2] != 1 || t->ne[3] != 1) {
         char shape[96], want[96];
@@ -243,17 +244,15 @@ int model_plan(struct model *m, const struct gguf *g, const char *what, char *er
             out = t;
         else if (parse_layer_name(t->name, &layer, &kind) == 0) {
             if (layer >= L) {
-                errmsg_set(err, "%s: tensor %.*s: layer %d is beyond block_count %d", what,
-                           (int)(t->name.len < 64 ? t->name.len : 64), t->name.p, layer, L);
+                char name[80];
+                errmsg_set(err, "%s: tensor %s: layer %d is beyond block_count %d", what,
+                           gguf_str_printable(t->name, name, sizeof name), layer, L);
                 goto fail;
             }
             lt[layer][kind] = t; /* gguf_parse rejected duplicate names */
         } else {
             char name[80];
-            snprintf(name, sizeof name, "%.*s", (int)(t->name.len < 64 ? t->name.len : 64),
-                     t->name.p);
-            for (char *p = name; *p; p++)
-                if ((unsigned char)*p < 0x20 || (unsigned char)*p >= 0x7f) *p = '?';
+            gguf_str_printable(t->name, name, sizeof name);
             errmsg_set(err, "%s: tensor %s is not part of the llama architecture", what, name);
             goto fail;
         }
@@ -372,9 +371,11 @@ int model_fill(struct model *m, uint8_t *image, int s, char *err)
         const struct gguf_tensor *t = sl->src;
         /* A GGUF parsed with gguf_parse_header may hold only the header. */
         if (g->data_offset > g->size || t->offset > g->size - g->data_offset ||
-            t->nbytes > g->size - g->data_offset - t->offset)
-            return errmsg_set(err, "model: tensor %.*s: data is not in the buffer",
-                              (int)t->name.len, t->name.p);
+            t->nbytes > g->size - g->data_offset - t->offset) {
+            char name[80];
+            return errmsg_set(err, "model: tensor %s: data is not in the buffer",
+                              gguf_str_printable(t->name, name, sizeof name));
+        }
         memcpy(image + sl->image_offset, gguf_tensor_data(g, t), t->nbytes);
     }
     return 0;

@@ -178,10 +178,10 @@ int tokenizer_from_gguf(struct tokenizer *t, const struct gguf *g, char *err)
     struct gguf_str model;
     if (gguf_find(g, "tokenizer.ggml.model")) {
         if (gguf_get_str(g, "tokenizer.ggml.model", &model, err) < 0) return -1;
+        char buf[48];
         if (!gguf_str_eq(model, "llama"))
-            return errmsg_set(err,
-                              "tokenizer.ggml.model \"%.*s\" is not supported (only \"llama\")",
-                              (int)(model.len < 32 ? model.len : 32), model.p);
+            return errmsg_set(err, "tokenizer.ggml.model \"%s\" is not supported (only \"llama\")",
+                              gguf_str_printable(model, buf, sizeof buf));
     }
     const struct gguf_kv *tokens, *scores = NULL;
     if (gguf_get_arr(g, "tokenizer.ggml.tokens", GGUF_STRING, &tokens, err) < 0) return -1;

@@ -2,7 +2,9 @@
 # Fabric over DPDK (net_af_packet on veth pairs in network namespaces, one process per node):
 # chains of 3 and 4 nodes end with the exact bytes (jumbo frames; then 1500-byte frames with loss,
 # reordering and delay), a killed source is replaced by another holder, a wrong cluster key is
-# refused, forged and corrupted datagrams are dropped, a corrupt span is re-fetched.
+# refused, forged and corrupted datagrams are dropped, a corrupt span is re-fetched, a real GGUF
+# model streams through a chain, and the kernel's own traffic (ARP, ICMP, HTTP) reaches it
+# through the exception-path TAP while weights stream on the same port.
 set -u
 cd "$(dirname "$0")/../.."
 . tests/lib/fabric_netns.sh
@@ -22,4 +24,5 @@ wrong_key dpdk_wrong_cluster_key_refused
 forged_packets dpdk_forged_and_corrupted_packets_dropped
 corrupt_span dpdk_corrupt_span_refetched
 gguf_chain dpdk_gguf_model_chain
+exception_path dpdk_exception_path_arp_icmp_http_via_tap
 exit $fail

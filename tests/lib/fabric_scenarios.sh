@@ -174,3 +174,44 @@ gguf_chain() {
     grep -q 'model config: dim 64, 5 layers' "$W/n2.err" || { flunk "$name" "n2 did not read the config from the header"; return; }
     pass "$name"
 }
+
+# The exception path (dpdk): the source's port also carries the kernel's traffic through a TAP
+# (strata0, holding the node's address): a third node pings it and fetches a page from an HTTP
+# server bound to that address (ARP, ICMP and TCP via DPDK -> TAP -> kernel and back) while a
+# joiner streams the model from the same port.
+exception_path() {
+    local name=$1
+    if [ ! -c /dev/net/tun ]; then echo "skip - $name: no /dev/net/tun for net_tap"; return; fi
+    rm -f "$W"/*.img "$W"/*.out "$W"/*.err
+    fab_setup 3 1500 dpdk || { flunk "$name" "namespace setup failed"; return; }
+    local ns1 ns3 i
+    ns1=$(fab_ns 1)
+    ns3=$(fab_ns 3)
+    ip -n "$ns3" addr add 10.77.0.3/24 dev eth0
+    fab_node 1 src source --key-file "$W/key" --synthetic 16M:12:7 --image-out "$W/src.img" --serve 1 --rate 8 --timeout $T -q --exception-vdev net_tap0,iface=strata0
+    local s=$FAB_LAST
+    for i in $(seq 100); do ip -n "$ns1" link show strata0 >/dev/null 2>&1 && break; sleep 0.1; done
+    ip -n "$ns1" link set strata0 address 02:00:00:00:01:01 up
+    ip -n "$ns1" addr add 10.77.0.1/24 dev strata0
+    mkdir -p "$W/www"
+    echo "strata exception path" >"$W/www/index.html"
+    ip netns exec "$ns1" python3 -m http.server 8080 --bind 10.77.0.1 --directory "$W/www" >/dev/null 2>&1 &
+    FAB_PIDS+=($!)
+    fab_node 2 j joiner --key-file "$W/key" --peer 10.77.0.1:7000 --image-out "$W/j.img" --timeout $T -q
+    local j=$FAB_LAST ping_ok=0 http_ok=0
+    ip netns exec "$ns3" busybox ping -c 3 -W 3 10.77.0.1 >"$W/ping.log" 2>&1 && ping_ok=1
+    for i in 1 2 3 4 5; do
+        if ip netns exec "$ns3" curl -s -m 5 http://10.77.0.1:8080/index.html 2>/dev/null | grep -q 'strata exception path'; then
+            http_ok=1
+            break
+        fi
+        sleep 0.5
+    done
+    fab_wait "$j" $T
+    fab_wait "$s" 5
+    [ $ping_ok = 1 ] || { flunk "$name" "ping through the TAP failed: $(tail -n 2 "$W/ping.log" | tr '\n' ' ')"; return; }
+    [ $http_ok = 1 ] || { flunk "$name" "HTTP through the TAP failed"; return; }
+    grep -q '^complete:' "$W/j.out" || { flunk "$name" "joiner: $(fab_result j)"; return; }
+    same "$name" "$W/src.img" "$W/j.img" || return
+    pass "$name"
+}

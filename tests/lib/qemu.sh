@@ -68,14 +68,17 @@ qemu_start_reboots() { _qemu_launch "$1" 1 "${@:2}"; }
 qemu_log() { echo "$QEMU_DIR/$1.log"; }
 qemu_running() { local p=${QEMU_PIDS[$1]:-}; [ -n "$p" ] && kill -0 "$p" 2>/dev/null; }
 
-# qemu_wait NAME MARKER TIMEOUT: 0 when MARKER (a fixed string) is on the console, 1 on
-# timeout, 2 when QEMU exited first.
+# qemu_wait NAME MARKER TIMEOUT [FAIL-MARKER...]: 0 when MARKER (a fixed string) is on the
+# console, 1 on timeout, 2 when QEMU exited first, 3 when a FAIL-MARKER showed up first (e.g.
+# "Kernel panic", or the UEFI shell's "Shell>" when the firmware found nothing to boot).
 qemu_wait() {
-    local name=$1 marker=$2 limit
+    local name=$1 marker=$2 limit f
     limit=$(awk -v t="$3" -v s="$QEMU_TIMEOUT_SCALE" 'BEGIN { printf "%d", t * s * 10 }')
+    shift 3
     local i=0
     while [ $i -lt "$limit" ]; do
         grep -qaF -- "$marker" "$QEMU_DIR/$name.log" 2>/dev/null && return 0
+        for f in "$@"; do grep -qaF -- "$f" "$QEMU_DIR/$name.log" 2>/dev/null && return 3; done
         qemu_running "$name" || { grep -qaF -- "$marker" "$QEMU_DIR/$name.log" && return 0; return 2; }
         sleep 0.1
         i=$((i + 1))

@@ -208,6 +208,17 @@ TEST(roundtrip_every_tensor_type)
     free(buf);
 }
 
+TEST(printable_names)
+{
+    char out[12];
+    struct gguf_str s = {"ab\x1b[0m\x7f\xc3\xa9", 9};
+    CHECK_STR(gguf_str_printable(s, out, sizeof out), "ab?[0m?\xc3\xa9");
+    s = (struct gguf_str){"0123456789abcdef", 16};
+    CHECK_STR(gguf_str_printable(s, out, sizeof out), "01234567...");
+    s = (struct gguf_str){"", 0};
+    CHECK_STR(gguf_str_printable(s, out, sizeof out), "");
+}
+
 TEST(type_table)
 {
     CHECK_STR(ggml_type_name(GGML_Q4_K), "q4_k");
@@ -806,6 +817,7 @@ int main(void)
 {
     RUN(roundtrip_every_kv_type);
     RUN(roundtrip_every_tensor_type);
+    RUN(printable_names);
     RUN(type_table);
     RUN(valid_small_file);
     RUN(truncated_at_every_byte);

@@ -473,6 +473,34 @@ TEST(keep_alive_and_pipelining)
     free(raw);
 }
 
+TEST(pipelined_completions_answer_in_order)
+{
+    const char *b1 = "{\"prompt\":\"first\",\"max_tokens\":6,\"temperature\":0}";
+    const char *b2 = "{\"prompt\":\"second\",\"max_tokens\":9,\"temperature\":0,\"stream\":true}";
+    char req[1024];
+    int n = snprintf(req, sizeof req,
+                     "POST /v1/completions HTTP/1.1\r\nContent-Length: %zu\r\n\r\n%s"
+                     "POST /v1/completions HTTP/1.1\r\nConnection: close\r\nContent-Length: "
+                     "%zu\r\n\r\n%s",
+                     strlen(b1), b1, strlen(b2), b2);
+    int fd = dial();
+    send_all(fd, req, (size_t)n);
+    char *raw = read_all(fd, NULL);
+    close(fd);
+    char w1[4096], w2[4096];
+    int eos;
+    expect_text("first", 6, w1, &eos);
+    expect_text("second", 9, w2, &eos);
+    char *second = strstr(raw + 1, "HTTP/1.1 200");
+    CHECKF(!strncmp(raw, "HTTP/1.1 200", 12) && second, "%.300s", raw);
+    *second = 0;
+    char *body1 = strstr(raw, "\r\n\r\n") + 4;
+    CHECK_TEXT(completion_text(body1, NULL), w1);
+    *second = 'H';
+    CHECK(strstr(second, "text/event-stream") && strstr(second, "data: [DONE]"));
+    free(raw);
+}
+
 TEST(metrics_add_up)
 {
     struct resp r = http("GET", "/metrics", NULL, NULL);
@@ -490,8 +518,8 @@ TEST(metrics_add_up)
         if (!strcmp(name, "strata_requests_total{outcome=\"cancelled\"}"))
             cancelled = (unsigned long long)v;
     }
-    /* 2 (plain+stream) + 1 chat + 20 clients + 1 "still" completions finished; 1 cancelled */
-    CHECK_EQ_INT(stop + length, 24);
+    /* 2 (plain+stream) + 1 chat + 20 clients + 1 "still" + 2 pipelined finished; 1 cancelled */
+    CHECK_EQ_INT(stop + length, 26);
     CHECK_EQ_INT(cancelled, 1);
     resp_free(&r);
 }
@@ -530,6 +558,7 @@ int main(void)
     RUN(slow_client_times_out);
     RUN(too_many_connections_get_503);
     RUN(keep_alive_and_pipelining);
+    RUN(pipelined_completions_answer_in_order);
     RUN(metrics_add_up);
     RUN(api_key);
     stop();

@@ -1,0 +1,44 @@
+#!/bin/bash
+# boot_pxe: network boot as a rack would do it. QEMU's user network is the DHCP and TFTP server
+# (tftp=the image's out dir, bootfile=test.ipxe, which sets strata-args and chains strata.ipxe); the virtio NIC's iPXE ROM (ipxe-qemu) runs boot/strata.ipxe,
+# which fetches vmlinuz and initrd.img and hands its DHCP lease to the kernel as strata.ip/gw/dns.
+# Software emulation; ends with a completion from outside the VM checked against the native
+# greedy output.
+set -u
+cd "$(dirname "$0")/../.."
+. tests/lib/boot.sh
+QEMU_DIR=build/qemu/boot_pxe
+fail=0
+ok() { echo "ok - $1"; }
+nok() { echo "not ok - $1: $2"; fail=1; }
+
+[ -f /usr/lib/ipxe/qemu/efi-virtio.rom ] || { nok "pxe rom" "ipxe-qemu is not installed (make deps)"; exit 1; }
+if ! msg=$(boot_image); then nok "pxe image" "$msg"; exit 1; fi
+port=$(qemu_free_port)
+t0=$(date +%s.%N)
+qemu_start pxe -boot n \
+    -netdev "user,id=n0,tftp=$BOOT_OUT,bootfile=test.ipxe,hostfwd=tcp:127.0.0.1:$port-:8080" \
+    -device virtio-net-pci,netdev=n0
+trap 'qemu_stop pxe' EXIT
+
+if qemu_wait pxe "strata-init: exec" 180 "Kernel panic" "strata-init: error" "network boot failed"; then
+    log=$(qemu_log pxe)
+    ok "pxe iPXE script boots kernel and initrd over TFTP"
+    if grep -qa "strata-init: cmdline: .*strata.ip=10.0.2.15/255.255.255.0 strata.gw=10.0.2.2 strata.dns=10.0.2.3" "$log" &&
+        grep -qa "strata-init: net: lo up, eth0 up 10.0.2.15/24 via 10.0.2.2" "$log"; then
+        ok "pxe DHCP lease passed on as strata.ip/gw/dns"
+    else
+        nok "pxe DHCP lease passed on as strata.ip/gw/dns" "$(grep -a 'strata-init: \(cmdline\|net\)' "$log" | tr '\r\n' '  ')"
+    fi
+else
+    nok "pxe iPXE script boots kernel and initrd over TFTP" "$(qemu_tail pxe 6)"
+    exit 1
+fi
+
+if boot_have_serve; then
+    boot_http pxe "$port" "$t0"
+    boot_shutdown pxe
+else
+    echo "skip - pxe http completion: build/strata has no serve command yet"
+fi
+exit $fail

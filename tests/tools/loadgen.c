@@ -1,0 +1,342 @@
+/* loadgen: replays an LLM request trace against an OpenAI-compatible server and reports
+ * throughput, goodput and latency percentiles.
+ *
+ *   loadgen --url http://127.0.0.1:8080 --trace ../shared/traces/azure_llm_2023_conv.csv
+ *           [--requests N] [--skip N] [--speedup X] [--ctx N] [--scale F] [--vocab N]
+ *           [--ttft-ms MS] [--tpot-ms MS] [--label NAME] [--seed S]
+ *
+ * The trace (TIMESTAMP,ContextTokens,GeneratedTokens; the Azure LLM inference trace 2023) gives
+ * arrival times and lengths; prompt text is not part of it, so each request sends ContextTokens
+ * random token ids as its prompt (the API accepts token arrays) and forces GeneratedTokens output
+ * tokens with "ignore_eos". Lengths are multiplied by --scale (default ctx/4096, so the trace's
+ * 4k-token contexts fit the model's) and clamped to the context; arrival gaps are divided by
+ * --speedup. Every request is streamed (server-sent events) on its own connection, open-loop: a
+ * request is sent at its arrival time whether or not earlier ones finished.
+ *
+ * Per request: TTFT = first streamed chunk - send time; TPOT = (last - first) / (tokens - 1). A
+ * request meets its SLO when TTFT <= --ttft-ms and TPOT <= --tpot-ms (also sent to the server
+ * as the request's targets). Goodput = output tokens of requests that met their SLO per second of
+ * the run. The last line is machine-readable: "RESULT label=... throughput=... goodput=...". */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+struct lreq {
+    double t_arrival; /* seconds from start */
+    int prompt, out;
+    int fd, state; /* 0 pending, 1 sending, 2 receiving, 3 done, 4 failed */
+    char *wbuf;
+    size_t wlen, woff;
+    char *rbuf;
+    size_t rlen, rcap;
+    double t_sent, t_first, t_last;
+    int events, tokens, status;
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double pct(double *v, int n, double p)
+{
+    if (!n) return NAN;
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    int i = (int)ceil(p / 100.0 * n) - 1;
+    return v[i < 0 ? 0 : i >= n ? n - 1 : i];
+}
+
+/* "2023-11-16 18:15:46.6805900" -> seconds of the day */
+static double parse_time(const char *s)
+{
+    int y, mo, d, h, mi;
+    double sec;
+    if (sscanf(s, "%d-%d-%d %d:%d:%lf", &y, &mo, &d, &h, &mi, &sec) != 6) return -1;
+    return d * 86400.0 + h * 3600.0 + mi * 60.0 + sec;
+}
+
+static unsigned long long rng_state = 88172645463325252ULL;
+static unsigned rnd(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (unsigned)(rng_state >> 11);
+}
+
+static void usage(void)
+{
+    fprintf(stderr,
+            "usage: loadgen --url http://HOST:PORT --trace FILE [--requests N] [--skip N]\n"
+            "               [--speedup X] [--ctx N] [--scale F] [--vocab N] [--ttft-ms MS]\n"
+            "               [--tpot-ms MS] [--label NAME] [--seed S]\n");
+    exit(2);
+}
+
+static void build_request(struct lreq *r, int vocab, double ttft_ms, double tpot_ms)
+{
+    size_t cap = (size_t)r->prompt * 7 + 512;
+    char *body = malloc(cap);
+    size_t n = (size_t)snprintf(body, cap, "{\"prompt\":[1");
+    for (int i = 1; i < r->prompt; i++)
+        n += (size_t)snprintf(body + n, cap - n, ",%u", 3 + rnd() % (unsigned)(vocab - 3));
+    n += (size_t)snprintf(body + n, cap - n,
+                          "],\"max_tokens\":%d,\"ignore_eos\":true,\"temperature\":0,"
+                          "\"stream\":true,\"stream_options\":{\"include_usage\":true},"
+                          "\"ttft_ms\":%g,\"tpot_ms\":%g}",
+                          r->out, ttft_ms, tpot_ms);
+    r->wbuf = malloc(n + 256);
+    r->wlen =
+        (size_t)sprintf(r->wbuf,
+                        "POST /v1/completions HTTP/1.1\r\nHost: loadgen\r\nContent-Type: "
+                        "application/json\r\nConnection: close\r\nContent-Length: %zu\r\n\r\n",
+                        n);
+    memcpy(r->wbuf + r->wlen, body, n);
+    r->wlen += n;
+    free(body);
+}
+
+/* New bytes arrived: note the first and last SSE event times. */
+static void on_bytes(struct lreq *r, size_t from, double t)
+{
+    if (!r->status && r->rlen >= 12) r->status = atoi(r->rbuf + 9);
+    size_t start = from >= 6 ? from - 5 : 0;
+    for (size_t i = start; i + 6 <= r->rlen; i++) {
+        if (memcmp(r->rbuf + i, "data: ", 6)) continue;
+        if (i + 12 <= r->rlen && !memcmp(r->rbuf + i + 6, "[DONE]", 6)) continue;
+        /* the usage chunk has no choices: not a token */
+        if (i + 40 < r->rlen &&
+            memmem(r->rbuf + i, 120 < r->rlen - i ? 120 : r->rlen - i, "\"choices\":[]", 12))
+            continue;
+        if (!r->events) r->t_first = t;
+        r->t_last = t;
+        r->events++;
+    }
+}
+
+int main(int argc, char **argv)
+{
+    const char *url = NULL, *trace = NULL, *label = "run";
+    int n_req = 200, skip = 0, ctx = 512, vocab = 512;
+    double speedup = 1, scale = 0, ttft_ms = 500, tpot_ms = 50;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!v) usage();
+        if (!strcmp(a, "--url"))
+            url = v;
+        else if (!strcmp(a, "--trace"))
+            trace = v;
+        else if (!strcmp(a, "--label"))
+            label = v;
+        else if (!strcmp(a, "--requests"))
+            n_req = atoi(v);
+        else if (!strcmp(a, "--skip"))
+            skip = atoi(v);
+        else if (!strcmp(a, "--ctx"))
+            ctx = atoi(v);
+        else if (!strcmp(a, "--vocab"))
+            vocab = atoi(v);
+        else if (!strcmp(a, "--speedup"))
+            speedup = atof(v);
+        else if (!strcmp(a, "--scale"))
+            scale = atof(v);
+        else if (!strcmp(a, "--ttft-ms"))
+            ttft_ms = atof(v);
+        else if (!strcmp(a, "--tpot-ms"))
+            tpot_ms = atof(v);
+        else if (!strcmp(a, "--seed"))
+            rng_state = strtoull(v, NULL, 10) * 2654435761ULL + 1;
+        else
+            usage();
+        i++;
+    }
+    if (!url || !trace || n_req < 1 || ctx < 8 || vocab < 4 || speedup <= 0) usage();
+    if (scale <= 0) scale = ctx / 4096.0;
+    char host[64];
+    int port;
+    if (sscanf(url, "http://%63[^:]:%d", host, &port) != 2) {
+        fprintf(stderr, "loadgen: --url must be http://HOST:PORT\n");
+        return 2;
+    }
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    if (inet_pton(AF_INET, host, &addr.sin_addr) != 1) {
+        fprintf(stderr, "loadgen: %s is not an IPv4 address\n", host);
+        return 2;
+    }
+
+    /* ---- the trace */
+    FILE *f = fopen(trace, "r");
+    if (!f) {
+        perror(trace);
+        return 1;
+    }
+    struct lreq *rq = calloc((size_t)n_req, sizeof *rq);
+    char line[256];
+    int n = 0, row = 0;
+    double t0 = -1;
+    while (n < n_req && fgets(line, sizeof line, f)) {
+        char ts[64];
+        int c, g;
+        if (sscanf(line, "%63[^,],%d,%d", ts, &c, &g) != 3) continue; /* header */
+        if (row++ < skip) continue;
+        double t = parse_time(ts);
+        if (t < 0) continue;
+        if (t0 < 0) t0 = t;
+        struct lreq *r = &rq[n++];
+        r->t_arrival = (t - t0) / speedup;
+        r->prompt = (int)lround(c * scale);
+        r->out = (int)lround(g * scale);
+        int max_prompt = ctx * 3 / 4;
+        if (r->prompt < 1) r->prompt = 1;
+        if (r->prompt > max_prompt) r->prompt = max_prompt;
+        if (r->out < 1) r->out = 1;
+        if (r->prompt + r->out > ctx - 1) r->out = ctx - 1 - r->prompt;
+        r->fd = -1;
+    }
+    fclose(f);
+    n_req = n;
+    long long sent_prompt = 0, sent_out = 0;
+    for (int i = 0; i < n_req; i++) {
+        build_request(&rq[i], vocab, ttft_ms, tpot_ms);
+        sent_prompt += rq[i].prompt, sent_out += rq[i].out;
+    }
+    fprintf(stderr,
+            "loadgen %s: %d requests over %.1f s (%.1f req/s), mean prompt %.0f, mean output %.0f "
+            "tokens\n",
+            label, n_req, rq[n_req - 1].t_arrival, n_req / (rq[n_req - 1].t_arrival + 1e-9),
+            (double)sent_prompt / n_req, (double)sent_out / n_req);
+
+    /* ---- replay */
+    int ep = epoll_create1(0);
+    double start = now_s();
+    int next = 0, open_n = 0, finished = 0;
+    struct epoll_event evs[256];
+    while (finished < n_req) {
+        double t = now_s() - start;
+        while (next < n_req && rq[next].t_arrival <= t) {
+            struct lreq *r = &rq[next++];
+            r->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+            int one = 1;
+            setsockopt(r->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+            r->t_sent = now_s();
+            if (connect(r->fd, (struct sockaddr *)&addr, sizeof addr) && errno != EINPROGRESS) {
+                r->state = 4, finished++;
+                close(r->fd);
+                continue;
+            }
+            r->state = 1;
+            struct epoll_event e = {.events = EPOLLOUT | EPOLLIN, .data.ptr = r};
+            epoll_ctl(ep, EPOLL_CTL_ADD, r->fd, &e);
+            open_n++;
+        }
+        int timeout = 100;
+        if (next < n_req) {
+            double dt = rq[next].t_arrival - (now_s() - start);
+            timeout = dt <= 0 ? 0 : (int)(dt * 1000) + 1;
+            if (timeout > 100) timeout = 100;
+        }
+        int k = epoll_wait(ep, evs, 256, timeout);
+        double tnow = now_s();
+        for (int i = 0; i < k; i++) {
+            struct lreq *r = evs[i].data.ptr;
+            if (r->state == 1 && (evs[i].events & EPOLLOUT)) {
+                ssize_t w = send(r->fd, r->wbuf + r->woff, r->wlen - r->woff, MSG_NOSIGNAL);
+                if (w > 0)
+                    r->woff += (size_t)w;
+                else if (w < 0 && errno != EAGAIN)
+                    r->state = 4;
+                if (r->woff == r->wlen) {
+                    r->state = 2;
+                    struct epoll_event e = {.events = EPOLLIN, .data.ptr = r};
+                    epoll_ctl(ep, EPOLL_CTL_MOD, r->fd, &e);
+                }
+            }
+            if (r->state == 2 && (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))) {
+                for (;;) {
+                    if (r->rcap - r->rlen < 4096) {
+                        r->rcap = r->rcap ? r->rcap * 2 : 16384;
+                        r->rbuf = realloc(r->rbuf, r->rcap + 1);
+                    }
+                    ssize_t got = recv(r->fd, r->rbuf + r->rlen, r->rcap - r->rlen, 0);
+                    if (got > 0) {
+                        size_t from = r->rlen;
+                        r->rlen += (size_t)got;
+                        r->rbuf[r->rlen] = 0;
+                        on_bytes(r, from, tnow);
+                        continue;
+                    }
+                    if (got < 0 && errno == EAGAIN) break;
+                    r->state = 3; /* EOF (Connection: close) or error */
+                    break;
+                }
+            }
+            if (r->state >= 3) {
+                epoll_ctl(ep, EPOLL_CTL_DEL, r->fd, NULL);
+                close(r->fd);
+                open_n--;
+                finished++;
+                if (r->state == 3) {
+                    char *u = r->rbuf ? strstr(r->rbuf, "\"completion_tokens\":") : NULL;
+                    r->tokens = u ? atoi(u + 20) : 0;
+                    if (r->status != 200 || !r->tokens || !strstr(r->rbuf, "data: [DONE]"))
+                        r->state = 4;
+                }
+                r->state = r->state == 3 ? 3 : 4;
+            }
+        }
+    }
+    double makespan = now_s() - start;
+
+    /* ---- report */
+    double *ttft = malloc(sizeof(double) * (size_t)n_req),
+           *tpot = malloc(sizeof(double) * (size_t)n_req);
+    int n_ok = 0, n_fail = 0, n_tpot = 0, n_slo = 0;
+    long long tokens = 0, good = 0;
+    for (int i = 0; i < n_req; i++) {
+        struct lreq *r = &rq[i];
+        if (r->state != 3) {
+            n_fail++;
+            continue;
+        }
+        n_ok++;
+        tokens += r->tokens;
+        double a = r->t_first - r->t_sent;
+        double b = r->tokens > 1 ? (r->t_last - r->t_first) / (r->tokens - 1) : 0;
+        ttft[n_ok - 1] = a * 1e3;
+        if (r->tokens > 1) tpot[n_tpot++] = b * 1e3;
+        if (a * 1e3 <= ttft_ms && b * 1e3 <= tpot_ms) n_slo++, good += r->tokens;
+    }
+    double thr = tokens / makespan, gp = good / makespan;
+    double t50 = pct(ttft, n_ok, 50), t99 = pct(ttft, n_ok, 99);
+    double p50 = pct(tpot, n_tpot, 50), p99 = pct(tpot, n_tpot, 99);
+    printf("%-12s %4d ok %3d failed in %6.2f s | throughput %8.1f tok/s | goodput %8.1f tok/s "
+           "(%5.1f%% of requests in SLO) | TTFT p50 %7.1f p99 %7.1f ms | TPOT p50 %6.2f p99 %6.2f "
+           "ms\n",
+           label, n_ok, n_fail, makespan, thr, gp, n_ok ? 100.0 * n_slo / n_req : 0, t50, t99, p50,
+           p99);
+    printf("RESULT label=%s ok=%d failed=%d seconds=%.3f throughput=%.1f goodput=%.1f slo_pct=%.1f "
+           "ttft_p50_ms=%.2f ttft_p99_ms=%.2f tpot_p50_ms=%.3f tpot_p99_ms=%.3f\n",
+           label, n_ok, n_fail, makespan, thr, gp, 100.0 * n_slo / n_req, t50, t99, p50, p99);
+    for (int i = 0; i < n_req; i++) free(rq[i].wbuf), free(rq[i].rbuf);
+    free(rq), free(ttft), free(tpot);
+    close(ep);
+    return n_fail ? 1 : 0;
+}
