@@ -35,7 +35,7 @@ chain() {
             FAB_IMPAIR=${FAB_IMPAIR:-loss=3,reorder=10,delay=2}
             how="no sch_netem here: built-in impairment $FAB_IMPAIR, "
         else
-            echo "skip - $name: this kernel has no sch_netem (tc netem), and kernel TCP cannot be impaired from inside the process"
+            echo "skip - $name: this kernel has no sch_netem (kernel TCP under tc netem runs in the QEMU guest instead: fabric_rdma.sh)"
             return
         fi
     fi
