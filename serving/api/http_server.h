@@ -52,6 +52,10 @@ int http_server_port(const struct http_server *s);
 /* Runs the loop until http_server_stop. */
 int http_server_run(struct http_server *s, char *err);
 void http_server_stop(struct http_server *s); /* any thread, async-signal-safe */
+/* Graceful stop (any thread, async-signal-safe): close the listening socket and idle
+ * connections, let requests in progress finish, then return from http_server_run; after
+ * grace_ms whatever is left is closed. */
+void http_server_shutdown(struct http_server *s, int grace_ms);
 void http_server_wake(struct http_server *s); /* any thread */
 void http_server_free(struct http_server *s);
 

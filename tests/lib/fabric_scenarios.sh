@@ -35,7 +35,7 @@ chain() {
             FAB_IMPAIR=${FAB_IMPAIR:-loss=3,reorder=10,delay=2}
             how="no sch_netem here: built-in impairment $FAB_IMPAIR, "
         else
-            echo "skip - $name: this kernel has no sch_netem (tc netem), and kernel TCP cannot be impaired from inside the process"
+            echo "skip - $name: this kernel has no sch_netem (kernel TCP under tc netem runs in the QEMU guest instead: fabric_rdma.sh)"
             return
         fi
     fi
@@ -188,7 +188,8 @@ exception_path() {
     ns1=$(fab_ns 1)
     ns3=$(fab_ns 3)
     ip -n "$ns3" addr add 10.77.0.3/24 dev eth0
-    fab_node 1 src source --key-file "$W/key" --synthetic 16M:12:7 --image-out "$W/src.img" --serve 1 --rate 8 --timeout $T -q --exception-vdev net_tap0,iface=strata0
+    # No --serve: the source (and its TAP) stays up until the checks are done.
+    fab_node 1 src source --key-file "$W/key" --synthetic 16M:12:7 --image-out "$W/src.img" --rate 8 --timeout $T -q --exception-vdev net_tap0,iface=strata0
     local s=$FAB_LAST
     for i in $(seq 100); do ip -n "$ns1" link show strata0 >/dev/null 2>&1 && break; sleep 0.1; done
     ip -n "$ns1" link set strata0 address 02:00:00:00:01:01 up
@@ -200,6 +201,7 @@ exception_path() {
     fab_node 2 j joiner --key-file "$W/key" --peer 10.77.0.1:7000 --image-out "$W/j.img" --timeout $T -q
     local j=$FAB_LAST ping_ok=0 http_ok=0
     ip netns exec "$ns3" busybox ping -c 3 -W 3 10.77.0.1 >"$W/ping.log" 2>&1 && ping_ok=1
+    for i in $(seq 100); do ip netns exec "$ns1" ss -ltn 2>/dev/null | grep -q '10.77.0.1:8080' && break; sleep 0.1; done
     for i in 1 2 3 4 5; do
         if ip netns exec "$ns3" curl -s -m 5 http://10.77.0.1:8080/index.html 2>/dev/null | grep -q 'strata exception path'; then
             http_ok=1
@@ -208,6 +210,7 @@ exception_path() {
         sleep 0.5
     done
     fab_wait "$j" $T
+    kill "$s" 2>/dev/null
     fab_wait "$s" 5
     [ $ping_ok = 1 ] || { flunk "$name" "ping through the TAP failed: $(tail -n 2 "$W/ping.log" | tr '\n' ' ')"; return; }
     [ $http_ok = 1 ] || { flunk "$name" "HTTP through the TAP failed"; return; }

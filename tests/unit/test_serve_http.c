@@ -27,7 +27,7 @@ static struct {
     struct front *f;
     struct http_server *http;
     pthread_t th;
-    int port;
+    int port, joined;
 } G;
 
 static void *http_thread(void *arg)
@@ -94,8 +94,10 @@ static void make_ready(void)
 
 static void stop(void)
 {
-    http_server_stop(G.http);
-    pthread_join(G.th, NULL);
+    if (!G.joined) {
+        http_server_stop(G.http);
+        pthread_join(G.th, NULL);
+    }
     if (G.s) sched_free(G.s);
     http_server_free(G.http);
     front_free(G.f);
@@ -543,6 +545,36 @@ TEST(api_key)
     resp_free(&r);
 }
 
+TEST(graceful_shutdown_finishes_streams)
+{
+    G.fm.sleep_us_per_token = 3000;
+    int fd = dial();
+    const char *body = "{\"prompt\":\"bye\",\"max_tokens\":40,\"ignore_eos\":true,\"stream\":true}";
+    char head[256];
+    int hn =
+        snprintf(head, sizeof head,
+                 "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-test\r\n"
+                 "Content-Length: %zu\r\n\r\n",
+                 strlen(body));
+    send_all(fd, head, (size_t)hn);
+    send_all(fd, body, strlen(body));
+    int idle = dial(); /* an idle keep-alive connection is closed at once */
+    char first[64];
+    CHECK(recv(fd, first, sizeof first, 0) > 0);
+    http_server_shutdown(G.http, 5000);
+    char *raw = read_all(fd, NULL);
+    close(fd);
+    CHECKF(strstr(raw, "data: [DONE]"), "stream cut: %.200s", raw);
+    free(raw);
+    char c;
+    CHECK(recv(idle, &c, 1, 0) == 0);
+    close(idle);
+    pthread_join(G.th, NULL);
+    G.joined = 1;
+    G.fm.sleep_us_per_token = 0;
+    CHECK(dial() < 0); /* no longer listening */
+}
+
 int main(void)
 {
     if (start(NULL)) {
@@ -561,6 +593,7 @@ int main(void)
     RUN(pipelined_completions_answer_in_order);
     RUN(metrics_add_up);
     RUN(api_key);
+    RUN(graceful_shutdown_finishes_streams);
     stop();
     CHECK_DONE();
 }
