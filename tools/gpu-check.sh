@@ -26,9 +26,28 @@ fails=$(grep -c '^not ok' build/gpu-check-test.log)
 skips=$(grep -c '^skip' build/gpu-check-test.log)
 echo "test_cuda: $(grep -c '^ok' build/gpu-check-test.log) ok, $fails failed, $skips skipped (status $rc)"
 
+echo "== end to end: strata generate, CPU vs CUDA backend, stories260K greedy"
+S=${STRATA_SHARED:-../shared}
+e2e=1
+if build/strata convert --tokenizer "$S/models/tok512.bin" "$S/models/stories260K.bin" \
+        build/gpu-check-s260k.gguf >/dev/null 2>&1; then
+    STRATA_BACKEND=cpu build/strata generate -m build/gpu-check-s260k.gguf -p "Once upon a time" \
+        -n 80 >build/gpu-check-cpu.txt 2>/dev/null
+    build/strata generate -v -m build/gpu-check-s260k.gguf -p "Once upon a time" -n 80 \
+        >build/gpu-check-gpu.txt 2>build/gpu-check-gpu.log
+    grep "backend" build/gpu-check-gpu.log
+    if grep -q "backend cuda" build/gpu-check-gpu.log && cmp -s build/gpu-check-cpu.txt build/gpu-check-gpu.txt; then
+        echo "ok - generate_cuda_equals_cpu"; e2e=0
+    else
+        echo "not ok - generate_cuda_equals_cpu: see build/gpu-check-{cpu,gpu}.txt and gpu-check-gpu.log"
+    fi
+else
+    echo "not ok - generate_cuda_equals_cpu: cannot convert $S/models/stories260K.bin"
+fi
+
 echo "== benchmark (build/bench/bench_cuda ${1:-})"
 build/bench/bench_cuda "$@"
 brc=$?
 
-echo "== done: tests status $rc, $skips skipped; bench status $brc; log in $LOG"
-[ "$rc" -eq 0 ] && [ "$skips" -eq 0 ] && [ "$brc" -eq 0 ]
+echo "== done: tests status $rc, $skips skipped; end-to-end $([ $e2e -eq 0 ] && echo ok || echo FAILED); bench status $brc; log in $LOG"
+[ "$rc" -eq 0 ] && [ "$skips" -eq 0 ] && [ "$e2e" -eq 0 ] && [ "$brc" -eq 0 ]

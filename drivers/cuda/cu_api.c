@@ -75,10 +75,30 @@ static const struct sym syms[] = {
     S(GraphDestroy, "cuGraphDestroy"),
 };
 
+/* Names of the results a start-up can meet, for when the driver cannot say (the toolkit's stub
+ * library answers every call, cuGetErrorString included, with CUDA_ERROR_STUB_LIBRARY). */
+static const struct {
+    int code;
+    const char *name;
+} known[] = {
+    {2, "CUDA_ERROR_OUT_OF_MEMORY"},
+    {3, "CUDA_ERROR_NOT_INITIALIZED"},
+    {34, "CUDA_ERROR_STUB_LIBRARY: libcuda.so.1 is the toolkit's stub, not a driver"},
+    {36, "CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER"},
+    {100, "CUDA_ERROR_NO_DEVICE"},
+    {200, "CUDA_ERROR_INVALID_IMAGE"},
+    {209, "CUDA_ERROR_NO_BINARY_FOR_GPU"},
+    {222, "CUDA_ERROR_UNSUPPORTED_PTX_VERSION: the driver is older than the toolkit"},
+    {803, "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH"},
+    {804, "CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE"},
+};
+
 const char *cu_errstr(CUresult r)
 {
     const char *s = NULL;
     if (cu.GetErrorString && cu.GetErrorString(r, &s) == CUX_SUCCESS && s) return s;
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (known[i].code == (int)r) return known[i].name;
     static __thread char buf[32];
     snprintf(buf, sizeof buf, "CUDA error %d", r);
     return buf;

@@ -8,6 +8,7 @@
 #include <rte_ethdev.h>
 #include <rte_ip.h>
 #include <rte_mbuf.h>
+#include <rte_tcp.h>
 #include <rte_udp.h>
 #include <glob.h>
 #include <stdlib.h>
@@ -192,9 +193,38 @@ void nic_close(struct nic *n)
     free(n);
 }
 
+/* A sender on the same host (veth) may leave TCP/UDP checksums for the NIC to fill in
+ * (CHECKSUM_PARTIAL); af_packet hands them over unfinished and the kernel behind the TAP would
+ * drop them. Exception traffic is light: finish every IPv4 TCP/UDP checksum in software. */
+static void fix_l4_checksum(struct rte_mbuf *m)
+{
+    uint32_t len = rte_pktmbuf_data_len(m);
+    struct rte_ether_hdr *eh = rte_pktmbuf_mtod(m, struct rte_ether_hdr *);
+    if (len < sizeof *eh + sizeof(struct rte_ipv4_hdr) ||
+        eh->ether_type != rte_cpu_to_be_16(RTE_ETHER_TYPE_IPV4))
+        return;
+    struct rte_ipv4_hdr *ip = (struct rte_ipv4_hdr *)(eh + 1);
+    size_t ihl = (size_t)(ip->version_ihl & 0xf) * 4;
+    size_t ip_len = rte_be_to_cpu_16(ip->total_length);
+    if (ihl < 20 || sizeof *eh + ip_len > len || ip_len < ihl + 8 ||
+        (ip->fragment_offset & rte_cpu_to_be_16(0x3fff)))
+        return;
+    void *l4 = (uint8_t *)ip + ihl;
+    if (ip->next_proto_id == IPPROTO_TCP && ip_len >= ihl + sizeof(struct rte_tcp_hdr)) {
+        struct rte_tcp_hdr *t = l4;
+        t->cksum = 0;
+        t->cksum = rte_ipv4_udptcp_cksum(ip, l4);
+    } else if (ip->next_proto_id == IPPROTO_UDP) {
+        struct rte_udp_hdr *u = l4;
+        u->dgram_cksum = 0;
+        u->dgram_cksum = rte_ipv4_udptcp_cksum(ip, l4);
+    }
+}
+
 /* Pass frames between the port and the exception port (the kernel's view of the wire). */
 static void exception_out(struct nic *n, struct rte_mbuf *m)
 {
+    if (n->have_exc) fix_l4_checksum(m);
     if (!n->have_exc || rte_eth_tx_burst(n->exc_port, 0, &m, 1) != 1) {
         rte_pktmbuf_free(m);
         return;

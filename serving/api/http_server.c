@@ -47,6 +47,8 @@ struct http_server {
     struct serve_metrics *m;
     int lfd, efd, wfd, port;
     volatile int stopping;
+    volatile int drain_ms; /* > 0: graceful shutdown requested */
+    double drain_deadline;
     struct http_conn *conns, *graveyard;
     int n_conns;
 };
@@ -129,6 +131,14 @@ int http_server_port(const struct http_server *s)
 void http_server_stop(struct http_server *s)
 {
     s->stopping = 1;
+    uint64_t one = 1;
+    ssize_t w = write(s->wfd, &one, sizeof one);
+    (void)w;
+}
+
+void http_server_shutdown(struct http_server *s, int grace_ms)
+{
+    s->drain_ms = grace_ms > 0 ? grace_ms : 1;
     uint64_t one = 1;
     ssize_t w = write(s->wfd, &one, sizeof one);
     (void)w;
@@ -337,6 +347,11 @@ void http_conn_set_user(struct http_conn *c, void *user)
     c->user = user;
 }
 
+void *http_conn_user(const struct http_conn *c)
+{
+    return c->user;
+}
+
 int http_conn_alive(const struct http_conn *c)
 {
     return !c->dead;
@@ -512,6 +527,27 @@ static void check_timeouts(struct http_server *s)
     }
 }
 
+/* Graceful shutdown: no new connections, idle ones closed; done when nothing is in flight. */
+static int drain_step(struct http_server *s, double now)
+{
+    if (!s->drain_deadline) {
+        s->drain_deadline = now + s->drain_ms / 1e3;
+        epoll_ctl(s->efd, EPOLL_CTL_DEL, s->lfd, NULL);
+        close(s->lfd);
+        s->lfd = -1;
+    }
+    int busy = 0;
+    struct http_conn *c = s->conns, *next;
+    for (; c; c = next) {
+        next = c->next;
+        if (c->state == C_READ && !c->rlen && c->wlen == c->woff)
+            conn_kill(c);
+        else
+            busy = 1;
+    }
+    return !busy || now > s->drain_deadline;
+}
+
 int http_server_run(struct http_server *s, char *err)
 {
     struct epoll_event evs[64];
@@ -549,6 +585,7 @@ int http_server_run(struct http_server *s, char *err)
             }
         }
         double now = now_s();
+        if (s->drain_ms && drain_step(s, now)) break;
         if (now - last_check > 0.05) {
             check_timeouts(s);
             last_check = now;

@@ -52,6 +52,10 @@ int http_server_port(const struct http_server *s);
 /* Runs the loop until http_server_stop. */
 int http_server_run(struct http_server *s, char *err);
 void http_server_stop(struct http_server *s); /* any thread, async-signal-safe */
+/* Graceful stop (any thread, async-signal-safe): close the listening socket and idle
+ * connections, let requests in progress finish, then return from http_server_run; after
+ * grace_ms whatever is left is closed. */
+void http_server_shutdown(struct http_server *s, int grace_ms);
 void http_server_wake(struct http_server *s); /* any thread */
 void http_server_free(struct http_server *s);
 
@@ -62,6 +66,7 @@ int http_stream_begin(struct http_conn *c, int status, const char *content_type)
 int http_stream_write(struct http_conn *c, const char *data, size_t len);
 int http_stream_end(struct http_conn *c);
 void http_conn_set_user(struct http_conn *c, void *user);
+void *http_conn_user(const struct http_conn *c);
 int http_conn_alive(const struct http_conn *c);
 
 #endif

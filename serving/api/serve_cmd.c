@@ -158,15 +158,19 @@ static void on_progress(void *ctx, int done, int total)
 
 static struct http_server *volatile stop_target;
 
+/* Requests in progress get this long to finish on SIGTERM (PID 1 powers off after
+ * PID1_GRACE_S). */
+#define SHUTDOWN_GRACE_MS 5000
+
 static void on_signal(int sig)
 {
     (void)sig;
-    if (stop_target) http_server_stop(stop_target);
+    if (stop_target) http_server_shutdown(stop_target, SHUTDOWN_GRACE_MS);
 }
 
 static void on_shutdown(void *ctx)
 {
-    http_server_stop(ctx);
+    http_server_shutdown(ctx, SHUTDOWN_GRACE_MS);
 }
 
 static void *http_main(void *arg)

@@ -168,7 +168,8 @@ static const char *finish_name(int finish)
 
 static void front_req_free(struct front_req *fr)
 {
-    if (fr->conn) http_conn_set_user(fr->conn, NULL);
+    /* The connection may already carry the next (pipelined) request: clear only our own. */
+    if (fr->conn && http_conn_user(fr->conn) == fr) http_conn_set_user(fr->conn, NULL);
     fr->r->user = NULL;
     sreq_put(fr->r);
     free(fr);

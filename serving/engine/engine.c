@@ -16,6 +16,7 @@
 #include "drivers/cuda/cuda_backend.h"
 #include "os/errmsg.h"
 #include "os/log.h"
+#include "serving/engine/sampler.h"
 
 #include <math.h>
 #include <string.h>
@@ -340,4 +341,20 @@ int engine_forward(struct engine *e, const struct batch *b, float *logits)
     if (engine_embed(e, b, e->hidden)) return -1;
     if (engine_layers(e, b, 0, e->cfg->n_layers, e->hidden)) return -1;
     return engine_head(e, b, e->hidden, logits);
+}
+
+int engine_forward_sample(struct engine *e, const struct batch *b, struct sampler *const *samplers,
+                          int *tokens, float *logits)
+{
+    if (check_batch(e, b)) return -1;
+    if (e->be->forward_sample && b->n_logits <= e->lim.max_seqs) {
+        char err[ERRMSG_LEN];
+        if (e->be->forward_sample(e, b, samplers, tokens, err) == 0) return 0;
+        log_error("engine", "%s", err);
+        return -1;
+    }
+    if (engine_forward(e, b, logits)) return -1;
+    for (int i = 0; i < b->n_logits; i++)
+        tokens[i] = sampler_sample(samplers[i], logits + (size_t)i * e->cfg->vocab_size);
+    return 0;
 }

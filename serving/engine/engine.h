@@ -54,8 +54,8 @@ struct engine_backend {
     void (*free)(struct engine *e);
     /* Forward, then tokens[i] for row logit_rows[i] drawn with samplers[i] (its generator
      * advances as sampler_sample's would): only the tokens leave the device. */
-    int (*forward_sample)(struct engine *e, const struct batch *b,
-                          struct sampler *const *samplers, int *tokens, char *err);
+    int (*forward_sample)(struct engine *e, const struct batch *b, struct sampler *const *samplers,
+                          int *tokens, char *err);
     /* Start moving weight span s (model.h) to the device; a layer waits for its span. */
     int (*upload_span)(struct engine *e, int span, char *err);
     /* 1 when span s is resident on the device. */
@@ -90,5 +90,10 @@ int engine_layers(struct engine *e, const struct batch *b, int l0, int l1, float
 int engine_head(struct engine *e, const struct batch *b, const float *x, float *logits);
 /* logits: n_logits x vocab. */
 int engine_forward(struct engine *e, const struct batch *b, float *logits);
+/* engine_forward, then tokens[i] = the token drawn for row logit_rows[i] with samplers[i]. A
+ * backend that samples on the device (cuda) does it there and only the tokens come back; else
+ * the CPU samples from `logits` (n_logits x vocab scratch, clobbered). */
+int engine_forward_sample(struct engine *e, const struct batch *b, struct sampler *const *samplers,
+                          int *tokens, float *logits);
 
 #endif

@@ -321,8 +321,8 @@ struct mm_job {
     int n_tok, total_rows;
 };
 
-/* Rows are split in runs of 4 (one tile) so every thread gets whole tiles. Each thread walks its
- * rows tile by tile and, for each, all tokens: the weight tile stays in L1 while the activations
+/* Part ith of nth: rows are split in runs of 4 (one tile) so every part gets whole tiles. A part
+ * walks its rows tile by tile and, for each, all tokens: the weight tile stays in L1 while the activations
  * (L2-resident) stream past, so for n_tok > 1 weights are read from memory once. */
 static void mm_worker(void *arg, int ith, int nth)
 {
@@ -400,8 +400,12 @@ void matmul_multi(struct matmul_ctx *k, int n, float *const *y, const struct ten
         job.x = k->scratch;
         job.xs = q.xs;
     }
-    if (k->tp)
-        threadpool_run(k->tp, mm_worker, &job);
+    /* Parts of contiguous rows, a few per thread: threads that the OS slows down (or that start
+     * late) take fewer of them, so nobody waits for a straggler's fixed share. */
+    int tiles = (total + 3) / 4, parts = k->tp ? 4 * threadpool_size(k->tp) : 1;
+    if (parts > tiles) parts = tiles;
+    if (parts > 1)
+        threadpool_run_parts(k->tp, mm_worker, &job, parts);
     else
         mm_worker(&job, 0, 1);
 }

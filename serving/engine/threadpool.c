@@ -1,11 +1,17 @@
-/* threadpool: workers wait on a generation counter; the caller bumps it to start a job.
+/* threadpool: workers wait on a generation counter; the caller bumps it to start a job, and
+ * every thread, caller included, then claims the job's parts from one shared counter.
  *
- * Waiting is spin-then-futex on both sides: a worker spins (with pause) for a while on `gen`
- * before it sleeps on the futex, and the caller spins on `pending` before it sleeps. In the
- * forward pass jobs come microseconds apart, so nobody sleeps and a dispatch costs a cache-line
- * round trip; between requests everyone sleeps and the pool costs nothing. The sleeper counts
- * let the waker skip the futex syscall when nobody sleeps; they pair with the counters in the
- * Dekker style (both sides use sequentially consistent atomics), so a wake is never lost. */
+ * Claiming (instead of "part i belongs to thread i") is what keeps a job from waiting on a
+ * worker the OS has not scheduled: on a machine with more runnable threads than cores, the
+ * threads that are running take all parts and the late worker finds nothing left. The counter
+ * word holds the job's id, its part count and the next part, so a worker that wakes up late for
+ * an old job can never claim a part of the next one with the old job's parameters; fn and ctx
+ * are read only after a successful claim, and the job cannot end (nor the caller move on) while
+ * a claimed part is unfinished.
+ *
+ * Waiting is spin-then-futex on both sides (see SPIN_NS). The sleeper flags let the waker skip
+ * the futex syscall when nobody sleeps; they pair with the counters in the Dekker style (all
+ * sequentially consistent atomics), so a wake is never lost. */
 #include "serving/engine/threadpool.h"
 
 #include "os/errmsg.h"
@@ -15,30 +21,42 @@
 #include <linux/futex.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
-/* About 20-50 us of pause on current x86 before a thread goes to sleep. */
-#define SPIN_ITERS (1 << 13)
+/* How long a waiting thread spins before it sleeps. It is a time, not a count of pause
+ * instructions, because pause costs from ~10 ns (Intel before Skylake) to ~100 ns (Skylake and
+ * later, and Zen under virtualization, measured here). 50 us covers the gaps between the jobs of
+ * a forward pass and between tokens; longer spinning only takes CPU from the thread doing the
+ * serial work when cores are oversubscribed. */
+#define SPIN_NS 50000
+
+/* The claim word: job id (24 bits) | part count (20 bits) | next part (20 bits). */
+#define PART_BITS 20
+#define PART_MASK ((1u << PART_BITS) - 1)
+#define ID_MASK   0xffffffu
+#define MAX_PARTS ((int)PART_MASK)
 
 struct worker {
     struct threadpool *tp;
-    int ith;
     pthread_t thread;
 };
 
 struct threadpool {
     int n;
-    struct worker *workers; /* n - 1 of them; the caller is thread 0 */
+    struct worker *workers; /* n - 1 of them; the caller is the n-th thread */
     threadpool_fn fn;
     void *ctx;
     _Alignas(64) atomic_int gen; /* bumped once per job (and once to stop) */
     atomic_int gen_sleepers;
-    _Alignas(64) atomic_int pending; /* workers still running the current job */
-    atomic_int caller_sleeping;
     atomic_int stop;
+    _Alignas(64) _Atomic uint64_t claim;
+    _Alignas(64) atomic_int done; /* parts finished in the current job */
+    atomic_int caller_sleeping;
 };
 
 static inline void cpu_relax(void)
@@ -46,6 +64,28 @@ static inline void cpu_relax(void)
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
 #endif
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Called on each turn of a wait loop: 1 while the spin budget lasts (it pauses), 0 when the
+ * caller should sleep. The clock is read every 16 turns only. */
+static int keep_spinning(unsigned *turn, uint64_t *start)
+{
+    if ((++*turn & 15) == 0) {
+        uint64_t t = now_ns();
+        if (!*start)
+            *start = t;
+        else if (t - *start > SPIN_NS)
+            return 0;
+    }
+    cpu_relax();
+    return 1;
 }
 
 static void futex_wait(atomic_int *addr, int val)
@@ -58,6 +98,21 @@ static void futex_wake(atomic_int *addr)
     syscall(SYS_futex, (int *)addr, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
 }
 
+/* Claim and run parts of job `id` until none are left. */
+static void run_parts(struct threadpool *tp, unsigned id)
+{
+    uint64_t v = atomic_load(&tp->claim);
+    for (;;) {
+        unsigned next = (unsigned)(v & PART_MASK), n = (unsigned)(v >> PART_BITS) & PART_MASK;
+        if ((unsigned)(v >> (2 * PART_BITS)) != id || next >= n) return;
+        if (!atomic_compare_exchange_weak(&tp->claim, &v, v + 1)) continue;
+        tp->fn(tp->ctx, (int)next, (int)n);
+        if (atomic_fetch_add(&tp->done, 1) + 1 == (int)n && atomic_load(&tp->caller_sleeping))
+            futex_wake(&tp->done);
+        v = atomic_load(&tp->claim);
+    }
+}
+
 static void *worker_main(void *arg)
 {
     struct worker *w = arg;
@@ -65,22 +120,19 @@ static void *worker_main(void *arg)
     int seen = 0;
     for (;;) {
         int g;
-        int spins = 0;
+        unsigned turn = 0;
+        uint64_t start = 0;
         while ((g = atomic_load(&tp->gen)) == seen) {
-            if (++spins < SPIN_ITERS) {
-                cpu_relax();
-                continue;
-            }
+            if (keep_spinning(&turn, &start)) continue;
             atomic_fetch_add(&tp->gen_sleepers, 1);
             if (atomic_load(&tp->gen) == seen) futex_wait(&tp->gen, seen);
             atomic_fetch_sub(&tp->gen_sleepers, 1);
-            spins = 0;
+            turn = 0;
+            start = 0;
         }
         seen = g;
         if (atomic_load(&tp->stop)) return NULL;
-        tp->fn(tp->ctx, w->ith, tp->n);
-        if (atomic_fetch_sub(&tp->pending, 1) == 1 && atomic_load(&tp->caller_sleeping))
-            futex_wake(&tp->pending);
+        run_parts(tp, (unsigned)g & ID_MASK);
     }
 }
 
@@ -108,7 +160,6 @@ struct threadpool *threadpool_new(int n_threads, char *err)
     for (int i = 1; i < n_threads; i++) {
         struct worker *w = &tp->workers[i - 1];
         w->tp = tp;
-        w->ith = i;
         int rc = pthread_create(&w->thread, NULL, worker_main, w);
         if (rc != 0) {
             errmsg_set(err, "threadpool: pthread_create for thread %d of %d: %s", i, n_threads,
@@ -137,27 +188,36 @@ int threadpool_size(const struct threadpool *tp)
     return tp->n;
 }
 
-void threadpool_run(struct threadpool *tp, threadpool_fn fn, void *ctx)
+void threadpool_run_parts(struct threadpool *tp, threadpool_fn fn, void *ctx, int n_parts)
 {
-    if (tp->n == 1) {
-        fn(ctx, 0, 1);
+    if (n_parts < 1) return;
+    if (tp->n == 1 || n_parts == 1 || n_parts > MAX_PARTS) {
+        for (int i = 0; i < n_parts; i++) fn(ctx, i, n_parts);
         return;
     }
     tp->fn = fn;
     tp->ctx = ctx;
-    atomic_store(&tp->pending, tp->n - 1);
-    atomic_fetch_add(&tp->gen, 1); /* publishes fn and ctx (seq_cst) */
+    atomic_store(&tp->done, 0);
+    int g = (int)((unsigned)atomic_load(&tp->gen) + 1u); /* wraps, no signed overflow */
+    unsigned id = (unsigned)g & ID_MASK;
+    atomic_store(&tp->claim, ((uint64_t)id << (2 * PART_BITS)) | ((uint64_t)n_parts << PART_BITS));
+    atomic_store(&tp->gen, g); /* the caller is the only writer of gen besides free */
     if (atomic_load(&tp->gen_sleepers)) futex_wake(&tp->gen);
-    fn(ctx, 0, tp->n);
-    int spins = 0, p;
-    while ((p = atomic_load(&tp->pending)) != 0) {
-        if (++spins < SPIN_ITERS) {
-            cpu_relax();
-            continue;
-        }
+    run_parts(tp, id);
+    unsigned turn = 0;
+    uint64_t start = 0;
+    int d;
+    while ((d = atomic_load(&tp->done)) != n_parts) {
+        if (keep_spinning(&turn, &start)) continue;
         atomic_store(&tp->caller_sleeping, 1);
-        if ((p = atomic_load(&tp->pending)) != 0) futex_wait(&tp->pending, p);
+        if ((d = atomic_load(&tp->done)) != n_parts) futex_wait(&tp->done, d);
         atomic_store(&tp->caller_sleeping, 0);
-        spins = 0;
+        turn = 0;
+        start = 0;
     }
+}
+
+void threadpool_run(struct threadpool *tp, threadpool_fn fn, void *ctx)
+{
+    threadpool_run_parts(tp, fn, ctx, tp->n);
 }

@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 static double now_s(void)
 {
@@ -73,6 +74,11 @@ static uint8_t *make_weights(uint32_t type, int cols, size_t bytes)
     return w;
 }
 
+static void empty_job(void *ctx, int ith, int nth)
+{
+    (void)ctx, (void)ith, (void)nth;
+}
+
 int main(int argc, char **argv)
 {
     int thread_counts[8] = {1, 2}, n_counts = 2;
@@ -85,7 +91,26 @@ int main(int argc, char **argv)
     const char *isas[] = {"scalar", "avx2", "avx512"};
     char err[ERRMSG_LEN];
 
-    printf("bench_matmul: best ISA %s; the machine is shared, figures are noisy\n", matmul_isa());
+    double load[3] = {0};
+    FILE *la = fopen("/proc/loadavg", "r");
+    if (la) {
+        if (fscanf(la, "%lf %lf %lf", &load[0], &load[1], &load[2]) != 3) load[0] = -1;
+        fclose(la);
+    }
+    printf("bench_matmul: best ISA %s; load average %.1f on %ld CPUs (others' work makes the "
+           "figures noisy)\n",
+           matmul_isa(), load[0], sysconf(_SC_NPROCESSORS_ONLN));
+    for (int i = 0; i < n_counts; i++) {
+        struct threadpool *tp = threadpool_new(thread_counts[i], err);
+        if (!tp) continue;
+        const int jobs = 20000;
+        threadpool_run(tp, empty_job, NULL);
+        double t0 = now_s();
+        for (int j = 0; j < jobs; j++) threadpool_run(tp, empty_job, NULL);
+        printf("threadpool dispatch, %d thread%s: %.2f us per empty job\n", thread_counts[i],
+               thread_counts[i] > 1 ? "s" : "", (now_s() - t0) / jobs * 1e6);
+        threadpool_free(tp);
+    }
     double bw[8];
     for (int i = 0; i < n_counts; i++) {
         bw[i] = membw_read_gbs(thread_counts[i]);

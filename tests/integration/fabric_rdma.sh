@@ -4,7 +4,8 @@
 # `strata node` processes against its own address: the joiner pulls the weight image from the
 # source's registered arena with one-sided RDMA READs (control messages over the authenticated
 # TCP channel) and must end with the exact bytes; a joiner with the wrong cluster key must get
-# nothing. One guest runs both ends (event-mode completions; busy polling is ~20x slower under
+# nothing. The same guest then runs a kernel-TCP chain under tc netem (loss, delay, reordering),
+# which the test host's kernel may lack. One guest runs both ends (event-mode completions; busy polling is ~20x slower under
 # emulation).
 set -u
 cd "$(dirname "$0")/../.."
@@ -53,16 +54,35 @@ wait $S
 echo "FABRIC: source: $(tail -n 1 /tmp/src.out)"
 echo "FABRIC: joiner: $(tail -n 1 /tmp/j.out)"
 tail -n 5 /tmp/j.err /tmp/src.err
-if [ -e /tmp/bad.img ]; then echo "FABRIC-RESULT: not ok (the wrong key got an image)"
-elif cmp /tmp/src.img /tmp/j.img; then echo "FABRIC-RESULT: ok"
-else echo "FABRIC-RESULT: not ok (bytes differ)"; fi
+if [ -e /tmp/bad.img ]; then R="not ok (the wrong key got an image)"
+elif cmp /tmp/src.img /tmp/j.img; then R=ok
+else R="not ok (bytes differ)"; fi
+rm -f /tmp/*.img
+# Kernel TCP under tc netem (this guest's kernel has sch_netem; the test host's may not): a chain
+# source -> n1 -> n2 over the loopback, 3% loss, 2 ms +- 1 ms delay, 10% reordering.
+if /usr/sbin/tc qdisc add dev lo root netem loss 3% delay 2ms 1ms reorder 10% 50%; then
+    strata node --role source --transport tcp --listen 127.0.0.1:7100 --key-file /key --synthetic 8M:12:4 \
+        --image-out /tmp/nsrc.img --serve 1 --timeout 120 -q >/tmp/ns.out 2>&1 &
+    strata node --role joiner --transport tcp --listen 127.0.0.1:7101 --peer 127.0.0.1:7100 --serve 1 \
+        --key-file /key --image-out /tmp/n1.img --timeout 120 -q >/tmp/n1.out 2>&1 &
+    strata node --role joiner --transport tcp --peer 127.0.0.1:7101 --key-file /key --image-out /tmp/n2.img \
+        --timeout 120 -q >/tmp/n2.out 2>&1
+    wait
+    /usr/sbin/tc qdisc del dev lo root
+    echo "FABRIC: netem n2: $(tail -n 1 /tmp/n2.out)"
+    if cmp /tmp/nsrc.img /tmp/n1.img && cmp /tmp/nsrc.img /tmp/n2.img; then echo "FABRIC-NETEM: ok"
+    else echo "FABRIC-NETEM: not ok"; fi
+else
+    echo "FABRIC-NETEM: skip (tc netem failed)"
+fi
+echo "FABRIC-RESULT: $R"
 poweroff -f
 INIT
 chmod +x "$W/init"
 
 if ! image/mkinitrd.sh -o "$W/initrd" -i "$W/init" -z gzip -b /bin/busybox -b "$STRATA:/bin/strata" \
-    -b "$RXE" -b /usr/bin/rdma -f /etc/libibverbs.d/rxe.driver:/etc/libibverbs.d/rxe.driver \
-    -f "$W/key:/key" -f "$W/badkey:/badkey" -m virtio_pci -m virtio_net -m rdma_rxe >"$W/mkinitrd.log" 2>&1; then
+    -b "$RXE" -b /usr/bin/rdma -b /usr/sbin/tc -f /etc/libibverbs.d/rxe.driver:/etc/libibverbs.d/rxe.driver \
+    -f "$W/key:/key" -f "$W/badkey:/badkey" -m virtio_pci -m virtio_net -m rdma_rxe -m sch_netem >"$W/mkinitrd.log" 2>&1; then
     echo "not ok - $N: mkinitrd failed: $(tail -n 3 "$W/mkinitrd.log" | tr '\n' ' ')"
     exit 1
 fi
@@ -85,5 +105,13 @@ if grep -q "FABRIC-RESULT: ok" <<<"$log"; then
     fi
 else
     echo "not ok - $N: $(grep -E 'FABRIC|strata node' <<<"$log" | tail -n 8 | tr '\n' '|')"
+    exit 1
+fi
+if grep -q "FABRIC-NETEM: ok" <<<"$log"; then
+    echo "ok - tcp_chain_netem_loss_reorder_delay_in_qemu ($(sed -n 's/^FABRIC: netem n2: complete: .*verified in \([0-9.]* s\).*/\1/p' <<<"$log"))"
+elif grep -q "FABRIC-NETEM: skip" <<<"$log"; then
+    echo "skip - tcp_chain_netem_loss_reorder_delay_in_qemu: tc netem failed in the guest"
+else
+    echo "not ok - tcp_chain_netem_loss_reorder_delay_in_qemu: $(grep 'FABRIC: netem' <<<"$log")"
     exit 1
 fi

@@ -26,6 +26,7 @@ serve_start() { # serve_start NAME ARGS...
     local name=$1 port="" i
     shift
     SERVE_LOG="$W/$name.log"
+    : >"$SERVE_LOG"
     "$STRATA" serve -m "$SERVE_MODEL" --host 127.0.0.1 --port 0 --threads 1 "$@" >"$SERVE_LOG" 2>&1 &
     SERVE_PID=$!
     SERVE_PIDS+=("$SERVE_PID")

@@ -542,6 +542,50 @@ TEST(reference_matches_cpu_engine)
     }
 }
 
+/* engine_forward_sample on the CPU backend (gpu = 0): engine_forward + sampler_sample, row by
+ * row; on cuda (gpu = 1) the device samples: the same tokens (greedy and seeded top_p) as the CPU
+ * engine with the CPU sampler. */
+static void forward_sample_equals(int gpu)
+{
+    struct synth s;
+    char err[ERRMSG_LEN];
+    if (load_stories(&s, err)) SKIP("%s (shared models missing)", err);
+    struct engine_limits lim = {
+        .max_tokens = 8, .max_seqs = 2, .ctx = 32, .kv_block_size = 16, .threads = 1};
+    struct eng a, b;
+    CHECKF(eng_open(&a, &s.m, &lim, !gpu, err) == 0, "%s", err);
+    CHECKF(eng_open(&b, &s.m, &lim, 1, err) == 0, "%s", err);
+    CHECK_STR(a.e.be->name, gpu ? "cuda" : "cpu");
+    int V = s.m.cfg.vocab_size, blocks[2][2] = {{0, 1}, {2, 3}};
+    int tok[2] = {1, 1}, pos[2] = {0, 0}, rows[2] = {0, 1}, got[2];
+    const int *tabs[2] = {blocks[0], blocks[1]};
+    struct sampler_params pg = {.temperature = 0, .top_p = 1},
+                          pt = {.temperature = 0.9f, .top_p = 0.9f, .seed = 3};
+    struct sampler sa[2], sb[2];
+    CHECK(sampler_init(&sa[0], &pg, V, err) == 0 && sampler_init(&sa[1], &pt, V, err) == 0);
+    CHECK(sampler_init(&sb[0], &pg, V, err) == 0 && sampler_init(&sb[1], &pt, V, err) == 0);
+    struct sampler *sp[2] = {&sa[0], &sa[1]};
+    float *logits = malloc(sizeof(float) * V * 2);
+    struct batch bt = {2, tok, pos, tabs, 2, rows};
+    for (int step = 0; step < 6; step++) {
+        CHECK(engine_forward_sample(&a.e, &bt, sp, got, logits) == 0);
+        CHECK(engine_forward(&b.e, &bt, logits) == 0);
+        for (int i = 0; i < 2; i++)
+            CHECK_EQ_INT(got[i], sampler_sample(&sb[i], logits + (size_t)i * V));
+        for (int i = 0; i < 2; i++) tok[i] = got[i], pos[i]++;
+    }
+    for (int i = 0; i < 2; i++) sampler_free(&sa[i]), sampler_free(&sb[i]);
+    free(logits);
+    eng_close(&a);
+    eng_close(&b);
+    synth_free(&s);
+}
+
+TEST(engine_forward_sample_cpu_path)
+{
+    forward_sample_equals(0);
+}
+
 /* ---- on a GPU ---- */
 
 static char gpu_why[ERRMSG_LEN];
@@ -686,6 +730,12 @@ TEST(engine_cuda_matches_cpu_q8_0)
 TEST(engine_cuda_matches_cpu_q4_0)
 {
     engine_logits_match(GGML_Q4_0, 5e-2);
+}
+
+TEST(engine_forward_sample_cuda_equals_cpu)
+{
+    NEED_GPU();
+    forward_sample_equals(1);
 }
 
 TEST(logits_match_f32)
@@ -981,6 +1031,7 @@ int main(void)
     RUN(plan_accepts_the_loaders_image);
     RUN(reference_forward_tells_the_story);
     RUN(reference_matches_cpu_engine);
+    RUN(engine_forward_sample_cpu_path);
     RUN(logits_match_f32);
     RUN(logits_match_f16);
     RUN(logits_match_bf16);
@@ -991,6 +1042,7 @@ int main(void)
     RUN(engine_cuda_matches_cpu_bf16);
     RUN(engine_cuda_matches_cpu_q8_0);
     RUN(engine_cuda_matches_cpu_q4_0);
+    RUN(engine_forward_sample_cuda_equals_cpu);
     RUN(weights_must_land_before_use);
     RUN(stories260k_greedy_equals_reference);
     RUN(stories260k_greedy_without_graphs);

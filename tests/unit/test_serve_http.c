@@ -27,7 +27,7 @@ static struct {
     struct front *f;
     struct http_server *http;
     pthread_t th;
-    int port;
+    int port, joined;
 } G;
 
 static void *http_thread(void *arg)
@@ -94,8 +94,10 @@ static void make_ready(void)
 
 static void stop(void)
 {
-    http_server_stop(G.http);
-    pthread_join(G.th, NULL);
+    if (!G.joined) {
+        http_server_stop(G.http);
+        pthread_join(G.th, NULL);
+    }
     if (G.s) sched_free(G.s);
     http_server_free(G.http);
     front_free(G.f);
@@ -473,6 +475,34 @@ TEST(keep_alive_and_pipelining)
     free(raw);
 }
 
+TEST(pipelined_completions_answer_in_order)
+{
+    const char *b1 = "{\"prompt\":\"first\",\"max_tokens\":6,\"temperature\":0}";
+    const char *b2 = "{\"prompt\":\"second\",\"max_tokens\":9,\"temperature\":0,\"stream\":true}";
+    char req[1024];
+    int n = snprintf(req, sizeof req,
+                     "POST /v1/completions HTTP/1.1\r\nContent-Length: %zu\r\n\r\n%s"
+                     "POST /v1/completions HTTP/1.1\r\nConnection: close\r\nContent-Length: "
+                     "%zu\r\n\r\n%s",
+                     strlen(b1), b1, strlen(b2), b2);
+    int fd = dial();
+    send_all(fd, req, (size_t)n);
+    char *raw = read_all(fd, NULL);
+    close(fd);
+    char w1[4096], w2[4096];
+    int eos;
+    expect_text("first", 6, w1, &eos);
+    expect_text("second", 9, w2, &eos);
+    char *second = strstr(raw + 1, "HTTP/1.1 200");
+    CHECKF(!strncmp(raw, "HTTP/1.1 200", 12) && second, "%.300s", raw);
+    *second = 0;
+    char *body1 = strstr(raw, "\r\n\r\n") + 4;
+    CHECK_TEXT(completion_text(body1, NULL), w1);
+    *second = 'H';
+    CHECK(strstr(second, "text/event-stream") && strstr(second, "data: [DONE]"));
+    free(raw);
+}
+
 TEST(metrics_add_up)
 {
     struct resp r = http("GET", "/metrics", NULL, NULL);
@@ -490,8 +520,8 @@ TEST(metrics_add_up)
         if (!strcmp(name, "strata_requests_total{outcome=\"cancelled\"}"))
             cancelled = (unsigned long long)v;
     }
-    /* 2 (plain+stream) + 1 chat + 20 clients + 1 "still" completions finished; 1 cancelled */
-    CHECK_EQ_INT(stop + length, 24);
+    /* 2 (plain+stream) + 1 chat + 20 clients + 1 "still" + 2 pipelined finished; 1 cancelled */
+    CHECK_EQ_INT(stop + length, 26);
     CHECK_EQ_INT(cancelled, 1);
     resp_free(&r);
 }
@@ -515,6 +545,36 @@ TEST(api_key)
     resp_free(&r);
 }
 
+TEST(graceful_shutdown_finishes_streams)
+{
+    G.fm.sleep_us_per_token = 3000;
+    int fd = dial();
+    const char *body = "{\"prompt\":\"bye\",\"max_tokens\":40,\"ignore_eos\":true,\"stream\":true}";
+    char head[256];
+    int hn =
+        snprintf(head, sizeof head,
+                 "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-test\r\n"
+                 "Content-Length: %zu\r\n\r\n",
+                 strlen(body));
+    send_all(fd, head, (size_t)hn);
+    send_all(fd, body, strlen(body));
+    int idle = dial(); /* an idle keep-alive connection is closed at once */
+    char first[64];
+    CHECK(recv(fd, first, sizeof first, 0) > 0);
+    http_server_shutdown(G.http, 5000);
+    char *raw = read_all(fd, NULL);
+    close(fd);
+    CHECKF(strstr(raw, "data: [DONE]"), "stream cut: %.200s", raw);
+    free(raw);
+    char c;
+    CHECK(recv(idle, &c, 1, 0) == 0);
+    close(idle);
+    pthread_join(G.th, NULL);
+    G.joined = 1;
+    G.fm.sleep_us_per_token = 0;
+    CHECK(dial() < 0); /* no longer listening */
+}
+
 int main(void)
 {
     if (start(NULL)) {
@@ -530,8 +590,10 @@ int main(void)
     RUN(slow_client_times_out);
     RUN(too_many_connections_get_503);
     RUN(keep_alive_and_pipelining);
+    RUN(pipelined_completions_answer_in_order);
     RUN(metrics_add_up);
     RUN(api_key);
+    RUN(graceful_shutdown_finishes_streams);
     stop();
     CHECK_DONE();
 }
