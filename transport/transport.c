@@ -34,6 +34,7 @@ struct tp *tp_open(const struct tp_config *cfg, char *err)
     if (t->cfg.window <= 0) t->cfg.window = 256;
     if (ops->open(t, err)) {
         errmsg_prefix(err, "transport %s: ", ops->name);
+        if (t->impl) ops->destroy(t); /* what the backend set up before it failed */
         free(t);
         return NULL;
     }
