@@ -135,3 +135,10 @@ int tp_parse_addr(const char *s, uint32_t *ip_be, uint16_t *port, char *err)
     *port = (uint16_t)p;
     return 0;
 }
+
+void tp_set_bulk(struct tp_conn *c)
+{
+    struct tp_conn_base *b = (struct tp_conn_base *)c;
+    b->bulk = 1;
+    if (b->t->ops->set_bulk) b->t->ops->set_bulk(c);
+}
