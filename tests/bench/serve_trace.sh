@@ -5,9 +5,11 @@
 # continuous-batching server and to a static-batching one (--static-batch 8: a fixed batch that
 # waits for all of its requests to finish); both get the same SLOs. Modes alternate and every
 # (mode, load) pair runs REPEAT times, so load from other processes hits both alike; the table
-# gives the means. NOSLO=1 adds continuous batching without SLO admission (ablation).
+# gives the means. A third server, "shed", is continuous batching with --shed-late (a request that
+# could not start within its TTFT is answered 503 instead of being served late). NOSLO=1 adds
+# continuous batching without SLO admission (ablation).
 # Figures on a shared machine are noisy: compare within one run only.
-#   REQUESTS=200 SPEEDUPS="4 8 16 32" REPEAT=2 TTFT_MS=500 TPOT_MS=50 THREADS=1 tests/bench/serve_trace.sh
+#   REQUESTS=200 SPEEDUPS="4 8 16 32" REPEAT=1 TTFT_MS=500 TPOT_MS=50 THREADS=1 tests/bench/serve_trace.sh
 set -u
 cd "$(dirname "$0")/../.."
 . tests/lib/serve.sh
@@ -15,7 +17,7 @@ W=$(mktemp -d /tmp/serve_trace.XXXXXX)
 trap 'serve_cleanup; rm -rf "$W"' EXIT
 REQUESTS=${REQUESTS:-200}
 SPEEDUPS=${SPEEDUPS:-4 8 16 32}
-REPEAT=${REPEAT:-2}
+REPEAT=${REPEAT:-1}
 TTFT_MS=${TTFT_MS:-500}
 TPOT_MS=${TPOT_MS:-50}
 THREADS=${THREADS:-1}
@@ -27,7 +29,7 @@ serve_model || { echo "serve_trace: cannot convert the test model"; exit 1; }
 echo "trace $TRACE: first $REQUESTS requests, lengths scaled to ctx 512; SLO TTFT $TTFT_MS ms," \
     "TPOT $TPOT_MS ms; $THREADS compute thread(s); $REPEAT runs per point;" \
     "$(uptime | sed 's/.*load/load/')"
-modes="continuous static"
+modes="continuous shed static"
 [ "${NOSLO:-0}" = 1 ] && modes="$modes no-slo"
 : >"$W/results"
 for sp in $SPEEDUPS; do
@@ -36,6 +38,7 @@ for sp in $SPEEDUPS; do
             case $mode in
             continuous) args=(--max-batch 32 --step-tokens 256) ;;
             no-slo) args=(--max-batch 32 --step-tokens 256 --no-slo) ;;
+            shed) args=(--max-batch 32 --step-tokens 256 --shed-late) ;;
             static) args=(--static-batch "$STATIC_BATCH" --static-wait-ms 50 --step-tokens 256) ;;
             esac
             serve_start "$mode-$sp-$rep" --threads "$THREADS" --ttft-ms "$TTFT_MS" \
@@ -58,14 +61,18 @@ awk -v modes="$modes" '
       nm = split(modes, m, " ")
       printf "  %-6s", "load"
       for (j = 1; j <= nm; j++) printf " | %-10s: goodput  in-SLO  TTFT p99  TPOT p99", m[j]
-      printf " | cont/static\n"
+      printf " | vs static:"
+      for (j = 1; j <= nm; j++) if (m[j] != "static") printf " %s", m[j]
+      printf "\n"
       for (s in sps) order[++ns] = s + 0
       for (a = 1; a <= ns; a++) for (b = a + 1; b <= ns; b++) if (order[b] < order[a]) { t = order[a]; order[a] = order[b]; order[b] = t }
       for (a = 1; a <= ns; a++) {
         s = order[a]; printf "  x%-5s", s
         for (j = 1; j <= nm; j++) { k = s SUBSEP m[j]; c = n[k] ? n[k] : 1
           printf " | %19.1f %6.1f%% %7.0fms %7.1fms", gp[k] / c, slo[k] / c, t99[k] / c, p99[k] / c }
-        kc = s SUBSEP "continuous"; ks = s SUBSEP "static"
-        printf(" | %s\n", (gp[ks] > 0 ? sprintf("%.2fx", gp[kc] / gp[ks]) : "inf"))
+        ks = s SUBSEP "static"; printf " |"
+        for (j = 1; j <= nm; j++) if (m[j] != "static")
+          printf(" %s", (gp[ks] > 0 ? sprintf("%.2fx", gp[s SUBSEP m[j]] / gp[ks]) : "inf"))
+        printf "\n"
       }
     }' "$W/results"
