@@ -109,6 +109,9 @@ static void setup(struct tp *t, struct rconn *c)
     }
     if (st != TP_OPEN || c->ready) return;
     if (!c->qp && rdma_qp_create(r->dev, &c->qp, &c->local, err)) return fail(c, err);
+    /* A holder that has not registered its region yet (a chain node still waiting for the
+     * manifest) answers once it has, so its peer always learns a usable rkey. */
+    if (!c->info_sent && c->server && !r->exposed) return;
     if (!c->info_sent) {
         struct wire_rdma_info i = {.qpn = c->local.qpn, .psn = c->local.psn, .lid = c->local.lid};
         memcpy(i.gid, c->local.gid, 16);

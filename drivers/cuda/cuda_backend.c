@@ -27,17 +27,16 @@ enum {
     K_REPACK_BLOCKS,
     K_EMBED,
     K_RMSNORM,
-    K_ROPE,
+    K_ROPE_STORE,
     K_SWIGLU,
     K_ADD,
-    K_KV_STORE,
     K_ATTENTION,
     K_SAMPLE,
     K_N
 };
 static const char *const k_name[K_N] = {
-    "k_repack_rows", "k_repack_blocks", "k_embed",    "k_rmsnorm",   "k_rope",
-    "k_swiglu",      "k_add",           "k_kv_store", "k_attention", "k_sample",
+    "k_repack_rows", "k_repack_blocks", "k_embed",     "k_rmsnorm", "k_rope_store",
+    "k_swiglu",      "k_add",           "k_attention", "k_sample",
 };
 
 int cuda_kernel_names(const char **names, int cap)
@@ -627,7 +626,8 @@ static int dev_layer(struct cuda_engine *ce, int l, int n, char *err)
     /* w[0] attn_norm, 1 wq, 2 wk, 3 wv, 4 wo, 5 ffn_norm, 6 w_gate, 7 w_down, 8 w_up */
     if (need_span(ce, 1 + l, err)) return -1;
 
-    /* attention: xb = rmsnorm(x); q, k, v = xb Wq, Wk, Wv; RoPE; store k, v; attend */
+    /* attention: xb = rmsnorm(x); q, k, v = xb Wq, Wk, Wv; RoPE, k and v into the cache;
+     * attend */
     if (dev_rmsnorm(ce, ce->x, &w[0], ce->xb, n, 0, err)) return -1;
     if (gemv_pair(&w[1], &w[2], n) && gemv_pair(&w[1], &w[3], n)) {
         const struct dmat *m3[3] = {&w[1], &w[2], &w[3]};
@@ -639,20 +639,15 @@ static int dev_layer(struct cuda_engine *ce, int l, int n, char *err)
         return -1;
     }
     {
-        CUdeviceptr q = ce->q, k = ce->k, pos = ce->pos;
-        int nh = c->n_heads, nkv = c->n_kv_heads, hd = c->head_dim;
-        float theta = c->rope_theta > 0 ? c->rope_theta : 10000.0f;
-        void *args[] = {&q, &k, &pos, &nh, &nkv, &hd, &theta};
-        if (launch(ce, ce->fn[K_ROPE], (unsigned)n, 1, 128, 0, ce->compute, args, "k_rope", err))
-            return -1;
-    }
-    {
-        CUdeviceptr k = ce->k, v = ce->v, kc = ce->kc, vc = ce->vc, pos = ce->pos, bt = ce->bt;
+        CUdeviceptr q = ce->q, k = ce->k, v = ce->v, kc = ce->kc, vc = ce->vc, pos = ce->pos,
+                    bt = ce->bt;
         int mb = ce->max_blocks_per_seq, layer = l, nblk = lim->kv_blocks, bs = lim->kv_block_size,
-            kvd = c->kv_dim;
-        void *args[] = {&k, &v, &kc, &vc, &pos, &bt, &mb, &layer, &nblk, &bs, &kvd};
-        if (launch(ce, ce->fn[K_KV_STORE], (unsigned)n, 1, 128, 0, ce->compute, args, "k_kv_store",
-                   err))
+            nh = c->n_heads, nkv = c->n_kv_heads, hd = c->head_dim;
+        float theta = c->rope_theta > 0 ? c->rope_theta : 10000.0f;
+        void *args[] = {&q,     &k,    &v,  &kc, &vc,  &pos, &bt,   &mb,
+                        &layer, &nblk, &bs, &nh, &nkv, &hd,  &theta};
+        if (launch(ce, ce->fn[K_ROPE_STORE], (unsigned)n, 1, 128, 0, ce->compute, args,
+                   "k_rope_store", err))
             return -1;
     }
     {

@@ -1,6 +1,6 @@
 /* k_attention: paged causal attention for prefill and decode alike. Token t of a step attends
  * over positions 0..pos[t] of its own sequence, found through its block table, which already
- * holds this step's keys (k_kv_store runs first), so a prompt chunk is causal by construction.
+ * holds this step's keys (k_rope_store runs first), so a prompt chunk is causal by construction.
  * Grid: (n_heads, n_tok) blocks of 128 threads; dynamic shared memory holds the scores
  * (ctx floats) and q (hd floats). Grouped-query: head h reads kv head h / (n_heads/n_kv_heads).
  * Scores: one warp per position, lanes across head_dim; values: threads across head_dim, so

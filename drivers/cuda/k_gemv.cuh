@@ -1,6 +1,7 @@
 /* k_gemv: y[t][r] = sum_c W[r][c] x[t][c] for a few tokens (decode). Bandwidth-bound: every
  * weight byte is read once per call, so the design is about keeping HBM busy:
- *   - one warp per row, GEMV_ROWS rows per 256-thread block, enough blocks to fill every SM;
+ *   - one warp per row (half a warp for Q4_0, see gemv_q4_0), 8 warps per 256-thread block,
+ *     enough blocks to fill every SM; q, k and v (or gate and up) share one launch;
  *   - 16-byte non-coherent loads (ld.global.nc.v4) of weights, GEMV_UNROLL of them issued per
  *     lane before any is used, so each lane has 64+ bytes in flight;
  *   - x is small and re-read by every warp from L1/L2; the dot runs in f32 (more exact than the

@@ -19,23 +19,38 @@ extern "C" __global__ void k_rmsnorm(const float *x, const float *w, float *out,
 }
 
 /* RoPE on interleaved pairs (x[2i], x[2i+1]) of each head, as llama2.c and ggml's mode 0:
- * angle = pos * theta^(-2i/head_dim). q: n_tok x n_heads*hd, k: n_tok x n_kv_heads*hd.
- * Grid: one block per token; threads over the pairs of q then k. */
-extern "C" __global__ void k_rope(float *q, float *k, const int *pos, int n_heads, int n_kv_heads,
-                                  int hd, float theta)
+ * angle = pos * theta^(-2i/head_dim), then each token's rotated key and its value are written
+ * into the paged cache at its position: block bt[t][pos / bs], slot pos % bs, layer `layer` of a
+ * cache laid out [layer][block][slot][kv_dim] (as the CPU's kv_cache). One launch for what
+ * would be two, since both are a few microseconds of launch latency for little work.
+ * q: n_tok x n_heads*hd (rotated in place), k, v: n_tok x kv_dim. Grid: one block per token. */
+extern "C" __global__ void k_rope_store(float *q, const float *k, const float *v, float *kc,
+                                        float *vc, const int *pos, const int *bt, int max_blocks,
+                                        int layer, int n_blocks, int bs, int n_heads,
+                                        int n_kv_heads, int hd, float theta)
 {
-    int t = blockIdx.x, p = pos[t];
-    int qpairs = n_heads * hd / 2, kpairs = n_kv_heads * hd / 2;
+    int t = blockIdx.x, p = pos[t], kv_dim = n_kv_heads * hd;
+    int qpairs = n_heads * hd / 2, kpairs = kv_dim / 2;
+    int blk = bt[(size_t)t * max_blocks + p / bs];
+    size_t off = (((size_t)layer * n_blocks + blk) * bs + p % bs) * kv_dim;
     for (int i = threadIdx.x; i < qpairs + kpairs; i += blockDim.x) {
-        float *v = i < qpairs ? q + (size_t)t * n_heads * hd + 2 * i
-                              : k + (size_t)t * n_kv_heads * hd + 2 * (i - qpairs);
-        int j = (i < qpairs ? i : i - qpairs) % (hd / 2); /* pair index within the head */
+        int e = 2 * (i < qpairs ? i : i - qpairs); /* element index within the token's row */
+        int j = (e % hd) / 2;                      /* pair index within the head */
         float freq = 1.0f / powf(theta, (float)(2 * j) / (float)hd);
         float a = p * freq, c = cosf(a), s = sinf(a);
-        float v0 = v[0], v1 = v[1];
-        v[0] = v0 * c - v1 * s;
-        v[1] = v0 * s + v1 * c;
+        if (i < qpairs) {
+            float *qv = q + (size_t)t * n_heads * hd + e;
+            float v0 = qv[0], v1 = qv[1];
+            qv[0] = v0 * c - v1 * s;
+            qv[1] = v0 * s + v1 * c;
+        } else {
+            const float *kv = k + (size_t)t * kv_dim + e;
+            float v0 = kv[0], v1 = kv[1];
+            kc[off + e] = v0 * c - v1 * s;
+            kc[off + e + 1] = v0 * s + v1 * c;
+        }
     }
+    for (int c = threadIdx.x; c < kv_dim; c += blockDim.x) vc[off + c] = v[(size_t)t * kv_dim + c];
 }
 
 /* g = silu(g) * u over n elements. */
@@ -54,20 +69,4 @@ extern "C" __global__ void k_add(float *x, const float *y, long long n)
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
          i += (long long)gridDim.x * blockDim.x)
         x[i] += y[i];
-}
-
-/* Write each token's k and v at its position: block bt[t][pos / bs], slot pos % bs, layer
- * `layer` of a cache laid out [layer][block][slot][kv_dim] (as the CPU's kv_cache).
- * Grid: one block per token. */
-extern "C" __global__ void k_kv_store(const float *k, const float *v, float *kc, float *vc,
-                                      const int *pos, const int *bt, int max_blocks, int layer,
-                                      int n_blocks, int bs, int kv_dim)
-{
-    int t = blockIdx.x, p = pos[t];
-    int blk = bt[(size_t)t * max_blocks + p / bs];
-    size_t off = (((size_t)layer * n_blocks + blk) * bs + p % bs) * kv_dim;
-    for (int c = threadIdx.x; c < kv_dim; c += blockDim.x) {
-        kc[off + c] = k[(size_t)t * kv_dim + c];
-        vc[off + c] = v[(size_t)t * kv_dim + c];
-    }
 }

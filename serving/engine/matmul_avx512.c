@@ -7,6 +7,7 @@
 #include <immintrin.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #if defined(__clang__)
 #pragma clang attribute push(                                                                      \

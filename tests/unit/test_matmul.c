@@ -337,7 +337,7 @@ static void tp_fn(void *arg, int ith, int nth)
     atomic_fetch_add(&j->sum, s);
 }
 
-TEST(threadpool_runs_each_thread_once_per_job)
+TEST(threadpool_runs_each_part_once_per_job)
 {
     for (int n = 1; n <= 4; n++) {
         char err[ERRMSG_LEN];
@@ -363,6 +363,45 @@ TEST(threadpool_runs_each_thread_once_per_job)
     CHECK(strstr(err, "threads") != NULL);
 }
 
+struct parts_job {
+    atomic_int seen[1000];
+    atomic_int wrong_n;
+    int n;
+};
+
+static void parts_fn(void *arg, int i, int n)
+{
+    struct parts_job *j = arg;
+    if (n != j->n || i < 0 || i >= n)
+        atomic_fetch_add(&j->wrong_n, 1);
+    else
+        atomic_fetch_add(&j->seen[i], 1);
+}
+
+/* threadpool_run_parts: every part exactly once, for part counts below, at and above the pool
+ * size, over many jobs in a row (a late worker must never run a part of the next job). */
+TEST(threadpool_parts_each_once)
+{
+    static const int counts[] = {1, 2, 3, 7, 64, 1000};
+    for (int nth = 1; nth <= 4; nth++) {
+        char err[ERRMSG_LEN];
+        struct threadpool *tp = threadpool_new(nth, err);
+        CHECKF(tp, "%s", err);
+        static struct parts_job j;
+        for (int rep = 0; rep < 300; rep++) {
+            int n = counts[rep % 6];
+            memset(&j, 0, sizeof j);
+            j.n = n;
+            threadpool_run_parts(tp, parts_fn, &j, n);
+            CHECK_EQ_INT(atomic_load(&j.wrong_n), 0);
+            for (int i = 0; i < n; i++)
+                CHECKF(atomic_load(&j.seen[i]) == 1, "%d threads, %d parts: part %d ran %d times",
+                       nth, n, i, atomic_load(&j.seen[i]));
+        }
+        threadpool_free(tp);
+    }
+}
+
 int main(void)
 {
     printf("# matmul ISA on this CPU: %s\n", matmul_isa());
@@ -371,6 +410,7 @@ int main(void)
     RUN(activation_quantizers_bit_identical);
     RUN(tensor_get_row_dequantizes);
     RUN(isa_override);
-    RUN(threadpool_runs_each_thread_once_per_job);
+    RUN(threadpool_runs_each_part_once_per_job);
+    RUN(threadpool_parts_each_once);
     CHECK_DONE();
 }
