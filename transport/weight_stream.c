@@ -475,6 +475,7 @@ static void feeders_step(struct weight_stream *ws)
         struct feeder *f = &ws->f[ws->n_f++];
         memset(f, 0, sizeof *f);
         f->c = c;
+        tp_set_bulk(c);
     }
     for (int i = 0; i < ws->n_f; i++) {
         struct feeder *f = &ws->f[i];
@@ -616,6 +617,7 @@ static int upstream_step(struct weight_stream *ws, char *err)
             ws->up_next_try = t + ws->cfg.retry_ms * 1e-3;
             return 0;
         }
+        tp_set_bulk(ws->up);
         if (ws->had_upstream) ws->st.resumes++;
         log_info("fabric", "%s from %s", ws->had_upstream ? "resuming" : "joining", peer);
         ws->had_upstream = 1;
