@@ -45,26 +45,7 @@ MODULES="virtio_pci virtio_net virtio_blk rdma_rxe vfio-pci uio_pci_generic ext4
 step 1 "kernel"
 release=$(image/fetch-kernel.sh "$KDIR")
 cp -L "$KDIR/vmlinuz" "$OUT/vmlinuz"
-# The uncompressed ELF inside the bzImage: QEMU boots it through its PVH entry point, skipping
-# the firmware's real-mode loader and the in-guest decompression, which under software emulation
-# cost ~5 s of a ~9 s boot. Found by its compression magic (Debian compresses with xz).
-vmlinux_from() {
-    local off
-    for magic in $'\xfd7zXZ\x00' $'\x28\xb5\x2f\xfd' $'\x1f\x8b\x08'; do
-        for off in $(LC_ALL=C grep -abo "$magic" "$1" | cut -d: -f1 | head -n 4); do
-            tail -c +$((off + 1)) "$1" | { xz -dc || zstd -qdc || gzip -dc; } 2>/dev/null >"$2.tmp" || true
-            if [ "$(head -c 4 "$2.tmp" | od -An -c | tr -d ' ')" = "177ELF" ]; then
-                mv "$2.tmp" "$2"
-                return 0
-            fi
-        done
-    done
-    rm -f "$2.tmp"
-    return 1
-}
-if [ ! -f "$KDIR/vmlinux" ] || [ "$KDIR/vmlinux" -ot "$KDIR/root/.from" ]; then
-    vmlinux_from "$OUT/vmlinuz" "$KDIR/vmlinux" || echo "image:       warning: no ELF kernel found inside vmlinuz: out/vmlinux not made"
-fi
+# The uncompressed kernel for QEMU (PVH boot, see fetch-kernel.sh).
 [ -f "$KDIR/vmlinux" ] && cp "$KDIR/vmlinux" "$OUT/vmlinux"
 
 step 2 "server and init"
