@@ -349,6 +349,18 @@ static uint8_t *alloc_image(void *ctx, uint64_t size, char *err)
     return arena_carve(&n->arena, "weights", (size_t)size, err);
 }
 
+/* Register the arena with the device once: required to be pulled from (rdma), an optimisation
+ * elsewhere (dpdk), so only the former is fatal. */
+static int expose_arena(struct tp *t, uint8_t *image, uint64_t size, char *err)
+{
+    if (!tp_can_expose(t)) return 0;
+    char xerr[ERRMSG_LEN];
+    if (tp_expose(t, image, (size_t)size, xerr) == 0) return 0;
+    if (tp_can_pull(t)) return errmsg_set(err, "%s", xerr);
+    log_warn("fabric", "%s", xerr);
+    return 0;
+}
+
 static int write_file(const char *path, const void *p, uint64_t n, char *err)
 {
     FILE *f = fopen(path, "wb");
@@ -414,7 +426,7 @@ int cmd_node(int argc, char **argv)
                                        gs->m.image_size, gs->spans, (uint32_t)gs->m.n_spans,
                                        o.chunk, err))
                 goto out;
-            if (tp_can_pull(t) && tp_expose(t, image, gs->m.image_size, err)) goto out;
+            if (expose_arena(t, image, gs->m.image_size, err)) goto out;
             if (o.image_out && write_file(o.image_out, image, gs->m.image_size, err)) goto out;
             if (o.header_out && write_file(o.header_out, gs->file, gs->g.data_offset, err))
                 goto out;
@@ -430,7 +442,7 @@ int cmd_node(int argc, char **argv)
             if (weight_store_init_full(&store, "synthetic", sy->header, sizeof sy->header, image,
                                        sy->image_size, sy->spans, sy->n_spans, o.chunk, err))
                 goto out;
-            if (tp_can_pull(t) && tp_expose(t, image, sy->image_size, err)) goto out;
+            if (expose_arena(t, image, sy->image_size, err)) goto out;
             if (o.image_out && write_file(o.image_out, image, sy->image_size, err)) goto out;
             log_info("fabric", "source: %llu-byte synthetic image, %u spans, serving on %s",
                      (unsigned long long)sy->image_size, sy->n_spans, o.listen);

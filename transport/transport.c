@@ -112,6 +112,11 @@ int tp_pull(struct tp_conn *c, uint64_t remote_off, void *dst, size_t len, char 
     return OPS(c)->pull(c, remote_off, dst, len, err);
 }
 
+int tp_can_expose(const struct tp *t)
+{
+    return t->ops->expose != NULL;
+}
+
 int tp_can_pull(const struct tp *t)
 {
     return t->ops->pull != NULL;

@@ -99,6 +99,7 @@ void tp_close(struct tp_conn *c);
 int tp_expose(struct tp *t, void *base, size_t len, char *err);
 int tp_pull(struct tp_conn *c, uint64_t remote_off, void *dst, size_t len, char *err);
 int tp_can_pull(const struct tp *t);
+int tp_can_expose(const struct tp *t); /* has expose: register the arena with the device once */
 /* Mark a connection as bulk (weights). Serving traffic (activations, control) has priority on
  * a shared port: dpdk sends bulk frames only when no other connection has frames waiting; tcp
  * marks bulk sockets with a low priority and DSCP CS1 (lower effort) for the kernel's queues. */

@@ -710,6 +710,14 @@ static void dpdk_destroy(struct tp *t)
     free(d);
 }
 
+static int dpdk_expose(struct tp *t, void *base, size_t len, char *err)
+{
+    struct dpdk_tp *d = t->impl;
+    if (nic_register_memory(d->nic, base, len, (size_t)sysconf(_SC_PAGESIZE), err)) return -1;
+    log_info("fabric", "dpdk: arena registered once (%zu MiB, rte_extmem_register)", len >> 20);
+    return 0;
+}
+
 const struct tp_ops tp_dpdk_ops = {
     .name = "dpdk",
     .open = dpdk_open,
@@ -724,4 +732,5 @@ const struct tp_ops tp_dpdk_ops = {
     .pending = dpdk_pending,
     .close = dpdk_close,
     .destroy = dpdk_destroy,
+    .expose = dpdk_expose,
 };

@@ -660,8 +660,15 @@ static int upstream_step(struct weight_stream *ws, char *err)
                 log_info("fabric", "manifest: %s, %u spans, %llu-byte image, %llu-byte header",
                          m->name, m->n_spans, (unsigned long long)m->image_size,
                          (unsigned long long)m->header_len);
-                if (tp_can_pull(ws->cfg.t) && tp_expose(ws->cfg.t, s->image, m->image_size, err))
-                    return -1;
+                /* The arena is registered once with the device: required to pull (rdma), an
+                 * optimisation elsewhere. */
+                if (tp_can_expose(ws->cfg.t)) {
+                    char xerr[ERRMSG_LEN];
+                    if (tp_expose(ws->cfg.t, s->image, m->image_size, xerr)) {
+                        if (tp_can_pull(ws->cfg.t)) return errmsg_set(err, "%s", xerr);
+                        log_warn("fabric", "%s", xerr);
+                    }
+                }
             }
             ws->pull_unit = 1;
             ws->pull_off = 0;

@@ -6,6 +6,7 @@
 #include <rte_eal.h>
 #include <rte_errno.h>
 #include <rte_ethdev.h>
+#include <rte_memory.h>
 #include <rte_ip.h>
 #include <rte_mbuf.h>
 #include <rte_tcp.h>
@@ -31,6 +32,8 @@ struct nic {
     int n_txq;
     struct rte_mbuf *rxq[BURST];
     struct nic_stats st;
+    void *ext_base;
+    size_t ext_len;
 };
 
 static int eal_started;
@@ -190,7 +193,21 @@ void nic_close(struct nic *n)
         rte_eth_dev_close(n->exc_port);
     }
     rte_mempool_free(n->pool);
+    if (n->ext_base) rte_extmem_unregister(n->ext_base, n->ext_len);
     free(n);
+}
+
+int nic_register_memory(struct nic *n, void *base, size_t len, size_t page_size, char *err)
+{
+    if (n->ext_base) return errmsg_set(err, "dpdk: the arena is already registered");
+    uintptr_t b = (uintptr_t)base & ~(uintptr_t)(page_size - 1);
+    size_t l = ((uintptr_t)base + len - b + page_size - 1) & ~(page_size - 1);
+    if (rte_extmem_register((void *)b, l, NULL, 0, page_size))
+        return errmsg_set(err, "dpdk: rte_extmem_register of %zu MiB: %s", l >> 20,
+                          rte_strerror(rte_errno));
+    n->ext_base = (void *)b;
+    n->ext_len = l;
+    return 0;
 }
 
 /* A sender on the same host (veth) may leave TCP/UDP checksums for the NIC to fill in

@@ -53,5 +53,8 @@ int nic_flush(struct nic *n);
 void nic_mac(const struct nic *n, uint8_t mac[6]);
 size_t nic_max_payload(const struct nic *n); /* UDP payload bytes per datagram */
 const struct nic_stats *nic_stats(const struct nic *n);
+/* Register the pinned arena with DPDK once (rte_extmem_register), so frames can later be sent
+ * from it without a copy; base and len are rounded out to page_size inside the mapping. */
+int nic_register_memory(struct nic *n, void *base, size_t len, size_t page_size, char *err);
 
 #endif
