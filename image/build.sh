@@ -14,6 +14,8 @@
 #   SOURCE_DATE_EPOCH=t    the time stamped on every file (default: the last commit's)
 # Writes:
 #   out/vmlinuz            Debian's kernel (linux-image-amd64, via image/fetch-kernel.sh)
+#   out/vmlinux            the same kernel uncompressed (ELF): QEMU boots it directly (PVH), ~2.5x
+#                          faster to init under software emulation; real machines use vmlinuz
 #   out/initrd-base.img    init, server, its glibc closure, modules; no model (zstd cpio)
 #   out/initrd.img         initrd-base.img + a second cpio holding /model.gguf (kernel+initrd/PXE)
 #   out/strata.efi         UEFI unified kernel image: systemd-boot's stub + kernel + initrd-base +
@@ -43,6 +45,8 @@ MODULES="virtio_pci virtio_net virtio_blk rdma_rxe vfio-pci uio_pci_generic ext4
 step 1 "kernel"
 release=$(image/fetch-kernel.sh "$KDIR")
 cp -L "$KDIR/vmlinuz" "$OUT/vmlinuz"
+# The uncompressed kernel for QEMU (PVH boot, see fetch-kernel.sh).
+[ -f "$KDIR/vmlinux" ] && cp "$KDIR/vmlinux" "$OUT/vmlinux"
 
 step 2 "server and init"
 [ -x build/strata ] || die "build/strata missing (make)"

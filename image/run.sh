@@ -66,7 +66,9 @@ if [ "${DISK:-0}" = 1 ]; then
         -drive "if=none,id=d0,format=raw,snapshot=on,file=$OUT/strata.img"
         -device virtio-blk-pci,drive=d0,bootindex=0)
 else
-    Q+=(-kernel "$OUT/vmlinuz" -initrd "$OUT/initrd.img"
+    kernel=$OUT/vmlinux # uncompressed: QEMU's PVH entry skips the slow emulated decompression
+    [ -f "$kernel" ] || kernel=$OUT/vmlinuz
+    Q+=(-kernel "$kernel" -initrd "$OUT/initrd.img"
         -append "console=ttyS0 quiet strata.ip=10.0.2.15/24 strata.gw=10.0.2.2 strata.dns=10.0.2.3 $args ${APPEND:-}")
 fi
 echo "run: QEMU ($ACCEL, $smp CPUs, $mem MiB); API on http://localhost:$PORT once the console says 'ready'"

@@ -228,6 +228,31 @@ static int next_param(const char **line, char *buf, size_t cap, int *ok)
     return 1;
 }
 
+/* The kernel's own ip=CLIENT:SERVER:GW:NETMASK[:...] (what PXELINUX's IPAPPEND 1 appends). Only
+ * that static form is understood; anything else (ip=dhcp, ...) is the kernel's business. */
+static int parse_kernel_ip(const char *v, uint32_t *ip, int *prefix, uint32_t *gw)
+{
+    uint32_t f[4];
+    const char *end;
+    for (int i = 0; i < 4; i++) {
+        if (i == 2 && *v == ':') { /* an empty gateway field */
+            f[2] = 0;
+            v++;
+            continue;
+        }
+        if (parse_ipv4(v, &f[i], &end)) return -1;
+        v = end;
+        if (i < 3 && *v++ != ':') return -1;
+    }
+    if (*v && *v != ':') return -1;
+    uint32_t inv = ~f[3];
+    if (inv & (inv + 1)) return -1;
+    int n = 0;
+    while (n < 32 && (f[3] & (0x80000000u >> n))) n++;
+    *ip = f[0], *prefix = n, *gw = f[2];
+    return 0;
+}
+
 int boot_cmdline_parse(const char *line, struct boot_config *cfg, char *err)
 {
     memset(cfg, 0, sizeof *cfg);
@@ -238,10 +263,14 @@ int boot_cmdline_parse(const char *line, struct boot_config *cfg, char *err)
     if (!line) return 0;
 
     char param[1024], first[ERRMSG_LEN], one[ERRMSG_LEN];
-    int failed = 0, ok;
+    int failed = 0, ok, kernel_ip = 0, kernel_prefix = 0;
+    uint32_t kip = 0, kgw = 0;
     first[0] = 0;
     while (next_param(&line, param, sizeof param, &ok)) {
         if (!strcmp(param, "--")) break;
+        if (ok && !strncmp(param, "ip=", 3) &&
+            !parse_kernel_ip(param + 3, &kip, &kernel_prefix, &kgw))
+            kernel_ip = 1;
         if (strncmp(param, PREFIX, sizeof PREFIX - 1)) continue;
         char *key = param + sizeof PREFIX - 1, *eq = strchr(key, '=');
         const char *val = "";
@@ -262,6 +291,11 @@ int boot_cmdline_parse(const char *line, struct boot_config *cfg, char *err)
     if (failed) {
         if (err) memcpy(err, first, ERRMSG_LEN);
         return -1;
+    }
+    /* strata.ip/gw win over the kernel's ip= wherever they stand on the line. */
+    if (kernel_ip && !cfg->has_ip) {
+        cfg->has_ip = 1, cfg->ip = kip, cfg->prefix = kernel_prefix;
+        if (kgw && !cfg->has_gw) cfg->has_gw = 1, cfg->gw = kgw;
     }
     return 0;
 }

@@ -5,7 +5,9 @@
  * or a malformed value is an error naming the key and the reason. Parsing does not stop at the
  * first error: every key is read, so that strata.on_error (halt|reboot|poweroff) is known even
  * when another key is bad; the first error is the one reported. A later key overrides an earlier
- * one (iPXE scripts append). Values may be double-quoted like the kernel allows:
+ * one (iPXE scripts append). The kernel's static ip=CLIENT:SERVER:GW:NETMASK (PXELINUX's
+ * IPAPPEND 1) fills the address and gateway when no strata.ip is given. Values may be
+ * double-quoted like the kernel allows:
  *   strata.args="--threads 2". Everything after a lone "--" belongs to init and is ignored.
  * The reference for every key is boot/cmdline.md. Shared by os/init (static musl) and the
  * server (os/pid1.c), so it depends on libc only. */

@@ -118,20 +118,19 @@ int cmd_generate(int argc, char **argv)
     fputs(prompt, stdout);
     fflush(stdout);
 
-    // prefill: the prompt in chunks, logits only for the last token
+    // prefill: the prompt in chunks; the last chunk's last token gives the first new token
     double t0 = now_s();
-    int done = 0;
+    int done = 0, next = -1;
+    struct sampler *smpp = &smp;
     while (done < n_prompt) {
         int n = n_prompt - done < e->lim.max_tokens ? n_prompt - done : e->lim.max_tokens;
         for (int i = 0; i < n; i++) pos[i] = done + i, blocks[i] = table;
-        int last = n - 1;
-        struct batch b = {.n = n,
-                          .token = tokens + done,
-                          .pos = pos,
-                          .blocks = blocks,
-                          .n_logits = done + n == n_prompt,
-                          .logit_rows = &last};
-        if (engine_forward(e, &b, logits)) {
+        int last = n - 1, final = done + n == n_prompt;
+        struct batch b = {.n = n, .token = tokens + done, .pos = pos, .blocks = blocks,
+                          .n_logits = final, .logit_rows = &last};
+        int r = final ? engine_forward_sample(e, &b, &smpp, &next, logits)
+                      : engine_forward(e, &b, logits);
+        if (r) {
             fprintf(stderr, "strata generate: forward pass failed at position %d\n", done);
             goto out;
         }
@@ -139,12 +138,11 @@ int cmd_generate(int argc, char **argv)
     }
     double t1 = now_s();
 
-    // decode
+    // decode: one token per step; sampling happens where the logits are (CPU or GPU)
     int n_out = 0, cur = n_prompt;
     char scratch[8];
     int prev = tokens[n_prompt - 1];
     while (n_out < (int)n_gen && cur < ctx) {
-        int next = sampler_sample(&smp, logits);
         if (next == lm->tok.eos_id || next == lm->tok.bos_id) break;
         size_t len;
         const char *piece = tokenizer_decode(&lm->tok, prev, next, scratch, &len);
@@ -156,13 +154,9 @@ int cmd_generate(int argc, char **argv)
         if (n_out == (int)n_gen || cur + 1 >= ctx) break;
         int zero = 0, p = cur;
         const int *bt = table;
-        struct batch b = {.n = 1,
-                          .token = &tokens[cur],
-                          .pos = &p,
-                          .blocks = &bt,
-                          .n_logits = 1,
-                          .logit_rows = &zero};
-        if (engine_forward(e, &b, logits)) {
+        struct batch b = {.n = 1, .token = &tokens[cur], .pos = &p, .blocks = &bt,
+                          .n_logits = 1, .logit_rows = &zero};
+        if (engine_forward_sample(e, &b, &smpp, &next, logits)) {
             fprintf(stderr, "strata generate: forward pass failed at position %d\n", cur);
             goto out;
         }
@@ -170,11 +164,12 @@ int cmd_generate(int argc, char **argv)
     }
     double t2 = now_s();
     fputc('\n', stdout);
+    fflush(stdout);
     fprintf(stderr,
             "prefill: %d tokens in %.3f s (%.1f tok/s); decode: %d tokens in %.3f s "
-            "(%.1f tok/s); %s, %d threads\n",
+            "(%.1f tok/s); %s, %s, %d threads\n",
             n_prompt, t1 - t0, n_prompt / (t1 - t0 + 1e-12), n_out, t2 - t1,
-            n_out / (t2 - t1 + 1e-12), matmul_isa(), e->lim.threads);
+            n_out / (t2 - t1 + 1e-12), e->be->name, matmul_isa(), e->lim.threads);
     rc = 0;
 out:
     sampler_free(&smp);

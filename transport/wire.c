@@ -1,6 +1,7 @@
 #include "transport/wire.h"
 
 #include "os/errmsg.h"
+#include "serving/engine/quant.h"
 #include "transport/crc32c.h"
 
 #include <string.h>
@@ -430,4 +431,77 @@ int wire_rdma_info_decode(struct wire_rdma_info *i, const uint8_t *buf, size_t l
     if (i->psn >= 1u << 24) return errmsg_set(err, "rdma info: psn 0x%x exceeds 24 bits", i->psn);
     if (i->addr + i->len < i->addr) return errmsg_set(err, "rdma info: region wraps");
     return 0;
+}
+
+/* ---- activations ---- */
+
+static size_t dtype_size(uint8_t dtype)
+{
+    return dtype == WIRE_F32 ? 4 : dtype == WIRE_F16 || dtype == WIRE_BF16 ? 2 : 0;
+}
+
+size_t wire_activations_size(uint32_t n, uint32_t dim, uint8_t dtype)
+{
+    return WIRE_ACT_HDR_LEN + (size_t)n * 8 + (size_t)n * dim * dtype_size(dtype);
+}
+
+size_t wire_activations_encode(uint8_t *out, size_t cap, const struct wire_activations *a)
+{
+    if (!dtype_size(a->dtype) || a->n > WIRE_MAX_ACT_TOKENS || a->dim > WIRE_MAX_ACT_DIM ||
+        wire_activations_size(a->n, a->dim, a->dtype) > cap)
+        return 0;
+    struct wire_w w = {out, cap, 0, 0};
+    wire_put_u8(&w, MSG_ACTIVATIONS);
+    wire_put_u64(&w, a->step);
+    wire_put_u32(&w, a->layer);
+    wire_put_u32(&w, a->n);
+    wire_put_u32(&w, a->dim);
+    wire_put_u8(&w, a->dtype);
+    for (uint32_t i = 0; i < a->n; i++) {
+        wire_put_u32(&w, a->seq[i]);
+        wire_put_u32(&w, a->pos[i]);
+    }
+    size_t m = (size_t)a->n * a->dim;
+    for (size_t i = 0; i < m; i++) {
+        float v = a->x[i];
+        if (a->dtype == WIRE_F32)
+            wire_put_f32(&w, v);
+        else
+            wire_put_u16(&w, a->dtype == WIRE_F16 ? f32_to_fp16(v) : f32_to_bf16(v));
+    }
+    return w.bad ? 0 : w.off;
+}
+
+int wire_activations_decode(struct wire_activations *a, const uint8_t *buf, size_t len,
+                            uint32_t *seq, uint32_t *pos, float *x, uint32_t cap_n, char *err)
+{
+    struct wire_r r = {buf, len, 0, 0};
+    if (r_type(&r, MSG_ACTIVATIONS, "activations", err)) return -1;
+    a->step = wire_get_u64(&r);
+    a->layer = wire_get_u32(&r);
+    a->n = wire_get_u32(&r);
+    a->dim = wire_get_u32(&r);
+    a->dtype = wire_get_u8(&r);
+    if (r.bad) return errmsg_set(err, "activations: truncated (%zu bytes)", len);
+    if (!dtype_size(a->dtype)) return errmsg_set(err, "activations: unknown dtype %u", a->dtype);
+    if (a->n > WIRE_MAX_ACT_TOKENS || a->n > cap_n)
+        return errmsg_set(err, "activations: %u tokens, room for %u", a->n, cap_n);
+    if (a->dim == 0 || a->dim > WIRE_MAX_ACT_DIM)
+        return errmsg_set(err, "activations: dim %u out of range", a->dim);
+    if (len != wire_activations_size(a->n, a->dim, a->dtype))
+        return errmsg_set(err, "activations: %zu bytes, %u x %u of dtype %u need %zu", len, a->n,
+                          a->dim, a->dtype, wire_activations_size(a->n, a->dim, a->dtype));
+    for (uint32_t i = 0; i < a->n; i++) {
+        seq[i] = wire_get_u32(&r);
+        pos[i] = wire_get_u32(&r);
+    }
+    size_t m = (size_t)a->n * a->dim;
+    for (size_t i = 0; i < m; i++)
+        x[i] = a->dtype == WIRE_F32   ? wire_get_f32(&r)
+               : a->dtype == WIRE_F16 ? fp16_to_f32(wire_get_u16(&r))
+                                      : bf16_to_f32(wire_get_u16(&r));
+    a->seq = seq;
+    a->pos = pos;
+    a->x = x;
+    return r_done(&r, "activations", err);
 }

@@ -110,12 +110,13 @@ int wire_ack_decode(struct wire_ack *a, const uint8_t *buf, size_t len, char *er
 
 /* Application messages (first byte of a MSG payload). */
 enum wire_msg {
-    MSG_JOIN = 16,      /* joiner -> holder: which model, which spans it already holds */
-    MSG_MANIFEST = 17,  /* holder -> joiner: identity, header length, spans with CRCs */
-    MSG_CHUNK = 18,     /* holder -> joiner: bytes of the header or of the weight image */
-    MSG_REFETCH = 19,   /* joiner -> holder: a unit (0 header, 1+s span s) failed its CRC */
-    MSG_DONE = 20,      /* joiner -> holder: every span verified */
-    MSG_RDMA_INFO = 21, /* both ways: queue pair and memory region for one-sided reads */
+    MSG_JOIN = 16,        /* joiner -> holder: which model, which spans it already holds */
+    MSG_MANIFEST = 17,    /* holder -> joiner: identity, header length, spans with CRCs */
+    MSG_CHUNK = 18,       /* holder -> joiner: bytes of the header or of the weight image */
+    MSG_REFETCH = 19,     /* joiner -> holder: a unit (0 header, 1+s span s) failed its CRC */
+    MSG_DONE = 20,        /* joiner -> holder: every span verified */
+    MSG_RDMA_INFO = 21,   /* both ways: queue pair and memory region for one-sided reads */
+    MSG_ACTIVATIONS = 22, /* hidden states of a batch after layer `layer`, to the next node */
 };
 
 struct wire_span {
@@ -184,6 +185,29 @@ struct wire_rdma_info {
 #define WIRE_RDMA_INFO_LEN (1 + 4 + 4 + 2 + 16 + 4 + 8 + 8)
 size_t wire_rdma_info_encode(uint8_t *out, size_t cap, const struct wire_rdma_info *i);
 int wire_rdma_info_decode(struct wire_rdma_info *i, const uint8_t *buf, size_t len, char *err);
+
+/* Hidden states shipped between pipeline stages (engine_layers on [l0, layer) here, [layer, ...)
+ * there). Values travel as IEEE-754 binary32, binary16 (fp16) or bfloat16, little-endian; fp16
+ * and bf16 conversions are the engine's (serving/engine/quant.h, round to nearest even). Each
+ * token row carries its sequence id and position so the receiver can run its own KV cache. */
+enum wire_dtype { WIRE_F32 = 0, WIRE_F16 = 1, WIRE_BF16 = 2 };
+#define WIRE_MAX_ACT_TOKENS 4096
+#define WIRE_MAX_ACT_DIM    65536
+struct wire_activations {
+    uint64_t step;
+    uint32_t layer; /* first layer the receiver runs */
+    uint32_t n, dim;
+    uint8_t dtype;       /* enum wire_dtype */
+    const uint32_t *seq; /* [n] (encode: from the caller; decode: into the caller's arrays) */
+    const uint32_t *pos; /* [n] */
+    const float *x;      /* [n][dim] */
+};
+#define WIRE_ACT_HDR_LEN (1 + 8 + 4 + 4 + 4 + 1)
+size_t wire_activations_size(uint32_t n, uint32_t dim, uint8_t dtype);
+size_t wire_activations_encode(uint8_t *out, size_t cap, const struct wire_activations *a);
+/* Decodes into seq[cap_n], pos[cap_n], x[cap_n * dim]; fails if n > cap_n. */
+int wire_activations_decode(struct wire_activations *a, const uint8_t *buf, size_t len,
+                            uint32_t *seq, uint32_t *pos, float *x, uint32_t cap_n, char *err);
 
 /* The message type of an application message, or -1 if empty. */
 int wire_msg_type(const uint8_t *buf, size_t len);

@@ -12,10 +12,9 @@
 #include <string.h>
 #include <time.h>
 
-#define PORT      1
-#define GID_INDEX 0
-#define CQ_DEPTH  256
-#define MAX_WR    64
+#define PORT     1
+#define CQ_DEPTH 256
+#define MAX_WR   64
 
 struct rdma_dev {
     struct ibv_context *ctx;
@@ -25,8 +24,12 @@ struct rdma_dev {
     struct ibv_mr *mr;
     struct ibv_port_attr port;
     union ibv_gid gid;
+    int gid_index;
     int event_mode;
     uint64_t next_wr;
+    /* Received immediates seen while waiting for something else (one CQ serves all). */
+    uint32_t imm[64];
+    int n_imm;
     char name[64];
 };
 
@@ -65,9 +68,31 @@ int rdma_open(struct rdma_dev **out, const char *name, int event_mode, char *err
         errmsg_set(err, "rdma: %s: ibv_open_device: %s", d->name, strerror(errno));
         goto fail;
     }
-    if (ibv_query_port(d->ctx, PORT, &d->port) || ibv_query_gid(d->ctx, PORT, GID_INDEX, &d->gid)) {
-        errmsg_set(err, "rdma: %s: query port/gid: %s", d->name, strerror(errno));
+    if (ibv_query_port(d->ctx, PORT, &d->port)) {
+        errmsg_set(err, "rdma: %s: query port: %s", d->name, strerror(errno));
         goto fail;
+    }
+    /* RoCE: prefer an IPv4-mapped GID (::ffff:a.b.c.d, RoCEv2 over the node's IPv4 address): it
+     * exists as soon as the address does, while the IPv6 link-local one waits for DAD. */
+    d->gid_index = -1;
+    for (int i = 0; i < d->port.gid_tbl_len && i < 32; i++) {
+        union ibv_gid g;
+        if (ibv_query_gid(d->ctx, PORT, i, &g)) continue;
+        static const uint8_t v4[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+        static const uint8_t zero[16];
+        if (!memcmp(g.raw, zero, 16)) continue;
+        if (d->gid_index < 0 || !memcmp(g.raw, v4, 12)) {
+            d->gid_index = i;
+            d->gid = g;
+            if (!memcmp(g.raw, v4, 12)) break;
+        }
+    }
+    if (d->gid_index < 0) {
+        if (d->port.link_layer == IBV_LINK_LAYER_ETHERNET) {
+            errmsg_set(err, "rdma: %s: no GID (does its netdev have an address?)", d->name);
+            goto fail;
+        }
+        d->gid_index = 0;
     }
     d->pd = ibv_alloc_pd(d->ctx);
     if (!d->pd) {
@@ -188,7 +213,7 @@ int rdma_qp_connect(struct rdma_qp *q, const struct rdma_qp_info *remote, char *
     if (d->port.link_layer == IBV_LINK_LAYER_ETHERNET || remote->lid == 0) {
         a.ah_attr.is_global = 1;
         memcpy(a.ah_attr.grh.dgid.raw, remote->gid, 16);
-        a.ah_attr.grh.sgid_index = GID_INDEX;
+        a.ah_attr.grh.sgid_index = (uint8_t)d->gid_index;
         a.ah_attr.grh.hop_limit = 1;
     }
     if (ibv_modify_qp(q->qp, &a,
@@ -239,6 +264,8 @@ static int wait_wc(struct rdma_dev *d, uint64_t wr_id, struct ibv_wc *out, int t
                 if (out) *out = wc;
                 return 0;
             }
+            if (wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM && d->n_imm < 64)
+                d->imm[d->n_imm++] = be32toh(wc.imm_data);
         }
         if (n < 0) return errmsg_set(err, "rdma: %s: ibv_poll_cq failed", d->name);
         double left = deadline - now_ms();
@@ -312,6 +339,11 @@ int rdma_wait_imm(struct rdma_qp *q, uint32_t *imm, int timeout_ms, char *err)
     struct rdma_dev *d = q->d;
     double deadline = now_ms() + timeout_ms;
     for (;;) {
+        if (d->n_imm) {
+            *imm = d->imm[0];
+            memmove(d->imm, d->imm + 1, (size_t)--d->n_imm * sizeof d->imm[0]);
+            return 0;
+        }
         struct ibv_wc wc;
         int n = ibv_poll_cq(d->cq, 1, &wc);
         if (n > 0) {

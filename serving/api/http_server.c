@@ -21,6 +21,8 @@
 
 enum conn_state { C_READ, C_BUSY, C_STREAM };
 
+#define LINGER_S 2.0
+
 struct http_conn {
     struct http_server *srv;
     int fd;
@@ -36,6 +38,8 @@ struct http_conn {
     double t_idle;   /* when the connection became idle */
     double t_write;  /* last write progress while output is pending */
     int keep_alive, close_after_write, chunked_out, reading_paused;
+    int lingering; /* answered and half-closed: discarding input until EOF */
+    double t_linger;
     int dead, in_process, epoll_out;
     void *user;
     struct http_conn *prev, *next;
@@ -213,10 +217,15 @@ static int flush(struct http_conn *c)
     }
     if (c->woff == c->wlen) {
         c->woff = c->wlen = 0;
-        if (c->close_after_write) {
-            /* Half-close first so the client reads the whole answer before the reset. */
+        if (c->close_after_write && !c->lingering) {
+            /* Lingering close: half-close, then read and discard until the client closes (or
+             * LINGER_S), so unread input (a refused body) does not turn into a reset that
+             * destroys the answer before the client reads it. */
             shutdown(c->fd, SHUT_WR);
-            conn_kill(c);
+            c->lingering = 1;
+            c->t_linger = now_s();
+            c->reading_paused = 0;
+            conn_events(c);
             return -1;
         }
     }
@@ -423,6 +432,16 @@ static void process_input(struct http_conn *c)
 static void on_readable(struct http_conn *c)
 {
     struct http_server *s = c->srv;
+    if (c->lingering) {
+        char sink[4096];
+        for (;;) {
+            ssize_t k = recv(c->fd, sink, sizeof sink, 0);
+            if (k > 0 || (k < 0 && errno == EINTR)) continue;
+            if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+            conn_kill(c);
+            return;
+        }
+    }
     size_t limit = s->cfg.max_head + s->cfg.max_body + 4096;
     for (;;) {
         if (c->rlen == c->rcap) {
@@ -513,6 +532,10 @@ static void check_timeouts(struct http_server *s)
     struct http_conn *c = s->conns, *next;
     for (; c; c = next) {
         next = c->next;
+        if (c->lingering) {
+            if (now - c->t_linger > LINGER_S) conn_kill(c);
+            continue;
+        }
         if (c->wlen > c->woff && (now - c->t_write) * 1e3 > s->cfg.write_timeout_ms) {
             conn_kill(c);
             continue;
@@ -540,7 +563,7 @@ static int drain_step(struct http_server *s, double now)
     struct http_conn *c = s->conns, *next;
     for (; c; c = next) {
         next = c->next;
-        if (c->state == C_READ && !c->rlen && c->wlen == c->woff)
+        if (c->lingering || (c->state == C_READ && !c->rlen && c->wlen == c->woff))
             conn_kill(c);
         else
             busy = 1;

@@ -166,6 +166,8 @@ static void finish_metrics(struct scheduler *s, struct seq *q, int finish)
         metrics_request(m, OUTCOME_CANCELLED);
     else if (finish == FINISH_ERROR)
         metrics_request(m, OUTCOME_ERROR);
+    else if (finish == FINISH_REJECTED)
+        metrics_request(m, OUTCOME_REJECTED);
     else
         metrics_request(m, finish == FINISH_STOP ? OUTCOME_STOP : OUTCOME_LENGTH);
     if (finish != FINISH_STOP && finish != FINISH_LENGTH) return;
@@ -614,6 +616,19 @@ static void plan_waiting(struct scheduler *s, int *budget, double now)
             }
         }
         return;
+    }
+    if (s->cfg.shed_late) {
+        for (int i = s->n_waiting - 1; i >= 0; i--) {
+            struct seq *q = s->waiting[i];
+            if (q->ever_admitted || slack_of(q, now) >= 0) continue;
+            remove_at(s->waiting, &s->n_waiting, i);
+            char why[96];
+            snprintf(why, sizeof why,
+                     "overloaded: the request could not start within its "
+                     "TTFT target of %.0f ms; retry",
+                     q->ttft * 1e3);
+            retire(s, q, FINISH_REJECTED, why);
+        }
     }
     sort_waiting(s, now);
     int reserve = s->kv->n_blocks / 100 + 1; /* headroom so decodes rarely preempt at once */

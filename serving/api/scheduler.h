@@ -35,7 +35,14 @@
 
 #define SREQ_MAX_STOP 4
 
-enum sreq_finish { FINISH_NONE, FINISH_STOP, FINISH_LENGTH, FINISH_CANCELLED, FINISH_ERROR };
+enum sreq_finish {
+    FINISH_NONE,
+    FINISH_STOP,
+    FINISH_LENGTH,
+    FINISH_CANCELLED,
+    FINISH_ERROR,
+    FINISH_REJECTED /* shed: could not start within its TTFT (sched_config.shed_late) */
+};
 
 struct sreq {
     /* Input: set before sched_submit, never changed after. Owned (freed by sreq_put). */
@@ -94,6 +101,9 @@ struct sched_config {
     double static_wait_ms;   /* static: start a partial batch when the oldest waited this long */
     double ttft_ms, tpot_ms; /* default SLOs */
     int no_slo_admission;    /* ablation: admit whenever blocks and budget allow */
+    int shed_late;           /* reject (503) a waiting request whose TTFT deadline passed before it
+                                was ever admitted, instead of serving it late: under overload the
+                                capacity goes to requests that can still meet their SLO */
     int step_delay_us; /* tests: sleep after each step so the tiny model is slow enough to cancel
                           mid-stream and to overlap requests */
 };

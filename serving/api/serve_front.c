@@ -22,6 +22,7 @@ struct front_req {
     char id[40];
     long long created;
     int chat, stream, include_usage, first_sent;
+    int began;   /* stream headers sent (at the first token, so a rejection can still be a 503) */
     size_t sent; /* bytes of r->text already sent (streaming) */
 };
 
@@ -197,12 +198,12 @@ static void deliver(struct front *f, struct front_req *fr)
                             .prompt_tokens = r->n_prompt,
                             .completion_tokens = n_gen};
     struct http_conn *c = fr->conn;
-    if (finish == FINISH_ERROR || finish == FINISH_CANCELLED) {
+    if (finish == FINISH_ERROR || finish == FINISH_CANCELLED || finish == FINISH_REJECTED) {
         struct api_error e;
         api_error_set(&e, 500, "server_error", NULL, "%s",
                       error[0] ? error : "the request was cancelled");
-        if (strstr(error, "shutting down")) e.status = 503;
-        if (fr->stream) {
+        if (strstr(error, "shutting down") || finish == FINISH_REJECTED) e.status = 503;
+        if (fr->began) {
             /* the headers are out: report inside the stream */
             char *j = api_error_json(&e);
             if (j) sse(c, j);
@@ -210,13 +211,18 @@ static void deliver(struct front *f, struct front_req *fr)
             sse(c, "[DONE]");
             http_stream_end(c);
         } else {
-            send_json(f, c, e.status, api_error_json(&e), NULL);
+            send_json(f, c, e.status, api_error_json(&e),
+                      e.status == 503 ? "Retry-After: 1\r\n" : NULL);
         }
         free(text);
         front_req_free(fr);
         return;
     }
     if (fr->stream) {
+        if (!fr->began) {
+            http_stream_begin(c, 200, "text/event-stream");
+            fr->began = 1;
+        }
         if (len > fr->sent || (fr->chat && !fr->first_sent)) {
             char *j = api_chunk_json(&rep, text + fr->sent, len - fr->sent, !fr->first_sent);
             fr->first_sent = 1;
@@ -396,7 +402,6 @@ static void handle_completion(struct front *f, struct http_conn *c, const char *
     }
     completion_request_free(&cr);
     http_conn_set_user(c, fr);
-    if (fr->stream) http_stream_begin(c, 200, "text/event-stream");
     return;
 fail:
     free(ids);

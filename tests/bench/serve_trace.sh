@@ -3,16 +3,21 @@
 # (../shared/traces/azure_llm_2023_conv.csv) against `strata serve` with the tiny model.
 # For each load (the trace's arrival gaps divided by SPEEDUP) the same requests go to a
 # continuous-batching server and to a static-batching one (--static-batch 8: a fixed batch that
-# waits for all of its requests to finish); both get the same SLOs. Prints one line per run and a
-# table of goodput ratios. Figures on a shared machine are noisy: compare within one run only.
-#   REQUESTS=200 SPEEDUPS="2 4 8" TTFT_MS=500 TPOT_MS=50 THREADS=1 tests/bench/serve_trace.sh
+# waits for all of its requests to finish); both get the same SLOs. Modes alternate and every
+# (mode, load) pair runs REPEAT times, so load from other processes hits both alike; the table
+# gives the means. A third server, "shed", is continuous batching with --shed-late (a request that
+# could not start within its TTFT is answered 503 instead of being served late). NOSLO=1 adds
+# continuous batching without SLO admission (ablation).
+# Figures on a shared machine are noisy: compare within one run only.
+#   REQUESTS=200 SPEEDUPS="4 8 16 32" REPEAT=1 TTFT_MS=500 TPOT_MS=50 THREADS=1 tests/bench/serve_trace.sh
 set -u
 cd "$(dirname "$0")/../.."
 . tests/lib/serve.sh
 W=$(mktemp -d /tmp/serve_trace.XXXXXX)
 trap 'serve_cleanup; rm -rf "$W"' EXIT
 REQUESTS=${REQUESTS:-200}
-SPEEDUPS=${SPEEDUPS:-2 4 8}
+SPEEDUPS=${SPEEDUPS:-4 8 16 32}
+REPEAT=${REPEAT:-1}
 TTFT_MS=${TTFT_MS:-500}
 TPOT_MS=${TPOT_MS:-50}
 THREADS=${THREADS:-1}
@@ -21,25 +26,53 @@ TRACE=$SHARED/traces/azure_llm_2023_conv.csv
 LOADGEN=${LOADGEN:-build/tools/loadgen}
 [ -x "$LOADGEN" ] || { echo "serve_trace: $LOADGEN not built (make)"; exit 1; }
 serve_model || { echo "serve_trace: cannot convert the test model"; exit 1; }
-echo "trace $TRACE: first $REQUESTS requests, lengths scaled to ctx 512; SLO TTFT $TTFT_MS ms, TPOT $TPOT_MS ms; $THREADS compute thread(s); load: $(uptime | sed 's/.*load/load/')"
-
-declare -A GOOD
+echo "trace $TRACE: first $REQUESTS requests, lengths scaled to ctx 512; SLO TTFT $TTFT_MS ms," \
+    "TPOT $TPOT_MS ms; $THREADS compute thread(s); $REPEAT runs per point;" \
+    "$(uptime | sed 's/.*load/load/')"
+modes="continuous shed static"
+[ "${NOSLO:-0}" = 1 ] && modes="$modes no-slo"
+: >"$W/results"
 for sp in $SPEEDUPS; do
-    for mode in continuous static; do
-        if [ $mode = continuous ]; then args=(--max-batch 32 --step-tokens 256)
-        else args=(--static-batch "$STATIC_BATCH" --static-wait-ms 50 --step-tokens 256); fi
-        serve_start "$mode-$sp" --threads "$THREADS" --ttft-ms "$TTFT_MS" --tpot-ms "$TPOT_MS" "${args[@]}" ||
-            { echo "serve_trace: server did not start"; exit 1; }
-        "$LOADGEN" --url "$SERVE_URL" --trace "$TRACE" --requests "$REQUESTS" --speedup "$sp" \
-            --ttft-ms "$TTFT_MS" --tpot-ms "$TPOT_MS" --label "$mode-x$sp" >"$W/$mode-$sp.out" 2>"$W/$mode-$sp.err"
-        head -n1 "$W/$mode-$sp.out"
-        GOOD[$mode-$sp]=$(sed -n 's/.* goodput=\([0-9.]*\).*/\1/p' "$W/$mode-$sp.out")
-        serve_stop
+    for ((rep = 1; rep <= REPEAT; rep++)); do
+        for mode in $modes; do
+            case $mode in
+            continuous) args=(--max-batch 32 --step-tokens 256) ;;
+            no-slo) args=(--max-batch 32 --step-tokens 256 --no-slo) ;;
+            shed) args=(--max-batch 32 --step-tokens 256 --shed-late) ;;
+            static) args=(--static-batch "$STATIC_BATCH" --static-wait-ms 50 --step-tokens 256) ;;
+            esac
+            serve_start "$mode-$sp-$rep" --threads "$THREADS" --ttft-ms "$TTFT_MS" \
+                --tpot-ms "$TPOT_MS" "${args[@]}" || { echo "serve_trace: server did not start"; exit 1; }
+            "$LOADGEN" --url "$SERVE_URL" --trace "$TRACE" --requests "$REQUESTS" --speedup "$sp" \
+                --ttft-ms "$TTFT_MS" --tpot-ms "$TPOT_MS" --label "$mode-x$sp" \
+                >"$W/out" 2>"$W/err-$sp"
+            head -n1 "$W/out"
+            grep '^RESULT' "$W/out" | sed "s/\$/ speedup=$sp mode=$mode/" >>"$W/results"
+            serve_stop
+        done
     done
 done
-echo "goodput (tokens/s of requests within SLO), continuous / static:"
-for sp in $SPEEDUPS; do
-    c=${GOOD[continuous-$sp]:-0} s=${GOOD[static-$sp]:-0}
-    awk -v sp="$sp" -v c="$c" -v s="$s" -v rate="$(sed -n 's/.*(\([0-9.]*\) req\/s).*/\1/p' "$W/continuous-$sp.err")" \
-        'BEGIN { printf "  x%-3s (%6.1f req/s): continuous %8.1f  static %8.1f  ratio %s\n", sp, rate, c, s, (s > 0 ? sprintf("%.2f", c / s) : "inf") }'
-done
+echo "means over $REPEAT runs (goodput = output tokens/s of requests within both SLOs):"
+awk -v modes="$modes" '
+    { for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+      k = v["speedup"] SUBSEP v["mode"]; n[k]++; gp[k] += v["goodput"]; slo[k] += v["slo_pct"];
+      t99[k] += v["ttft_p99_ms"]; p99[k] += v["tpot_p99_ms"]; sps[v["speedup"]] = 1 }
+    END {
+      nm = split(modes, m, " ")
+      printf "  %-6s", "load"
+      for (j = 1; j <= nm; j++) printf " | %-10s: goodput  in-SLO  TTFT p99  TPOT p99", m[j]
+      printf " | vs static:"
+      for (j = 1; j <= nm; j++) if (m[j] != "static") printf " %s", m[j]
+      printf "\n"
+      for (s in sps) order[++ns] = s + 0
+      for (a = 1; a <= ns; a++) for (b = a + 1; b <= ns; b++) if (order[b] < order[a]) { t = order[a]; order[a] = order[b]; order[b] = t }
+      for (a = 1; a <= ns; a++) {
+        s = order[a]; printf "  x%-5s", s
+        for (j = 1; j <= nm; j++) { k = s SUBSEP m[j]; c = n[k] ? n[k] : 1
+          printf " | %19.1f %6.1f%% %7.0fms %7.1fms", gp[k] / c, slo[k] / c, t99[k] / c, p99[k] / c }
+        ks = s SUBSEP "static"; printf " |"
+        for (j = 1; j <= nm; j++) if (m[j] != "static")
+          printf(" %s", (gp[ks] > 0 ? sprintf("%.2fx", gp[s SUBSEP m[j]] / gp[ks]) : "inf"))
+        printf "\n"
+      }
+    }' "$W/results"

@@ -48,6 +48,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     case 6: {
         struct wire_rdma_info i;
         wire_rdma_info_decode(&i, p, n, err);
+        static uint32_t seq[WIRE_MAX_ACT_TOKENS], pos[WIRE_MAX_ACT_TOKENS];
+        static float x[1 << 16];
+        struct wire_activations a;
+        /* x holds 65536 floats: allow only as many tokens as fit at the claimed dim. */
+        if (n >= WIRE_ACT_HDR_LEN) {
+            uint32_t dim = (uint32_t)p[17] | (uint32_t)p[18] << 8 | (uint32_t)p[19] << 16 |
+                           (uint32_t)p[20] << 24;
+            uint32_t cap = dim ? (uint32_t)((1u << 16) / (dim ? dim : 1)) : 0;
+            if (cap > WIRE_MAX_ACT_TOKENS) cap = WIRE_MAX_ACT_TOKENS;
+            wire_activations_decode(&a, p, n, seq, pos, x, cap, err);
+        }
         break;
     }
     case 7: {

@@ -18,7 +18,7 @@ BASE="console=ttyS0 quiet strata.ip=10.0.2.15/24 strata.gw=10.0.2.2"
 # ("strata-init: error: ...") or the server's ("strata: fatal: ...").
 expect() {
     local name=$1 initrd=$2 append=$3 text=$4 end=$5 log
-    qemu_start "$name" -kernel "$BOOT_OUT/vmlinuz" -initrd "$BOOT_OUT/$initrd" -append "$append" $NET
+    qemu_start "$name" -kernel "$(boot_kernel)" -initrd "$BOOT_OUT/$initrd" -append "$append" $NET
     log=$(qemu_log "$name")
     if [ "$end" = halt ]; then
         qemu_wait "$name" "reboot: System halted" 60

@@ -40,6 +40,11 @@ echo "TEST-DONE"
 $bb poweroff -f
 SH
 MODS="-m virtio_pci -m virtio_net -m rdma_rxe -m vfio-pci -m uio_pci_generic"
+# EXTRA_MODULES / EXTRA_LIBS directories (how a GPU driver gets in): a module and a library.
+mkdir -p $T/extra-mods $T/extra-libs
+cp "$(find -L build/kernel/modules/kernel/drivers/net -name dummy.ko | head -n 1)" $T/extra-mods/
+echo "not really a library" >$T/extra-libs/libextra.so.1
+MODS="$MODS -M $T/extra-mods -L $T/extra-libs"
 RDMA=$(command -v rdma || true)
 [ -n "$RDMA" ] || { nok "mkinitrd rdma tool" "iproute2's rdma is not installed (make deps)"; exit 1; }
 build() { image/mkinitrd.sh -o "$1" -i $T/init -b "$BB":/bin/busybox -b "$RDMA":/usr/bin/rdma $MODS; }
@@ -61,8 +66,19 @@ case $order in
 *ib_core.ko*ib_uverbs.ko*rdma_rxe.ko*) ok "mkinitrd dependencies first" ;;
 *) nok "mkinitrd dependencies first" "order: $order" ;;
 esac
+case $order in
+*"/dummy.ko ") ok "mkinitrd extra modules last" ;;
+*) nok "mkinitrd extra modules last" "order: $order" ;;
+esac
+if zstd -dc $T/a.img | cpio -t --quiet | grep -qx usr/lib/x86_64-linux-gnu/libextra.so.1; then
+    ok "mkinitrd extra libraries"
+else
+    nok "mkinitrd extra libraries" "no usr/lib/x86_64-linux-gnu/libextra.so.1 in the archive"
+fi
 
-qemu_start vm -kernel build/kernel/vmlinuz -initrd $T/a.img -append "console=ttyS0 quiet" \
+K=build/kernel/vmlinux # uncompressed: QEMU's PVH entry, much faster under emulation
+[ -f $K ] || K=build/kernel/vmlinuz
+qemu_start vm -kernel $K -initrd $T/a.img -append "console=ttyS0 quiet" \
     -netdev user,id=n0 -device virtio-net-pci,netdev=n0
 if qemu_wait vm "TEST-DONE" 90; then
     got=$(grep -a MODULES-LOADED "$(qemu_log vm)" | tr -d '\r' | awk '{print $2}')

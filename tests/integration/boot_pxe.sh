@@ -41,4 +41,33 @@ if boot_have_serve; then
 else
     echo "skip - pxe http completion: build/strata has no serve command yet"
 fi
+qemu_stop pxe
+
+# The same through PXELINUX (boot/pxelinux.cfg/default): its IPAPPEND 1 passes the lease as the
+# kernel's ip=, which init understands when no strata.ip is given.
+PXL=/usr/lib/PXELINUX/pxelinux.0 LDL=/usr/lib/syslinux/modules/bios/ldlinux.c32
+if [ ! -f $PXL ] || [ ! -f $LDL ]; then
+    nok "pxelinux boot" "pxelinux/syslinux-common are not installed (make deps)"
+    exit 1
+fi
+T=build/test-pxelinux
+rm -rf $T && mkdir -p $T/pxelinux.cfg
+cp $PXL $LDL "$BOOT_OUT/vmlinuz" "$BOOT_OUT/initrd.img" $T/
+sed "s|^\(  APPEND .*\)|\1 $BOOT_ARGS|" boot/pxelinux.cfg/default >$T/pxelinux.cfg/default
+port=$(qemu_free_port)
+t0=$(date +%s.%N)
+qemu_start pxelinux -boot n \
+    -netdev "user,id=n0,tftp=$T,bootfile=pxelinux.0,hostfwd=tcp:127.0.0.1:$port-:8080" \
+    -device virtio-net-pci,netdev=n0
+trap 'qemu_stop pxe; qemu_stop pxelinux' EXIT
+if qemu_wait pxelinux "strata-init: exec" 180 "Kernel panic" "strata-init: error"; then
+    if grep -qa "strata-init: net: lo up, eth0 up 10.0.2.15/24 via 10.0.2.2" "$(qemu_log pxelinux)"; then
+        ok "pxelinux boots, IPAPPEND lease becomes the address"
+    else
+        nok "pxelinux boots, IPAPPEND lease becomes the address" "$(grep -a 'strata-init: \(cmdline\|net\)' "$(qemu_log pxelinux)" | tr '\r\n' '  ')"
+    fi
+    boot_have_serve && boot_http pxelinux "$port" "$t0"
+else
+    nok "pxelinux boots, IPAPPEND lease becomes the address" "$(qemu_tail pxelinux 6)"
+fi
 exit $fail

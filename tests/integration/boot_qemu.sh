@@ -14,7 +14,7 @@ nok() { echo "not ok - $1: $2"; fail=1; }
 if ! msg=$(boot_image); then nok "qemu image" "$msg"; exit 1; fi
 port=$(qemu_free_port)
 t0=$(date +%s.%N)
-qemu_start qemu -kernel "$BOOT_OUT/vmlinuz" -initrd "$BOOT_OUT/initrd.img" \
+qemu_start qemu -kernel "$(boot_kernel)" -initrd "$BOOT_OUT/initrd.img" \
     -append "console=ttyS0 quiet strata.ip=10.0.2.15/24 strata.gw=10.0.2.2 strata.dns=10.0.2.3 strata.hugepages=16 $BOOT_ARGS" \
     -netdev "user,id=n0,hostfwd=tcp:127.0.0.1:$port-:8080" -device virtio-net-pci,netdev=n0,romfile=
 trap 'qemu_stop qemu' EXIT

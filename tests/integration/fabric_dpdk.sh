@@ -20,6 +20,7 @@ FAB_MTU=9000 chain dpdk_chain_3_nodes_jumbo 2 32M
 FAB_MTU=1500 chain dpdk_chain_4_nodes_loss_reorder_delay 3 16M loss 3% delay 2ms 1ms reorder 10% 50%
 FAB_MTU=1500
 kill_source dpdk_kill_source_resume_from_other_holder
+kill_relay dpdk_kill_chain_predecessor_resume_from_source
 wrong_key dpdk_wrong_cluster_key_refused
 forged_packets dpdk_forged_and_corrupted_packets_dropped
 corrupt_span dpdk_corrupt_span_refetched

@@ -40,6 +40,7 @@ ip link set eth0 up
 ip addr add 10.0.2.15/24 dev eth0
 rdma link add rxe0 type rxe netdev eth0 || echo "FABRIC: rdma link add failed"
 echo "FABRIC: rdma devices: $(ls /sys/class/infiniband 2>/dev/null)"
+rdma_selftest rxe0 2>&1 | sed 's/^/FABRIC-DRIVER: /'
 A=10.0.2.15
 strata node --role source --transport rdma --listen $A:7000 --key-file /key --synthetic 24M:12:8 \
     --image-out /tmp/src.img --serve 1 --timeout 120 >/tmp/src.out 2>/tmp/src.err &
@@ -81,6 +82,7 @@ INIT
 chmod +x "$W/init"
 
 if ! image/mkinitrd.sh -o "$W/initrd" -i "$W/init" -z gzip -b /bin/busybox -b "$STRATA:/bin/strata" \
+    -b build/tools/rdma_selftest:/bin/rdma_selftest \
     -b "$RXE" -b /usr/bin/rdma -b /usr/sbin/tc -f /etc/libibverbs.d/rxe.driver:/etc/libibverbs.d/rxe.driver \
     -f "$W/key:/key" -f "$W/badkey:/badkey" -m virtio_pci -m virtio_net -m rdma_rxe -m sch_netem >"$W/mkinitrd.log" 2>&1; then
     echo "not ok - $N: mkinitrd failed: $(tail -n 3 "$W/mkinitrd.log" | tr '\n' ' ')"
@@ -95,6 +97,11 @@ if ! qemu_wait fab "FABRIC-RESULT:" 240; then
 fi
 qemu_wait_exit fab 20 >/dev/null 2>&1
 log=$(tr -d '\r' <"$QEMU_DIR/fab.log")
+# The driver's own checks (READ, WRITE with immediate, one registration), one line each.
+sed -n 's/^FABRIC-DRIVER: //p' <<<"$log" | grep -E '^(ok|not ok|skip) - '
+grep -q '^FABRIC-DRIVER: not ok' <<<"$log" && drv_fail=1 || drv_fail=0
+grep -q '^FABRIC-DRIVER: ok - rdma_driver_read' <<<"$log" ||
+    { echo "not ok - rdma_driver_read: no result from the guest"; drv_fail=1; }
 if grep -q "FABRIC-RESULT: ok" <<<"$log"; then
     echo "ok - $N ($(sed -n 's/^FABRIC: joiner: complete: \(.*verified in [0-9.]* s ([0-9.]* MB\/s)\).*/\1/p' <<<"$log"))"
     if grep -q 'FABRIC: wrong key: failed:' <<<"$log"; then
@@ -115,3 +122,4 @@ else
     echo "not ok - tcp_chain_netem_loss_reorder_delay_in_qemu: $(grep 'FABRIC: netem' <<<"$log")"
     exit 1
 fi
+exit $drv_fail

@@ -35,6 +35,10 @@ boot_image() {
     touch "$stamp"
 }
 
+# The kernel QEMU boots directly: the uncompressed ELF (PVH entry, much faster under emulation)
+# when the build made one, else the bzImage.
+boot_kernel() { if [ -f "$BOOT_OUT/vmlinux" ]; then echo "$BOOT_OUT/vmlinux"; else echo "$BOOT_OUT/vmlinuz"; fi; }
+
 # 1 when the server binary has a serve command (until it lands the tests stop at the exec marker).
 boot_have_serve() { build/strata help 2>/dev/null | grep -q ' serve'; }
 

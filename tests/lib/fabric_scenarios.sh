@@ -121,6 +121,7 @@ run_common_scenarios() {
     chain "${p}_chain_3_nodes" 2 32M
     chain "${p}_chain_4_nodes_netem_loss_reorder_delay" 3 16M loss 3% delay 2ms 1ms reorder 10% 50%
     kill_source "${p}_kill_source_resume_from_other_holder"
+    kill_relay "${p}_kill_chain_predecessor_resume_from_source"
     wrong_key "${p}_wrong_cluster_key_refused"
     corrupt_span "${p}_corrupt_span_refetched"
     gguf_chain "${p}_gguf_model_chain"
@@ -216,5 +217,28 @@ exception_path() {
     [ $http_ok = 1 ] || { flunk "$name" "HTTP through the TAP failed"; return; }
     grep -q '^complete:' "$W/j.out" || { flunk "$name" "joiner: $(fab_result j)"; return; }
     same "$name" "$W/src.img" "$W/j.img" || return
+    pass "$name"
+}
+
+# Kill a chain predecessor mid-stream: source -> n1 -> n2, n1 dies; n2 resumes from the source
+# (its second peer) and ends exact.
+kill_relay() {
+    local name=$1
+    rm -f "$W"/*.img "$W"/*.out "$W"/*.err
+    fab_setup 3 "${FAB_MTU:-1500}" "$FAB_TRANSPORT" || { flunk "$name" "namespace setup failed"; return; }
+    fab_node 1 src source --key-file "$W/key" --synthetic 24M:12:11 --image-out "$W/src.img" --timeout $T -q
+    local s=$FAB_LAST
+    fab_node 2 n1 joiner --key-file "$W/key" --peer 10.77.0.1:7000 --rate 12 --serve 1 --timeout $T
+    local n1=$FAB_LAST
+    fab_node 3 n2 joiner --key-file "$W/key" --peer 10.77.0.2:7000 --peer 10.77.0.1:7000 --image-out "$W/n2.img" --timeout $T
+    local n2=$FAB_LAST
+    if ! fab_wait_line "$W/n2.err" 'span 2/12 verified' $T; then flunk "$name" "no span arrived through n1"; return; fi
+    kill -9 "$n1"
+    fab_wait "$n2" $T
+    kill "$s" 2>/dev/null
+    fab_wait "$s" 5
+    grep -q '^complete:.* [1-9][0-9]* resumes' "$W/n2.out" || { flunk "$name" "n2: $(fab_result n2)"; return; }
+    grep -q 'resuming from 10.77.0.1' "$W/n2.err" || { flunk "$name" "n2 did not resume from the source"; return; }
+    same "$name" "$W/src.img" "$W/n2.img" || return
     pass "$name"
 }

@@ -62,6 +62,30 @@ TEST(netmask_and_partition_model)
     CHECK_EQ_INT(parse("strata.ip=10.1.2.3/255.0.255.0"), -1);
 }
 
+TEST(pxelinux_ipappend)
+{
+    CHECK_EQ_INT(
+        parse("initrd=initrd.img ip=10.0.2.15:10.0.2.2:10.0.2.2:255.255.255.0 BOOTIF=01-52-54"), 0);
+    CHECK_EQ_INT(cfg.has_ip, 1);
+    CHECK_EQ_INT(cfg.ip, 0x0a00020f);
+    CHECK_EQ_INT(cfg.prefix, 24);
+    CHECK_EQ_INT(cfg.has_gw, 1);
+    CHECK_EQ_INT(cfg.gw, 0x0a000202);
+    /* strata.ip wins, wherever it stands */
+    CHECK_EQ_INT(parse("strata.ip=192.168.0.9/16 ip=10.0.2.15:10.0.2.2:10.0.2.2:255.255.255.0"), 0);
+    CHECK_EQ_INT(cfg.ip, 0xc0a80009);
+    CHECK_EQ_INT(cfg.prefix, 16);
+    CHECK_EQ_INT(cfg.has_gw, 0);
+    /* an empty gateway, and forms that are the kernel's alone */
+    CHECK_EQ_INT(parse("ip=10.0.2.15:10.0.2.2::255.255.0.0"), 0);
+    CHECK_EQ_INT(cfg.prefix, 16);
+    CHECK_EQ_INT(cfg.has_gw, 0);
+    CHECK_EQ_INT(parse("ip=dhcp"), 0);
+    CHECK_EQ_INT(cfg.has_ip, 0);
+    CHECK_EQ_INT(parse("ip=10.0.2.15:10.0.2.2:10.0.2.2:255.0.255.0"), 0);
+    CHECK_EQ_INT(cfg.has_ip, 0);
+}
+
 TEST(later_key_wins)
 {
     CHECK_EQ_INT(parse("strata.port=1 strata.port=2"), 0);
@@ -146,6 +170,7 @@ int main(void)
     RUN(defaults_and_kernel_keys_ignored);
     RUN(all_keys);
     RUN(netmask_and_partition_model);
+    RUN(pxelinux_ipappend);
     RUN(later_key_wins);
     RUN(unknown_key);
     RUN(malformed_values);

@@ -259,6 +259,30 @@ TEST(least_slack_first)
     rig_close(&g);
 }
 
+TEST(shed_late_rejects_requests_past_their_ttft)
+{
+    struct rig g;
+    struct sched_config cfg = {.max_seqs = 1, .max_step_tokens = 64, .ctx = 128, .shed_late = 1};
+    rig_open(&g, 64, 4, cfg);
+    char err[ERRMSG_LEN];
+    struct sreq *a = make_req(1, 4, 40), *b = make_req(2, 4, 3);
+    a->ignore_eos = 1;
+    b->ttft_ms = 1;
+    CHECK(sched_submit(g.s, a, err) == 0);
+    sched_iterate(g.s); /* a holds the only slot */
+    CHECK(sched_submit(g.s, b, err) == 0);
+    usleep(5000); /* b's 1 ms TTFT passes while it waits */
+    sched_iterate(g.s);
+    CHECK_EQ_INT(b->finish, FINISH_REJECTED);
+    CHECK(strstr(b->error, "TTFT"));
+    CHECK_EQ_INT(atomic_load(&g.m.requests[OUTCOME_REJECTED]), 1);
+    CHECK(run_until_done(&g, &a, 1, 1000) >= 0);
+    CHECK_EQ_INT(a->finish, FINISH_LENGTH);
+    sreq_put(a);
+    sreq_put(b);
+    rig_close(&g);
+}
+
 TEST(static_batch_waits_for_its_batch)
 {
     struct rig g;
@@ -328,6 +352,7 @@ int main(void)
     RUN(stop_string_cuts_and_holds_back);
     RUN(slo_admission_protects_running_requests);
     RUN(least_slack_first);
+    RUN(shed_late_rejects_requests_past_their_ttft);
     RUN(static_batch_waits_for_its_batch);
     RUN(prompt_too_large_for_pool_is_refused);
     RUN(sequence_longer_than_pool_ends_with_length);

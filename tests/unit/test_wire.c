@@ -294,6 +294,58 @@ TEST(small_messages)
     CHECK(wire_msg_type(buf, 0) == -1);
 }
 
+TEST(activations_f32_f16_bf16)
+{
+    /* Three tokens of dim 2 with values whose encodings are pinned. */
+    const uint32_t seq[3] = {7, 7, 9}, pos[3] = {0, 1, 41};
+    const float x[6] = {6.342e-5f, 1.0f, -2.0f, 65504.0f, 0.0f, -0.5f};
+    struct wire_activations a = {
+        .step = 12, .layer = 3, .n = 3, .dim = 2, .seq = seq, .pos = pos, .x = x};
+    static uint8_t buf[256];
+    uint32_t dseq[3], dpos[3];
+    float dx[6];
+    struct wire_activations d;
+    /* f32: the exact bits; 6.342e-5 is 0x3885005A (bytes 5A 00 85 38 on the wire). */
+    a.dtype = WIRE_F32;
+    size_t len = wire_activations_encode(buf, sizeof buf, &a);
+    CHECK(len == wire_activations_size(3, 2, WIRE_F32) && len == WIRE_ACT_HDR_LEN + 24 + 24);
+    const uint8_t *v = buf + WIRE_ACT_HDR_LEN + 24;
+    CHECK(v[0] == 0x5A && v[1] == 0x00 && v[2] == 0x85 && v[3] == 0x38);
+    CHECK(wire_activations_decode(&d, buf, len, dseq, dpos, dx, 3, err) == 0);
+    CHECK(d.step == 12 && d.layer == 3 && d.n == 3 && d.dim == 2 && dseq[2] == 9 && dpos[2] == 41);
+    CHECK(!memcmp(dx, x, sizeof x));
+    CHECK_STRICT(wire_activations_decode(&d, buf, L, dseq, dpos, dx, 3, err));
+    CHECK(wire_activations_decode(&d, buf, len, dseq, dpos, dx, 2, err) == -1); /* no room */
+    /* fp16: 6.342e-5 -> 0x0428, 1.0 -> 0x3C00, -2 -> 0xC000, 65504 -> 0x7BFF. */
+    a.dtype = WIRE_F16;
+    len = wire_activations_encode(buf, sizeof buf, &a);
+    CHECK(len == WIRE_ACT_HDR_LEN + 24 + 12);
+    v = buf + WIRE_ACT_HDR_LEN + 24;
+    CHECK(v[0] == 0x28 && v[1] == 0x04 && v[2] == 0x00 && v[3] == 0x3C && v[4] == 0x00 &&
+          v[5] == 0xC0 && v[6] == 0xFF && v[7] == 0x7B);
+    CHECK(wire_activations_decode(&d, buf, len, dseq, dpos, dx, 3, err) == 0);
+    CHECK(fabs(dx[0] - 6.342e-5f) < 1e-8 && dx[1] == 1.0f && dx[2] == -2.0f && dx[3] == 65504.0f &&
+          dx[5] == -0.5f);
+    CHECK_STRICT(wire_activations_decode(&d, buf, L, dseq, dpos, dx, 3, err));
+    /* bf16: the upper half of the f32 (6.342e-5 -> 0x3885, 1.0 -> 0x3F80). */
+    a.dtype = WIRE_BF16;
+    len = wire_activations_encode(buf, sizeof buf, &a);
+    v = buf + WIRE_ACT_HDR_LEN + 24;
+    CHECK(v[0] == 0x85 && v[1] == 0x38 && v[2] == 0x80 && v[3] == 0x3F);
+    CHECK(wire_activations_decode(&d, buf, len, dseq, dpos, dx, 3, err) == 0);
+    CHECK(dx[1] == 1.0f && dx[2] == -2.0f && fabs(dx[0] - 6.342e-5f) < 1e-6);
+    /* Unknown dtype, zero dim. */
+    buf[WIRE_ACT_HDR_LEN - 1] = 3;
+    CHECK(wire_activations_decode(&d, buf, len, dseq, dpos, dx, 3, err) == -1);
+    a.dtype = 5;
+    CHECK(wire_activations_encode(buf, sizeof buf, &a) == 0);
+    a.dtype = WIRE_F32;
+    a.dim = 0;
+    a.n = 0;
+    len = wire_activations_encode(buf, sizeof buf, &a);
+    CHECK(wire_activations_decode(&d, buf, len, dseq, dpos, dx, 3, err) == -1);
+}
+
 int main(void)
 {
     RUN(crc32c_vectors);
@@ -305,5 +357,6 @@ int main(void)
     RUN(join_roundtrip_and_rejects);
     RUN(chunk_roundtrip_and_rejects);
     RUN(small_messages);
+    RUN(activations_f32_f16_bf16);
     CHECK_DONE();
 }
