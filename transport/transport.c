@@ -34,6 +34,7 @@ struct tp *tp_open(const struct tp_config *cfg, char *err)
     if (t->cfg.window <= 0) t->cfg.window = 256;
     if (ops->open(t, err)) {
         errmsg_prefix(err, "transport %s: ", ops->name);
+        if (t->impl) ops->destroy(t); /* what the backend set up before it failed */
         free(t);
         return NULL;
     }
@@ -133,4 +134,11 @@ int tp_parse_addr(const char *s, uint32_t *ip_be, uint16_t *port, char *err)
     *ip_be = a.s_addr;
     *port = (uint16_t)p;
     return 0;
+}
+
+void tp_set_bulk(struct tp_conn *c)
+{
+    struct tp_conn_base *b = (struct tp_conn_base *)c;
+    b->bulk = 1;
+    if (b->t->ops->set_bulk) b->t->ops->set_bulk(c);
 }

@@ -66,6 +66,8 @@ struct tp_ops {
     /* Optional (rdma): register memory for one-sided access, and pull. */
     int (*expose)(struct tp *t, void *base, size_t len, char *err);
     int (*pull)(struct tp_conn *c, uint64_t remote_off, void *dst, size_t len, char *err);
+    /* Optional: the connection now carries bulk (weight) traffic. */
+    void (*set_bulk)(struct tp_conn *c);
 };
 
 struct tp {
@@ -97,6 +99,10 @@ void tp_close(struct tp_conn *c);
 int tp_expose(struct tp *t, void *base, size_t len, char *err);
 int tp_pull(struct tp_conn *c, uint64_t remote_off, void *dst, size_t len, char *err);
 int tp_can_pull(const struct tp *t);
+/* Mark a connection as bulk (weights). Serving traffic (activations, control) has priority on
+ * a shared port: dpdk sends bulk frames only when no other connection has frames waiting; tcp
+ * marks bulk sockets with a low priority and DSCP CS1 (lower effort) for the kernel's queues. */
+void tp_set_bulk(struct tp_conn *c);
 
 /* "a.b.c.d:port" -> network-order address and host-order port. */
 int tp_parse_addr(const char *s, uint32_t *ip_be, uint16_t *port, char *err);
@@ -106,6 +112,7 @@ struct tp_conn_base {
     struct tp *t;
     int state;
     int refused; /* the peer rejected our handshake (or failed ours): wrong cluster key */
+    int bulk;    /* weight traffic: yields to serving traffic (tp_set_bulk) */
     char peer[48];
     char err[1024];
 };

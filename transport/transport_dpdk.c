@@ -567,30 +567,38 @@ static int dpdk_poll(struct tp *t, int timeout_ms)
             free(q.frame);
             work++;
         }
-    for (struct dconn *c = d->conns; c; c = c->next) {
-        if (c->b.state == TP_CONNECTING && !c->server) {
-            if (now > c->hello_deadline) {
-                conn_fail(c, "no answer to HELLO (peer down, or it has another cluster key)");
+    /* Serving connections first; bulk (weight) connections send only when no serving
+     * connection still has frames waiting inside its window. ACKs and keepalives always go. */
+    int serving_backlog = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (struct dconn *c = d->conns; c; c = c->next) {
+            if (c->b.bulk != pass) continue;
+            if (c->b.state == TP_CONNECTING && !c->server) {
+                if (now > c->hello_deadline) {
+                    conn_fail(c, "no answer to HELLO (peer down, or it has another cluster key)");
+                    continue;
+                }
+                if (now >= c->hello_next) {
+                    uint8_t f[WIRE_HDR_LEN + WIRE_HELLO_LEN];
+                    auth_hello(&t->cfg.key, c->nonce, f);
+                    send_raw(d, c, f, sizeof f);
+                    c->hello_next = now + HELLO_EVERY_S;
+                }
                 continue;
             }
-            if (now >= c->hello_next) {
-                uint8_t f[WIRE_HDR_LEN + WIRE_HELLO_LEN];
-                auth_hello(&t->cfg.key, c->nonce, f);
-                send_raw(d, c, f, sizeof f);
-                c->hello_next = now + HELLO_EVERY_S;
+            if (c->b.state != TP_OPEN) continue;
+            if (!c->b.bulk || !serving_backlog) work += transmit(t, c, now);
+            if (!c->b.bulk && c->snd_nxt < c->snd_end &&
+                c->snd_nxt - c->snd_una < (uint64_t)t->cfg.window)
+                serving_backlog = 1;
+            if (c->ack_pending || now - c->last_ack_tx > KEEPALIVE_S) send_ack(d, c);
+            if (c->peer_closed && c->mq_count == 0) conn_fail(c, "peer closed the connection");
+            if (now - c->last_rx > t->cfg.dead_ms * 1e-3) {
+                char why[64];
+                snprintf(why, sizeof why, "peer silent for %d ms", t->cfg.dead_ms);
+                conn_fail(c, why);
             }
-            continue;
         }
-        if (c->b.state != TP_OPEN) continue;
-        work += transmit(t, c, now);
-        if (c->ack_pending || now - c->last_ack_tx > KEEPALIVE_S) send_ack(d, c);
-        if (c->peer_closed && c->mq_count == 0) conn_fail(c, "peer closed the connection");
-        if (now - c->last_rx > t->cfg.dead_ms * 1e-3) {
-            char why[64];
-            snprintf(why, sizeof why, "peer silent for %d ms", t->cfg.dead_ms);
-            conn_fail(c, why);
-        }
-    }
     nic_flush(d->nic);
     t->stats.frames_tx += 0;
     /* Poll mode on two shared cores: back off when idle instead of spinning. */

@@ -81,8 +81,10 @@ static struct tcp_conn *conn_new(struct tp *t, int fd, const char *peer)
     struct tcp_tp *tt = t->impl;
     c->next = tt->conns;
     tt->conns = c;
-    int one = 1;
+    int one = 1, prio = 6, tos = 0x10; /* serving by default: interactive band, low delay */
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    setsockopt(fd, SOL_SOCKET, SO_PRIORITY, &prio, sizeof prio);
+    setsockopt(fd, IPPROTO_IP, IP_TOS, &tos, sizeof tos);
     return c;
 }
 
@@ -106,6 +108,15 @@ static int out_append(struct tcp_conn *c, size_t need, uint8_t **at)
     }
     *at = c->out + c->out_len;
     return 0;
+}
+
+static void tcp_set_bulk(struct tp_conn *conn)
+{
+    struct tcp_conn *c = (struct tcp_conn *)conn;
+    if (c->fd < 0) return;
+    int prio = 0, tos = 0x20; /* lowest band; DSCP CS1 */
+    setsockopt(c->fd, SOL_SOCKET, SO_PRIORITY, &prio, sizeof prio);
+    setsockopt(c->fd, IPPROTO_IP, IP_TOS, &tos, sizeof tos);
 }
 
 static int tcp_open(struct tp *t, char *err)
@@ -466,4 +477,5 @@ const struct tp_ops tp_tcp_ops = {
     .pending = tcp_pending,
     .close = tcp_close,
     .destroy = tcp_destroy,
+    .set_bulk = tcp_set_bulk,
 };

@@ -246,6 +246,8 @@ struct weight_stream {
     uint8_t *msg;
     struct weight_stream_stats st;
     char up_err[ERRMSG_LEN];
+    struct wire_join join;    /* decode/encode space, too large for the stack */
+    struct wire_manifest man; /* the last manifest received */
 };
 
 const char *weight_stream_upstream_error(const struct weight_stream *ws)
@@ -309,30 +311,30 @@ static void feeder_recv(struct weight_stream *ws, struct feeder *f)
     while (!f->closing && tp_recv(f->c, &msg, &len) == 1) {
         int type = wire_msg_type(msg, len);
         if (type == MSG_JOIN && !f->joined) {
-            static struct wire_join j;
-            if (wire_join_decode(&j, msg, len, err)) {
+            struct wire_join *j = &ws->join;
+            if (wire_join_decode(j, msg, len, err)) {
                 log_warn("fabric", "%s: bad join: %s", peer, err);
                 f->closing = 1;
                 return;
             }
             static const uint8_t zero[WIRE_ID_LEN];
-            if (ws->s->man && memcmp(j.model_id, zero, WIRE_ID_LEN) &&
-                memcmp(j.model_id, ws->s->man->model_id, WIRE_ID_LEN)) {
+            if (ws->s->man && memcmp(j->model_id, zero, WIRE_ID_LEN) &&
+                memcmp(j->model_id, ws->s->man->model_id, WIRE_ID_LEN)) {
                 log_warn("fabric", "%s: asks for another model; closing", peer);
                 f->closing = 1;
                 return;
             }
             f->joined = 1;
-            f->pull = !!(j.flags & JOIN_PULL);
-            f->chunk_size = j.chunk_size ? j.chunk_size
+            f->pull = !!(j->flags & JOIN_PULL);
+            f->chunk_size = j->chunk_size ? j->chunk_size
                             : ws->s->man
                                 ? ws->s->man->chunk_size
                                 : (ws->cfg.chunk_size ? ws->cfg.chunk_size : DEFAULT_CHUNK);
             memset(f->skip, 0, sizeof f->skip);
-            f->skip[0] = !!(j.flags & JOIN_HAVE_HEADER);
+            f->skip[0] = !!(j->flags & JOIN_HAVE_HEADER);
             int have = 0;
-            for (uint32_t i = 0; i < j.n_spans; i++)
-                if (j.have[i / 8] >> (i % 8) & 1) f->skip[i + 1] = 1, have++;
+            for (uint32_t i = 0; i < j->n_spans; i++)
+                if (j->have[i / 8] >> (i % 8) & 1) f->skip[i + 1] = 1, have++;
             f->last = 0;
             log_info("fabric", "%s joined%s%s (has %d spans)", peer, f->pull ? ", pulling" : "",
                      have ? ", resuming" : "", have);
@@ -475,6 +477,7 @@ static void feeders_step(struct weight_stream *ws)
         struct feeder *f = &ws->f[ws->n_f++];
         memset(f, 0, sizeof *f);
         f->c = c;
+        tp_set_bulk(c);
     }
     for (int i = 0; i < ws->n_f; i++) {
         struct feeder *f = &ws->f[i];
@@ -616,26 +619,27 @@ static int upstream_step(struct weight_stream *ws, char *err)
             ws->up_next_try = t + ws->cfg.retry_ms * 1e-3;
             return 0;
         }
+        tp_set_bulk(ws->up);
         if (ws->had_upstream) ws->st.resumes++;
         log_info("fabric", "%s from %s", ws->had_upstream ? "resuming" : "joining", peer);
         ws->had_upstream = 1;
     }
     if (tp_conn_state(ws->up) == TP_OPEN) ws->refusals = 0;
     if (tp_conn_state(ws->up) == TP_OPEN && !ws->up_joined) {
-        static struct wire_join j;
-        memset(&j, 0, sizeof j);
+        struct wire_join *j = &ws->join;
+        memset(j, 0, sizeof *j);
         if (s->man) {
-            memcpy(j.model_id, s->man->model_id, WIRE_ID_LEN);
-            j.chunk_size = s->man->chunk_size;
-            j.n_spans = s->man->n_spans;
-            if (atomic_load(&s->verified[0])) j.flags |= JOIN_HAVE_HEADER;
-            for (uint32_t i = 0; i < j.n_spans; i++)
-                if (atomic_load(&s->verified[i + 1])) j.have[i / 8] |= (uint8_t)(1u << (i % 8));
+            memcpy(j->model_id, s->man->model_id, WIRE_ID_LEN);
+            j->chunk_size = s->man->chunk_size;
+            j->n_spans = s->man->n_spans;
+            if (atomic_load(&s->verified[0])) j->flags |= JOIN_HAVE_HEADER;
+            for (uint32_t i = 0; i < j->n_spans; i++)
+                if (atomic_load(&s->verified[i + 1])) j->have[i / 8] |= (uint8_t)(1u << (i % 8));
         } else {
-            j.chunk_size = ws->cfg.chunk_size;
+            j->chunk_size = ws->cfg.chunk_size;
         }
-        if (tp_can_pull(ws->cfg.t)) j.flags |= JOIN_PULL;
-        size_t n = wire_join_encode(ws->msg, WIRE_MAX_MSG, &j);
+        if (tp_can_pull(ws->cfg.t)) j->flags |= JOIN_PULL;
+        size_t n = wire_join_encode(ws->msg, WIRE_MAX_MSG, j);
         if (tp_send(ws->up, ws->msg, n) == TP_OK) ws->up_joined = 1;
         ws->n_refetch = 0; /* the join lists what is verified: the holder resends the rest */
     }
@@ -644,19 +648,19 @@ static int upstream_step(struct weight_stream *ws, char *err)
     while (ws->up && tp_recv(ws->up, &msg, &len) == 1) {
         int type = wire_msg_type(msg, len);
         if (type == MSG_MANIFEST) {
-            static struct wire_manifest m;
-            if (wire_manifest_decode(&m, msg, len, err))
+            struct wire_manifest *m = &ws->man;
+            if (wire_manifest_decode(m, msg, len, err))
                 return errmsg_prefix(err, "%s: ", tp_conn_peer(ws->up));
             if (s->man) {
-                if (!same_model(s->man, &m) || m.chunk_size != s->man->chunk_size)
+                if (!same_model(s->man, m) || m->chunk_size != s->man->chunk_size)
                     return errmsg_set(err, "%s holds another model than the one being received",
                                       tp_conn_peer(ws->up));
             } else {
-                if (store_adopt(s, &m, err)) return -1;
+                if (store_adopt(s, m, err)) return -1;
                 log_info("fabric", "manifest: %s, %u spans, %llu-byte image, %llu-byte header",
-                         m.name, m.n_spans, (unsigned long long)m.image_size,
-                         (unsigned long long)m.header_len);
-                if (tp_can_pull(ws->cfg.t) && tp_expose(ws->cfg.t, s->image, m.image_size, err))
+                         m->name, m->n_spans, (unsigned long long)m->image_size,
+                         (unsigned long long)m->header_len);
+                if (tp_can_pull(ws->cfg.t) && tp_expose(ws->cfg.t, s->image, m->image_size, err))
                     return -1;
             }
             ws->pull_unit = 1;
