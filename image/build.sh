@@ -118,10 +118,10 @@ cmdl=$((osrel + 0x10000))
 linux=$(align $((cmdl + 0x10000)))
 initrd=$(align $((linux + $(stat -c %s "$OUT/vmlinuz"))))
 objcopy \
-    --add-section .osrel=build/image/os-release --change-section-vma .osrel=$(printf 0x%x $osrel) \
-    --add-section .cmdline=build/image/cmdline.txt --change-section-vma .cmdline=$(printf 0x%x $cmdl) \
-    --add-section .linux="$OUT/vmlinuz" --change-section-vma .linux=$(printf 0x%x $linux) \
-    --add-section .initrd="$OUT/initrd-base.img" --change-section-vma .initrd=$(printf 0x%x $initrd) \
+    --add-section .osrel=build/image/os-release --change-section-vma .osrel="$(printf 0x%x "$osrel")" \
+    --add-section .cmdline=build/image/cmdline.txt --change-section-vma .cmdline="$(printf 0x%x "$cmdl")" \
+    --add-section .linux="$OUT/vmlinuz" --change-section-vma .linux="$(printf 0x%x "$linux")" \
+    --add-section .initrd="$OUT/initrd-base.img" --change-section-vma .initrd="$(printf 0x%x "$initrd")" \
     "$STUB" "$OUT/strata.efi"
 # objcopy stamps the PE header with the build time: use SOURCE_DATE_EPOCH instead, and zero the
 # optional header's checksum that covered it (UEFI does not check it) -- same inputs, same bytes.

@@ -61,7 +61,7 @@ ln -sfn "root/boot/vmlinuz-$release" "$DIR/vmlinuz"
 
 # vmlinux: find the compressed payload by its magic (Debian uses xz; zstd and gzip for others)
 # and keep the first candidate that decompresses to an ELF file.
-if [ ! -f "$DIR/vmlinux" ] || [ "$DIR/vmlinux" -ot "$stamp" ]; then
+if [ ! -f "$DIR/vmlinux" ] || [ -n "$(find "$stamp" -newer "$DIR/vmlinux")" ]; then
     say "extracting vmlinux"
     rm -f "$DIR/vmlinux"
     for magic in "$(printf '\3757zXZ')" "$(printf '\050\265\057\375')" "$(printf '\037\213\010')"; do

@@ -124,7 +124,7 @@ done
 
 # --- modules ---------------------------------------------------------------------------------
 # Module names treat '-' and '_' alike; index every .ko by its normalised name.
-declare -A MODPATH=() BUILTIN=() DONE=()
+declare -A MODPATH=() BUILTIN=() SEEN=()
 norm() { local n=${1##*/}; n=${n%%.ko*}; echo "${n//-/_}"; }
 if [ ${#MODS[@]} -gt 0 ] || [ -n "$EXTRA_MODS" ]; then
     [ -d "$MODDIR" ] || die "$MODDIR: no module tree (run image/fetch-kernel.sh)"
@@ -170,15 +170,15 @@ ORDER=()
 visit() { # depth-first: a module goes in after everything it needs
     local m d
     m=$(norm "$1")
-    [ -n "${DONE[$m]:-}" ] && return 0
-    [ -n "${BUILTIN[$m]:-}" ] && { DONE[$m]=1; return 0; }
+    [ -n "${SEEN[$m]:-}" ] && return 0
+    [ -n "${BUILTIN[$m]:-}" ] && { SEEN[$m]=1; return 0; }
     [ -n "${MODPATH[$m]:-}" ] || die "module $m: not found under $MODDIR${EXTRA_MODS:+ or $EXTRA_MODS}"
-    DONE[$m]=visiting
+    SEEN[$m]=visiting
     for d in $(mod_deps "$m"); do
-        [ "${DONE[$(norm "$d")]:-}" = visiting ] && die "module $m: dependency cycle through $d"
+        [ "${SEEN[$(norm "$d")]:-}" = visiting ] && die "module $m: dependency cycle through $d"
         visit "$d"
     done
-    DONE[$m]=1
+    SEEN[$m]=1
     ORDER+=("$m")
 }
 for m in "${MODS[@]+"${MODS[@]}"}" "${EXTRA_LIST[@]+"${EXTRA_LIST[@]}"}"; do visit "$m"; done

@@ -321,20 +321,20 @@ struct mm_job {
     int n_tok, total_rows;
 };
 
-/* Part ith of nth: rows are split in runs of 4 (one tile) so every part gets whole tiles. A part
- * walks its rows tile by tile and, for each, all tokens: the weight tile stays in L1 while the activations
- * (L2-resident) stream past, so for n_tok > 1 weights are read from memory once. */
+/* Part ith of nth: an equal share of the rows of all matrices together. A part walks its rows in
+ * chunks of about 64 KiB of weights; for each chunk it runs every tile of tokens, so for
+ * n_tok > 1 the chunk is read from memory once and then from L2, while the tile's activations
+ * stay in L1. For n_tok = 1 this is one sequential pass over the part's rows. */
 static void mm_worker(void *arg, int ith, int nth)
 {
     const struct mm_job *j = arg;
-    int tiles = (j->total_rows + 3) / 4;
-    int t0 = (int)((long long)tiles * ith / nth), t1 = (int)((long long)tiles * (ith + 1) / nth);
-    int row = t0 * 4, end = t1 * 4 < j->total_rows ? t1 * 4 : j->total_rows;
+    int row = (int)((long long)j->total_rows * ith / nth);
+    int end = (int)((long long)j->total_rows * (ith + 1) / nth);
     int base = 0;
     for (int m = 0; m < j->n && row < end; m++) {
         const struct tensor *w = j->w[m];
-        int rows = w->rows;
-        if (row >= base + rows) {
+        int rows = w->rows, stop = base + rows < end ? base + rows : end;
+        if (row >= stop) {
             base += rows;
             continue;
         }
@@ -342,11 +342,11 @@ static void mm_worker(void *arg, int ith, int nth)
         if (kt < 0) abort(); /* model_plan admits only the types above */
         tile_fn fn = j->kt->tile[kt];
         size_t ws = row_bytes(w->type, w->cols);
+        int chunk = ws >= 65536 ? 1 : (int)(65536 / ws);
         int tt = j->kt->tile_t;
-        for (int nr; row < end && row < base + rows; row += nr) {
+        for (int nr; row < stop; row += nr) {
+            nr = stop - row < chunk ? stop - row : chunk;
             int r = row - base;
-            nr = base + rows - row < 4 ? base + rows - row : 4;
-            if (end - row < nr) nr = end - row;
             for (int t = 0; t < j->n_tok; t += tt) {
                 int nt = j->n_tok - t < tt ? j->n_tok - t : tt;
                 fn((const uint8_t *)w->data + (size_t)r * ws, ws, nr, j->x + (size_t)t * j->xs,
@@ -402,8 +402,8 @@ void matmul_multi(struct matmul_ctx *k, int n, float *const *y, const struct ten
     }
     /* Parts of contiguous rows, a few per thread: threads that the OS slows down (or that start
      * late) take fewer of them, so nobody waits for a straggler's fixed share. */
-    int tiles = (total + 3) / 4, parts = k->tp ? 4 * threadpool_size(k->tp) : 1;
-    if (parts > tiles) parts = tiles;
+    int parts = k->tp ? 4 * threadpool_size(k->tp) : 1;
+    if (parts > total) parts = total;
     if (parts > 1)
         threadpool_run_parts(k->tp, mm_worker, &job, parts);
     else

@@ -6,7 +6,11 @@
  * is read from memory once per tile, which makes prefill compute-bound, not bandwidth-bound.
  * matmul_multi() runs several matrices on the same input in one dispatch (q/k/v, gate/up).
  * Scratch for the quantized activations comes from the caller (the arena's activation pool):
- * matmul_scratch_size() says how much. Nothing here allocates after matmul_init. */
+ * matmul_scratch_size() says how much. Nothing here allocates after matmul_init. n_tok and the
+ * column count must not exceed the max_tokens and max_cols given to matmul_init (a sizing bug:
+ * it aborts). A token's outputs are bit-identical whatever the batch it comes in, the thread
+ * count, and whether it goes through matmul or matmul_multi (so batched and one-by-one decoding
+ * agree exactly); different ISAs agree within float rounding. */
 #ifndef STRATA_MATMUL_H
 #define STRATA_MATMUL_H
 

@@ -1,9 +1,9 @@
 /* matmul_kernels: what matmul.c (the driver) and the per-ISA kernel files share. Internal.
  *
- * A kernel computes one tile of y: nr (<= 4) consecutive rows of W against nt (<= tile_t)
- * consecutive tokens, each output y[t*ys + r] = dot(W row r, token t). Weights are read in their
- * stored format; for quantized types the tokens come pre-quantized in the formats below. Every
- * kernel table gives the same results up to float summation order (the integer parts are
+ * A kernel computes nr consecutive rows of W, one after another, each against nt (<= tile_t)
+ * consecutive tokens: y[t*ys + r] = dot(W row r, token t). Weights are read in their stored
+ * format; for quantized types the tokens come pre-quantized in the formats below. Every kernel
+ * table gives the same results up to float summation order (the integer parts are
  * exact), which the tests check against the scalar table. */
 #ifndef STRATA_MATMUL_KERNELS_H
 #define STRATA_MATMUL_KERNELS_H
