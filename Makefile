@@ -25,7 +25,7 @@ DPDK_CFLAGS := $(shell $(PKG_CONFIG) --cflags libdpdk 2>/dev/null)
 DPDK_LIBS   := $(shell $(PKG_CONFIG) --libs libdpdk 2>/dev/null)
 
 CFLAGS_BASE = -std=c11 -D_GNU_SOURCE -g $(OPT) -Wall -Wextra -Werror -pthread -I. \
-              -fno-strict-aliasing $(SANFLAGS)
+              -fno-strict-aliasing -fopenmp-simd $(SANFLAGS)
 CFLAGS  ?=
 LDLIBS   = $(DPDK_LIBS) -libverbs -lmicrohttpd -lcjson -lsodium -ldl -lm -pthread
 LDFLAGS += $(SANFLAGS)

@@ -25,6 +25,24 @@
 // ----------------------------------------------------------------------------
 // small kernels
 
+/* Attention's inner loops. Cloned per ISA (the loader picks at run time) and marked `omp simd` so
+ * the reduction vectorizes without -ffast-math: the order of the sum changes, nothing else. */
+#define SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+
+SIMD_CLONES static float dot_f32(const float *a, const float *b, int n)
+{
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+SIMD_CLONES static void axpy_f32(float *y, float a, const float *x, int n)
+{
+#pragma omp simd
+    for (int i = 0; i < n; i++) y[i] += a * x[i];
+}
+
 static void rmsnorm(float *o, const float *x, const float *w, int n, float eps)
 {
     float ss = 0.0f;
@@ -157,10 +175,7 @@ static void attention_worker(void *ctx, int ith, int nth)
         int koff = (h / group) * hd;
         for (int p = 0; p <= pos; p++) {
             const float *k = kv_key(kv, job->layer, bt[p / kv->block_size], p % kv->block_size);
-            k += koff;
-            float score = 0.0f;
-            for (int i = 0; i < hd; i++) score += q[i] * k[i];
-            att[p] = score * scale;
+            att[p] = dot_f32(q, k + koff, hd) * scale;
         }
         softmax(att, pos + 1);
         float *out = e->att_out + (size_t)t * c->n_heads * hd + (size_t)h * hd;
@@ -168,8 +183,7 @@ static void attention_worker(void *ctx, int ith, int nth)
         for (int p = 0; p <= pos; p++) {
             const float *v =
                 kv_value(kv, job->layer, bt[p / kv->block_size], p % kv->block_size) + koff;
-            float a = att[p];
-            for (int i = 0; i < hd; i++) out[i] += a * v[i];
+            axpy_f32(out, att[p], v, hd);
         }
     }
 }
