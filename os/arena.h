@@ -2,7 +2,8 @@
  *
  * At start-up the process computes every pool's size from the model config and the serving limits
  * (arena_plan), then reserves the whole arena at once: 2 MiB hugepages when the kernel has them
- * reserved, normal pages otherwise (with a warning), and mlock()s it so it never pages out. The
+ * reserved, otherwise a 2 MiB aligned mapping with madvise(MADV_HUGEPAGE) (transparent hugepages
+ * where the kernel allows them), and mlock()s it so it never pages out. The
  * arena is later registered once with each device (ibv_reg_mr, cudaHostRegister,
  * rte_extmem_register) instead of per tensor. Pools are carved with a bump allocator and never
  * freed individually; arena_close releases everything.
