@@ -9,6 +9,9 @@
 # deletes the namespaces. Needs root. Every helper prints nothing on success.
 
 FAB_ID=${FAB_ID:-$$}
+# Killing nodes on purpose makes bash report "... Killed ..." on stderr at a moment of its
+# choosing, possibly in the middle of a result line: keep those reports out of the output.
+exec 2> >(grep --line-buffered -v -E '^[^ ]*: line [0-9]+: +[0-9]+ Killed' >&2)
 FAB_HUB="sfab${FAB_ID}h"
 FAB_N=0
 FAB_PIDS=()
