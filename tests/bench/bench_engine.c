@@ -45,8 +45,10 @@ static void run(const struct shape *s, uint32_t type, int threads, double bw)
     }
     struct loaded_model *lm = calloc(1, sizeof *lm);
     int n_prompt = 64, n_decode = 16;
-    struct loader_opts o = {.limits = {.max_seqs = 1, .max_tokens = n_prompt,
-                                       .ctx = n_prompt + n_decode + 1, .threads = threads}};
+    struct loader_opts o = {.limits = {.max_seqs = 1,
+                                       .max_tokens = n_prompt,
+                                       .ctx = n_prompt + n_decode + 1,
+                                       .threads = threads}};
     if (loader_open(lm, path, &o, err)) {
         fprintf(stderr, "%s\n", err);
         free(lm);
@@ -80,8 +82,8 @@ static void run(const struct shape *s, uint32_t type, int threads, double bw)
     double dec = n_decode / (t2 - t1), gbs = bytes * dec / 1e9;
     printf("%-15s %-5s %d thr | prefill %8.1f tok/s | decode %7.2f tok/s = %6.1f GB/s "
            "(%3.0f%% of %.1f GB/s measured) | %s\n",
-           s->name, ggml_type_name(type), threads, n_prompt / (t1 - t0), dec, gbs,
-           100 * gbs / bw, bw, matmul_isa());
+           s->name, ggml_type_name(type), threads, n_prompt / (t1 - t0), dec, gbs, 100 * gbs / bw,
+           bw, matmul_isa());
     fflush(stdout);
     free(logits);
     loader_close(lm);
