@@ -60,6 +60,22 @@ int arena_open(struct arena *a, size_t size, unsigned flags, char *err)
                      huge_size >> 20, strerror(errno));
         }
     }
+    if (p == MAP_FAILED && !(flags & ARENA_NO_HUGEPAGES)) {
+        /* No reserved hugepages: ask for transparent ones (THP in "madvise" mode), on a 2 MiB
+         * aligned range. Decode streams the whole weight image per token; with 4 KiB pages the
+         * hardware prefetcher stops at every page boundary and every page costs a TLB miss. */
+        size_t len = huge_size + HUGE_2M;
+        uint8_t *q = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (q != MAP_FAILED) {
+            uint8_t *al = (uint8_t *)(((uintptr_t)q + HUGE_2M - 1) & ~(uintptr_t)(HUGE_2M - 1));
+            if (al > q) munmap(q, (size_t)(al - q));
+            if (q + len > al + huge_size)
+                munmap(al + huge_size, (size_t)(q + len - al - huge_size));
+            madvise(al, huge_size, MADV_HUGEPAGE);
+            p = al;
+            a->size = huge_size;
+        }
+    }
     if (p == MAP_FAILED) {
         size_t page = (size_t)sysconf(_SC_PAGESIZE);
         a->size = (size + page - 1) & ~(page - 1);

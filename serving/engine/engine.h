@@ -71,9 +71,10 @@ struct engine {
     struct threadpool *tp;
     struct matmul_ctx mm;
     /* activations, each max_tokens rows */
-    float *xb, *xb2, *q, *k, *v, *att_out, *hb, *hb2, *att_scores; /* att_scores: per thread ctx */
-    float *hidden;  /* max_tokens x dim, for engine_forward */
-    float *rope_cs; /* ctx x head_dim: (cos, sin) per position and pair */
+    float *xb, *xb2, *q, *k, *v, *att_out, *hb, *hb2,
+        *att_scores; /* att_scores: per thread n_heads x ctx */
+    float *hidden;   /* max_tokens x dim, for engine_forward */
+    float *rope_cs;  /* ctx x head_dim: (cos, sin) per position and pair */
     void *backend_state;
 };
 
