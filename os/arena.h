@@ -16,7 +16,7 @@
 #include <stdint.h>
 
 #define ARENA_MAX_POOLS 16
-#define ARENA_ALIGN 64
+#define ARENA_ALIGN     64
 
 struct arena_pool {
     const char *name; /* "weights", "kv", "activations", "net" */
@@ -38,7 +38,7 @@ struct arena {
  * ARENA_NO_LOCK to skip mlock. Fails when `size` exceeds available memory (the message gives
  * the requested size and MemAvailable). */
 #define ARENA_NO_HUGEPAGES 1u
-#define ARENA_NO_LOCK 2u
+#define ARENA_NO_LOCK      2u
 int arena_open(struct arena *a, size_t size, unsigned flags, char *err);
 
 /* Carve a named pool of `size` bytes aligned to ARENA_ALIGN. Returns NULL and writes err when the

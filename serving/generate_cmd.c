@@ -63,9 +63,10 @@ int cmd_generate(int argc, char **argv)
             prompt = v, i++, ok = 1;
         else {
             NUM("-n", n_gen, 0, 1e9)
-            NUM("--temp", temp, 0, 100) NUM("--top-p", top_p, 0, 1) NUM("--top-k", top_k, 0, 1e9)
-                NUM("--min-p", min_p, 0, 1) NUM("--seed", seed, 0, 1.8e19)
-                    NUM("--threads", threads, 1, 1024) NUM("--batch", chunk, 1, 65536)
+            NUM("--temp", temp, 0, 100)
+            NUM("--top-p", top_p, 0, 1) NUM("--top-k", top_k, 0, 1e9) NUM("--min-p", min_p, 0, 1)
+                NUM("--seed", seed, 0, 1.8e19) NUM("--threads", threads, 1, 1024)
+                    NUM("--batch", chunk, 1, 65536)
         }
 #undef NUM
         if (!ok) {
@@ -126,8 +127,12 @@ int cmd_generate(int argc, char **argv)
         int n = n_prompt - done < e->lim.max_tokens ? n_prompt - done : e->lim.max_tokens;
         for (int i = 0; i < n; i++) pos[i] = done + i, blocks[i] = table;
         int last = n - 1, final = done + n == n_prompt;
-        struct batch b = {.n = n, .token = tokens + done, .pos = pos, .blocks = blocks,
-                          .n_logits = final, .logit_rows = &last};
+        struct batch b = {.n = n,
+                          .token = tokens + done,
+                          .pos = pos,
+                          .blocks = blocks,
+                          .n_logits = final,
+                          .logit_rows = &last};
         int r = final ? engine_forward_sample(e, &b, &smpp, &next, logits)
                       : engine_forward(e, &b, logits);
         if (r) {
@@ -154,8 +159,12 @@ int cmd_generate(int argc, char **argv)
         if (n_out == (int)n_gen || cur + 1 >= ctx) break;
         int zero = 0, p = cur;
         const int *bt = table;
-        struct batch b = {.n = 1, .token = &tokens[cur], .pos = &p, .blocks = &bt,
-                          .n_logits = 1, .logit_rows = &zero};
+        struct batch b = {.n = 1,
+                          .token = &tokens[cur],
+                          .pos = &p,
+                          .blocks = &bt,
+                          .n_logits = 1,
+                          .logit_rows = &zero};
         if (engine_forward_sample(e, &b, &smpp, &next, logits)) {
             fprintf(stderr, "strata generate: forward pass failed at position %d\n", cur);
             goto out;

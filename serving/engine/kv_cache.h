@@ -15,8 +15,8 @@
 struct kv_cache {
     int n_layers, kv_dim;
     int block_size, n_blocks;
-    float *k, *v;       /* n_layers * n_blocks * block_size * kv_dim each */
-    int *free_list;     /* stack of free block ids */
+    float *k, *v;   /* n_layers * n_blocks * block_size * kv_dim each */
+    int *free_list; /* stack of free block ids */
     int n_free;
 };
 

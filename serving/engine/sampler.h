@@ -21,7 +21,10 @@ struct sampler {
     struct sampler_params p;
     int vocab_size;
     uint64_t rng;
-    struct sampler_cand { float p; int id; } *cand; /* vocab_size scratch */
+    struct sampler_cand {
+        float p;
+        int id;
+    } * cand; /* vocab_size scratch */
 };
 
 int sampler_init(struct sampler *s, const struct sampler_params *p, int vocab_size, char *err);

@@ -30,10 +30,14 @@
 
 /* How long a waiting thread spins before it sleeps. It is a time, not a count of pause
  * instructions, because pause costs from ~10 ns (Intel before Skylake) to ~100 ns (Skylake and
- * later, and Zen under virtualization, measured here). 50 us covers the gaps between the jobs of
- * a forward pass and between tokens; longer spinning only takes CPU from the thread doing the
- * serial work when cores are oversubscribed. */
-#define SPIN_NS 50000
+ * later, and Zen under virtualization, measured here). A futex wake-up costs tens to hundreds of
+ * microseconds in a VM, longer than a decode-sized job: a worker that has gone to sleep arrives
+ * after the caller has done every part itself. With a 50 us budget that happened on most jobs
+ * here (2 threads decoded no faster than 1); with 1 ms, stories110M Q8_0 decode went from 101 to
+ * 213 tok/s on 2 threads. Yielding the core while waiting (sched_yield) lost it all again
+ * whenever another process was runnable, so the wait spins; on the appliance the process owns
+ * the machine, and an idle pool still sleeps 1 ms after its last job. */
+#define SPIN_NS 1000000
 
 /* The claim word: job id (24 bits) | part count (20 bits) | next part (20 bits). */
 #define PART_BITS 20

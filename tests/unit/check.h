@@ -35,11 +35,10 @@ static char check_msg[1024];
     } while (0)
 
 #define CHECK_EQ_INT(a, b)                                                                         \
-    CHECKF((long long)(a) == (long long)(b), "%s == %lld, expected %s == %lld", #a,              \
+    CHECKF((long long)(a) == (long long)(b), "%s == %lld, expected %s == %lld", #a,                \
            (long long)(a), #b, (long long)(b))
 
-#define CHECK_STR(a, b)                                                                            \
-    CHECKF(strcmp((a), (b)) == 0, "%s is \"%s\", expected \"%s\"", #a, (a), (b))
+#define CHECK_STR(a, b) CHECKF(strcmp((a), (b)) == 0, "%s is \"%s\", expected \"%s\"", #a, (a), (b))
 
 #define SKIP(...)                                                                                  \
     do {                                                                                           \
@@ -65,7 +64,7 @@ static inline void check_run(const char *name, void (*fn)(void))
     fflush(stdout);
 }
 
-#define RUN(fn) check_run(#fn, fn)
+#define RUN(fn)      check_run(#fn, fn)
 #define CHECK_DONE() return check_failed_count ? 1 : 0
 
 /* ../shared relative to the repository root; tests run from the root. */
