@@ -2,8 +2,8 @@
  * F32, Q8_0 and Q4_0, at 1 and 2 threads: prefill tokens/s (a 64-token prompt in one batch) and
  * batch-1 decode tokens/s, beside the machine's read bandwidth measured in the same run and the
  * bandwidth each decode implies (weight bytes read per token x tokens/s).
- * Models are written once to build/bench-models/ and reused. BENCH_SHAPES=stories15M,stories110M,tinyllama-1.1B limits
- * the shapes. */
+ * Models are written once to build/bench-models/ and reused.
+ * BENCH_SHAPES=stories15M,stories110M,tinyllama-1.1B limits the shapes. */
 #include "../unit/synth.h"
 
 #include "os/errmsg.h"
