@@ -65,7 +65,8 @@ int cmd_generate(int argc, char **argv)
             NUM("-n", n_gen, 0, 1e9)
             NUM("--temp", temp, 0, 100)
             NUM("--top-p", top_p, 0, 1)
-            NUM("--top-k", top_k, 0, 1e9) NUM("--min-p", min_p, 0, 1) NUM("--seed", seed, 0, 1.8e19)
+            NUM("--top-k", top_k, 0, 1e9)
+            NUM("--min-p", min_p, 0, 1) NUM("--seed", seed, 0, 1.8e19)
                 NUM("--threads", threads, 1, 1024) NUM("--batch", chunk, 1, 65536)
         }
 #undef NUM
