@@ -50,26 +50,27 @@ int cmd_generate(int argc, char **argv)
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         int ok = 0;
-#define NUM(flag, var, lo, hi)                                                                     \
-    if (!strcmp(a, flag)) {                                                                        \
-        if (!v || parse_num(flag, v, lo, hi, &var)) return usage();                                \
-        i++, ok = 1;                                                                               \
-    }
+        /* Numeric options: flag, destination, range. */
+        const struct {
+            const char *flag;
+            double *var, lo, hi;
+        } nums[] = {
+            {"-n", &n_gen, 0, 1e9},           {"--temp", &temp, 0, 100},
+            {"--top-p", &top_p, 0, 1},        {"--top-k", &top_k, 0, 1e9},
+            {"--min-p", &min_p, 0, 1},        {"--seed", &seed, 0, 1.8e19},
+            {"--threads", &threads, 1, 1024}, {"--batch", &chunk, 1, 65536},
+        };
         if (!strcmp(a, "-v"))
             verbose = ok = 1;
         else if (!strcmp(a, "-m") && v)
             model = v, i++, ok = 1;
         else if (!strcmp(a, "-p") && v)
             prompt = v, i++, ok = 1;
-        else {
-            NUM("-n", n_gen, 0, 1e9)
-            NUM("--temp", temp, 0, 100)
-            NUM("--top-p", top_p, 0, 1)
-            NUM("--top-k", top_k, 0, 1e9)
-            NUM("--min-p", min_p, 0, 1) NUM("--seed", seed, 0, 1.8e19)
-                NUM("--threads", threads, 1, 1024) NUM("--batch", chunk, 1, 65536)
+        for (size_t k = 0; !ok && k < sizeof nums / sizeof nums[0]; k++) {
+            if (strcmp(a, nums[k].flag)) continue;
+            if (!v || parse_num(a, v, nums[k].lo, nums[k].hi, nums[k].var)) return usage();
+            i++, ok = 1;
         }
-#undef NUM
         if (!ok) {
             fprintf(stderr, "strata generate: unknown or incomplete option '%s'\n", a);
             return usage();
