@@ -118,7 +118,7 @@ int http_parse_head(const char *buf, size_t len, size_t max_head, struct http_re
     if (parse_request_line(p, (size_t)(eol - p), req, status, err)) return -1;
     p = eol + 2;
 
-    int connection_close = 0, connection_keep = 0, n_headers = 0, have_te = 0;
+    int connection_close = 0, connection_keep = 0, n_headers = 0, have_te = 0, te_other = 0;
     while (p < stop) {
         eol = memchr(p, '\r', (size_t)(stop - p));
         if (!eol || eol + 1 >= buf + len || eol[1] != '\n')
@@ -151,8 +151,23 @@ int http_parse_head(const char *buf, size_t len, size_t max_head, struct http_re
                 return fail(status, 400, err, "conflicting Content-Length headers");
             req->content_length = cl;
         } else if (name_is(p, nl, "transfer-encoding")) {
+            /* Only "chunked", exactly once over all Transfer-Encoding lines: another coding
+             * (gzip, chunked) is not served, and chunked twice is malformed. */
             have_te = 1;
-            if (has_token(v, vn, "chunked")) req->chunked = 1;
+            size_t i = 0;
+            do {
+                size_t j = i;
+                while (j < vn && v[j] != ',') j++;
+                const char *t = v + i;
+                size_t tn = j - i;
+                trim(&t, &tn);
+                if (tn == 7 && strncasecmp(t, "chunked", 7) == 0) {
+                    if (req->chunked++) return fail(status, 400, err, "chunked applied twice");
+                } else if (tn) {
+                    te_other = 1;
+                }
+                i = j + 1;
+            } while (i < vn);
         } else if (name_is(p, nl, "connection")) {
             if (has_token(v, vn, "close")) connection_close = 1;
             if (has_token(v, vn, "keep-alive")) connection_keep = 1;
@@ -179,11 +194,177 @@ int http_parse_head(const char *buf, size_t len, size_t max_head, struct http_re
     }
     if (have_te && req->content_length >= 0)
         return fail(status, 400, err, "both Transfer-Encoding and Content-Length");
-    if (have_te && !req->chunked) return fail(status, 501, err, "unsupported Transfer-Encoding");
+    if (te_other) return fail(status, 501, err, "unsupported Transfer-Encoding");
+    if (have_te && !req->chunked) return fail(status, 400, err, "empty Transfer-Encoding");
+    if (have_te && req->minor == 0)
+        return fail(status, 400, err, "Transfer-Encoding in an HTTP/1.0 request");
     if (req->minor == 1)
         req->keep_alive = !connection_close;
     else
         req->keep_alive = connection_keep && !connection_close;
+    return 1;
+}
+
+/* ---------------------------------------------------------------- chunked bodies */
+
+enum { CH_SIZE, CH_DATA, CH_DATA_CRLF, CH_TRAILER, CH_DONE };
+
+void http_chunked_init(struct http_chunked *d)
+{
+    memset(d, 0, sizeof *d);
+}
+
+static int hexval(unsigned char c)
+{
+    if (c >= '0' && c <= '9') return c - '0';
+    if ((c | 0x20) >= 'a' && (c | 0x20) <= 'f') return (c | 0x20) - 'a' + 10;
+    return -1;
+}
+
+/* A complete line (ending in CRLF) at p[0..avail)? Returns its length without the CRLF, -2 when
+ * more bytes are needed, -1 (with *status) when it can never be a line. Only the first
+ * HTTP_CHUNK_LINE_MAX + 2 bytes are looked at, so the result does not depend on how the bytes
+ * arrived. */
+static long take_line(const char *p, size_t avail, int *status, char *err)
+{
+    size_t win = avail < HTTP_CHUNK_LINE_MAX + 2 ? avail : HTTP_CHUNK_LINE_MAX + 2;
+    const char *nl = memchr(p, '\n', win);
+    if (!nl) {
+        if (win == HTTP_CHUNK_LINE_MAX + 2) return fail(status, 400, err, "chunk line too long");
+        return -2;
+    }
+    size_t n = (size_t)(nl - p);
+    if (n == 0 || p[n - 1] != '\r') return fail(status, 400, err, "chunk line without CRLF");
+    for (size_t i = 0; i + 1 < n; i++) {
+        unsigned char c = (unsigned char)p[i];
+        if ((c < 0x20 && c != '\t') || c == 0x7f)
+            return fail(status, 400, err, "control character in a chunk line");
+    }
+    return (long)(n - 1);
+}
+
+/* chunk-size [ BWS ; chunk-ext ]: the extension's content is ignored. */
+static int parse_size_line(const char *p, size_t n, unsigned long long room,
+                           unsigned long long *size, int *status, char *err)
+{
+    size_t i = 0;
+    unsigned long long v = 0;
+    for (; i < n && hexval((unsigned char)p[i]) >= 0; i++) {
+        /* checked at every digit, so v never overflows */
+        v = v * 16 + (unsigned)hexval((unsigned char)p[i]);
+        if (v > room || v > (~0ULL >> 8))
+            return fail(status, 413, err, "chunked request body over the size limit");
+    }
+    if (i == 0) return fail(status, 400, err, "bad chunk size");
+    while (i < n && (p[i] == ' ' || p[i] == '\t')) i++;
+    if (i < n && p[i] != ';') return fail(status, 400, err, "bad chunk size");
+    *size = v;
+    return 0;
+}
+
+int http_chunked_decode(struct http_chunked *d, char *body, size_t *len, size_t max_body,
+                        int *status, char *err)
+{
+    *status = 0;
+    while (d->state != CH_DONE) {
+        size_t avail = *len - d->in;
+        const char *p = body + d->in;
+        if (d->state == CH_DATA) {
+            if (!avail) break;
+            size_t k = d->left < avail ? (size_t)d->left : avail;
+            memmove(body + d->out, p, k);
+            d->out += k;
+            d->in += k;
+            d->left -= k;
+            if (!d->left) d->state = CH_DATA_CRLF;
+            continue;
+        }
+        if (d->state == CH_DATA_CRLF) {
+            if (!avail) break;
+            if (p[0] != '\r' || (avail >= 2 && p[1] != '\n'))
+                return fail(status, 400, err, "chunk data not followed by CRLF");
+            if (avail < 2) break;
+            d->in += 2;
+            d->state = CH_SIZE;
+            continue;
+        }
+        long n = take_line(p, avail, status, err);
+        if (n == -2) break;
+        if (n < 0) return -1;
+        if (d->state == CH_SIZE) {
+            unsigned long long size = 0;
+            if (parse_size_line(p, (size_t)n, max_body - d->out, &size, status, err)) return -1;
+            d->in += (size_t)n + 2;
+            d->left = size;
+            d->state = size ? CH_DATA : CH_TRAILER;
+            continue;
+        }
+        /* CH_TRAILER: field lines until an empty line */
+        d->in += (size_t)n + 2;
+        if (n == 0) {
+            d->state = CH_DONE;
+            break;
+        }
+        d->trailers += (size_t)n + 2;
+        if (d->trailers > HTTP_TRAILERS_MAX) return fail(status, 431, err, "trailers too large");
+        const char *colon = memchr(p, ':', (size_t)n);
+        if (!colon || colon == p) return fail(status, 400, err, "bad trailer field");
+        for (const char *q = p; q < colon; q++)
+            if (!is_tchar((unsigned char)*q)) return fail(status, 400, err, "bad trailer field");
+    }
+    if (d->state == CH_DONE) return 1;
+    /* Keep only what is decoded plus the incomplete rest. */
+    if (d->in > d->out) {
+        memmove(body + d->out, body + d->in, *len - d->in);
+        *len -= d->in - d->out;
+        d->in = d->out;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- whole requests */
+
+void http_parser_reset(struct http_parser *p)
+{
+    memset(p, 0, sizeof *p);
+}
+
+int http_parse_request(struct http_parser *p, char *buf, size_t *len, size_t max_head,
+                       size_t max_body, int *status, char *err)
+{
+    *status = 0;
+    if (!p->have_head) {
+        int rc = http_parse_head(buf, *len, max_head, &p->req, status, err);
+        if (rc <= 0) return rc;
+        p->have_head = 1;
+        http_chunked_init(&p->ch);
+        if (!p->req.chunked) {
+            if (p->req.content_length < 0) p->req.content_length = 0;
+            if ((unsigned long long)p->req.content_length > max_body) {
+                *status = 413;
+                return errmsg_set(err,
+                                  "http: request body of %lld bytes exceeds the limit of %zu "
+                                  "bytes",
+                                  p->req.content_length, max_body);
+            }
+        }
+    }
+    size_t head = p->req.head_len;
+    if (p->req.chunked) {
+        size_t blen = *len - head;
+        int rc = http_chunked_decode(&p->ch, buf + head, &blen, max_body, status, err);
+        *len = head + blen;
+        if (rc <= 0) return rc;
+        p->body = buf + head;
+        p->body_len = p->ch.out;
+        p->consumed = head + p->ch.in;
+        return 1;
+    }
+    size_t total = head + (size_t)p->req.content_length;
+    if (*len < total) return 0;
+    p->body = buf + head;
+    p->body_len = (size_t)p->req.content_length;
+    p->consumed = total;
     return 1;
 }
 

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <linux/sockios.h>
 #include <netinet/tcp.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -15,6 +16,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -31,12 +33,19 @@ struct http_conn {
     size_t rlen, rcap;
     char *wbuf;
     size_t wlen, woff, wcap;
-    struct http_request req;
-    int have_head, sent_continue;
+    struct http_parser p; /* the request being read (and, while busy, answered) */
+    int sent_continue;
     size_t consumed; /* bytes of the current request (head + body) */
     double t_start;  /* first byte of the request being read */
     double t_idle;   /* when the connection became idle */
-    double t_write;  /* last write progress while output is pending */
+    /* Delivery progress: bytes the kernel took (sent_total) minus what it still holds unacked
+     * (SIOCOUTQ) is what the client's TCP acknowledged. A client that stops reading stops
+     * acknowledging once its receive window is full, however much the kernel buffers on our
+     * side (loopback autotuning makes that megabytes, so "our queue is not draining" alone
+     * would notice the stall late or never). */
+    unsigned long long sent_total, acked_seen;
+    double t_progress; /* last acknowledgement progress while output is outstanding */
+    int outstanding;   /* output is queued here or unacknowledged in the kernel */
     int keep_alive, close_after_write, chunked_out, reading_paused;
     int lingering; /* answered and half-closed: discarding input until EOF */
     double t_linger;
@@ -207,7 +216,7 @@ static int flush(struct http_conn *c)
         ssize_t k = send(c->fd, c->wbuf + c->woff, c->wlen - c->woff, MSG_NOSIGNAL);
         if (k > 0) {
             c->woff += (size_t)k;
-            c->t_write = now_s();
+            c->sent_total += (unsigned long long)k;
             continue;
         }
         if (k < 0 && errno == EINTR) continue;
@@ -259,7 +268,10 @@ static int conn_write(struct http_conn *c, const char *data, size_t len)
             c->wcap = cap;
         }
     }
-    if (c->wlen == c->woff) c->t_write = now_s();
+    if (!c->outstanding) {
+        c->outstanding = 1;
+        c->t_progress = now_s();
+    }
     memcpy(c->wbuf + c->wlen, data, len);
     c->wlen += len;
     return 0;
@@ -289,7 +301,8 @@ static void request_done(struct http_conn *c)
     memmove(c->rbuf, c->rbuf + c->consumed, c->rlen - c->consumed);
     c->rlen -= c->consumed;
     c->consumed = 0;
-    c->have_head = c->sent_continue = 0;
+    http_parser_reset(&c->p);
+    c->sent_continue = 0;
     c->t_start = c->rlen ? now_s() : 0;
     c->t_idle = now_s();
     if (!c->keep_alive) c->close_after_write = 1;
@@ -320,7 +333,7 @@ int http_stream_begin(struct http_conn *c, int status, const char *content_type)
 {
     if (c->dead) return -1;
     /* HTTP/1.0 has no chunked encoding: the stream ends with the connection. */
-    c->chunked_out = c->req.minor >= 1;
+    c->chunked_out = c->p.req.minor >= 1;
     if (!c->chunked_out) c->keep_alive = 0;
     c->state = C_STREAM;
     if (conn_printf(c,
@@ -385,46 +398,30 @@ static void process_input(struct http_conn *c)
     struct http_server *s = c->srv;
     c->in_process = 1;
     while (!c->dead && c->state == C_READ && c->rlen && !c->close_after_write) {
-        if (!c->have_head) {
-            int status;
-            char err[ERRMSG_LEN];
-            int rc = http_parse_head(c->rbuf, c->rlen, s->cfg.max_head, &c->req, &status, err);
-            if (rc == 0) break;
-            if (rc < 0) {
-                respond_error(c, status, err, NULL);
-                break;
-            }
-            c->have_head = 1;
-            c->keep_alive = c->req.keep_alive;
-            if (c->req.chunked) {
-                respond_error(c, 411,
-                              "http: chunked request bodies are not accepted; send "
-                              "Content-Length",
-                              NULL);
-                break;
-            }
-            if (c->req.content_length < 0) c->req.content_length = 0;
-            if ((size_t)c->req.content_length > s->cfg.max_body) {
-                char msg[160];
-                snprintf(msg, sizeof msg,
-                         "http: request body of %lld bytes exceeds the limit of "
-                         "%zu bytes",
-                         c->req.content_length, s->cfg.max_body);
-                respond_error(c, 413, msg, NULL);
-                break;
-            }
-            if (c->req.expect_continue && !c->sent_continue && c->req.content_length > 0 &&
-                c->rlen < c->req.head_len + (size_t)c->req.content_length) {
-                c->sent_continue = 1;
-                if (conn_printf(c, "HTTP/1.1 100 Continue\r\n\r\n") || flush(c)) break;
-            }
+        int status;
+        char err[ERRMSG_LEN];
+        /* A chunked body is decoded in place as it arrives (rlen may shrink), so the buffer
+         * holds at most head + max_body + one incomplete chunk line. */
+        int rc = http_parse_request(&c->p, c->rbuf, &c->rlen, s->cfg.max_head, s->cfg.max_body,
+                                    &status, err);
+        if (rc < 0) {
+            respond_error(c, status, err, NULL);
+            break;
         }
-        size_t total = c->req.head_len + (size_t)c->req.content_length;
-        if (c->rlen < total) break;
-        c->consumed = total;
+        if (c->p.have_head) c->keep_alive = c->p.req.keep_alive;
+        if (rc == 0) {
+            /* The head is in and the body is not: a client waiting for 100 Continue gets it. */
+            if (c->p.have_head && c->p.req.expect_continue && !c->sent_continue &&
+                (c->p.req.chunked || c->p.req.content_length > 0)) {
+                c->sent_continue = 1;
+                if (conn_printf(c, "HTTP/1.1 100 Continue\r\n\r\n")) break;
+                flush(c);
+            }
+            break;
+        }
+        c->consumed = c->p.consumed;
         c->state = C_BUSY;
-        s->h.on_request(s->h.ctx, c, &c->req, c->rbuf + c->req.head_len,
-                        (size_t)c->req.content_length);
+        s->h.on_request(s->h.ctx, c, &c->p.req, c->p.body, c->p.body_len);
     }
     c->in_process = 0;
 }
@@ -526,6 +523,23 @@ static void on_accept(struct http_server *s)
     }
 }
 
+/* Has the client acknowledged nothing for write_timeout_ms while output is outstanding? */
+static int write_stalled(struct http_conn *c, double now)
+{
+    int outq = 0;
+    if (ioctl(c->fd, SIOCOUTQ, &outq) < 0 || outq < 0) outq = 0;
+    unsigned long long acked = c->sent_total - (unsigned long long)outq;
+    if (acked != c->acked_seen) {
+        c->acked_seen = acked;
+        c->t_progress = now;
+    }
+    if (c->wlen == c->woff && outq == 0) {
+        c->outstanding = 0;
+        return 0;
+    }
+    return (now - c->t_progress) * 1e3 > c->srv->cfg.write_timeout_ms;
+}
+
 static void check_timeouts(struct http_server *s)
 {
     double now = now_s();
@@ -536,12 +550,16 @@ static void check_timeouts(struct http_server *s)
             if (now - c->t_linger > LINGER_S) conn_kill(c);
             continue;
         }
-        if (c->wlen > c->woff && (now - c->t_write) * 1e3 > s->cfg.write_timeout_ms) {
+        if (c->outstanding && write_stalled(c, now)) {
+            log_warn("http",
+                     "dropping a client that stopped reading (nothing acknowledged for "
+                     "%d ms)",
+                     s->cfg.write_timeout_ms);
             conn_kill(c);
             continue;
         }
         if (c->state != C_READ) continue;
-        if (c->rlen || c->have_head) {
+        if (c->rlen || c->p.have_head) {
             if (c->t_start && (now - c->t_start) * 1e3 > s->cfg.read_timeout_ms && !c->wlen)
                 respond_error(c, 408, "http: the request did not arrive in time", NULL);
         } else if (!c->wlen && (now - c->t_idle) * 1e3 > s->cfg.idle_timeout_ms) {

@@ -1,7 +1,7 @@
 /* http_server: the front thread's HTTP/1.1 server on kernel sockets (epoll, level-triggered).
  *
- * One thread owns every connection. A connection reads a request head (http.h) and its body
- * (Content-Length only; chunked request bodies get 411), then hands the request to the handler,
+ * One thread owns every connection. A connection reads a request (http_parse_request: head, then
+ * a Content-Length or chunked body, decoded in place), then hands the request to the handler,
  * which answers at once (http_respond) or later from on_wake (after another thread called
  * http_server_wake), possibly as a chunked stream (http_stream_*; SSE uses this). Keep-alive and
  * pipelining: the next request on a connection is read after the previous answer is queued.
@@ -9,8 +9,9 @@
  * Protection: at most max_conns connections (the next gets 503 with Retry-After and is closed);
  * heads over max_head get 431, bodies over max_body 413 (not read); a request that does not
  * arrive within read_timeout_ms gets 408; idle keep-alive connections close after
- * idle_timeout_ms; a client that stops reading (no write progress for write_timeout_ms, or more
- * than max_pending_write bytes queued) is dropped. Every error body is in OpenAI's error shape.
+ * idle_timeout_ms; a client that stops reading (output outstanding, here or unacknowledged in
+ * the kernel, and nothing acknowledged for write_timeout_ms; or more than max_pending_write bytes
+ * queued) is dropped. Every error body is in OpenAI's error shape.
  *
  * A client that goes away while its request is with the handler (EOF, reset, timeout) triggers
  * on_abort(user) from the loop, never from inside an http_* call made by the handler; http_*

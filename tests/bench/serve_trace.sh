@@ -8,6 +8,8 @@
 # gives the means. A third server, "shed", is continuous batching with --shed-late (a request that
 # could not start within its TTFT is answered 503 instead of being served late). NOSLO=1 adds
 # continuous batching without SLO admission (ablation).
+# The last lines give each mode's capacity at the SLOs (the highest load at which at least ATTAIN%,
+# default 90, of requests met both SLOs, as DistServe defines goodput).
 # Figures on a shared machine are noisy: compare within one run only.
 #   REQUESTS=200 SPEEDUPS="4 8 16 32" REPEAT=1 TTFT_MS=500 TPOT_MS=50 THREADS=1 tests/bench/serve_trace.sh
 set -u
@@ -75,4 +77,18 @@ awk -v modes="$modes" '
           printf(" %s", (gp[ks] > 0 ? sprintf("%.2fx", gp[s SUBSEP m[j]] / gp[ks]) : "inf"))
         printf "\n"
       }
-    }' "$W/results"
+      # Capacity at the SLOs (goodput as DistServe defines it): the highest load up to which every tested load
+      # kept at least ATTAIN% of its requests within both SLOs.
+      printf "capacity at the SLOs (highest load with >= %d%% of requests in SLO at it and every lower load):\n", attain
+      for (j = 1; j <= nm; j++) {
+        best = 0
+        for (a = 1; a <= ns; a++) { k = order[a] SUBSEP m[j]; if (slo[k] / (n[k] ? n[k] : 1) < attain) break; best = order[a] }
+        cap[m[j]] = best
+      }
+      for (j = 1; j <= nm; j++) {
+        best = cap[m[j]]
+        printf "  %-10s %s", m[j], best ? "x" best : "below x" order[1]
+        if (m[j] != "static" && cap["static"] > 0 && best > 0) printf " (%.2fx static)", best / cap["static"]
+        printf "\n"
+      }
+    }' attain="${ATTAIN:-90}" "$W/results"

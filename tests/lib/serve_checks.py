@@ -6,6 +6,11 @@
     serve_checks.py concurrent URL     20 concurrent clients, each gets its output alone
     serve_checks.py preempt URL        the same through a KV pool too small for all of them
     serve_checks.py cancel URL         a client that disconnects mid-stream frees its blocks
+    serve_checks.py chunked URL        chunked request bodies (requests with a generator body,
+                                       http.client with encode_chunked) get the exact completion
+    serve_checks.py stall URL T_MS     a streaming client that stops reading (small receive
+                                       buffer, socket kept open) is dropped after T_MS without
+                                       acknowledged progress, while others are served meanwhile
 
 Prints "ok - ..." / "not ok - ..." lines; exits 1 on any failure. Timing is never checked.
 """
@@ -461,6 +466,139 @@ def scenario_cancel(url):
     check("cancel: the server serves the next request", st == 200, f"{st} {r}")
 
 
+# ------------------------------------------------------------------ scenario: chunked bodies
+
+def scenario_chunked(url):
+    s = Server(url)
+    prompt, n = "Once upon a time", 24
+    want = greedy(prompt, n)
+    body = json.dumps({"prompt": prompt, "max_tokens": n, "temperature": 0}).encode()
+    try:
+        import requests  # the client most Python code uses; it sends a generator body chunked
+    except ImportError:
+        requests = None
+    if requests is None:
+        not_ok("chunked: python requests", "the requests module is not installed")
+    else:
+        seen = {}
+
+        def pieces():
+            for i in range(0, len(body), 7):
+                yield body[i:i + 7]
+
+        r = requests.post(url + "/v1/completions", data=pieces(), timeout=30,
+                          headers={"Content-Type": "application/json"})
+        seen = r.request.headers
+        check("chunked: requests with a generator body gets the exact greedy completion",
+              seen.get("Transfer-Encoding") == "chunked" and "Content-Length" not in seen
+              and r.status_code == 200 and r.json()["choices"][0]["text"] == want,
+              f"{r.status_code} {seen} {r.text[:200]} want {want!r}")
+    # http.client, streamed response, chat
+    c = http.client.HTTPConnection(s.host, s.port, timeout=30)
+    chat = json.dumps({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8,
+                       "temperature": 0, "stream": True}).encode()
+    c.request("POST", "/v1/chat/completions", body=iter([chat[:10], chat[10:]]),
+              headers={"Content-Type": "application/json"}, encode_chunked=True)
+    r = c.getresponse()
+    data = r.read()
+    c.close()
+    text, finish, _ = stream_text(sse_events(data), chat=True)
+    check("chunked: http.client encode_chunked, streamed chat", r.status == 200 and finish,
+          f"{r.status} {data[:200]!r}")
+    # a chunked body over --max-body (1 MiB by default) is refused from the chunk size
+    raw = s.raw(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                b"200000\r\n" + b"x" * 1000)
+    check("chunked: a chunk over the body limit -> 413", raw.startswith(b"HTTP/1.1 413")
+          and b'"error"' in raw, raw[:200])
+    raw = s.raw(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                b"5x\r\nhello\r\n0\r\n\r\n")
+    check("chunked: bad chunk size -> 400", raw.startswith(b"HTTP/1.1 400") and b'"error"' in raw,
+          raw[:200])
+
+
+# ------------------------------------------------------------------ scenario: stalled reader
+
+def scenario_stall(url, timeout_ms):
+    s = Server(url)
+    m0 = parse_prometheus(s.metrics()[1])
+    body = json.dumps({"prompt": "Once upon a time", "max_tokens": 480, "ignore_eos": True,
+                       "stream": True}).encode()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # before connect, so the window the client advertises stays small and fills at once
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
+    sock.settimeout(10)
+    sock.connect((s.host, s.port))
+    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+                 b"\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    got = b""
+    while b"\n\n" not in got.partition(b"data: ")[2]:
+        k = sock.recv(1)  # byte by byte: read nothing past the first event
+        if not k:
+            break
+        got += k
+    check("stall: the stream started", b"data: " in got, got[:200])
+    # From here on the client never reads. Others must be served meanwhile, exactly.
+    jobs = [("The little dog", 6), ("One day", 9), ("Tim had a toy car", 5), ("At night", 7)]
+    results = [None] * len(jobs)
+
+    def client(i):
+        p, n = jobs[i]
+        try:
+            st, _, r = s.json("POST", "/v1/completions", {"prompt": p, "max_tokens": n,
+                                                          "temperature": 0}, timeout=30)
+            results[i] = (st, r["choices"][0]["text"] if st == 200 else r)
+        except Exception as e:  # noqa: BLE001 - reported below
+            results[i] = (0, repr(e))
+
+    th = [threading.Thread(target=client, args=(i,)) for i in range(len(jobs))]
+    for t in th:
+        t.start()
+    for t in th:
+        t.join()
+    m = parse_prometheus(s.metrics()[1])
+    bad = [(jobs[i], results[i]) for i in range(len(jobs))
+           if results[i] != (200, greedy(*jobs[i]))]
+    check("stall: other clients get their exact completions while a stream is stalled", not bad,
+          str(bad[:2]))
+    check("stall: meanwhile the stalled stream is still running and holds KV blocks",
+          outcome(m, "cancelled") == outcome(m0, "cancelled")
+          and m[("strata_requests_running", "")] == 1 and m[("strata_kv_blocks_used", "")] > 0,
+          f"running {m[('strata_requests_running', '')]} kv {m[('strata_kv_blocks_used', '')]} "
+          f"cancelled {outcome(m, 'cancelled')}")
+    # after the timeout without acknowledged progress: dropped, cancelled, blocks freed
+    deadline = time.time() + timeout_ms / 1e3 + 20
+    while time.time() < deadline:
+        m = parse_prometheus(s.metrics()[1])
+        if outcome(m, "cancelled") > outcome(m0, "cancelled") and \
+                m[("strata_kv_blocks_used", "")] == 0:
+            break
+        time.sleep(0.05)
+    check("stall: the stalled request is cancelled and its KV blocks freed (/metrics)",
+          outcome(m, "cancelled") == outcome(m0, "cancelled") + 1
+          and m[("strata_kv_blocks_used", "")] == 0 and m[("strata_requests_running", "")] == 0,
+          f"cancelled {outcome(m, 'cancelled')} kv {m[('strata_kv_blocks_used', '')]}")
+    check("stall: generation stopped early",
+          m[("strata_generated_tokens_total", "")] - m0[("strata_generated_tokens_total", "")]
+          < 480 + sum(n for _, n in jobs), str(m[("strata_generated_tokens_total", "")]))
+    # the client, reading again, finds the stream cut short
+    rest = b""
+    try:
+        while True:
+            k = sock.recv(65536)
+            if not k:
+                break
+            rest += k
+    except (ConnectionResetError, socket.timeout):
+        pass
+    sock.close()
+    check("stall: the stalled client's stream was cut (no [DONE])", b"[DONE]" not in rest,
+          rest[-200:])
+    st, _, r = s.json("POST", "/v1/completions", {"prompt": "One day", "max_tokens": 5,
+                                                   "temperature": 0})
+    check("stall: the server keeps serving", st == 200 and r["choices"][0]["text"] ==
+          greedy("One day", 5), f"{st} {r}")
+
+
 def main():
     scenario, url = sys.argv[1], sys.argv[2]
     if scenario == "api":
@@ -471,6 +609,10 @@ def main():
         scenario_preempt(url)
     elif scenario == "cancel":
         scenario_cancel(url)
+    elif scenario == "chunked":
+        scenario_chunked(url)
+    elif scenario == "stall":
+        scenario_stall(url, int(sys.argv[3]))
     else:
         print(f"not ok - serve_checks: unknown scenario {scenario}")
         sys.exit(1)

@@ -12,6 +12,7 @@
 #include <cjson/cJSON.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -104,9 +105,11 @@ static void stop(void)
     free(G.mem);
 }
 
-static int dial(void)
+static int dial_rcvbuf(int rcvbuf)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
+    /* before connect, so the advertised window stays that small */
+    if (rcvbuf) setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)G.port)};
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     if (connect(fd, (struct sockaddr *)&a, sizeof a)) {
@@ -116,6 +119,11 @@ static int dial(void)
     struct timeval tv = {.tv_sec = 10};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     return fd;
+}
+
+static int dial(void)
+{
+    return dial_rcvbuf(0);
 }
 
 static void send_all(int fd, const char *s, size_t n)
@@ -526,6 +534,157 @@ TEST(metrics_add_up)
     resp_free(&r);
 }
 
+/* A chunked request (as curl -H 'Transfer-Encoding: chunked' or a generator body in Python send
+ * it): pieces with pauses between them, an extension and a trailer; the completion is exactly
+ * the one the same prompt gets with Content-Length. */
+TEST(chunked_request_body)
+{
+    char want[4096];
+    int eos;
+    expect_text("hello chunked", 12, want, &eos);
+    const char *pieces[] = {"POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                            "Transfer-Encoding: chunked\r\n\r\n",
+                            "b\r\n{\"prompt\":\"", "\r\nd;x=1\r\nhello chunked\r\n",
+                            "22\r\n\",\"max_tokens\":12,\"tempe",
+                            "rature\":0}\r\n0\r\nX-Check: 1\r\n\r\n"};
+    int fd = dial();
+    for (size_t i = 0; i < sizeof pieces / sizeof pieces[0]; i++) {
+        send_all(fd, pieces[i], strlen(pieces[i]));
+        usleep(20000);
+    }
+    char *raw = read_all(fd, NULL);
+    close(fd);
+    CHECKF(!strncmp(raw, "HTTP/1.1 200", 12), "%.300s", raw);
+    CHECK_TEXT(completion_text(strstr(raw, "\r\n\r\n") + 4, NULL), want);
+    free(raw);
+
+    /* Expect: 100-continue: the server asks for the body, then answers */
+    fd = dial();
+    const char *head = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                       "Transfer-Encoding: chunked\r\nExpect: 100-continue\r\n\r\n";
+    send_all(fd, head, strlen(head));
+    char cont[64] = "";
+    size_t got = 0;
+    while (got < 25) {
+        ssize_t k = recv(fd, cont + got, 25 - got, 0);
+        if (k <= 0) break;
+        got += (size_t)k;
+    }
+    CHECKF(!strcmp(cont, "HTTP/1.1 100 Continue\r\n\r\n"), "got '%s'", cont);
+    const char *body = "2a\r\n{\"prompt\":\"hello chunked\",\"max_tokens\":12}\r\n0\r\n\r\n";
+    send_all(fd, body, strlen(body));
+    raw = read_all(fd, NULL);
+    close(fd);
+    CHECKF(!strncmp(raw, "HTTP/1.1 200", 12), "%.300s", raw);
+    free(raw);
+}
+
+static char *raw_exchange(const char *req)
+{
+    int fd = dial();
+    send_all(fd, req, strlen(req));
+    char *raw = read_all(fd, NULL);
+    close(fd);
+    return raw;
+}
+
+TEST(chunked_bad_bodies_get_errors)
+{
+    const char *te =
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n";
+    char req[512];
+    /* over max_body (64 KiB): refused from the chunk size */
+    snprintf(req, sizeof req, "%s10001\r\n{\"prompt\":", te);
+    char *raw = raw_exchange(req);
+    CHECKF(!strncmp(raw, "HTTP/1.1 413", 12) && strstr(raw, "\"error\""), "%.300s", raw);
+    free(raw);
+    snprintf(req, sizeof req, "%sfffffffffffffffffffffff\r\n", te);
+    raw = raw_exchange(req);
+    CHECKF(!strncmp(raw, "HTTP/1.1 413", 12), "%.300s", raw);
+    free(raw);
+    snprintf(req, sizeof req, "%sxyz\r\n", te);
+    raw = raw_exchange(req);
+    CHECKF(!strncmp(raw, "HTTP/1.1 400", 12) && strstr(raw, "\"error\""), "%.300s", raw);
+    free(raw);
+    snprintf(req, sizeof req, "%s2\r\n{}XX0\r\n\r\n", te);
+    raw = raw_exchange(req);
+    CHECKF(!strncmp(raw, "HTTP/1.1 400", 12), "%.300s", raw);
+    free(raw);
+    /* a truncated stream: 408 after the read timeout (400 ms) */
+    snprintf(req, sizeof req, "%s20\r\n{\"prompt\":", te);
+    raw = raw_exchange(req);
+    CHECKF(!strncmp(raw, "HTTP/1.1 408", 12), "%.300s", raw);
+    free(raw);
+    /* the server still serves */
+    struct resp r =
+        http("POST", "/v1/completions", "{\"prompt\":\"still\",\"max_tokens\":3}", NULL);
+    CHECK_EQ_INT(r.status, 200);
+    resp_free(&r);
+}
+
+/* A streaming client that reads its first event and then never reads again (its socket stays
+ * open; a small receive buffer fills at once). The loop and the scheduler go on serving others;
+ * after write_timeout_ms without acknowledged progress the connection is dropped, the request
+ * cancelled and its KV blocks freed. */
+TEST(stalled_stream_reader_is_dropped)
+{
+    unsigned long long cancelled0 = atomic_load(&G.m.requests[OUTCOME_CANCELLED]);
+    G.fm.sleep_us_per_token = 10000; /* 240 tokens: several seconds, longer than the timeout */
+    int fd = dial_rcvbuf(1024);
+    const char *body = "{\"prompt\":\"stall\",\"max_tokens\":240,\"ignore_eos\":true,"
+                       "\"stream\":true}";
+    char head[256];
+    int hn = snprintf(head, sizeof head,
+                      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n",
+                      strlen(body));
+    send_all(fd, head, (size_t)hn);
+    send_all(fd, body, strlen(body));
+    char buf[4096];
+    size_t got = 0;
+    while (got < sizeof buf - 1) {
+        ssize_t k = recv(fd, buf + got, 1, 0); /* byte by byte: read nothing past the event */
+        CHECK(k > 0);
+        got += (size_t)k;
+        buf[got] = 0;
+        if (strstr(buf, "data: ") && strstr(strstr(buf, "data: "), "\n\n")) break;
+    }
+    /* Others are served while the stalled stream holds its blocks. */
+    struct client c[3];
+    pthread_t th[3];
+    for (int i = 0; i < 3; i++) {
+        snprintf(c[i].prompt, sizeof c[i].prompt, "meanwhile %d", i);
+        c[i].max_tokens = 4 + i;
+        pthread_create(&th[i], NULL, client_main, &c[i]);
+    }
+    for (int i = 0; i < 3; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < 3; i++)
+        CHECKF(c[i].ok, "client %d: got '%.100s' want '%.100s'", i, c[i].got, c[i].want);
+    CHECKF(atomic_load(&G.m.requests[OUTCOME_CANCELLED]) == cancelled0 &&
+               atomic_load(&G.m.running) == 1 && atomic_load(&G.m.kv_blocks_used) > 0,
+           "the stalled stream was not running while the others were served");
+    int unread = 0;
+    ioctl(fd, FIONREAD, &unread);
+    CHECKF(unread > 0, "the client's receive buffer is empty (%d)", unread);
+    /* write_timeout_ms (2 s) later: dropped, cancelled, blocks freed */
+    for (int i = 0; i < 1000 && atomic_load(&G.m.requests[OUTCOME_CANCELLED]) == cancelled0; i++)
+        usleep(10000);
+    CHECK_EQ_INT(atomic_load(&G.m.requests[OUTCOME_CANCELLED]), cancelled0 + 1);
+    for (int i = 0; i < 100 && atomic_load(&G.m.kv_blocks_used); i++) usleep(10000);
+    CHECK_EQ_INT(atomic_load(&G.m.kv_blocks_used), 0);
+    CHECK_EQ_INT(atomic_load(&G.m.running), 0);
+    G.fm.sleep_us_per_token = 0;
+    /* the client finds the stream cut short: no [DONE] */
+    size_t n;
+    char *rest = read_all(fd, &n);
+    close(fd);
+    CHECK(!strstr(rest, "[DONE]"));
+    free(rest);
+    struct resp r =
+        http("POST", "/v1/completions", "{\"prompt\":\"after\",\"max_tokens\":3}", NULL);
+    CHECK_EQ_INT(r.status, 200);
+    resp_free(&r);
+}
+
 TEST(api_key)
 {
     stop();
@@ -592,6 +751,9 @@ int main(void)
     RUN(keep_alive_and_pipelining);
     RUN(pipelined_completions_answer_in_order);
     RUN(metrics_add_up);
+    RUN(chunked_request_body);
+    RUN(chunked_bad_bodies_get_errors);
+    RUN(stalled_stream_reader_is_dropped);
     RUN(api_key);
     RUN(graceful_shutdown_finishes_streams);
     stop();
