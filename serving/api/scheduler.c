@@ -70,6 +70,15 @@ struct plan {
     int n;
 };
 
+/* Static batching's padding: a sequence that finished while the rest of its batch runs keeps its
+ * slot (and its KV blocks) and goes on decoding, output discarded, like a row of a fixed-shape
+ * batch, until the batch is done. Its client already has its answer. */
+struct pad {
+    int *blocks; /* the finished sequence's block table (taken over), capacity max_blocks */
+    int n_blocks;
+    int pos, tok; /* next position to compute and the token fed there */
+};
+
 struct scheduler {
     struct sched_config cfg;
     struct sched_ops ops;
@@ -90,6 +99,8 @@ struct scheduler {
     float *logits; /* max_seqs x vocab */
     struct plan *plan;
     int n_plan;
+    struct pad *pads; /* static batching: max_seqs */
+    int n_pads;
 
     /* submission queue */
     pthread_mutex_t mu;
@@ -113,6 +124,19 @@ static void free_blocks(struct scheduler *s, struct seq *q)
     for (int i = q->n_blocks - 1; i >= 0; i--) kv_block_free(s->kv, q->blocks[i]);
     q->n_blocks = 0;
     q->n_computed = 0;
+}
+
+static void drop_pad(struct scheduler *s, int i)
+{
+    struct pad *p = &s->pads[i];
+    for (int k = p->n_blocks - 1; k >= 0; k--) kv_block_free(s->kv, p->blocks[k]);
+    free(p->blocks);
+    s->pads[i] = s->pads[--s->n_pads];
+}
+
+static void drop_pads(struct scheduler *s)
+{
+    while (s->n_pads) drop_pad(s, s->n_pads - 1);
 }
 
 static void seq_free(struct seq *q)
@@ -283,8 +307,9 @@ struct scheduler *sched_new(const struct sched_config *cfg, const struct sched_o
     s->b_blocks = malloc((size_t)T * sizeof *s->b_blocks);
     s->logits = malloc((size_t)(S < T ? S : T) * ops->vocab_size * sizeof(float));
     s->plan = malloc((size_t)S * sizeof *s->plan);
+    s->pads = calloc((size_t)S, sizeof *s->pads);
     if (!s->running || !s->b_token || !s->b_pos || !s->b_logit_rows || !s->b_blocks || !s->logits ||
-        !s->plan) {
+        !s->plan || !s->pads) {
         errmsg_set(err, "scheduler: out of memory for %d sequences x %d tokens", S, T);
         sched_free(s);
         return NULL;
@@ -315,6 +340,8 @@ void sched_free(struct scheduler *s)
     if (!s) return;
     if (s->started) sched_stop(s);
     retire_all(s, "server shutting down");
+    drop_pads(s);
+    free(s->pads);
     struct sreq *r = s->inbox_head;
     while (r) {
         struct sreq *n = r->queue_next;
@@ -484,6 +511,10 @@ static int ensure_blocks(struct scheduler *s, struct seq *q, int positions)
         int b = kv_block_alloc(s->kv);
         if (b >= 0) {
             q->blocks[q->n_blocks++] = b;
+            continue;
+        }
+        if (s->n_pads) { /* padding gives way before any real sequence */
+            drop_pads(s);
             continue;
         }
         /* newest running sequence that is not yet in this step's plan */
@@ -701,6 +732,15 @@ static void advance(struct scheduler *s, struct seq *q, float *logits, double no
     if (finish) {
         int i = index_of(s->running, s->n_running, q);
         if (i >= 0) remove_at(s->running, &s->n_running, i);
+        if (s->cfg.static_batch > 0 && !s->cfg.static_shrink && s->n_running &&
+            s->n_pads < s->cfg.max_seqs && q->n_computed < s->cfg.ctx - 1) {
+            s->pads[s->n_pads++] = (struct pad){.blocks = q->blocks,
+                                                .n_blocks = q->n_blocks,
+                                                .pos = q->n_computed,
+                                                .tok = q->tok[q->n_tok - 1]};
+            q->blocks = NULL;
+            q->n_blocks = 0;
+        }
         retire(s, q, finish, NULL);
     } else {
         publish(s, q, 0);
@@ -712,6 +752,7 @@ static int run_step(struct scheduler *s)
     double now = sched_now();
     int budget = s->cfg.max_step_tokens;
     s->n_plan = 0;
+    if (!s->n_running) drop_pads(s); /* the batch ended by cancellation */
     plan_running(s, now, &budget);
     plan_waiting(s, &budget, now);
     if (!s->n_plan) return 0;
@@ -727,6 +768,30 @@ static int run_step(struct scheduler *s)
         }
         if (q->n_computed + s->plan[p].n == q->n_tok) s->b_logit_rows[n_logits++] = n - 1;
     }
+    int n_padded = 0;
+    for (int i = 0; i < s->n_pads; i++) {
+        struct pad *pd = &s->pads[i];
+        if (n == s->cfg.max_step_tokens || n_logits == s->cfg.max_seqs) break;
+        int need = kv_blocks_for(s->kv, pd->pos + 1);
+        if (pd->pos >= s->cfg.ctx - 1 || need > s->max_blocks) {
+            drop_pad(s, i--); /* at the end of its context the row stops */
+            continue;
+        }
+        if (need > pd->n_blocks) {
+            int blk = kv_block_alloc(s->kv);
+            if (blk < 0) {
+                drop_pad(s, i--); /* the pool is dry: padding never takes a real request's block */
+                continue;
+            }
+            pd->blocks[pd->n_blocks++] = blk;
+        }
+        s->b_token[n] = pd->tok;
+        s->b_pos[n] = pd->pos++;
+        s->b_blocks[n] = pd->blocks;
+        s->b_logit_rows[n_logits++] = n;
+        n++;
+        n_padded++;
+    }
     struct batch b = {.n = n,
                       .token = s->b_token,
                       .pos = s->b_pos,
@@ -736,7 +801,7 @@ static int run_step(struct scheduler *s)
     double t0 = sched_now();
     int rc = s->ops.forward(s->ops.ctx, &b, s->logits);
     double t1 = sched_now();
-    step_model_observe(&s->model, n, s->n_plan, t1 - t0);
+    step_model_observe(&s->model, n, s->n_plan + n_padded, t1 - t0);
     hist_observe(&s->m->step, t1 - t0);
     atomic_fetch_add_explicit(&s->m->steps, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&s->m->step_tokens, (unsigned long long)n, memory_order_relaxed);
@@ -756,6 +821,7 @@ static int run_step(struct scheduler *s)
             advance(s, q, s->logits + (size_t)row++ * s->ops.vocab_size, t1);
     }
     s->n_plan = 0;
+    if (!s->n_running) drop_pads(s); /* the batch is done */
     if (s->cfg.step_delay_us > 0) usleep((useconds_t)s->cfg.step_delay_us);
     return 1;
 }

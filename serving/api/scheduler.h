@@ -98,6 +98,9 @@ struct sched_config {
     int max_step_tokens;     /* token budget per step */
     int ctx;                 /* positions per sequence */
     int static_batch;        /* > 0: static batching baseline with this batch size */
+    int static_shrink;       /* static: a finished sequence leaves the batch's compute at once
+                                (default: it stays as padding, decoding into the void until the
+                                whole batch is done, as a fixed-shape batch does) */
     double static_wait_ms;   /* static: start a partial batch when the oldest waited this long */
     double ttft_ms, tpot_ms; /* default SLOs */
     int no_slo_admission;    /* ablation: admit whenever blocks and budget allow */

@@ -22,7 +22,8 @@
 struct serve_opts {
     const char *model, *host, *api_key, *name;
     int port, max_batch, ctx, threads, step_tokens, kv_blocks, kv_block_size, static_batch;
-    int max_conns, timeout_ms, idle_timeout_ms, no_slo, verbose, step_delay_us, shed_late;
+    int max_conns, timeout_ms, idle_timeout_ms, no_slo, verbose, step_delay_us, shed_late,
+        static_shrink;
     double ttft_ms, tpot_ms, static_wait_ms;
     long max_body;
 };
@@ -33,7 +34,7 @@ static int usage(void)
             "usage: strata serve -m MODEL.gguf [--host ADDR] [--port N] [--api-key KEY]\n"
             "         [--max-batch N] [--ctx N] [--threads N] [--step-tokens N]\n"
             "         [--ttft-ms MS] [--tpot-ms MS] [--no-slo] [--shed-late] [--static-batch N]\n"
-            "         [--static-wait-ms MS] [--kv-blocks N] [--kv-block-size N]\n"
+            "         [--static-wait-ms MS] [--static-shrink] [--kv-blocks N] [--kv-block-size N]\n"
             "         [--max-conns N] [--max-body BYTES] [--timeout-ms MS] [--name ID] [-v]\n"
             "         [--test-step-delay-us US]  (tests: sleep after every step)\n");
     return 2;
@@ -108,6 +109,8 @@ static int parse_opts(int argc, char **argv, struct serve_opts *o)
             o->max_body = atol(v), i++;
         else if (!strcmp(a, "--shed-late"))
             o->shed_late = 1;
+        else if (!strcmp(a, "--static-shrink"))
+            o->static_shrink = 1;
         else if (!strcmp(a, "--no-slo"))
             o->no_slo = 1;
         else if (!strcmp(a, "-v"))
@@ -285,6 +288,7 @@ int cmd_serve(int argc, char **argv)
                               .tpot_ms = o.tpot_ms,
                               .no_slo_admission = o.no_slo,
                               .shed_late = o.shed_late,
+                              .static_shrink = o.static_shrink,
                               .step_delay_us = o.step_delay_us};
     struct sched_ops ops = {.ctx = e,
                             .vocab_size = sv.lm->model.cfg.vocab_size,

@@ -22,7 +22,7 @@ static const char fake_chars[FAKE_VOCAB + 1] = "#$abcdefghijklmnopqrstuvwxyz0123
 
 struct fake_model {
     struct kv_cache *kv;
-    int steps, max_tokens_seen;
+    int steps, max_tokens_seen, last_n; /* last_n: tokens in the last step */
     int sleep_us_per_token;
 };
 
@@ -46,6 +46,7 @@ static inline int fake_forward(void *ctx, const struct batch *b, float *logits)
     struct kv_cache *kv = f->kv;
     int bs = kv->block_size;
     f->steps++;
+    f->last_n = b->n;
     if (b->n > f->max_tokens_seen) f->max_tokens_seen = b->n;
     for (int i = 0; i < b->n; i++)
         kv_key(kv, 0, b->blocks[i][b->pos[i] / bs], b->pos[i] % bs)[0] = (float)b->token[i];

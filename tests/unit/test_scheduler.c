@@ -313,6 +313,50 @@ TEST(static_batch_waits_for_its_batch)
     rig_close(&g);
 }
 
+/* A static batch keeps its shape: a finished row goes on decoding (output discarded, its KV
+ * blocks held) until the whole batch is done; --static-shrink drops it at once. Either way every
+ * request gets exactly its output alone and every block comes back. */
+static void static_padding_case(int shrink)
+{
+    struct rig g;
+    struct sched_config cfg = {.max_seqs = 8,
+                               .max_step_tokens = 64,
+                               .ctx = 128,
+                               .static_batch = 2,
+                               .static_wait_ms = 1e9,
+                               .static_shrink = shrink};
+    rig_open(&g, 64, 4, cfg);
+    char err[ERRMSG_LEN];
+    struct sreq *r[2] = {make_req(1, 4, 2), make_req(2, 4, 12)};
+    for (int i = 0; i < 2; i++) {
+        r[i]->ignore_eos = 1;
+        CHECK(sched_submit(g.s, r[i], err) == 0);
+    }
+    int it = 0, padded_steps = 0, blocks_held_while_padding = 0;
+    for (; it < 200 && !r[0]->finish; it++) sched_iterate(g.s);
+    CHECK_EQ_INT(r[0]->finish, FINISH_LENGTH);
+    for (; it < 400 && !r[1]->finish; it++) {
+        int free_before = g.kv.n_free;
+        sched_iterate(g.s);
+        if (g.fm.last_n == (shrink ? 1 : 2)) padded_steps++;
+        if (!r[1]->finish && free_before < 64 - 2) blocks_held_while_padding++;
+    }
+    CHECK_EQ_INT(r[1]->finish, FINISH_LENGTH);
+    CHECKF(padded_steps >= 9, "%d of the steps after the short request ended had %d rows",
+           padded_steps, shrink ? 1 : 2);
+    if (!shrink) CHECK(blocks_held_while_padding > 0);
+    for (int i = 0; i < 2; i++) check_matches_oracle(r[i], 128);
+    CHECK_EQ_INT(g.kv.n_free, 64);
+    for (int i = 0; i < 2; i++) sreq_put(r[i]);
+    rig_close(&g);
+}
+
+TEST(static_batch_pads_finished_rows)
+{
+    static_padding_case(0);
+    static_padding_case(1);
+}
+
 TEST(prompt_too_large_for_pool_is_refused)
 {
     struct rig g;
@@ -354,6 +398,7 @@ int main(void)
     RUN(least_slack_first);
     RUN(shed_late_rejects_requests_past_their_ttft);
     RUN(static_batch_waits_for_its_batch);
+    RUN(static_batch_pads_finished_rows);
     RUN(prompt_too_large_for_pool_is_refused);
     RUN(sequence_longer_than_pool_ends_with_length);
     CHECK_DONE();
