@@ -52,16 +52,17 @@ static size_t row_bytes(uint32_t t, int cols)
     return 0;
 }
 
-/* Which activation format a weight type wants: 0 floats, 1 act_q8, 2 act_q8k. */
+/* Which activation format a weight type wants: 0 floats, 1 act_q8, 2 act_q8k, 3 act_q4. */
 static int act_format(uint32_t t)
 {
-    return t == GGML_Q8_0 || t == GGML_Q4_0 ? 1 : t == GGML_Q4_K ? 2 : 0;
+    return t == GGML_Q8_0 ? 1 : t == GGML_Q4_K ? 2 : t == GGML_Q4_0 ? 3 : 0;
 }
 
 static size_t act_bytes(int fmt, int cols)
 {
     return fmt == 1   ? (size_t)cols / 32 * sizeof(struct act_q8)
            : fmt == 2 ? (size_t)cols / QK_K * sizeof(struct act_q8k)
+           : fmt == 3 ? ((size_t)cols / 32 + 1) / 2 * sizeof(struct act_q4)
                       : (size_t)cols * sizeof(float);
 }
 
@@ -110,11 +111,32 @@ void quantize_act_q8k(const float *x, struct act_q8k *a, int nb)
     }
 }
 
+void act_q4_pack(const struct act_q8 q[2], struct act_q4 *a)
+{
+    memset(a, 0, sizeof *a);
+    for (int h = 0; h < 2; h++) {
+        memcpy(a->lo + 16 * h, q[h].qs, 16);
+        memcpy(a->hi + 16 * h, q[h].qs + 16, 16);
+        a->off[4 * h] = q[h].neg8sum;
+        a->d[h] = q[h].d;
+    }
+}
+
+void quantize_act_q4(const float *x, struct act_q4 *a, int nb)
+{
+    for (int b = 0; b < nb; b += 2) {
+        struct act_q8 q[2] = {0};
+        quantize_act_q8(x + 32 * b, q, nb - b >= 2 ? 2 : 1);
+        act_q4_pack(q, a + b / 2);
+    }
+}
+
 static void quantize_act(const struct kernel_table *kt, int fmt, const float *x, void *out,
                          int cols)
 {
     if (fmt == 1) kt->quant_q8(x, out, cols / 32);
     if (fmt == 2) kt->quant_q8k(x, out, cols / QK_K);
+    if (fmt == 3) kt->quant_q4(x, out, cols / 32);
 }
 
 float matmul_f16_table[1 << 16];
@@ -188,13 +210,15 @@ static void tile_q4_0_scalar(const uint8_t *w, size_t ws, int nr, const uint8_t 
     for (int r = 0; r < nr; r++)
         for (int t = 0; t < nt; t++) {
             const struct block_q4_0 *wb = (const struct block_q4_0 *)(w + r * ws);
-            const struct act_q8 *a = (const struct act_q8 *)(x + t * xs);
+            const struct act_q4 *a = (const struct act_q4 *)(x + t * xs);
             float s = 0;
             for (int b = 0; b < cols / 32; b++) {
-                int isum = a[b].neg8sum;
+                const struct act_q4 *p = &a[b / 2];
+                int h = b % 2, isum = p->off[4 * h];
                 for (int j = 0; j < 16; j++)
-                    isum += (wb[b].qs[j] & 0xf) * a[b].qs[j] + (wb[b].qs[j] >> 4) * a[b].qs[j + 16];
-                s += fp16_to_f32(wb[b].d) * a[b].d * (float)isum;
+                    isum += (wb[b].qs[j] & 0xf) * p->lo[16 * h + j] +
+                            (wb[b].qs[j] >> 4) * p->hi[16 * h + j];
+                s += fp16_to_f32(wb[b].d) * p->d[h] * (float)isum;
             }
             y[t * ys + r] = s;
         }
@@ -234,6 +258,7 @@ const struct kernel_table kernels_scalar = {
              tile_q4_K_scalar},
     .quant_q8 = quantize_act_q8,
     .quant_q8k = quantize_act_q8k,
+    .quant_q4 = quantize_act_q4,
 };
 
 /* ---- ISA choice ----------------------------------------------------------------------------- */
@@ -284,7 +309,8 @@ size_t matmul_scratch_size(int max_tokens, int max_cols)
 {
     size_t cols = ((size_t)max_cols + QK_K - 1) / QK_K * QK_K;
     size_t per_tok = act_bytes(1, (int)cols);
-    if (act_bytes(2, (int)cols) > per_tok) per_tok = act_bytes(2, (int)cols);
+    for (int fmt = 2; fmt <= 3; fmt++)
+        if (act_bytes(fmt, (int)cols) > per_tok) per_tok = act_bytes(fmt, (int)cols);
     return (size_t)max_tokens * per_tok;
 }
 

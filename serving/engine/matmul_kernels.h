@@ -21,6 +21,22 @@ struct act_q8 {
     int8_t qs[32];
 };
 
+/* Activations for Q4_0 weights, two blocks (b, b+1) per struct, in the order the Q4_0 kernel
+ * consumes them: one 256-bit integer dot product covers both blocks, lanes 0-3 summing block b
+ * and lanes 4-7 block b+1, so the float work (convert, scale, FMA) is done once per pair, and a
+ * pair's activations are 4 loads. lo: elements 0..15 of b, then 0..15 of b+1 (they meet the
+ * weights' low nibbles); hi: elements 16..31 of each (high nibbles). off: the dot's starting
+ * value, -8*sum(qs) of b in lane 0 and of b+1 in lane 4, zero elsewhere. d: the two scales, then
+ * zeros (the kernel loads 4 floats). An odd last block gets an all-zero partner. Same values as
+ * act_q8 (act_q4_pack rearranges two of those). */
+struct act_q4 {
+    int8_t lo[32];
+    int8_t hi[32];
+    int32_t off[8];
+    float d[4];
+    uint8_t pad[16]; /* 128 bytes: every load stays inside one cache line */
+};
+
 /* Activations for Q4_K weights (like ggml's Q8_K): 256 values, x ~ d*qs, with the sums of each
  * sub-block of 32 for the mins term. */
 struct act_q8k {
@@ -43,6 +59,7 @@ struct kernel_table {
     /* Activation quantizers; every table's give bit-identical results (same formulas). */
     void (*quant_q8)(const float *x, struct act_q8 *a, int nb);
     void (*quant_q8k)(const float *x, struct act_q8k *a, int nb);
+    void (*quant_q4)(const float *x, struct act_q4 *a, int nb); /* nb blocks, (nb + 1) / 2 out */
 };
 
 /* f16 -> f32 for every half: the kernels convert one scale per block, and a table load
@@ -52,6 +69,9 @@ extern float matmul_f16_table[1 << 16];
 
 void quantize_act_q8(const float *x, struct act_q8 *a, int nb);
 void quantize_act_q8k(const float *x, struct act_q8k *a, int nb);
+void quantize_act_q4(const float *x, struct act_q4 *a, int nb);
+/* Rearrange blocks q[0] and q[1] (q[1] all zero for an odd last block) into one act_q4. */
+void act_q4_pack(const struct act_q8 q[2], struct act_q4 *a);
 
 extern const struct kernel_table kernels_scalar;
 extern const struct kernel_table kernels_avx2;

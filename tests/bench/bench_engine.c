@@ -3,7 +3,8 @@
  * batch-1 decode tokens/s, beside the machine's read bandwidth measured in the same run and the
  * bandwidth each decode implies (weight bytes read per token x tokens/s).
  * Models are written once to build/bench-models/ and reused.
- * BENCH_SHAPES=stories15M,stories110M,tinyllama-1.1B limits the shapes. */
+ * BENCH_SHAPES=stories15M,stories110M,tinyllama-1.1B limits the shapes, BENCH_TYPES=Q8_0,Q4_0
+ * the types, BENCH_THREADS=1 or 2 the thread counts. */
 #include "../unit/synth.h"
 
 #include "os/errmsg.h"
@@ -105,14 +106,19 @@ static void run(const struct shape *s, uint32_t type, int threads, double bw)
 int main(void)
 {
     log_set_quiet(1);
-    const char *only = getenv("BENCH_SHAPES");
+    const char *only = getenv("BENCH_SHAPES"), *only_types = getenv("BENCH_TYPES");
+    const char *only_threads = getenv("BENCH_THREADS");
     uint32_t types[] = {GGML_F32, GGML_Q8_0, GGML_Q4_0};
     double bw[3] = {0, membw_read_gbs(1), membw_read_gbs(2)};
     printf("memory read bandwidth: %.1f GB/s (1 thread), %.1f GB/s (2 threads)\n", bw[1], bw[2]);
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         if (only && !strstr(only, shapes[s].name)) continue;
-        for (size_t t = 0; t < 3; t++)
-            for (int th = 1; th <= 2; th++) run(&shapes[s], types[t], th, bw[th]);
+        for (size_t t = 0; t < 3; t++) {
+            if (only_types && !strcasestr(only_types, ggml_type_name(types[t]))) continue;
+            for (int th = 1; th <= 2; th++)
+                if (!only_threads || atoi(only_threads) == th)
+                    run(&shapes[s], types[t], th, bw[th]);
+        }
     }
     return 0;
 }

@@ -267,8 +267,15 @@ TEST(activation_quantizers_bit_identical)
     x[32] = 127.0f;                                              /* d = 1: ties at k + 0.5 */
     static struct act_q8 a[N / 32], b[N / 32];
     static struct act_q8k ak[N / 256], bk[N / 256];
+    static struct act_q4 a4[N / 64], b4[N / 64];
     quantize_act_q8(x, a, N / 32);
     quantize_act_q8k(x, ak, N / 256);
+    quantize_act_q4(x, a4, N / 32 - 1); /* an odd count: the last pair has a zero partner */
+    CHECK(!memcmp(a4[0].lo, a[0].qs, 16) && !memcmp(a4[0].lo + 16, a[1].qs, 16));
+    CHECK(!memcmp(a4[0].hi, a[0].qs + 16, 16) && !memcmp(a4[0].hi + 16, a[1].qs + 16, 16));
+    CHECK(a4[0].off[0] == a[0].neg8sum && a4[0].off[4] == a[1].neg8sum && a4[0].off[1] == 0);
+    CHECK(a4[1].d[0] == a[2].d && a4[1].d[1] == a[3].d && a4[1].d[2] == 0);
+    CHECK(a4[N / 64 - 1].d[1] == 0 && a4[N / 64 - 1].off[4] == 0 && a4[N / 64 - 1].hi[31] == 0);
     CHECK(a[0].d == 0 && a[0].qs[5] == 0);
     CHECK(a[1].d == 1.0f && a[1].qs[1] == -14 && a[1].qs[2] == -14 && a[1].qs[3] == -12);
     const struct kernel_table *tables[] = {&kernels_avx2, &kernels_avx512};
@@ -284,8 +291,11 @@ TEST(activation_quantizers_bit_identical)
         ran++;
         memset(b, 0x55, sizeof b);
         memset(bk, 0x55, sizeof bk);
+        memset(b4, 0x55, sizeof b4);
         tables[i]->quant_q8(x, b, N / 32);
         tables[i]->quant_q8k(x, bk, N / 256);
+        tables[i]->quant_q4(x, b4, N / 32 - 1);
+        CHECKF(!memcmp(a4, b4, sizeof a4), "%s: act_q4 differs from scalar", tables[i]->name);
         CHECKF(!memcmp(a, b, sizeof a), "%s: act_q8 differs from scalar", tables[i]->name);
         CHECKF(!memcmp(ak, bk, sizeof ak), "%s: act_q8k differs from scalar", tables[i]->name);
     }
