@@ -15,7 +15,13 @@ enum chat_template chat_template_detect(const char *jinja, size_t len)
 {
     if (!jinja || !len) return CHAT_PLAIN;
     if (contains(jinja, len, "<|im_start|>")) return CHAT_CHATML;
-    if (contains(jinja, len, "[INST]")) return CHAT_LLAMA2;
+    if (contains(jinja, len, "[INST]")) {
+        /* llama.cpp's variant order */
+        if (contains(jinja, len, "content.strip()")) return CHAT_LLAMA2_SYS_STRIP;
+        if (contains(jinja, len, "bos_token + '[INST]")) return CHAT_LLAMA2_SYS_BOS;
+        if (contains(jinja, len, "<<SYS>>")) return CHAT_LLAMA2_SYS;
+        return CHAT_LLAMA2;
+    }
     if (contains(jinja, len, "<|user|>")) return CHAT_ZEPHYR;
     return CHAT_PLAIN;
 }
@@ -25,6 +31,12 @@ const char *chat_template_name(enum chat_template t)
     switch (t) {
     case CHAT_LLAMA2:
         return "llama2";
+    case CHAT_LLAMA2_SYS:
+        return "llama2-sys";
+    case CHAT_LLAMA2_SYS_BOS:
+        return "llama2-sys-bos";
+    case CHAT_LLAMA2_SYS_STRIP:
+        return "llama2-sys-strip";
     case CHAT_CHATML:
         return "chatml";
     case CHAT_ZEPHYR:
@@ -37,12 +49,13 @@ const char *chat_template_name(enum chat_template t)
 struct sbuf {
     char *p;
     size_t n, cap;
+    struct chat_span *sp;
+    int nsp, spcap;
     int oom;
 };
 
-static void put(struct sbuf *b, const char *s)
+static void put_n(struct sbuf *b, const char *s, size_t k, int marker)
 {
-    size_t k = strlen(s);
     if (b->oom) return;
     if (b->n + k + 1 > b->cap) {
         size_t cap = (b->n + k + 1) * 2;
@@ -54,8 +67,42 @@ static void put(struct sbuf *b, const char *s)
         b->p = p;
         b->cap = cap;
     }
-    memcpy(b->p + b->n, s, k + 1);
+    memcpy(b->p + b->n, s, k);
+    b->p[b->n + k] = 0;
+    if (k) {
+        struct chat_span *last = b->nsp ? &b->sp[b->nsp - 1] : NULL;
+        if (last && last->marker == marker) {
+            last->len += k;
+        } else {
+            if (b->nsp == b->spcap) {
+                int cap = b->spcap ? 2 * b->spcap : 16;
+                struct chat_span *p = realloc(b->sp, (size_t)cap * sizeof *p);
+                if (!p) {
+                    b->oom = 1;
+                    return;
+                }
+                b->sp = p;
+                b->spcap = cap;
+            }
+            b->sp[b->nsp++] = (struct chat_span){b->n, k, marker};
+        }
+    }
     b->n += k;
+}
+
+static void mark(struct sbuf *b, const char *s)
+{
+    put_n(b, s, strlen(s), 1);
+}
+
+static void content(struct sbuf *b, const char *s, int strip)
+{
+    size_t k = strlen(s);
+    if (strip) { /* llama.cpp's trim(): isspace in the C locale */
+        while (k && strchr(" \t\n\v\f\r", *s)) s++, k--;
+        while (k && strchr(" \t\n\v\f\r", s[k - 1])) k--;
+    }
+    put_n(b, s, k, 0);
 }
 
 static const char *plain_role(const char *role)
@@ -70,75 +117,97 @@ static int is_system(const char *role)
     return !strcmp(role, "system") || !strcmp(role, "developer");
 }
 
-char *chat_template_render(enum chat_template t, const struct chat_message *m, int n)
+/* llama.cpp's llama2 family: the prompt opens with "[INST] " (BOS comes from the tokenizer); a
+ * system message goes where it stands (normally first, inside the first [INST]); an answer ends
+ * with </s> and the next turn opens a new [INST]. There is no generation prompt. */
+static void render_llama2(struct sbuf *b, enum chat_template t, const struct chat_message *m, int n)
+{
+    int sys = t != CHAT_LLAMA2, bos = t == CHAT_LLAMA2_SYS_BOS, strip = t == CHAT_LLAMA2_SYS_STRIP;
+    int inside = 1;
+    mark(b, "[INST] ");
+    for (int i = 0; i < n; i++) {
+        if (!inside) {
+            inside = 1;
+            mark(b, bos ? "<s>[INST] " : "[INST] ");
+        }
+        if (is_system(m[i].role)) {
+            if (sys) mark(b, "<<SYS>>\n");
+            content(b, m[i].content, strip);
+            mark(b, sys ? "\n<</SYS>>\n\n" : "\n");
+        } else if (!strcmp(m[i].role, "assistant")) {
+            content(b, m[i].content, strip);
+            mark(b, "</s>");
+            inside = 0;
+        } else {
+            content(b, m[i].content, strip);
+            mark(b, " [/INST]");
+        }
+    }
+}
+
+int chat_template_render_spans(enum chat_template t, const struct chat_message *m, int n,
+                               struct chat_rendered *out)
 {
     struct sbuf b = {0};
-    put(&b, "");
+    put_n(&b, "", 0, 1);
     switch (t) {
-    case CHAT_PLAIN:
-        for (int i = 0; i < n; i++) {
-            put(&b, plain_role(m[i].role));
-            put(&b, ": ");
-            put(&b, m[i].content);
-            put(&b, "\n");
-        }
-        put(&b, "Assistant:");
+    case CHAT_LLAMA2:
+    case CHAT_LLAMA2_SYS:
+    case CHAT_LLAMA2_SYS_BOS:
+    case CHAT_LLAMA2_SYS_STRIP:
+        render_llama2(&b, t, m, n);
         break;
-    case CHAT_LLAMA2: {
-        /* The system prompt goes inside the first [INST]. */
-        const char *sys = NULL;
-        int open = 0;
-        for (int i = 0; i < n; i++) {
-            if (is_system(m[i].role)) {
-                sys = m[i].content;
-                continue;
-            }
-            if (!strcmp(m[i].role, "assistant")) {
-                if (open) put(&b, " [/INST]"), open = 0;
-                put(&b, " ");
-                put(&b, m[i].content);
-                put(&b, " ");
-                continue;
-            }
-            if (open)
-                put(&b, "\n");
-            else
-                put(&b, "[INST] "), open = 1;
-            if (sys) {
-                put(&b, "<<SYS>>\n");
-                put(&b, sys);
-                put(&b, "\n<</SYS>>\n\n");
-                sys = NULL;
-            }
-            put(&b, m[i].content);
-        }
-        if (open) put(&b, " [/INST]");
-        break;
-    }
     case CHAT_CHATML:
         for (int i = 0; i < n; i++) {
-            put(&b, "<|im_start|>");
-            put(&b, is_system(m[i].role) ? "system" : m[i].role);
-            put(&b, "\n");
-            put(&b, m[i].content);
-            put(&b, "<|im_end|>\n");
+            mark(&b, "<|im_start|>");
+            mark(&b, is_system(m[i].role) ? "system" : m[i].role);
+            mark(&b, "\n");
+            content(&b, m[i].content, 0);
+            mark(&b, "<|im_end|>\n");
         }
-        put(&b, "<|im_start|>assistant\n");
+        mark(&b, "<|im_start|>assistant\n");
         break;
     case CHAT_ZEPHYR:
         for (int i = 0; i < n; i++) {
-            put(&b, "<|");
-            put(&b, is_system(m[i].role) ? "system" : m[i].role);
-            put(&b, "|>\n");
-            put(&b, m[i].content);
-            put(&b, "</s>\n");
+            mark(&b, "<|");
+            mark(&b, is_system(m[i].role) ? "system" : m[i].role);
+            mark(&b, "|>\n");
+            content(&b, m[i].content, 0);
+            mark(&b, "</s>\n");
         }
-        put(&b, "<|assistant|>\n");
+        mark(&b, "<|assistant|>\n");
+        break;
+    default:
+        for (int i = 0; i < n; i++) {
+            mark(&b, plain_role(m[i].role));
+            mark(&b, ": ");
+            content(&b, m[i].content, 0);
+            mark(&b, "\n");
+        }
+        mark(&b, "Assistant:");
         break;
     }
     if (b.oom) {
         free(b.p);
-        return NULL;
+        free(b.sp);
+        memset(out, 0, sizeof *out);
+        return -1;
     }
-    return b.p;
+    *out = (struct chat_rendered){b.p, b.n, b.sp, b.nsp};
+    return 0;
+}
+
+void chat_rendered_free(struct chat_rendered *r)
+{
+    free(r->text);
+    free(r->spans);
+    memset(r, 0, sizeof *r);
+}
+
+char *chat_template_render(enum chat_template t, const struct chat_message *m, int n)
+{
+    struct chat_rendered r;
+    if (chat_template_render_spans(t, m, n, &r)) return NULL;
+    free(r.spans);
+    return r.text;
 }

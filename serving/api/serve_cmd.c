@@ -153,6 +153,18 @@ static int encode_text(void *tok, const char *text, size_t len, int *out, int ca
     return tokenizer_encode(tok, text, len, 1, out, cap, n, err);
 }
 
+static int encode_chat(void *tok, const struct chat_rendered *r, int *out, int cap, int *n,
+                       char *err)
+{
+    struct tok_span *sp = malloc(((size_t)r->n_spans + 1) * sizeof *sp);
+    if (!sp) return errmsg_set(err, "serve: out of memory");
+    for (int i = 0; i < r->n_spans; i++)
+        sp[i] = (struct tok_span){r->text + r->spans[i].off, r->spans[i].len, r->spans[i].marker};
+    int rc = tokenizer_encode_spans(tok, sp, r->n_spans, 1, out, cap, n, err);
+    free(sp);
+    return rc;
+}
+
 static void on_progress(void *ctx, int done, int total)
 {
     struct serve *sv = ctx;
@@ -308,7 +320,8 @@ int cmd_serve(int argc, char **argv)
                              .vocab_size = sv.lm->model.cfg.vocab_size,
                              .tmpl = chat_template_detect(tmpl.p, tmpl.len),
                              .tok = &sv.lm->tok,
-                             .encode = encode_text};
+                             .encode = encode_text,
+                             .encode_chat = encode_chat};
     front_set_ready(sv.front, &fm, sched);
     fprintf(stderr,
             "strata serve: ready: %s on %s:%d (ctx %d, max batch %d, %d tokens/step, %d KV "

@@ -287,20 +287,26 @@ static int tokenize(const struct front_model *m, const struct completion_request
         *n = cr->n_prompt_ids;
         return 0;
     }
-    char *rendered = NULL;
+    struct chat_rendered rendered = {0};
     const char *text = cr->prompt;
     if (cr->chat) {
-        rendered = chat_template_render(m->tmpl, cr->messages, cr->n_messages);
-        if (!rendered) return api_error_set(e, 500, "server_error", NULL, "out of memory");
-        text = rendered;
+        if (chat_template_render_spans(m->tmpl, cr->messages, cr->n_messages, &rendered))
+            return api_error_set(e, 500, "server_error", NULL, "out of memory");
+        text = rendered.text;
     }
     size_t len = strlen(text);
-    /* Every byte can become at most one token (byte fallback), plus BOS. */
-    int cap = (int)(len < (size_t)(1 << 28) ? len : (1 << 28)) + 2;
+    /* Every byte can become at most one token (byte fallback), plus BOS; with special tokens
+     * cut out of a chat prompt, plus a dummy-prefix space after each. */
+    size_t lim = len < (size_t)(1 << 27) ? len : (1 << 27);
+    int cap = (int)(cr->chat ? 2 * lim + 3 : lim + 2);
     *ids = malloc((size_t)cap * sizeof **ids);
     char err[ERRMSG_LEN] = "tokenizer failed";
-    int rc = *ids ? m->encode(m->tok, text, len, *ids, cap, n, err) : -1;
-    free(rendered);
+    int rc = -1;
+    if (*ids && cr->chat && m->encode_chat)
+        rc = m->encode_chat(m->tok, &rendered, *ids, cap, n, err);
+    else if (*ids)
+        rc = m->encode(m->tok, text, len, *ids, cap, n, err);
+    chat_rendered_free(&rendered);
     if (rc) {
         free(*ids);
         *ids = NULL;

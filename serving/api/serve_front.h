@@ -27,6 +27,10 @@ struct front_model {
     void *tok; /* tokenizer context for encode */
     /* text -> ids with BOS (tokenizer_encode) */
     int (*encode)(void *tok, const char *text, size_t len, int *out, int cap, int *n, char *err);
+    /* chat prompts with BOS, the template's markers parsed for special tokens (optional; NULL:
+     * encode of the whole text). out has room for 2 * r->len + 3 ids. */
+    int (*encode_chat)(void *tok, const struct chat_rendered *r, int *out, int cap, int *n,
+                       char *err);
 };
 
 struct front_config {

@@ -96,6 +96,7 @@ void tokenizer_free(struct tokenizer *t)
     free(t->scores);
     free(t->blob);
     free(t->hash);
+    free(t->special_ids);
     memset(t, 0, sizeof *t);
 }
 
@@ -173,6 +174,40 @@ static int copy_unescape(char *dst, const char *src, uint64_t len)
     return o;
 }
 
+static const struct tokenizer *sort_tok;
+
+static int by_length_desc(const void *a, const void *b)
+{
+    int x = *(const int *)a, y = *(const int *)b;
+    int lx = sort_tok->piece_len[x], ly = sort_tok->piece_len[y];
+    if (lx != ly) return ly - lx;
+    return x - y;
+}
+
+/* The special tokens from tokenizer.ggml.token_type (absent: none). */
+static int load_special(struct tokenizer *t, const struct gguf *g, char *err)
+{
+    if (!gguf_find(g, "tokenizer.ggml.token_type")) return 0;
+    const struct gguf_kv *tt;
+    if (gguf_get_arr(g, "tokenizer.ggml.token_type", GGUF_INT32, &tt, err) < 0) return -1;
+    if (tt->v.arr.n != (uint64_t)t->vocab_size)
+        return errmsg_set(err, "tokenizer.ggml.token_type has %llu entries, tokens has %d",
+                          (unsigned long long)tt->v.arr.n, t->vocab_size);
+    t->special_ids = malloc((size_t)t->vocab_size * sizeof *t->special_ids);
+    if (!t->special_ids) return errmsg_set(err, "tokenizer: out of memory");
+    for (int i = 0; i < t->vocab_size; i++) {
+        int32_t type;
+        memcpy(&type, (const uint8_t *)tt->v.arr.data + 4 * (size_t)i, 4);
+        if ((type == 2 || type == 3 || type == 4) && t->piece_len[i] > 0)
+            t->special_ids[t->n_special++] = i;
+    }
+    /* single-threaded load; the comparator needs the lengths */
+    sort_tok = t;
+    qsort(t->special_ids, (size_t)t->n_special, sizeof *t->special_ids, by_length_desc);
+    sort_tok = NULL;
+    return 0;
+}
+
 int tokenizer_from_gguf(struct tokenizer *t, const struct gguf *g, char *err)
 {
     struct gguf_str model;
@@ -230,6 +265,7 @@ int tokenizer_from_gguf(struct tokenizer *t, const struct gguf *g, char *err)
     t->bos_id = (int)bos;
     t->eos_id = (int)eos;
     if (finish(t, err) < 0) goto fail;
+    if (load_special(t, g, err) < 0) goto fail;
     return 0;
 fail:
     tokenizer_free(t);
@@ -381,6 +417,107 @@ int tokenizer_encode(const struct tokenizer *t, const char *text, size_t len, in
     free(s);
     free(h);
     return 0;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Encoding with special tokens */
+
+struct frag {
+    size_t off, len; /* raw text in the concatenation */
+    int id;          /* a special token, or -1 for raw text */
+};
+
+struct frags {
+    struct frag *f;
+    int n;
+};
+
+static void add_raw(struct frags *fs, size_t off, size_t len)
+{
+    if (!len) return;
+    struct frag *last = fs->n ? &fs->f[fs->n - 1] : NULL;
+    if (last && last->id < 0 && last->off + last->len == off) {
+        last->len += len; /* stretches run across spans */
+        return;
+    }
+    fs->f[fs->n++] = (struct frag){off, len, -1};
+}
+
+/* Cut [a, b) of cat at the specials from index k on: the first (longest) one that occurs is cut
+ * out everywhere and the gaps go on with the next ones, as llama.cpp's per-token passes do. */
+static void split_specials(const struct tokenizer *t, const char *cat, size_t a, size_t b, int k,
+                           struct frags *fs)
+{
+    for (; k < t->n_special && a < b; k++) {
+        int id = t->special_ids[k];
+        size_t pl = (size_t)t->piece_len[id];
+        if (pl > b - a) continue;
+        const char *hit = memmem(cat + a, b - a, t->pieces[id], pl);
+        if (!hit) continue;
+        size_t s = a;
+        while (hit) {
+            size_t h = (size_t)(hit - cat);
+            split_specials(t, cat, s, h, k + 1, fs);
+            fs->f[fs->n++] = (struct frag){h, 0, id};
+            s = h + pl;
+            hit = s < b ? memmem(cat + s, b - s, t->pieces[id], pl) : NULL;
+        }
+        split_specials(t, cat, s, b, k + 1, fs);
+        return;
+    }
+    add_raw(fs, a, b - a);
+}
+
+int tokenizer_encode_spans(const struct tokenizer *t, const struct tok_span *spans, int n_spans,
+                           int add_bos, int *out, int cap, int *n, char *err)
+{
+    *n = 0;
+    size_t total = 0;
+    for (int i = 0; i < n_spans; i++) {
+        if (spans[i].len > (size_t)(INT32_MAX / 4) - total)
+            return errmsg_set(err, "tokenizer: text is too long");
+        total += spans[i].len;
+    }
+    char *cat = malloc(total + 1);
+    /* every fragment but the last raw one holds at least one byte of its own */
+    struct frags fs = {malloc((total + 1) * sizeof *fs.f), 0};
+    if (!cat || !fs.f) {
+        free(cat);
+        free(fs.f);
+        return errmsg_set(err, "tokenizer: out of memory for %zu bytes of text", total);
+    }
+    size_t pos = 0;
+    for (int i = 0; i < n_spans; i++) {
+        if (spans[i].len) memcpy(cat + pos, spans[i].text, spans[i].len);
+        if (spans[i].parse_special)
+            split_specials(t, cat, pos, pos + spans[i].len, 0, &fs);
+        else
+            add_raw(&fs, pos, spans[i].len);
+        pos += spans[i].len;
+    }
+    int o = 0, rc = 0;
+    if (add_bos && t->bos_id >= 0) {
+        if (cap < 1)
+            rc = errmsg_set(err, "tokenizer: room for %d tokens", cap);
+        else
+            out[o++] = t->bos_id;
+    }
+    for (int i = 0; i < fs.n && !rc; i++) {
+        if (fs.f[i].id >= 0) {
+            if (o >= cap)
+                rc = errmsg_set(err, "tokenizer: text needs more than %d tokens", cap);
+            else
+                out[o++] = fs.f[i].id;
+            continue;
+        }
+        int k = 0;
+        rc = tokenizer_encode(t, cat + fs.f[i].off, fs.f[i].len, 0, out + o, cap - o, &k, err);
+        o += k;
+    }
+    free(cat);
+    free(fs.f);
+    *n = rc ? 0 : o;
+    return rc;
 }
 
 /* ---------------------------------------------------------------------------------------------

@@ -37,9 +37,23 @@ struct tokenizer {
     int max_piece_len;
     int space_split; /* no piece has a space after a non-space: words merge independently */
     char *blob;      /* storage of all pieces */
+    /* Special tokens (GGUF tokenizer.ggml.token_type 2 unknown, 3 control, 4 user-defined, as
+     * llama.cpp's parse_special): ids by piece length, longest first. None without token types
+     * (llama2.c tokenizer.bin). */
+    int *special_ids;
+    int n_special;
 };
 
-/* From GGUF metadata: tokenizer.ggml.tokens, .scores, .bos_token_id, .eos_token_id. */
+/* A piece of text to encode; in spans with parse_special the pieces of special tokens become
+ * those tokens (chat template markers), elsewhere all text is plain (message content). */
+struct tok_span {
+    const char *text;
+    size_t len;
+    int parse_special;
+};
+
+/* From GGUF metadata: tokenizer.ggml.tokens, .scores, .token_type, .bos_token_id,
+ * .eos_token_id. */
 int tokenizer_from_gguf(struct tokenizer *t, const struct gguf *g, char *err);
 /* From a llama2.c tokenizer.bin image (for the converter). */
 int tokenizer_from_llama2c(struct tokenizer *t, const void *buf, size_t size, int vocab_size,
@@ -50,6 +64,14 @@ void tokenizer_free(struct tokenizer *t);
  * count needed in err) if cap is too small. */
 int tokenizer_encode(const struct tokenizer *t, const char *text, size_t len, int add_bos, int *out,
                      int cap, int *n, char *err);
+/* Encode the concatenation of spans as llama.cpp does with parse_special: special-token pieces
+ * found in parse_special spans are cut out (longest special first, every occurrence, then the
+ * next special in the gaps) and become their tokens; each stretch of text between them is
+ * encoded as by tokenizer_encode, with the dummy-prefix space (llama.cpp adds it to the first
+ * stretch and after every special token). Stretches run across span boundaries. Without special
+ * tokens this is tokenizer_encode of the concatenation. At most 2 * bytes + 2 ids. */
+int tokenizer_encode_spans(const struct tokenizer *t, const struct tok_span *spans, int n_spans,
+                           int add_bos, int *out, int cap, int *n, char *err);
 /* The bytes of token `id` when it follows token `prev` (-1 at the start). Sets *len. Returns a
  * pointer into the tokenizer or into `scratch` (at least 1 byte) for byte tokens. */
 const char *tokenizer_decode(const struct tokenizer *t, int prev, int id, char *scratch,

@@ -1,9 +1,12 @@
 #!/bin/bash
 # Continuous SLO-aware batching vs static batching, replaying the Azure LLM conversation trace
-# (../shared/traces/azure_llm_2023_conv.csv) against `strata serve` with the tiny model.
+# (../shared/traces/azure_llm_2023_conv.csv) against `strata serve`.
 # For each load (the trace's arrival gaps divided by SPEEDUP) the same requests go to a
-# continuous-batching server and to a static-batching one (--static-batch 8: a fixed batch that
-# waits for all of its requests to finish); both get the same SLOs. Modes alternate and every
+# continuous-batching server and to a static-batching one (--static-batch 8: a fixed batch of 8
+# that admits no one until all of its requests are done; a finished request gets its answer at
+# once but its row goes on decoding as padding, as in a fixed-shape batch); all get the same SLOs.
+# "static-shrink" is static batching whose finished rows stop computing (a stronger baseline
+# than the classic one; shown for comparison, the ratios are against "static"). Modes alternate and every
 # (mode, load) pair runs REPEAT times, so load from other processes hits both alike; the table
 # gives the means. A third server, "shed", is continuous batching with --shed-late (a request that
 # could not start within its TTFT is answered 503 instead of being served late). NOSLO=1 adds
@@ -11,14 +14,24 @@
 # The last lines give each mode's capacity at the SLOs (the highest load at which at least ATTAIN%,
 # default 90, of requests met both SLOs, as DistServe defines goodput).
 # Figures on a shared machine are noisy: compare within one run only.
-#   REQUESTS=200 SPEEDUPS="4 8 16 32" REPEAT=1 TTFT_MS=500 TPOT_MS=50 THREADS=1 tests/bench/serve_trace.sh
+#   MODES="continuous shed static static-shrink" REQUESTS=200 SPEEDUPS="1.5 2 2.5 3 4 6" REPEAT=1 TTFT_MS=500 TPOT_MS=50 THREADS=1 tests/bench/serve_trace.sh
 set -u
 cd "$(dirname "$0")/../.."
+# The default model has the stories15M shape (dim 288, 6 layers, the Llama-2 vocabulary), Q8_0,
+# random weights: steps cost what a small real model's do (stories260K's cost almost nothing, so
+# every policy keeps up with the trace). SERVE_MODEL=... picks another.
+if [ -z "${SERVE_MODEL:-}" ]; then
+    SERVE_MODEL=build/bench-models/s15m-512-q8_0.gguf
+    [ -f "$SERVE_MODEL" ] || { mkdir -p build/bench-models && build/tools/synth_model \
+        --shape 288,768,6,6,6,32000,512 --type q8_0 --seed 1 -o "$SERVE_MODEL" \
+        --tokenizer "${STRATA_SHARED:-../shared}/models/tokenizer.bin" >/dev/null; } ||
+        { echo "serve_trace: cannot make $SERVE_MODEL"; exit 1; }
+fi
 . tests/lib/serve.sh
 W=$(mktemp -d /tmp/serve_trace.XXXXXX)
 trap 'serve_cleanup; rm -rf "$W"' EXIT
 REQUESTS=${REQUESTS:-200}
-SPEEDUPS=${SPEEDUPS:-4 8 16 32}
+SPEEDUPS=${SPEEDUPS:-1.5 2 2.5 3 4 6}
 REPEAT=${REPEAT:-1}
 TTFT_MS=${TTFT_MS:-500}
 TPOT_MS=${TPOT_MS:-50}
@@ -31,7 +44,7 @@ serve_model || { echo "serve_trace: cannot convert the test model"; exit 1; }
 echo "trace $TRACE: first $REQUESTS requests, lengths scaled to ctx 512; SLO TTFT $TTFT_MS ms," \
     "TPOT $TPOT_MS ms; $THREADS compute thread(s); $REPEAT runs per point;" \
     "$(uptime | sed 's/.*load/load/')"
-modes="continuous shed static"
+modes=${MODES:-continuous shed static static-shrink}
 [ "${NOSLO:-0}" = 1 ] && modes="$modes no-slo"
 : >"$W/results"
 for sp in $SPEEDUPS; do
@@ -42,6 +55,7 @@ for sp in $SPEEDUPS; do
             no-slo) args=(--max-batch 32 --step-tokens 256 --no-slo) ;;
             shed) args=(--max-batch 32 --step-tokens 256 --shed-late) ;;
             static) args=(--static-batch "$STATIC_BATCH" --static-wait-ms 50 --step-tokens 256) ;;
+            static-shrink) args=(--static-batch "$STATIC_BATCH" --static-wait-ms 50 --step-tokens 256 --static-shrink) ;;
             esac
             serve_start "$mode-$sp-$rep" --threads "$THREADS" --ttft-ms "$TTFT_MS" \
                 --tpot-ms "$TPOT_MS" "${args[@]}" || { echo "serve_trace: server did not start"; exit 1; }

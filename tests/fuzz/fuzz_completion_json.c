@@ -21,7 +21,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (completion_request_parse(buf, size - 1, chat, &r, &e) == 0) {
         if (chat) {
             if (r.n_messages < 1) abort();
-            for (int t = 0; t < 4; t++) {
+            for (int t = 0; t < CHAT_N_TEMPLATES; t++) {
                 char *p = chat_template_render((enum chat_template)t, r.messages, r.n_messages);
                 if (p && !utf8_valid(p, strlen(p))) abort();
                 free(p);

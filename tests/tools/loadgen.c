@@ -308,7 +308,7 @@ int main(int argc, char **argv)
     /* ---- report */
     double *ttft = malloc(sizeof(double) * (size_t)n_req),
            *tpot = malloc(sizeof(double) * (size_t)n_req);
-    int n_ok = 0, n_fail = 0, n_tpot = 0, n_slo = 0;
+    int n_ok = 0, n_fail = 0, n_tpot = 0, n_slo = 0, miss_ttft = 0, miss_tpot = 0;
     long long tokens = 0, good = 0;
     for (int i = 0; i < n_req; i++) {
         struct lreq *r = &rq[i];
@@ -323,15 +323,17 @@ int main(int argc, char **argv)
         ttft[n_ok - 1] = a * 1e3;
         if (r->tokens > 1) tpot[n_tpot++] = b * 1e3;
         if (a * 1e3 <= ttft_ms && b * 1e3 <= tpot_ms) n_slo++, good += r->tokens;
+        miss_ttft += a * 1e3 > ttft_ms;
+        miss_tpot += b * 1e3 > tpot_ms;
     }
     double thr = tokens / makespan, gp = good / makespan;
     double t50 = pct(ttft, n_ok, 50), t99 = pct(ttft, n_ok, 99);
     double p50 = pct(tpot, n_tpot, 50), p99 = pct(tpot, n_tpot, 99);
     printf("%-12s %4d ok %3d failed in %6.2f s | throughput %8.1f tok/s | goodput %8.1f tok/s "
            "(%5.1f%% of requests in SLO) | TTFT p50 %7.1f p99 %7.1f ms | TPOT p50 %6.2f p99 %6.2f "
-           "ms\n",
+           "ms | missed TTFT %d, TPOT %d\n",
            label, n_ok, n_fail, makespan, thr, gp, n_ok ? 100.0 * n_slo / n_req : 0, t50, t99, p50,
-           p99);
+           p99, miss_ttft, miss_tpot);
     printf("RESULT label=%s ok=%d failed=%d seconds=%.3f throughput=%.1f goodput=%.1f slo_pct=%.1f "
            "ttft_p50_ms=%.2f ttft_p99_ms=%.2f tpot_p50_ms=%.3f tpot_p99_ms=%.3f\n",
            label, n_ok, n_fail, makespan, thr, gp, 100.0 * n_slo / n_req, t50, t99, p50, p99);

@@ -199,8 +199,12 @@ TEST(chat_templates)
     char *s = chat_template_render(CHAT_PLAIN, m, 4);
     CHECK_STR(s, "System: S\nUser: U1\nAssistant: A1\nUser: U2\nAssistant:");
     free(s);
+    /* llama.cpp's llama2 renderings (test_serve_chat.c has the token ids) */
+    s = chat_template_render(CHAT_LLAMA2_SYS, m, 4);
+    CHECK_STR(s, "[INST] <<SYS>>\nS\n<</SYS>>\n\nU1 [/INST]A1</s>[INST] U2 [/INST]");
+    free(s);
     s = chat_template_render(CHAT_LLAMA2, m, 4);
-    CHECK_STR(s, "[INST] <<SYS>>\nS\n<</SYS>>\n\nU1 [/INST] A1 [INST] U2 [/INST]");
+    CHECK_STR(s, "[INST] S\nU1 [/INST]A1</s>[INST] U2 [/INST]");
     free(s);
     s = chat_template_render(CHAT_CHATML, m + 1, 1);
     CHECK_STR(s, "<|im_start|>user\nU1<|im_end|>\n<|im_start|>assistant\n");
@@ -208,6 +212,7 @@ TEST(chat_templates)
     const char *j = "{% for m in messages %}<|im_start|>{{m.role}}";
     CHECK_EQ_INT(chat_template_detect(j, strlen(j)), CHAT_CHATML);
     CHECK_EQ_INT(chat_template_detect("[INST]", 6), CHAT_LLAMA2);
+    CHECK_EQ_INT(chat_template_detect("[INST] <<SYS>>", 14), CHAT_LLAMA2_SYS);
     CHECK_EQ_INT(chat_template_detect(NULL, 0), CHAT_PLAIN);
 }
 

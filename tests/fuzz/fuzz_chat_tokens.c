@@ -1,0 +1,142 @@
+/* libFuzzer target: tokenizer_encode_spans (chat prompts with special tokens) on arbitrary text.
+ *
+ * The vocabulary (built in, loaded through a GGUF like a real model's) has byte tokens for every
+ * byte, a few merges, and special tokens that overlap ("<|im" inside "<|im_start|>"); none of them
+ * can be reached by BPE merges from plain text (a special piece that can, a one-character one for
+ * example, comes out of content as its id too, in llama.cpp as here). The input is cut into spans
+ * at 0xFF bytes; a span's first byte says whether it is a template marker (parse_special) or
+ * content. Checks: no error with room for 2 * bytes + 2 ids; decoding the ids gives the text back,
+ * each stretch between special tokens with one leading dummy-prefix space; special tokens come only
+ * from marker spans and lie inside one span. */
+#include "os/errmsg.h"
+#include "serving/engine/gguf.h"
+#include "serving/engine/tokenizer.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static struct tokenizer tok;
+static struct gguf gg;
+static char *gbuf;
+static int n_fixed;
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    (void)argc, (void)argv;
+    static const struct {
+        const char *piece;
+        int32_t type; /* 1 normal, 2 unknown, 3 control, 4 user-defined */
+    } fixed[] = {{"<unk>", 2},
+                 {"<s>", 3},
+                 {"</s>", 3},
+                 {"<|im_start|>", 3},
+                 {"<|im_end|>", 3},
+                 {"<|im", 4},
+                 {"\xe2\x96\x81", 1},
+                 {"\xe2\x96\x81t", 1},
+                 {"he", 1},
+                 {"\xe2\x96\x81the", 1},
+                 {"in", 1},
+                 {"st", 1},
+                 {"im", 1}};
+    n_fixed = (int)(sizeof fixed / sizeof fixed[0]);
+    static char bytes[256][8];
+    const char *pieces[300];
+    int32_t types[300];
+    float scores[300];
+    int n = 0;
+    for (int i = 0; i < n_fixed; i++, n++) {
+        pieces[n] = fixed[i].piece;
+        types[n] = fixed[i].type;
+        scores[n] = -(float)i;
+    }
+    for (int b = 0; b < 256; b++, n++) {
+        snprintf(bytes[b], sizeof bytes[b], "<0x%02X>", b);
+        pieces[n] = bytes[b];
+        types[n] = 6;
+        scores[n] = 0;
+    }
+    struct gguf_writer *w = gguf_writer_new();
+    char err[ERRMSG_LEN];
+    size_t len;
+    FILE *f = open_memstream(&gbuf, &len);
+    if (gguf_w_str(w, "tokenizer.ggml.model", "llama") ||
+        gguf_w_arr_str(w, "tokenizer.ggml.tokens", pieces, (uint64_t)n) ||
+        gguf_w_arr_f32(w, "tokenizer.ggml.scores", scores, (uint64_t)n) ||
+        gguf_w_arr_i32(w, "tokenizer.ggml.token_type", types, (uint64_t)n) ||
+        gguf_writer_write(w, f, err))
+        abort();
+    fclose(f);
+    gguf_writer_free(w);
+    if (gguf_parse(&gg, gbuf, len, err) || tokenizer_from_gguf(&tok, &gg, err)) abort();
+    return 0;
+}
+
+static int is_special(int id)
+{
+    for (int i = 0; i < tok.n_special; i++)
+        if (tok.special_ids[i] == id) return 1;
+    return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    struct tok_span sp[64];
+    size_t start[64];
+    int ns = 0;
+    char *text = malloc(size + 1);
+    if (!text) return 0;
+    size_t tl = 0;
+    for (size_t i = 0; i < size && ns < 64;) {
+        size_t j = i;
+        while (j < size && data[j] != 0xFF) j++;
+        int marker = j > i && (data[i] & 1);
+        size_t from = j > i ? i + 1 : i;
+        memcpy(text + tl, data + from, j - from);
+        start[ns] = tl;
+        sp[ns] = (struct tok_span){text + tl, j - from, marker};
+        tl += j - from;
+        ns++;
+        i = j + 1;
+    }
+    int cap = (int)(2 * tl + 2);
+    int *ids = malloc((size_t)cap * sizeof *ids);
+    char err[ERRMSG_LEN];
+    int n;
+    if (!ids) abort();
+    if (tokenizer_encode_spans(&tok, sp, ns, 1, ids, cap, &n, err)) abort();
+    if (n < 1 || ids[0] != tok.bos_id) abort();
+    /* decode: pieces (spaces as ' ', <0xNN> as the byte); drop one leading ' ' per stretch */
+    size_t pos = 0;
+    int stretch_start = 1;
+    for (int i = 1; i < n; i++) {
+        int id = ids[i];
+        if (is_special(id)) {
+            size_t pl = (size_t)tok.piece_len[id];
+            /* inside one marker span */
+            int k = 0;
+            while (k < ns && !(sp[k].len && start[k] <= pos && pos < start[k] + sp[k].len)) k++;
+            if (k >= ns || !sp[k].parse_special || pos + pl > start[k] + sp[k].len) abort();
+            if (pos + pl > tl || memcmp(text + pos, tok.pieces[id], pl)) abort();
+            pos += pl;
+            stretch_start = 1;
+            continue;
+        }
+        char scratch[8];
+        size_t len;
+        const char *p = tokenizer_decode(&tok, -1, id, scratch, &len);
+        if (stretch_start) {
+            if (!len || p[0] != ' ') abort();
+            p++, len--;
+            stretch_start = 0;
+        }
+        if (pos + len > tl || memcmp(text + pos, p, len)) abort();
+        pos += len;
+    }
+    if (pos != tl) abort();
+    free(ids);
+    free(text);
+    return 0;
+}
