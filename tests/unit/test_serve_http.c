@@ -217,15 +217,16 @@ static void expect_text(const char *prompt, int max_tokens, char *want, int *eos
     fake_oracle(ids, n, max_tokens, CTX, want, eos);
 }
 
+/* Thread-local results: the concurrent-clients test calls this from 20 threads at once. */
 static const char *completion_text(const char *body, const char **finish)
 {
-    static char buf[4096];
+    static _Thread_local char buf[4096];
     cJSON *o = cJSON_Parse(body);
     cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "choices"), 0);
     cJSON *t = cJSON_GetObjectItem(c0, "text");
     if (!t) t = cJSON_GetObjectItem(cJSON_GetObjectItem(c0, "message"), "content");
     snprintf(buf, sizeof buf, "%s", cJSON_IsString(t) ? t->valuestring : "<none>");
-    static char fin[16];
+    static _Thread_local char fin[16];
     cJSON *f = cJSON_GetObjectItem(c0, "finish_reason");
     snprintf(fin, sizeof fin, "%s", cJSON_IsString(f) ? f->valuestring : "null");
     if (finish) *finish = fin;
