@@ -205,6 +205,47 @@ TEST(all_types_isas_batches_vs_reference)
         printf("# some ISAs are missing on this CPU; tested: %s and below\n", matmul_isa());
 }
 
+/* Q4_0 works on blocks 4, 2 and 1 at a time (quads, a leftover pair, an odd last block): every
+ * block count mod 4, against the reference, and a token alone equals it in a batch. */
+TEST(q4_0_every_block_count)
+{
+    for (int nb = 1; nb <= 8; nb++) {
+        int cols = 32 * nb, rows = 3;
+        struct mat m;
+        mat_make(&m, GGML_Q4_0, rows, cols);
+        float *x = make_x(5, cols);
+        float *y = malloc(sizeof(float) * 5 * rows), *one = malloc(sizeof(float) * rows);
+        for (int ii = 0; ii < 3; ii++) {
+            struct matmul_ctx k;
+            void *scratch;
+            int rc = init_ctx(&k, isas[ii], NULL, &scratch, 5, cols);
+            CHECK(rc >= 0);
+            if (rc == 0) {
+                matmul(&k, y, &m.t, x, 5);
+                for (int t = 0; t < 5; t++) {
+                    matmul(&k, one, &m.t, x + (size_t)t * cols, 1);
+                    CHECKF(!memcmp(one, y + (size_t)t * rows, sizeof(float) * rows),
+                           "%s %d blocks: token %d alone differs from in a batch", isas[ii], nb, t);
+                    for (int r = 0; r < rows; r++) {
+                        const float *wr = m.deq + (size_t)r * cols, *xt = x + (size_t)t * cols;
+                        double ref = 0;
+                        for (int c = 0; c < cols; c++) ref += (double)wr[c] * xt[c];
+                        double tol = tolerance(GGML_Q4_0, wr, xt, cols);
+                        CHECKF(fabs(y[t * rows + r] - ref) <= tol,
+                               "%s %d blocks: y[%d][%d] = %.9g, reference %.9g", isas[ii], nb, t, r,
+                               y[t * rows + r], ref);
+                    }
+                }
+            }
+            free(scratch);
+        }
+        free(x);
+        free(y);
+        free(one);
+        mat_free(&m);
+    }
+}
+
 /* A token's outputs do not depend on which batch it came in, nor on the thread count, nor on
  * being run through matmul_multi: bit for bit, so batched and one-by-one greedy decoding agree. */
 TEST(batch_threads_multi_bit_identical)
@@ -417,6 +458,7 @@ int main(void)
     printf("# matmul ISA on this CPU: %s\n", matmul_isa());
     RUN(all_types_isas_batches_vs_reference);
     RUN(batch_threads_multi_bit_identical);
+    RUN(q4_0_every_block_count);
     RUN(activation_quantizers_bit_identical);
     RUN(tensor_get_row_dequantizes);
     RUN(isa_override);
