@@ -615,7 +615,7 @@ static void admit(struct scheduler *s, int i, int n, int *budget, double now)
                                   memory_order_relaxed);
     }
     s->running[s->n_running++] = q;
-    plan_add(s, q, n, budget);
+    if (n > 0) plan_add(s, q, n, budget); /* n == 0: no budget left, prefill from the next step */
 }
 
 static void plan_waiting(struct scheduler *s, int *budget, double now)
@@ -637,19 +637,7 @@ static void plan_waiting(struct scheduler *s, int *budget, double now)
             int n = q->n_tok < *budget ? q->n_tok : *budget;
             if (kv_blocks_for(s->kv, n ? n : 1) > s->kv->n_free) break;
             ensure_blocks(s, q, n ? n : 1);
-            if (n)
-                admit(s, best, n, budget, now);
-            else {
-                /* no budget left this step: admit now, prefill next step */
-                remove_at(s->waiting, &s->n_waiting, best);
-                q->admit_order = ++s->admit_counter;
-                q->ever_admitted = 1;
-                q->t_admitted = now;
-                hist_observe(&s->m->queue, now - q->r->t_arrival);
-                atomic_fetch_add_explicit(&s->m->prompt_tokens, (unsigned long long)q->r->n_prompt,
-                                          memory_order_relaxed);
-                s->running[s->n_running++] = q;
-            }
+            admit(s, best, n, budget, now);
         }
         return;
     }
