@@ -1,6 +1,8 @@
 /* cuda_plan: device layout and upload schedule of the weights (see cuda_plan.h). */
 #include "drivers/cuda/cuda_plan.h"
 
+#include "serving/engine/repack.h"
+
 #include "os/errmsg.h"
 #include "serving/engine/gguf.h"
 
@@ -45,6 +47,9 @@ static const char *type_name(uint32_t t)
         return "Q4_0";
     case GGML_Q4_K:
         return "Q4_K";
+    case TENSOR_Q8_0_X16:
+    case TENSOR_Q4_0_X16: /* a CPU engine on the same model rewrote it (repack.h) */
+        return "CPU-repacked (16-row groups)";
     }
     return "unknown";
 }

@@ -16,10 +16,12 @@
 #include "drivers/cuda/cuda_backend.h"
 #include "os/errmsg.h"
 #include "os/log.h"
+#include "serving/engine/repack.h"
 #include "serving/engine/sampler.h"
 
 #include <math.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 // ----------------------------------------------------------------------------
@@ -266,6 +268,39 @@ static int cpu_head(struct engine *e, const struct batch *b, const float *x, flo
     return 0;
 }
 
+/* Store the matrices in the layouts the chosen kernels read fastest (repack.h), once, in the
+ * weight image. Only the CPU backend does this: a device backend uploads the ggml bytes. */
+static int cpu_repack_one(struct engine *e, struct tensor *t, int *done, char *err)
+{
+    if (!matmul_wants_repack(&e->mm, t)) return 0;
+    if (repack_tensor(t, err)) return -1;
+    ++*done;
+    return 0;
+}
+
+static int cpu_repack(struct engine *e, char *err)
+{
+    struct model *m = e->model;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int done = 0;
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        struct layer_weights *w = &m->layers[l];
+        struct tensor *mats[] = {&w->wq, &w->wk, &w->wv, &w->wo, &w->w_gate, &w->w_down, &w->w_up};
+        for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++)
+            if (cpu_repack_one(e, mats[i], &done, err)) return -1;
+    }
+    /* The embedding table too when tied: the lookup (tensor_get_row) reads any layout. */
+    if (cpu_repack_one(e, &m->output, &done, err)) return -1;
+    if (m->tied_output) m->token_embd.type = m->output.type;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (done)
+        log_info("engine", "%d matrices stored in 16-row groups for the %s kernels (%.2f s)", done,
+                 matmul_isa_of(&e->mm),
+                 (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9);
+    return 0;
+}
+
 static const struct engine_backend cpu_backend = {
     .name = "cpu", .embed = cpu_embed, .layers = cpu_layers, .head = cpu_head};
 
@@ -332,6 +367,7 @@ int engine_init(struct engine *e, struct model *m, const struct engine_limits *l
         log_warn("engine", "backend %s: %s; the CPU serves", e->be->name, err);
         e->be = &cpu_backend;
     }
+    if (e->be == &cpu_backend && cpu_repack(e, err)) return -1;
     return 0;
 }
 

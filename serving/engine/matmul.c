@@ -6,6 +6,7 @@
 #include "serving/engine/gguf.h"
 #include "serving/engine/matmul_kernels.h"
 #include "serving/engine/quant.h"
+#include "serving/engine/repack.h"
 
 #include <cpuid.h>
 #include <math.h>
@@ -30,13 +31,18 @@ static int kernel_type(uint32_t t)
         return KT_Q4_0;
     case GGML_Q4_K:
         return KT_Q4_K;
+    case TENSOR_Q8_0_X16:
+        return KT_Q8_0_X16;
+    case TENSOR_Q4_0_X16:
+        return KT_Q4_0_X16;
     }
     return -1;
 }
 
+/* Bytes per row; a repacked tensor's group of 16 rows takes 16 source rows' bytes. */
 static size_t row_bytes(uint32_t t, int cols)
 {
-    switch (t) {
+    switch (repack_base_type(t)) {
     case GGML_F32:
         return (size_t)cols * 4;
     case GGML_F16:
@@ -55,7 +61,16 @@ static size_t row_bytes(uint32_t t, int cols)
 /* Which activation format a weight type wants: 0 floats, 1 act_q8, 2 act_q8k, 3 act_q4. */
 static int act_format(uint32_t t)
 {
-    return t == GGML_Q8_0 ? 1 : t == GGML_Q4_K ? 2 : t == GGML_Q4_0 ? 3 : 0;
+    return t == GGML_Q8_0 || repack_base_type(t) != t ? 1
+           : t == GGML_Q4_K                           ? 2
+           : t == GGML_Q4_0                           ? 3
+                                                      : 0;
+}
+
+/* Rows a kernel call must start on and take a multiple of. */
+static int row_group(uint32_t t)
+{
+    return repack_base_type(t) != t ? REPACK_ROWS : 1;
 }
 
 static size_t act_bytes(int fmt, int cols)
@@ -251,11 +266,60 @@ static void tile_q4_K_scalar(const uint8_t *w, size_t ws, int nr, const uint8_t 
         }
 }
 
+/* The 16-row groups (repack.h): each row's dot is the plain kernel's, with the quants found
+ * where repack put them. */
+static size_t chunk_at(int r, int i)
+{
+    return (size_t)64 * (i / 4) + 32 * (r / 8) + 4 * (r % 8) + i % 4;
+}
+
+static void tile_q8_0_x16_scalar(const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs,
+                                 int nt, int cols, float *y, size_t ys)
+{
+    for (int r = 0; r < nr; r++)
+        for (int t = 0; t < nt; t++) {
+            const struct block_q8_0x16 *g =
+                (const struct block_q8_0x16 *)(w + (size_t)(r / REPACK_ROWS) * REPACK_ROWS * ws);
+            const struct act_q8 *a = (const struct act_q8 *)(x + t * xs);
+            int lane = r % REPACK_ROWS;
+            float s = 0;
+            for (int b = 0; b < cols / 32; b++) {
+                int isum = 0;
+                for (int j = 0; j < 32; j++)
+                    isum += (g[b].qs[chunk_at(lane, j)] - 128) * a[b].qs[j];
+                s += fp16_to_f32(g[b].d[lane]) * a[b].d * (float)isum;
+            }
+            y[t * ys + r] = s;
+        }
+}
+
+static void tile_q4_0_x16_scalar(const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs,
+                                 int nt, int cols, float *y, size_t ys)
+{
+    for (int r = 0; r < nr; r++)
+        for (int t = 0; t < nt; t++) {
+            const struct block_q4_0x16 *g =
+                (const struct block_q4_0x16 *)(w + (size_t)(r / REPACK_ROWS) * REPACK_ROWS * ws);
+            const struct act_q8 *a = (const struct act_q8 *)(x + t * xs);
+            int lane = r % REPACK_ROWS;
+            float s = 0;
+            for (int b = 0; b < cols / 32; b++) {
+                int isum = a[b].neg8sum;
+                for (int j = 0; j < 16; j++) {
+                    uint8_t q = g[b].qs[chunk_at(lane, j)];
+                    isum += (q & 0xf) * a[b].qs[j] + (q >> 4) * a[b].qs[j + 16];
+                }
+                s += fp16_to_f32(g[b].d[lane]) * a[b].d * (float)isum;
+            }
+            y[t * ys + r] = s;
+        }
+}
+
 const struct kernel_table kernels_scalar = {
     .name = "scalar",
     .tile_t = 4,
     .tile = {tile_f32_scalar, tile_f16_scalar, tile_bf16_scalar, tile_q8_0_scalar, tile_q4_0_scalar,
-             tile_q4_K_scalar},
+             tile_q4_K_scalar, tile_q8_0_x16_scalar, tile_q4_0_x16_scalar},
     .quant_q8 = quantize_act_q8,
     .quant_q8k = quantize_act_q8k,
     .quant_q4 = quantize_act_q4,
@@ -296,6 +360,12 @@ static const struct kernel_table *choose_kernels(void)
 const char *matmul_isa(void)
 {
     return choose_kernels()->name;
+}
+
+int matmul_wants_repack(const struct matmul_ctx *k, const struct tensor *t)
+{
+    const struct kernel_table *kt = k->kernels ? k->kernels : choose_kernels();
+    return repack_eligible(t) && t->type < 32 && (kt->repack_types >> t->type & 1);
 }
 
 const char *matmul_isa_of(const struct matmul_ctx *k)
@@ -357,29 +427,30 @@ static void mm_worker(void *arg, int ith, int nth)
     int row = (int)((long long)j->total_rows * ith / nth);
     int end = (int)((long long)j->total_rows * (ith + 1) / nth);
     int base = 0;
-    for (int m = 0; m < j->n && row < end; m++) {
+    for (int m = 0; m < j->n && row < end; base += j->w[m]->rows, m++) {
         const struct tensor *w = j->w[m];
-        int rows = w->rows, stop = base + rows < end ? base + rows : end;
-        if (row >= stop) {
-            base += rows;
-            continue;
-        }
+        int rows = w->rows, g = row_group(w->type);
+        /* This part's rows of matrix m; both ends rounded down to the matrix's row group, the
+         * same way by every part, so the parts still tile it. */
+        int lo = row - base, hi = end - base;
+        lo = lo < 0 ? 0 : lo > rows ? rows : lo / g * g;
+        hi = hi >= rows ? rows : hi < 0 ? 0 : hi / g * g;
+        if (lo >= hi) continue;
         int kt = kernel_type(w->type);
         if (kt < 0) abort(); /* model_plan admits only the types above */
         tile_fn fn = j->kt->tile[kt];
         size_t ws = row_bytes(w->type, w->cols);
         int chunk = ws >= 65536 ? 1 : (int)(65536 / ws);
+        chunk = chunk < g ? g : chunk / g * g;
         int tt = j->kt->tile_t;
-        for (int nr; row < stop; row += nr) {
-            nr = stop - row < chunk ? stop - row : chunk;
-            int r = row - base;
+        for (int r = lo, nr; r < hi; r += nr) {
+            nr = hi - r < chunk ? hi - r : chunk;
             for (int t = 0; t < j->n_tok; t += tt) {
                 int nt = j->n_tok - t < tt ? j->n_tok - t : tt;
                 fn((const uint8_t *)w->data + (size_t)r * ws, ws, nr, j->x + (size_t)t * j->xs,
                    j->xs, nt, w->cols, j->y[m] + (size_t)t * rows + r, (size_t)rows);
             }
         }
-        base += rows;
     }
 }
 
@@ -443,6 +514,10 @@ void matmul(struct matmul_ctx *k, float *y, const struct tensor *w, const float 
 
 void tensor_get_row(const struct tensor *w, int row, float *out)
 {
+    if (repack_base_type(w->type) != w->type) {
+        repack_dequantize_row(w, row, out);
+        return;
+    }
     size_t rb = row_bytes(w->type, w->cols);
     dequantize_row(w->type, (const uint8_t *)w->data + (size_t)row * rb, out, w->cols);
 }

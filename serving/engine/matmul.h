@@ -38,7 +38,11 @@ void matmul(struct matmul_ctx *k, float *y, const struct tensor *w, const float 
 void matmul_multi(struct matmul_ctx *k, int n, float *const *y, const struct tensor *const *w,
                   const float *x, int n_tok);
 
-/* Dequantize row `row` of W (embedding lookup). */
+/* 1 if the kernels k chose are faster on t repacked (repack.h); the engine repacks such
+ * tensors once at init. */
+int matmul_wants_repack(const struct matmul_ctx *k, const struct tensor *t);
+
+/* Dequantize row `row` of W (embedding lookup); any layout, repacked ones included. */
 void tensor_get_row(const struct tensor *w, int row, float *out);
 
 /* The instruction set in use: "avx512", "avx2" or "scalar". STRATA_ISA=scalar|avx2|avx512 in the

@@ -3,6 +3,8 @@
  * baseline x86-64 and this file builds with any compiler flags (the fuzz build uses clang). */
 #include "serving/engine/matmul_kernels.h"
 #include "serving/engine/quant.h"
+#include "serving/engine/repack.h"
+#include "serving/engine/gguf.h"
 
 #include <immintrin.h>
 #include <stddef.h>
@@ -33,6 +35,16 @@
         _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
 #define vf_fma(a, b, c) _mm256_fmadd_ps((a), (b), (c))
 #define vf_hsum(v)      hsum_ps256(v)
+
+/* AVX2's X16_Q8_DOT: w signed (the stored +128 undone), as the Q8_0 kernel multiplies. */
+static inline __m256i x16_q8_dot_signed(__m256i acc, __m256i w, __m256i x)
+{
+    return DOT_U8S8(acc, _mm256_abs_epi8(w), _mm256_sign_epi8(x, w));
+}
+#define X16_Q8_DOT(acc, u, x)                                                                      \
+    x16_q8_dot_signed((acc), _mm256_xor_si256((u), _mm256_set1_epi8((char)0x80)), (x))
+#define X16_Q8_BIAS(neg8sum) 0
+#define REPACK_TYPES         (1u << GGML_Q4_0)
 
 #include "serving/engine/matmul_simd.inc"
 

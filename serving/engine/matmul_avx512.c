@@ -3,6 +3,8 @@
  * registers for 4 x 4 tiles. Target set per function by the pragma, as in matmul_avx2.c. */
 #include "serving/engine/matmul_kernels.h"
 #include "serving/engine/quant.h"
+#include "serving/engine/repack.h"
+#include "serving/engine/gguf.h"
 
 #include <immintrin.h>
 #include <stddef.h>
@@ -33,6 +35,10 @@
         _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(p))), 16))
 #define vf_fma(a, b, c) _mm512_fmadd_ps((a), (b), (c))
 #define vf_hsum(v)      _mm512_reduce_add_ps(v)
+
+#define X16_Q8_DOT(acc, u, x) _mm256_dpbusd_epi32((acc), (u), (x))
+#define X16_Q8_BIAS(neg8sum)  (16 * (neg8sum)) /* -128 * sum(x) */
+#define REPACK_TYPES          (1u << GGML_Q4_0 | 1u << GGML_Q8_0)
 
 #include "serving/engine/matmul_simd.inc"
 

@@ -50,7 +50,9 @@ struct act_q8k {
 typedef void (*tile_fn)(const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt,
                         int cols, float *y, size_t ys);
 
-enum { KT_F32, KT_F16, KT_BF16, KT_Q8_0, KT_Q4_0, KT_Q4_K, KT_COUNT };
+/* KT_*_X16: the 16-row groups of repack.h (w points at a group, nr is a multiple of 16, ws is
+ * still the bytes of one source row; activations are act_q8 for both). */
+enum { KT_F32, KT_F16, KT_BF16, KT_Q8_0, KT_Q4_0, KT_Q4_K, KT_Q8_0_X16, KT_Q4_0_X16, KT_COUNT };
 
 struct kernel_table {
     const char *name;
@@ -60,6 +62,9 @@ struct kernel_table {
     void (*quant_q8)(const float *x, struct act_q8 *a, int nb);
     void (*quant_q8k)(const float *x, struct act_q8k *a, int nb);
     void (*quant_q4)(const float *x, struct act_q4 *a, int nb); /* nb blocks, (nb + 1) / 2 out */
+    /* Bit (1 << ggml type) set: this table is faster on that type repacked (repack.h). Every
+     * table computes every layout; this only says which one to store. */
+    unsigned repack_types;
 };
 
 /* f16 -> f32 for every half: the kernels convert one scale per block, and a table load

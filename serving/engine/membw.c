@@ -78,29 +78,57 @@ static double now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-double membw_read_gbs(int threads)
+struct membw {
+    struct threadpool *tp;
+    struct membw_job j;
+    int threads;
+};
+
+struct membw *membw_open(int threads, size_t bytes)
 {
     char err[512];
-    struct threadpool *tp = threadpool_new(threads, err);
-    if (!tp) return -1;
-    void *buf = mmap(NULL, MEMBW_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (buf == MAP_FAILED) {
-        threadpool_free(tp);
-        return -1;
+    struct membw *m = calloc(1, sizeof *m);
+    if (!m) return NULL;
+    m->threads = threads;
+    bytes = bytes / 4096 * 4096;
+    void *buf = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (buf == MAP_FAILED || !(m->tp = threadpool_new(threads, err))) {
+        if (buf != MAP_FAILED) munmap(buf, bytes);
+        free(m);
+        return NULL;
     }
-    madvise(buf, MEMBW_BYTES, MADV_HUGEPAGE); /* fewer TLB misses, as the weight arena has */
-    struct membw_job j = {.buf = buf, .size = MEMBW_BYTES, .avx2 = __builtin_cpu_supports("avx2")};
-    threadpool_run(tp, touch_worker, &j);
+    madvise(buf, bytes, MADV_HUGEPAGE); /* fewer TLB misses, as the weight arena has */
+    m->j = (struct membw_job){.buf = buf, .size = bytes, .avx2 = __builtin_cpu_supports("avx2")};
+    threadpool_run(m->tp, touch_worker, &m->j);
+    return m;
+}
+
+double membw_pass(struct membw *m)
+{
+    double t0 = now_s();
+    threadpool_run(m->tp, read_worker, &m->j);
+    double dt = now_s() - t0;
+    size_t bytes = m->j.size / (size_t)m->threads / 4096 * 4096 * (size_t)m->threads;
+    return (double)bytes / dt / 1e9;
+}
+
+void membw_close(struct membw *m)
+{
+    if (!m) return;
+    munmap((void *)m->j.buf, m->j.size);
+    threadpool_free(m->tp);
+    free(m);
+}
+
+double membw_read_gbs(int threads)
+{
+    struct membw *m = membw_open(threads, MEMBW_BYTES);
+    if (!m) return -1;
     double best = 0;
     for (int p = 0; p < MEMBW_PASSES; p++) {
-        double t0 = now_s();
-        threadpool_run(tp, read_worker, &j);
-        double dt = now_s() - t0;
-        size_t bytes = MEMBW_BYTES / (size_t)threads / 4096 * 4096 * (size_t)threads;
-        double gbs = (double)bytes / dt / 1e9;
+        double gbs = membw_pass(m);
         if (gbs > best) best = gbs;
     }
-    munmap(buf, MEMBW_BYTES);
-    threadpool_free(tp);
+    membw_close(m);
     return best;
 }

@@ -8,6 +8,16 @@
 #ifndef STRATA_MEMBW_H
 #define STRATA_MEMBW_H
 
+#include <stddef.h>
+
 double membw_read_gbs(int threads);
+
+/* The same probe in steps, for a benchmark that interleaves passes with its own work so that
+ * both see the same machine (others' load on a shared host moves bandwidth by a third within
+ * seconds): open touches a `bytes` buffer once; each pass reads it all and returns GB/s. */
+struct membw;
+struct membw *membw_open(int threads, size_t bytes);
+double membw_pass(struct membw *m);
+void membw_close(struct membw *m);
 
 #endif

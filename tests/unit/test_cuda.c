@@ -19,6 +19,7 @@
 #include "drivers/cuda/cuda_fatbin.h"
 #include "drivers/cuda/cuda_plan.h"
 #include "serving/engine/convert.h"
+#include "serving/engine/repack.h"
 #include "os/errmsg.h"
 #include "os/log.h"
 #include "tests/unit/check.h"
@@ -63,9 +64,8 @@ static void ref_close(struct ref *r)
 
 static void ref_matvec(struct ref *r, float *y, const struct tensor *w, const float *x)
 {
-    uint64_t rb = w->nbytes / (uint64_t)w->rows;
     for (int i = 0; i < w->rows; i++) {
-        dequantize_row(w->type, (const uint8_t *)w->data + i * rb, r->row, w->cols);
+        tensor_get_row(w, i, r->row); /* any layout (a CPU engine may have repacked it) */
         double s = 0;
         for (int j = 0; j < w->cols; j++) s += (double)r->row[j] * x[j];
         y[i] = (float)s;
@@ -86,8 +86,7 @@ static void ref_forward(struct ref *r, int token, int pos, float *logits)
     const struct model *m = r->m;
     const struct model_config *c = &m->cfg;
     int D = c->dim, hd = c->head_dim, kvd = c->kv_dim, qd = c->n_heads * hd;
-    uint64_t erb = m->token_embd.nbytes / (uint64_t)m->token_embd.rows;
-    dequantize_row(m->token_embd.type, (const uint8_t *)m->token_embd.data + token * erb, r->x, D);
+    tensor_get_row(&m->token_embd, token, r->x);
     for (int l = 0; l < c->n_layers; l++) {
         const struct layer_weights *w = &m->layers[l];
         ref_rmsnorm(r->xb, r->x, &w->attn_norm, D, c->norm_eps);
@@ -317,6 +316,10 @@ TEST(plan_rejects_what_the_kernels_lack)
     s.m.layers[1].wk.type = GGML_Q4_K;
     CHECK(cuda_plan_weights(&p, &s.m, err) == -1);
     CHECK_STR(err, "cuda: tensor blk.1.attn_k: type Q4_K is not supported by the CUDA kernels");
+    s.m.layers[1].wk.type = TENSOR_Q8_0_X16; /* what a CPU engine leaves in a shared model */
+    CHECK(cuda_plan_weights(&p, &s.m, err) == -1);
+    CHECK_STR(err, "cuda: tensor blk.1.attn_k: type CPU-repacked (16-row groups) is not supported "
+                   "by the CUDA kernels");
     s.m.layers[1].wk.type = GGML_Q8_0;
     s.m.layers[0].ffn_norm.type = GGML_F16;
     CHECK(cuda_plan_weights(&p, &s.m, err) == -1);
@@ -677,8 +680,10 @@ static void engine_logits_match(uint32_t type, double tol)
     struct engine_limits lim = {
         .max_tokens = 32, .max_seqs = 1, .ctx = 64, .kv_block_size = 16, .threads = 1};
     struct eng cpu, gpu;
-    CHECKF(eng_open(&cpu, &s.m, &lim, 1, err) == 0, "cpu engine: %s", err);
+    /* The GPU engine first: it uploads the ggml bytes at init; the CPU engine then repacks the
+     * shared image for its kernels (repack.h), which a later upload would refuse. */
     CHECKF(eng_open(&gpu, &s.m, &lim, 0, err) == 0, "gpu engine: %s", err);
+    CHECKF(eng_open(&cpu, &s.m, &lim, 1, err) == 0, "cpu engine: %s", err);
     CHECK_STR(cpu.e.be->name, "cpu");
     CHECK_STR(gpu.e.be->name, "cuda");
     int V = tiny.vocab, n = 24, blocks[4] = {0, 1, 2, 3};

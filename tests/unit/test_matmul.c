@@ -1,11 +1,13 @@
-/* matmul and threadpool: every weight type x every ISA this CPU has x n_tok in {1,2,3,5,17} x odd
- * row counts, against a double-precision reference on the dequantized weights; every ISA against
- * the scalar kernels; results independent of batch size, tiling and thread count. */
+/* matmul and threadpool: every weight type and layout (repack.h's 16-row groups too) x every ISA
+ * this CPU has x n_tok in {1,2,3,5,17} x odd row counts (multiples of 16 for the groups),
+ * against a double-precision reference on the dequantized weights; every ISA against the scalar
+ * kernels; results independent of batch size, tiling and thread count. */
 #include "os/errmsg.h"
 #include "serving/engine/gguf.h"
 #include "serving/engine/matmul.h"
 #include "serving/engine/matmul_kernels.h"
 #include "serving/engine/quant.h"
+#include "serving/engine/repack.h"
 #include "serving/engine/threadpool.h"
 #include "tests/unit/check.h"
 
@@ -22,10 +24,15 @@ static float uniform(void) /* [-1, 1) */
     return (float)((int32_t)(rng >> 32)) / 2147483648.0f;
 }
 
-static const uint32_t types[] = {GGML_F32, GGML_F16, GGML_BF16, GGML_Q8_0, GGML_Q4_0, GGML_Q4_K};
+static const uint32_t types[] = {GGML_F32,  GGML_F16,  GGML_BF16,       GGML_Q8_0,
+                                 GGML_Q4_0, GGML_Q4_K, TENSOR_Q8_0_X16, TENSOR_Q4_0_X16};
 static const char *type_name(uint32_t t)
 {
     switch (t) {
+    case TENSOR_Q8_0_X16:
+        return "Q8_0x16";
+    case TENSOR_Q4_0_X16:
+        return "Q4_0x16";
     case GGML_F32:
         return "F32";
     case GGML_F16:
@@ -46,12 +53,13 @@ static const char *type_name(uint32_t t)
  * block types an odd number of blocks. */
 static int cols_for(uint32_t t)
 {
+    t = repack_base_type(t);
     return t == GGML_Q4_K ? 768 : (t == GGML_Q8_0 || t == GGML_Q4_0) ? 288 : 200;
 }
 
 static size_t row_size(uint32_t t, int cols)
 {
-    switch (t) {
+    switch (repack_base_type(t)) {
     case GGML_F32:
         return (size_t)cols * 4;
     case GGML_F16:
@@ -71,8 +79,10 @@ struct mat {
     float *deq; /* dequantized weights, rows x cols */
 };
 
+/* type may be a repacked layout: the rows are quantized to its ggml type, then repacked. */
 static void mat_make(struct mat *m, uint32_t type, int rows, int cols)
 {
+    uint32_t base = repack_base_type(type);
     size_t rb = row_size(type, cols);
     m->data = malloc(rb * rows);
     m->deq = malloc(sizeof(float) * rows * cols);
@@ -81,11 +91,15 @@ static void mat_make(struct mat *m, uint32_t type, int rows, int cols)
         /* Rows of different magnitudes and a few outliers, as in real weights. */
         float scale = 0.02f * (1 + r % 5);
         for (int c = 0; c < cols; c++) row[c] = uniform() * scale * (c % 97 == 3 ? 8.0f : 1.0f);
-        quantize_row(type, row, m->data + rb * r, cols);
-        dequantize_row(type, m->data + rb * r, m->deq + (size_t)r * cols, cols);
+        quantize_row(base, row, m->data + rb * r, cols);
+        dequantize_row(base, m->data + rb * r, m->deq + (size_t)r * cols, cols);
     }
     free(row);
-    m->t = (struct tensor){m->data, type, rows, cols, rb * rows};
+    m->t = (struct tensor){m->data, base, rows, cols, rb * rows};
+    if (type != base) {
+        char err[ERRMSG_LEN];
+        if (repack_tensor(&m->t, err) || m->t.type != type) abort();
+    }
 }
 
 static void mat_free(struct mat *m)
@@ -113,6 +127,7 @@ static double tolerance(uint32_t type, const float *w, const float *x, int cols)
     double sabs = 0, q = 0;
     for (int c = 0; c < cols; c++) sabs += fabs((double)w[c] * x[c]);
     double tol = cols * 0x1p-24 * sabs + 1e-30;
+    type = repack_base_type(type);
     if (type == GGML_Q8_0 || type == GGML_Q4_0 || type == GGML_Q4_K) {
         int bs = type == GGML_Q4_K ? 256 : 32;
         for (int b = 0; b < cols; b += bs) {
@@ -148,13 +163,13 @@ static int init_ctx(struct matmul_ctx *k, const char *isa, struct threadpool *tp
 TEST(all_types_isas_batches_vs_reference)
 {
     static const int n_toks[] = {1, 2, 3, 5, 17};
-    static const int row_counts[] = {1, 7, 37};
+    static const int row_counts[] = {1, 7, 37}, group_counts[] = {16, 48, 80};
     int missing = 0;
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
         uint32_t type = types[ti];
         int cols = cols_for(type);
         for (size_t ri = 0; ri < 3; ri++) {
-            int rows = row_counts[ri];
+            int rows = repack_base_type(type) != type ? group_counts[ri] : row_counts[ri];
             struct mat m;
             mat_make(&m, type, rows, cols);
             float *x = make_x(17, cols);
@@ -255,6 +270,8 @@ TEST(batch_threads_multi_bit_identical)
         int cols = cols_for(type);
         struct mat m[3];
         int rows[3] = {13, 5, 22};
+        if (repack_base_type(type) != type) /* parts of the rows split inside groups: rounded */
+            rows[0] = 48, rows[1] = 16, rows[2] = 32;
         for (int i = 0; i < 3; i++) mat_make(&m[i], type, rows[i], cols);
         float *x = make_x(17, cols);
         float *one = malloc(sizeof(float) * 22), *batch[3], *multi[3];
@@ -348,15 +365,99 @@ TEST(tensor_get_row_dequantizes)
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
         int cols = cols_for(types[ti]);
         struct mat m;
-        mat_make(&m, types[ti], 9, cols);
+        mat_make(&m, types[ti], 32, cols);
         float *out = malloc(sizeof(float) * cols);
-        for (int r = 0; r < 9; r += 4) {
+        for (int r = 0; r < 32; r += 3) {
             tensor_get_row(&m.t, r, out);
             CHECK(!memcmp(out, m.deq + (size_t)r * cols, sizeof(float) * cols));
         }
         free(out);
         mat_free(&m);
     }
+}
+
+/* Matrices of different layouts with one activation format (Q8_0 rows, Q8_0 and Q4_0 groups) in
+ * one matmul_multi: each gets its own kernel and row rounding, and the result is matmul's. */
+TEST(multi_mixed_layouts)
+{
+    static const uint32_t mix[3] = {TENSOR_Q4_0_X16, GGML_Q8_0, TENSOR_Q8_0_X16};
+    static const int rows[3] = {48, 13, 32};
+    const int cols = 288, n_tok = 5;
+    struct mat m[3];
+    for (int i = 0; i < 3; i++) mat_make(&m[i], mix[i], rows[i], cols);
+    float *x = make_x(n_tok, cols), *multi[3], *one = malloc(sizeof(float) * n_tok * 48);
+    for (int i = 0; i < 3; i++) multi[i] = malloc(sizeof(float) * n_tok * rows[i]);
+    const struct tensor *ws[3] = {&m[0].t, &m[1].t, &m[2].t};
+    for (int nth = 1; nth <= 3; nth++) {
+        char err[ERRMSG_LEN];
+        struct threadpool *tp = threadpool_new(nth, err);
+        CHECKF(tp, "%s", err);
+        struct matmul_ctx k;
+        void *scratch;
+        CHECK(init_ctx(&k, matmul_isa(), tp, &scratch, n_tok, cols) == 0);
+        matmul_multi(&k, 3, multi, ws, x, n_tok);
+        for (int i = 0; i < 3; i++) {
+            matmul(&k, one, &m[i].t, x, n_tok);
+            CHECKF(!memcmp(one, multi[i], sizeof(float) * n_tok * rows[i]),
+                   "%s in a mixed matmul_multi differs from matmul (%d threads)", type_name(mix[i]),
+                   nth);
+        }
+        free(scratch);
+        threadpool_free(tp);
+    }
+    for (int i = 0; i < 3; i++) {
+        free(multi[i]);
+        mat_free(&m[i]);
+    }
+    free(one);
+    free(x);
+}
+
+/* repack.h's layout, byte for byte: block b of row r lands in record b of group r / 16, its
+ * scale at d[r % 16] and quant byte i at 64 * (i / 4) + 32 * (r % 16 / 8) + 4 * (r % 8) + i % 4
+ * (Q8_0 quants +128). Only Q4_0/Q8_0 with rows % 16 == 0 are repacked. */
+TEST(repack_layout_exact)
+{
+    char err[ERRMSG_LEN];
+    const int rows = 32, cols = 96, nb = 3;
+    struct mat q4, q8;
+    mat_make(&q4, GGML_Q4_0, rows, cols);
+    mat_make(&q8, GGML_Q8_0, rows, cols);
+    uint8_t *src4 = malloc(q4.t.nbytes), *src8 = malloc(q8.t.nbytes);
+    memcpy(src4, q4.data, q4.t.nbytes);
+    memcpy(src8, q8.data, q8.t.nbytes);
+    CHECK(repack_tensor(&q4.t, err) == 0 && q4.t.type == TENSOR_Q4_0_X16);
+    CHECK(repack_tensor(&q8.t, err) == 0 && q8.t.type == TENSOR_Q8_0_X16);
+    int bad = 0;
+    for (int r = 0; r < rows; r++)
+        for (int b = 0; b < nb; b++) {
+            const struct block_q4_0 *s4 = (const struct block_q4_0 *)src4 + r * nb + b;
+            const struct block_q8_0 *s8 = (const struct block_q8_0 *)src8 + r * nb + b;
+            const struct block_q4_0x16 *g4 =
+                (const struct block_q4_0x16 *)q4.data + r / 16 * nb + b;
+            const struct block_q8_0x16 *g8 =
+                (const struct block_q8_0x16 *)q8.data + r / 16 * nb + b;
+            int l = r % 16;
+            bad += g4->d[l] != s4->d || g8->d[l] != s8->d;
+            for (int i = 0; i < 32; i++) {
+                size_t at = (size_t)64 * (i / 4) + 32 * (l / 8) + 4 * (l % 8) + i % 4;
+                if (i < 16) bad += g4->qs[at] != s4->qs[i];
+                bad += g8->qs[at] != (uint8_t)(s8->qs[i] + 128);
+            }
+        }
+    CHECKF(bad == 0, "%d scales or quants not where repack.h says", bad);
+    uint8_t *copy = malloc(q4.t.nbytes);
+    memcpy(copy, src4, q4.t.nbytes);
+    struct tensor odd = {copy, GGML_Q4_0, 24, cols, 0}, f32 = {copy, GGML_F32, 32, cols, 0};
+    CHECK(!repack_eligible(&odd) && !repack_eligible(&f32));
+    CHECK(repack_tensor(&odd, err) == 0 && odd.type == GGML_Q4_0);
+    CHECK(repack_tensor(&f32, err) == 0 && f32.type == GGML_F32);
+    CHECK(!memcmp(copy, src4, q4.t.nbytes)); /* left alone */
+    free(copy);
+    free(src4);
+    free(src8);
+    mat_free(&q4);
+    mat_free(&q8);
 }
 
 TEST(isa_override)
@@ -461,6 +562,8 @@ int main(void)
     RUN(q4_0_every_block_count);
     RUN(activation_quantizers_bit_identical);
     RUN(tensor_get_row_dequantizes);
+    RUN(multi_mixed_layouts);
+    RUN(repack_layout_exact);
     RUN(isa_override);
     RUN(threadpool_runs_each_part_once_per_job);
     RUN(threadpool_parts_each_once);
