@@ -6,12 +6,15 @@
  *         bandwidth of a 1 GiB buffer with the same thread count (membw.c).
  * prefill: 64 tokens x one 2048 x 2048 matrix; GFLOP/s = 2 * rows * cols * 64 / time.
  * Best of several runs (others share this machine: figures are noisy).
+ * Q8_0x16 and Q4_0x16 are the same weights in repack.h's 16-row groups (what the engine stores
+ * for the SIMD kernels), beside the ggml rows they came from.
  * Usage: [BENCH_TYPES=Q8_0,Q4_0] bench_matmul [threads...]   (default: 1 2) */
 #include "os/errmsg.h"
 #include "serving/engine/gguf.h"
 #include "serving/engine/matmul.h"
 #include "serving/engine/membw.h"
 #include "serving/engine/quant.h"
+#include "serving/engine/repack.h"
 #include "serving/engine/threadpool.h"
 
 #include <stdint.h>
@@ -32,12 +35,18 @@ static double now_s(void)
 static const struct {
     uint32_t type;
     const char *name;
-} types[] = {{GGML_F32, "F32"},   {GGML_F16, "F16"},   {GGML_BF16, "BF16"},
-             {GGML_Q8_0, "Q8_0"}, {GGML_Q4_0, "Q4_0"}, {GGML_Q4_K, "Q4_K"}};
+} types[] = {{GGML_F32, "F32"},
+             {GGML_F16, "F16"},
+             {GGML_BF16, "BF16"},
+             {GGML_Q8_0, "Q8_0"},
+             {TENSOR_Q8_0_X16, "Q8_0x16"},
+             {GGML_Q4_0, "Q4_0"},
+             {TENSOR_Q4_0_X16, "Q4_0x16"},
+             {GGML_Q4_K, "Q4_K"}};
 
 static size_t row_size(uint32_t t, int cols)
 {
-    switch (t) {
+    switch (repack_base_type(t)) {
     case GGML_F32:
         return (size_t)cols * 4;
     case GGML_F16:
@@ -52,9 +61,11 @@ static size_t row_size(uint32_t t, int cols)
 }
 
 /* A buffer of `bytes` filled with rows quantized from random floats (64 distinct rows, copied:
- * the values do not matter for speed, and quantizing 256 MiB of Q4_K would take minutes). */
-static uint8_t *make_weights(uint32_t type, int cols, size_t bytes)
+ * the values do not matter for speed, and quantizing 256 MiB of Q4_K would take minutes); for a
+ * repacked type (repack.h), then repacked as matrices of `rows` rows, as the engine does. */
+static uint8_t *make_weights(uint32_t type, int rows, int cols, size_t bytes)
 {
+    uint32_t base = repack_base_type(type);
     size_t rb = row_size(type, cols);
     uint8_t *w = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (w == MAP_FAILED) return NULL;
@@ -66,11 +77,20 @@ static uint8_t *make_weights(uint32_t type, int cols, size_t bytes)
             s ^= s << 13, s ^= s >> 7, s ^= s << 17;
             row[c] = (float)((int32_t)(s >> 32)) / 2147483648.0f * 0.05f;
         }
-        quantize_row(type, row, w + r * rb, cols);
+        quantize_row(base, row, w + r * rb, cols);
     }
     for (size_t off = 64 * rb; off + rb <= bytes; off += rb)
         memcpy(w + off, w + off % (64 * rb), rb);
     free(row);
+    char err[ERRMSG_LEN];
+    for (size_t off = 0; type != base && off + rb * rows <= bytes; off += rb * rows) {
+        struct tensor t = {w + off, base, rows, cols, rb * rows};
+        if (repack_tensor(&t, err)) {
+            fprintf(stderr, "%s\n", err);
+            munmap(w, bytes);
+            return NULL;
+        }
+    }
     return w;
 }
 
@@ -129,12 +149,16 @@ int main(int argc, char **argv)
     const char *only = getenv("BENCH_TYPES"); /* e.g. BENCH_TYPES=Q8_0,Q4_0 */
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
         uint32_t type = types[ti].type;
-        if (only && !strstr(only, types[ti].name)) continue;
+        /* BENCH_TYPES=Q4_0 also runs Q4_0x16 (the layout the engine uses) */
+        if (only && !strstr(only, types[ti].name) &&
+            !(repack_base_type(type) != type &&
+              strcasestr(only, ggml_type_name(repack_base_type(type)))))
+            continue;
         size_t mat_bytes = row_size(type, cols) * rows;
         int n_mats = (int)(target / mat_bytes);
         if (n_mats < 1) n_mats = 1;
-        uint8_t *w = make_weights(type, cols, mat_bytes * n_mats);
-        uint8_t *pw = make_weights(type, pf_dim, row_size(type, pf_dim) * pf_dim);
+        uint8_t *w = make_weights(type, rows, cols, mat_bytes * n_mats);
+        uint8_t *pw = make_weights(type, pf_dim, pf_dim, row_size(type, pf_dim) * pf_dim);
         if (!w || !pw) {
             printf("%-5s: cannot map %zu MiB of weights\n", types[ti].name,
                    mat_bytes * n_mats >> 20);

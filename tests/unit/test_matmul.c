@@ -274,7 +274,7 @@ TEST(batch_threads_multi_bit_identical)
             rows[0] = 48, rows[1] = 16, rows[2] = 32;
         for (int i = 0; i < 3; i++) mat_make(&m[i], type, rows[i], cols);
         float *x = make_x(17, cols);
-        float *one = malloc(sizeof(float) * 22), *batch[3], *multi[3];
+        float *one = malloc(sizeof(float) * 48), *batch[3], *multi[3]; /* the most rows */
         for (int i = 0; i < 3; i++) {
             batch[i] = malloc(sizeof(float) * 17 * rows[i]);
             multi[i] = malloc(sizeof(float) * 17 * rows[i]);
