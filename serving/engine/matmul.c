@@ -268,11 +268,6 @@ static void tile_q4_K_scalar(const uint8_t *w, size_t ws, int nr, const uint8_t 
 
 /* The 16-row groups (repack.h): each row's dot is the plain kernel's, with the quants found
  * where repack put them. */
-static size_t chunk_at(int r, int i)
-{
-    return (size_t)64 * (i / 4) + 32 * (r / 8) + 4 * (r % 8) + i % 4;
-}
-
 static void tile_q8_0_x16_scalar(const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs,
                                  int nt, int cols, float *y, size_t ys)
 {
@@ -286,7 +281,7 @@ static void tile_q8_0_x16_scalar(const uint8_t *w, size_t ws, int nr, const uint
             for (int b = 0; b < cols / 32; b++) {
                 int isum = 0;
                 for (int j = 0; j < 32; j++)
-                    isum += (g[b].qs[chunk_at(lane, j)] - 128) * a[b].qs[j];
+                    isum += (g[b].qs[repack_quant_at(lane, j)] - 128) * a[b].qs[j];
                 s += fp16_to_f32(g[b].d[lane]) * a[b].d * (float)isum;
             }
             y[t * ys + r] = s;
@@ -306,7 +301,7 @@ static void tile_q4_0_x16_scalar(const uint8_t *w, size_t ws, int nr, const uint
             for (int b = 0; b < cols / 32; b++) {
                 int isum = a[b].neg8sum;
                 for (int j = 0; j < 16; j++) {
-                    uint8_t q = g[b].qs[chunk_at(lane, j)];
+                    uint8_t q = g[b].qs[repack_quant_at(lane, j)];
                     isum += (q & 0xf) * a[b].qs[j] + (q >> 4) * a[b].qs[j + 16];
                 }
                 s += fp16_to_f32(g[b].d[lane]) * a[b].d * (float)isum;

@@ -24,14 +24,7 @@ int repack_eligible(const struct tensor *t)
            t->cols % 32 == 0;
 }
 
-/* Byte offset, within a record's quants, of quant byte i (0..31 for Q8_0, 0..15 for Q4_0) of
- * row r (0..15) of the group. */
-static size_t chunk_at(int r, int i)
-{
-    return (size_t)64 * (i / 4) + 32 * (r / 8) + 4 * (r % 8) + i % 4;
-}
-
-/* 4 quant bytes at a time: byte group k of row r goes to chunk_at(r, 4k). */
+/* 4 quant bytes at a time: byte group k of row r goes to repack_quant_at(r, 4k). */
 static void pack_group_q4_0(const uint8_t *src, uint8_t *dst, int nb)
 {
     const struct block_q4_0 *s = (const struct block_q4_0 *)src;
@@ -40,7 +33,8 @@ static void pack_group_q4_0(const uint8_t *src, uint8_t *dst, int nb)
         for (int r = 0; r < REPACK_ROWS; r++) {
             const struct block_q4_0 *in = &s[(size_t)r * nb + b];
             d[b].d[r] = in->d;
-            for (int k = 0; k < 4; k++) memcpy(d[b].qs + chunk_at(r, 4 * k), in->qs + 4 * k, 4);
+            for (int k = 0; k < 4; k++)
+                memcpy(d[b].qs + repack_quant_at(r, 4 * k), in->qs + 4 * k, 4);
         }
 }
 
@@ -56,7 +50,7 @@ static void pack_group_q8_0(const uint8_t *src, uint8_t *dst, int nb)
                 uint32_t v;
                 memcpy(&v, in->qs + 4 * k, 4);
                 v ^= 0x80808080u; /* +128 on each byte */
-                memcpy(d[b].qs + chunk_at(r, 4 * k), &v, 4);
+                memcpy(d[b].qs + repack_quant_at(r, 4 * k), &v, 4);
             }
         }
 }
@@ -95,14 +89,15 @@ void repack_dequantize_row(const struct tensor *t, int row, float *out)
             const struct block_q4_0x16 *blk = (const struct block_q4_0x16 *)g + b;
             float d = fp16_to_f32(blk->d[r]);
             for (int i = 0; i < 16; i++) {
-                uint8_t q = blk->qs[chunk_at(r, i)];
+                uint8_t q = blk->qs[repack_quant_at(r, i)];
                 out[i] = d * (float)((q & 0xf) - 8);
                 out[i + 16] = d * (float)((q >> 4) - 8);
             }
         } else {
             const struct block_q8_0x16 *blk = (const struct block_q8_0x16 *)g + b;
             float d = fp16_to_f32(blk->d[r]);
-            for (int i = 0; i < 32; i++) out[i] = d * (float)((int)blk->qs[chunk_at(r, i)] - 128);
+            for (int i = 0; i < 32; i++)
+                out[i] = d * (float)((int)blk->qs[repack_quant_at(r, i)] - 128);
         }
     }
 }

@@ -22,6 +22,7 @@
 
 #include "serving/engine/model.h"
 
+#include <stddef.h>
 #include <stdint.h>
 
 #define REPACK_ROWS 16
@@ -35,6 +36,13 @@ struct block_q8_0x16 {
     uint16_t d[16];
     uint8_t qs[512];
 };
+
+/* Where quant byte i (0..31 for Q8_0, 0..15 for Q4_0) of row r (0..15) of a group sits within
+ * its record's quants: chunk i / 4, rows 0-7 then 8-15, 4 bytes per row. */
+static inline size_t repack_quant_at(int r, int i)
+{
+    return (size_t)64 * (i / 4) + 32 * (r / 8) + 4 * (r % 8) + i % 4;
+}
 
 /* The repacked type of a Q4_0/Q8_0 type, else 0; and back (the ggml type a layout holds). */
 uint32_t repack_type_of(uint32_t ggml_type);
