@@ -9,13 +9,14 @@
  *   x  += Wo att
  *   xb  = rmsnorm(x) * ffn_norm
  *   x  += Wdown (silu(Wgate xb) * Wup xb)
- * The matrix products go through matmul.h (SIMD, threaded); attention is threaded over
- * (token, head) pairs. */
+ * The matrix products go through matmul.h (SIMD, threaded); attention and SwiGLU through
+ * fwd_kernels.h (SIMD), attention threaded over (token, kv heads) tasks. */
 #include "serving/engine/engine.h"
 
 #include "drivers/cuda/cuda_backend.h"
 #include "os/errmsg.h"
 #include "os/log.h"
+#include "serving/engine/fwd_kernels.h"
 #include "serving/engine/repack.h"
 #include "serving/engine/sampler.h"
 
@@ -27,27 +28,6 @@
 // ----------------------------------------------------------------------------
 // small kernels
 
-/* Attention's inner loops, marked `omp simd` so the reduction vectorizes without -ffast-math
- * (the order of the sum changes, nothing else). They are inlined into attend_head, which is
- * cloned per ISA (the loader picks at run time): cloning them instead cost an indirect call per
- * position and head, ~15% of a stories110M decode. */
-#define SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#define INLINE      static inline __attribute__((always_inline))
-
-INLINE float dot_f32(const float *a, const float *b, int n)
-{
-    float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-    for (int i = 0; i < n; i++) s += a[i] * b[i];
-    return s;
-}
-
-INLINE void axpy_f32(float *y, float a, const float *x, int n)
-{
-#pragma omp simd
-    for (int i = 0; i < n; i++) y[i] += a * x[i];
-}
-
 static void rmsnorm(float *o, const float *x, const float *w, int n, float eps)
 {
     float ss = 0.0f;
@@ -56,19 +36,6 @@ static void rmsnorm(float *o, const float *x, const float *w, int n, float eps)
     ss += eps;
     ss = 1.0f / sqrtf(ss);
     for (int j = 0; j < n; j++) o[j] = w[j] * (ss * x[j]);
-}
-
-static void softmax(float *x, int n)
-{
-    float max = x[0];
-    for (int i = 1; i < n; i++)
-        if (x[i] > max) max = x[i];
-    float sum = 0.0f;
-    for (int i = 0; i < n; i++) {
-        x[i] = expf(x[i] - max);
-        sum += x[i];
-    }
-    for (int i = 0; i < n; i++) x[i] /= sum;
 }
 
 /* Rotate pairs (2i, 2i+1) of every head of `v` (n_heads * head_dim floats) by pos * freq_i, with
@@ -117,7 +84,7 @@ static struct act_sizes act_sizes(const struct model_config *c, const struct eng
         .q = t * (size_t)c->n_heads * c->head_dim,
         .kv = t * c->kv_dim,
         .hb = t * c->hidden_dim,
-        .scores = (size_t)l->threads * c->n_heads * l->ctx,
+        .scores = (size_t)l->threads * c->n_heads * fwd_att_floats(l->ctx),
         .rope = (size_t)l->ctx * c->head_dim, /* (cos, sin) per pair per position */
         .hidden = t * c->dim,
     };
@@ -161,30 +128,6 @@ struct attn_job {
     int layer;
 };
 
-/* Query heads [h0, h1) of one token over positions 0..pos of its sequence, positions outer:
- * each position's keys (then values) for these heads are one contiguous run of the cache row,
- * read once for all of them (a query head per KV head of a GQA group reads the same slice from
- * L1), instead of one 256-byte piece per head and position at a stride of a whole row. att
- * holds one row of ctx scores per head. Each head's scores, softmax and weighted sum are
- * computed exactly as one head at a time would (same dot, same order over positions). */
-SIMD_CLONES static void attend_heads(float *out, float *att, size_t ctx, const float *q,
-                                     const struct kv_cache *kv, int layer, const int *bt, int pos,
-                                     int h0, int h1, int group, int hd, float scale)
-{
-    for (int p = 0; p <= pos; p++) {
-        const float *k = kv_key(kv, layer, bt[p / kv->block_size], p % kv->block_size);
-        for (int h = h0; h < h1; h++)
-            att[(h - h0) * ctx + p] = dot_f32(q + (size_t)h * hd, k + (h / group) * hd, hd) * scale;
-    }
-    for (int h = h0; h < h1; h++) softmax(att + (h - h0) * ctx, pos + 1);
-    memset(out + (size_t)h0 * hd, 0, (size_t)(h1 - h0) * hd * sizeof *out);
-    for (int p = 0; p <= pos; p++) {
-        const float *v = kv_value(kv, layer, bt[p / kv->block_size], p % kv->block_size);
-        for (int h = h0; h < h1; h++)
-            axpy_f32(out + (size_t)h * hd, att[(h - h0) * ctx + p], v + (h / group) * hd, hd);
-    }
-}
-
 /* Tasks are (token, range of KV heads with their query heads): a decode token's heads are still
  * split over the threads. */
 static void attention_worker(void *ctx, int ith, int nth)
@@ -193,19 +136,25 @@ static void attention_worker(void *ctx, int ith, int nth)
     struct engine *e = job->e;
     const struct model_config *c = e->cfg;
     const struct batch *b = job->b;
-    const struct kv_cache *kv = &e->kv;
     int hd = c->head_dim, group = c->n_heads / c->n_kv_heads;
-    float scale = 1.0f / sqrtf((float)hd);
-    size_t sctx = (size_t)e->lim.ctx;
-    float *att = e->att_scores + (size_t)ith * c->n_heads * sctx;
     int parts = nth < c->n_kv_heads ? nth : c->n_kv_heads, total = b->n * parts;
     for (int task = ith; task < total; task += nth) {
         int t = task / parts, part = task % parts;
         int g0 = c->n_kv_heads * part / parts, g1 = c->n_kv_heads * (part + 1) / parts;
-        const float *q = e->q + (size_t)t * c->n_heads * hd;
-        float *out = e->att_out + (size_t)t * c->n_heads * hd;
-        attend_heads(out, att, sctx, q, kv, job->layer, b->blocks[t], b->pos[t], g0 * group,
-                     g1 * group, group, hd, scale);
+        struct attn_args a = {
+            .q = e->q + (size_t)t * c->n_heads * hd,
+            .out = e->att_out + (size_t)t * c->n_heads * hd,
+            .att = e->att_scores + (size_t)ith * c->n_heads * fwd_att_floats(e->lim.ctx),
+            .ctx = e->lim.ctx,
+            .kv = &e->kv,
+            .layer = job->layer,
+            .blocks = b->blocks[t],
+            .pos = b->pos[t],
+            .group = group,
+            .hd = hd,
+            .scale = 1.0f / sqrtf((float)hd),
+        };
+        e->fwd->attend(&a, g0 * group, g1 * group);
     }
 }
 
@@ -248,10 +197,8 @@ static int cpu_layers(struct engine *e, const struct batch *b, int l0, int l1, f
         float *gu_out[2] = {e->hb, e->hb2};
         const struct tensor *gu_w[2] = {&w->w_gate, &w->w_up};
         matmul_multi(&e->mm, 2, gu_out, gu_w, e->xb, n);
-        for (size_t i = 0; i < (size_t)n * hid; i++) {
-            float g = e->hb[i];
-            e->hb[i] = g / (1.0f + expf(-g)) * e->hb2[i];
-        }
+        for (int t = 0; t < n; t++)
+            e->fwd->swiglu(e->hb + (size_t)t * hid, e->hb2 + (size_t)t * hid, hid);
         matmul(&e->mm, e->xb2, &w->w_down, e->hb, n);
         for (size_t i = 0; i < (size_t)n * dim; i++) x[i] += e->xb2[i];
     }
@@ -360,6 +307,7 @@ int engine_init(struct engine *e, struct model *m, const struct engine_limits *l
         e->tp = NULL;
         return -1;
     }
+    e->fwd = fwd_kernels_for(matmul_isa_of(&e->mm));
     /* cuda when a GPU and the kernels are there (logs which and why); its init uploads the
      * weights. If it fails, the CPU serves. */
     e->be = engine_pick_backend(&cpu_backend);

@@ -22,6 +22,8 @@
 #include "serving/engine/matmul.h"
 #include "serving/engine/model.h"
 
+struct fwd_kernels;
+
 struct engine_limits {
     int max_tokens;    /* tokens per step (prefill chunk + decodes) */
     int max_seqs;      /* sequences in flight */
@@ -70,9 +72,10 @@ struct engine {
     struct kv_cache kv;
     struct threadpool *tp;
     struct matmul_ctx mm;
+    const struct fwd_kernels *fwd; /* attention, SwiGLU: the ISA mm chose */
     /* activations, each max_tokens rows */
     float *xb, *xb2, *q, *k, *v, *att_out, *hb, *hb2,
-        *att_scores; /* att_scores: per thread n_heads x ctx */
+        *att_scores; /* att_scores: per thread n_heads x fwd_att_floats(ctx) */
     float *hidden;   /* max_tokens x dim, for engine_forward */
     float *rope_cs;  /* ctx x head_dim: (cos, sin) per position and pair */
     void *backend_state;

@@ -1,5 +1,5 @@
 /* matmul: the driver (ISA choice, activation quantization, splitting rows over threads) and the
- * scalar reference kernels. The SIMD kernels live in matmul_avx2.c and matmul_avx512.c. */
+ * scalar reference kernels. The SIMD kernels live in kernels_avx2.c and kernels_avx512.c. */
 #include "serving/engine/matmul.h"
 
 #include "os/errmsg.h"

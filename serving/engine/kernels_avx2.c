@@ -1,12 +1,15 @@
-/* matmul_avx2: the kernels of matmul_simd.inc for AVX2 + FMA + F16C (x86-64-v3). The target is
- * set per function by the pragma, not by Makefile flags, so the rest of the program stays
- * baseline x86-64 and this file builds with any compiler flags (the fuzz build uses clang). */
+/* kernels_avx2: the kernels of matmul_simd.inc and fwd_simd.inc for AVX2 + FMA + F16C (x86-64-v3).
+ * The target is set per function by the pragma, not by Makefile flags, so the rest of the program
+ * stays baseline x86-64 and this file builds with any compiler flags (the fuzz build uses clang).
+ */
+#include "serving/engine/fwd_kernels.h"
 #include "serving/engine/matmul_kernels.h"
 #include "serving/engine/quant.h"
 #include "serving/engine/repack.h"
 #include "serving/engine/gguf.h"
 
 #include <immintrin.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -35,6 +38,20 @@
         _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
 #define vf_fma(a, b, c) _mm256_fmadd_ps((a), (b), (c))
 #define vf_hsum(v)      hsum_ps256(v)
+#define vf_hmax(v)      hmax_ps256(v)
+#define vf_set1(f)      _mm256_set1_ps(f)
+#define vf_store(p, v)  _mm256_storeu_ps((p), (v))
+#define vf_add(a, b)    _mm256_add_ps((a), (b))
+#define vf_sub(a, b)    _mm256_sub_ps((a), (b))
+#define vf_mul(a, b)    _mm256_mul_ps((a), (b))
+#define vf_div(a, b)    _mm256_div_ps((a), (b))
+#define vf_min(a, b)    _mm256_min_ps((a), (b))
+#define vf_max(a, b)    _mm256_max_ps((a), (b))
+#define vf_round(v)     _mm256_round_ps((v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+#define vf_pow2i(n)                                                                                \
+    _mm256_castsi256_ps(                                                                           \
+        _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23))
+#define vf_zero_below(y, x, c) _mm256_and_ps((y), _mm256_cmp_ps((x), (c), _CMP_GE_OQ))
 
 /* AVX2's X16_Q8_DOT: w signed (the stored +128 undone), as the Q8_0 kernel multiplies. */
 static inline __m256i x16_q8_dot_signed(__m256i acc, __m256i w, __m256i x)
@@ -47,6 +64,7 @@ static inline __m256i x16_q8_dot_signed(__m256i acc, __m256i w, __m256i x)
 #define REPACK_TYPES         (1u << GGML_Q4_0 | 1u << GGML_Q8_0)
 
 #include "serving/engine/matmul_simd.inc"
+#include "serving/engine/fwd_simd.inc"
 
 #if defined(__clang__)
 #pragma clang attribute pop

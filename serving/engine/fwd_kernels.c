@@ -1,0 +1,67 @@
+/* fwd_kernels: the plain C kernels (the reference the SIMD ones are tested against) and the
+ * choice of table. The SIMD kernels are in fwd_simd.inc, compiled by kernels_avx2.c and
+ * kernels_avx512.c. */
+#include "serving/engine/fwd_kernels.h"
+
+#include <math.h>
+#include <string.h>
+
+extern const struct fwd_kernels fwd_kernels_avx2, fwd_kernels_avx512;
+
+/* One head: scores over every position, softmax, then the weighted sum of the values. The cache
+ * is walked block by block (a block holds block_size consecutive positions). */
+static void attend_head_scalar(const struct attn_args *a, int h)
+{
+    const struct kv_cache *kv = a->kv;
+    int hd = a->hd, n = a->pos + 1, bs = kv->block_size;
+    size_t off = (size_t)(h / a->group) * hd;
+    const float *q = a->q + (size_t)h * hd;
+    float *att = a->att, *out = a->out + (size_t)h * hd;
+    float max = -INFINITY;
+    for (int p0 = 0; p0 < n; p0 += bs) {
+        const float *k = kv_key(kv, a->layer, a->blocks[p0 / bs], 0) + off;
+        for (int p = p0; p < n && p < p0 + bs; p++, k += kv->kv_dim) {
+            float s = 0.0f;
+            for (int i = 0; i < hd; i++) s += q[i] * k[i];
+            att[p] = s * a->scale;
+            if (att[p] > max) max = att[p];
+        }
+    }
+    float sum = 0.0f;
+    for (int p = 0; p < n; p++) {
+        att[p] = expf(att[p] - max);
+        sum += att[p];
+    }
+    float inv = 1.0f / sum;
+    memset(out, 0, (size_t)hd * sizeof *out);
+    for (int p0 = 0; p0 < n; p0 += bs) {
+        const float *v = kv_value(kv, a->layer, a->blocks[p0 / bs], 0) + off;
+        for (int p = p0; p < n && p < p0 + bs; p++, v += kv->kv_dim) {
+            float w = att[p] * inv;
+            for (int i = 0; i < hd; i++) out[i] += w * v[i];
+        }
+    }
+}
+
+void fwd_attend_scalar(const struct attn_args *a, int h0, int h1)
+{
+    for (int h = h0; h < h1; h++) attend_head_scalar(a, h);
+}
+
+static void swiglu_scalar(float *g, const float *u, int n)
+{
+    for (int i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+static const struct fwd_kernels fwd_kernels_scalar = {
+    .name = "scalar",
+    .attend = fwd_attend_scalar,
+    .swiglu = swiglu_scalar,
+};
+
+const struct fwd_kernels *fwd_kernels_for(const char *isa)
+{
+    if (isa && !strcmp(isa, "avx512")) return &fwd_kernels_avx512;
+    if (isa && !strcmp(isa, "avx2")) return &fwd_kernels_avx2;
+    return &fwd_kernels_scalar;
+}

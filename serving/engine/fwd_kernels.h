@@ -1,0 +1,52 @@
+/* fwd_kernels: the forward pass's vector kernels other than the matrix products, with the same
+ * run-time choice of SIMD as matmul.h (the engine asks for the ISA its matmul context chose).
+ *
+ * attend: one token's attention over positions 0..pos of its sequence in the paged cache, for
+ * query heads [h0, h1): out[h] = softmax(q[h] . K[0..pos] * scale) V[0..pos], where head h
+ * reads kv head h / group. att is scratch: fwd_att_floats(ctx) floats for each head of the call.
+ * swiglu: g[i] = silu(g[i]) * u[i] for i < n.
+ * A token's result depends only on its own inputs (not on the batch, the threads, or which heads
+ * the caller groups into one call), so batched and one-by-one decoding agree exactly. The SIMD
+ * kernels' exp is a polynomial within 2 ulp of expf and they sum in a different order than the
+ * scalar ones: ISAs agree within float rounding (the tests compare them). */
+#ifndef STRATA_FWD_KERNELS_H
+#define STRATA_FWD_KERNELS_H
+
+#include "serving/engine/kv_cache.h"
+
+#include <stddef.h>
+
+struct attn_args {
+    const float *q; /* the token's queries: n_heads x hd */
+    float *out;     /* its attention output: n_heads x hd */
+    float *att;     /* scratch: (h1 - h0) x fwd_att_floats(ctx) */
+    int ctx;        /* the longest context (what att's rows are sized for) */
+    const struct kv_cache *kv;
+    int layer;
+    const int *blocks; /* the sequence's block table */
+    int pos;           /* the token's position: it attends to 0..pos */
+    int group, hd;     /* query heads per kv head; floats per head */
+    float scale;       /* 1 / sqrt(hd) */
+};
+
+struct fwd_kernels {
+    const char *name;
+    void (*attend)(const struct attn_args *a, int h0, int h1);
+    void (*swiglu)(float *g, const float *u, int n);
+};
+
+/* The kernels for "avx512", "avx2" or "scalar" (matmul_isa_of's names); scalar for any other.
+ * The caller asks only for an ISA the CPU has (matmul_isa names the best one). */
+const struct fwd_kernels *fwd_kernels_for(const char *isa);
+
+/* Internal: the plain C attention, which the SIMD tables use for head sizes their registers do
+ * not cover. */
+void fwd_attend_scalar(const struct attn_args *a, int h0, int h1);
+
+/* Scratch floats attend needs for a context of ctx positions (rounded up to whole vectors). */
+static inline size_t fwd_att_floats(int ctx)
+{
+    return ((size_t)ctx + 15) / 16 * 16;
+}
+
+#endif

@@ -1,0 +1,193 @@
+/* fwd_kernels: attention over the paged cache and SwiGLU, every ISA this CPU has, against a
+ * double-precision reference; a token's result does not depend on how its heads are split. */
+#include "check.h"
+
+#include "serving/engine/fwd_kernels.h"
+#include "serving/engine/matmul.h"
+
+#include <math.h>
+#include <stdint.h>
+
+static const char *isas[] = {"scalar", "avx2", "avx512"};
+
+/* 1 if this CPU runs the ISA's kernels (matmul_isa names the best it has). */
+static int have_isa(int i)
+{
+    const char *best = matmul_isa();
+    int rank = !strcmp(best, "avx512") ? 2 : !strcmp(best, "avx2") ? 1 : 0;
+    return i <= rank;
+}
+
+static uint32_t rng = 12345;
+static float frand(void)
+{
+    rng = rng * 1664525u + 1013904223u;
+    return (float)(rng >> 8) / 16777216.0f * 2.0f - 1.0f;
+}
+
+struct fixture {
+    struct kv_cache kv;
+    void *mem;
+    int *table;
+    float *q, *out, *att, *ref;
+    int n_heads, n_kv_heads, hd, ctx;
+};
+
+/* A 2-layer cache whose block table runs backwards through the pool (blocks not contiguous),
+ * filled with random keys and values; random queries scaled so the softmax is not flat. */
+static void fixture_init(struct fixture *f, int n_heads, int n_kv_heads, int hd, int bs, int ctx)
+{
+    char err[256];
+    int kvd = n_kv_heads * hd, nb = (ctx + bs - 1) / bs + 1;
+    f->mem = calloc(1, kv_cache_bytes(2, kvd, bs, nb));
+    CHECK(f->mem && kv_cache_init(&f->kv, f->mem, 2, kvd, bs, nb, err) == 0);
+    f->table = malloc(sizeof(int) * nb);
+    for (int i = 0; i < nb; i++) f->table[i] = nb - 1 - i;
+    size_t nf = (size_t)2 * nb * bs * kvd;
+    for (size_t i = 0; i < nf; i++) f->kv.k[i] = frand(), f->kv.v[i] = frand();
+    f->q = malloc(sizeof(float) * n_heads * hd);
+    f->out = malloc(sizeof(float) * n_heads * hd);
+    f->ref = malloc(sizeof(float) * n_heads * hd);
+    f->att = malloc(sizeof(float) * n_heads * fwd_att_floats(ctx));
+    for (int i = 0; i < n_heads * hd; i++) f->q[i] = 3.0f * frand();
+    f->n_heads = n_heads, f->n_kv_heads = n_kv_heads, f->hd = hd, f->ctx = ctx;
+}
+
+static void fixture_free(struct fixture *f)
+{
+    free(f->mem), free(f->table), free(f->q), free(f->out), free(f->ref), free(f->att);
+}
+
+static struct attn_args args_for(struct fixture *f, int layer, int pos)
+{
+    return (struct attn_args){.q = f->q,
+                              .out = f->out,
+                              .att = f->att,
+                              .ctx = f->ctx,
+                              .kv = &f->kv,
+                              .layer = layer,
+                              .blocks = f->table,
+                              .pos = pos,
+                              .group = f->n_heads / f->n_kv_heads,
+                              .hd = f->hd,
+                              .scale = 1.0f / sqrtf((float)f->hd)};
+}
+
+static void reference(struct fixture *f, int layer, int pos)
+{
+    const struct kv_cache *kv = &f->kv;
+    int hd = f->hd, bs = kv->block_size, group = f->n_heads / f->n_kv_heads;
+    double *s = malloc(sizeof(double) * (pos + 1));
+    for (int h = 0; h < f->n_heads; h++) {
+        size_t off = (size_t)(h / group) * hd;
+        double max = -INFINITY, sum = 0;
+        for (int p = 0; p <= pos; p++) {
+            const float *k = kv_key(kv, layer, f->table[p / bs], p % bs) + off;
+            double d = 0;
+            for (int i = 0; i < hd; i++) d += (double)f->q[h * hd + i] * k[i];
+            s[p] = d / sqrt((double)hd);
+            if (s[p] > max) max = s[p];
+        }
+        for (int p = 0; p <= pos; p++) sum += s[p] = exp(s[p] - max);
+        for (int i = 0; i < hd; i++) {
+            double o = 0;
+            for (int p = 0; p <= pos; p++)
+                o += s[p] / sum * kv_value(kv, layer, f->table[p / bs], p % bs)[off + i];
+            f->ref[h * hd + i] = (float)o;
+        }
+    }
+    free(s);
+}
+
+/* Head sizes the SIMD tables run in registers (48, 64, 128) and one they hand to the scalar
+ * kernel (8); plain and grouped-query heads; block sizes 16 and 5; positions at and around
+ * block and vector boundaries. */
+TEST(attend_matches_reference_every_isa)
+{
+    static const int hds[] = {8, 48, 64, 128};
+    static const int heads[][2] = {{4, 4}, {8, 2}};
+    static const int bss[] = {16, 5};
+    static const int poss[] = {0, 1, 4, 15, 16, 17, 40, 70};
+    int checked = 0;
+    for (int a = 0; a < 4; a++)
+        for (int b = 0; b < 2; b++)
+            for (int c = 0; c < 2; c++) {
+                struct fixture f;
+                fixture_init(&f, heads[b][0], heads[b][1], hds[a], bss[c], 71);
+                for (int d = 0; d < 8; d++) {
+                    int layer = d % 2, pos = poss[d];
+                    reference(&f, layer, pos);
+                    for (int i = 0; i < 3; i++) {
+                        if (!have_isa(i)) continue;
+                        const struct fwd_kernels *fk = fwd_kernels_for(isas[i]);
+                        CHECK(!strcmp(fk->name, isas[i]));
+                        struct attn_args args = args_for(&f, layer, pos);
+                        fk->attend(&args, 0, f.n_heads);
+                        double worst = 0;
+                        for (int j = 0; j < f.n_heads * f.hd; j++)
+                            worst = fmax(worst, fabs((double)f.out[j] - f.ref[j]));
+                        CHECKF(worst < 2e-5, "%s: hd %d, %d/%d heads, block %d, pos %d: error %.3g",
+                               fk->name, f.hd, f.n_heads, f.n_kv_heads, bss[c], pos, worst);
+                        checked++;
+                    }
+                }
+                fixture_free(&f);
+            }
+    CHECK(checked >= 4 * 2 * 2 * 8);
+}
+
+/* Heads split over calls (as the engine splits them over threads, on kv-head boundaries) give
+ * the same bits as one call over all of them. */
+TEST(attend_split_heads_bit_identical)
+{
+    for (int i = 0; i < 3; i++) {
+        if (!have_isa(i)) continue;
+        const struct fwd_kernels *fk = fwd_kernels_for(isas[i]);
+        struct fixture f;
+        fixture_init(&f, 8, 4, 64, 16, 50);
+        struct attn_args args = args_for(&f, 1, 37);
+        fk->attend(&args, 0, 8);
+        float whole[8 * 64];
+        memcpy(whole, f.out, sizeof whole);
+        memset(f.out, 0, sizeof whole);
+        fk->attend(&args, 0, 2);
+        fk->attend(&args, 2, 6);
+        fk->attend(&args, 6, 8);
+        CHECKF(!memcmp(whole, f.out, sizeof whole), "%s: split heads differ", fk->name);
+        fixture_free(&f);
+    }
+}
+
+/* SwiGLU over a length with a tail past the last whole vector, on inputs from tiny to where
+ * exp over- and underflows. */
+TEST(swiglu_matches_reference_every_isa)
+{
+    enum { N = 45 };
+    float g0[N], u[N], g[N];
+    for (int j = 0; j < N; j++) {
+        g0[j] = j < 8 ? (float)((j - 4) * 30) : 12.0f * frand(); /* -120 .. 90, then random */
+        u[j] = frand();
+    }
+    g0[9] = 0.0f, g0[10] = -0.0f, g0[11] = 1e-30f;
+    for (int i = 0; i < 3; i++) {
+        if (!have_isa(i)) continue;
+        const struct fwd_kernels *fk = fwd_kernels_for(isas[i]);
+        memcpy(g, g0, sizeof g);
+        fk->swiglu(g, u, N);
+        for (int j = 0; j < N; j++) {
+            double x = g0[j], want = x / (1.0 + exp(-x)) * u[j];
+            CHECKF(fabs(g[j] - want) <= 1e-6 * fabs(want) + 1e-30,
+                   "%s: swiglu(%g) * %g = %g, want %g", fk->name, (double)g0[j], (double)u[j],
+                   (double)g[j], want);
+        }
+    }
+}
+
+int main(void)
+{
+    printf("# best ISA on this CPU: %s\n", matmul_isa());
+    RUN(attend_matches_reference_every_isa);
+    RUN(attend_split_heads_bit_identical);
+    RUN(swiglu_matches_reference_every_isa);
+    CHECK_DONE();
+}
