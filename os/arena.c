@@ -47,7 +47,7 @@ int arena_open(struct arena *a, size_t size, unsigned flags, char *err)
     size_t huge_size = (size + HUGE_2M - 1) & ~(size_t)(HUGE_2M - 1);
     size_t huge_free = (size_t)meminfo("HugePages_Free: %llu") * HUGE_2M;
     if (!(flags & ARENA_NO_HUGEPAGES) && huge_free < huge_size)
-        log_info("arena", "%zu MiB of free hugepages for %zu MiB; using normal pages",
+        log_info("arena", "%zu MiB of free hugepages for %zu MiB; asking for transparent ones",
                  huge_free >> 20, huge_size >> 20);
     else if (!(flags & ARENA_NO_HUGEPAGES)) {
         p = mmap(NULL, huge_size, PROT_READ | PROT_WRITE,
@@ -56,7 +56,7 @@ int arena_open(struct arena *a, size_t size, unsigned flags, char *err)
             a->hugepages = 1;
             a->size = huge_size;
         } else {
-            log_warn("arena", "no 2 MiB hugepages for %zu MiB (%s); using normal pages",
+            log_warn("arena", "no 2 MiB hugepages for %zu MiB (%s); asking for transparent ones",
                      huge_size >> 20, strerror(errno));
         }
     }
