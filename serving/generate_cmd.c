@@ -24,7 +24,8 @@ static double now_s(void)
 static int usage(void)
 {
     fprintf(stderr, "usage: strata generate -m MODEL.gguf -p PROMPT [-n N] [--temp T] [--top-p P]\n"
-                    "         [--top-k K] [--min-p M] [--seed S] [--threads N] [--batch N] [-v]\n");
+                    "         [--top-k K] [--min-p M] [--seed S] [--threads N] [--batch N]\n"
+                    "         [--kv-type f16|f32] [-v]\n");
     return 2;
 }
 
@@ -45,7 +46,7 @@ int cmd_generate(int argc, char **argv)
     const char *model = NULL, *prompt = "";
     double n_gen = 128, temp = 1.0, top_p = 1.0, top_k = 0, min_p = 0, seed = 0, threads = 0,
            chunk = 64;
-    int verbose = 0;
+    int verbose = 0, kv_type = KV_DEFAULT;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -66,6 +67,13 @@ int cmd_generate(int argc, char **argv)
             model = v, i++, ok = 1;
         else if (!strcmp(a, "-p") && v)
             prompt = v, i++, ok = 1;
+        else if (!strcmp(a, "--kv-type") && v) {
+            if ((kv_type = kv_type_parse(v)) == KV_DEFAULT) {
+                fprintf(stderr, "strata generate: --kv-type %s: want f16 or f32\n", v);
+                return usage();
+            }
+            i++, ok = 1;
+        }
         for (size_t k = 0; !ok && k < sizeof nums / sizeof nums[0]; k++) {
             if (strcmp(a, nums[k].flag)) continue;
             if (!v || parse_num(a, v, nums[k].lo, nums[k].hi, nums[k].var)) return usage();
@@ -83,7 +91,10 @@ int cmd_generate(int argc, char **argv)
     struct loaded_model *lm = calloc(1, sizeof *lm);
     if (!lm) return 1;
     struct loader_opts opts = {
-        .limits = {.max_seqs = 1, .max_tokens = (int)chunk, .threads = (int)threads},
+        .limits = {.max_seqs = 1,
+                   .max_tokens = (int)chunk,
+                   .threads = (int)threads,
+                   .kv_type = kv_type},
         .verbose = verbose,
     };
     if (loader_open(lm, model, &opts, err)) {
@@ -178,9 +189,10 @@ int cmd_generate(int argc, char **argv)
     fflush(stdout);
     fprintf(stderr,
             "prefill: %d tokens in %.3f s (%.1f tok/s); decode: %d tokens in %.3f s "
-            "(%.1f tok/s); %s, %s, %d threads\n",
+            "(%.1f tok/s); %s, %s, %d threads, %s KV cache\n",
             n_prompt, t1 - t0, n_prompt / (t1 - t0 + 1e-12), n_out, t2 - t1,
-            n_out / (t2 - t1 + 1e-12), e->be->name, matmul_isa(), e->lim.threads);
+            n_out / (t2 - t1 + 1e-12), e->be->name, matmul_isa(), e->lim.threads,
+            kv_type_name(e->kv.type));
     rc = 0;
 out:
     sampler_free(&smp);

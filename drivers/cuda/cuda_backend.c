@@ -905,9 +905,13 @@ static int be_init(struct engine *e, struct arena *a, char *err)
         return -1;
     }
     e->backend_state = ce;
-    log_info("cuda", "%s (sm_%d%d, %d SMs, %zu MiB), weights %llu MiB on the device", ce->info.name,
-             ce->info.cc_major, ce->info.cc_minor, ce->info.sms, ce->info.total_mem >> 20,
-             (unsigned long long)(ce->plan.device_bytes >> 20));
+    /* The device cache is f32 whatever the host's kv_type (an f16 device cache is not written
+     * yet): say so when the host asked for f16. */
+    log_info("cuda",
+             "%s (sm_%d%d, %d SMs, %zu MiB), weights %llu MiB on the device, f32 KV cache%s",
+             ce->info.name, ce->info.cc_major, ce->info.cc_minor, ce->info.sms,
+             ce->info.total_mem >> 20, (unsigned long long)(ce->plan.device_bytes >> 20),
+             e->lim.kv_type == KV_F16 ? " (--kv-type f16 applies to the CPU backend)" : "");
     return 0;
 }
 

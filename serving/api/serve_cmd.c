@@ -21,7 +21,7 @@
 
 struct serve_opts {
     const char *model, *host, *api_key, *name;
-    int port, max_batch, ctx, threads, step_tokens, kv_blocks, kv_block_size, static_batch;
+    int port, max_batch, ctx, threads, step_tokens, kv_blocks, kv_block_size, kv_type, static_batch;
     int max_conns, timeout_ms, idle_timeout_ms, no_slo, verbose, step_delay_us, shed_late,
         static_shrink;
     double ttft_ms, tpot_ms, static_wait_ms;
@@ -35,6 +35,7 @@ static int usage(void)
             "         [--max-batch N] [--ctx N] [--threads N] [--step-tokens N]\n"
             "         [--ttft-ms MS] [--tpot-ms MS] [--no-slo] [--shed-late] [--static-batch N]\n"
             "         [--static-wait-ms MS] [--static-shrink] [--kv-blocks N] [--kv-block-size N]\n"
+            "         [--kv-type f16|f32]\n"
             "         [--max-conns N] [--max-body BYTES] [--timeout-ms MS] [--name ID] [-v]\n"
             "         [--test-step-delay-us US]  (tests: sleep after every step)\n");
     return 2;
@@ -101,7 +102,13 @@ static int parse_opts(int argc, char **argv, struct serve_opts *o)
             o->model = v, i++;
         else if (!strcmp(a, "--host") && v)
             o->host = v, i++;
-        else if (!strcmp(a, "--api-key") && v)
+        else if (!strcmp(a, "--kv-type") && v) {
+            if ((o->kv_type = kv_type_parse(v)) == KV_DEFAULT) {
+                fprintf(stderr, "strata serve: --kv-type %s: want f16 or f32\n", v);
+                return -1;
+            }
+            i++;
+        } else if (!strcmp(a, "--api-key") && v)
             o->api_key = v, i++;
         else if (!strcmp(a, "--name") && v)
             o->name = v, i++;
@@ -262,6 +269,7 @@ int cmd_serve(int argc, char **argv)
                                         .ctx = o.ctx,
                                         .kv_block_size = o.kv_block_size,
                                         .kv_blocks = o.kv_blocks,
+                                        .kv_type = o.kv_type,
                                         .threads = o.threads},
                              .arena_flags = pid1_active() ? 0 : ARENA_NO_LOCK,
                              .verbose = o.verbose,
@@ -324,11 +332,11 @@ int cmd_serve(int argc, char **argv)
                              .encode_chat = encode_chat};
     front_set_ready(sv.front, &fm, sched);
     fprintf(stderr,
-            "strata serve: ready: %s on %s:%d (ctx %d, max batch %d, %d tokens/step, %d KV "
+            "strata serve: ready: %s on %s:%d (ctx %d, max batch %d, %d tokens/step, %d %s KV "
             "blocks of %d, chat template %s%s)\n",
             fm.name, o.host, http_server_port(sv.http), e->lim.ctx, e->lim.max_seqs,
-            e->lim.max_tokens, e->kv.n_blocks, e->kv.block_size, chat_template_name(fm.tmpl),
-            o.static_batch ? ", STATIC batching" : "");
+            e->lim.max_tokens, e->kv.n_blocks, kv_type_name(e->kv.type), e->kv.block_size,
+            chat_template_name(fm.tmpl), o.static_batch ? ", STATIC batching" : "");
     rc = 0;
 out:
     pthread_join(http_thread, NULL);

@@ -63,6 +63,9 @@ int engine_limits_resolve(struct engine_limits *lim, const struct model_config *
     if (lim->max_seqs <= 0) lim->max_seqs = 1;
     if (lim->max_tokens <= 0) lim->max_tokens = 256;
     if (lim->kv_block_size <= 0) lim->kv_block_size = 16;
+    if (lim->kv_type == KV_DEFAULT) lim->kv_type = KV_F16;
+    if (lim->kv_type != KV_F32 && lim->kv_type != KV_F16)
+        return errmsg_set(err, "kv cache element type %d: want f32 or f16", lim->kv_type);
     if (lim->kv_blocks <= 0)
         lim->kv_blocks = lim->max_seqs * ((lim->ctx + lim->kv_block_size - 1) / lim->kv_block_size);
     if (lim->threads <= 0) {
@@ -96,7 +99,8 @@ size_t engine_arena_bytes(const struct model_config *c, const struct engine_limi
     struct act_sizes s = act_sizes(c, l);
     size_t f = sizeof(float);
     size_t bytes = 0;
-    bytes += arena_round(kv_cache_bytes(c->n_layers, c->kv_dim, l->kv_block_size, l->kv_blocks));
+    bytes += arena_round(
+        kv_cache_bytes(l->kv_type, c->n_layers, c->kv_dim, l->kv_block_size, l->kv_blocks));
     bytes += 3 * arena_round(s.xb * f); /* xb, xb2, hidden */
     bytes += 2 * arena_round(s.q * f);  /* q, att_out */
     bytes += 2 * arena_round(s.kv * f); /* k, v */
@@ -181,9 +185,9 @@ static int cpu_layers(struct engine *e, const struct batch *b, int l0, int l1, f
             rope(q, qdim, c->head_dim, cs);
             rope(k, kvd, c->head_dim, cs);
             int pos = b->pos[t], blk = b->blocks[t][pos / kv->block_size];
-            memcpy(kv_key(kv, l, blk, pos % kv->block_size), k, (size_t)kvd * sizeof(float));
-            memcpy(kv_value(kv, l, blk, pos % kv->block_size), e->v + (size_t)t * kvd,
-                   (size_t)kvd * sizeof(float));
+            e->fwd->kv_store(kv, kv_key(kv, l, blk, pos % kv->block_size), k);
+            e->fwd->kv_store(kv, kv_value(kv, l, blk, pos % kv->block_size),
+                             e->v + (size_t)t * kvd);
         }
         struct attn_job job = {e, b, l};
         threadpool_run(e->tp, attention_worker, &job);
@@ -268,9 +272,11 @@ int engine_init(struct engine *e, struct model *m, const struct engine_limits *l
     size_t f = sizeof(float);
 
     void *kvmem = arena_carve(
-        a, "kv", kv_cache_bytes(c->n_layers, c->kv_dim, l->kv_block_size, l->kv_blocks), err);
+        a, "kv", kv_cache_bytes(l->kv_type, c->n_layers, c->kv_dim, l->kv_block_size, l->kv_blocks),
+        err);
     if (!kvmem) return -1;
-    if (kv_cache_init(&e->kv, kvmem, c->n_layers, c->kv_dim, l->kv_block_size, l->kv_blocks, err))
+    if (kv_cache_init(&e->kv, kvmem, l->kv_type, c->n_layers, c->kv_dim, l->kv_block_size,
+                      l->kv_blocks, err))
         return -1;
     struct {
         float **p;

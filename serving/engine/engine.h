@@ -30,6 +30,7 @@ struct engine_limits {
     int ctx;           /* positions per sequence (<= model seq_len) */
     int kv_block_size; /* positions per KV block (16) */
     int kv_blocks;     /* 0 = enough for max_seqs full contexts */
+    int kv_type;       /* enum kv_type: KV_DEFAULT = f16 */
     int threads;
 };
 

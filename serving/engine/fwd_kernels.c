@@ -3,10 +3,19 @@
  * kernels_avx512.c. */
 #include "serving/engine/fwd_kernels.h"
 
+#include "serving/engine/quant.h"
+
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 extern const struct fwd_kernels fwd_kernels_avx2, fwd_kernels_avx512;
+
+/* Element i of a cache row. */
+static inline float kv_elt(const struct kv_cache *kv, const void *row, size_t i)
+{
+    return kv->type == KV_F32 ? ((const float *)row)[i] : fp16_to_f32(((const uint16_t *)row)[i]);
+}
 
 /* One head: scores over every position, softmax, then the weighted sum of the values. The cache
  * is walked block by block (a block holds block_size consecutive positions). */
@@ -14,15 +23,15 @@ static void attend_head_scalar(const struct attn_args *a, int h)
 {
     const struct kv_cache *kv = a->kv;
     int hd = a->hd, n = a->pos + 1, bs = kv->block_size;
-    size_t off = (size_t)(h / a->group) * hd;
+    size_t off = (size_t)(h / a->group) * hd, row = kv->kv_dim * kv->elt;
     const float *q = a->q + (size_t)h * hd;
     float *att = a->att, *out = a->out + (size_t)h * hd;
     float max = -INFINITY;
     for (int p0 = 0; p0 < n; p0 += bs) {
-        const float *k = kv_key(kv, a->layer, a->blocks[p0 / bs], 0) + off;
-        for (int p = p0; p < n && p < p0 + bs; p++, k += kv->kv_dim) {
+        const char *k = kv_key(kv, a->layer, a->blocks[p0 / bs], 0);
+        for (int p = p0; p < n && p < p0 + bs; p++, k += row) {
             float s = 0.0f;
-            for (int i = 0; i < hd; i++) s += q[i] * k[i];
+            for (int i = 0; i < hd; i++) s += q[i] * kv_elt(kv, k, off + i);
             att[p] = s * a->scale;
             if (att[p] > max) max = att[p];
         }
@@ -35,10 +44,10 @@ static void attend_head_scalar(const struct attn_args *a, int h)
     float inv = 1.0f / sum;
     memset(out, 0, (size_t)hd * sizeof *out);
     for (int p0 = 0; p0 < n; p0 += bs) {
-        const float *v = kv_value(kv, a->layer, a->blocks[p0 / bs], 0) + off;
-        for (int p = p0; p < n && p < p0 + bs; p++, v += kv->kv_dim) {
+        const char *v = kv_value(kv, a->layer, a->blocks[p0 / bs], 0);
+        for (int p = p0; p < n && p < p0 + bs; p++, v += row) {
             float w = att[p] * inv;
-            for (int i = 0; i < hd; i++) out[i] += w * v[i];
+            for (int i = 0; i < hd; i++) out[i] += w * kv_elt(kv, v, off + i);
         }
     }
 }
@@ -46,6 +55,19 @@ static void attend_head_scalar(const struct attn_args *a, int h)
 void fwd_attend_scalar(const struct attn_args *a, int h0, int h1)
 {
     for (int h = h0; h < h1; h++) attend_head_scalar(a, h);
+}
+
+void fwd_kv_store_scalar(const struct kv_cache *kv, void *row, const float *src, int from)
+{
+    if (kv->type == KV_F32)
+        memcpy((float *)row + from, src + from, (size_t)(kv->kv_dim - from) * sizeof(float));
+    else
+        for (int i = from; i < kv->kv_dim; i++) ((uint16_t *)row)[i] = f32_to_fp16(src[i]);
+}
+
+static void kv_store_scalar(const struct kv_cache *kv, void *row, const float *src)
+{
+    fwd_kv_store_scalar(kv, row, src, 0);
 }
 
 static void swiglu_scalar(float *g, const float *u, int n)
@@ -56,6 +78,7 @@ static void swiglu_scalar(float *g, const float *u, int n)
 static const struct fwd_kernels fwd_kernels_scalar = {
     .name = "scalar",
     .attend = fwd_attend_scalar,
+    .kv_store = kv_store_scalar,
     .swiglu = swiglu_scalar,
 };
 

@@ -52,6 +52,9 @@
     _mm256_castsi256_ps(                                                                           \
         _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23))
 #define vf_zero_below(y, x, c) _mm256_and_ps((y), _mm256_cmp_ps((x), (c), _CMP_GE_OQ))
+#define vf_store_f16(p, v)                                                                         \
+    _mm_storeu_si128((__m128i *)(p),                                                               \
+                     _mm256_cvtps_ph((v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC))
 
 /* AVX2's X16_Q8_DOT: w signed (the stored +128 undone), as the Q8_0 kernel multiplies. */
 static inline __m256i x16_q8_dot_signed(__m256i acc, __m256i w, __m256i x)

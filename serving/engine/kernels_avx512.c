@@ -52,6 +52,9 @@
     _mm512_castsi512_ps(                                                                           \
         _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23))
 #define vf_zero_below(y, x, c) _mm512_maskz_mov_ps(_mm512_cmp_ps_mask((x), (c), _CMP_GE_OQ), (y))
+#define vf_store_f16(p, v)                                                                         \
+    _mm256_storeu_si256((__m256i *)(p),                                                            \
+                        _mm512_cvtps_ph((v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC))
 
 #define X16_Q8_DOT(acc, u, x) _mm256_dpbusd_epi32((acc), (u), (x))
 #define X16_Q8_BIAS(neg8sum)  (16 * (neg8sum)) /* -128 * sum(x) */

@@ -3,27 +3,55 @@
 #include "os/errmsg.h"
 
 #include <stdint.h>
+#include <string.h>
 
-size_t kv_cache_bytes(int n_layers, int kv_dim, int block_size, int n_blocks)
+const char *kv_type_name(int type)
 {
-    size_t per = (size_t)n_layers * n_blocks * block_size * kv_dim * sizeof(float);
-    return 2 * per + (size_t)n_blocks * sizeof(int) + 64;
+    return type == KV_F32 ? "f32" : "f16";
 }
 
-int kv_cache_init(struct kv_cache *c, void *mem, int n_layers, int kv_dim, int block_size,
+int kv_type_parse(const char *s)
+{
+    return !strcmp(s, "f32") ? KV_F32 : !strcmp(s, "f16") ? KV_F16 : KV_DEFAULT;
+}
+
+static size_t elt_bytes(int type)
+{
+    return type == KV_F32 ? sizeof(float) : sizeof(uint16_t);
+}
+
+/* Keys, values, the free list; each of the first two a multiple of 64 bytes, so the values and
+ * the list start aligned like the memory. */
+static size_t plane_bytes(int type, int n_layers, int kv_dim, int block_size, int n_blocks)
+{
+    size_t per = (size_t)n_layers * n_blocks * block_size * kv_dim * elt_bytes(type);
+    return (per + 63) / 64 * 64;
+}
+
+size_t kv_cache_bytes(int type, int n_layers, int kv_dim, int block_size, int n_blocks)
+{
+    return 2 * plane_bytes(type, n_layers, kv_dim, block_size, n_blocks) +
+           (size_t)n_blocks * sizeof(int) + 64;
+}
+
+int kv_cache_init(struct kv_cache *c, void *mem, int type, int n_layers, int kv_dim, int block_size,
                   int n_blocks, char *err)
 {
     if (n_layers <= 0 || kv_dim <= 0 || block_size <= 0 || n_blocks <= 0)
         return errmsg_set(err, "kv cache: bad geometry (%d layers, kv_dim %d, %d blocks of %d)",
                           n_layers, kv_dim, n_blocks, block_size);
-    size_t per = (size_t)n_layers * n_blocks * block_size * kv_dim;
+    if (type != KV_DEFAULT && type != KV_F32 && type != KV_F16)
+        return errmsg_set(err, "kv cache: unknown element type %d", type);
+    size_t per = plane_bytes(type, n_layers, kv_dim, block_size, n_blocks);
+    c->type = type == KV_F32 ? KV_F32 : KV_F16;
+    c->elt = elt_bytes(c->type);
     c->n_layers = n_layers;
     c->kv_dim = kv_dim;
     c->block_size = block_size;
     c->n_blocks = n_blocks;
     c->k = mem;
-    c->v = c->k + per;
-    c->free_list = (int *)(c->v + per);
+    c->v = (char *)mem + per;
+    c->free_list = (int *)((char *)mem + 2 * per);
     /* Pop order 0, 1, 2...: a fresh cache hands out blocks in address order. */
     for (int i = 0; i < n_blocks; i++) c->free_list[i] = n_blocks - 1 - i;
     c->n_free = n_blocks;

@@ -2,7 +2,10 @@
  *
  * The cache is n_blocks fixed-size blocks of block_size token positions, carved from the arena's
  * "kv" pool. A block holds, for every layer, the keys and values of block_size positions:
- *   k[layer][block][slot][kv_dim], v likewise (f32).
+ *   k[layer][block][slot][kv_dim], v likewise,
+ * stored as f16 (the default: half the bytes each decoded token's attention reads, and twice the
+ * positions in the same memory) or f32 (exact; --kv-type f32). f16 is IEEE half with
+ * round-to-nearest-even, as llama.cpp's default cache; values beyond +-65504 become infinite.
  * A sequence owns a block table: position p lives in block table[p / block_size], slot
  * p % block_size. Blocks come from a free list; sequences of any length share the pool, and the
  * scheduler preempts a sequence (frees its blocks) when the list runs dry. Not thread-safe: the
@@ -12,17 +15,27 @@
 
 #include <stddef.h>
 
+enum kv_type { KV_DEFAULT = 0, KV_F32 = 1, KV_F16 = 2 };
+
 struct kv_cache {
+    int type; /* KV_F32 or KV_F16 */
     int n_layers, kv_dim;
     int block_size, n_blocks;
-    float *k, *v;   /* n_layers * n_blocks * block_size * kv_dim each */
+    size_t elt;     /* bytes per element: 4 or 2 */
+    void *k, *v;    /* n_layers * n_blocks * block_size * kv_dim elements each */
     int *free_list; /* stack of free block ids */
     int n_free;
 };
 
-size_t kv_cache_bytes(int n_layers, int kv_dim, int block_size, int n_blocks);
+/* "f32" / "f16" (KV_DEFAULT reads as f16); kv_type_parse returns KV_DEFAULT for anything
+ * else. */
+const char *kv_type_name(int type);
+int kv_type_parse(const char *s);
+
+/* type: KV_F32 or KV_F16 (KV_DEFAULT means f16). */
+size_t kv_cache_bytes(int type, int n_layers, int kv_dim, int block_size, int n_blocks);
 /* mem must hold kv_cache_bytes(...) bytes (from the arena). */
-int kv_cache_init(struct kv_cache *c, void *mem, int n_layers, int kv_dim, int block_size,
+int kv_cache_init(struct kv_cache *c, void *mem, int type, int n_layers, int kv_dim, int block_size,
                   int n_blocks, char *err);
 
 /* Pop a free block; -1 when none is left. */
@@ -30,13 +43,16 @@ int kv_block_alloc(struct kv_cache *c);
 void kv_block_free(struct kv_cache *c, int block);
 int kv_blocks_for(const struct kv_cache *c, int n_positions);
 
-static inline float *kv_key(const struct kv_cache *c, int layer, int block, int slot)
+/* The row of kv_dim elements (float or uint16_t f16, as c->type says) of one position. */
+static inline void *kv_key(const struct kv_cache *c, int layer, int block, int slot)
 {
-    return c->k + (((size_t)layer * c->n_blocks + block) * c->block_size + slot) * c->kv_dim;
+    return (char *)c->k +
+           (((size_t)layer * c->n_blocks + block) * c->block_size + slot) * c->kv_dim * c->elt;
 }
-static inline float *kv_value(const struct kv_cache *c, int layer, int block, int slot)
+static inline void *kv_value(const struct kv_cache *c, int layer, int block, int slot)
 {
-    return c->v + (((size_t)layer * c->n_blocks + block) * c->block_size + slot) * c->kv_dim;
+    return (char *)c->v +
+           (((size_t)layer * c->n_blocks + block) * c->block_size + slot) * c->kv_dim * c->elt;
 }
 
 #endif

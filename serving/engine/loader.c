@@ -60,13 +60,13 @@ int loader_open(struct loaded_model *lm, const char *path, const struct loader_o
     if (opts->verbose)
         log_info("loader",
                  "%s: %d layers, dim %d, %d heads (%d kv), vocab %d; arena %zu MiB = weights "
-                 "%zu MiB + kv/activations %zu MiB",
+                 "%zu MiB + kv (%s)/activations %zu MiB",
                  path, c->n_layers, c->dim, c->n_heads, c->n_kv_heads, c->vocab_size, total >> 20,
-                 weights >> 20, engine_bytes >> 20);
+                 weights >> 20, kv_type_name(lim.kv_type), engine_bytes >> 20);
     if (arena_open(&lm->arena, total, opts->arena_flags, err)) {
-        errmsg_prefix(err,
-                      "%s: weights %zu MiB + kv/activations %zu MiB (ctx %d x %d seqs): ", path,
-                      weights >> 20, engine_bytes >> 20, lim.ctx, lim.max_seqs);
+        errmsg_prefix(
+            err, "%s: weights %zu MiB + kv (%s)/activations %zu MiB (ctx %d x %d seqs): ", path,
+            weights >> 20, kv_type_name(lim.kv_type), engine_bytes >> 20, lim.ctx, lim.max_seqs);
         goto fail;
     }
     if (!(lm->weights = arena_carve(&lm->arena, "weights", lm->model.image_size, err))) goto fail;

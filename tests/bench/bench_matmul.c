@@ -106,7 +106,15 @@ int main(int argc, char **argv)
         n_counts = 0;
         for (int i = 1; i < argc && n_counts < 8; i++) thread_counts[n_counts++] = atoi(argv[i]);
     }
-    const int rows = 5632, cols = 2048, pf_dim = 2048, pf_tok = 64;
+    int rows = 5632, cols = 2048;
+    const int pf_dim = 2048, pf_tok = 64;
+    const char *shape = getenv("BENCH_SHAPE"); /* e.g. BENCH_SHAPE=768x768 */
+    if (shape && (sscanf(shape, "%dx%d", &rows, &cols) != 2 || rows < 16 || cols < 256 ||
+                  rows % 16 || cols % 256)) {
+        fprintf(stderr, "BENCH_SHAPE=%s: want ROWSxCOLS, rows a multiple of 16, cols of 256\n",
+                shape);
+        return 2;
+    }
     const size_t target = 256ull << 20;
     const char *isas[] = {"scalar", "avx2", "avx512"};
     char err[ERRMSG_LEN];

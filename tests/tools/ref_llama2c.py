@@ -5,8 +5,13 @@ Reads a llama2.c v0 checkpoint and its tokenizer.bin directly (not through Strat
 encodes the prompt with llama2.c's algorithm (BOS, dummy-prefix space, code points then byte
 fallback, best-score merges), decodes greedily and prints the prompt followed by the completion,
 exactly as `strata generate --temp 0` does. Stops at EOS or BOS (as llama2.c does) or after -n.
+With --kv f16 the key/value cache stores IEEE halves (numpy's float16, round to nearest even), as
+Strata's default cache does; with --kv f32 (the default here) it keeps the full values.
+With --until-tie EPS it stops before the first step whose two best logits are within EPS of each
+other: a near-tie, where float rounding (f16 rounding above all) may pick either token, so two
+correct implementations agree only up to there.
 
-usage: ref_llama2c.py CHECKPOINT TOKENIZER PROMPT N
+usage: ref_llama2c.py CHECKPOINT TOKENIZER PROMPT N [--kv f16|f32] [--until-tie EPS]
 """
 import struct
 import sys
@@ -105,7 +110,7 @@ def rmsnorm(x, w):
     return w * (x / np.sqrt(np.mean(x * x) + 1e-5))
 
 
-def forward(m, tok, pos, kc, vc):
+def forward(m, tok, pos, kc, vc, store):
     hd, H, KVH = m["hd"], m["H"], m["KVH"]
     x = m["emb"][tok].copy()
     i = np.arange(0, m["dim"], 2)
@@ -123,8 +128,8 @@ def forward(m, tok, pos, kc, vc):
     for l in range(m["L"]):
         xb = rmsnorm(x, m["rms_att"][l])
         q = rope(m["wq"][l] @ xb)
-        kc[l][pos] = rope(m["wk"][l] @ xb)
-        vc[l][pos] = m["wv"][l] @ xb
+        kc[l][pos] = store(rope(m["wk"][l] @ xb))
+        vc[l][pos] = store(m["wv"][l] @ xb)
         out = np.zeros(m["dim"])
         for h in range(H):
             kh = h // (H // KVH)
@@ -142,7 +147,18 @@ def forward(m, tok, pos, kc, vc):
 
 
 def main():
+    usage = "usage: ref_llama2c.py CHECKPOINT TOKENIZER PROMPT N [--kv f16|f32] [--until-tie EPS]"
+    if len(sys.argv) < 5 or len(sys.argv) % 2 == 0:
+        sys.exit(usage)
     ckpt, tokp, prompt, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    opts = dict(zip(sys.argv[5::2], sys.argv[6::2]))
+    kv, tie = opts.pop("--kv", "f32"), float(opts.pop("--until-tie", "-1"))
+    if opts or kv not in ("f16", "f32"):
+        sys.exit(usage)
+
+    def store(v):
+        return v.astype(np.float16).astype(np.float64) if kv == "f16" else v
+
     m = load_checkpoint(ckpt)
     pieces, scores = load_tokenizer(tokp, m["vocab"])
     toks = encode(prompt, pieces, scores)
@@ -151,10 +167,13 @@ def main():
     out = bytearray(prompt.encode("utf-8"))
     logits = None
     for pos, t in enumerate(toks):
-        logits = forward(m, t, pos, kc, vc)
+        logits = forward(m, t, pos, kc, vc, store)
     pos = len(toks)
     prev = toks[-1]
     for _ in range(n):
+        top2 = np.partition(logits, -2)[-2:]
+        if top2[1] - top2[0] < tie:
+            break
         nxt = int(np.argmax(logits))
         if nxt in (1, 2):
             break
@@ -162,7 +181,7 @@ def main():
         prev = nxt
         if pos >= m["seq"]:
             break
-        logits = forward(m, nxt, pos, kc, vc)
+        logits = forward(m, nxt, pos, kc, vc, store)
         pos += 1
     sys.stdout.buffer.write(bytes(out) + b"\n")
 

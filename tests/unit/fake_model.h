@@ -4,7 +4,8 @@
  * engine does) and predicts the next token as a hash of every token the KV cache holds for
  * positions 0..pos. A scheduler that pages, batches, preempts or recomputes wrongly reads the
  * wrong slots and produces a different continuation than fake_oracle(), which computes the same
- * hash over the plain token list: "batched output == output alone" becomes an exact check. */
+ * hash over the plain token list: "batched output == output alone" becomes an exact check.
+ * Its cache must be KV_F32 (the ids are stored as floats). */
 #ifndef STRATA_FAKE_MODEL_H
 #define STRATA_FAKE_MODEL_H
 
@@ -49,12 +50,12 @@ static inline int fake_forward(void *ctx, const struct batch *b, float *logits)
     f->last_n = b->n;
     if (b->n > f->max_tokens_seen) f->max_tokens_seen = b->n;
     for (int i = 0; i < b->n; i++)
-        kv_key(kv, 0, b->blocks[i][b->pos[i] / bs], b->pos[i] % bs)[0] = (float)b->token[i];
+        *(float *)kv_key(kv, 0, b->blocks[i][b->pos[i] / bs], b->pos[i] % bs) = (float)b->token[i];
     for (int j = 0; j < b->n_logits; j++) {
         int i = b->logit_rows[j];
         unsigned h = 2166136261u;
         for (int p = 0; p <= b->pos[i]; p++)
-            h = fake_hash_next(h, (int)kv_key(kv, 0, b->blocks[i][p / bs], p % bs)[0]);
+            h = fake_hash_next(h, (int)*(const float *)kv_key(kv, 0, b->blocks[i][p / bs], p % bs));
         float *row = logits + (size_t)j * FAKE_VOCAB;
         for (int v = 0; v < FAKE_VOCAB; v++) row[v] = 0;
         row[fake_pick(h, b->pos[i] + 1)] = 1;

@@ -492,6 +492,9 @@ static int eng_open(struct eng *g, struct model *m, const struct engine_limits *
                     char *err)
 {
     struct engine_limits lim = *lim_in;
+    /* The device keeps f32 keys and values (drivers/cuda); the CPU engines compared with it and
+     * with the f32 reference here do too. */
+    if (lim.kv_type == KV_DEFAULT) lim.kv_type = KV_F32;
     if (engine_limits_resolve(&lim, &m->cfg, err) ||
         arena_open(&g->a, engine_arena_bytes(&m->cfg, &lim), ARENA_NO_HUGEPAGES | ARENA_NO_LOCK,
                    err))

@@ -23,7 +23,14 @@ struct ref {
         float *an, *wq, *wk, *wv, *wo, *fn, *wg, *wd, *wu;
     } l[8];
     float *kc, *vc; /* [layer][pos][kv_dim] */
+    int kv_f16;     /* the engine's cache holds halves: store keys and values rounded so */
 };
+
+/* What an f16 cache holds of x: the compiler's _Float16 rounding, not the engine's code. */
+static float half_of(float x)
+{
+    return (float)(_Float16)x;
+}
 
 /* The engine may have repacked a matrix (repack.h): tensor_get_row reads any layout. */
 static float *deq(const struct tensor *t)
@@ -33,9 +40,10 @@ static float *deq(const struct tensor *t)
     return o;
 }
 
-static void ref_init(struct ref *R, const struct model *m)
+static void ref_init(struct ref *R, const struct model *m, int kv_type)
 {
     R->c = m->cfg;
+    R->kv_f16 = kv_type == KV_F16;
     R->emb = deq(&m->token_embd);
     R->out = deq(&m->output);
     R->onorm = deq(&m->output_norm);
@@ -104,6 +112,7 @@ static void ref_forward(struct ref *R, int token, int pos, float *logits)
                 kr[i] = k0 * co - k1 * si, kr[i + 1] = k0 * si + k1 * co;
             }
         }
+        for (int i = 0; i < kvd && R->kv_f16; i++) kr[i] = half_of(kr[i]), vr[i] = half_of(vr[i]);
         for (int h = 0; h < c->n_heads; h++) {
             int kh = h / (c->n_heads / c->n_kv_heads);
             double mx = -1e30, sum = 0;
@@ -142,19 +151,27 @@ static void ref_forward(struct ref *R, int token, int pos, float *logits)
 
 static const struct synth_cfg gqa = {64, 160, 3, 8, 2, 300, 64}; /* head_dim 8, 4 q per kv */
 
-static struct loaded_model *open_model(const char *path, int max_seqs, int max_tokens)
+static struct loaded_model *open_model_kv(const char *path, int max_seqs, int max_tokens,
+                                          int kv_type)
 {
     static char err[ERRMSG_LEN];
     struct loaded_model *lm = calloc(1, sizeof *lm);
-    struct loader_opts o = {
-        .limits = {.max_seqs = max_seqs, .max_tokens = max_tokens, .threads = 2},
-        .arena_flags = ARENA_NO_HUGEPAGES | ARENA_NO_LOCK};
+    struct loader_opts o = {.limits = {.max_seqs = max_seqs,
+                                       .max_tokens = max_tokens,
+                                       .threads = 2,
+                                       .kv_type = kv_type},
+                            .arena_flags = ARENA_NO_HUGEPAGES | ARENA_NO_LOCK};
     if (loader_open(lm, path, &o, err)) {
         fprintf(stderr, "%s\n", err);
         free(lm);
         return NULL;
     }
     return lm;
+}
+
+static struct loaded_model *open_model(const char *path, int max_seqs, int max_tokens)
+{
+    return open_model_kv(path, max_seqs, max_tokens, KV_DEFAULT);
 }
 
 static void close_model(struct loaded_model *lm)
@@ -192,15 +209,17 @@ static double tolerance(uint32_t type)
 }
 
 /* Prefill a 9-token prompt as one batch (logits at every row), compare each row with the
- * reference run token by token. */
-static void check_type(uint32_t type)
+ * reference run token by token; the reference stores keys and values as the cache type does
+ * (KV_DEFAULT: f16). */
+static void check_type_kv(uint32_t type, int kv_type)
 {
     char path[128];
     snprintf(path, sizeof path, "build/test-engine-%s.gguf", ggml_type_name(type));
     CHECK(synth_write(path, &gqa, type, 7) == 0);
-    struct loaded_model *lm = open_model(path, 2, 16);
+    struct loaded_model *lm = open_model_kv(path, 2, 16, kv_type);
     CHECK(lm);
     struct engine *e = &lm->engine;
+    CHECK(e->kv.type == (kv_type == KV_F32 ? KV_F32 : KV_F16));
     /* The SIMD kernels want Q4_0 (and with VNNI Q8_0) matrices in 16-row groups: the engine
      * stored them so, except the 300-row output, which stays in rows. */
     if (repack_type_of(type) &&
@@ -219,7 +238,7 @@ static void check_type(uint32_t type)
     struct batch b = {n, toks, pos, blocks, n, rows};
     CHECK(engine_forward(e, &b, logits) == 0);
     struct ref R;
-    ref_init(&R, &lm->model);
+    ref_init(&R, &lm->model, e->kv.type);
     double worst = 0;
     for (int i = 0; i < n; i++) {
         ref_forward(&R, toks[i], i, ref);
@@ -230,15 +249,29 @@ static void check_type(uint32_t type)
     free(logits), free(ref);
     close_model(lm);
     remove(path);
-    CHECKF(worst <= tolerance(type), "%s: relative logit error %.3g > %.3g", ggml_type_name(type),
-           worst, tolerance(type));
-    printf("# %s: worst relative logit error %.3g (tolerance %.3g)\n", ggml_type_name(type), worst,
-           tolerance(type));
+    CHECKF(worst <= tolerance(type), "%s, %s cache: relative logit error %.3g > %.3g",
+           ggml_type_name(type), kv_type_name(kv_type), worst, tolerance(type));
+    printf("# %s, %s cache: worst relative logit error %.3g (tolerance %.3g)\n",
+           ggml_type_name(type), kv_type_name(kv_type), worst, tolerance(type));
+}
+
+static void check_type(uint32_t type)
+{
+    check_type_kv(type, KV_DEFAULT);
 }
 
 TEST(prefill_matches_reference_f32)
 {
     check_type(GGML_F32);
+}
+/* The exact cache: the same bound, with the reference keeping floats. */
+TEST(prefill_matches_reference_f32_kv_f32)
+{
+    check_type_kv(GGML_F32, KV_F32);
+}
+TEST(prefill_matches_reference_q8_0_kv_f32)
+{
+    check_type_kv(GGML_Q8_0, KV_F32);
 }
 TEST(prefill_matches_reference_f16)
 {
@@ -430,6 +463,8 @@ int main(void)
 {
     log_set_quiet(1);
     RUN(prefill_matches_reference_f32);
+    RUN(prefill_matches_reference_f32_kv_f32);
+    RUN(prefill_matches_reference_q8_0_kv_f32);
     RUN(prefill_matches_reference_f16);
     RUN(prefill_matches_reference_bf16);
     RUN(prefill_matches_reference_q8_0);

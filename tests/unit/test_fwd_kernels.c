@@ -1,5 +1,6 @@
-/* fwd_kernels: attention over the paged cache and SwiGLU, every ISA this CPU has, against a
- * double-precision reference; a token's result does not depend on how its heads are split. */
+/* fwd_kernels: attention over the paged cache (f32 and f16) and SwiGLU, every ISA this CPU has,
+ * against a double-precision reference; a token's result does not depend on how its heads are
+ * split; the f16 cache store rounds exactly as the compiler's _Float16 conversion does. */
 #include "check.h"
 
 #include "serving/engine/fwd_kernels.h"
@@ -25,6 +26,16 @@ static float frand(void)
     return (float)(rng >> 8) / 16777216.0f * 2.0f - 1.0f;
 }
 
+/* Element i of a cache row, read without the engine's code: f16 through the compiler's
+ * _Float16. */
+static double elt(const struct kv_cache *kv, const void *row, size_t i)
+{
+    if (kv->type == KV_F32) return ((const float *)row)[i];
+    _Float16 h;
+    memcpy(&h, (const uint16_t *)row + i, sizeof h);
+    return (double)h;
+}
+
 struct fixture {
     struct kv_cache kv;
     void *mem;
@@ -33,18 +44,28 @@ struct fixture {
     int n_heads, n_kv_heads, hd, ctx;
 };
 
-/* A 2-layer cache whose block table runs backwards through the pool (blocks not contiguous),
- * filled with random keys and values; random queries scaled so the softmax is not flat. */
-static void fixture_init(struct fixture *f, int n_heads, int n_kv_heads, int hd, int bs, int ctx)
+/* A 2-layer cache of the given element type whose block table runs backwards through the pool
+ * (blocks not contiguous), filled with random keys and values (through the scalar store);
+ * random queries scaled so the softmax is not flat. */
+static void fixture_init(struct fixture *f, int type, int n_heads, int n_kv_heads, int hd, int bs,
+                         int ctx)
 {
     char err[256];
     int kvd = n_kv_heads * hd, nb = (ctx + bs - 1) / bs + 1;
-    f->mem = calloc(1, kv_cache_bytes(2, kvd, bs, nb));
-    CHECK(f->mem && kv_cache_init(&f->kv, f->mem, 2, kvd, bs, nb, err) == 0);
+    f->mem = calloc(1, kv_cache_bytes(type, 2, kvd, bs, nb));
+    CHECK(f->mem && kv_cache_init(&f->kv, f->mem, type, 2, kvd, bs, nb, err) == 0);
     f->table = malloc(sizeof(int) * nb);
     for (int i = 0; i < nb; i++) f->table[i] = nb - 1 - i;
-    size_t nf = (size_t)2 * nb * bs * kvd;
-    for (size_t i = 0; i < nf; i++) f->kv.k[i] = frand(), f->kv.v[i] = frand();
+    float *row = malloc(sizeof(float) * kvd);
+    for (int l = 0; l < 2; l++)
+        for (int b = 0; b < nb; b++)
+            for (int slot = 0; slot < bs; slot++) {
+                for (int i = 0; i < kvd; i++) row[i] = frand();
+                fwd_kv_store_scalar(&f->kv, kv_key(&f->kv, l, b, slot), row, 0);
+                for (int i = 0; i < kvd; i++) row[i] = frand();
+                fwd_kv_store_scalar(&f->kv, kv_value(&f->kv, l, b, slot), row, 0);
+            }
+    free(row);
     f->q = malloc(sizeof(float) * n_heads * hd);
     f->out = malloc(sizeof(float) * n_heads * hd);
     f->ref = malloc(sizeof(float) * n_heads * hd);
@@ -82,9 +103,9 @@ static void reference(struct fixture *f, int layer, int pos)
         size_t off = (size_t)(h / group) * hd;
         double max = -INFINITY, sum = 0;
         for (int p = 0; p <= pos; p++) {
-            const float *k = kv_key(kv, layer, f->table[p / bs], p % bs) + off;
+            const void *k = kv_key(kv, layer, f->table[p / bs], p % bs);
             double d = 0;
-            for (int i = 0; i < hd; i++) d += (double)f->q[h * hd + i] * k[i];
+            for (int i = 0; i < hd; i++) d += (double)f->q[h * hd + i] * elt(kv, k, off + i);
             s[p] = d / sqrt((double)hd);
             if (s[p] > max) max = s[p];
         }
@@ -92,7 +113,7 @@ static void reference(struct fixture *f, int layer, int pos)
         for (int i = 0; i < hd; i++) {
             double o = 0;
             for (int p = 0; p <= pos; p++)
-                o += s[p] / sum * kv_value(kv, layer, f->table[p / bs], p % bs)[off + i];
+                o += s[p] / sum * elt(kv, kv_value(kv, layer, f->table[p / bs], p % bs), off + i);
             f->ref[h * hd + i] = (float)o;
         }
     }
@@ -101,8 +122,9 @@ static void reference(struct fixture *f, int layer, int pos)
 
 /* Head sizes the SIMD tables run in registers (48, 64, 128) and one they hand to the scalar
  * kernel (8); plain and grouped-query heads; block sizes 16 and 5; positions at and around
- * block and vector boundaries. */
-TEST(attend_matches_reference_every_isa)
+ * block and vector boundaries; f32 and f16 caches (the reference reads the same stored
+ * halves, so the bound is the kernels' own float error). */
+static void attend_matches_reference(int type)
 {
     static const int hds[] = {8, 48, 64, 128};
     static const int heads[][2] = {{4, 4}, {8, 2}};
@@ -113,7 +135,7 @@ TEST(attend_matches_reference_every_isa)
         for (int b = 0; b < 2; b++)
             for (int c = 0; c < 2; c++) {
                 struct fixture f;
-                fixture_init(&f, heads[b][0], heads[b][1], hds[a], bss[c], 71);
+                fixture_init(&f, type, heads[b][0], heads[b][1], hds[a], bss[c], 71);
                 for (int d = 0; d < 8; d++) {
                     int layer = d % 2, pos = poss[d];
                     reference(&f, layer, pos);
@@ -126,14 +148,62 @@ TEST(attend_matches_reference_every_isa)
                         double worst = 0;
                         for (int j = 0; j < f.n_heads * f.hd; j++)
                             worst = fmax(worst, fabs((double)f.out[j] - f.ref[j]));
-                        CHECKF(worst < 2e-5, "%s: hd %d, %d/%d heads, block %d, pos %d: error %.3g",
-                               fk->name, f.hd, f.n_heads, f.n_kv_heads, bss[c], pos, worst);
+                        CHECKF(worst < 2e-5,
+                               "%s, %s cache: hd %d, %d/%d heads, block %d, pos %d: error %.3g",
+                               fk->name, kv_type_name(type), f.hd, f.n_heads, f.n_kv_heads, bss[c],
+                               pos, worst);
                         checked++;
                     }
                 }
                 fixture_free(&f);
             }
     CHECK(checked >= 4 * 2 * 2 * 8);
+}
+
+TEST(attend_matches_reference_every_isa_f32)
+{
+    attend_matches_reference(KV_F32);
+}
+
+TEST(attend_matches_reference_every_isa_f16)
+{
+    attend_matches_reference(KV_F16);
+}
+
+/* The f16 store on every ISA: each element rounded to nearest even as (_Float16) does, including
+ * ties, halves' subnormals, the largest half, overflow to infinity and signed zeros; a row
+ * length with a tail past the last whole vector. An f32 cache stores the floats unchanged. */
+TEST(kv_store_rounds_like_float16)
+{
+    enum { KVD = 40 };
+    char err[256];
+    float src[KVD];
+    static const float special[] = {0.0f,     -0.0f,       1.0f,      1.00048828125f /* tie */,
+                                    65504.0f, 65520.0f,    -7e4f,     6e-8f,
+                                    -3e-5f,   2.98e-8f,    1e-10f,    0.099975586f,
+                                    1e30f,    -1.0009766f, 1.0014648f /* tie up */};
+    int ns = (int)(sizeof special / sizeof *special);
+    for (int i = 0; i < KVD; i++) src[i] = i < ns ? special[i] : 100.0f * frand();
+    for (int type = KV_F32; type <= KV_F16; type++) {
+        struct kv_cache kv;
+        void *mem = calloc(1, kv_cache_bytes(type, 1, KVD, 1, 1));
+        CHECK(mem && kv_cache_init(&kv, mem, type, 1, KVD, 1, 1, err) == 0);
+        for (int i = 0; i < 3; i++) {
+            if (!have_isa(i)) continue;
+            const struct fwd_kernels *fk = fwd_kernels_for(isas[i]);
+            void *row = kv_key(&kv, 0, 0, 0);
+            memset(row, 0xa5, KVD * kv.elt);
+            fk->kv_store(&kv, row, src);
+            for (int j = 0; j < KVD; j++) {
+                double want = type == KV_F32 ? (double)src[j] : (double)(_Float16)src[j];
+                double got = elt(&kv, row, j);
+                CHECKF(got == want && signbit(got) == signbit(want),
+                       "%s, %s cache: element %d: %.9g stored as %.9g, want %.9g", fk->name,
+                       kv_type_name(type), j, (double)src[j], got, want);
+            }
+        }
+        free(mem);
+    }
 }
 
 /* Heads split over calls (as the engine splits them over threads, on kv-head boundaries) give
@@ -144,7 +214,7 @@ TEST(attend_split_heads_bit_identical)
         if (!have_isa(i)) continue;
         const struct fwd_kernels *fk = fwd_kernels_for(isas[i]);
         struct fixture f;
-        fixture_init(&f, 8, 4, 64, 16, 50);
+        fixture_init(&f, KV_F16, 8, 4, 64, 16, 50);
         struct attn_args args = args_for(&f, 1, 37);
         fk->attend(&args, 0, 8);
         float whole[8 * 64];
@@ -186,7 +256,9 @@ TEST(swiglu_matches_reference_every_isa)
 int main(void)
 {
     printf("# best ISA on this CPU: %s\n", matmul_isa());
-    RUN(attend_matches_reference_every_isa);
+    RUN(attend_matches_reference_every_isa_f32);
+    RUN(attend_matches_reference_every_isa_f16);
+    RUN(kv_store_rounds_like_float16);
     RUN(attend_split_heads_bit_identical);
     RUN(swiglu_matches_reference_every_isa);
     CHECK_DONE();
