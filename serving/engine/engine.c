@@ -185,9 +185,7 @@ static int cpu_layers(struct engine *e, const struct batch *b, int l0, int l1, f
             rope(q, qdim, c->head_dim, cs);
             rope(k, kvd, c->head_dim, cs);
             int pos = b->pos[t], blk = b->blocks[t][pos / kv->block_size];
-            e->fwd->kv_store(kv, kv_key(kv, l, blk, pos % kv->block_size), k);
-            e->fwd->kv_store(kv, kv_value(kv, l, blk, pos % kv->block_size),
-                             e->v + (size_t)t * kvd);
+            e->fwd->kv_store(kv, l, blk, pos % kv->block_size, k, e->v + (size_t)t * kvd);
         }
         struct attn_job job = {e, b, l};
         threadpool_run(e->tp, attention_worker, &job);

@@ -11,14 +11,15 @@
 
 extern const struct fwd_kernels fwd_kernels_avx2, fwd_kernels_avx512;
 
-/* Element i of a cache row. */
-static inline float kv_elt(const struct kv_cache *kv, const void *row, size_t i)
+/* Element i of a run of cache elements. */
+static inline float kv_elt(const struct kv_cache *kv, const void *run, size_t i)
 {
-    return kv->type == KV_F32 ? ((const float *)row)[i] : fp16_to_f32(((const uint16_t *)row)[i]);
+    return kv->type == KV_F32 ? ((const float *)run)[i] : fp16_to_f32(((const uint16_t *)run)[i]);
 }
 
 /* One head: scores over every position, softmax, then the weighted sum of the values. The cache
- * is walked block by block (a block holds block_size consecutive positions). */
+ * is walked block by block (a block holds block_size consecutive positions; its keys are
+ * transposed, kv_cache.h). */
 static void attend_head_scalar(const struct attn_args *a, int h)
 {
     const struct kv_cache *kv = a->kv;
@@ -28,10 +29,10 @@ static void attend_head_scalar(const struct attn_args *a, int h)
     float *att = a->att, *out = a->out + (size_t)h * hd;
     float max = -INFINITY;
     for (int p0 = 0; p0 < n; p0 += bs) {
-        const char *k = kv_key(kv, a->layer, a->blocks[p0 / bs], 0);
-        for (int p = p0; p < n && p < p0 + bs; p++, k += row) {
+        const void *k = kv_key_block(kv, a->layer, a->blocks[p0 / bs]);
+        for (int p = p0; p < n && p < p0 + bs; p++) {
             float s = 0.0f;
-            for (int i = 0; i < hd; i++) s += q[i] * kv_elt(kv, k, off + i);
+            for (int i = 0; i < hd; i++) s += q[i] * kv_elt(kv, k, (off + i) * bs + (p - p0));
             att[p] = s * a->scale;
             if (att[p] > max) max = att[p];
         }
@@ -57,17 +58,20 @@ void fwd_attend_scalar(const struct attn_args *a, int h0, int h1)
     for (int h = h0; h < h1; h++) attend_head_scalar(a, h);
 }
 
-void fwd_kv_store_scalar(const struct kv_cache *kv, void *row, const float *src, int from)
+void fwd_kv_store_scalar(const struct kv_cache *kv, int layer, int block, int slot, const float *k,
+                         const float *v)
 {
-    if (kv->type == KV_F32)
-        memcpy((float *)row + from, src + from, (size_t)(kv->kv_dim - from) * sizeof(float));
-    else
-        for (int i = from; i < kv->kv_dim; i++) ((uint16_t *)row)[i] = f32_to_fp16(src[i]);
-}
-
-static void kv_store_scalar(const struct kv_cache *kv, void *row, const float *src)
-{
-    fwd_kv_store_scalar(kv, row, src, 0);
+    int n = kv->kv_dim, bs = kv->block_size;
+    void *kb = kv_key_block(kv, layer, block), *vr = kv_value(kv, layer, block, slot);
+    if (kv->type == KV_F32) {
+        for (int i = 0; i < n; i++) ((float *)kb)[(size_t)i * bs + slot] = k[i];
+        memcpy(vr, v, (size_t)n * sizeof(float));
+    } else {
+        for (int i = 0; i < n; i++) {
+            ((uint16_t *)kb)[(size_t)i * bs + slot] = f32_to_fp16(k[i]);
+            ((uint16_t *)vr)[i] = f32_to_fp16(v[i]);
+        }
+    }
 }
 
 static void swiglu_scalar(float *g, const float *u, int n)
@@ -78,7 +82,7 @@ static void swiglu_scalar(float *g, const float *u, int n)
 static const struct fwd_kernels fwd_kernels_scalar = {
     .name = "scalar",
     .attend = fwd_attend_scalar,
-    .kv_store = kv_store_scalar,
+    .kv_store = fwd_kv_store_scalar,
     .swiglu = swiglu_scalar,
 };
 

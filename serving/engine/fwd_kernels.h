@@ -4,9 +4,11 @@
  * attend: one token's attention over positions 0..pos of its sequence in the paged cache, for
  * query heads [h0, h1): out[h] = softmax(q[h] . K[0..pos] * scale) V[0..pos], where head h
  * reads kv head h / group. att is scratch: fwd_att_floats(ctx) floats for each head of the call.
- * The cache holds f32 or f16 (kv->type); attend reads either, kv_store writes a row of kv_dim
- * floats into a cache row in the cache's type (f16: round to nearest even, the same bits on
- * every ISA).
+ * The cache holds f32 or f16 (kv->type); attend reads either, kv_store writes one position's
+ * keys and values (kv_dim floats each) into the cache in its type and layout (kv_cache.h; f16:
+ * round to nearest even, the same bits on every ISA). The SIMD attention wants head sizes and
+ * block sizes that are multiples of its vector width (8 floats for AVX2, 16 for AVX-512): other
+ * shapes run the plain C kernel.
  * swiglu: g[i] = silu(g[i]) * u[i] for i < n.
  * A token's result depends only on its own inputs (not on the batch, the threads, or which heads
  * the caller groups into one call), so batched and one-by-one decoding agree exactly. The SIMD
@@ -35,7 +37,8 @@ struct attn_args {
 struct fwd_kernels {
     const char *name;
     void (*attend)(const struct attn_args *a, int h0, int h1);
-    void (*kv_store)(const struct kv_cache *kv, void *row, const float *src);
+    void (*kv_store)(const struct kv_cache *kv, int layer, int block, int slot, const float *k,
+                     const float *v);
     void (*swiglu)(float *g, const float *u, int n);
 };
 
@@ -43,10 +46,11 @@ struct fwd_kernels {
  * The caller asks only for an ISA the CPU has (matmul_isa names the best one). */
 const struct fwd_kernels *fwd_kernels_for(const char *isa);
 
-/* Internal: the plain C attention, which the SIMD tables use for head sizes their registers do
- * not cover, and the plain C cache store, which they use for the last kv_dim % VF_N. */
+/* Internal: the plain C attention, which the SIMD tables use for shapes their registers do not
+ * cover, and the plain C store (the tests fill caches with it). */
 void fwd_attend_scalar(const struct attn_args *a, int h0, int h1);
-void fwd_kv_store_scalar(const struct kv_cache *kv, void *row, const float *src, int from);
+void fwd_kv_store_scalar(const struct kv_cache *kv, int layer, int block, int slot, const float *k,
+                         const float *v);
 
 /* Scratch floats attend needs for a context of ctx positions (rounded up to whole vectors). */
 static inline size_t fwd_att_floats(int ctx)

@@ -30,6 +30,7 @@
 #define MADD_I16(acc, p, s) _mm256_add_epi32((acc), _mm256_madd_epi16((p), (s)))
 #define VF                  __m256
 #define VF_N                8
+#define VF_TILE             2 /* query heads per key vector in attention's scores */
 #define vf_zero()           _mm256_setzero_ps()
 #define vf_load(p)          _mm256_loadu_ps(p)
 #define vf_load_f16(p)      _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))

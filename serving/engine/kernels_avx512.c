@@ -30,6 +30,7 @@
 #define MADD_I16(acc, p, s) _mm256_dpwssd_epi32((acc), (p), (s))
 #define VF                  __m512
 #define VF_N                16
+#define VF_TILE             4 /* query heads per key vector in attention's scores */
 #define vf_zero()           _mm512_setzero_ps()
 #define vf_load(p)          _mm512_loadu_ps(p)
 #define vf_load_f16(p)      _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))

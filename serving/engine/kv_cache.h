@@ -2,10 +2,14 @@
  *
  * The cache is n_blocks fixed-size blocks of block_size token positions, carved from the arena's
  * "kv" pool. A block holds, for every layer, the keys and values of block_size positions:
- *   k[layer][block][slot][kv_dim], v likewise,
- * stored as f16 (the default: half the bytes each decoded token's attention reads, and twice the
- * positions in the same memory) or f32 (exact; --kv-type f32). f16 is IEEE half with
- * round-to-nearest-even, as llama.cpp's default cache; values beyond +-65504 become infinite.
+ *   values v[layer][block][slot][kv_dim]   (a position's values are one row)
+ *   keys   k[layer][block][kv_dim][slot]   (transposed within the block: one dimension of
+ *                                           block_size consecutive positions is contiguous)
+ * The keys are transposed so that attention's scores come out as vectors of positions (one
+ * multiply-add per dimension, no horizontal sums; see fwd_simd.inc). Elements are f16 (the
+ * default: half the bytes each decoded token's attention reads, and twice the positions in the
+ * same memory) or f32 (exact; --kv-type f32). f16 is IEEE half with round-to-nearest-even, as
+ * llama.cpp's default cache; values beyond +-65504 become infinite.
  * A sequence owns a block table: position p lives in block table[p / block_size], slot
  * p % block_size. Blocks come from a free list; sequences of any length share the pool, and the
  * scheduler preempts a sequence (frees its blocks) when the list runs dry. Not thread-safe: the
@@ -43,12 +47,14 @@ int kv_block_alloc(struct kv_cache *c);
 void kv_block_free(struct kv_cache *c, int block);
 int kv_blocks_for(const struct kv_cache *c, int n_positions);
 
-/* The row of kv_dim elements (float or uint16_t f16, as c->type says) of one position. */
-static inline void *kv_key(const struct kv_cache *c, int layer, int block, int slot)
+/* A block's keys: kv_dim x block_size elements (float or uint16_t f16, as c->type says); the
+ * key of position slot, dimension i, is element i * block_size + slot. */
+static inline void *kv_key_block(const struct kv_cache *c, int layer, int block)
 {
     return (char *)c->k +
-           (((size_t)layer * c->n_blocks + block) * c->block_size + slot) * c->kv_dim * c->elt;
+           ((size_t)layer * c->n_blocks + block) * c->block_size * c->kv_dim * c->elt;
 }
+/* The row of kv_dim value elements of one position. */
 static inline void *kv_value(const struct kv_cache *c, int layer, int block, int slot)
 {
     return (char *)c->v +

@@ -65,8 +65,7 @@ static void run(int s, int ctx, int type, double bw)
                     krow[i] = (float)(r >> 8) / 16777216.0f - 0.5f;
                     vrow[i] = (float)(r >> 9) / 8388608.0f - 0.5f;
                 }
-                fwd_kv_store_scalar(&kv, kv_key(&kv, l, b, slot), krow, 0);
-                fwd_kv_store_scalar(&kv, kv_value(&kv, l, b, slot), vrow, 0);
+                fwd_kv_store_scalar(&kv, l, b, slot, krow, vrow);
             }
     free(krow), free(vrow);
     int *table = malloc(sizeof(int) * nb);

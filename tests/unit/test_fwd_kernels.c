@@ -56,16 +56,14 @@ static void fixture_init(struct fixture *f, int type, int n_heads, int n_kv_head
     CHECK(f->mem && kv_cache_init(&f->kv, f->mem, type, 2, kvd, bs, nb, err) == 0);
     f->table = malloc(sizeof(int) * nb);
     for (int i = 0; i < nb; i++) f->table[i] = nb - 1 - i;
-    float *row = malloc(sizeof(float) * kvd);
+    float *k = malloc(sizeof(float) * kvd), *v = malloc(sizeof(float) * kvd);
     for (int l = 0; l < 2; l++)
         for (int b = 0; b < nb; b++)
             for (int slot = 0; slot < bs; slot++) {
-                for (int i = 0; i < kvd; i++) row[i] = frand();
-                fwd_kv_store_scalar(&f->kv, kv_key(&f->kv, l, b, slot), row, 0);
-                for (int i = 0; i < kvd; i++) row[i] = frand();
-                fwd_kv_store_scalar(&f->kv, kv_value(&f->kv, l, b, slot), row, 0);
+                for (int i = 0; i < kvd; i++) k[i] = frand(), v[i] = frand();
+                fwd_kv_store_scalar(&f->kv, l, b, slot, k, v);
             }
-    free(row);
+    free(k), free(v);
     f->q = malloc(sizeof(float) * n_heads * hd);
     f->out = malloc(sizeof(float) * n_heads * hd);
     f->ref = malloc(sizeof(float) * n_heads * hd);
@@ -103,9 +101,10 @@ static void reference(struct fixture *f, int layer, int pos)
         size_t off = (size_t)(h / group) * hd;
         double max = -INFINITY, sum = 0;
         for (int p = 0; p <= pos; p++) {
-            const void *k = kv_key(kv, layer, f->table[p / bs], p % bs);
+            const void *k = kv_key_block(kv, layer, f->table[p / bs]);
             double d = 0;
-            for (int i = 0; i < hd; i++) d += (double)f->q[h * hd + i] * elt(kv, k, off + i);
+            for (int i = 0; i < hd; i++)
+                d += (double)f->q[h * hd + i] * elt(kv, k, (off + i) * bs + p % bs);
             s[p] = d / sqrt((double)hd);
             if (s[p] > max) max = s[p];
         }
@@ -121,19 +120,21 @@ static void reference(struct fixture *f, int layer, int pos)
 }
 
 /* Head sizes the SIMD tables run in registers (48, 64, 128) and one they hand to the scalar
- * kernel (8); plain and grouped-query heads; block sizes 16 and 5; positions at and around
- * block and vector boundaries; f32 and f16 caches (the reference reads the same stored
- * halves, so the bound is the kernels' own float error). */
+ * kernel (8); plain heads and GQA groups of 4, 3 and 8 (tiles of 4, 2 and 1 heads); block sizes
+ * 16 and 32 (one and several vectors of positions), 8 (AVX-512 hands it to the scalar kernel)
+ * and 5 (scalar everywhere); positions at and around block and vector boundaries; f32 and f16
+ * caches (the reference reads the same stored halves, so the bound is the kernels' own float
+ * error). */
 static void attend_matches_reference(int type)
 {
     static const int hds[] = {8, 48, 64, 128};
-    static const int heads[][2] = {{4, 4}, {8, 2}};
-    static const int bss[] = {16, 5};
+    static const int heads[][2] = {{4, 4}, {8, 2}, {6, 2}, {8, 1}};
+    static const int bss[] = {16, 32, 8, 5};
     static const int poss[] = {0, 1, 4, 15, 16, 17, 40, 70};
     int checked = 0;
     for (int a = 0; a < 4; a++)
-        for (int b = 0; b < 2; b++)
-            for (int c = 0; c < 2; c++) {
+        for (int b = 0; b < 4; b++)
+            for (int c = 0; c < 4; c++) {
                 struct fixture f;
                 fixture_init(&f, type, heads[b][0], heads[b][1], hds[a], bss[c], 71);
                 for (int d = 0; d < 8; d++) {
@@ -157,7 +158,7 @@ static void attend_matches_reference(int type)
                 }
                 fixture_free(&f);
             }
-    CHECK(checked >= 4 * 2 * 2 * 8);
+    CHECK(checked >= 4 * 4 * 4 * 8);
 }
 
 TEST(attend_matches_reference_every_isa_f32)
@@ -170,40 +171,57 @@ TEST(attend_matches_reference_every_isa_f16)
     attend_matches_reference(KV_F16);
 }
 
-/* The f16 store on every ISA: each element rounded to nearest even as (_Float16) does, including
- * ties, halves' subnormals, the largest half, overflow to infinity and signed zeros; a row
- * length with a tail past the last whole vector. An f32 cache stores the floats unchanged. */
+/* The store on every ISA: a position's values land in its row and its keys in its column of the
+ * block (element i * block_size + slot), nothing else changes; f16 elements rounded to nearest
+ * even as (_Float16) does, including ties, halves' subnormals, the largest half, overflow to
+ * infinity and signed zeros; kv_dim 40, past the last whole vector; block sizes 16 and 3. */
 TEST(kv_store_rounds_like_float16)
 {
     enum { KVD = 40 };
     char err[256];
-    float src[KVD];
+    float k[KVD], v[KVD];
     static const float special[] = {0.0f,     -0.0f,       1.0f,      1.00048828125f /* tie */,
                                     65504.0f, 65520.0f,    -7e4f,     6e-8f,
                                     -3e-5f,   2.98e-8f,    1e-10f,    0.099975586f,
                                     1e30f,    -1.0009766f, 1.0014648f /* tie up */};
     int ns = (int)(sizeof special / sizeof *special);
-    for (int i = 0; i < KVD; i++) src[i] = i < ns ? special[i] : 100.0f * frand();
-    for (int type = KV_F32; type <= KV_F16; type++) {
-        struct kv_cache kv;
-        void *mem = calloc(1, kv_cache_bytes(type, 1, KVD, 1, 1));
-        CHECK(mem && kv_cache_init(&kv, mem, type, 1, KVD, 1, 1, err) == 0);
-        for (int i = 0; i < 3; i++) {
-            if (!have_isa(i)) continue;
-            const struct fwd_kernels *fk = fwd_kernels_for(isas[i]);
-            void *row = kv_key(&kv, 0, 0, 0);
-            memset(row, 0xa5, KVD * kv.elt);
-            fk->kv_store(&kv, row, src);
-            for (int j = 0; j < KVD; j++) {
-                double want = type == KV_F32 ? (double)src[j] : (double)(_Float16)src[j];
-                double got = elt(&kv, row, j);
-                CHECKF(got == want && signbit(got) == signbit(want),
-                       "%s, %s cache: element %d: %.9g stored as %.9g, want %.9g", fk->name,
-                       kv_type_name(type), j, (double)src[j], got, want);
-            }
-        }
-        free(mem);
+    for (int i = 0; i < KVD; i++) {
+        k[i] = i < ns ? special[i] : 100.0f * frand();
+        v[i] = i < ns ? -special[ns - 1 - i] : 100.0f * frand();
     }
+    for (int type = KV_F32; type <= KV_F16; type++)
+        for (int bs = 16; bs >= 3; bs -= 13) {
+            struct kv_cache kv;
+            size_t bytes = kv_cache_bytes(type, 2, KVD, bs, 2);
+            uint8_t *mem = malloc(bytes);
+            CHECK(mem && kv_cache_init(&kv, mem, type, 2, KVD, bs, 2, err) == 0);
+            for (int i = 0; i < 3; i++) {
+                if (!have_isa(i)) continue;
+                const struct fwd_kernels *fk = fwd_kernels_for(isas[i]);
+                memset(mem, 0xa5, bytes);
+                int slot = bs - 2;
+                fk->kv_store(&kv, 1, 1, slot, k, v);
+                const void *kb = kv_key_block(&kv, 1, 1), *vr = kv_value(&kv, 1, 1, slot);
+                for (int j = 0; j < KVD; j++) {
+                    double wk = type == KV_F32 ? (double)k[j] : (double)(_Float16)k[j];
+                    double wv = type == KV_F32 ? (double)v[j] : (double)(_Float16)v[j];
+                    double gk = elt(&kv, kb, (size_t)j * bs + slot), gv = elt(&kv, vr, j);
+                    CHECKF(gk == wk && signbit(gk) == signbit(wk),
+                           "%s, %s cache, block %d: key %d: %.9g stored as %.9g, want %.9g",
+                           fk->name, kv_type_name(type), bs, j, (double)k[j], gk, wk);
+                    CHECKF(gv == wv && signbit(gv) == signbit(wv),
+                           "%s, %s cache, block %d: value %d: %.9g stored as %.9g, want %.9g",
+                           fk->name, kv_type_name(type), bs, j, (double)v[j], gv, wv);
+                }
+                /* every other byte of the keys and values still 0xa5 */
+                size_t changed = 0, planes = (size_t)((uint8_t *)kv.free_list - mem);
+                for (size_t b = 0; b < planes; b++) changed += mem[b] != 0xa5;
+                CHECKF(changed <= 2 * KVD * kv.elt,
+                       "%s, %s cache, block %d: %zu bytes changed, at most %zu expected", fk->name,
+                       kv_type_name(type), bs, changed, 2 * KVD * kv.elt);
+            }
+            free(mem);
+        }
 }
 
 /* Heads split over calls (as the engine splits them over threads, on kv-head boundaries) give
@@ -214,14 +232,14 @@ TEST(attend_split_heads_bit_identical)
         if (!have_isa(i)) continue;
         const struct fwd_kernels *fk = fwd_kernels_for(isas[i]);
         struct fixture f;
-        fixture_init(&f, KV_F16, 8, 4, 64, 16, 50);
+        fixture_init(&f, KV_F16, 8, 2, 64, 16, 50);
         struct attn_args args = args_for(&f, 1, 37);
         fk->attend(&args, 0, 8);
         float whole[8 * 64];
         memcpy(whole, f.out, sizeof whole);
         memset(f.out, 0, sizeof whole);
-        fk->attend(&args, 0, 2);
-        fk->attend(&args, 2, 6);
+        fk->attend(&args, 0, 3); /* mid-group splits: other tiles, the same sums */
+        fk->attend(&args, 3, 6);
         fk->attend(&args, 6, 8);
         CHECKF(!memcmp(whole, f.out, sizeof whole), "%s: split heads differ", fk->name);
         fixture_free(&f);
