@@ -8,7 +8,9 @@
  * Best of several runs (others share this machine: figures are noisy).
  * Q8_0x16 and Q4_0x16 are the same weights in repack.h's 16-row groups (what the engine stores
  * for the SIMD kernels), beside the ggml rows they came from.
- * Usage: [BENCH_TYPES=Q8_0,Q4_0] bench_matmul [threads...]   (default: 1 2) */
+ * Usage: [BENCH_TYPES=Q8_0,Q4_0] [BENCH_SHAPE=ROWSxCOLS] bench_matmul [threads...]
+ * (default: 1 2 threads, 5632x2048; e.g. BENCH_SHAPE=768x768 for stories110M's attention
+ * matrices, each decode pass then crossing many small matrices as the engine does). */
 #include "os/errmsg.h"
 #include "serving/engine/gguf.h"
 #include "serving/engine/matmul.h"
