@@ -44,16 +44,23 @@ void sampler_free(struct sampler *s)
     s->cand = NULL;
 }
 
-/* The maximum first (a reduction the compiler vectorizes), then its first index: the one-pass
- * loop, a compare and a branch per logit, was 2-3% of a stories110M decode step. NaNs are
- * skipped by both passes, as the one-pass loop skipped them. */
+/* The maximum first (a reduction the compiler vectorizes), then its first index, found 64 logits
+ * at a time with a vectorized "any equal" and only then one by one: the one-pass loop, a compare
+ * and a branch per logit, was 2-3% of a stories110M decode step, and the one-by-one search
+ * alone ~1%. NaNs are skipped by both passes, as the one-pass loop skipped them. */
 int sampler_argmax(const float *logits, int n)
 {
     float max = logits[0];
 #pragma omp simd reduction(max : max)
     for (int i = 1; i < n; i++) max = logits[i] > max ? logits[i] : max;
-    for (int i = 0; i < n; i++)
-        if (logits[i] == max) return i;
+    for (int i0 = 0; i0 < n; i0 += 64) {
+        int end = n - i0 < 64 ? n : i0 + 64, hit = 0;
+#pragma omp simd reduction(| : hit)
+        for (int i = i0; i < end; i++) hit |= logits[i] == max;
+        if (!hit) continue;
+        for (int i = i0; i < end; i++)
+            if (logits[i] == max) return i;
+    }
     return 0;
 }
 

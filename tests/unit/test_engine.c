@@ -459,6 +459,35 @@ TEST(sampler_seeded_and_filters)
     sampler_free(&a);
 }
 
+/* argmax: the first index of the largest logit, wherever it is (blocks of 64 and their tails),
+ * NaNs skipped; the same as the plain loop on random rows. */
+TEST(sampler_argmax_first_index)
+{
+    float v[200];
+    for (int n = 1; n <= 200; n += 13) {
+        for (int at = 0; at < n; at += 7) {
+            for (int i = 0; i < n; i++) v[i] = (float)((i * 37) % 101) * 0.01f - 2.0f;
+            v[at] = 5.0f;
+            if (at + 65 < n) v[at + 65] = 5.0f; /* a later tie, in another block */
+            CHECKF(sampler_argmax(v, n) == at, "n %d: max at %d, argmax %d", n, at,
+                   sampler_argmax(v, n));
+        }
+    }
+    for (int i = 0; i < 200; i++) v[i] = -1.0f;
+    v[0] = NAN, v[130] = NAN, v[131] = 3.0f, v[199] = 3.0f;
+    CHECK_EQ_INT(sampler_argmax(v, 200), 131);
+    uint64_t r = 99;
+    for (int k = 0; k < 50; k++) {
+        int best = 0;
+        for (int i = 0; i < 200; i++) {
+            r = r * 6364136223846793005ull + 1442695040888963407ull;
+            v[i] = (float)(r >> 40) / 16777216.0f;
+            if (v[i] > v[best]) best = i;
+        }
+        CHECK_EQ_INT(sampler_argmax(v, 200), best);
+    }
+}
+
 int main(void)
 {
     log_set_quiet(1);
@@ -472,5 +501,6 @@ int main(void)
     RUN(batched_decode_equals_one_by_one);
     RUN(layer_range_split_equals_full);
     RUN(sampler_seeded_and_filters);
+    RUN(sampler_argmax_first_index);
     CHECK_DONE();
 }
