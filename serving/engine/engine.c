@@ -273,8 +273,8 @@ int engine_init(struct engine *e, struct model *m, const struct engine_limits *l
         a, "kv", kv_cache_bytes(l->kv_type, c->n_layers, c->kv_dim, l->kv_block_size, l->kv_blocks),
         err);
     if (!kvmem) return -1;
-    if (kv_cache_init(&e->kv, kvmem, l->kv_type, c->n_layers, c->kv_dim, l->kv_block_size,
-                      l->kv_blocks, err))
+    if (kv_cache_init(&e->kv, kvmem, l->kv_type, c->n_layers, c->kv_dim, c->head_dim,
+                      l->kv_block_size, l->kv_blocks, err))
         return -1;
     struct {
         float **p;

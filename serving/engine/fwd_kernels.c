@@ -24,7 +24,7 @@ static void attend_head_scalar(const struct attn_args *a, int h)
 {
     const struct kv_cache *kv = a->kv;
     int hd = a->hd, n = a->pos + 1, bs = kv->block_size;
-    size_t off = (size_t)(h / a->group) * hd, row = kv->kv_dim * kv->elt;
+    size_t off = (size_t)(h / a->group) * hd;
     const float *q = a->q + (size_t)h * hd;
     float *att = a->att, *out = a->out + (size_t)h * hd;
     float max = -INFINITY;
@@ -45,10 +45,12 @@ static void attend_head_scalar(const struct attn_args *a, int h)
     float inv = 1.0f / sum;
     memset(out, 0, (size_t)hd * sizeof *out);
     for (int p0 = 0; p0 < n; p0 += bs) {
-        const char *v = kv_value(kv, a->layer, a->blocks[p0 / bs], 0);
-        for (int p = p0; p < n && p < p0 + bs; p++, v += row) {
+        /* this kv head's run of the block: one row of hd per position */
+        const char *v = (const char *)kv_value_block(kv, a->layer, a->blocks[p0 / bs]) +
+                        (size_t)(h / a->group) * bs * hd * kv->elt;
+        for (int p = p0; p < n && p < p0 + bs; p++, v += (size_t)hd * kv->elt) {
             float w = att[p] * inv;
-            for (int i = 0; i < hd; i++) out[i] += w * kv_elt(kv, v, off + i);
+            for (int i = 0; i < hd; i++) out[i] += w * kv_elt(kv, v, i);
         }
     }
 }
@@ -62,14 +64,15 @@ void fwd_kv_store_scalar(const struct kv_cache *kv, int layer, int block, int sl
                          const float *v)
 {
     int n = kv->kv_dim, bs = kv->block_size;
-    void *kb = kv_key_block(kv, layer, block), *vr = kv_value(kv, layer, block, slot);
-    if (kv->type == KV_F32) {
-        for (int i = 0; i < n; i++) ((float *)kb)[(size_t)i * bs + slot] = k[i];
-        memcpy(vr, v, (size_t)n * sizeof(float));
-    } else {
-        for (int i = 0; i < n; i++) {
+    void *kb = kv_key_block(kv, layer, block);
+    for (int i = 0; i < n; i++) {
+        void *vd = kv_value_at(kv, layer, block, slot, i);
+        if (kv->type == KV_F32) {
+            ((float *)kb)[(size_t)i * bs + slot] = k[i];
+            *(float *)vd = v[i];
+        } else {
             ((uint16_t *)kb)[(size_t)i * bs + slot] = f32_to_fp16(k[i]);
-            ((uint16_t *)vr)[i] = f32_to_fp16(v[i]);
+            *(uint16_t *)vd = f32_to_fp16(v[i]);
         }
     }
 }

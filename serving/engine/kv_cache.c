@@ -34,12 +34,15 @@ size_t kv_cache_bytes(int type, int n_layers, int kv_dim, int block_size, int n_
            (size_t)n_blocks * sizeof(int) + 64;
 }
 
-int kv_cache_init(struct kv_cache *c, void *mem, int type, int n_layers, int kv_dim, int block_size,
-                  int n_blocks, char *err)
+int kv_cache_init(struct kv_cache *c, void *mem, int type, int n_layers, int kv_dim, int head_dim,
+                  int block_size, int n_blocks, char *err)
 {
-    if (n_layers <= 0 || kv_dim <= 0 || block_size <= 0 || n_blocks <= 0)
-        return errmsg_set(err, "kv cache: bad geometry (%d layers, kv_dim %d, %d blocks of %d)",
-                          n_layers, kv_dim, n_blocks, block_size);
+    if (n_layers <= 0 || kv_dim <= 0 || head_dim <= 0 || kv_dim % head_dim || block_size <= 0 ||
+        n_blocks <= 0)
+        return errmsg_set(err,
+                          "kv cache: bad geometry (%d layers, kv_dim %d, head_dim %d, %d blocks "
+                          "of %d)",
+                          n_layers, kv_dim, head_dim, n_blocks, block_size);
     if (type != KV_DEFAULT && type != KV_F32 && type != KV_F16)
         return errmsg_set(err, "kv cache: unknown element type %d", type);
     size_t per = plane_bytes(type, n_layers, kv_dim, block_size, n_blocks);
@@ -47,6 +50,7 @@ int kv_cache_init(struct kv_cache *c, void *mem, int type, int n_layers, int kv_
     c->elt = elt_bytes(c->type);
     c->n_layers = n_layers;
     c->kv_dim = kv_dim;
+    c->head_dim = head_dim;
     c->block_size = block_size;
     c->n_blocks = n_blocks;
     c->k = mem;

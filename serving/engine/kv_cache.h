@@ -2,12 +2,15 @@
  *
  * The cache is n_blocks fixed-size blocks of block_size token positions, carved from the arena's
  * "kv" pool. A block holds, for every layer, the keys and values of block_size positions:
- *   values v[layer][block][slot][kv_dim]   (a position's values are one row)
- *   keys   k[layer][block][kv_dim][slot]   (transposed within the block: one dimension of
- *                                           block_size consecutive positions is contiguous)
+ *   keys   k[layer][block][kv_dim][slot]             (transposed within the block: one
+ *                                                     dimension of block_size consecutive
+ *                                                     positions is contiguous)
+ *   values v[layer][block][kv_head][slot][head_dim]  (a kv head's values of the block's
+ *                                                     positions are one contiguous run)
  * The keys are transposed so that attention's scores come out as vectors of positions (one
- * multiply-add per dimension, no horizontal sums; see fwd_simd.inc). Elements are f16 (the
- * default: half the bytes each decoded token's attention reads, and twice the positions in the
+ * multiply-add per dimension, no horizontal sums); the values are grouped by kv head so that a
+ * head's weighted sum over a block reads one sequential run (see fwd_simd.inc). Elements are f16
+ * (the default: half the bytes each decoded token's attention reads, and twice the positions in the
  * same memory) or f32 (exact; --kv-type f32). f16 is IEEE half with round-to-nearest-even, as
  * llama.cpp's default cache; values beyond +-65504 become infinite.
  * A sequence owns a block table: position p lives in block table[p / block_size], slot
@@ -23,7 +26,7 @@ enum kv_type { KV_DEFAULT = 0, KV_F32 = 1, KV_F16 = 2 };
 
 struct kv_cache {
     int type; /* KV_F32 or KV_F16 */
-    int n_layers, kv_dim;
+    int n_layers, kv_dim, head_dim;
     int block_size, n_blocks;
     size_t elt;     /* bytes per element: 4 or 2 */
     void *k, *v;    /* n_layers * n_blocks * block_size * kv_dim elements each */
@@ -39,8 +42,8 @@ int kv_type_parse(const char *s);
 /* type: KV_F32 or KV_F16 (KV_DEFAULT means f16). */
 size_t kv_cache_bytes(int type, int n_layers, int kv_dim, int block_size, int n_blocks);
 /* mem must hold kv_cache_bytes(...) bytes (from the arena). */
-int kv_cache_init(struct kv_cache *c, void *mem, int type, int n_layers, int kv_dim, int block_size,
-                  int n_blocks, char *err);
+int kv_cache_init(struct kv_cache *c, void *mem, int type, int n_layers, int kv_dim, int head_dim,
+                  int block_size, int n_blocks, char *err);
 
 /* Pop a free block; -1 when none is left. */
 int kv_block_alloc(struct kv_cache *c);
@@ -54,11 +57,20 @@ static inline void *kv_key_block(const struct kv_cache *c, int layer, int block)
     return (char *)c->k +
            ((size_t)layer * c->n_blocks + block) * c->block_size * c->kv_dim * c->elt;
 }
-/* The row of kv_dim value elements of one position. */
-static inline void *kv_value(const struct kv_cache *c, int layer, int block, int slot)
+/* A block's values: kv_dim / head_dim runs of block_size x head_dim elements, one per kv head;
+ * the value of position slot, dimension i = g * head_dim + d, is element
+ * (g * block_size + slot) * head_dim + d. */
+static inline void *kv_value_block(const struct kv_cache *c, int layer, int block)
 {
     return (char *)c->v +
-           (((size_t)layer * c->n_blocks + block) * c->block_size + slot) * c->kv_dim * c->elt;
+           ((size_t)layer * c->n_blocks + block) * c->block_size * c->kv_dim * c->elt;
+}
+/* Element i (0 <= i < kv_dim) of position slot's values, for code that walks them one by one. */
+static inline void *kv_value_at(const struct kv_cache *c, int layer, int block, int slot, int i)
+{
+    size_t g = (size_t)(i / c->head_dim), d = (size_t)(i % c->head_dim);
+    return (char *)kv_value_block(c, layer, block) +
+           ((g * c->block_size + slot) * c->head_dim + d) * c->elt;
 }
 
 #endif

@@ -50,7 +50,7 @@ static void run(int s, int ctx, int type, double bw)
     void *mem = NULL;
     if (arena_open(&ar, bytes + (1 << 20), ARENA_NO_LOCK, err) ||
         !(mem = arena_carve(&ar, "kv", bytes, err)) ||
-        kv_cache_init(&kv, mem, type, layers, kvd, bs, nb, err)) {
+        kv_cache_init(&kv, mem, type, layers, kvd, shapes[s].hd, bs, nb, err)) {
         fprintf(stderr, "bench_attention: %s\n", err);
         if (mem) arena_close(&ar);
         return;

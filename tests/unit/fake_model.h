@@ -50,14 +50,14 @@ static inline int fake_forward(void *ctx, const struct batch *b, float *logits)
     f->last_n = b->n;
     if (b->n > f->max_tokens_seen) f->max_tokens_seen = b->n;
     for (int i = 0; i < b->n; i++)
-        *(float *)kv_value(kv, 0, b->blocks[i][b->pos[i] / bs], b->pos[i] % bs) =
+        *(float *)kv_value_at(kv, 0, b->blocks[i][b->pos[i] / bs], b->pos[i] % bs, 0) =
             (float)b->token[i];
     for (int j = 0; j < b->n_logits; j++) {
         int i = b->logit_rows[j];
         unsigned h = 2166136261u;
         for (int p = 0; p <= b->pos[i]; p++)
-            h = fake_hash_next(h,
-                               (int)*(const float *)kv_value(kv, 0, b->blocks[i][p / bs], p % bs));
+            h = fake_hash_next(
+                h, (int)*(const float *)kv_value_at(kv, 0, b->blocks[i][p / bs], p % bs, 0));
         float *row = logits + (size_t)j * FAKE_VOCAB;
         for (int v = 0; v < FAKE_VOCAB; v++) row[v] = 0;
         row[fake_pick(h, b->pos[i] + 1)] = 1;

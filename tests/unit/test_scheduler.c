@@ -21,7 +21,7 @@ static void rig_open(struct rig *g, int n_blocks, int block_size, struct sched_c
     char err[ERRMSG_LEN];
     memset(g, 0, sizeof *g);
     g->mem = calloc(1, kv_cache_bytes(KV_F32, 1, 1, block_size, n_blocks));
-    CHECK(kv_cache_init(&g->kv, g->mem, KV_F32, 1, 1, block_size, n_blocks, err) == 0);
+    CHECK(kv_cache_init(&g->kv, g->mem, KV_F32, 1, 1, 1, block_size, n_blocks, err) == 0);
     g->fm.kv = &g->kv;
     metrics_init(&g->m);
     struct sched_ops ops = {.ctx = &g->fm,

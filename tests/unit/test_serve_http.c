@@ -44,7 +44,7 @@ static int start(const char *api_key)
     char err[ERRMSG_LEN];
     memset(&G, 0, sizeof G);
     G.mem = calloc(1, kv_cache_bytes(KV_F32, 1, 1, 8, 512));
-    if (kv_cache_init(&G.kv, G.mem, KV_F32, 1, 1, 8, 512, err)) return -1;
+    if (kv_cache_init(&G.kv, G.mem, KV_F32, 1, 1, 1, 8, 512, err)) return -1;
     G.fm.kv = &G.kv;
     metrics_init(&G.m);
     struct front_config fc = {.api_key = api_key};
