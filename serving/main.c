@@ -19,7 +19,7 @@ static const struct command {
     {"version", cmd_version, "version"},
     {"generate", cmd_generate,
      "generate -m MODEL.gguf -p PROMPT [-n N --temp T --top-p P --top-k K --min-p M --seed S "
-     "--threads N --batch N -v]"},
+     "--threads N --batch N --kv-type f16|f32 -v]"},
     {"node", cmd_node, "node --role source|joiner --transport tcp|dpdk|rdma ... (fabric node)"},
     {"convert", cmd_convert,
      "convert --tokenizer TOK.bin IN.bin OUT.gguf [--type f32|f16|bf16|q8_0|q4_0|q4_k]"},
