@@ -63,17 +63,22 @@ void fwd_attend_scalar(const struct attn_args *a, int h0, int h1)
 void fwd_kv_store_scalar(const struct kv_cache *kv, int layer, int block, int slot, const float *k,
                          const float *v)
 {
-    int n = kv->kv_dim, bs = kv->block_size;
-    void *kb = kv_key_block(kv, layer, block);
+    int n = kv->kv_dim, bs = kv->block_size, hd = kv->head_dim, f32 = kv->type == KV_F32;
+    char *kb = kv_key_block(kv, layer, block), *vb = kv_value_block(kv, layer, block);
     for (int i = 0; i < n; i++) {
-        void *vd = kv_value_at(kv, layer, block, slot, i);
-        if (kv->type == KV_F32) {
-            ((float *)kb)[(size_t)i * bs + slot] = k[i];
-            *(float *)vd = v[i];
-        } else {
-            ((uint16_t *)kb)[(size_t)i * bs + slot] = f32_to_fp16(k[i]);
-            *(uint16_t *)vd = f32_to_fp16(v[i]);
-        }
+        size_t ki = (size_t)i * bs + slot; /* its column in the block's keys */
+        if (f32)
+            ((float *)kb)[ki] = k[i];
+        else
+            ((uint16_t *)kb)[ki] = f32_to_fp16(k[i]);
+    }
+    for (int g = 0; g < n / hd; g++) { /* its row in each kv head's run of values */
+        char *vr = vb + ((size_t)g * bs + slot) * hd * kv->elt;
+        const float *src = v + (size_t)g * hd;
+        if (f32)
+            memcpy(vr, src, (size_t)hd * sizeof(float));
+        else
+            for (int d = 0; d < hd; d++) ((uint16_t *)vr)[d] = f32_to_fp16(src[d]);
     }
 }
 
