@@ -177,15 +177,20 @@ static int store_adopt(struct weight_store *s, const struct wire_manifest *m, ch
     s->header = malloc(m->header_len ? m->header_len : 1);
     if (!s->header) return errmsg_set(err, "weight store: out of memory for the header");
     s->own_header = 1;
-    if (s->alloc_image) {
-        s->image = s->alloc_image(s->alloc_ctx, m->image_size, err);
-        if (!s->image) return -1;
-    } else {
-        return errmsg_set(err, "weight store: no image allocator");
-    }
-    for (uint32_t u = 0; u < s->n_units; u++)
-        if (s->unit_chunks[u] == 0 && unit_verify(s, u) == 0) unit_mark_verified(s, u);
+    if (!s->alloc_image) return errmsg_set(err, "weight store: no image allocator");
+    if (s->unit_chunks[0] == 0 && unit_verify(s, 0) == 0) unit_mark_verified(s, 0);
     return 0;
+}
+
+/* A joiner forgets a manifest whose header its allocator rejected (no image was allocated). */
+static void store_forget(struct weight_store *s)
+{
+    struct weight_store keep = *s;
+    weight_store_free(s);
+    s->on_ready = keep.on_ready;
+    s->ctx = keep.ctx;
+    s->alloc_image = keep.alloc_image;
+    s->alloc_ctx = keep.alloc_ctx;
 }
 
 static int same_model(const struct wire_manifest *a, const struct wire_manifest *b)
@@ -237,7 +242,7 @@ struct weight_stream {
     int corrupt_done;
     /* upstream */
     struct tp_conn *up;
-    int up_peer, up_joined, had_upstream, done_sent, finished, refusals;
+    int up_peer, up_joined, had_upstream, done_sent, finished, refusals, skips;
     double up_next_try;
     uint32_t refetch[MAX_REDO];
     int n_refetch;
@@ -245,6 +250,9 @@ struct weight_stream {
     uint64_t pull_off;
     uint8_t *msg;
     struct weight_stream_stats st;
+    int early_drops; /* image chunks that came before the image existed (header re-fetched) */
+    int reject;      /* the header was rejected: forget this holder's model */
+    char reject_err[ERRMSG_LEN];
     char up_err[ERRMSG_LEN];
     struct wire_join join;    /* decode/encode space, too large for the stack */
     struct wire_manifest man; /* the last manifest received */
@@ -302,13 +310,11 @@ const struct weight_stream_stats *weight_stream_stats(const struct weight_stream
 
 /* ---- holder side: one feeder per downstream peer ---- */
 
-static void feeder_recv(struct weight_stream *ws, struct feeder *f)
+static void feeder_msg(struct weight_stream *ws, struct feeder *f, const uint8_t *msg, size_t len)
 {
-    const uint8_t *msg;
-    size_t len;
     char err[ERRMSG_LEN];
     const char *peer = tp_conn_peer(f->c);
-    while (!f->closing && tp_recv(f->c, &msg, &len) == 1) {
+    {
         int type = wire_msg_type(msg, len);
         if (type == MSG_JOIN && !f->joined) {
             struct wire_join *j = &ws->join;
@@ -342,7 +348,7 @@ static void feeder_recv(struct weight_stream *ws, struct feeder *f)
             uint32_t u;
             if (wire_refetch_decode(&u, msg, len, err) || !ws->s->man || u >= ws->s->n_units) {
                 log_warn("fabric", "%s: bad refetch: %s", peer, err);
-                continue;
+                return;
             }
             log_warn("fabric", "%s: unit %u failed its CRC there; sending it again", peer, u);
             ws->st.refetches++;
@@ -362,6 +368,35 @@ static void feeder_recv(struct weight_stream *ws, struct feeder *f)
             log_warn("fabric", "%s: unexpected message type %d", peer, type);
         }
     }
+}
+
+static void feeder_recv(struct weight_stream *ws, struct feeder *f)
+{
+    const uint8_t *msg;
+    size_t len;
+    while (!f->closing && tp_recv(f->c, &msg, &len) == 1) feeder_msg(ws, f, msg, len);
+}
+
+static struct feeder *feeder_add(struct weight_stream *ws, struct tp_conn *c)
+{
+    if (ws->n_f == MAX_FEEDERS) {
+        log_warn("fabric", "%s: too many downstream peers; closing", tp_conn_peer(c));
+        tp_close(c);
+        return NULL;
+    }
+    struct feeder *f = &ws->f[ws->n_f++];
+    memset(f, 0, sizeof *f);
+    f->c = c;
+    tp_set_bulk(c);
+    return f;
+}
+
+int weight_stream_adopt(struct weight_stream *ws, struct tp_conn *c, const uint8_t *msg, size_t len)
+{
+    struct feeder *f = feeder_add(ws, c);
+    if (!f) return -1;
+    feeder_msg(ws, f, msg, len);
+    return 0;
 }
 
 /* Encode and send one chunk of unit u at off (len bytes). TP_OK, TP_BUSY or -1. */
@@ -468,17 +503,7 @@ static void feeder_push(struct weight_stream *ws, struct feeder *f)
 static void feeders_step(struct weight_stream *ws)
 {
     struct tp_conn *c;
-    while ((c = tp_accept(ws->cfg.t))) {
-        if (ws->n_f == MAX_FEEDERS) {
-            log_warn("fabric", "%s: too many downstream peers; closing", tp_conn_peer(c));
-            tp_close(c);
-            continue;
-        }
-        struct feeder *f = &ws->f[ws->n_f++];
-        memset(f, 0, sizeof *f);
-        f->c = c;
-        tp_set_bulk(c);
-    }
+    while (!ws->cfg.no_accept && (c = tp_accept(ws->cfg.t))) feeder_add(ws, c);
     for (int i = 0; i < ws->n_f; i++) {
         struct feeder *f = &ws->f[i];
         feeder_recv(ws, f);
@@ -502,6 +527,33 @@ static void queue_refetch(struct weight_stream *ws, uint32_t u)
     if (ws->n_refetch < MAX_REDO) ws->refetch[ws->n_refetch++] = u;
 }
 
+/* The header has verified: the image is allocated now (the engine plans from the header) and
+ * registered once with the device. */
+static void attach_image(struct weight_stream *ws)
+{
+    struct weight_store *s = ws->s;
+    char err[ERRMSG_LEN] = "";
+    s->image = s->alloc_image(s->alloc_ctx, s->man->image_size, err);
+    if (!s->image) {
+        ws->reject = 1;
+        snprintf(ws->reject_err, sizeof ws->reject_err, "%s", *err ? err : "no image");
+        return;
+    }
+    if (tp_can_expose(ws->cfg.t)) {
+        char xerr[ERRMSG_LEN];
+        if (tp_expose(ws->cfg.t, s->image, s->man->image_size, xerr)) {
+            if (tp_can_pull(ws->cfg.t)) {
+                ws->reject = 1;
+                snprintf(ws->reject_err, sizeof ws->reject_err, "%s", xerr);
+                return;
+            }
+            log_warn("fabric", "%s", xerr);
+        }
+    }
+    for (uint32_t u = 1; u < s->n_units; u++)
+        if (s->unit_chunks[u] == 0 && unit_verify(s, u) == 0) unit_mark_verified(s, u);
+}
+
 /* A chunk has landed in unit u at off: mark it, verify the unit when it is whole. */
 static void chunk_landed(struct weight_stream *ws, uint32_t u, uint64_t off)
 {
@@ -515,10 +567,11 @@ static void chunk_landed(struct weight_stream *ws, uint32_t u, uint64_t off)
     if (--s->unit_missing[u]) return;
     if (unit_verify(s, u) == 0) {
         unit_mark_verified(s, u);
-        if (u == 0)
+        if (u == 0) {
             log_info("fabric", "header verified (%llu bytes, model %s)",
                      (unsigned long long)s->man->header_len, s->man->name);
-        else
+            attach_image(ws);
+        } else
             log_info("fabric", "span %u/%u verified", u - 1, s->man->n_spans);
         return;
     }
@@ -556,6 +609,10 @@ static void put_chunk(struct weight_stream *ws, const uint8_t *msg, size_t len)
         goto bad;
     ws->st.chunks_rx++;
     ws->st.bytes_rx += ch.len;
+    if (u > 0 && !s->image) {
+        ws->early_drops++; /* the header is being fetched again: resume once it verifies */
+        return;
+    }
     if (atomic_load(&s->verified[u])) {
         ws->st.dup_chunks++;
         return; /* the engine may be reading it: never write a verified unit */
@@ -574,6 +631,7 @@ bad:
 static int pull_some(struct weight_stream *ws, char *err)
 {
     struct weight_store *s = ws->s;
+    if (!s->image) return 0;
     for (int n = 0; n < PULLS_PER_STEP; n++) {
         while (ws->pull_unit < s->n_units &&
                (ws->pull_unit == 0 || atomic_load(&s->verified[ws->pull_unit]) ||
@@ -599,6 +657,20 @@ static int pull_some(struct weight_stream *ws, char *err)
         }
         ws->pull_off += len;
     }
+    return 0;
+}
+
+/* This holder cannot serve us (another model, a header we reject): say why, try the next peer;
+ * fatal once every peer has been tried a few times. */
+static int skip_holder(struct weight_stream *ws, char *err)
+{
+    log_warn("fabric", "%s; trying the next peer", ws->up_err);
+    tp_close(ws->up);
+    ws->up = NULL;
+    ws->up_peer = (ws->up_peer + 1) % ws->cfg.n_peers;
+    ws->up_next_try = now_s() + ws->cfg.retry_ms * 1e-3;
+    if (++ws->skips >= 3 * ws->cfg.n_peers)
+        return errmsg_set(err, "no peer can serve this node: %s", ws->up_err);
     return 0;
 }
 
@@ -652,28 +724,40 @@ static int upstream_step(struct weight_stream *ws, char *err)
             if (wire_manifest_decode(m, msg, len, err))
                 return errmsg_prefix(err, "%s: ", tp_conn_peer(ws->up));
             if (s->man) {
-                if (!same_model(s->man, m) || m->chunk_size != s->man->chunk_size)
-                    return errmsg_set(err, "%s holds another model than the one being received",
-                                      tp_conn_peer(ws->up));
+                if (!same_model(s->man, m) || m->chunk_size != s->man->chunk_size) {
+                    snprintf(ws->up_err, sizeof ws->up_err,
+                             "%s holds another model (%s) than the one being received (%s)",
+                             tp_conn_peer(ws->up), m->name, s->man->name);
+                    return skip_holder(ws, err);
+                }
             } else {
                 if (store_adopt(s, m, err)) return -1;
                 log_info("fabric", "manifest: %s, %u spans, %llu-byte image, %llu-byte header",
                          m->name, m->n_spans, (unsigned long long)m->image_size,
                          (unsigned long long)m->header_len);
-                /* The arena is registered once with the device: required to pull (rdma), an
-                 * optimisation elsewhere. */
-                if (tp_can_expose(ws->cfg.t)) {
-                    char xerr[ERRMSG_LEN];
-                    if (tp_expose(ws->cfg.t, s->image, m->image_size, xerr)) {
-                        if (tp_can_pull(ws->cfg.t)) return errmsg_set(err, "%s", xerr);
-                        log_warn("fabric", "%s", xerr);
-                    }
-                }
             }
             ws->pull_unit = 1;
             ws->pull_off = 0;
         } else if (type == MSG_CHUNK && s->man) {
             put_chunk(ws, msg, len);
+            if (ws->reject) {
+                ws->reject = 0;
+                snprintf(ws->up_err, sizeof ws->up_err, "%.47s: %.440s", tp_conn_peer(ws->up),
+                         ws->reject_err);
+                store_forget(s);
+                return skip_holder(ws, err);
+            }
+            if (ws->early_drops && s->image) {
+                log_info("fabric",
+                         "%s: header verified after a re-fetch; resuming for the %d "
+                         "chunks that came before it",
+                         tp_conn_peer(ws->up), ws->early_drops);
+                ws->early_drops = 0;
+                tp_close(ws->up);
+                ws->up = NULL;
+                ws->up_next_try = 0;
+                return 0;
+            }
         } else {
             log_warn("fabric", "%s: unexpected message type %d", tp_conn_peer(ws->up), type);
         }

@@ -15,6 +15,9 @@
  * CRC when its last chunk lands; one that fails is re-fetched. Over a transport with one-sided
  * access (rdma) the joiner reads the image from the holder's registered arena itself.
  *
+ * A joiner skips a holder whose manifest differs from the one it is receiving, or whose header
+ * its alloc_image rejects (log line, next peer); only when every peer has refused it is that fatal.
+ *
  * Readiness for the engine: weight_store_span_ready() is an atomic load that any thread may poll,
  * and on_ready (if set) is called on the fabric thread as each span verifies. */
 #ifndef STRATA_WEIGHT_STREAM_H
@@ -43,7 +46,11 @@ struct weight_store {
     /* Called on the fabric thread when span s (not the header) verifies. */
     void (*on_ready)(void *ctx, int span);
     void *ctx;
-    /* Joiner: where the image goes (e.g. the arena's weight pool); NULL: malloc. */
+    /* Joiner: where the image goes (e.g. the arena's weight pool). Called once, when the header
+     * (unit 0) has verified and before any image byte lands, so an engine can plan its arena
+     * from the header (s->header, s->man->header_len) and check it against the manifest. NULL
+     * with err rejects this holder's model: the joiner forgets its manifest and tries the next
+     * peer. Required on a joiner. */
     uint8_t *(*alloc_image)(void *ctx, uint64_t size, char *err);
     void *alloc_ctx;
 };
@@ -72,6 +79,8 @@ struct weight_stream_config {
     double rate_bytes;   /* pacing of each downstream push, bytes/s (0: unpaced) */
     int corrupt_unit;    /* fault injection: corrupt the first send of this unit (-1: none) */
     int retry_ms;        /* wait between reconnect attempts (default 200) */
+    int no_accept;       /* the caller accepts connections and hands joiners over with
+                            weight_stream_adopt (a fabric node that serves other traffic too) */
 };
 
 struct weight_stream;
@@ -80,6 +89,10 @@ void weight_stream_free(struct weight_stream *ws);
 /* One round of work: accept peers, receive, verify, forward. Never blocks (call tp_poll between
  * rounds). Returns -1 with err on a fatal error (a holder with another model, out of memory). */
 int weight_stream_step(struct weight_stream *ws, char *err);
+/* Holder: take over an accepted connection whose first message (msg, len: a JOIN, valid during
+ * the call) is for the weight stream. -1 when there is no room (the connection is closed). */
+int weight_stream_adopt(struct weight_stream *ws, struct tp_conn *c, const uint8_t *msg,
+                        size_t len);
 /* Downstream peers that reported every span verified. */
 int weight_stream_served(const struct weight_stream *ws);
 /* Downstream peers connected and not done. */

@@ -319,7 +319,7 @@ int engine_init(struct engine *e, struct model *m, const struct engine_limits *l
         log_warn("engine", "backend %s: %s; the CPU serves", e->be->name, err);
         e->be = &cpu_backend;
     }
-    if (e->be == &cpu_backend && cpu_repack(e, err)) return -1;
+    if (e->be == &cpu_backend && !l->keep_layout && cpu_repack(e, err)) return -1;
     return 0;
 }
 

@@ -32,6 +32,9 @@ struct engine_limits {
     int kv_blocks;     /* 0 = enough for max_seqs full contexts */
     int kv_type;       /* enum kv_type: KV_DEFAULT = f16 */
     int threads;
+    /* 1: the weight image keeps GGUF's layout (no CPU repack): it is shared with fabric peers
+     * (a source sends it, a joiner forwards it) or still arriving when the engine starts. */
+    int keep_layout;
 };
 
 struct batch {

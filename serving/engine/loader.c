@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -33,6 +34,43 @@ static int map_file(struct loaded_model *lm, const char *path, char *err)
     return 0;
 }
 
+/* From a parsed GGUF (lm->gguf): config, tokenizer, limits, the arena and its weight pool. */
+static int plan_arena(struct loaded_model *lm, const char *what, const struct loader_opts *opts,
+                      char *err)
+{
+    if (model_plan(&lm->model, &lm->gguf, what, err)) return -1;
+    if (tokenizer_from_gguf(&lm->tok, &lm->gguf, err)) return errmsg_prefix(err, "%s: ", what);
+    const struct model_config *c = &lm->model.cfg;
+    lm->lim = opts->limits;
+    if (engine_limits_resolve(&lm->lim, c, err)) return errmsg_prefix(err, "%s: ", what);
+    const struct engine_limits *lim = &lm->lim;
+    size_t weights = arena_round(lm->model.image_size);
+    size_t engine_bytes = engine_arena_bytes(c, lim);
+    size_t total = weights + engine_bytes + ARENA_MAX_POOLS * ARENA_ALIGN;
+    if (opts->verbose)
+        log_info("loader",
+                 "%s: %d layers, dim %d, %d heads (%d kv), vocab %d; arena %zu MiB = weights "
+                 "%zu MiB + kv (%s)/activations %zu MiB",
+                 what, c->n_layers, c->dim, c->n_heads, c->n_kv_heads, c->vocab_size, total >> 20,
+                 weights >> 20, kv_type_name(lim->kv_type), engine_bytes >> 20);
+    if (arena_open(&lm->arena, total, opts->arena_flags, err))
+        return errmsg_prefix(
+            err, "%s: weights %zu MiB + kv (%s)/activations %zu MiB (ctx %d x %d seqs): ", what,
+            weights >> 20, kv_type_name(lim->kv_type), engine_bytes >> 20, lim->ctx, lim->max_seqs);
+    if (!(lm->weights = arena_carve(&lm->arena, "weights", lm->model.image_size, err))) return -1;
+    lm->spans_total = lm->model.n_spans;
+    return 0;
+}
+
+int loader_start(struct loaded_model *lm, char *err)
+{
+    model_bind(&lm->model, lm->weights);
+    if (engine_init(&lm->engine, &lm->model, &lm->lim, &lm->arena, err))
+        return errmsg_prefix(err, "%s: ", lm->path);
+    lm->engine_started = 1;
+    return 0;
+}
+
 int loader_open(struct loaded_model *lm, const char *path, const struct loader_opts *opts,
                 char *err)
 {
@@ -43,34 +81,7 @@ int loader_open(struct loaded_model *lm, const char *path, const struct loader_o
         errmsg_prefix(err, "%s: ", path);
         goto fail;
     }
-    if (model_plan(&lm->model, &lm->gguf, path, err)) goto fail;
-    if (tokenizer_from_gguf(&lm->tok, &lm->gguf, err)) {
-        errmsg_prefix(err, "%s: ", path);
-        goto fail;
-    }
-    const struct model_config *c = &lm->model.cfg;
-    struct engine_limits lim = opts->limits;
-    if (engine_limits_resolve(&lim, c, err)) {
-        errmsg_prefix(err, "%s: ", path);
-        goto fail;
-    }
-    size_t weights = arena_round(lm->model.image_size);
-    size_t engine_bytes = engine_arena_bytes(c, &lim);
-    size_t total = weights + engine_bytes + ARENA_MAX_POOLS * ARENA_ALIGN;
-    if (opts->verbose)
-        log_info("loader",
-                 "%s: %d layers, dim %d, %d heads (%d kv), vocab %d; arena %zu MiB = weights "
-                 "%zu MiB + kv (%s)/activations %zu MiB",
-                 path, c->n_layers, c->dim, c->n_heads, c->n_kv_heads, c->vocab_size, total >> 20,
-                 weights >> 20, kv_type_name(lim.kv_type), engine_bytes >> 20);
-    if (arena_open(&lm->arena, total, opts->arena_flags, err)) {
-        errmsg_prefix(
-            err, "%s: weights %zu MiB + kv (%s)/activations %zu MiB (ctx %d x %d seqs): ", path,
-            weights >> 20, kv_type_name(lim.kv_type), engine_bytes >> 20, lim.ctx, lim.max_seqs);
-        goto fail;
-    }
-    if (!(lm->weights = arena_carve(&lm->arena, "weights", lm->model.image_size, err))) goto fail;
-    lm->spans_total = lm->model.n_spans;
+    if (plan_arena(lm, path, opts, err)) goto fail;
     for (int s = 0; s < lm->model.n_spans; s++) {
         if (model_fill(&lm->model, lm->weights, s, err)) goto fail;
         lm->spans_loaded = s + 1;
@@ -79,11 +90,31 @@ int loader_open(struct loaded_model *lm, const char *path, const struct loader_o
                      (double)(lm->model.spans[s].offset + lm->model.spans[s].size) / 1048576.0);
         if (opts->progress) opts->progress(opts->progress_ctx, s + 1, lm->model.n_spans);
     }
-    model_bind(&lm->model, lm->weights);
-    if (engine_init(&lm->engine, &lm->model, &lim, &lm->arena, err)) {
-        errmsg_prefix(err, "%s: ", path);
+    if (loader_start(lm, err)) goto fail;
+    return 0;
+fail:
+    loader_close(lm);
+    return -1;
+}
+
+int loader_open_header(struct loaded_model *lm, const char *what, const uint8_t *header, size_t len,
+                       const struct loader_opts *opts, char *err)
+{
+    memset(lm, 0, sizeof *lm);
+    lm->path = what;
+    lm->header_only = 1;
+    if (!(lm->map = malloc(len ? len : 1))) return errmsg_set(err, "%s: out of memory", what);
+    memcpy(lm->map, header, len);
+    lm->map_size = len;
+    if (len < 4 || memcmp(header, "GGUF", 4)) {
+        errmsg_set(err, "%s: the header is not GGUF", what);
         goto fail;
     }
+    if (gguf_parse_header(&lm->gguf, lm->map, len, err)) {
+        errmsg_prefix(err, "%s: ", what);
+        goto fail;
+    }
+    if (plan_arena(lm, what, opts, err)) goto fail;
     return 0;
 fail:
     loader_close(lm);
@@ -93,10 +124,14 @@ fail:
 void loader_close(struct loaded_model *lm)
 {
     engine_free(&lm->engine);
+    lm->engine_started = 0;
     tokenizer_free(&lm->tok);
     model_free(&lm->model);
     gguf_free(&lm->gguf);
     arena_close(&lm->arena);
-    if (lm->map) munmap(lm->map, lm->map_size);
+    if (lm->map && lm->header_only)
+        free(lm->map);
+    else if (lm->map)
+        munmap(lm->map, lm->map_size);
     lm->map = NULL;
 }

@@ -1,11 +1,18 @@
-/* loader: from a GGUF path to a ready engine.
+/* loader: from a GGUF path, or from a GGUF header whose weights arrive later, to an engine.
  *
  * Maps the file, parses and validates it, plans the arena (weights + KV cache + activations, sized
  * from the model config and the serving limits) and reserves it in one piece, then copies the
  * weights in execution order one span at a time, reporting progress ("layer 3/22 resident"),
  * and starts the engine. If the plan does not fit, it fails with one line giving the numbers.
  * The file stays mapped read-only for its metadata (the tokenizer and GGUF keys point into it);
- * the weights are used from the arena only. */
+ * the weights are used from the arena only.
+ *
+ * The stream path (a fabric joiner, cluster/stream_loader.h) has no file: loader_open_header()
+ * takes the GGUF header bytes (metadata and tensor infos), keeps a copy for the tokenizer and the
+ * GGUF keys, plans and reserves the arena the same way and carves the weight pool, zeroed, whose
+ * spans the weight stream then writes in place; loader_start() binds the tensors and starts the
+ * engine, which may run a layer only once its span has arrived. Such an engine keeps the GGUF
+ * layout (engine_limits.keep_layout): its image is forwarded to other nodes as it is. */
 #ifndef STRATA_LOADER_H
 #define STRATA_LOADER_H
 
@@ -23,8 +30,11 @@ struct loaded_model {
     struct arena arena;
     struct engine engine;
     uint8_t *weights; /* the weight image, in the arena */
-    void *map;
+    void *map;        /* the mapped file, or the header copy (stream path) */
     size_t map_size;
+    int header_only;          /* map is a malloc'd header: no tensor data */
+    struct engine_limits lim; /* resolved */
+    int engine_started;
     /* progress, readable from other threads (the /health endpoint) */
     volatile int spans_loaded, spans_total;
 };
@@ -42,6 +52,12 @@ struct loader_opts {
 
 int loader_open(struct loaded_model *lm, const char *path, const struct loader_opts *opts,
                 char *err);
+/* Stream path: plan from header bytes (copied); lm->weights is the zeroed weight pool of
+ * lm->model.image_size bytes, in execution order (model.h spans). `what` names the source. */
+int loader_open_header(struct loaded_model *lm, const char *what, const uint8_t *header, size_t len,
+                       const struct loader_opts *opts, char *err);
+/* Stream path: bind the tensors into lm->weights and start the engine (no weight is read). */
+int loader_start(struct loaded_model *lm, char *err);
 void loader_close(struct loaded_model *lm);
 
 #endif

@@ -1,0 +1,143 @@
+#include "cluster/stream_loader.h"
+
+#include "os/errmsg.h"
+#include "os/log.h"
+
+#include <stdio.h>
+#include <string.h>
+
+int stream_loader_check_manifest(const struct model *m, const struct wire_manifest *man, char *err)
+{
+    if ((uint32_t)m->n_spans != man->n_spans || m->image_size != man->image_size)
+        return errmsg_set(err,
+                          "manifest does not match its GGUF header: header implies %d spans / "
+                          "%llu bytes, manifest says %u / %llu",
+                          m->n_spans, (unsigned long long)m->image_size, man->n_spans,
+                          (unsigned long long)man->image_size);
+    for (int i = 0; i < m->n_spans; i++)
+        if (m->spans[i].offset != man->span[i].offset || m->spans[i].size != man->span[i].size)
+            return errmsg_set(
+                err,
+                "manifest does not match its GGUF header: span %d is [%llu, +%llu) "
+                "in the header, [%llu, +%llu) in the manifest",
+                i, (unsigned long long)m->spans[i].offset, (unsigned long long)m->spans[i].size,
+                (unsigned long long)man->span[i].offset, (unsigned long long)man->span[i].size);
+    return 0;
+}
+
+/* Header verified: plan, check, start the engine; the weight pool becomes the stream's image. */
+static uint8_t *alloc_image(void *ctx, uint64_t size, char *err)
+{
+    struct stream_loader *sl = ctx;
+    const struct weight_store *s = &sl->store;
+    snprintf(sl->name, sizeof sl->name, "%s", s->man->name);
+    if (loader_open_header(sl->lm, sl->name, s->header, (size_t)s->man->header_len, &sl->opts, err))
+        return NULL;
+    if (stream_loader_check_manifest(&sl->lm->model, s->man, err) ||
+        sl->lm->model.image_size != size) {
+        loader_close(sl->lm);
+        return NULL;
+    }
+    if (loader_start(sl->lm, err)) {
+        loader_close(sl->lm);
+        return NULL;
+    }
+    const struct model_config *c = &sl->lm->model.cfg;
+    if (sl->lp) layer_progress_plan(sl->lp, c->n_layers, sl->lm->model.n_spans, size);
+    log_info("loader",
+             "%s: %d layers, dim %d, %d heads (%d kv), vocab %d; engine started, weights arriving "
+             "into the arena (%.1f MiB)",
+             sl->name, c->n_layers, c->dim, c->n_heads, c->n_kv_heads, c->vocab_size,
+             size / 1048576.0);
+    atomic_store(&sl->engine_ready, 1);
+    return sl->lm->weights;
+}
+
+static int count_k(const struct stream_loader *sl)
+{
+    if (!weight_store_span_ready(&sl->store, 0)) return 0;
+    int L = sl->lm->model.cfg.n_layers, k = 0;
+    while (k < L && weight_store_span_ready(&sl->store, 1 + k)) k++;
+    return k;
+}
+
+static void on_span(void *ctx, int span)
+{
+    struct stream_loader *sl = ctx;
+    int k = count_k(sl), old = atomic_load(&sl->k);
+    if (sl->lp)
+        layer_progress_span(sl->lp, span, sl->store.man->span[span].size,
+                            weight_store_complete(&sl->store) ? sl->lm->model.cfg.n_layers : k);
+    if (sl->lm->engine.be && sl->lm->engine.be->upload_span) {
+        char err[ERRMSG_LEN];
+        if (sl->lm->engine.be->upload_span(&sl->lm->engine, span, err))
+            log_warn("loader", "span %d: device upload: %s", span, err);
+    }
+    if (k > old) {
+        atomic_store(&sl->k, k);
+        log_info("loader", "%s: %d/%d layers resident%s", sl->name, k, sl->lm->model.cfg.n_layers,
+                 k == sl->lm->model.cfg.n_layers && !weight_store_complete(&sl->store)
+                     ? " (the head is still arriving)"
+                     : "");
+        if (sl->on_resident) sl->on_resident(sl->ctx, k);
+    }
+    if (weight_store_complete(&sl->store)) {
+        log_info("loader", "%s: every span verified: serving alone", sl->name);
+        if (sl->on_complete) sl->on_complete(sl->ctx);
+    }
+}
+
+void stream_loader_joiner(struct stream_loader *sl, struct loaded_model *lm,
+                          const struct loader_opts *opts, struct layer_progress *lp)
+{
+    memset(sl, 0, sizeof *sl);
+    weight_store_init_empty(&sl->store);
+    sl->lm = lm;
+    sl->opts = *opts;
+    sl->opts.limits.keep_layout = 1;
+    sl->opts.progress = NULL;
+    sl->lp = lp;
+    sl->store.alloc_image = alloc_image;
+    sl->store.alloc_ctx = sl;
+    sl->store.on_ready = on_span;
+    sl->store.ctx = sl;
+}
+
+int stream_loader_source(struct stream_loader *sl, struct loaded_model *lm, const char *name,
+                         uint32_t chunk_size, struct layer_progress *lp, char *err)
+{
+    memset(sl, 0, sizeof *sl);
+    sl->lm = lm;
+    sl->lp = lp;
+    snprintf(sl->name, sizeof sl->name, "%s", name);
+    const struct model *m = &lm->model;
+    if (!lm->lim.keep_layout)
+        return errmsg_set(err, "%s: the engine repacked its weights; a source needs keep_layout",
+                          name);
+    if (m->n_spans > WIRE_MAX_SPANS) return errmsg_set(err, "%s: too many spans", name);
+    struct wire_span spans[WIRE_MAX_SPANS];
+    for (int i = 0; i < m->n_spans; i++)
+        spans[i] = (struct wire_span){m->spans[i].offset, m->spans[i].size, 0};
+    if (weight_store_init_full(&sl->store, name, lm->map, lm->gguf.data_offset, lm->weights,
+                               m->image_size, spans, (uint32_t)m->n_spans, chunk_size, err))
+        return -1;
+    atomic_store(&sl->engine_ready, 1);
+    atomic_store(&sl->k, m->cfg.n_layers);
+    if (lp) layer_progress_full(lp, m->cfg.n_layers, m->n_spans, m->image_size);
+    return 0;
+}
+
+void stream_loader_free(struct stream_loader *sl)
+{
+    weight_store_free(&sl->store);
+}
+
+int stream_loader_k(const struct stream_loader *sl)
+{
+    return atomic_load(&sl->k);
+}
+
+int stream_loader_complete(const struct stream_loader *sl)
+{
+    return weight_store_complete(&sl->store);
+}

@@ -1,0 +1,56 @@
+/* stream_loader: the engine's weights as a weight_stream store, both ways.
+ *
+ * Joiner (stream_loader_joiner): no file. The store learns the manifest from a holder; when the
+ * GGUF header (unit 0) verifies, the loader plans the model and the arena from it
+ * (loader_open_header: config, tokenizer from the header's metadata, KV and activations sized by
+ * the serving limits), checks that the manifest's spans are the ones the header implies (else the
+ * holder is skipped: "manifest does not match its GGUF header: ..."), starts the engine, and hands
+ * the arena's weight pool to the stream as its image: spans land there in place, in execution
+ * order, and the arena is registered once with the transport (weight_stream does tp_expose).
+ * As spans verify (fabric thread), k = the number of consecutive blocks held with the embedding
+ * is recomputed and, when it grows, reported through on_resident(ctx, k); on_complete follows
+ * the last span. The head is the last span: a joiner with k blocks runs [0, k) and needs a
+ * helper for the rest until everything has arrived.
+ *
+ * Source (stream_loader_source): a model loaded from a file (loader_open with
+ * limits.keep_layout) offers its arena image and header bytes as they are: nothing is copied.
+ *
+ * Threads: everything here runs on the fabric thread except the readers (stream_loader_engine,
+ * _k, _complete: atomics), which any thread may call. */
+#ifndef STRATA_STREAM_LOADER_H
+#define STRATA_STREAM_LOADER_H
+
+#include "cluster/layer_progress.h"
+#include "serving/engine/loader.h"
+#include "transport/weight_stream.h"
+
+#include <stdatomic.h>
+
+struct stream_loader {
+    struct weight_store store;
+    struct loaded_model *lm; /* joiner: filled in when the header arrives */
+    struct loader_opts opts;
+    struct layer_progress *lp;             /* optional */
+    void (*on_resident)(void *ctx, int k); /* fabric thread, k grew */
+    void (*on_complete)(void *ctx);        /* fabric thread, every span verified */
+    void *ctx;
+    atomic_int engine_ready; /* lm's engine is started (joiner: after the header) */
+    atomic_int k;
+    char name[80];
+};
+
+/* lm: zeroed storage the loader fills (joiner). opts.limits.keep_layout is forced on. */
+void stream_loader_joiner(struct stream_loader *sl, struct loaded_model *lm,
+                          const struct loader_opts *opts, struct layer_progress *lp);
+/* lm: loaded from a file with keep_layout. name: the model's name in the manifest. */
+int stream_loader_source(struct stream_loader *sl, struct loaded_model *lm, const char *name,
+                         uint32_t chunk_size, struct layer_progress *lp, char *err);
+void stream_loader_free(struct stream_loader *sl);
+
+/* Consecutive blocks held with the embedding (0 until the embedding and block 0 are here). */
+int stream_loader_k(const struct stream_loader *sl);
+int stream_loader_complete(const struct stream_loader *sl);
+/* Compare a GGUF model plan with a manifest; err names the first difference. */
+int stream_loader_check_manifest(const struct model *m, const struct wire_manifest *man, char *err);
+
+#endif
