@@ -1,4 +1,4 @@
-# Strata build. Convention over lists: every .c under os/ drivers/ serving/ transport/ is part of
+# Strata build. Convention over lists: every .c under os/ drivers/ serving/ transport/ cluster/ is part of
 # libstrata (except os/init, the musl PID-1 stage, and serving/main.c), every tests/unit/test_*.c
 # is a test program, every tests/fuzz/fuzz_*.c a libFuzzer target. Adding a module means adding
 # files, not editing this Makefile.

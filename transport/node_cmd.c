@@ -15,6 +15,7 @@
 #include "serving/commands.h"
 #include "serving/engine/gguf.h"
 #include "serving/engine/model.h"
+#include "transport/fabric_opts.h"
 #include "transport/transport.h"
 #include "transport/weight_stream.h"
 
@@ -30,15 +31,12 @@
 #include <string.h>
 #include <time.h>
 
-#define MAX_PEERS 8
-
 struct node_opts {
-    const char *role, *transport, *listen, *key_file, *model, *synthetic, *image_out, *header_out;
-    const char *peers[MAX_PEERS];
-    int n_peers, serve, corrupt_unit, mtu, window, quiet;
-    double timeout_s, rate_mbs, link_gbps;
+    const char *role, *model, *synthetic, *image_out, *header_out;
+    struct fabric_opts fab; /* --transport, --listen, --peer, --key-file, dpdk/rdma options */
+    int serve, corrupt_unit, quiet;
+    double timeout_s, rate_mbs;
     uint32_t chunk;
-    const char *eal, *exception_vdev, *rdma_dev, *impair;
 };
 
 static double now_s(void)
@@ -50,44 +48,33 @@ static double now_s(void)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: strata node --role source|joiner --transport tcp|dpdk|rdma --key-file FILE\n"
-               "         [--listen IP:PORT] [--peer IP:PORT ...] [--serve N] [--timeout SEC]\n"
-               "         [--synthetic BYTES[:SPANS[:SEED]] | -m MODEL.gguf] [--image-out FILE]\n"
-               "         [--header-out FILE] [--chunk BYTES] [--rate MB/s] [--corrupt-unit U]\n"
-               "         [--eal 'EAL ARGS'] [--exception-vdev VDEV] [--mtu N] [--window PKTS]\n"
-               "         [--link-gbps G] [--rdma-dev NAME] [--impair "
-               "loss=P,reorder=P,delay=MS,...] [-q]\n");
+    fprintf(f,
+            "usage: strata node --role source|joiner --transport tcp|dpdk|rdma --key-file FILE\n"
+            "         [--serve N] [--timeout SEC]\n"
+            "         [--synthetic BYTES[:SPANS[:SEED]] | -m MODEL.gguf] [--image-out FILE]\n"
+            "         [--header-out FILE] [--chunk BYTES] [--rate MB/s] [--corrupt-unit U] [-q]\n"
+            "       fabric options:\n");
+    fabric_opts_usage(f, "         ");
 }
 
 static int parse_opts(struct node_opts *o, int argc, char **argv)
 {
-    static const struct option lo[] = {
-        {"role", 1, 0, 'r'},
-        {"transport", 1, 0, 't'},
-        {"listen", 1, 0, 'l'},
-        {"peer", 1, 0, 'p'},
-        {"key-file", 1, 0, 'k'},
-        {"model", 1, 0, 'm'},
-        {"synthetic", 1, 0, 'S'},
-        {"image-out", 1, 0, 'o'},
-        {"header-out", 1, 0, 'H'},
-        {"serve", 1, 0, 'n'},
-        {"timeout", 1, 0, 'T'},
-        {"chunk", 1, 0, 'c'},
-        {"rate", 1, 0, 'R'},
-        {"corrupt-unit", 1, 0, 'C'},
-        {"eal", 1, 0, 'E'},
-        {"exception-vdev", 1, 0, 'X'},
-        {"mtu", 1, 0, 'M'},
-        {"window", 1, 0, 'W'},
-        {"link-gbps", 1, 0, 'G'},
-        {"rdma-dev", 1, 0, 'D'},
-        {"impair", 1, 0, 'I'},
-        {"help", 0, 0, 'h'},
-        {0, 0, 0, 0},
+    static const struct option own[] = {
+        {"role", 1, 0, 'r'},         {"model", 1, 0, 'm'},      {"synthetic", 1, 0, 'S'},
+        {"image-out", 1, 0, 'o'},    {"header-out", 1, 0, 'H'}, {"serve", 1, 0, 'n'},
+        {"timeout", 1, 0, 'T'},      {"chunk", 1, 0, 'c'},      {"rate", 1, 0, 'R'},
+        {"corrupt-unit", 1, 0, 'C'}, {"help", 0, 0, 'h'},
     };
+    /* our options, then the fabric's table (transport/fabric_opts.h), then the terminator */
+    enum { N_OWN = sizeof own / sizeof own[0] };
+    struct option lo[N_OWN + 64];
+    if (fabric_opts_count() + N_OWN + 1 > (int)(sizeof lo / sizeof lo[0])) return -1;
+    memcpy(lo, own, sizeof own);
+    fabric_opts_getopt(lo + N_OWN);
+    lo[N_OWN + fabric_opts_count()] = (struct option){0, 0, 0, 0};
     memset(o, 0, sizeof *o);
-    o->transport = "tcp";
+    o->fab.kind = "tcp";
+    char err[ERRMSG_LEN];
     o->timeout_s = 60;
     o->corrupt_unit = -1;
     optind = 1;
@@ -96,20 +83,6 @@ static int parse_opts(struct node_opts *o, int argc, char **argv)
         switch (ch) {
         case 'r':
             o->role = optarg;
-            break;
-        case 't':
-            o->transport = optarg;
-            break;
-        case 'l':
-            o->listen = optarg;
-            break;
-        case 'p':
-            if (o->n_peers == MAX_PEERS)
-                return fprintf(stderr, "node: at most %d peers\n", MAX_PEERS), -1;
-            o->peers[o->n_peers++] = optarg;
-            break;
-        case 'k':
-            o->key_file = optarg;
             break;
         case 'm':
             o->model = optarg;
@@ -138,27 +111,6 @@ static int parse_opts(struct node_opts *o, int argc, char **argv)
         case 'C':
             o->corrupt_unit = atoi(optarg);
             break;
-        case 'E':
-            o->eal = optarg;
-            break;
-        case 'X':
-            o->exception_vdev = optarg;
-            break;
-        case 'M':
-            o->mtu = atoi(optarg);
-            break;
-        case 'W':
-            o->window = atoi(optarg);
-            break;
-        case 'G':
-            o->link_gbps = atof(optarg);
-            break;
-        case 'D':
-            o->rdma_dev = optarg;
-            break;
-        case 'I':
-            o->impair = optarg;
-            break;
         case 'q':
             o->quiet = 1;
             break;
@@ -166,16 +118,21 @@ static int parse_opts(struct node_opts *o, int argc, char **argv)
             usage(stdout);
             exit(0);
         default:
+            if (ch >= FABRIC_OPT_BASE && ch < FABRIC_OPT_BASE + fabric_opts_count()) {
+                if (fabric_opt_set(&o->fab, ch - FABRIC_OPT_BASE, optarg, err))
+                    return fprintf(stderr, "node: %s\n", err), -1;
+                break;
+            }
             return -1;
         }
     }
-    if (optind != argc || !o->role || !o->key_file) return -1;
+    if (optind != argc || !o->role || !o->fab.key_file) return -1;
     if (!strcmp(o->role, "source")) {
         if (!o->synthetic == !o->model)
             return fprintf(stderr, "node: a source needs --synthetic or -m\n"), -1;
-        if (!o->listen) return fprintf(stderr, "node: a source needs --listen\n"), -1;
+        if (!o->fab.listen) return fprintf(stderr, "node: a source needs --listen\n"), -1;
     } else if (!strcmp(o->role, "joiner")) {
-        if (!o->n_peers) return fprintf(stderr, "node: a joiner needs --peer\n"), -1;
+        if (!o->fab.n_peers) return fprintf(stderr, "node: a joiner needs --peer\n"), -1;
     } else {
         return fprintf(stderr, "node: --role is source or joiner\n"), -1;
     }
@@ -395,18 +352,8 @@ int cmd_node(int argc, char **argv)
     struct weight_stream *ws = NULL;
     weight_store_init_empty(&store);
 
-    struct tp_config cfg = {
-        .kind = o.transport,
-        .listen = o.listen,
-        .eal = o.eal,
-        .exception_vdev = o.exception_vdev,
-        .mtu = o.mtu,
-        .window = o.window,
-        .rate_gbps = o.link_gbps,
-        .rdma_dev = o.rdma_dev,
-        .impair = o.impair,
-    };
-    if (auth_init(err) || cluster_key_load(&cfg.key, o.key_file, err)) goto out;
+    struct tp_config cfg;
+    if (auth_init(err) || fabric_opts_config(&o.fab, &cfg, err)) goto out;
     t = tp_open(&cfg, err);
     if (!t) goto out;
 
@@ -431,7 +378,7 @@ int cmd_node(int argc, char **argv)
             if (o.header_out && write_file(o.header_out, gs->file, gs->g.data_offset, err))
                 goto out;
             log_info("fabric", "source: %s, %d spans, %llu-byte image, serving on %s", gs->name,
-                     gs->m.n_spans, (unsigned long long)gs->m.image_size, o.listen);
+                     gs->m.n_spans, (unsigned long long)gs->m.image_size, o.fab.listen);
         } else {
             uint64_t seed;
             sy = calloc(1, sizeof *sy);
@@ -445,7 +392,7 @@ int cmd_node(int argc, char **argv)
             if (expose_arena(t, image, sy->image_size, err)) goto out;
             if (o.image_out && write_file(o.image_out, image, sy->image_size, err)) goto out;
             log_info("fabric", "source: %llu-byte synthetic image, %u spans, serving on %s",
-                     (unsigned long long)sy->image_size, sy->n_spans, o.listen);
+                     (unsigned long long)sy->image_size, sy->n_spans, o.fab.listen);
         }
     } else {
         store.alloc_image = alloc_image;
@@ -455,8 +402,8 @@ int cmd_node(int argc, char **argv)
     struct weight_stream_config wc = {
         .t = t,
         .store = &store,
-        .peers = o.peers,
-        .n_peers = is_source ? 0 : o.n_peers,
+        .peers = o.fab.peers,
+        .n_peers = is_source ? 0 : o.fab.n_peers,
         .chunk_size = o.chunk,
         .rate_bytes = o.rate_mbs * 1e6,
         .corrupt_unit = o.corrupt_unit,
@@ -536,5 +483,6 @@ out:
     free(sy);
     if (gs) gguf_close_model(gs);
     free(gs);
+    fabric_opts_free(&o.fab);
     return rc;
 }

@@ -4,6 +4,7 @@
  * progress at once), the model (loader), the scheduler (calibrated step-time model, then its
  * compute thread), then completions are served. SIGTERM/SIGINT (or the power button as PID 1)
  * stop the front; running requests are ended and the process exits 0. */
+#include "cluster/fabric_node.h"
 #include "os/errmsg.h"
 #include "os/log.h"
 #include "os/pid1.h"
@@ -12,6 +13,7 @@
 #include "serving/api/serve_front.h"
 #include "serving/commands.h"
 #include "serving/engine/loader.h"
+#include "transport/fabric_opts.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -26,6 +28,7 @@ struct serve_opts {
         static_shrink;
     double ttft_ms, tpot_ms, static_wait_ms;
     long max_body;
+    struct fabric_opts fab; /* on the fabric when --fabric, --listen or --peers is given */
 };
 
 static int usage(void)
@@ -37,7 +40,9 @@ static int usage(void)
             "         [--static-wait-ms MS] [--static-shrink] [--kv-blocks N] [--kv-block-size N]\n"
             "         [--kv-type f16|f32]\n"
             "         [--max-conns N] [--max-body BYTES] [--timeout-ms MS] [--name ID] [-v]\n"
-            "         [--test-step-delay-us US]  (tests: sleep after every step)\n");
+            "         [--test-step-delay-us US]  (tests: sleep after every step)\n"
+            "       fabric (docs/cluster.md):\n");
+    fabric_opts_usage(stderr, "         ");
     return 2;
 }
 
@@ -57,6 +62,13 @@ static int parse_opts(int argc, char **argv, struct serve_opts *o)
                              .max_body = 1 << 20};
     o->api_key = getenv("STRATA_API_KEY");
     for (int i = 1; i < argc; i++) {
+        char ferr[ERRMSG_LEN];
+        int taken = fabric_opt_take(&o->fab, argc, argv, &i, ferr);
+        if (taken < 0) {
+            fprintf(stderr, "strata serve: %s\n", ferr);
+            return -1;
+        }
+        if (taken) continue;
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         const struct {
             const char *flag;
@@ -142,6 +154,7 @@ struct serve {
     struct http_server *http;
     struct front *front;
     struct serve_metrics metrics;
+    struct fabric_node *fabric; /* NULL when not on the fabric */
 };
 
 static int engine_step(void *ctx, const struct batch *b, float *logits)
@@ -178,6 +191,21 @@ static void on_progress(void *ctx, int done, int total)
     char stage[64];
     snprintf(stage, sizeof stage, "loading weights: span %d/%d", done, total);
     front_set_progress(sv->front, stage, total ? 0.9 * done / total : 0);
+}
+
+static int on_fabric(const struct serve_opts *o)
+{
+    return o->fab.kind || o->fab.listen || o->fab.n_peers;
+}
+
+/* The serving process's fabric node (cluster/fabric_node.h); users register on it before
+ * fabric_node_start. */
+static struct fabric_node *fabric_open(const struct serve_opts *o, char *err)
+{
+    struct fabric_node_config fc = {
+        .peers = o->fab.peers, .n_peers = o->fab.n_peers, .node_id = o->fab.node_id};
+    if (auth_init(err) || fabric_opts_config(&o->fab, &fc.tp, err)) return NULL;
+    return fabric_node_new(&fc, err);
 }
 
 static struct http_server *volatile stop_target;
@@ -317,6 +345,17 @@ int cmd_serve(int argc, char **argv)
         http_server_stop(sv.http);
         goto out;
     }
+    if (on_fabric(&o)) {
+        sv.fabric = fabric_open(&o, err);
+        if (!sv.fabric || fabric_node_start(sv.fabric, err)) {
+            char msg[ERRMSG_LEN + 32];
+            snprintf(msg, sizeof msg, "serve: fabric: %s", err);
+            if (pid1_active()) pid1_fatal(msg);
+            fprintf(stderr, "strata %s\n", msg);
+            http_server_stop(sv.http);
+            goto out;
+        }
+    }
     const struct step_model *sm = sched_step_model(sched);
     log_info("serve", "step model: %.1f us/token + %.1f us/sequence + %.1f us", sm->a * 1e6,
              sm->b * 1e6, sm->c * 1e6);
@@ -341,6 +380,8 @@ int cmd_serve(int argc, char **argv)
 out:
     pthread_join(http_thread, NULL);
     if (sched) sched_free(sched);
+    fabric_node_free(sv.fabric);
+    fabric_opts_free(&o.fab);
     fprintf(stderr, "strata serve: stopped\n");
     http_server_free(sv.http);
     front_free(sv.front);
