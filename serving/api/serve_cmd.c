@@ -5,6 +5,8 @@
  * compute thread), then completions are served. SIGTERM/SIGINT (or the power button as PID 1)
  * stop the front; running requests are ended and the process exits 0. */
 #include "cluster/fabric_node.h"
+#include "cluster/layer_progress.h"
+#include "cluster/weight_node.h"
 #include "os/errmsg.h"
 #include "os/log.h"
 #include "os/pid1.h"
@@ -16,6 +18,8 @@
 #include "transport/fabric_opts.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
+#include <time.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +32,7 @@ struct serve_opts {
         static_shrink;
     double ttft_ms, tpot_ms, static_wait_ms;
     long max_body;
+    double weight_rate_mbs; /* pacing of the weights this node sends, MB/s (0: the link's) */
     struct fabric_opts fab; /* on the fabric when --fabric, --listen or --peers is given */
 };
 
@@ -41,6 +46,8 @@ static int usage(void)
             "         [--kv-type f16|f32]\n"
             "         [--max-conns N] [--max-body BYTES] [--timeout-ms MS] [--name ID] [-v]\n"
             "         [--test-step-delay-us US]  (tests: sleep after every step)\n"
+            "       strata serve --peers A,B --key-file K [--listen ADDR] ...  (no -m: pull the\n"
+            "         model from the peers into the arena) [--weight-rate MB/s]\n"
             "       fabric (docs/cluster.md):\n");
     fabric_opts_usage(stderr, "         ");
     return 2;
@@ -124,6 +131,8 @@ static int parse_opts(int argc, char **argv, struct serve_opts *o)
             o->api_key = v, i++;
         else if (!strcmp(a, "--name") && v)
             o->name = v, i++;
+        else if (!strcmp(a, "--weight-rate") && v)
+            o->weight_rate_mbs = atof(v), i++;
         else if (!strcmp(a, "--max-body") && v)
             o->max_body = atol(v), i++;
         else if (!strcmp(a, "--shed-late"))
@@ -139,8 +148,8 @@ static int parse_opts(int argc, char **argv, struct serve_opts *o)
             return -1;
         }
     }
-    if (!o->model) {
-        fprintf(stderr, "strata serve: -m MODEL.gguf is required\n");
+    if (!o->model && !o->fab.n_peers) {
+        fprintf(stderr, "strata serve: -m MODEL.gguf is required (or --peers to pull it from)\n");
         return -1;
     }
     if (o->max_body < 1024) o->max_body = 1024;
@@ -154,7 +163,9 @@ struct serve {
     struct http_server *http;
     struct front *front;
     struct serve_metrics metrics;
-    struct fabric_node *fabric; /* NULL when not on the fabric */
+    struct fabric_node *fabric;  /* NULL when not on the fabric */
+    struct weight_node *weights; /* the model offered to / pulled from peers (fabric) */
+    struct layer_progress layers;
 };
 
 static int engine_step(void *ctx, const struct batch *b, float *logits)
@@ -214,14 +225,18 @@ static struct http_server *volatile stop_target;
  * PID1_GRACE_S). */
 #define SHUTDOWN_GRACE_MS 5000
 
+static atomic_int stopping; /* a loading joiner gives up waiting */
+
 static void on_signal(int sig)
 {
     (void)sig;
+    atomic_store(&stopping, 1);
     if (stop_target) http_server_shutdown(stop_target, SHUTDOWN_GRACE_MS);
 }
 
 static void on_shutdown(void *ctx)
 {
+    atomic_store(&stopping, 1);
     http_server_shutdown(ctx, SHUTDOWN_GRACE_MS);
 }
 
@@ -233,15 +248,70 @@ static void *http_main(void *arg)
     return NULL;
 }
 
-static const char *model_name(const struct serve_opts *o, char *buf, size_t n)
+static const char *model_name(const struct serve_opts *o, const char *path, char *buf, size_t n)
 {
     if (o->name) return o->name;
-    const char *base = strrchr(o->model, '/');
-    base = base ? base + 1 : o->model;
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
     snprintf(buf, n, "%s", base);
     char *dot = strstr(buf, ".gguf");
     if (dot) *dot = 0;
     return buf;
+}
+
+/* Fabric thread: the joiner's resident layers grew. Cooperative execution (cluster/coop.h)
+ * takes k from here (coop_set_resident); /health and /metrics read sv->layers. */
+static void on_resident(void *ctx, int k)
+{
+    struct serve *sv = ctx;
+    char stage[64];
+    int L = atomic_load(&sv->layers.layers_total);
+    snprintf(stage, sizeof stage, "pulling weights: %d/%d layers resident", k, L);
+    front_set_progress(sv->front, stage, L ? 0.9 * k / L : 0);
+}
+
+/* The model: from the file (-m), offered to peers when on the fabric; or, with --peers and no
+ * -m, pulled from them into the arena. Returns once the engine holds every layer. */
+static int load_model(struct serve *sv, const struct serve_opts *o, struct loader_opts *lo,
+                      char *err)
+{
+    layer_progress_init(&sv->layers);
+    front_set_layers(sv->front, &sv->layers);
+    if (on_fabric(o) && !(sv->fabric = fabric_open(o, err))) return errmsg_prefix(err, "fabric: ");
+    struct weight_node_config wc = {.fabric = sv->fabric,
+                                    .peers = o->fab.peers,
+                                    .n_peers = o->fab.n_peers,
+                                    .rate_bytes = o->weight_rate_mbs * 1e6,
+                                    .lp = &sv->layers,
+                                    .on_resident = on_resident,
+                                    .ctx = sv};
+    if (o->model) {
+        /* A fabric node keeps GGUF's layout: its arena image is what it sends. */
+        lo->limits.keep_layout = sv->fabric != NULL;
+        if (loader_open(sv->lm, o->model, lo, err)) return -1;
+        const struct model *m = &sv->lm->model;
+        layer_progress_full(&sv->layers, m->cfg.n_layers, m->n_spans, m->image_size);
+        char name_buf[128];
+        if (sv->fabric &&
+            !(sv->weights = weight_node_source(
+                  &wc, sv->lm, model_name(o, o->model, name_buf, sizeof name_buf), err)))
+            return -1;
+    } else {
+        front_set_progress(sv->front, "pulling weights: waiting for the header", 0);
+        if (!(sv->weights = weight_node_joiner(&wc, sv->lm, lo, err))) return -1;
+    }
+    if (sv->fabric && fabric_node_start(sv->fabric, err)) return errmsg_prefix(err, "fabric: ");
+    if (o->model) return 0;
+    /* Joiner: wait for the stream (the fabric thread fills the arena). */
+    while (!weight_node_complete(sv->weights)) {
+        const char *why = weight_node_failed(sv->weights);
+        if (why) return errmsg_set(err, "fabric: weights: %s", why);
+        if (atomic_load(&stopping)) return errmsg_set(err, "stopped while pulling the weights");
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    log_info("serve", "weights complete: %d layers resident", sv->lm->model.cfg.n_layers);
+    return 0;
 }
 
 int cmd_serve(int argc, char **argv)
@@ -287,7 +357,7 @@ int cmd_serve(int argc, char **argv)
     pthread_t http_thread;
     if (pthread_create(&http_thread, NULL, http_main, &sv)) pid1_fatal("serve: pthread_create");
     fprintf(stderr, "strata serve: listening on %s:%d, loading %s\n", o.host,
-            http_server_port(sv.http), o.model);
+            http_server_port(sv.http), o.model ? o.model : "the model from the fabric peers");
 
     int rc = 1;
     struct scheduler *sched = NULL;
@@ -303,13 +373,11 @@ int cmd_serve(int argc, char **argv)
                              .verbose = o.verbose,
                              .progress = on_progress,
                              .progress_ctx = &sv};
-    if (!sv.lm || loader_open(sv.lm, o.model, &lo, err)) {
+    if (!sv.lm || load_model(&sv, &o, &lo, err)) {
         char msg[ERRMSG_LEN + 32];
         snprintf(msg, sizeof msg, "serve: %s", sv.lm ? err : "out of memory");
         if (pid1_active()) pid1_fatal(msg);
         fprintf(stderr, "strata %s\n", msg);
-        free(sv.lm);
-        sv.lm = NULL;
         http_server_stop(sv.http);
         goto out;
     }
@@ -345,24 +413,13 @@ int cmd_serve(int argc, char **argv)
         http_server_stop(sv.http);
         goto out;
     }
-    if (on_fabric(&o)) {
-        sv.fabric = fabric_open(&o, err);
-        if (!sv.fabric || fabric_node_start(sv.fabric, err)) {
-            char msg[ERRMSG_LEN + 32];
-            snprintf(msg, sizeof msg, "serve: fabric: %s", err);
-            if (pid1_active()) pid1_fatal(msg);
-            fprintf(stderr, "strata %s\n", msg);
-            http_server_stop(sv.http);
-            goto out;
-        }
-    }
     const struct step_model *sm = sched_step_model(sched);
     log_info("serve", "step model: %.1f us/token + %.1f us/sequence + %.1f us", sm->a * 1e6,
              sm->b * 1e6, sm->c * 1e6);
     struct gguf_str tmpl = {0};
     gguf_get_str(&sv.lm->gguf, "tokenizer.chat_template", &tmpl, NULL);
     char name_buf[128];
-    struct front_model fm = {.name = model_name(&o, name_buf, sizeof name_buf),
+    struct front_model fm = {.name = model_name(&o, sv.lm->path, name_buf, sizeof name_buf),
                              .ctx = e->lim.ctx,
                              .vocab_size = sv.lm->model.cfg.vocab_size,
                              .tmpl = chat_template_detect(tmpl.p, tmpl.len),
@@ -381,6 +438,7 @@ out:
     pthread_join(http_thread, NULL);
     if (sched) sched_free(sched);
     fabric_node_free(sv.fabric);
+    weight_node_free(sv.weights);
     fabric_opts_free(&o.fab);
     fprintf(stderr, "strata serve: stopped\n");
     http_server_free(sv.http);

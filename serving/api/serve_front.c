@@ -36,6 +36,7 @@ struct front {
     pthread_mutex_t mu; /* progress text and the notification list */
     char stage[64];
     double progress;
+    const struct layer_progress *layers; /* NULL: not reported */
     struct sreq *notify_head;
     unsigned long long next_id;
     long long started;
@@ -81,6 +82,11 @@ void front_set_progress(struct front *f, const char *stage, double fraction)
 void front_set_server(struct front *f, struct http_server *s)
 {
     f->http = s;
+}
+
+void front_set_layers(struct front *f, const struct layer_progress *lp)
+{
+    f->layers = lp;
 }
 
 void front_set_ready(struct front *f, const struct front_model *model, struct scheduler *s)
@@ -129,6 +135,7 @@ static void handle_health(struct front *f, struct http_conn *c)
     cJSON_AddNumberToObject(o, "processes", pid1_process_count());
     cJSON_AddNumberToObject(o, "running", atomic_load(&f->m->running));
     cJSON_AddNumberToObject(o, "waiting", atomic_load(&f->m->waiting));
+    if (f->layers) layer_progress_json(f->layers, o);
     char *body = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     send_json(f, c, model ? 200 : 503, body, model ? NULL : "Retry-After: 1\r\n");
@@ -138,6 +145,17 @@ static void handle_metrics(struct front *f, struct http_conn *c)
 {
     size_t len = 0;
     char *text = metrics_render(f->m, &len);
+    size_t llen = 0;
+    char *ltext = f->layers && text ? layer_progress_prom(f->layers, &llen) : NULL;
+    if (ltext) {
+        char *both = realloc(text, len + llen + 1);
+        if (both) {
+            memcpy(both + len, ltext, llen + 1);
+            text = both;
+            len += llen;
+        }
+        free(ltext);
+    }
     http_respond(c, 200, "text/plain; version=0.0.4; charset=utf-8", text ? text : "", len, NULL);
     free(text);
 }

@@ -13,6 +13,7 @@
 #ifndef STRATA_SERVE_FRONT_H
 #define STRATA_SERVE_FRONT_H
 
+#include "cluster/layer_progress.h"
 #include "serving/api/chat_template.h"
 #include "serving/api/http_server.h"
 #include "serving/api/metrics.h"
@@ -45,6 +46,9 @@ void front_free(struct front *f);
 /* Before ready: loading progress for /health ("loading weights", 0.4). Thread-safe. */
 void front_set_progress(struct front *f, const char *stage, double fraction);
 void front_set_server(struct front *f, struct http_server *s);
+/* The node's weight progress: /health adds layers_resident, layers_total, bytes, bytes_total and
+ * state (loading|partial|ready|failed); /metrics adds the per-layer series. Before the server. */
+void front_set_layers(struct front *f, const struct layer_progress *lp);
 /* The model and scheduler become visible to the front thread; completions are served. */
 void front_set_ready(struct front *f, const struct front_model *model, struct scheduler *s);
 struct http_handler front_handler(struct front *f);
