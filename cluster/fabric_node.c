@@ -286,13 +286,18 @@ int fabric_node_start(struct fabric_node *fn, char *err)
     return 0;
 }
 
+void fabric_node_stop(struct fabric_node *fn)
+{
+    if (!fn || !fn->started) return;
+    atomic_store(&fn->stop, 1);
+    pthread_join(fn->thread, NULL);
+    fn->started = 0;
+}
+
 void fabric_node_free(struct fabric_node *fn)
 {
     if (!fn) return;
-    if (fn->started) {
-        atomic_store(&fn->stop, 1);
-        pthread_join(fn->thread, NULL);
-    }
+    fabric_node_stop(fn);
     for (int i = 0; i < FABRIC_MAX_NODE_PEERS; i++)
         if (fn->peer[i].conn && !fn->peer[i].adopted) tp_close(fn->peer[i].conn);
     tp_destroy(fn->t);

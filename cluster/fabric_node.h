@@ -61,6 +61,9 @@ int fabric_node_on(struct fabric_node *fn, int msg_type, fabric_handler_fn h, vo
 int fabric_node_on_peer(struct fabric_node *fn, fabric_peer_fn f, void *ctx);
 int fabric_node_add_poller(struct fabric_node *fn, fabric_poll_fn f, void *ctx);
 int fabric_node_start(struct fabric_node *fn, char *err);
+/* Stops the thread (idempotent): after it, modules that own adopted connections close them,
+ * while the transport still exists. */
+void fabric_node_stop(struct fabric_node *fn);
 /* Stops the thread, closes every connection and the transport. */
 void fabric_node_free(struct fabric_node *fn);
 

@@ -326,7 +326,8 @@ static void feeder_msg(struct weight_stream *ws, struct feeder *f, const uint8_t
             static const uint8_t zero[WIRE_ID_LEN];
             if (ws->s->man && memcmp(j->model_id, zero, WIRE_ID_LEN) &&
                 memcmp(j->model_id, ws->s->man->model_id, WIRE_ID_LEN)) {
-                log_warn("fabric", "%s: asks for another model; closing", peer);
+                log_warn("fabric", "%s: asks for another model than ours (%s); closing", peer,
+                         ws->s->man->name);
                 f->closing = 1;
                 return;
             }

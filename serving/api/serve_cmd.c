@@ -437,8 +437,9 @@ int cmd_serve(int argc, char **argv)
 out:
     pthread_join(http_thread, NULL);
     if (sched) sched_free(sched);
-    fabric_node_free(sv.fabric);
+    fabric_node_stop(sv.fabric); /* the weight stream's connections close before the transport */
     weight_node_free(sv.weights);
+    fabric_node_free(sv.fabric);
     fabric_opts_free(&o.fab);
     fprintf(stderr, "strata serve: stopped\n");
     http_server_free(sv.http);

@@ -1,0 +1,71 @@
+# cluster.sh: helpers for the `strata serve` fabric scenarios (sourced by
+# tests/integration/cluster_*.sh and tests/bench/cluster_*.sh). Nodes run on 127.0.0.1: HTTP on a
+# free port (--port 0), the fabric on CL_BASE+i.
+#
+# cl_serve NAME ARGS...   starts `strata serve --host 127.0.0.1 --port 0 --threads 1 -v ARGS` in
+#                         the background, log in $W/NAME.log; waits until it listens (HTTP); sets
+#                         CL_PID[NAME], CL_URL[NAME]
+# cl_ready NAME SECONDS   waits for /health 200
+# cl_complete NAME PROMPT N   prints the greedy completion text (N tokens)
+# cl_kill NAME            SIGKILL;  cl_stop NAME: SIGTERM and the exit status
+# cl_cleanup              (EXIT trap) kills what cl_serve started
+STRATA=${STRATA:-build/strata}
+CL_BASE=${CL_BASE:-$((20000 + ($$ % 2000) * 10))}
+declare -A CL_PID CL_URL
+fail=0
+
+ok() { echo "ok - $*"; }
+not_ok() {
+    echo "not ok - $*"
+    fail=1
+}
+
+cl_key() { head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$1"; }
+
+cl_serve() { # cl_serve NAME ARGS...
+    local name=$1 i port=""
+    shift
+    : >"$W/$name.log"
+    "$STRATA" serve --host 127.0.0.1 --port 0 --threads 1 -v "$@" >"$W/$name.log" 2>&1 &
+    CL_PID[$name]=$!
+    for ((i = 0; i < 100; i++)); do
+        port=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9]*\).*/\1/p' "$W/$name.log" | head -n1)
+        [ -n "$port" ] && break
+        kill -0 "${CL_PID[$name]}" 2>/dev/null || break
+        sleep 0.05
+    done
+    [ -n "$port" ] || return 1
+    CL_URL[$name]="http://127.0.0.1:$port"
+}
+
+cl_ready() { # cl_ready NAME SECONDS
+    local i
+    for ((i = 0; i < $2 * 20; i++)); do
+        curl -sf -o /dev/null "${CL_URL[$1]}/health" && return 0
+        kill -0 "${CL_PID[$1]}" 2>/dev/null || return 1
+        sleep 0.05
+    done
+    return 1
+}
+
+cl_complete() { # cl_complete NAME PROMPT N
+    curl -s -m 60 "${CL_URL[$1]}/v1/completions" \
+        -d "{\"prompt\":\"$2\",\"max_tokens\":$3,\"temperature\":0}" |
+        python3 -c 'import json,sys; print(json.load(sys.stdin)["choices"][0]["text"])' 2>/dev/null
+}
+
+cl_kill() {
+    kill -9 "${CL_PID[$1]}" 2>/dev/null
+    wait "${CL_PID[$1]}" 2>/dev/null
+}
+
+cl_stop() { # exit status of the node after SIGTERM
+    kill -TERM "${CL_PID[$1]}" 2>/dev/null
+    wait "${CL_PID[$1]}"
+}
+
+cl_cleanup() {
+    local n
+    for n in "${!CL_PID[@]}"; do kill -9 "${CL_PID[$n]}" 2>/dev/null; done
+    for n in "${!CL_PID[@]}"; do wait "${CL_PID[$n]}" 2>/dev/null; done
+}
