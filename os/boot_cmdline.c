@@ -192,6 +192,30 @@ static int apply_key(struct boot_config *c, const char *key, const char *val, ch
         if (strncmp(val, "/dev/", 5) || !val[5] || !is_printable(val, 0) ||
             copy_str(c->console, sizeof c->console, val))
             BAD("want a device path such as /dev/ttyS0");
+    } else if (!strcmp(key, "fabric")) {
+        if (strcmp(val, "tcp") && strcmp(val, "dpdk") && strcmp(val, "rdma"))
+            BAD("want tcp, dpdk or rdma");
+        copy_str(c->fabric, sizeof c->fabric, val);
+    } else if (!strcmp(key, "fabric_port")) {
+        if (parse_long(val, 1, 65535, &v)) BAD("want a port 1..65535");
+        c->fabric_port = (int)v;
+    } else if (!strcmp(key, "key")) {
+        /* The value is a secret: messages never repeat it. */
+        if (val[0] == '/') {
+            if (!is_printable(val, 0) || copy_str(c->key_file, sizeof c->key_file, val))
+                return errmsg_set(err, PREFIX "key=/...: unprintable or too long a path");
+            c->key[0] = 0;
+        } else {
+            size_t n = strlen(val);
+            int hex = n == 64;
+            for (size_t i = 0; hex && i < n; i++)
+                hex = (val[i] >= '0' && val[i] <= '9') || (val[i] >= 'a' && val[i] <= 'f') ||
+                      (val[i] >= 'A' && val[i] <= 'F');
+            if (!hex)
+                return errmsg_set(err, PREFIX "key=***: want 64 hex digits or /path/to/keyfile");
+            copy_str(c->key, sizeof c->key, val);
+            c->key_file[0] = 0;
+        }
     } else if (!strcmp(key, "args")) {
         if (!is_printable(val, 1) || copy_str(c->args, sizeof c->args, val))
             BAD("want printable server arguments, at most 511 characters");
@@ -260,6 +284,7 @@ int boot_cmdline_parse(const char *line, struct boot_config *cfg, char *err)
     cfg->port = 8080;
     cfg->hugepages = -1;
     cfg->on_error = BOOT_ON_ERROR_HALT;
+    cfg->fabric_port = 7000;
     if (!line) return 0;
 
     char param[1024], first[ERRMSG_LEN], one[ERRMSG_LEN];

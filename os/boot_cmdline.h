@@ -23,7 +23,8 @@ enum boot_on_error { BOOT_ON_ERROR_HALT = 0, BOOT_ON_ERROR_REBOOT, BOOT_ON_ERROR
 struct boot_config {
     char model[256];   /* strata.model: /path in the initrd, or part:LABEL[/path]; "" = default */
     int node;          /* strata.node: 0..65535, -1 when absent */
-    char role[32];     /* strata.role: a lower-case word (serve, cache, ...); "" when absent */
+    char role[32];     /* strata.role: serve (holds a model) or join (pulls it from strata.peers);
+                          another lower-case word is kept for the server; "" when absent */
     char peers[512];   /* strata.peers: ADDR[:PORT],... IPv4, checked; "" when absent */
     char api_key[128]; /* strata.api_key: printable, no spaces; "" when absent */
     int port;          /* strata.port: 1..65535, default 8080 */
@@ -39,6 +40,13 @@ struct boot_config {
     enum boot_on_error on_error; /* strata.on_error, default halt */
     char console[64]; /* strata.console: device init and the server write to; "" = /dev/console */
     char args[512];   /* strata.args: extra arguments for `strata serve`, split on spaces */
+    /* The fabric (boot/cmdline.md): strata.fabric=tcp|dpdk|rdma, strata.fabric_port (7000),
+     * strata.key=HEX64 (the cluster key itself) or strata.key=/path (a file holding it: in the
+     * initrd or on the model partition). "" when absent. */
+    char fabric[8];
+    int fabric_port;
+    char key[65];
+    char key_file[256];
 };
 
 /* Fill *cfg with the defaults (the values above), then apply every strata.* key in line.

@@ -9,7 +9,7 @@ OUT=build/fuzz
 mkdir -p "$OUT"
 DPDK_CFLAGS=$(pkg-config --cflags libdpdk 2>/dev/null)
 status=0
-LIB_SRC=$(find os drivers serving transport -name '*.c' ! -path 'os/init/*' ! -path '*/fuzz/*' \
+LIB_SRC=$(find os drivers serving transport cluster -name '*.c' ! -path 'os/init/*' ! -path '*/fuzz/*' \
           ! -name main.c ! -path 'drivers/nic/*' ! -path 'drivers/rdma/*' | sort)
 FLAGS="-std=c11 -D_GNU_SOURCE -g -O1 -I. -fopenmp-simd -fsanitize=fuzzer-no-link,address,undefined -pthread"
 # Compile the library once for all targets.

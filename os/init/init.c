@@ -54,7 +54,8 @@ static int read_cmdline(char *buf, size_t cap, char *err)
     return 0;
 }
 
-/* argv for `strata serve`: the model, the port, the API key, then strata.args split on spaces. */
+/* argv for `strata serve`: the model (none for a joiner), the port, the API key, the fabric
+ * (fabric.c), then strata.args split on spaces. */
 static void exec_server(const struct boot_config *cfg, const char *model, char *err)
 {
     static char args[sizeof cfg->args], port[16], node[16];
@@ -62,8 +63,10 @@ static void exec_server(const struct boot_config *cfg, const char *model, char *
     int n = 0, e = 0;
     argv[n++] = "strata";
     argv[n++] = "serve";
-    argv[n++] = "-m";
-    argv[n++] = (char *)model;
+    if (model) {
+        argv[n++] = "-m";
+        argv[n++] = (char *)model;
+    }
     argv[n++] = "--host";
     argv[n++] = "0.0.0.0";
     snprintf(port, sizeof port, "%d", cfg->port);
@@ -73,6 +76,7 @@ static void exec_server(const struct boot_config *cfg, const char *model, char *
         argv[n++] = "--api-key";
         argv[n++] = (char *)cfg->api_key;
     }
+    if (init_fabric_args(cfg, argv, &n, 80, err)) return;
     memcpy(args, cfg->args, sizeof args);
     for (char *save = NULL, *a = strtok_r(args, " ", &save); a && n < 94;
          a = strtok_r(NULL, " ", &save))
@@ -106,7 +110,7 @@ static void exec_server(const struct boot_config *cfg, const char *model, char *
 
 int main(void)
 {
-    char err[ERRMSG_LEN], line[4096], model[512];
+    char err[ERRMSG_LEN], line[4096], shown[4096], model[512];
     struct boot_config cfg;
 
     if (init_mounts(err)) fail(BOOT_ON_ERROR_HALT, err);
@@ -115,7 +119,8 @@ int main(void)
     int bad = boot_cmdline_parse(line, &cfg, err);
     if (init_console(bad ? "" : cfg.console, err)) fail(cfg.on_error, err);
     init_say("start", "strata init, PID %d", (int)getpid());
-    init_say("cmdline", "%s", line[0] ? line : "(empty)");
+    init_mask_secrets(line, shown, sizeof shown);
+    init_say("cmdline", "%s", shown[0] ? shown : "(empty)");
     if (bad) fail(cfg.on_error, err);
 
     if (cfg.hugepages >= 0) {
@@ -125,7 +130,11 @@ int main(void)
     if (init_modules(INIT_MODULE_LIST, &loaded, &failed, err)) fail(cfg.on_error, err);
     init_say("modules", "%d loaded, %d failed", loaded, failed);
     if (init_net(&cfg, err)) fail(cfg.on_error, err);
-    if (init_model(&cfg, model, sizeof model, err)) fail(cfg.on_error, err);
-    exec_server(&cfg, model, err);
+    /* A joiner has no model: it pulls it from its peers (strata.model=part:... still mounts the
+     * partition, e.g. for its cluster.key). */
+    int joiner = init_is_joiner(&cfg);
+    if ((!joiner || cfg.model[0]) && init_model(&cfg, model, sizeof model, err))
+        fail(cfg.on_error, err);
+    exec_server(&cfg, joiner ? NULL : model, err);
     fail(cfg.on_error, err);
 }

@@ -39,4 +39,14 @@ int init_net(const struct boot_config *cfg, char *err);
  * part:LABEL[/path] the file on the GPT partition named LABEL, mounted read-only. */
 int init_model(const struct boot_config *cfg, char *path, size_t cap, char *err);
 
+/* fabric.c: on the fabric when strata.fabric, strata.peers, strata.key or strata.role=join is
+ * given. Appends --fabric KIND --listen IP:PORT --key-file F [--node-id N] [--peers LIST] to the
+ * server's argv (the key of strata.key=HEX is written to /run/strata/cluster.key, 0600; without
+ * strata.key, /mnt/model/cluster.key on the model partition is used). */
+int init_on_fabric(const struct boot_config *cfg);
+int init_is_joiner(const struct boot_config *cfg); /* strata.role=join: no model, pull it */
+int init_fabric_args(const struct boot_config *cfg, char **argv, int *n, int max, char *err);
+/* The command line for the console with the values of strata.key and strata.api_key as ***. */
+void init_mask_secrets(const char *line, char *out, size_t cap);
+
 #endif

@@ -136,6 +136,37 @@ TEST(malformed_values)
     }
 }
 
+TEST(fabric_keys)
+{
+    static const char hex[] = "00112233445566778899aabbccddeeff00112233445566778899AABBCCDDEEFF";
+    char line[256];
+    CHECK_EQ_INT(parse("strata.role=join strata.peers=10.0.0.2"), 0);
+    CHECK_STR(cfg.role, "join");
+    CHECK_STR(cfg.fabric, "");
+    CHECK_EQ_INT(cfg.fabric_port, 7000);
+    CHECK_STR(cfg.key, "");
+    snprintf(line, sizeof line, "strata.fabric=rdma strata.fabric_port=7100 strata.key=%s", hex);
+    CHECK_EQ_INT(parse(line), 0);
+    CHECK_STR(cfg.fabric, "rdma");
+    CHECK_EQ_INT(cfg.fabric_port, 7100);
+    CHECK_STR(cfg.key, hex);
+    CHECK_STR(cfg.key_file, "");
+    /* a key file on the model partition; the later key wins */
+    snprintf(line, sizeof line, "strata.key=%s strata.key=/mnt/model/cluster.key", hex);
+    CHECK_EQ_INT(parse(line), 0);
+    CHECK_STR(cfg.key, "");
+    CHECK_STR(cfg.key_file, "/mnt/model/cluster.key");
+    const char *bad[] = {"strata.fabric=udp", "strata.fabric_port=0", "strata.key=s3cretkey",
+                         "strata.key=0011", "strata.key="};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECKF(parse(bad[i]) == -1, "'%s' was accepted", bad[i]);
+        CHECKF(!strncmp(err, "strata.", 7), "'%s' gave the message '%s'", bad[i], err);
+    }
+    /* a malformed key is never repeated in the message */
+    CHECK_EQ_INT(parse("strata.key=s3cretkey"), -1);
+    CHECKF(!strstr(err, "s3cret"), "the message shows the key: '%s'", err);
+}
+
 TEST(on_error_known_despite_earlier_error)
 {
     CHECK_EQ_INT(parse("strata.ip=bad strata.on_error=reboot strata.bogus=1"), -1);
@@ -174,6 +205,7 @@ int main(void)
     RUN(later_key_wins);
     RUN(unknown_key);
     RUN(malformed_values);
+    RUN(fabric_keys);
     RUN(on_error_known_despite_earlier_error);
     RUN(init_args_after_double_dash_ignored);
     RUN(too_long_value);
