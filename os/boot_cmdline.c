@@ -199,6 +199,15 @@ static int apply_key(struct boot_config *c, const char *key, const char *val, ch
     } else if (!strcmp(key, "fabric_port")) {
         if (parse_long(val, 1, 65535, &v)) BAD("want a port 1..65535");
         c->fabric_port = (int)v;
+    } else if (!strcmp(key, "fabric_ip")) {
+        if (parse_cidr(val, &c->fabric_ip, &c->fabric_prefix))
+            BAD("malformed address (want A.B.C.D/PREFIX)");
+        c->has_fabric_ip = 1;
+    } else if (!strcmp(key, "fabric_iface")) {
+        if (!*val || strlen(val) >= sizeof c->fabric_iface || !is_printable(val, 0) ||
+            strchr(val, '/'))
+            BAD("want an interface name (eth1, enp2s0)");
+        copy_str(c->fabric_iface, sizeof c->fabric_iface, val);
     } else if (!strcmp(key, "key")) {
         /* The value is a secret: messages never repeat it. */
         if (val[0] == '/') {
@@ -312,6 +321,10 @@ int boot_cmdline_parse(const char *line, struct boot_config *cfg, char *err)
             failed = 1;
             memcpy(first, one, sizeof first);
         }
+    }
+    if (!failed && cfg->has_fabric_ip && !cfg->fabric_iface[0]) {
+        failed = 1;
+        errmsg_set(first, PREFIX "fabric_ip: needs strata.fabric_iface (the fabric's NIC)");
     }
     if (failed) {
         if (err) memcpy(err, first, ERRMSG_LEN);

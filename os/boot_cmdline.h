@@ -45,6 +45,12 @@ struct boot_config {
      * initrd or on the model partition). "" when absent. */
     char fabric[8];
     int fabric_port;
+    /* strata.fabric_ip=A.B.C.D/PREFIX on strata.fabric_iface=NAME: a NIC of its own for the
+     * fabric (a back-end network); the fabric listens there. */
+    int has_fabric_ip;
+    uint32_t fabric_ip;
+    int fabric_prefix;
+    char fabric_iface[16];
     char key[65];
     char key_file[256];
 };

@@ -87,7 +87,10 @@ int init_fabric_args(const struct boot_config *cfg, char **argv, int *n, int max
                           PARTITION_KEY);
     }
     char ip[16];
-    snprintf(listen, sizeof listen, "%s:%d", cfg->has_ip ? boot_ip_str(cfg->ip, ip) : "0.0.0.0",
+    snprintf(listen, sizeof listen, "%s:%d",
+             cfg->has_fabric_ip ? boot_ip_str(cfg->fabric_ip, ip)
+             : cfg->has_ip      ? boot_ip_str(cfg->ip, ip)
+                                : "0.0.0.0",
              cfg->fabric_port);
     if (*n + 12 > max) return errmsg_set(err, "too many server arguments");
     argv[(*n)++] = "--fabric";

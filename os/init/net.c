@@ -154,7 +154,36 @@ static int write_resolv_conf(const struct boot_config *cfg, char *err)
     return 0;
 }
 
+/* The fabric's own NIC (strata.fabric_ip on strata.fabric_iface). */
+static int fabric_net(const struct boot_config *cfg, char *err)
+{
+    if (!cfg->has_fabric_ip) return 0;
+    int index = 0;
+    for (int tries = 0; tries < 30 && index <= 0; tries++) {
+        index = (int)if_nametoindex(cfg->fabric_iface);
+        if (index <= 0) sleep_ms(100);
+    }
+    if (index <= 0)
+        return errmsg_set(err, "strata.fabric_iface=%s: no such network interface",
+                          cfg->fabric_iface);
+    if (link_up(index, cfg->fabric_iface, err) ||
+        addr_add(index, cfg->fabric_iface, cfg->fabric_ip, cfg->fabric_prefix, err))
+        return -1;
+    char a[16];
+    init_say("net", "fabric: %s up %s/%d", cfg->fabric_iface, boot_ip_str(cfg->fabric_ip, a),
+             cfg->fabric_prefix);
+    return 0;
+}
+
+static int main_net(const struct boot_config *cfg, char *err);
+
 int init_net(const struct boot_config *cfg, char *err)
+{
+    if (main_net(cfg, err)) return -1;
+    return fabric_net(cfg, err);
+}
+
+static int main_net(const struct boot_config *cfg, char *err)
 {
     if (link_up(1, "lo", err)) return -1;
     char name[IFNAMSIZ];

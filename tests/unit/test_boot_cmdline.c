@@ -156,8 +156,19 @@ TEST(fabric_keys)
     CHECK_EQ_INT(parse(line), 0);
     CHECK_STR(cfg.key, "");
     CHECK_STR(cfg.key_file, "/mnt/model/cluster.key");
-    const char *bad[] = {"strata.fabric=udp", "strata.fabric_port=0", "strata.key=s3cretkey",
-                         "strata.key=0011", "strata.key="};
+    CHECK_EQ_INT(parse("strata.fabric_ip=10.0.9.2/24 strata.fabric_iface=eth1"), 0);
+    CHECK_EQ_INT(cfg.has_fabric_ip, 1);
+    CHECK_EQ_INT(cfg.fabric_ip, 0x0a000902);
+    CHECK_EQ_INT(cfg.fabric_prefix, 24);
+    CHECK_STR(cfg.fabric_iface, "eth1");
+    const char *bad[] = {"strata.fabric=udp",
+                         "strata.fabric_port=0",
+                         "strata.key=s3cretkey",
+                         "strata.key=0011",
+                         "strata.key=",
+                         "strata.fabric_ip=10.0.9.2/24",
+                         "strata.fabric_ip=10.0.9",
+                         "strata.fabric_iface=a/b"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         CHECKF(parse(bad[i]) == -1, "'%s' was accepted", bad[i]);
         CHECKF(!strncmp(err, "strata.", 7), "'%s' gave the message '%s'", bad[i], err);
