@@ -4,6 +4,7 @@
  * progress at once), the model (loader), the scheduler (calibrated step-time model, then its
  * compute thread), then completions are served. SIGTERM/SIGINT (or the power button as PID 1)
  * stop the front; running requests are ended and the process exits 0. */
+#include "cluster/coop.h"
 #include "cluster/fabric_node.h"
 #include "os/errmsg.h"
 #include "os/log.h"
@@ -29,6 +30,10 @@ struct serve_opts {
     double ttft_ms, tpot_ms, static_wait_ms;
     long max_body;
     struct fabric_opts fab; /* on the fabric when --fabric, --listen or --peers is given */
+    /* cooperative execution (docs/cluster.md) */
+    int resident_layers; /* -1: all (this node can help others) */
+    const char *resident_schedule, *coop_dtype;
+    int coop_timeout_ms;
 };
 
 static int usage(void)
@@ -41,7 +46,10 @@ static int usage(void)
             "         [--kv-type f16|f32]\n"
             "         [--max-conns N] [--max-body BYTES] [--timeout-ms MS] [--name ID] [-v]\n"
             "         [--test-step-delay-us US]  (tests: sleep after every step)\n"
-            "       fabric (docs/cluster.md):\n");
+            "       fabric (docs/cluster.md):\n"
+            "         [--coop-dtype f32|f16|bf16] [--coop-timeout-ms MS]  (joiner's activations)\n"
+            "         [--resident-layers K] [--resident-schedule STEP:K,...]  (tests: a joiner\n"
+            "          that runs only layers [0, K) itself, the rest on its first peer)\n");
     fabric_opts_usage(stderr, "         ");
     return 2;
 }
@@ -59,7 +67,9 @@ static int parse_opts(int argc, char **argv, struct serve_opts *o)
                              .ttft_ms = 1000,
                              .tpot_ms = 100,
                              .static_wait_ms = 50,
-                             .max_body = 1 << 20};
+                             .max_body = 1 << 20,
+                             .resident_layers = -1,
+                             .coop_dtype = "f32"};
     o->api_key = getenv("STRATA_API_KEY");
     for (int i = 1; i < argc; i++) {
         char ferr[ERRMSG_LEN];
@@ -91,6 +101,8 @@ static int parse_opts(int argc, char **argv, struct serve_opts *o)
             {"--ttft-ms", NULL, &o->ttft_ms, 1, 3600000},
             {"--tpot-ms", NULL, &o->tpot_ms, 1, 3600000},
             {"--static-wait-ms", NULL, &o->static_wait_ms, 0, 3600000},
+            {"--resident-layers", &o->resident_layers, NULL, 0, 1 << 16},
+            {"--coop-timeout-ms", &o->coop_timeout_ms, NULL, 1, 3600000},
         };
         int done = 0;
         for (size_t k = 0; k < sizeof nums / sizeof nums[0] && !done; k++) {
@@ -124,6 +136,10 @@ static int parse_opts(int argc, char **argv, struct serve_opts *o)
             o->api_key = v, i++;
         else if (!strcmp(a, "--name") && v)
             o->name = v, i++;
+        else if (!strcmp(a, "--resident-schedule") && v)
+            o->resident_schedule = v, i++;
+        else if (!strcmp(a, "--coop-dtype") && v)
+            o->coop_dtype = v, i++;
         else if (!strcmp(a, "--max-body") && v)
             o->max_body = atol(v), i++;
         else if (!strcmp(a, "--shed-late"))
@@ -144,6 +160,21 @@ static int parse_opts(int argc, char **argv, struct serve_opts *o)
         return -1;
     }
     if (o->max_body < 1024) o->max_body = 1024;
+    int joiner = o->resident_layers >= 0 || o->resident_schedule;
+    if (joiner && !o->fab.n_peers) {
+        fprintf(stderr, "strata serve: --resident-layers/--resident-schedule need --peers (the "
+                        "helper that runs the other layers)\n");
+        return -1;
+    }
+    if (joiner && o->static_batch) {
+        fprintf(stderr, "strata serve: --static-batch and cooperative execution do not mix\n");
+        return -1;
+    }
+    if (strcmp(o->coop_dtype, "f32") && strcmp(o->coop_dtype, "f16") &&
+        strcmp(o->coop_dtype, "bf16")) {
+        fprintf(stderr, "strata serve: --coop-dtype %s: want f32, f16 or bf16\n", o->coop_dtype);
+        return -1;
+    }
     return 0;
 }
 
@@ -155,6 +186,7 @@ struct serve {
     struct front *front;
     struct serve_metrics metrics;
     struct fabric_node *fabric; /* NULL when not on the fabric */
+    struct coop *coop;          /* with the fabric */
 };
 
 static int engine_step(void *ctx, const struct batch *b, float *logits)
@@ -326,6 +358,40 @@ int cmd_serve(int argc, char **argv)
                               .shed_late = o.shed_late,
                               .static_shrink = o.static_shrink,
                               .step_delay_us = o.step_delay_us};
+    if (on_fabric(&o)) {
+        int L = sv.lm->model.cfg.n_layers;
+        int resident = o.resident_layers >= 0 ? (o.resident_layers < L ? o.resident_layers : L)
+                       : o.resident_schedule  ? 0
+                                              : L;
+        int joiner = o.resident_layers >= 0 || o.resident_schedule;
+        struct coop_config cc = {.e = e,
+                                 .m = &sv.metrics,
+                                 .eos_id = sv.lm->tok.eos_id,
+                                 .alt_eos_id = sv.lm->tok.bos_id,
+                                 .resident = resident,
+                                 .schedule = o.resident_schedule,
+                                 .helper_peer = joiner ? 0 : -1,
+                                 .dtype = !strcmp(o.coop_dtype, "f16")    ? WIRE_F16
+                                          : !strcmp(o.coop_dtype, "bf16") ? WIRE_BF16
+                                                                          : WIRE_F32,
+                                 .timeout_ms = o.coop_timeout_ms,
+                                 .serve_remote = !joiner};
+        sv.fabric = fabric_open(&o, err);
+        if (sv.fabric) cc.fabric = sv.fabric;
+        if (!sv.fabric || !(sv.coop = coop_new(&cc, err)) || coop_attach(sv.coop, err)) {
+            char msg[ERRMSG_LEN + 32];
+            snprintf(msg, sizeof msg, "serve: fabric: %s", err);
+            if (pid1_active()) pid1_fatal(msg);
+            fprintf(stderr, "strata %s\n", msg);
+            http_server_stop(sv.http);
+            goto out;
+        }
+        if (joiner)
+            log_info("serve", "joiner: layers [0, %d) of %d here, the rest on %s (%s activations)",
+                     resident, L, o.fab.peers[0], o.coop_dtype);
+        else
+            log_info("serve", "all %d layers here: helping peers that hold fewer", L);
+    }
     struct sched_ops ops = {.ctx = e,
                             .vocab_size = sv.lm->model.cfg.vocab_size,
                             .eos_id = sv.lm->tok.eos_id,
@@ -336,7 +402,9 @@ int cmd_serve(int argc, char **argv)
                             .notify_ctx = sv.front,
                             .notify = front_notify,
                             .wake = front_wake};
+    if (sv.coop) ops.coop = coop_sched_hooks(sv.coop);
     sched = sched_new(&sc, &ops, &e->kv, &sv.metrics, err);
+    if (sched && sv.coop) coop_set_scheduler(sv.coop, sched);
     if (!sched || sched_calibrate(sched, err) || sched_start(sched, err)) {
         char msg[ERRMSG_LEN + 32];
         snprintf(msg, sizeof msg, "serve: %s", err);
@@ -345,9 +413,8 @@ int cmd_serve(int argc, char **argv)
         http_server_stop(sv.http);
         goto out;
     }
-    if (on_fabric(&o)) {
-        sv.fabric = fabric_open(&o, err);
-        if (!sv.fabric || fabric_node_start(sv.fabric, err)) {
+    if (sv.fabric) {
+        if (fabric_node_start(sv.fabric, err)) {
             char msg[ERRMSG_LEN + 32];
             snprintf(msg, sizeof msg, "serve: fabric: %s", err);
             if (pid1_active()) pid1_fatal(msg);
@@ -381,6 +448,7 @@ out:
     pthread_join(http_thread, NULL);
     if (sched) sched_free(sched);
     fabric_node_free(sv.fabric);
+    coop_free(sv.coop);
     fabric_opts_free(&o.fab);
     fprintf(stderr, "strata serve: stopped\n");
     http_server_free(sv.http);
