@@ -64,10 +64,10 @@ static int count_k(const struct stream_loader *sl)
 static void on_span(void *ctx, int span)
 {
     struct stream_loader *sl = ctx;
-    int k = count_k(sl), old = atomic_load(&sl->k);
-    if (sl->lp)
-        layer_progress_span(sl->lp, span, sl->store.man->span[span].size,
-                            weight_store_complete(&sl->store) ? sl->lm->model.cfg.n_layers : k);
+    int L = sl->lm->model.cfg.n_layers, k = count_k(sl), old = atomic_load(&sl->k);
+    /* The head is the last span: until it is here the helper runs it, so k stays below L. */
+    if (!weight_store_complete(&sl->store) && k >= L) k = L - 1;
+    if (sl->lp) layer_progress_span(sl->lp, span, sl->store.man->span[span].size, k);
     if (sl->lm->engine.be && sl->lm->engine.be->upload_span) {
         char err[ERRMSG_LEN];
         if (sl->lm->engine.be->upload_span(&sl->lm->engine, span, err))
@@ -75,10 +75,7 @@ static void on_span(void *ctx, int span)
     }
     if (k > old) {
         atomic_store(&sl->k, k);
-        log_info("loader", "%s: %d/%d layers resident%s", sl->name, k, sl->lm->model.cfg.n_layers,
-                 k == sl->lm->model.cfg.n_layers && !weight_store_complete(&sl->store)
-                     ? " (the head is still arriving)"
-                     : "");
+        log_info("loader", "%s: %d/%d layers resident", sl->name, k, L);
         if (sl->on_resident) sl->on_resident(sl->ctx, k);
     }
     if (weight_store_complete(&sl->store)) {

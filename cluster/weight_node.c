@@ -156,6 +156,16 @@ void weight_node_free(struct weight_node *wn)
     free(wn);
 }
 
+void weight_node_step(struct weight_node *wn)
+{
+    poll_stream(wn, wn->fn);
+}
+
+int weight_node_embedding_ready(const struct weight_node *wn)
+{
+    return weight_store_span_ready(&wn->sl.store, 0);
+}
+
 int weight_node_engine_ready(const struct weight_node *wn)
 {
     return atomic_load(&wn->sl.engine_ready);

@@ -47,8 +47,15 @@ struct weight_node *weight_node_joiner(const struct weight_node_config *cfg,
 /* After fabric_node_free (the fabric thread is gone). */
 void weight_node_free(struct weight_node *wn);
 
+/* One round of the stream on the calling thread: only before fabric_node_start (a joiner waiting
+ * for its header), with tp_poll between rounds; afterwards the fabric thread does this. */
+void weight_node_step(struct weight_node *wn);
+
 /* Any thread. */
 int weight_node_engine_ready(const struct weight_node *wn); /* lm's engine is started */
+int weight_node_embedding_ready(const struct weight_node *wn); /* span 0 verified */
+/* Blocks usable here: consecutive blocks with the embedding, at most L-1 until the head has
+ * arrived too (k = L means "serves alone"). */
 int weight_node_k(const struct weight_node *wn);
 int weight_node_complete(const struct weight_node *wn);
 /* NULL, or why the stream failed for good. */

@@ -4,6 +4,7 @@
  * progress at once), the model (loader), the scheduler (calibrated step-time model, then its
  * compute thread), then completions are served. SIGTERM/SIGINT (or the power button as PID 1)
  * stop the front; running requests are ended and the process exits 0. */
+#include "cluster/coop.h"
 #include "cluster/fabric_node.h"
 #include "cluster/layer_progress.h"
 #include "cluster/weight_node.h"
@@ -33,7 +34,12 @@ struct serve_opts {
     double ttft_ms, tpot_ms, static_wait_ms;
     long max_body;
     double weight_rate_mbs; /* pacing of the weights this node sends, MB/s (0: the link's) */
+    int stop_the_world;     /* a pulling joiner serves only once every layer is here */
     struct fabric_opts fab; /* on the fabric when --fabric, --listen or --peers is given */
+    /* cooperative execution (docs/cluster.md) */
+    int resident_layers; /* -1: all (this node can help others) */
+    const char *resident_schedule, *coop_dtype;
+    int coop_timeout_ms;
 };
 
 static int usage(void)
@@ -47,8 +53,12 @@ static int usage(void)
             "         [--max-conns N] [--max-body BYTES] [--timeout-ms MS] [--name ID] [-v]\n"
             "         [--test-step-delay-us US]  (tests: sleep after every step)\n"
             "       strata serve --peers A,B --key-file K [--listen ADDR] ...  (no -m: pull the\n"
-            "         model from the peers into the arena) [--weight-rate MB/s]\n"
-            "       fabric (docs/cluster.md):\n");
+            "         model from the peers into the arena; serve with the first peer's help while\n"
+            "         layers arrive) [--weight-rate MB/s] [--stop-the-world]\n"
+            "       fabric (docs/cluster.md):\n"
+            "         [--coop-dtype f32|f16|bf16] [--coop-timeout-ms MS]  (joiner's activations)\n"
+            "         [--resident-layers K] [--resident-schedule STEP:K,...]  (tests: a joiner\n"
+            "          that runs only layers [0, K) itself, the rest on its first peer)\n");
     fabric_opts_usage(stderr, "         ");
     return 2;
 }
@@ -66,7 +76,9 @@ static int parse_opts(int argc, char **argv, struct serve_opts *o)
                              .ttft_ms = 1000,
                              .tpot_ms = 100,
                              .static_wait_ms = 50,
-                             .max_body = 1 << 20};
+                             .max_body = 1 << 20,
+                             .resident_layers = -1,
+                             .coop_dtype = "f32"};
     o->api_key = getenv("STRATA_API_KEY");
     for (int i = 1; i < argc; i++) {
         char ferr[ERRMSG_LEN];
@@ -98,6 +110,8 @@ static int parse_opts(int argc, char **argv, struct serve_opts *o)
             {"--ttft-ms", NULL, &o->ttft_ms, 1, 3600000},
             {"--tpot-ms", NULL, &o->tpot_ms, 1, 3600000},
             {"--static-wait-ms", NULL, &o->static_wait_ms, 0, 3600000},
+            {"--resident-layers", &o->resident_layers, NULL, 0, 1 << 16},
+            {"--coop-timeout-ms", &o->coop_timeout_ms, NULL, 1, 3600000},
         };
         int done = 0;
         for (size_t k = 0; k < sizeof nums / sizeof nums[0] && !done; k++) {
@@ -133,6 +147,12 @@ static int parse_opts(int argc, char **argv, struct serve_opts *o)
             o->name = v, i++;
         else if (!strcmp(a, "--weight-rate") && v)
             o->weight_rate_mbs = atof(v), i++;
+        else if (!strcmp(a, "--stop-the-world"))
+            o->stop_the_world = 1;
+        else if (!strcmp(a, "--resident-schedule") && v)
+            o->resident_schedule = v, i++;
+        else if (!strcmp(a, "--coop-dtype") && v)
+            o->coop_dtype = v, i++;
         else if (!strcmp(a, "--max-body") && v)
             o->max_body = atol(v), i++;
         else if (!strcmp(a, "--shed-late"))
@@ -153,6 +173,21 @@ static int parse_opts(int argc, char **argv, struct serve_opts *o)
         return -1;
     }
     if (o->max_body < 1024) o->max_body = 1024;
+    int joiner = o->resident_layers >= 0 || o->resident_schedule;
+    if (joiner && !o->fab.n_peers) {
+        fprintf(stderr, "strata serve: --resident-layers/--resident-schedule need --peers (the "
+                        "helper that runs the other layers)\n");
+        return -1;
+    }
+    if (joiner && o->static_batch) {
+        fprintf(stderr, "strata serve: --static-batch and cooperative execution do not mix\n");
+        return -1;
+    }
+    if (strcmp(o->coop_dtype, "f32") && strcmp(o->coop_dtype, "f16") &&
+        strcmp(o->coop_dtype, "bf16")) {
+        fprintf(stderr, "strata serve: --coop-dtype %s: want f32, f16 or bf16\n", o->coop_dtype);
+        return -1;
+    }
     return 0;
 }
 
@@ -166,6 +201,7 @@ struct serve {
     struct fabric_node *fabric;  /* NULL when not on the fabric */
     struct weight_node *weights; /* the model offered to / pulled from peers (fabric) */
     struct layer_progress layers;
+    struct coop *coop; /* with the fabric */
 };
 
 static int engine_step(void *ctx, const struct batch *b, float *logits)
@@ -264,6 +300,7 @@ static const char *model_name(const struct serve_opts *o, const char *path, char
 static void on_resident(void *ctx, int k)
 {
     struct serve *sv = ctx;
+    if (sv->coop) coop_set_resident(sv->coop, k);
     char stage[64];
     int L = atomic_load(&sv->layers.layers_total);
     snprintf(stage, sizeof stage, "pulling weights: %d/%d layers resident", k, L);
@@ -300,14 +337,41 @@ static int load_model(struct serve *sv, const struct serve_opts *o, struct loade
         front_set_progress(sv->front, "pulling weights: waiting for the header", 0);
         if (!(sv->weights = weight_node_joiner(&wc, sv->lm, lo, err))) return -1;
     }
-    if (sv->fabric && fabric_node_start(sv->fabric, err)) return errmsg_prefix(err, "fabric: ");
     if (o->model) return 0;
-    /* Joiner: wait for the stream (the fabric thread fills the arena). */
-    while (!weight_node_complete(sv->weights)) {
+    /* Joiner: until the header has arrived and the engine exists, this thread drives the stream
+     * (cooperative execution needs the engine before the fabric thread starts); then the fabric
+     * thread goes on with the rest. */
+    struct tp *t = fabric_node_tp(sv->fabric);
+    while (!weight_node_engine_ready(sv->weights)) {
+        tp_poll(t, 5);
+        weight_node_step(sv->weights);
         const char *why = weight_node_failed(sv->weights);
         if (why) return errmsg_set(err, "fabric: weights: %s", why);
         if (atomic_load(&stopping)) return errmsg_set(err, "stopped while pulling the weights");
-        struct timespec ts = {0, 10 * 1000 * 1000};
+    }
+    return 0;
+}
+
+/* A pulling joiner serves once it can: with the embedding here and its helper (the first peer)
+ * connected, or when every layer is here (--stop-the-world: only then). */
+static int wait_servable(struct serve *sv, const struct serve_opts *o, char *err)
+{
+    int said = 0;
+    while (!weight_node_complete(sv->weights)) {
+        const char *why = weight_node_failed(sv->weights);
+        if (why) return errmsg_set(err, "fabric: weights: %.400s", why);
+        if (atomic_load(&stopping)) return errmsg_set(err, "stopped while pulling the weights");
+        if (!o->stop_the_world && weight_node_embedding_ready(sv->weights) &&
+            fabric_node_peer_open(sv->fabric, 0)) {
+            log_info("serve", "serving while partial: %d/%d layers here, the rest on %s",
+                     weight_node_k(sv->weights), sv->lm->model.cfg.n_layers, o->fab.peers[0]);
+            return 0;
+        }
+        if (!said && weight_node_embedding_ready(sv->weights) && !o->stop_the_world) {
+            log_info("serve", "waiting for the helper %s (or every layer)", o->fab.peers[0]);
+            said = 1;
+        }
+        struct timespec ts = {0, 5 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
     log_info("serve", "weights complete: %d layers resident", sv->lm->model.cfg.n_layers);
@@ -394,6 +458,43 @@ int cmd_serve(int argc, char **argv)
                               .shed_late = o.shed_late,
                               .static_shrink = o.static_shrink,
                               .step_delay_us = o.step_delay_us};
+    int pulling = !o.model; /* the weights are arriving over the fabric */
+    if (on_fabric(&o)) {
+        int L = sv.lm->model.cfg.n_layers;
+        int resident = o.resident_layers >= 0 ? (o.resident_layers < L ? o.resident_layers : L)
+                       : o.resident_schedule  ? 0
+                       : pulling              ? weight_node_k(sv.weights)
+                                              : L;
+        int joiner = o.resident_layers >= 0 || o.resident_schedule || pulling;
+        struct coop_config cc = {.e = e,
+                                 .m = &sv.metrics,
+                                 .eos_id = sv.lm->tok.eos_id,
+                                 .alt_eos_id = sv.lm->tok.bos_id,
+                                 .resident = resident,
+                                 .schedule = o.resident_schedule,
+                                 .helper_peer = joiner ? 0 : -1,
+                                 .dtype = !strcmp(o.coop_dtype, "f16")    ? WIRE_F16
+                                          : !strcmp(o.coop_dtype, "bf16") ? WIRE_BF16
+                                                                          : WIRE_F32,
+                                 .timeout_ms = o.coop_timeout_ms,
+                                 .serve_remote = !joiner};
+        cc.fabric = sv.fabric;
+        if (!(sv.coop = coop_new(&cc, err)) || coop_attach(sv.coop, err) ||
+            (pulling && fabric_node_start(sv.fabric, err)) ||
+            (pulling && wait_servable(&sv, &o, err))) {
+            char msg[ERRMSG_LEN + 32];
+            snprintf(msg, sizeof msg, "serve: fabric: %s", err);
+            if (pid1_active()) pid1_fatal(msg);
+            fprintf(stderr, "strata %s\n", msg);
+            http_server_stop(sv.http);
+            goto out;
+        }
+        if (joiner)
+            log_info("serve", "joiner: layers [0, %d) of %d here, the rest on %s (%s activations)",
+                     resident, L, o.fab.peers[0], o.coop_dtype);
+        else
+            log_info("serve", "all %d layers here: helping peers that hold fewer", L);
+    }
     struct sched_ops ops = {.ctx = e,
                             .vocab_size = sv.lm->model.cfg.vocab_size,
                             .eos_id = sv.lm->tok.eos_id,
@@ -404,7 +505,9 @@ int cmd_serve(int argc, char **argv)
                             .notify_ctx = sv.front,
                             .notify = front_notify,
                             .wake = front_wake};
+    if (sv.coop) ops.coop = coop_sched_hooks(sv.coop);
     sched = sched_new(&sc, &ops, &e->kv, &sv.metrics, err);
+    if (sched && sv.coop) coop_set_scheduler(sv.coop, sched);
     if (!sched || sched_calibrate(sched, err) || sched_start(sched, err)) {
         char msg[ERRMSG_LEN + 32];
         snprintf(msg, sizeof msg, "serve: %s", err);
@@ -412,6 +515,16 @@ int cmd_serve(int argc, char **argv)
         fprintf(stderr, "strata %s\n", msg);
         http_server_stop(sv.http);
         goto out;
+    }
+    if (sv.fabric && !pulling) {
+        if (fabric_node_start(sv.fabric, err)) {
+            char msg[ERRMSG_LEN + 32];
+            snprintf(msg, sizeof msg, "serve: fabric: %s", err);
+            if (pid1_active()) pid1_fatal(msg);
+            fprintf(stderr, "strata %s\n", msg);
+            http_server_stop(sv.http);
+            goto out;
+        }
     }
     const struct step_model *sm = sched_step_model(sched);
     log_info("serve", "step model: %.1f us/token + %.1f us/sequence + %.1f us", sm->a * 1e6,
@@ -440,6 +553,7 @@ out:
     fabric_node_stop(sv.fabric); /* the weight stream's connections close before the transport */
     weight_node_free(sv.weights);
     fabric_node_free(sv.fabric);
+    coop_free(sv.coop);
     fabric_opts_free(&o.fab);
     fprintf(stderr, "strata serve: stopped\n");
     http_server_free(sv.http);
