@@ -489,6 +489,7 @@ int cmd_serve(int argc, char **argv)
             http_server_stop(sv.http);
             goto out;
         }
+        if (pulling) coop_set_resident(sv.coop, weight_node_k(sv.weights)); /* k so far */
         if (joiner)
             log_info("serve", "joiner: layers [0, %d) of %d here, the rest on %s (%s activations)",
                      resident, L, o.fab.peers[0], o.coop_dtype);

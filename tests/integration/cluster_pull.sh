@@ -1,8 +1,10 @@
 #!/bin/bash
 # A serving node pulls its model from the fabric (strata serve --peers, no -m) on 127.0.0.1:
-# - pull_exact: while the weights arrive /health is 503 with per-layer progress (state loading or
-#   partial, layers_resident < layers_total, bytes > 0), then 200 "ready"; the joiner's greedy text
-#   is the source's, and /metrics has the per-layer series;
+# - pull_exact: while the weights arrive /health reports per-layer progress (503 until the
+#   embedding and the helper are there, then 200 "partial"), then 200 "ready"; the joiner's greedy
+#   text is the source's, and /metrics has the per-layer series;
+# - partial_exact: a completion asked while partial (the source runs the missing layers and the
+#   head) is the source's exact text;
 # - chain: source -> joiner (--listen) -> second joiner, exact text at the end of the chain;
 # - resume: the source is killed mid-stream, the joiner resumes from the second holder, exact;
 # - other_model: a holder of another model on the way is skipped with a log line naming it;
@@ -28,23 +30,30 @@ why() { # the last lines of a node's log, for failure messages
 }
 
 # --- reference text: the source serving alone
-cl_serve src -m "$M" "${FAB[@]}" --listen 127.0.0.1:$((CL_BASE + 1)) --weight-rate 0.25 &&
+cl_serve src -m "$M" "${FAB[@]}" --listen 127.0.0.1:$((CL_BASE + 1)) --weight-rate 0.1 &&
     cl_ready src 20 || { echo "not ok - cluster_pull: the source did not start: $(why src)"; exit 1; }
 REF=$(cl_complete src "$P" $N)
 [ -n "$REF" ] || { echo "not ok - cluster_pull: no reference text: $(why src)"; exit 1; }
 
-# --- pull_exact
+# --- pull_exact: progress, a completion while partial (the source helps), then ready
 cl_serve j "${FAB[@]}" --peers 127.0.0.1:$((CL_BASE + 1))
 : >"$W/health"
-for ((i = 0; i < 400; i++)); do
-    code=$(curl -s -o "$W/h1" -w '%{http_code}' "${CL_URL[j]}/health")
+asked=0
+for ((i = 0; i < 600; i++)); do
+    code=$(curl -s -m 2 -o "$W/h1" -w '%{http_code}' "${CL_URL[j]}/health")
     echo "$code $(cat "$W/h1")" >>"$W/health"
-    [ "$code" = 200 ] && break
+    st=$(sed -n 's/.*"state":"\([a-z]*\)".*/\1/p' "$W/h1")
+    if [ "$code" = 200 ] && [ "$st" = partial ] && [ $asked = 0 ]; then
+        cl_complete j "$P" $N >"$W/partial.txt" &
+        asked=$!
+    fi
+    [ "$code" = 200 ] && [ "$st" = ready ] && break
     sleep 0.05
 done
+[ $asked != 0 ] && wait $asked
 seen=$(python3 - "$W/health" <<'PY'
 import json, sys
-partial = ready = 0
+loading = partial = ready = 0
 for line in open(sys.argv[1]):
     code, _, body = line.partition(" ")
     try:
@@ -52,18 +61,21 @@ for line in open(sys.argv[1]):
     except ValueError:
         continue
     if code == "503" and h.get("state") in ("loading", "partial") and \
-            h["layers_resident"] < h["layers_total"] and h["bytes"] > 0:
+            h["layers_resident"] < h["layers_total"]:
+        loading += 1
+    if code == "200" and h.get("state") == "partial" and h["layers_resident"] < h["layers_total"]:
         partial += 1
     if code == "200" and h.get("state") == "ready" and h["layers_resident"] == h["layers_total"]:
         ready += 1
-print(partial, ready)
+print(loading, partial, ready)
 PY
 )
+read -r n_loading n_partial n_ready <<<"$seen"
 TXT=$(cl_complete j "$P" $N)
 MET=$(curl -s "${CL_URL[j]}/metrics")
-if [ "${seen% *}" -lt 1 ]; then
-    not_ok "pull_exact: /health never showed a 503 with per-layer progress ($(tail -n 2 "$W/health"))"
-elif [ "${seen#* }" -lt 1 ]; then
+if [ "$n_loading" -lt 1 ] && [ "$n_partial" -lt 1 ]; then
+    not_ok "pull_exact: /health never showed per-layer progress ($(tail -n 2 "$W/health"))"
+elif [ "$n_ready" -lt 1 ]; then
     not_ok "pull_exact: /health never turned 200 ready: $(why j)"
 elif [ "$TXT" != "$REF" ]; then
     not_ok "pull_exact: joiner text '$TXT' differs from the source's '$REF'"
@@ -72,13 +84,21 @@ elif ! grep -q '^strata_layers_resident 5$' <<<"$MET" ||
     ! grep -q '^strata_weights_state{state="ready"} 1$' <<<"$MET"; then
     not_ok "pull_exact: /metrics lacks the layer series"
 else
-    ok "pull_exact (${seen% *} progress answers while pulling, exact text)"
+    ok "pull_exact ($n_loading answers 503 with progress, $n_partial 200 partial, exact text once complete)"
+fi
+if [ $asked = 0 ]; then
+    not_ok "partial_exact: the joiner never served while partial ($(grep -c . "$W/health") /health answers)"
+elif [ "$(cat "$W/partial.txt")" != "$REF" ]; then
+    not_ok "partial_exact: text served while partial '$(cat "$W/partial.txt")' differs from '$REF'"
+else
+    ok "partial_exact (a completion asked while partial, helped by the source: exact text)"
 fi
 cl_stop j || not_ok "pull_exact: joiner exit status $? on SIGTERM"
 
 # --- chain: src -> c1 -> c2
 cl_serve c1 "${FAB[@]}" --peers 127.0.0.1:$((CL_BASE + 1)) --listen 127.0.0.1:$((CL_BASE + 2))
-cl_serve c2 "${FAB[@]}" --peers 127.0.0.1:$((CL_BASE + 2))
+# c1 is itself a joiner and helps nobody: c2 waits for every layer (its helper would be c1).
+cl_serve c2 "${FAB[@]}" --peers 127.0.0.1:$((CL_BASE + 2)) --stop-the-world
 if ! cl_ready c2 40; then
     not_ok "chain: the end of the chain never became ready: $(why c2)"
 elif [ "$(cl_complete c2 "$P" $N)" != "$REF" ]; then
@@ -91,7 +111,8 @@ fi
 cl_kill c1
 cl_kill c2
 
-# --- resume and other_model: peers s1 (paced, killed mid-stream), x (another model), s2
+# --- resume and other_model: peers s1 (paced, killed mid-stream), x (another model), s2;
+# stop-the-world: the helper (s1) dies on purpose here (coop's own tests cover a dying helper).
 SM=$W/other.gguf
 build/tools/synth_model --shape tiny-gqa --type q8_0 --seed 3 -o "$SM" >/dev/null 2>&1 ||
     "$STRATA" convert --tokenizer "${STRATA_SHARED:-../shared}/models/tok512.bin" \
@@ -100,7 +121,7 @@ cl_serve s1 -m "$M" "${FAB[@]}" --listen 127.0.0.1:$((CL_BASE + 3)) --weight-rat
 cl_serve x -m "$SM" --name other "${FAB[@]}" --listen 127.0.0.1:$((CL_BASE + 4))
 cl_serve s2 -m "$M" "${FAB[@]}" --listen 127.0.0.1:$((CL_BASE + 5))
 cl_ready s1 20 && cl_ready x 20 && cl_ready s2 20 || not_ok "resume: holders did not start"
-cl_serve r "${FAB[@]}" --peers 127.0.0.1:$((CL_BASE + 3)),127.0.0.1:$((CL_BASE + 4)),127.0.0.1:$((CL_BASE + 5))
+cl_serve r "${FAB[@]}" --stop-the-world --peers 127.0.0.1:$((CL_BASE + 3)),127.0.0.1:$((CL_BASE + 4)),127.0.0.1:$((CL_BASE + 5))
 for ((i = 0; i < 200; i++)); do
     grep -q '2/5 layers resident' "$W/r.log" && break
     sleep 0.05
