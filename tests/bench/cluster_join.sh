@@ -1,0 +1,105 @@
+#!/bin/bash
+# Live scale-out, measured: a synthetic TinyLlama-shape Q4_0 model (tests/tools/synth_model) held
+# by a source `strata serve` in one network namespace; joiners (`strata serve --peers`, no -m) in
+# others, over veth and kernel TCP, the link capped by the weight stream's pacing (--weight-rate)
+# so that the model takes ~8 s to cross. Figures, each beside its baseline from the same run:
+#   1. join -> first token served by the joiner, and join -> every layer resident: live (the
+#      joiner serves from its first layers, the source runs the rest: cluster/coop.h) vs
+#      stop-the-world (--stop-the-world: the joiner waits for every layer);
+#   2. TTFT P50/P99 of a burst of N requests sent to the joiner at the join, under both;
+#   3. the replica transfer rate as a share of the capped rate;
+#   4. 1, 2 and 3 chained joiners (source -> j1 -> j2 -> j3): time until the last one holds
+#      everything, against one transfer.
+# Never in CI (make bench). Noisy: 2 cores shared with builds; the pacing, not the machine, is
+# meant to be the bottleneck.
+set -u
+cd "$(dirname "$0")/../.."
+. tests/lib/fabric_netns.sh
+if [ "$(id -u)" != 0 ]; then echo "skip - cluster_join: needs root"; exit 0; fi
+make -s -j2 build/strata build/tools/synth_model >/dev/null || exit 1
+MODEL=${CLUSTER_BENCH_MODEL:-build/bench-models/tinyllama-q4_0.gguf}
+if [ ! -f "$MODEL" ]; then
+    mkdir -p "$(dirname "$MODEL")"
+    echo "generating $MODEL (synthetic TinyLlama shape, Q4_0)..."
+    build/tools/synth_model --shape tinyllama --type q4_0 --seed 1 -o "$MODEL" >/dev/null || exit 1
+fi
+W=$(mktemp -d /tmp/cluster_bench.XXXXXX)
+trap 'fab_cleanup; rm -rf "$W"' EXIT
+fab_key "$W/key"
+SIZE=$(stat -c %s "$MODEL")
+CROSS_S=${CLUSTER_BENCH_SECONDS:-8}
+RATE=$(awk -v s="$SIZE" -v t="$CROSS_S" 'BEGIN { printf "%.1f", s / t / 1e6 }') # MB/s
+N=${CLUSTER_BENCH_BURST:-8}
+TOK=${CLUSTER_BENCH_TOKENS:-8}
+SERVE=(--port 8080 --threads 1 --max-batch "$N" --ctx 256 --step-tokens 64 -v)
+FAB=(--fabric tcp --key-file "$W/key")
+
+ms() { awk -v t="$1" 'BEGIN { if (t == "" || t == "None") print "-"; else printf "%.2f s", t }'; }
+source_up() { # source_up: the source on node 1; waits until it serves
+    fab_bg 1 "$W/src" "$STRATA" serve -m "$MODEL" --host 10.77.0.1 "${SERVE[@]}" "${FAB[@]}" \
+        --listen 10.77.0.1:7000 --weight-rate "$RATE"
+    local i
+    for ((i = 0; i < 1200; i++)); do
+        ip netns exec "$(fab_ns 1)" curl -sf -o /dev/null http://10.77.0.1:8080/health && return 0
+        sleep 0.1
+    done
+    echo "the source never became ready: $(tail -n 3 "$W/src.err")"
+    return 1
+}
+# log_ts NAME REGEX: the [monotonic] time stamp of the first log line matching REGEX
+log_ts() { grep -m1 -E "$2" "$W/$1.err" | sed -n 's/^\[ *\([0-9.]*\)\].*/\1/p'; }
+
+echo "cluster_join: $(basename "$MODEL") ($((SIZE >> 20)) MiB), link capped at $RATE MB/s (~${CROSS_S} s per copy),"
+echo "  burst of $N requests x $TOK tokens at the join; veth + kernel TCP; 2 shared cores: noisy"
+fab_setup 5 9000 tcp || exit 1
+source_up || exit 1
+REF=""
+for mode in live stop-the-world; do
+    extra=()
+    [ "$mode" = stop-the-world ] && extra=(--stop-the-world)
+    ip netns exec "$(fab_ns 2)" python3 tests/bench/cluster_join_client.py 10.77.0.2 8080 "$N" "$TOK" \
+        "$W/j-$mode.err" -- "$STRATA" serve --host 10.77.0.2 "${SERVE[@]}" "${FAB[@]}" \
+        --listen 10.77.0.2:7000 --peers 10.77.0.1:7000 "${extra[@]}" >"$W/$mode.json"
+    read -r first full p50 p99 ok_text <<<"$(python3 - "$W/$mode.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+t = sorted(x for x in d["ttft_s"] if x is not None)
+q = lambda p: t[min(len(t) - 1, int(round(p * (len(t) - 1))))] if t else None
+texts = set(d["texts"])
+print(d["first_token_s"], d["full_s"], q(0.5), q(0.99), len(texts) == 1 and "" not in texts)
+PY
+)"
+    printf "  %-15s join -> first token %s, -> every layer %s; burst TTFT P50 %s P99 %s%s\n" "$mode:" \
+        "$(ms "$first")" "$(ms "$full")" "$(ms "$p50")" "$(ms "$p99")" \
+        "$([ "$ok_text" = True ] || echo " (texts differ!)")"
+    eval "FIRST_${mode//-/_}=$first; P99_${mode//-/_}=$p99"
+done
+awk -v a="$P99_live" -v b="$P99_stop_the_world" 'BEGIN { if (a > 0) printf "  burst TTFT P99: stop-the-world / live = %.1fx\n", b / a }'
+# One layer's transfer time, for the target (first token within one layer + one step).
+L=22
+awk -v s="$SIZE" -v r="$RATE" -v l=$L 'BEGIN { printf "  one layer crosses in %.2f s at the cap (%d blocks + embedding + head)\n", s / (l + 2) / r / 1e6, l }'
+
+# Replica rate and chains (stop-the-world joiners: the figure is the copy).
+for n in 1 2 3; do
+    pids=()
+    for ((i = 2; i <= n + 1; i++)); do
+        up=10.77.0.$((i - 1))
+        fab_bg $i "$W/c$n-$i" "$STRATA" serve --host 10.77.0.$i "${SERVE[@]}" "${FAB[@]}" \
+            --listen 10.77.0.$i:7000 --peers $up:7000 --stop-the-world --weight-rate "$RATE"
+        pids+=($FAB_LAST)
+    done
+    last=$((n + 1))
+    fab_wait_line "$W/c$n-$last.err" 'every span verified' 600 || { echo "  chain $n: the last joiner never completed"; continue; }
+    t0=$(log_ts "c$n-2" 'joining from')
+    t1=$(log_ts "c$n-$last" 'every span verified')
+    if [ $n = 1 ]; then
+        h=$(log_ts c1-2 'header verified')
+        ONE=$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')
+        awk -v a="$h" -v b="$t1" -v s="$SIZE" -v r="$RATE" 'BEGIN {
+            printf "  replica: %.1f MB/s = %.0f%% of the %.1f MB/s cap (%.2f s header -> every span)\n",
+                s / (b - a) / 1e6, 100 * s / (b - a) / 1e6 / r, r, b - a }'
+    fi
+    awk -v a="$t0" -v b="$t1" -v o="$ONE" -v n=$n 'BEGIN {
+        printf "  chain of %d joiner(s): last one complete %.2f s after the first join = %.2fx one transfer\n", n, b - a, (b - a) / o }'
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+done
