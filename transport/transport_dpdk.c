@@ -21,8 +21,8 @@
  * flip a bit after the CRC (corrupt) or add a forged copy with a valid CRC but a bad tag (forge).
  */
 #include "drivers/nic/nic.h"
-#include "os/errmsg.h"
-#include "os/log.h"
+#include "os/common/errmsg.h"
+#include "os/runtime/log.h"
 #include "transport/crc32c.h"
 #include "transport/transport.h"
 

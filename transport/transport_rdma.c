@@ -9,8 +9,8 @@
  * tp_pull() reads ranges of the peer's region into the local one without involving the peer's
  * CPU (the holder keeps serving). The arena is registered once per device (tp_expose). */
 #include "drivers/rdma/rdma.h"
-#include "os/errmsg.h"
-#include "os/log.h"
+#include "os/common/errmsg.h"
+#include "os/runtime/log.h"
 #include "transport/transport.h"
 
 #include <stdio.h>

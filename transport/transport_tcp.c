@@ -5,8 +5,8 @@
  * CRC or authentication cannot be skipped in a stream, so it closes the connection. */
 #include "transport/transport.h"
 
-#include "os/errmsg.h"
-#include "os/log.h"
+#include "os/common/errmsg.h"
+#include "os/runtime/log.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

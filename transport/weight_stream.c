@@ -1,7 +1,7 @@
 #include "transport/weight_stream.h"
 
-#include "os/errmsg.h"
-#include "os/log.h"
+#include "os/common/errmsg.h"
+#include "os/runtime/log.h"
 #include "transport/crc32c.h"
 
 #include <sodium.h>

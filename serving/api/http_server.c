@@ -1,7 +1,7 @@
 #include "serving/api/http_server.h"
 
-#include "os/errmsg.h"
-#include "os/log.h"
+#include "os/common/errmsg.h"
+#include "os/runtime/log.h"
 #include "serving/api/api_request.h"
 
 #include <arpa/inet.h>

@@ -2,7 +2,7 @@
  * scalar reference kernels. The SIMD kernels live in kernels_avx2.c and kernels_avx512.c. */
 #include "serving/engine/matmul.h"
 
-#include "os/errmsg.h"
+#include "os/common/errmsg.h"
 #include "serving/engine/gguf.h"
 #include "serving/engine/matmul_kernels.h"
 #include "serving/engine/quant.h"

@@ -1,7 +1,7 @@
 /* repack: ggml rows -> 16-row groups (see repack.h for the layout and why). */
 #include "serving/engine/repack.h"
 
-#include "os/errmsg.h"
+#include "os/common/errmsg.h"
 #include "serving/engine/gguf.h"
 #include "serving/engine/quant.h"
 

@@ -14,7 +14,7 @@
  * sequentially consistent atomics), so a wake is never lost. */
 #include "serving/engine/threadpool.h"
 
-#include "os/errmsg.h"
+#include "os/common/errmsg.h"
 
 #include <errno.h>
 #include <limits.h>

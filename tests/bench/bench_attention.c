@@ -10,12 +10,12 @@
  * at the same GB/s, twice as fast). Best of several passes (others share this machine).
  * The TinyLlama shape has 8 query heads per kv head: its figure is compute, not the memory.
  * Usage: bench_attention */
-#include "os/arena.h"
-#include "os/errmsg.h"
+#include "os/runtime/arena.h"
+#include "os/common/errmsg.h"
 #include "serving/engine/fwd_kernels.h"
 #include "serving/engine/kv_cache.h"
 #include "serving/engine/matmul.h"
-#include "serving/engine/membw.h"
+#include "tests/bench/membw.h"
 
 #include <math.h>
 #include <stdint.h>

@@ -8,10 +8,10 @@
  * the types, BENCH_THREADS=1 or 2 the thread counts. */
 #include "../unit/synth.h"
 
-#include "os/errmsg.h"
-#include "os/log.h"
+#include "os/common/errmsg.h"
+#include "os/runtime/log.h"
 #include "serving/engine/loader.h"
-#include "serving/engine/membw.h"
+#include "tests/bench/membw.h"
 #include "serving/engine/sampler.h"
 
 #include <sys/stat.h>

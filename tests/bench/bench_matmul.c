@@ -11,10 +11,10 @@
  * Usage: [BENCH_TYPES=Q8_0,Q4_0] [BENCH_SHAPE=ROWSxCOLS] bench_matmul [threads...]
  * (default: 1 2 threads, 5632x2048; e.g. BENCH_SHAPE=768x768 for stories110M's attention
  * matrices, each decode pass then crossing many small matrices as the engine does). */
-#include "os/errmsg.h"
+#include "os/common/errmsg.h"
 #include "serving/engine/gguf.h"
 #include "serving/engine/matmul.h"
-#include "serving/engine/membw.h"
+#include "tests/bench/membw.h"
 #include "serving/engine/quant.h"
 #include "serving/engine/repack.h"
 #include "serving/engine/threadpool.h"

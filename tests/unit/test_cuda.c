@@ -15,13 +15,13 @@
  * each alone; weights must be uploaded before use; the device sampler's greedy and top_k=1 paths.
  */
 #include "drivers/cuda/cu_api.h"
-#include "drivers/cuda/cuda_backend.h"
+#include "serving/engine/cuda/cuda_backend.h"
 #include "drivers/cuda/cuda_fatbin.h"
-#include "drivers/cuda/cuda_plan.h"
+#include "serving/engine/cuda/cuda_plan.h"
 #include "serving/engine/convert.h"
 #include "serving/engine/repack.h"
-#include "os/errmsg.h"
-#include "os/log.h"
+#include "os/common/errmsg.h"
+#include "os/runtime/log.h"
 #include "tests/unit/check.h"
 #include "tests/unit/cuda_synth.h"
 

@@ -2,7 +2,7 @@
  * this CPU has x n_tok in {1,2,3,5,17} x odd row counts (multiples of 16 for the groups),
  * against a double-precision reference on the dequantized weights; every ISA against the scalar
  * kernels; results independent of batch size, tiling and thread count. */
-#include "os/errmsg.h"
+#include "os/common/errmsg.h"
 #include "serving/engine/gguf.h"
 #include "serving/engine/matmul.h"
 #include "serving/engine/matmul_kernels.h"

@@ -24,7 +24,7 @@
 #define STRATA_SCHEDULER_H
 
 #include "serving/api/metrics.h"
-#include "serving/api/step_model.h"
+#include "serving/sched/step_model.h"
 #include "serving/engine/engine.h"
 #include "serving/engine/kv_cache.h"
 #include "serving/engine/sampler.h"

@@ -9,10 +9,10 @@
  * it. --serve N makes a holder exit once N downstream peers have verified everything; a joiner
  * without it exits when it has. The last stdout line says what happened ("complete: ..." or
  * "failed: ..."), so scripts can check it. */
-#include "os/arena.h"
-#include "os/errmsg.h"
-#include "os/log.h"
-#include "serving/commands.h"
+#include "os/runtime/arena.h"
+#include "os/common/errmsg.h"
+#include "os/runtime/log.h"
+#include "cmd/commands.h"
 #include "serving/engine/gguf.h"
 #include "serving/engine/model.h"
 #include "transport/transport.h"
@@ -376,7 +376,7 @@ static void on_signal(int sig)
     stop_signal = sig;
 }
 
-int cmd_node(int argc, char **argv)
+static int run_node(int argc, char **argv)
 {
     struct node_opts o;
     if (parse_opts(&o, argc, argv)) {
@@ -538,3 +538,6 @@ out:
     free(gs);
     return rc;
 }
+
+const struct command cmd_node = {
+    "node", run_node, "node --role source|joiner --transport tcp|dpdk|rdma ... (fabric node)"};

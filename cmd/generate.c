@@ -3,9 +3,9 @@
  * (matrix x matrix); decode runs one token per step. Stops after -n tokens, at the end of the
  * context, or when the model emits EOS (or BOS, which llama2.c-trained models use between
  * stories). */
-#include "os/errmsg.h"
-#include "os/log.h"
-#include "serving/commands.h"
+#include "os/common/errmsg.h"
+#include "os/runtime/log.h"
+#include "cmd/commands.h"
 #include "serving/engine/loader.h"
 #include "serving/engine/sampler.h"
 
@@ -41,7 +41,7 @@ static int parse_num(const char *flag, const char *s, double lo, double hi, doub
     return 0;
 }
 
-int cmd_generate(int argc, char **argv)
+static int run_generate(int argc, char **argv)
 {
     const char *model = NULL, *prompt = "";
     double n_gen = 128, temp = 1.0, top_p = 1.0, top_k = 0, min_p = 0, seed = 0, threads = 0,
@@ -201,3 +201,8 @@ out:
     free(lm);
     return rc;
 }
+
+const struct command cmd_generate = {
+    "generate", run_generate,
+    "generate -m MODEL.gguf -p PROMPT [-n N --temp T --top-p P --top-k K --min-p M --seed S "
+    "--threads N --batch N --kv-type f16|f32 -v]"};

@@ -1,9 +1,9 @@
 /* cuda_plan: device layout and upload schedule of the weights (see cuda_plan.h). */
-#include "drivers/cuda/cuda_plan.h"
+#include "serving/engine/cuda/cuda_plan.h"
 
 #include "serving/engine/repack.h"
 
-#include "os/errmsg.h"
+#include "os/common/errmsg.h"
 #include "serving/engine/gguf.h"
 
 #include <stdio.h>

@@ -1,13 +1,13 @@
 /* cuda_backend: the forward pass on the GPU (see cuda_backend.h). Laid out in the order data
  * flows: device set-up, weight upload, the step's metadata, the kernels' launch wrappers, the
  * forward pass, sampling, the engine_backend adapter, backend selection, measurements. */
-#include "drivers/cuda/cuda_backend.h"
+#include "serving/engine/cuda/cuda_backend.h"
 
 #include "drivers/cuda/cu_api.h"
 #include "drivers/cuda/cuda_fatbin.h"
-#include "drivers/cuda/cuda_plan.h"
-#include "os/errmsg.h"
-#include "os/log.h"
+#include "serving/engine/cuda/cuda_plan.h"
+#include "os/common/errmsg.h"
+#include "os/runtime/log.h"
 #include "serving/engine/gguf.h"
 
 #include <math.h>
@@ -981,23 +981,11 @@ int cuda_probe(char *why)
     return cu_api_load(why);
 }
 
-const struct engine_backend *engine_pick_backend(const struct engine_backend *cpu)
+void cuda_device_name(char *name, size_t cap)
 {
-    char why[ERRMSG_LEN];
-    const char *force = getenv("STRATA_BACKEND");
-    if (force && !strcmp(force, "cpu")) {
-        log_info("engine", "backend cpu: STRATA_BACKEND=cpu");
-        return cpu;
-    }
-    if (cuda_probe(why)) {
-        log_info("engine", "backend cpu: %s", why);
-        return cpu;
-    }
     CUdevice d;
-    char name[128] = "?";
-    if (cu.DeviceGet(&d, 0) == CUX_SUCCESS) cu.DeviceGetName(name, sizeof name, d);
-    log_info("engine", "backend cuda (%s)", name);
-    return &cuda_backend;
+    snprintf(name, cap, "?");
+    if (cu.DeviceGet(&d, 0) == CUX_SUCCESS) cu.DeviceGetName(name, (int)cap, d);
 }
 
 /* ---------------------------------------------------------------------------------------------

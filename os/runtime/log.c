@@ -1,4 +1,4 @@
-#include "os/log.h"
+#include "os/runtime/log.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -1,6 +1,6 @@
 /* membw: a streaming-read bandwidth probe (see membw.h). The read loop is what the GEMV kernels
  * do to weights, minus the arithmetic: sequential 32-byte loads, several in flight. */
-#include "serving/engine/membw.h"
+#include "tests/bench/membw.h"
 
 #include "serving/engine/threadpool.h"
 

@@ -7,29 +7,13 @@ cd "$(dirname "$0")/.."
 SECS=${FUZZ_SECONDS:-10}
 OUT=build/fuzz
 mkdir -p "$OUT"
-DPDK_CFLAGS=$(pkg-config --cflags libdpdk 2>/dev/null)
 status=0
-LIB_SRC=$(find os drivers serving transport -name '*.c' ! -path 'os/init/*' ! -path '*/fuzz/*' \
-          ! -name main.c ! -path 'drivers/nic/*' ! -path 'drivers/rdma/*' | sort)
-FLAGS="-std=c11 -D_GNU_SOURCE -g -O1 -I. -fopenmp-simd -fsanitize=fuzzer-no-link,address,undefined -pthread"
-# Compile the library once for all targets.
-mkdir -p "$OUT/obj"
-objs=()
-for s in $LIB_SRC; do
-    o="$OUT/obj/$(echo "$s" | tr / _).o"
-    if [ ! -f "$o" ] || [ "$s" -nt "$o" ]; then
-        clang $FLAGS -c "$s" -o "$o" 2>"$OUT/build.log" || { echo "not ok - fuzz build: $s"; cat "$OUT/build.log"; exit 1; }
-    fi
-    objs+=("$o")
-done
-# An archive, so a target pulls in only the objects it uses.
-rm -f "$OUT/libfuzz.a" && ar rcs "$OUT/libfuzz.a" "${objs[@]}"
+# The Makefile builds the targets (fuzz-build); this script only runs them.
+make -s -j"$(nproc)" fuzz-build >"$OUT/build.log" 2>&1 || { echo "not ok - fuzz build"; tail -n 30 "$OUT/build.log"; exit 1; }
 for f in tests/fuzz/fuzz_*.c; do
     [ -f "$f" ] || continue
     n=$(basename "$f" .c)
     bin="$OUT/$n"
-    clang $FLAGS -fsanitize=fuzzer "$f" "$OUT/libfuzz.a" -o "$bin" -lmicrohttpd -lcjson -lsodium -ldl -lm \
-        2>"$OUT/$n.build.log" || { echo "not ok - $n: build failed"; cat "$OUT/$n.build.log"; status=1; continue; }
     mkdir -p "$OUT/corpus/$n"
     seeds="tests/fuzz/corpus/$n"
     [ -d "$seeds" ] || seeds=""

@@ -1,16 +1,16 @@
 /* strata serve: the OpenAI-compatible server.
  *
- * Order of start-up: PID-1 duties (os/pid1), the HTTP front (so /health answers 503 with the load
+ * Order of start-up: PID-1 duties (os/runtime/pid1), the HTTP front (so /health answers 503 with the load
  * progress at once), the model (loader), the scheduler (calibrated step-time model, then its
  * compute thread), then completions are served. SIGTERM/SIGINT (or the power button as PID 1)
  * stop the front; running requests are ended and the process exits 0. */
-#include "os/errmsg.h"
-#include "os/log.h"
-#include "os/pid1.h"
+#include "os/common/errmsg.h"
+#include "os/runtime/log.h"
+#include "os/runtime/pid1.h"
 #include "serving/api/http_server.h"
-#include "serving/api/scheduler.h"
+#include "serving/sched/scheduler.h"
 #include "serving/api/serve_front.h"
-#include "serving/commands.h"
+#include "cmd/commands.h"
 #include "serving/engine/loader.h"
 
 #include <pthread.h>
@@ -216,7 +216,7 @@ static const char *model_name(const struct serve_opts *o, char *buf, size_t n)
     return buf;
 }
 
-int cmd_serve(int argc, char **argv)
+static int run_serve(int argc, char **argv)
 {
     struct serve_opts o;
     if (parse_opts(argc, argv, &o)) return usage();
@@ -350,3 +350,8 @@ out:
     }
     return rc;
 }
+
+const struct command cmd_serve = {
+    "serve", run_serve,
+    "serve -m MODEL.gguf [--host H] [--port N] [--max-batch N] [--ctx N] [--api-key KEY] ... "
+    "(OpenAI-compatible server)"};

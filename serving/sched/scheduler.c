@@ -1,7 +1,7 @@
-#include "serving/api/scheduler.h"
+#include "serving/sched/scheduler.h"
 
-#include "os/errmsg.h"
-#include "os/log.h"
+#include "os/common/errmsg.h"
+#include "os/runtime/log.h"
 #include "serving/api/stop_string.h"
 #include "serving/api/utf8.h"
 
