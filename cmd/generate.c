@@ -4,6 +4,7 @@
  * context, or when the model emits EOS (or BOS, which llama2.c-trained models use between
  * stories). */
 #include "os/common/errmsg.h"
+#include "os/runtime/clock.h"
 #include "os/runtime/log.h"
 #include "cmd/commands.h"
 #include "serving/engine/loader.h"
@@ -13,13 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static int usage(void)
 {
@@ -133,7 +127,7 @@ static int run_generate(int argc, char **argv)
     fflush(stdout);
 
     // prefill: the prompt in chunks; the last chunk's last token gives the first new token
-    double t0 = now_s();
+    double t0 = clock_now();
     int done = 0, next = -1;
     struct sampler *smpp = &smp;
     while (done < n_prompt) {
@@ -154,7 +148,7 @@ static int run_generate(int argc, char **argv)
         }
         done += n;
     }
-    double t1 = now_s();
+    double t1 = clock_now();
 
     // decode: one token per step; sampling happens where the logits are (CPU or GPU)
     int n_out = 0, cur = n_prompt;
@@ -184,7 +178,7 @@ static int run_generate(int argc, char **argv)
         }
         cur++;
     }
-    double t2 = now_s();
+    double t2 = clock_now();
     fputc('\n', stdout);
     fflush(stdout);
     fprintf(stderr,

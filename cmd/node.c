@@ -10,6 +10,7 @@
  * without it exits when it has. The last stdout line says what happened ("complete: ..." or
  * "failed: ..."), so scripts can check it. */
 #include "os/runtime/arena.h"
+#include "os/runtime/clock.h"
 #include "os/common/errmsg.h"
 #include "os/runtime/log.h"
 #include "cmd/commands.h"
@@ -40,13 +41,6 @@ struct node_opts {
     uint32_t chunk;
     const char *eal, *exception_vdev, *rdma_dev, *impair;
 };
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static void usage(FILE *f)
 {
@@ -466,7 +460,7 @@ static int run_node(int argc, char **argv)
     signal(SIGTERM, on_signal);
     signal(SIGINT, on_signal);
 
-    double t0 = now_s(), t_complete = 0;
+    double t0 = clock_now(), t_complete = 0;
     for (;;) {
         tp_poll(t, 1);
         if (weight_stream_step(ws, err)) goto out;
@@ -474,7 +468,7 @@ static int run_node(int argc, char **argv)
             header_checked = 1;
             if (check_header(&store, err)) goto out;
         }
-        if (!t_complete && weight_store_complete(&store) && !is_source) t_complete = now_s();
+        if (!t_complete && weight_store_complete(&store) && !is_source) t_complete = clock_now();
         int own_done = is_source || weight_stream_finished(ws);
         if (own_done && weight_stream_served(ws) >= o.serve && weight_stream_active(ws) == 0 &&
             (o.serve > 0 || !is_source))
@@ -483,7 +477,7 @@ static int run_node(int argc, char **argv)
             errmsg_set(err, "stopped by signal %d", (int)stop_signal);
             goto out;
         }
-        if (now_s() - t0 > o.timeout_s) {
+        if (clock_now() - t0 > o.timeout_s) {
             if (is_source && o.serve == 0) break;
             const char *ue = weight_stream_upstream_error(ws);
             errmsg_set(

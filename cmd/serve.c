@@ -1,8 +1,8 @@
 /* strata serve: the OpenAI-compatible server.
  *
- * Order of start-up: PID-1 duties (os/runtime/pid1), the HTTP front (so /health answers 503 with the load
- * progress at once), the model (loader), the scheduler (calibrated step-time model, then its
- * compute thread), then completions are served. SIGTERM/SIGINT (or the power button as PID 1)
+ * Order of start-up: PID-1 duties (os/runtime/pid1), the HTTP front (so /health answers 503 with
+ * the load progress at once), the model (loader), the scheduler (calibrated step-time model, then
+ * its compute thread), then completions are served. SIGTERM/SIGINT (or the power button as PID 1)
  * stop the front; running requests are ended and the process exits 0. */
 #include "os/common/errmsg.h"
 #include "os/runtime/log.h"

@@ -1,5 +1,6 @@
 #include "serving/sched/scheduler.h"
 
+#include "os/runtime/clock.h"
 #include "os/common/errmsg.h"
 #include "os/runtime/log.h"
 #include "serving/api/stop_string.h"
@@ -13,13 +14,6 @@
 #include <unistd.h>
 
 #define MIN_CHUNK 8 /* smallest prompt chunk worth admitting under SLO pressure */
-
-double sched_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* ---------------------------------------------------------------- requests */
 
@@ -177,7 +171,7 @@ static void publish(struct scheduler *s, struct seq *q, int finish)
     if (q->n_gen && !r->t_first_token) r->t_first_token = q->t_first;
     if (finish) {
         r->finish = finish;
-        r->t_done = sched_now();
+        r->t_done = clock_now();
     }
     pthread_mutex_unlock(&r->mu);
     if (s->ops.notify) s->ops.notify(s->ops.notify_ctx, r);
@@ -195,7 +189,7 @@ static void finish_metrics(struct scheduler *s, struct seq *q, int finish)
     else
         metrics_request(m, finish == FINISH_STOP ? OUTCOME_STOP : OUTCOME_LENGTH);
     if (finish != FINISH_STOP && finish != FINISH_LENGTH) return;
-    double now = sched_now();
+    double now = clock_now();
     hist_observe(&m->e2e, now - q->r->t_arrival);
     if (!q->n_gen) return;
     double ttft = q->t_first - q->r->t_arrival;
@@ -381,7 +375,7 @@ int sched_submit(struct scheduler *s, struct sreq *r, char *err)
     if (need > s->kv->n_blocks)
         return errmsg_set(err, "the prompt needs %d KV blocks; the pool has %d", need,
                           s->kv->n_blocks);
-    r->t_arrival = r->t_arrival ? r->t_arrival : sched_now();
+    r->t_arrival = r->t_arrival ? r->t_arrival : clock_now();
     sreq_get(r);
     pthread_mutex_lock(&s->mu);
     r->queue_next = NULL;
@@ -742,7 +736,7 @@ static void advance(struct scheduler *s, struct seq *q, float *logits, double no
 
 static int run_step(struct scheduler *s)
 {
-    double now = sched_now();
+    double now = clock_now();
     int budget = s->cfg.max_step_tokens;
     s->n_plan = 0;
     if (!s->n_running) drop_pads(s); /* the batch ended by cancellation */
@@ -791,9 +785,9 @@ static int run_step(struct scheduler *s)
                       .blocks = s->b_blocks,
                       .n_logits = n_logits,
                       .logit_rows = s->b_logit_rows};
-    double t0 = sched_now();
+    double t0 = clock_now();
     int rc = s->ops.forward(s->ops.ctx, &b, s->logits);
-    double t1 = sched_now();
+    double t1 = clock_now();
     step_model_observe(&s->model, n, s->n_plan + n_padded, t1 - t0);
     hist_observe(&s->m->step, t1 - t0);
     atomic_fetch_add_explicit(&s->m->steps, 1, memory_order_relaxed);
@@ -921,13 +915,13 @@ int sched_calibrate(struct scheduler *s, char *err)
                           .logit_rows = s->b_logit_rows};
         double best = INFINITY;
         for (int rep = 0; rep < 4; rep++) {
-            double t0 = sched_now();
+            double t0 = clock_now();
             if (s->ops.forward(s->ops.ctx, &b, s->logits)) {
                 for (int i = nb - 1; i >= 0; i--) kv_block_free(s->kv, table[i]);
                 free(table);
                 return errmsg_set(err, "calibration: the model step failed");
             }
-            double t = sched_now() - t0;
+            double t = clock_now() - t0;
             if (rep > 0 && t < best) best = t; /* the first run warms caches */
         }
         samples[n_samples++] = (struct step_sample){n, seqs, best};

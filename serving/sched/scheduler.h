@@ -53,7 +53,7 @@ struct sreq {
     char *stop[SREQ_MAX_STOP];
     int n_stop;
     double ttft_ms, tpot_ms; /* 0: scheduler defaults */
-    double t_arrival;        /* sched_now() */
+    double t_arrival;        /* clock_now() */
 
     /* Output: written by the scheduler under mu. */
     pthread_mutex_t mu;
@@ -130,7 +130,5 @@ void sched_cancel(struct scheduler *s, struct sreq *r);
 /* Without the thread (tests): take submissions, drop cancelled requests, run one step.
  * Returns 1 if a step ran or requests were retired, 0 when there was nothing to do. */
 int sched_iterate(struct scheduler *s);
-
-double sched_now(void); /* CLOCK_MONOTONIC seconds */
 
 #endif
