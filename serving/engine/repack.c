@@ -18,6 +18,13 @@ uint32_t repack_base_type(uint32_t type)
     return type == TENSOR_Q4_0_X16 ? GGML_Q4_0 : type == TENSOR_Q8_0_X16 ? GGML_Q8_0 : type;
 }
 
+const char *tensor_type_name(uint32_t type)
+{
+    return type == TENSOR_Q4_0_X16   ? "q4_0x16"
+           : type == TENSOR_Q8_0_X16 ? "q8_0x16"
+                                     : ggml_type_name(type);
+}
+
 int repack_eligible(const struct tensor *t)
 {
     return repack_type_of(t->type) && t->rows > 0 && t->rows % REPACK_ROWS == 0 &&
