@@ -24,14 +24,16 @@
 
 struct fwd_kernels;
 
+/* The engine's limits, for every backend; engine_limits_resolve() is the one place that gives a 0
+ * field its default (the value after the colon). */
 struct engine_limits {
-    int max_tokens;    /* tokens per step (prefill chunk + decodes) */
-    int max_seqs;      /* sequences in flight */
-    int ctx;           /* positions per sequence (<= model seq_len) */
-    int kv_block_size; /* positions per KV block (16) */
-    int kv_blocks;     /* 0 = enough for max_seqs full contexts */
+    int max_tokens;    /* tokens per step (prefill chunk + decodes): 256 */
+    int max_seqs;      /* sequences in flight: 1 */
+    int ctx;           /* positions per sequence: the model's seq_len (more is an error) */
+    int kv_block_size; /* positions per KV block: 16 */
+    int kv_blocks;     /* enough for max_seqs full contexts */
     int kv_type;       /* enum kv_type: KV_DEFAULT = f16 */
-    int threads;
+    int threads;       /* the online CPUs */
 };
 
 struct batch {

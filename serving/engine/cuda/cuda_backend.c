@@ -136,16 +136,6 @@ static uint64_t align256(uint64_t v)
     return (v + 255) & ~(uint64_t)255;
 }
 
-static void resolve_limits(struct engine_limits *lim, const struct model_config *cfg)
-{
-    if (lim->kv_block_size <= 0) lim->kv_block_size = 16;
-    if (lim->ctx <= 0 || lim->ctx > cfg->seq_len) lim->ctx = cfg->seq_len;
-    if (lim->max_tokens <= 0) lim->max_tokens = 512;
-    if (lim->max_seqs <= 0) lim->max_seqs = 1;
-    if (lim->kv_blocks <= 0)
-        lim->kv_blocks = lim->max_seqs * ((lim->ctx + lim->kv_block_size - 1) / lim->kv_block_size);
-}
-
 static int load_module(struct cuda_engine *ce, char *err)
 {
     size_t size;
@@ -283,7 +273,7 @@ int cuda_engine_open(struct cuda_engine **out, const struct model *m,
     const char *g = getenv("STRATA_CUDA_GRAPHS");
     ce->graphs_on = !(g && !strcmp(g, "0"));
     ce->lim = *lim_in;
-    resolve_limits(&ce->lim, &ce->cfg);
+    if (engine_limits_resolve(&ce->lim, &ce->cfg, err)) goto fail;
     ce->max_blocks_per_seq = (ce->lim.ctx + ce->lim.kv_block_size - 1) / ce->lim.kv_block_size;
     ce->max_logits = ce->lim.max_seqs > 0 ? ce->lim.max_seqs : 1;
     if (ce->max_logits > ce->lim.max_tokens) ce->max_logits = ce->lim.max_tokens;

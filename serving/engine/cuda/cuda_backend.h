@@ -40,9 +40,9 @@ struct cuda_device_info {
     double peak_gbs; /* memory clock x bus width, the datasheet figure */
 };
 
-/* Open the device and allocate everything for model m under lim (0 fields get defaults: block
- * size 16, ctx = seq_len, 512 tokens, 1 sequence, blocks for max_seqs full contexts). Weights
- * are not uploaded yet. */
+/* Open the device and allocate everything for model m under lim (0 fields get the engine's
+ * defaults, engine_limits_resolve; a context over the model's fails). Weights are not uploaded
+ * yet. */
 int cuda_engine_open(struct cuda_engine **out, const struct model *m,
                      const struct engine_limits *lim, char *err);
 void cuda_engine_close(struct cuda_engine *ce);
