@@ -20,7 +20,8 @@ static const struct command *const commands[] = {&cmd_version,
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: strata <command> [options]\ncommands:\n");
+    fprintf(f, "usage: strata <command> [options]   (an unknown option prints the command's "
+               "options)\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  strata %s\n", commands[i]->usage);
 }

@@ -14,6 +14,7 @@
 #include "os/common/errmsg.h"
 #include "os/runtime/log.h"
 #include "cmd/commands.h"
+#include "cmd/options.h"
 #include "serving/engine/gguf.h"
 #include "serving/engine/model.h"
 #include "transport/transport.h"
@@ -24,152 +25,86 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#define MAX_PEERS 8
-
 struct node_opts {
     const char *role, *transport, *listen, *key_file, *model, *synthetic, *image_out, *header_out;
-    const char *peers[MAX_PEERS];
-    int n_peers, serve, corrupt_unit, mtu, window, quiet;
+    struct opt_list peers;
+    int exit_after, corrupt_unit, mtu, window, quiet, help;
     double timeout_s, rate_mbs, link_gbps;
-    uint32_t chunk;
+    long chunk;
     const char *eal, *exception_vdev, *rdma_dev, *impair;
 };
 
+#define MAX_OPTS 32
+
+/* node's options, pointing into o: the one list the parser and the usage text read. */
+static int node_options(struct node_opts *o, struct opt *t)
+{
+    const struct opt table[] = {
+        {"--role", OPT_STR, &o->role, 0, 0, NULL, "source|joiner"},
+        {"--transport", OPT_STR, &o->transport, 0, 0, NULL, "tcp|dpdk|rdma"},
+        {"--key-file", OPT_STR, &o->key_file, 0, 0, NULL, "FILE"},
+        {"--listen", OPT_STR, &o->listen, 0, 0, NULL, "IP:PORT"},
+        {"--peer", OPT_LIST, &o->peers, 0, 0, NULL, "IP:PORT"},
+        {"--exit-after", OPT_INT, &o->exit_after, 0, 1 << 20, NULL, "PEERS"},
+        {"--timeout", OPT_DOUBLE, &o->timeout_s, 0, 86400, NULL, "SEC"},
+        {"--synthetic", OPT_STR, &o->synthetic, 0, 0, NULL, "BYTES[:SPANS[:SEED]]"},
+        {"-m", OPT_STR, &o->model, 0, 0, NULL, "MODEL.gguf"},
+        {"--model", OPT_STR, &o->model, 0, 0, NULL, "MODEL.gguf"},
+        {"--image-out", OPT_STR, &o->image_out, 0, 0, NULL, "FILE"},
+        {"--header-out", OPT_STR, &o->header_out, 0, 0, NULL, "FILE"},
+        {"--chunk", OPT_LONG, &o->chunk, 0, 1 << 30, NULL, "BYTES"},
+        {"--rate", OPT_DOUBLE, &o->rate_mbs, 0, 1e9, NULL, "MB/s"},
+        {"--corrupt-unit", OPT_INT, &o->corrupt_unit, -1, 1 << 20, NULL, "U"},
+        {"--eal", OPT_STR, &o->eal, 0, 0, NULL, "'EAL ARGS'"},
+        {"--exception-vdev", OPT_STR, &o->exception_vdev, 0, 0, NULL, "VDEV"},
+        {"--mtu", OPT_INT, &o->mtu, 0, 65535, NULL, "N"},
+        {"--window", OPT_INT, &o->window, 0, 1 << 20, NULL, "PKTS"},
+        {"--link-gbps", OPT_DOUBLE, &o->link_gbps, 0, 1e6, NULL, "G"},
+        {"--rdma-dev", OPT_STR, &o->rdma_dev, 0, 0, NULL, "NAME"},
+        {"--impair", OPT_STR, &o->impair, 0, 0, NULL, "loss=P,reorder=P,delay=MS,..."},
+        {"-q", OPT_FLAG, &o->quiet, 0, 0, NULL, NULL},
+        {"--help", OPT_FLAG, &o->help, 0, 0, NULL, NULL},
+    };
+    memcpy(t, table, sizeof table);
+    return (int)(sizeof table / sizeof table[0]);
+}
+
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: strata node --role source|joiner --transport tcp|dpdk|rdma --key-file FILE\n"
-               "         [--listen IP:PORT] [--peer IP:PORT ...] [--serve N] [--timeout SEC]\n"
-               "         [--synthetic BYTES[:SPANS[:SEED]] | -m MODEL.gguf] [--image-out FILE]\n"
-               "         [--header-out FILE] [--chunk BYTES] [--rate MB/s] [--corrupt-unit U]\n"
-               "         [--eal 'EAL ARGS'] [--exception-vdev VDEV] [--mtu N] [--window PKTS]\n"
-               "         [--link-gbps G] [--rdma-dev NAME] [--impair "
-               "loss=P,reorder=P,delay=MS,...] [-q]\n");
+    struct node_opts o;
+    struct opt t[MAX_OPTS];
+    opts_usage(f, "node", t, node_options(&o, t));
+    fprintf(f, "  --exit-after N: a source exits once N joiners have verified every layer\n");
 }
 
 static int parse_opts(struct node_opts *o, int argc, char **argv)
 {
-    static const struct option lo[] = {
-        {"role", 1, 0, 'r'},
-        {"transport", 1, 0, 't'},
-        {"listen", 1, 0, 'l'},
-        {"peer", 1, 0, 'p'},
-        {"key-file", 1, 0, 'k'},
-        {"model", 1, 0, 'm'},
-        {"synthetic", 1, 0, 'S'},
-        {"image-out", 1, 0, 'o'},
-        {"header-out", 1, 0, 'H'},
-        {"serve", 1, 0, 'n'},
-        {"timeout", 1, 0, 'T'},
-        {"chunk", 1, 0, 'c'},
-        {"rate", 1, 0, 'R'},
-        {"corrupt-unit", 1, 0, 'C'},
-        {"eal", 1, 0, 'E'},
-        {"exception-vdev", 1, 0, 'X'},
-        {"mtu", 1, 0, 'M'},
-        {"window", 1, 0, 'W'},
-        {"link-gbps", 1, 0, 'G'},
-        {"rdma-dev", 1, 0, 'D'},
-        {"impair", 1, 0, 'I'},
-        {"help", 0, 0, 'h'},
-        {0, 0, 0, 0},
-    };
     memset(o, 0, sizeof *o);
     o->transport = "tcp";
     o->timeout_s = 60;
     o->corrupt_unit = -1;
-    optind = 1;
-    int ch;
-    while ((ch = getopt_long(argc, argv, "m:qh", lo, NULL)) != -1) {
-        switch (ch) {
-        case 'r':
-            o->role = optarg;
-            break;
-        case 't':
-            o->transport = optarg;
-            break;
-        case 'l':
-            o->listen = optarg;
-            break;
-        case 'p':
-            if (o->n_peers == MAX_PEERS)
-                return fprintf(stderr, "node: at most %d peers\n", MAX_PEERS), -1;
-            o->peers[o->n_peers++] = optarg;
-            break;
-        case 'k':
-            o->key_file = optarg;
-            break;
-        case 'm':
-            o->model = optarg;
-            break;
-        case 'S':
-            o->synthetic = optarg;
-            break;
-        case 'o':
-            o->image_out = optarg;
-            break;
-        case 'H':
-            o->header_out = optarg;
-            break;
-        case 'n':
-            o->serve = atoi(optarg);
-            break;
-        case 'T':
-            o->timeout_s = atof(optarg);
-            break;
-        case 'c':
-            o->chunk = (uint32_t)strtoul(optarg, NULL, 0);
-            break;
-        case 'R':
-            o->rate_mbs = atof(optarg);
-            break;
-        case 'C':
-            o->corrupt_unit = atoi(optarg);
-            break;
-        case 'E':
-            o->eal = optarg;
-            break;
-        case 'X':
-            o->exception_vdev = optarg;
-            break;
-        case 'M':
-            o->mtu = atoi(optarg);
-            break;
-        case 'W':
-            o->window = atoi(optarg);
-            break;
-        case 'G':
-            o->link_gbps = atof(optarg);
-            break;
-        case 'D':
-            o->rdma_dev = optarg;
-            break;
-        case 'I':
-            o->impair = optarg;
-            break;
-        case 'q':
-            o->quiet = 1;
-            break;
-        case 'h':
-            usage(stdout);
-            exit(0);
-        default:
-            return -1;
-        }
+    struct opt t[MAX_OPTS];
+    char err[ERRMSG_LEN];
+    if (opts_parse(t, node_options(o, t), argc, argv, err))
+        return fprintf(stderr, "node: %s\n", err), -1;
+    if (o->help) {
+        usage(stdout);
+        exit(0);
     }
-    if (optind != argc || !o->role || !o->key_file) return -1;
+    if (!o->role) return fprintf(stderr, "node: --role is required\n"), -1;
+    if (!o->key_file) return fprintf(stderr, "node: --key-file is required\n"), -1;
     if (!strcmp(o->role, "source")) {
         if (!o->synthetic == !o->model)
             return fprintf(stderr, "node: a source needs --synthetic or -m\n"), -1;
         if (!o->listen) return fprintf(stderr, "node: a source needs --listen\n"), -1;
     } else if (!strcmp(o->role, "joiner")) {
-        if (!o->n_peers) return fprintf(stderr, "node: a joiner needs --peer\n"), -1;
+        if (!o->peers.n) return fprintf(stderr, "node: a joiner needs --peer\n"), -1;
     } else {
         return fprintf(stderr, "node: --role is source or joiner\n"), -1;
     }
@@ -418,7 +353,7 @@ static int run_node(int argc, char **argv)
                 if (model_fill(&gs->m, image, i, err)) goto out;
             if (weight_store_init_full(&store, gs->name, gs->file, gs->g.data_offset, image,
                                        gs->m.image_size, gs->spans, (uint32_t)gs->m.n_spans,
-                                       o.chunk, err))
+                                       (uint32_t)o.chunk, err))
                 goto out;
             if (expose_arena(t, image, gs->m.image_size, err)) goto out;
             if (o.image_out && write_file(o.image_out, image, gs->m.image_size, err)) goto out;
@@ -434,7 +369,8 @@ static int run_node(int argc, char **argv)
             if (!image) goto out;
             synth_fill(image, sy->image_size, seed);
             if (weight_store_init_full(&store, "synthetic", sy->header, sizeof sy->header, image,
-                                       sy->image_size, sy->spans, sy->n_spans, o.chunk, err))
+                                       sy->image_size, sy->spans, sy->n_spans, (uint32_t)o.chunk,
+                                       err))
                 goto out;
             if (expose_arena(t, image, sy->image_size, err)) goto out;
             if (o.image_out && write_file(o.image_out, image, sy->image_size, err)) goto out;
@@ -449,9 +385,9 @@ static int run_node(int argc, char **argv)
     struct weight_stream_config wc = {
         .t = t,
         .store = &store,
-        .peers = o.peers,
-        .n_peers = is_source ? 0 : o.n_peers,
-        .chunk_size = o.chunk,
+        .peers = o.peers.v,
+        .n_peers = is_source ? 0 : o.peers.n,
+        .chunk_size = (uint32_t)o.chunk,
         .rate_bytes = o.rate_mbs * 1e6,
         .corrupt_unit = o.corrupt_unit,
     };
@@ -470,15 +406,15 @@ static int run_node(int argc, char **argv)
         }
         if (!t_complete && weight_store_complete(&store) && !is_source) t_complete = clock_now();
         int own_done = is_source || weight_stream_finished(ws);
-        if (own_done && weight_stream_served(ws) >= o.serve && weight_stream_active(ws) == 0 &&
-            (o.serve > 0 || !is_source))
+        if (own_done && weight_stream_served(ws) >= o.exit_after && weight_stream_active(ws) == 0 &&
+            (o.exit_after > 0 || !is_source))
             break;
         if (stop_signal) {
             errmsg_set(err, "stopped by signal %d", (int)stop_signal);
             goto out;
         }
         if (clock_now() - t0 > o.timeout_s) {
-            if (is_source && o.serve == 0) break;
+            if (is_source && o.exit_after == 0) break;
             const char *ue = weight_stream_upstream_error(ws);
             errmsg_set(
                 err, "timed out after %.0f s: %d of %u spans verified, %d peers served%s%.300s",
@@ -534,4 +470,4 @@ out:
 }
 
 const struct command cmd_node = {
-    "node", run_node, "node --role source|joiner --transport tcp|dpdk|rdma ... (fabric node)"};
+    "node", run_node, "node --role source|joiner --key-file FILE [options]  (a fabric node)"};

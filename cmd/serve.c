@@ -11,6 +11,7 @@
 #include "serving/sched/scheduler.h"
 #include "serving/api/serve_front.h"
 #include "cmd/commands.h"
+#include "cmd/options.h"
 #include "serving/engine/loader.h"
 
 #include <pthread.h>
@@ -28,16 +29,48 @@ struct serve_opts {
     long max_body;
 };
 
+#define MAX_OPTS 64
+
+/* serve's options, pointing into o: the one list the parser and the usage text read. */
+static int serve_options(struct serve_opts *o, struct opt *t)
+{
+    const struct opt table[] = {
+        {"-m", OPT_STR, &o->model, 0, 0, NULL, "MODEL.gguf"},
+        {"--host", OPT_STR, &o->host, 0, 0, NULL, "ADDR"},
+        {"--port", OPT_INT, &o->port, 0, 65535, NULL, "N"},
+        {"--api-key", OPT_STR, &o->api_key, 0, 0, NULL, "KEY"},
+        {"--name", OPT_STR, &o->name, 0, 0, NULL, "ID"},
+        {"--max-batch", OPT_INT, &o->max_batch, 1, 4096, NULL, "N"},
+        {"--ctx", OPT_INT, &o->ctx, 0, 1 << 20, NULL, "N"},
+        {"--threads", OPT_INT, &o->threads, 0, 1024, NULL, "N"},
+        {"--step-tokens", OPT_INT, &o->step_tokens, 1, 65536, NULL, "N"},
+        {"--kv-blocks", OPT_INT, &o->kv_blocks, 0, 1 << 24, NULL, "N"},
+        {"--kv-block-size", OPT_INT, &o->kv_block_size, 1, 4096, NULL, "N"},
+        {"--kv-type", OPT_PARSE, &o->kv_type, 0, 0, opts_kv_type, "f16|f32"},
+        {"--ttft-ms", OPT_DOUBLE, &o->ttft_ms, 1, 3600000, NULL, "MS"},
+        {"--tpot-ms", OPT_DOUBLE, &o->tpot_ms, 1, 3600000, NULL, "MS"},
+        {"--no-slo", OPT_FLAG, &o->no_slo, 0, 0, NULL, NULL},
+        {"--shed-late", OPT_FLAG, &o->shed_late, 0, 0, NULL, NULL},
+        {"--static-batch", OPT_INT, &o->static_batch, 0, 4096, NULL, "N"},
+        {"--static-wait-ms", OPT_DOUBLE, &o->static_wait_ms, 0, 3600000, NULL, "MS"},
+        {"--static-shrink", OPT_FLAG, &o->static_shrink, 0, 0, NULL, NULL},
+        {"--max-conns", OPT_INT, &o->max_conns, 1, 1 << 20, NULL, "N"},
+        {"--max-body", OPT_LONG, &o->max_body, 1024, 1L << 40, NULL, "BYTES"},
+        {"--timeout-ms", OPT_INT, &o->timeout_ms, 1, 3600000, NULL, "MS"},
+        {"--idle-timeout-ms", OPT_INT, &o->idle_timeout_ms, 1, 3600000, NULL, "MS"},
+        {"--test-step-delay-us", OPT_INT, &o->step_delay_us, 0, 1000000, NULL, "US"},
+        {"-v", OPT_FLAG, &o->verbose, 0, 0, NULL, NULL},
+    };
+    memcpy(t, table, sizeof table);
+    return (int)(sizeof table / sizeof table[0]);
+}
+
 static int usage(void)
 {
-    fprintf(stderr,
-            "usage: strata serve -m MODEL.gguf [--host ADDR] [--port N] [--api-key KEY]\n"
-            "         [--max-batch N] [--ctx N] [--threads N] [--step-tokens N]\n"
-            "         [--ttft-ms MS] [--tpot-ms MS] [--no-slo] [--shed-late] [--static-batch N]\n"
-            "         [--static-wait-ms MS] [--static-shrink] [--kv-blocks N] [--kv-block-size N]\n"
-            "         [--kv-type f16|f32]\n"
-            "         [--max-conns N] [--max-body BYTES] [--timeout-ms MS] [--name ID] [-v]\n"
-            "         [--test-step-delay-us US]  (tests: sleep after every step)\n");
+    struct serve_opts o;
+    struct opt t[MAX_OPTS];
+    opts_usage(stderr, "serve", t, serve_options(&o, t));
+    fprintf(stderr, "  (--test-step-delay-us: tests only, sleep after every step)\n");
     return 2;
 }
 
@@ -56,82 +89,16 @@ static int parse_opts(int argc, char **argv, struct serve_opts *o)
                              .static_wait_ms = 50,
                              .max_body = 1 << 20};
     o->api_key = getenv("STRATA_API_KEY");
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        const struct {
-            const char *flag;
-            int *ip;
-            double *dp;
-            long lo, hi;
-        } nums[] = {
-            {"--port", &o->port, NULL, 0, 65535},
-            {"--max-batch", &o->max_batch, NULL, 1, 4096},
-            {"--ctx", &o->ctx, NULL, 0, 1 << 20},
-            {"--threads", &o->threads, NULL, 0, 1024},
-            {"--step-tokens", &o->step_tokens, NULL, 1, 65536},
-            {"--kv-blocks", &o->kv_blocks, NULL, 0, 1 << 24},
-            {"--kv-block-size", &o->kv_block_size, NULL, 1, 4096},
-            {"--static-batch", &o->static_batch, NULL, 0, 4096},
-            {"--test-step-delay-us", &o->step_delay_us, NULL, 0, 1000000},
-            {"--max-conns", &o->max_conns, NULL, 1, 1 << 20},
-            {"--timeout-ms", &o->timeout_ms, NULL, 1, 3600000},
-            {"--idle-timeout-ms", &o->idle_timeout_ms, NULL, 1, 3600000},
-            {"--ttft-ms", NULL, &o->ttft_ms, 1, 3600000},
-            {"--tpot-ms", NULL, &o->tpot_ms, 1, 3600000},
-            {"--static-wait-ms", NULL, &o->static_wait_ms, 0, 3600000},
-        };
-        int done = 0;
-        for (size_t k = 0; k < sizeof nums / sizeof nums[0] && !done; k++) {
-            if (strcmp(a, nums[k].flag)) continue;
-            char *end;
-            double d = v ? strtod(v, &end) : 0;
-            if (!v || end == v || *end || d < nums[k].lo || d > nums[k].hi) {
-                fprintf(stderr, "strata serve: %s wants a number in [%ld, %ld]\n", a, nums[k].lo,
-                        nums[k].hi);
-                return -1;
-            }
-            if (nums[k].ip)
-                *nums[k].ip = (int)d;
-            else
-                *nums[k].dp = d;
-            i++;
-            done = 1;
-        }
-        if (done) continue;
-        if (!strcmp(a, "-m") && v)
-            o->model = v, i++;
-        else if (!strcmp(a, "--host") && v)
-            o->host = v, i++;
-        else if (!strcmp(a, "--kv-type") && v) {
-            if ((o->kv_type = kv_type_parse(v)) == KV_DEFAULT) {
-                fprintf(stderr, "strata serve: --kv-type %s: want f16 or f32\n", v);
-                return -1;
-            }
-            i++;
-        } else if (!strcmp(a, "--api-key") && v)
-            o->api_key = v, i++;
-        else if (!strcmp(a, "--name") && v)
-            o->name = v, i++;
-        else if (!strcmp(a, "--max-body") && v)
-            o->max_body = atol(v), i++;
-        else if (!strcmp(a, "--shed-late"))
-            o->shed_late = 1;
-        else if (!strcmp(a, "--static-shrink"))
-            o->static_shrink = 1;
-        else if (!strcmp(a, "--no-slo"))
-            o->no_slo = 1;
-        else if (!strcmp(a, "-v"))
-            o->verbose = 1;
-        else {
-            fprintf(stderr, "strata serve: unknown or incomplete option '%s'\n", a);
-            return -1;
-        }
+    struct opt t[MAX_OPTS];
+    char err[ERRMSG_LEN];
+    if (opts_parse(t, serve_options(o, t), argc, argv, err)) {
+        fprintf(stderr, "strata serve: %s\n", err);
+        return -1;
     }
     if (!o->model) {
         fprintf(stderr, "strata serve: -m MODEL.gguf is required\n");
         return -1;
     }
-    if (o->max_body < 1024) o->max_body = 1024;
     return 0;
 }
 
@@ -351,7 +318,5 @@ out:
     return rc;
 }
 
-const struct command cmd_serve = {
-    "serve", run_serve,
-    "serve -m MODEL.gguf [--host H] [--port N] [--max-batch N] [--ctx N] [--api-key KEY] ... "
-    "(OpenAI-compatible server)"};
+const struct command cmd_serve = {"serve", run_serve,
+                                  "serve -m MODEL.gguf [options]  (the OpenAI-compatible server)"};
