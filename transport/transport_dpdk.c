@@ -632,21 +632,6 @@ static int dpdk_recv(struct tp_conn *conn, const uint8_t **msg, size_t *len)
     return c->b.state == TP_CLOSED ? -1 : 0;
 }
 
-static int dpdk_state(struct tp_conn *c)
-{
-    return ((struct dconn *)c)->b.state;
-}
-
-static const char *dpdk_error(struct tp_conn *c)
-{
-    return ((struct dconn *)c)->b.err;
-}
-
-static const char *dpdk_peer(struct tp_conn *c)
-{
-    return ((struct dconn *)c)->b.peer;
-}
-
 static size_t dpdk_pending(struct tp_conn *conn)
 {
     struct dconn *c = (struct dconn *)conn;
@@ -720,9 +705,6 @@ const struct tp_ops tp_dpdk_ops = {
     .poll = dpdk_poll,
     .send = dpdk_send,
     .recv = dpdk_recv,
-    .state = dpdk_state,
-    .error = dpdk_error,
-    .peer = dpdk_peer,
     .pending = dpdk_pending,
     .close = dpdk_close,
     .destroy = dpdk_destroy,

@@ -416,21 +416,6 @@ static int tcp_recv(struct tp_conn *conn, const uint8_t **msg, size_t *len)
     return c->b.state == TP_CLOSED ? -1 : 0;
 }
 
-static int tcp_state(struct tp_conn *c)
-{
-    return ((struct tcp_conn *)c)->b.state;
-}
-
-static const char *tcp_error(struct tp_conn *c)
-{
-    return ((struct tcp_conn *)c)->b.err;
-}
-
-static const char *tcp_peer(struct tp_conn *c)
-{
-    return ((struct tcp_conn *)c)->b.peer;
-}
-
 static size_t tcp_pending(struct tp_conn *conn)
 {
     struct tcp_conn *c = (struct tcp_conn *)conn;
@@ -471,9 +456,6 @@ const struct tp_ops tp_tcp_ops = {
     .poll = tcp_poll,
     .send = tcp_send,
     .recv = tcp_recv,
-    .state = tcp_state,
-    .error = tcp_error,
-    .peer = tcp_peer,
     .pending = tcp_pending,
     .close = tcp_close,
     .destroy = tcp_destroy,
