@@ -16,6 +16,7 @@
 #ifndef STRATA_TRANSPORT_H
 #define STRATA_TRANSPORT_H
 
+#include "os/common/errmsg.h"
 #include "transport/auth.h"
 
 #include <stddef.h>
@@ -113,7 +114,7 @@ struct tp_conn_base {
     int refused; /* the peer rejected our handshake (or failed ours): wrong cluster key */
     int bulk;    /* weight traffic: yields to serving traffic (tp_set_bulk) */
     char peer[48];
-    char err[1024];
+    char err[ERRMSG_LEN];
 };
 
 #endif

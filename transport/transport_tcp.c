@@ -52,7 +52,9 @@ struct tcp_tp {
 static void conn_fail(struct tcp_conn *c, const char *fmt, const char *why)
 {
     if (c->b.state != TP_CLOSED) {
-        snprintf(c->b.err, sizeof c->b.err, fmt, c->b.peer, why);
+        /* A message longer than ERRMSG_LEN is cut: the peer and the reason's start say enough. */
+        if (snprintf(c->b.err, sizeof c->b.err, fmt, c->b.peer, why) >= (int)sizeof c->b.err)
+            c->b.err[sizeof c->b.err - 1] = 0;
         c->b.state = TP_CLOSED;
     }
     if (c->fd >= 0) close(c->fd);

@@ -640,7 +640,7 @@ static void plan_waiting(struct scheduler *s, int *budget, double now)
             struct seq *q = s->waiting[i];
             if (q->ever_admitted || slack_of(q, now) >= 0) continue;
             remove_at(s->waiting, &s->n_waiting, i);
-            char why[96];
+            char why[ERRMSG_LEN];
             snprintf(why, sizeof why,
                      "overloaded: the request could not start within its "
                      "TTFT target of %.0f ms; retry",

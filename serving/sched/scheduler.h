@@ -23,6 +23,7 @@
 #ifndef STRATA_SCHEDULER_H
 #define STRATA_SCHEDULER_H
 
+#include "os/common/errmsg.h"
 #include "serving/api/metrics.h"
 #include "serving/sched/step_model.h"
 #include "serving/engine/engine.h"
@@ -62,7 +63,7 @@ struct sreq {
     int n_generated;
     int finish; /* enum sreq_finish; final once set */
     double t_first_token, t_done;
-    char error[160];
+    char error[ERRMSG_LEN];
 
     /* Front's side. */
     void *user;

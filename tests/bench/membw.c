@@ -1,5 +1,6 @@
 /* membw: a streaming-read bandwidth probe (see membw.h). The read loop is what the GEMV kernels
  * do to weights, minus the arithmetic: sequential 32-byte loads, several in flight. */
+#include "os/common/errmsg.h"
 #include "tests/bench/membw.h"
 
 #include "os/runtime/clock.h"
@@ -80,7 +81,7 @@ struct membw {
 
 struct membw *membw_open(int threads, size_t bytes)
 {
-    char err[512];
+    char err[ERRMSG_LEN];
     struct membw *m = calloc(1, sizeof *m);
     if (!m) return NULL;
     m->threads = threads;
