@@ -1,7 +1,7 @@
 #include "cluster/coop.h"
 
-#include "os/errmsg.h"
-#include "os/log.h"
+#include "os/common/errmsg.h"
+#include "os/runtime/log.h"
 #include "serving/engine/sampler.h"
 #include "transport/wire.h"
 

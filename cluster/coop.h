@@ -22,7 +22,7 @@
 
 #include "cluster/fabric_node.h"
 #include "serving/api/metrics.h"
-#include "serving/api/scheduler.h"
+#include "serving/sched/scheduler.h"
 #include "serving/engine/engine.h"
 
 struct coop_config {

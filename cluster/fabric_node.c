@@ -1,7 +1,7 @@
 #include "cluster/fabric_node.h"
 
-#include "os/errmsg.h"
-#include "os/log.h"
+#include "os/common/errmsg.h"
+#include "os/runtime/log.h"
 #include "transport/wire.h"
 
 #include <pthread.h>

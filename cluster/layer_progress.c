@@ -1,24 +1,18 @@
 #include "cluster/layer_progress.h"
 
+#include "os/runtime/clock.h"
+
 #include <cjson/cJSON.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 void layer_progress_init(struct layer_progress *lp)
 {
     memset(lp, 0, sizeof *lp);
     atomic_store(&lp->state, LP_LOADING);
-    lp->t0 = now_s();
+    lp->t0 = clock_now();
 }
 
 void layer_progress_plan(struct layer_progress *lp, int n_layers, int n_spans, uint64_t image)
@@ -32,7 +26,7 @@ void layer_progress_span(struct layer_progress *lp, int s, uint64_t bytes, int k
 {
     if (s < 0 || s >= MODEL_MAX_LAYERS + 2) return;
     atomic_store(&lp->span_bytes[s], bytes);
-    uint64_t us = (uint64_t)((now_s() - lp->t0) * 1e6);
+    uint64_t us = (uint64_t)((clock_now() - lp->t0) * 1e6);
     atomic_store(&lp->span_us[s], us ? us : 1);
     int n = atomic_fetch_add(&lp->spans_verified, 1) + 1;
     atomic_store(&lp->layers_resident, k);

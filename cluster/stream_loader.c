@@ -1,7 +1,7 @@
 #include "cluster/stream_loader.h"
 
-#include "os/errmsg.h"
-#include "os/log.h"
+#include "os/common/errmsg.h"
+#include "os/runtime/log.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -1,8 +1,8 @@
 #include "cluster/weight_node.h"
 
 #include "cluster/stream_loader.h"
-#include "os/errmsg.h"
-#include "os/log.h"
+#include "os/common/errmsg.h"
+#include "os/runtime/log.h"
 #include "transport/wire.h"
 
 #include <stdatomic.h>

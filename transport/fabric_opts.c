@@ -1,6 +1,6 @@
 #include "transport/fabric_opts.h"
 
-#include "os/errmsg.h"
+#include "os/common/errmsg.h"
 #include "transport/auth.h"
 
 #include <stdlib.h>

@@ -1,7 +1,7 @@
 /* The fabric step: from strata.role/peers/fabric/key to the server's fabric options. */
 #include "os/init/init.h"
 
-#include "os/errmsg.h"
+#include "os/common/errmsg.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -4,7 +4,7 @@
  * other (stream_loader_check_manifest). Input: u16 n, then n bytes of manifest message, then the
  * header. Any out-of-bounds read or crash is a bug. */
 #include "cluster/stream_loader.h"
-#include "os/errmsg.h"
+#include "os/common/errmsg.h"
 #include "serving/engine/gguf.h"
 #include "serving/engine/model.h"
 #include "serving/engine/tokenizer.h"

@@ -11,7 +11,7 @@
  *   badcrc   a well-formed step with one value bit flipped after the CRC was computed
  * and waits (5 s) for the helper to close the connection. Prints one line: "reply: ..." (good)
  * or "closed: REASON", and exits 0 when the helper did what it should (answered / closed). */
-#include "os/errmsg.h"
+#include "os/common/errmsg.h"
 #include "transport/auth.h"
 #include "transport/fabric_opts.h"
 #include "transport/transport.h"

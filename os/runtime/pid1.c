@@ -1,10 +1,10 @@
 /* pid1: see pid1.h. The watcher thread waits on a signalfd and the power button's evdev device;
  * atexit() and the crash handlers make every way out of the process end in halt, reboot or power
  * off instead of a kernel panic. */
-#include "os/pid1.h"
+#include "os/runtime/pid1.h"
 
-#include "os/boot_cmdline.h"
-#include "os/errmsg.h"
+#include "os/common/boot_cmdline.h"
+#include "os/common/errmsg.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -1,9 +1,9 @@
 /* cuda_plan: device layout and upload schedule of the weights (see cuda_plan.h). */
-#include "drivers/cuda/cuda_plan.h"
+#include "serving/engine/cuda/cuda_plan.h"
 
 #include "serving/engine/repack.h"
 
-#include "os/errmsg.h"
+#include "os/common/errmsg.h"
 #include "serving/engine/gguf.h"
 
 #include <stdio.h>
@@ -17,41 +17,9 @@ static uint64_t align_up(uint64_t v, uint64_t a)
 
 uint64_t cuda_ggml_row_bytes(uint32_t type, int cols)
 {
-    if (cols <= 0) return 0;
-    switch (type) {
-    case GGML_F32:
-        return (uint64_t)cols * 4;
-    case GGML_F16:
-    case GGML_BF16:
-        return (uint64_t)cols * 2;
-    case GGML_Q8_0:
-        return cols % 32 ? 0 : (uint64_t)cols / 32 * 34;
-    case GGML_Q4_0:
-        return cols % 32 ? 0 : (uint64_t)cols / 32 * 18;
-    }
-    return 0;
-}
-
-static const char *type_name(uint32_t t)
-{
-    switch (t) {
-    case GGML_F32:
-        return "F32";
-    case GGML_F16:
-        return "F16";
-    case GGML_BF16:
-        return "BF16";
-    case GGML_Q8_0:
-        return "Q8_0";
-    case GGML_Q4_0:
-        return "Q4_0";
-    case GGML_Q4_K:
-        return "Q4_K";
-    case TENSOR_Q8_0_X16:
-    case TENSOR_Q4_0_X16: /* a CPU engine on the same model rewrote it (repack.h) */
-        return "CPU-repacked (16-row groups)";
-    }
-    return "unknown";
+    int device_type = type == GGML_F32 || type == GGML_F16 || type == GGML_BF16 ||
+                      type == GGML_Q8_0 || type == GGML_Q4_0;
+    return device_type && cols > 0 ? ggml_row_bytes(type, (uint64_t)cols) : 0;
 }
 
 static const char *const layer_names[CUDA_LAYER_TENSORS] = {
@@ -74,20 +42,20 @@ static int plan_mat(struct cuda_mat *c, const struct tensor *t, const char *name
         return errmsg_set(err, "cuda: tensor %s: no data or empty shape %dx%d", name, t->cols,
                           t->rows);
     if (is_norm && t->type != GGML_F32)
-        return errmsg_set(err, "cuda: tensor %s: norm weights must be F32, not %s", name,
-                          type_name(t->type));
+        return errmsg_set(err, "cuda: tensor %s: norm weights must be f32, not %s", name,
+                          tensor_type_name(t->type));
     uint64_t rb = cuda_ggml_row_bytes(t->type, t->cols);
     if (!rb) {
         if (t->type == GGML_Q8_0 || t->type == GGML_Q4_0)
             return errmsg_set(err, "cuda: tensor %s: %d columns is not a multiple of 32", name,
                               t->cols);
         return errmsg_set(err, "cuda: tensor %s: type %s is not supported by the CUDA kernels",
-                          name, type_name(t->type));
+                          name, tensor_type_name(t->type));
     }
     if (t->nbytes != rb * (uint64_t)t->rows)
         return errmsg_set(err, "cuda: tensor %s: %zu bytes, expected %llu for %dx%d %s", name,
                           t->nbytes, (unsigned long long)(rb * t->rows), t->cols, t->rows,
-                          type_name(t->type));
+                          tensor_type_name(t->type));
     switch (t->type) {
     case GGML_F32:
     case GGML_F16:

@@ -1,8 +1,8 @@
 #!/bin/bash
 # gpu-check: on a machine with an NVIDIA GPU, build Strata, run the CUDA tests and the CUDA
 # benchmark, and keep their output for the README / the issue note. One command:
-#   tools/gpu-check.sh            tests + full benchmark (1B and 7B shapes, F16/Q8_0/Q4_0)
-#   tools/gpu-check.sh --quick    tests + 1B shapes only
+#   scripts/gpu-check.sh            tests + full benchmark (1B and 7B shapes, F16/Q8_0/Q4_0)
+#   scripts/gpu-check.sh --quick    tests + 1B shapes only
 # Needs: nvcc (the kernels are compiled into the binary), the NVIDIA driver (libcuda.so.1), the
 # shared models at ../shared/models (or STRATA_SHARED=...). Output: build/gpu-check.log.
 # Exit status: non-zero if a test failed or was skipped (on a GPU machine nothing may skip).

@@ -1,20 +1,21 @@
 /* strata serve: the OpenAI-compatible server.
  *
- * Order of start-up: PID-1 duties (os/pid1), the HTTP front (so /health answers 503 with the load
- * progress at once), the model (loader), the scheduler (calibrated step-time model, then its
- * compute thread), then completions are served. SIGTERM/SIGINT (or the power button as PID 1)
+ * Order of start-up: PID-1 duties (os/runtime/pid1), the HTTP front (so /health answers 503 with
+ * the load progress at once), the model (loader), the scheduler (calibrated step-time model, then
+ * its compute thread), then completions are served. SIGTERM/SIGINT (or the power button as PID 1)
  * stop the front; running requests are ended and the process exits 0. */
 #include "cluster/coop.h"
 #include "cluster/fabric_node.h"
 #include "cluster/layer_progress.h"
 #include "cluster/weight_node.h"
-#include "os/errmsg.h"
-#include "os/log.h"
-#include "os/pid1.h"
+#include "os/common/errmsg.h"
+#include "os/runtime/log.h"
+#include "os/runtime/pid1.h"
 #include "serving/api/http_server.h"
-#include "serving/api/scheduler.h"
+#include "serving/sched/scheduler.h"
 #include "serving/api/serve_front.h"
-#include "serving/commands.h"
+#include "cmd/commands.h"
+#include "cmd/options.h"
 #include "serving/engine/loader.h"
 #include "transport/fabric_opts.h"
 
@@ -42,24 +43,63 @@ struct serve_opts {
     int coop_timeout_ms;
 };
 
+#define MAX_OPTS 64
+
+/* serve's options, pointing into o: the one list the parser and the usage text read. */
+static int serve_options(struct serve_opts *o, struct opt *t)
+{
+    const struct opt table[] = {
+        {"-m", OPT_STR, &o->model, 0, 0, NULL, "MODEL.gguf"},
+        {"--host", OPT_STR, &o->host, 0, 0, NULL, "ADDR"},
+        {"--port", OPT_INT, &o->port, 0, 65535, NULL, "N"},
+        {"--api-key", OPT_STR, &o->api_key, 0, 0, NULL, "KEY"},
+        {"--name", OPT_STR, &o->name, 0, 0, NULL, "ID"},
+        {"--max-batch", OPT_INT, &o->max_batch, 1, 4096, NULL, "N"},
+        {"--ctx", OPT_INT, &o->ctx, 0, 1 << 20, NULL, "N"},
+        {"--threads", OPT_INT, &o->threads, 0, 1024, NULL, "N"},
+        {"--step-tokens", OPT_INT, &o->step_tokens, 1, 65536, NULL, "N"},
+        {"--kv-blocks", OPT_INT, &o->kv_blocks, 0, 1 << 24, NULL, "N"},
+        {"--kv-block-size", OPT_INT, &o->kv_block_size, 1, 4096, NULL, "N"},
+        {"--kv-type", OPT_PARSE, &o->kv_type, 0, 0, opts_kv_type, "f16|f32"},
+        {"--ttft-ms", OPT_DOUBLE, &o->ttft_ms, 1, 3600000, NULL, "MS"},
+        {"--tpot-ms", OPT_DOUBLE, &o->tpot_ms, 1, 3600000, NULL, "MS"},
+        {"--no-slo", OPT_FLAG, &o->no_slo, 0, 0, NULL, NULL},
+        {"--shed-late", OPT_FLAG, &o->shed_late, 0, 0, NULL, NULL},
+        {"--static-batch", OPT_INT, &o->static_batch, 0, 4096, NULL, "N"},
+        {"--static-wait-ms", OPT_DOUBLE, &o->static_wait_ms, 0, 3600000, NULL, "MS"},
+        {"--static-shrink", OPT_FLAG, &o->static_shrink, 0, 0, NULL, NULL},
+        {"--max-conns", OPT_INT, &o->max_conns, 1, 1 << 20, NULL, "N"},
+        {"--max-body", OPT_LONG, &o->max_body, 1024, 1L << 40, NULL, "BYTES"},
+        {"--timeout-ms", OPT_INT, &o->timeout_ms, 1, 3600000, NULL, "MS"},
+        {"--idle-timeout-ms", OPT_INT, &o->idle_timeout_ms, 1, 3600000, NULL, "MS"},
+        {"--test-step-delay-us", OPT_INT, &o->step_delay_us, 0, 1000000, NULL, "US"},
+        {"-v", OPT_FLAG, &o->verbose, 0, 0, NULL, NULL},
+        {"--weight-rate", OPT_DOUBLE, &o->weight_rate_mbs, 0, 1e6, NULL, "MB/s"},
+        {"--stop-the-world", OPT_FLAG, &o->stop_the_world, 0, 0, NULL, NULL},
+        {"--resident-layers", OPT_INT, &o->resident_layers, 0, 1 << 16, NULL, "K"},
+        {"--resident-schedule", OPT_STR, &o->resident_schedule, 0, 0, NULL, "STEP:K,..."},
+        {"--coop-dtype", OPT_STR, &o->coop_dtype, 0, 0, NULL, "f32|f16|bf16"},
+        {"--coop-timeout-ms", OPT_INT, &o->coop_timeout_ms, 1, 3600000, NULL, "MS"},
+    };
+    memcpy(t, table, sizeof table);
+    return (int)(sizeof table / sizeof table[0]);
+}
+
 static int usage(void)
 {
-    fprintf(stderr,
-            "usage: strata serve -m MODEL.gguf [--host ADDR] [--port N] [--api-key KEY]\n"
-            "         [--max-batch N] [--ctx N] [--threads N] [--step-tokens N]\n"
-            "         [--ttft-ms MS] [--tpot-ms MS] [--no-slo] [--shed-late] [--static-batch N]\n"
-            "         [--static-wait-ms MS] [--static-shrink] [--kv-blocks N] [--kv-block-size N]\n"
-            "         [--kv-type f16|f32]\n"
-            "         [--max-conns N] [--max-body BYTES] [--timeout-ms MS] [--name ID] [-v]\n"
-            "         [--test-step-delay-us US]  (tests: sleep after every step)\n"
-            "       strata serve --peers A,B --key-file K [--listen ADDR] ...  (no -m: pull the\n"
-            "         model from the peers into the arena; serve with the first peer's help while\n"
-            "         layers arrive) [--weight-rate MB/s] [--stop-the-world]\n"
-            "       fabric (docs/cluster.md):\n"
-            "         [--coop-dtype f32|f16|bf16] [--coop-timeout-ms MS]  (joiner's activations)\n"
-            "         [--resident-layers K] [--resident-schedule STEP:K,...]  (tests: a joiner\n"
-            "          that runs only layers [0, K) itself, the rest on its first peer)\n");
-    fabric_opts_usage(stderr, "         ");
+    struct serve_opts o;
+    struct opt t[MAX_OPTS];
+    opts_usage(stderr, "serve", t, serve_options(&o, t));
+    fprintf(stderr, "  (--test-step-delay-us: tests only, sleep after every step)\n"
+                    "  fabric (docs/fabric.md):\n");
+    fabric_opts_usage(stderr, "    ");
+    fprintf(
+        stderr,
+        "  without -m, with --peers: pull the model from the peers into the arena and serve\n"
+        "  with the first peer's help while layers arrive (--stop-the-world: only once every\n"
+        "  layer is here); --weight-rate MB/s paces the weights this node sends.\n"
+        "  --resident-layers K, --resident-schedule STEP:K,...: tests, a joiner that runs only\n"
+        "  layers [0, K) itself, the rest on its first peer.\n");
     return 2;
 }
 
@@ -80,99 +120,34 @@ static int parse_opts(int argc, char **argv, struct serve_opts *o)
                              .resident_layers = -1,
                              .coop_dtype = "f32"};
     o->api_key = getenv("STRATA_API_KEY");
+    /* The fabric's options first (transport/fabric_opts.h: shared with strata node), then the
+     * rest against serve's table. */
+    char **rest = calloc((size_t)argc + 1, sizeof *rest);
+    if (!rest) return -1;
+    int n_rest = 0;
+    rest[n_rest++] = argv[0];
     for (int i = 1; i < argc; i++) {
         char ferr[ERRMSG_LEN];
         int taken = fabric_opt_take(&o->fab, argc, argv, &i, ferr);
         if (taken < 0) {
             fprintf(stderr, "strata serve: %s\n", ferr);
+            free(rest);
             return -1;
         }
-        if (taken) continue;
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        const struct {
-            const char *flag;
-            int *ip;
-            double *dp;
-            long lo, hi;
-        } nums[] = {
-            {"--port", &o->port, NULL, 0, 65535},
-            {"--max-batch", &o->max_batch, NULL, 1, 4096},
-            {"--ctx", &o->ctx, NULL, 0, 1 << 20},
-            {"--threads", &o->threads, NULL, 0, 1024},
-            {"--step-tokens", &o->step_tokens, NULL, 1, 65536},
-            {"--kv-blocks", &o->kv_blocks, NULL, 0, 1 << 24},
-            {"--kv-block-size", &o->kv_block_size, NULL, 1, 4096},
-            {"--static-batch", &o->static_batch, NULL, 0, 4096},
-            {"--test-step-delay-us", &o->step_delay_us, NULL, 0, 1000000},
-            {"--max-conns", &o->max_conns, NULL, 1, 1 << 20},
-            {"--timeout-ms", &o->timeout_ms, NULL, 1, 3600000},
-            {"--idle-timeout-ms", &o->idle_timeout_ms, NULL, 1, 3600000},
-            {"--ttft-ms", NULL, &o->ttft_ms, 1, 3600000},
-            {"--tpot-ms", NULL, &o->tpot_ms, 1, 3600000},
-            {"--static-wait-ms", NULL, &o->static_wait_ms, 0, 3600000},
-            {"--resident-layers", &o->resident_layers, NULL, 0, 1 << 16},
-            {"--coop-timeout-ms", &o->coop_timeout_ms, NULL, 1, 3600000},
-        };
-        int done = 0;
-        for (size_t k = 0; k < sizeof nums / sizeof nums[0] && !done; k++) {
-            if (strcmp(a, nums[k].flag)) continue;
-            char *end;
-            double d = v ? strtod(v, &end) : 0;
-            if (!v || end == v || *end || d < nums[k].lo || d > nums[k].hi) {
-                fprintf(stderr, "strata serve: %s wants a number in [%ld, %ld]\n", a, nums[k].lo,
-                        nums[k].hi);
-                return -1;
-            }
-            if (nums[k].ip)
-                *nums[k].ip = (int)d;
-            else
-                *nums[k].dp = d;
-            i++;
-            done = 1;
-        }
-        if (done) continue;
-        if (!strcmp(a, "-m") && v)
-            o->model = v, i++;
-        else if (!strcmp(a, "--host") && v)
-            o->host = v, i++;
-        else if (!strcmp(a, "--kv-type") && v) {
-            if ((o->kv_type = kv_type_parse(v)) == KV_DEFAULT) {
-                fprintf(stderr, "strata serve: --kv-type %s: want f16 or f32\n", v);
-                return -1;
-            }
-            i++;
-        } else if (!strcmp(a, "--api-key") && v)
-            o->api_key = v, i++;
-        else if (!strcmp(a, "--name") && v)
-            o->name = v, i++;
-        else if (!strcmp(a, "--weight-rate") && v)
-            o->weight_rate_mbs = atof(v), i++;
-        else if (!strcmp(a, "--stop-the-world"))
-            o->stop_the_world = 1;
-        else if (!strcmp(a, "--resident-schedule") && v)
-            o->resident_schedule = v, i++;
-        else if (!strcmp(a, "--coop-dtype") && v)
-            o->coop_dtype = v, i++;
-        else if (!strcmp(a, "--max-body") && v)
-            o->max_body = atol(v), i++;
-        else if (!strcmp(a, "--shed-late"))
-            o->shed_late = 1;
-        else if (!strcmp(a, "--static-shrink"))
-            o->static_shrink = 1;
-        else if (!strcmp(a, "--no-slo"))
-            o->no_slo = 1;
-        else if (!strcmp(a, "-v"))
-            o->verbose = 1;
-        else {
-            fprintf(stderr, "strata serve: unknown or incomplete option '%s'\n", a);
-            return -1;
-        }
+        if (!taken) rest[n_rest++] = argv[i];
+    }
+    struct opt t[MAX_OPTS];
+    char err[ERRMSG_LEN];
+    int rc = opts_parse(t, serve_options(o, t), n_rest, rest, err);
+    free(rest);
+    if (rc) {
+        fprintf(stderr, "strata serve: %s\n", err);
+        return -1;
     }
     if (!o->model && !o->fab.n_peers) {
         fprintf(stderr, "strata serve: -m MODEL.gguf is required (or --peers to pull it from)\n");
         return -1;
     }
-    if (o->max_body < 1024) o->max_body = 1024;
     int joiner = o->resident_layers >= 0 || o->resident_schedule;
     if (joiner && !o->fab.n_peers) {
         fprintf(stderr, "strata serve: --resident-layers/--resident-schedule need --peers (the "
@@ -378,7 +353,7 @@ static int wait_servable(struct serve *sv, const struct serve_opts *o, char *err
     return 0;
 }
 
-int cmd_serve(int argc, char **argv)
+static int run_serve(int argc, char **argv)
 {
     struct serve_opts o;
     if (parse_opts(argc, argv, &o)) return usage();
@@ -565,3 +540,6 @@ out:
     }
     return rc;
 }
+
+const struct command cmd_serve = {"serve", run_serve,
+                                  "serve -m MODEL.gguf [options]  (the OpenAI-compatible server)"};

@@ -23,8 +23,9 @@
 #ifndef STRATA_SCHEDULER_H
 #define STRATA_SCHEDULER_H
 
+#include "os/common/errmsg.h"
 #include "serving/api/metrics.h"
-#include "serving/api/step_model.h"
+#include "serving/sched/step_model.h"
 #include "serving/engine/engine.h"
 #include "serving/engine/kv_cache.h"
 #include "serving/engine/sampler.h"
@@ -53,7 +54,7 @@ struct sreq {
     char *stop[SREQ_MAX_STOP];
     int n_stop;
     double ttft_ms, tpot_ms; /* 0: scheduler defaults */
-    double t_arrival;        /* sched_now() */
+    double t_arrival;        /* clock_now() */
 
     /* Output: written by the scheduler under mu. */
     pthread_mutex_t mu;
@@ -62,7 +63,7 @@ struct sreq {
     int n_generated;
     int finish; /* enum sreq_finish; final once set */
     double t_first_token, t_done;
-    char error[160];
+    char error[ERRMSG_LEN];
 
     /* Front's side. */
     void *user;
@@ -162,7 +163,5 @@ int sched_resident(const struct scheduler *s);
 /* Without the thread (tests): take submissions, drop cancelled requests, run one step.
  * Returns 1 if a step ran or requests were retired, 0 when there was nothing to do. */
 int sched_iterate(struct scheduler *s);
-
-double sched_now(void); /* CLOCK_MONOTONIC seconds */
 
 #endif

@@ -9,6 +9,5 @@ void log_warn(const char *subsys, const char *fmt, ...) __attribute__((format(pr
 void log_error(const char *subsys, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Silence info lines (tests, `strata generate` without -v). Warnings and errors still print. */
 void log_set_quiet(int quiet);
-double log_uptime(void);
 
 #endif

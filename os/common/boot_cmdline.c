@@ -1,6 +1,6 @@
-#include "os/boot_cmdline.h"
+#include "os/common/boot_cmdline.h"
 
-#include "os/errmsg.h"
+#include "os/common/errmsg.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -1,7 +1,9 @@
 /* membw: a streaming-read bandwidth probe (see membw.h). The read loop is what the GEMV kernels
  * do to weights, minus the arithmetic: sequential 32-byte loads, several in flight. */
-#include "serving/engine/membw.h"
+#include "os/common/errmsg.h"
+#include "tests/bench/membw.h"
 
+#include "os/runtime/clock.h"
 #include "serving/engine/threadpool.h"
 
 #include <immintrin.h>
@@ -71,13 +73,6 @@ static void read_worker(void *arg, int ith, int nth)
     if (ith < 64) j->sink[ith] ^= s;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 struct membw {
     struct threadpool *tp;
     struct membw_job j;
@@ -86,7 +81,7 @@ struct membw {
 
 struct membw *membw_open(int threads, size_t bytes)
 {
-    char err[512];
+    char err[ERRMSG_LEN];
     struct membw *m = calloc(1, sizeof *m);
     if (!m) return NULL;
     m->threads = threads;
@@ -105,9 +100,9 @@ struct membw *membw_open(int threads, size_t bytes)
 
 double membw_pass(struct membw *m)
 {
-    double t0 = now_s();
+    double t0 = clock_now();
     threadpool_run(m->tp, read_worker, &m->j);
-    double dt = now_s() - t0;
+    double dt = clock_now() - t0;
     size_t bytes = m->j.size / (size_t)m->threads / 4096 * 4096 * (size_t)m->threads;
     return (double)bytes / dt / 1e9;
 }

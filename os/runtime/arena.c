@@ -1,7 +1,7 @@
-#include "os/arena.h"
+#include "os/runtime/arena.h"
 
-#include "os/errmsg.h"
-#include "os/log.h"
+#include "os/common/errmsg.h"
+#include "os/runtime/log.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -56,7 +56,7 @@ for s in tests/integration/*.sh; do
 done
 
 echo "== fuzz (${FUZZ_SECONDS:=10} s per target)"
-FUZZ_SECONDS=$FUZZ_SECONDS run_prog fuzz "$LOG/fuzz.log" tools/run-fuzz.sh
+FUZZ_SECONDS=$FUZZ_SECONDS run_prog fuzz "$LOG/fuzz.log" scripts/run-fuzz.sh
 
 if [ ${#failed_names[@]} -gt 0 ]; then
     echo "== failures"

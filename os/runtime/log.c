@@ -1,4 +1,5 @@
-#include "os/log.h"
+#include "os/runtime/log.h"
+#include "os/runtime/clock.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -11,19 +12,12 @@ void log_set_quiet(int q)
     quiet = q;
 }
 
-double log_uptime(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static void emit(const char *level, const char *subsys, const char *fmt, va_list ap)
 {
     char line[1024];
     vsnprintf(line, sizeof line, fmt, ap);
     /* One fprintf per line so lines from different threads do not interleave. */
-    fprintf(stderr, "[%9.3f] %s%s: %s\n", log_uptime(), level, subsys, line);
+    fprintf(stderr, "[%9.3f] %s%s: %s\n", clock_now(), level, subsys, line);
 }
 
 void log_info(const char *subsys, const char *fmt, ...)

@@ -1,4 +1,4 @@
-#include "serving/api/step_model.h"
+#include "serving/sched/step_model.h"
 
 #include <math.h>
 

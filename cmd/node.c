@@ -9,13 +9,14 @@
  * it. --serve N makes a holder exit once N downstream peers have verified everything; a joiner
  * without it exits when it has. The last stdout line says what happened ("complete: ..." or
  * "failed: ..."), so scripts can check it. */
-#include "os/arena.h"
-#include "os/errmsg.h"
-#include "os/log.h"
-#include "serving/commands.h"
+#include "os/runtime/arena.h"
+#include "os/runtime/clock.h"
+#include "os/common/errmsg.h"
+#include "os/runtime/log.h"
+#include "cmd/commands.h"
+#include "cmd/options.h"
 #include "serving/engine/gguf.h"
 #include "serving/engine/model.h"
-#include "transport/fabric_opts.h"
 #include "transport/transport.h"
 #include "transport/weight_stream.h"
 
@@ -24,7 +25,6 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,107 +32,79 @@
 #include <time.h>
 
 struct node_opts {
-    const char *role, *model, *synthetic, *image_out, *header_out;
-    struct fabric_opts fab; /* --transport, --listen, --peer, --key-file, dpdk/rdma options */
-    int serve, corrupt_unit, quiet;
-    double timeout_s, rate_mbs;
-    uint32_t chunk;
+    const char *role, *transport, *listen, *key_file, *model, *synthetic, *image_out, *header_out;
+    struct opt_list peers;
+    int exit_after, corrupt_unit, mtu, window, quiet, help;
+    double timeout_s, rate_mbs, link_gbps;
+    long chunk;
+    const char *eal, *exception_vdev, *rdma_dev, *impair;
 };
 
-static double now_s(void)
+#define MAX_OPTS 32
+
+/* node's options, pointing into o: the one list the parser and the usage text read. */
+static int node_options(struct node_opts *o, struct opt *t)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+    const struct opt table[] = {
+        {"--role", OPT_STR, &o->role, 0, 0, NULL, "source|joiner"},
+        {"--transport", OPT_STR, &o->transport, 0, 0, NULL, "tcp|dpdk|rdma"},
+        {"--key-file", OPT_STR, &o->key_file, 0, 0, NULL, "FILE"},
+        {"--listen", OPT_STR, &o->listen, 0, 0, NULL, "IP:PORT"},
+        {"--peer", OPT_LIST, &o->peers, 0, 0, NULL, "IP:PORT"},
+        {"--exit-after", OPT_INT, &o->exit_after, 0, 1 << 20, NULL, "PEERS"},
+        {"--timeout", OPT_DOUBLE, &o->timeout_s, 0, 86400, NULL, "SEC"},
+        {"--synthetic", OPT_STR, &o->synthetic, 0, 0, NULL, "BYTES[:SPANS[:SEED]]"},
+        {"-m", OPT_STR, &o->model, 0, 0, NULL, "MODEL.gguf"},
+        {"--model", OPT_STR, &o->model, 0, 0, NULL, "MODEL.gguf"},
+        {"--image-out", OPT_STR, &o->image_out, 0, 0, NULL, "FILE"},
+        {"--header-out", OPT_STR, &o->header_out, 0, 0, NULL, "FILE"},
+        {"--chunk", OPT_LONG, &o->chunk, 0, 1 << 30, NULL, "BYTES"},
+        {"--rate", OPT_DOUBLE, &o->rate_mbs, 0, 1e9, NULL, "MB/s"},
+        {"--corrupt-unit", OPT_INT, &o->corrupt_unit, -1, 1 << 20, NULL, "U"},
+        {"--eal", OPT_STR, &o->eal, 0, 0, NULL, "'EAL ARGS'"},
+        {"--exception-vdev", OPT_STR, &o->exception_vdev, 0, 0, NULL, "VDEV"},
+        {"--mtu", OPT_INT, &o->mtu, 0, 65535, NULL, "N"},
+        {"--window", OPT_INT, &o->window, 0, 1 << 20, NULL, "PKTS"},
+        {"--link-gbps", OPT_DOUBLE, &o->link_gbps, 0, 1e6, NULL, "G"},
+        {"--rdma-dev", OPT_STR, &o->rdma_dev, 0, 0, NULL, "NAME"},
+        {"--impair", OPT_STR, &o->impair, 0, 0, NULL, "loss=P,reorder=P,delay=MS,..."},
+        {"-q", OPT_FLAG, &o->quiet, 0, 0, NULL, NULL},
+        {"--help", OPT_FLAG, &o->help, 0, 0, NULL, NULL},
+    };
+    memcpy(t, table, sizeof table);
+    return (int)(sizeof table / sizeof table[0]);
 }
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: strata node --role source|joiner --transport tcp|dpdk|rdma --key-file FILE\n"
-            "         [--serve N] [--timeout SEC]\n"
-            "         [--synthetic BYTES[:SPANS[:SEED]] | -m MODEL.gguf] [--image-out FILE]\n"
-            "         [--header-out FILE] [--chunk BYTES] [--rate MB/s] [--corrupt-unit U] [-q]\n"
-            "       fabric options:\n");
-    fabric_opts_usage(f, "         ");
+    struct node_opts o;
+    struct opt t[MAX_OPTS];
+    opts_usage(f, "node", t, node_options(&o, t));
+    fprintf(f, "  --exit-after N: a source exits once N joiners have verified every layer\n");
 }
 
 static int parse_opts(struct node_opts *o, int argc, char **argv)
 {
-    static const struct option own[] = {
-        {"role", 1, 0, 'r'},         {"model", 1, 0, 'm'},      {"synthetic", 1, 0, 'S'},
-        {"image-out", 1, 0, 'o'},    {"header-out", 1, 0, 'H'}, {"serve", 1, 0, 'n'},
-        {"timeout", 1, 0, 'T'},      {"chunk", 1, 0, 'c'},      {"rate", 1, 0, 'R'},
-        {"corrupt-unit", 1, 0, 'C'}, {"help", 0, 0, 'h'},
-    };
-    /* our options, then the fabric's table (transport/fabric_opts.h), then the terminator */
-    enum { N_OWN = sizeof own / sizeof own[0] };
-    struct option lo[N_OWN + 64];
-    if (fabric_opts_count() + N_OWN + 1 > (int)(sizeof lo / sizeof lo[0])) return -1;
-    memcpy(lo, own, sizeof own);
-    fabric_opts_getopt(lo + N_OWN);
-    lo[N_OWN + fabric_opts_count()] = (struct option){0, 0, 0, 0};
     memset(o, 0, sizeof *o);
-    o->fab.kind = "tcp";
-    char err[ERRMSG_LEN];
+    o->transport = "tcp";
     o->timeout_s = 60;
     o->corrupt_unit = -1;
-    optind = 1;
-    int ch;
-    while ((ch = getopt_long(argc, argv, "m:qh", lo, NULL)) != -1) {
-        switch (ch) {
-        case 'r':
-            o->role = optarg;
-            break;
-        case 'm':
-            o->model = optarg;
-            break;
-        case 'S':
-            o->synthetic = optarg;
-            break;
-        case 'o':
-            o->image_out = optarg;
-            break;
-        case 'H':
-            o->header_out = optarg;
-            break;
-        case 'n':
-            o->serve = atoi(optarg);
-            break;
-        case 'T':
-            o->timeout_s = atof(optarg);
-            break;
-        case 'c':
-            o->chunk = (uint32_t)strtoul(optarg, NULL, 0);
-            break;
-        case 'R':
-            o->rate_mbs = atof(optarg);
-            break;
-        case 'C':
-            o->corrupt_unit = atoi(optarg);
-            break;
-        case 'q':
-            o->quiet = 1;
-            break;
-        case 'h':
-            usage(stdout);
-            exit(0);
-        default:
-            if (ch >= FABRIC_OPT_BASE && ch < FABRIC_OPT_BASE + fabric_opts_count()) {
-                if (fabric_opt_set(&o->fab, ch - FABRIC_OPT_BASE, optarg, err))
-                    return fprintf(stderr, "node: %s\n", err), -1;
-                break;
-            }
-            return -1;
-        }
+    struct opt t[MAX_OPTS];
+    char err[ERRMSG_LEN];
+    if (opts_parse(t, node_options(o, t), argc, argv, err))
+        return fprintf(stderr, "node: %s\n", err), -1;
+    if (o->help) {
+        usage(stdout);
+        exit(0);
     }
-    if (optind != argc || !o->role || !o->fab.key_file) return -1;
+    if (!o->role) return fprintf(stderr, "node: --role is required\n"), -1;
+    if (!o->key_file) return fprintf(stderr, "node: --key-file is required\n"), -1;
     if (!strcmp(o->role, "source")) {
         if (!o->synthetic == !o->model)
             return fprintf(stderr, "node: a source needs --synthetic or -m\n"), -1;
-        if (!o->fab.listen) return fprintf(stderr, "node: a source needs --listen\n"), -1;
+        if (!o->listen) return fprintf(stderr, "node: a source needs --listen\n"), -1;
     } else if (!strcmp(o->role, "joiner")) {
-        if (!o->fab.n_peers) return fprintf(stderr, "node: a joiner needs --peer\n"), -1;
+        if (!o->peers.n) return fprintf(stderr, "node: a joiner needs --peer\n"), -1;
     } else {
         return fprintf(stderr, "node: --role is source or joiner\n"), -1;
     }
@@ -333,7 +305,7 @@ static void on_signal(int sig)
     stop_signal = sig;
 }
 
-int cmd_node(int argc, char **argv)
+static int run_node(int argc, char **argv)
 {
     struct node_opts o;
     if (parse_opts(&o, argc, argv)) {
@@ -352,8 +324,18 @@ int cmd_node(int argc, char **argv)
     struct weight_stream *ws = NULL;
     weight_store_init_empty(&store);
 
-    struct tp_config cfg;
-    if (auth_init(err) || fabric_opts_config(&o.fab, &cfg, err)) goto out;
+    struct tp_config cfg = {
+        .kind = o.transport,
+        .listen = o.listen,
+        .eal = o.eal,
+        .exception_vdev = o.exception_vdev,
+        .mtu = o.mtu,
+        .window = o.window,
+        .rate_gbps = o.link_gbps,
+        .rdma_dev = o.rdma_dev,
+        .impair = o.impair,
+    };
+    if (auth_init(err) || cluster_key_load(&cfg.key, o.key_file, err)) goto out;
     t = tp_open(&cfg, err);
     if (!t) goto out;
 
@@ -371,14 +353,14 @@ int cmd_node(int argc, char **argv)
                 if (model_fill(&gs->m, image, i, err)) goto out;
             if (weight_store_init_full(&store, gs->name, gs->file, gs->g.data_offset, image,
                                        gs->m.image_size, gs->spans, (uint32_t)gs->m.n_spans,
-                                       o.chunk, err))
+                                       (uint32_t)o.chunk, err))
                 goto out;
             if (expose_arena(t, image, gs->m.image_size, err)) goto out;
             if (o.image_out && write_file(o.image_out, image, gs->m.image_size, err)) goto out;
             if (o.header_out && write_file(o.header_out, gs->file, gs->g.data_offset, err))
                 goto out;
             log_info("fabric", "source: %s, %d spans, %llu-byte image, serving on %s", gs->name,
-                     gs->m.n_spans, (unsigned long long)gs->m.image_size, o.fab.listen);
+                     gs->m.n_spans, (unsigned long long)gs->m.image_size, o.listen);
         } else {
             uint64_t seed;
             sy = calloc(1, sizeof *sy);
@@ -387,12 +369,13 @@ int cmd_node(int argc, char **argv)
             if (!image) goto out;
             synth_fill(image, sy->image_size, seed);
             if (weight_store_init_full(&store, "synthetic", sy->header, sizeof sy->header, image,
-                                       sy->image_size, sy->spans, sy->n_spans, o.chunk, err))
+                                       sy->image_size, sy->spans, sy->n_spans, (uint32_t)o.chunk,
+                                       err))
                 goto out;
             if (expose_arena(t, image, sy->image_size, err)) goto out;
             if (o.image_out && write_file(o.image_out, image, sy->image_size, err)) goto out;
             log_info("fabric", "source: %llu-byte synthetic image, %u spans, serving on %s",
-                     (unsigned long long)sy->image_size, sy->n_spans, o.fab.listen);
+                     (unsigned long long)sy->image_size, sy->n_spans, o.listen);
         }
     } else {
         store.alloc_image = alloc_image;
@@ -402,9 +385,9 @@ int cmd_node(int argc, char **argv)
     struct weight_stream_config wc = {
         .t = t,
         .store = &store,
-        .peers = o.fab.peers,
-        .n_peers = is_source ? 0 : o.fab.n_peers,
-        .chunk_size = o.chunk,
+        .peers = o.peers.v,
+        .n_peers = is_source ? 0 : o.peers.n,
+        .chunk_size = (uint32_t)o.chunk,
         .rate_bytes = o.rate_mbs * 1e6,
         .corrupt_unit = o.corrupt_unit,
     };
@@ -413,7 +396,7 @@ int cmd_node(int argc, char **argv)
     signal(SIGTERM, on_signal);
     signal(SIGINT, on_signal);
 
-    double t0 = now_s(), t_complete = 0;
+    double t0 = clock_now(), t_complete = 0;
     for (;;) {
         tp_poll(t, 1);
         if (weight_stream_step(ws, err)) goto out;
@@ -421,17 +404,17 @@ int cmd_node(int argc, char **argv)
             header_checked = 1;
             if (check_header(&store, err)) goto out;
         }
-        if (!t_complete && weight_store_complete(&store) && !is_source) t_complete = now_s();
+        if (!t_complete && weight_store_complete(&store) && !is_source) t_complete = clock_now();
         int own_done = is_source || weight_stream_finished(ws);
-        if (own_done && weight_stream_served(ws) >= o.serve && weight_stream_active(ws) == 0 &&
-            (o.serve > 0 || !is_source))
+        if (own_done && weight_stream_served(ws) >= o.exit_after && weight_stream_active(ws) == 0 &&
+            (o.exit_after > 0 || !is_source))
             break;
         if (stop_signal) {
             errmsg_set(err, "stopped by signal %d", (int)stop_signal);
             goto out;
         }
-        if (now_s() - t0 > o.timeout_s) {
-            if (is_source && o.serve == 0) break;
+        if (clock_now() - t0 > o.timeout_s) {
+            if (is_source && o.exit_after == 0) break;
             const char *ue = weight_stream_upstream_error(ws);
             errmsg_set(
                 err, "timed out after %.0f s: %d of %u spans verified, %d peers served%s%.300s",
@@ -483,6 +466,8 @@ out:
     free(sy);
     if (gs) gguf_close_model(gs);
     free(gs);
-    fabric_opts_free(&o.fab);
     return rc;
 }
+
+const struct command cmd_node = {
+    "node", run_node, "node --role source|joiner --key-file FILE [options]  (a fabric node)"};

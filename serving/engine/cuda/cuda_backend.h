@@ -1,8 +1,8 @@
 /* cuda_backend: the engine on an NVIDIA GPU (engine.h's contract), through the driver API that
  * cu_api.h loads at run time and the kernels embedded by cuda_fatbin.c.
  *
- * Start-up: engine_pick_backend() chooses cuda when the kernels are embedded, libcuda.so.1 loads
- * and a device exists, else the CPU backend, and logs one line saying which and why.
+ * Start-up: the engine (engine_pick_backend, engine.c) asks cuda_probe() whether CUDA can serve:
+ * the kernels are embedded, libcuda.so.1 loads and a device exists.
  * A cuda_engine owns a context (the device's primary context), a compute stream and a copy
  * stream, all weights resident in device memory (laid out by cuda_plan), the paged KV cache in
  * device memory (same block ids as the host kv_cache, so the scheduler's block tables apply
@@ -28,9 +28,8 @@ struct cuda_engine;
  * "no CUDA device (libcuda.so.1 not found)", "no CUDA device (cuInit: ...)". */
 int cuda_probe(char *why);
 
-/* The backend to serve with: cuda when cuda_probe() succeeds and $STRATA_BACKEND is not "cpu",
- * else `cpu`. Logs "engine: backend cuda (NVIDIA H100 ...)" or "engine: backend cpu: <why>". */
-const struct engine_backend *engine_pick_backend(const struct engine_backend *cpu);
+/* The name of device 0 ("?" when it cannot be read); after cuda_probe() succeeded. */
+void cuda_device_name(char *name, size_t cap);
 
 extern const struct engine_backend cuda_backend;
 
@@ -41,9 +40,9 @@ struct cuda_device_info {
     double peak_gbs; /* memory clock x bus width, the datasheet figure */
 };
 
-/* Open the device and allocate everything for model m under lim (0 fields get defaults: block
- * size 16, ctx = seq_len, 512 tokens, 1 sequence, blocks for max_seqs full contexts). Weights
- * are not uploaded yet. */
+/* Open the device and allocate everything for model m under lim (0 fields get the engine's
+ * defaults, engine_limits_resolve; a context over the model's fails). Weights are not uploaded
+ * yet. */
 int cuda_engine_open(struct cuda_engine **out, const struct model *m,
                      const struct engine_limits *lim, char *err);
 void cuda_engine_close(struct cuda_engine *ce);

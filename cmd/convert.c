@@ -1,6 +1,6 @@
 /* strata convert: llama2.c checkpoint + tokenizer.bin -> GGUF (the logic is in convert.c). */
-#include "os/errmsg.h"
-#include "serving/commands.h"
+#include "os/common/errmsg.h"
+#include "cmd/commands.h"
 #include "serving/engine/convert.h"
 
 #include <stdio.h>
@@ -13,7 +13,7 @@ static int usage(void)
     return 2;
 }
 
-int cmd_convert(int argc, char **argv)
+static int run_convert(int argc, char **argv)
 {
     const char *tok = NULL, *in = NULL, *out = NULL;
     uint32_t type = GGML_F32;
@@ -43,3 +43,7 @@ int cmd_convert(int argc, char **argv)
     fprintf(stderr, "strata convert: wrote %s (%s)\n", out, ggml_type_name(type));
     return 0;
 }
+
+const struct command cmd_convert = {
+    "convert", run_convert,
+    "convert --tokenizer TOK.bin IN.bin OUT.gguf [--type f32|f16|bf16|q8_0|q4_0|q4_k]"};

@@ -1,7 +1,7 @@
 /* strata inspect: what a GGUF holds and how Strata would lay it out: config, tokenizer, the
  * per-layer spans (in the weight image and in the file), and with -v every key and tensor. */
-#include "os/errmsg.h"
-#include "serving/commands.h"
+#include "os/common/errmsg.h"
+#include "cmd/commands.h"
 #include "serving/engine/model.h"
 #include "serving/engine/tokenizer.h"
 
@@ -55,7 +55,7 @@ static void print_kv(const struct gguf_kv *kv)
     }
 }
 
-int cmd_inspect(int argc, char **argv)
+static int run_inspect(int argc, char **argv)
 {
     int verbose = 0;
     const char *path = NULL;
@@ -157,3 +157,6 @@ int cmd_inspect(int argc, char **argv)
     if (buf) munmap(buf, size);
     return rc;
 }
+
+const struct command cmd_inspect = {"inspect", run_inspect,
+                                    "inspect [-v] MODEL.gguf (config, tokenizer, per-layer spans)"};

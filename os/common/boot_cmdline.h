@@ -10,7 +10,7 @@
  * double-quoted like the kernel allows:
  *   strata.args="--threads 2". Everything after a lone "--" belongs to init and is ignored.
  * The reference for every key is boot/cmdline.md. Shared by os/init (static musl) and the
- * server (os/pid1.c), so it depends on libc only. */
+ * server (os/runtime/pid1.c), so it depends on libc only. */
 #ifndef STRATA_BOOT_CMDLINE_H
 #define STRATA_BOOT_CMDLINE_H
 

@@ -1,13 +1,13 @@
 /* cuda_backend: the forward pass on the GPU (see cuda_backend.h). Laid out in the order data
  * flows: device set-up, weight upload, the step's metadata, the kernels' launch wrappers, the
  * forward pass, sampling, the engine_backend adapter, backend selection, measurements. */
-#include "drivers/cuda/cuda_backend.h"
+#include "serving/engine/cuda/cuda_backend.h"
 
 #include "drivers/cuda/cu_api.h"
 #include "drivers/cuda/cuda_fatbin.h"
-#include "drivers/cuda/cuda_plan.h"
-#include "os/errmsg.h"
-#include "os/log.h"
+#include "serving/engine/cuda/cuda_plan.h"
+#include "os/common/errmsg.h"
+#include "os/runtime/log.h"
 #include "serving/engine/gguf.h"
 
 #include <math.h>
@@ -134,16 +134,6 @@ struct cuda_engine {
 static uint64_t align256(uint64_t v)
 {
     return (v + 255) & ~(uint64_t)255;
-}
-
-static void resolve_limits(struct engine_limits *lim, const struct model_config *cfg)
-{
-    if (lim->kv_block_size <= 0) lim->kv_block_size = 16;
-    if (lim->ctx <= 0 || lim->ctx > cfg->seq_len) lim->ctx = cfg->seq_len;
-    if (lim->max_tokens <= 0) lim->max_tokens = 512;
-    if (lim->max_seqs <= 0) lim->max_seqs = 1;
-    if (lim->kv_blocks <= 0)
-        lim->kv_blocks = lim->max_seqs * ((lim->ctx + lim->kv_block_size - 1) / lim->kv_block_size);
 }
 
 static int load_module(struct cuda_engine *ce, char *err)
@@ -283,7 +273,7 @@ int cuda_engine_open(struct cuda_engine **out, const struct model *m,
     const char *g = getenv("STRATA_CUDA_GRAPHS");
     ce->graphs_on = !(g && !strcmp(g, "0"));
     ce->lim = *lim_in;
-    resolve_limits(&ce->lim, &ce->cfg);
+    if (engine_limits_resolve(&ce->lim, &ce->cfg, err)) goto fail;
     ce->max_blocks_per_seq = (ce->lim.ctx + ce->lim.kv_block_size - 1) / ce->lim.kv_block_size;
     ce->max_logits = ce->lim.max_seqs > 0 ? ce->lim.max_seqs : 1;
     if (ce->max_logits > ce->lim.max_tokens) ce->max_logits = ce->lim.max_tokens;
@@ -981,23 +971,11 @@ int cuda_probe(char *why)
     return cu_api_load(why);
 }
 
-const struct engine_backend *engine_pick_backend(const struct engine_backend *cpu)
+void cuda_device_name(char *name, size_t cap)
 {
-    char why[ERRMSG_LEN];
-    const char *force = getenv("STRATA_BACKEND");
-    if (force && !strcmp(force, "cpu")) {
-        log_info("engine", "backend cpu: STRATA_BACKEND=cpu");
-        return cpu;
-    }
-    if (cuda_probe(why)) {
-        log_info("engine", "backend cpu: %s", why);
-        return cpu;
-    }
     CUdevice d;
-    char name[128] = "?";
-    if (cu.DeviceGet(&d, 0) == CUX_SUCCESS) cu.DeviceGetName(name, sizeof name, d);
-    log_info("engine", "backend cuda (%s)", name);
-    return &cuda_backend;
+    snprintf(name, cap, "?");
+    if (cu.DeviceGet(&d, 0) == CUX_SUCCESS) cu.DeviceGetName(name, (int)cap, d);
 }
 
 /* ---------------------------------------------------------------------------------------------

@@ -3,9 +3,11 @@
  * (matrix x matrix); decode runs one token per step. Stops after -n tokens, at the end of the
  * context, or when the model emits EOS (or BOS, which llama2.c-trained models use between
  * stories). */
-#include "os/errmsg.h"
-#include "os/log.h"
-#include "serving/commands.h"
+#include "os/common/errmsg.h"
+#include "os/runtime/clock.h"
+#include "os/runtime/log.h"
+#include "cmd/commands.h"
+#include "cmd/options.h"
 #include "serving/engine/loader.h"
 #include "serving/engine/sampler.h"
 
@@ -14,80 +16,39 @@
 #include <string.h>
 #include <time.h>
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static int usage(void)
-{
-    fprintf(stderr, "usage: strata generate -m MODEL.gguf -p PROMPT [-n N] [--temp T] [--top-p P]\n"
-                    "         [--top-k K] [--min-p M] [--seed S] [--threads N] [--batch N]\n"
-                    "         [--kv-type f16|f32] [-v]\n");
-    return 2;
-}
-
-static int parse_num(const char *flag, const char *s, double lo, double hi, double *out)
-{
-    char *end;
-    double v = strtod(s, &end);
-    if (end == s || *end || v < lo || v > hi) {
-        fprintf(stderr, "strata generate: %s: '%s' is not a number in [%g, %g]\n", flag, s, lo, hi);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
-int cmd_generate(int argc, char **argv)
+static int run_generate(int argc, char **argv)
 {
     const char *model = NULL, *prompt = "";
-    double n_gen = 128, temp = 1.0, top_p = 1.0, top_k = 0, min_p = 0, seed = 0, threads = 0,
-           chunk = 64;
-    int verbose = 0, kv_type = KV_DEFAULT;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int ok = 0;
-        /* Numeric options: flag, destination, range. */
-        const struct {
-            const char *flag;
-            double *var, lo, hi;
-        } nums[] = {
-            {"-n", &n_gen, 0, 1e9},           {"--temp", &temp, 0, 100},
-            {"--top-p", &top_p, 0, 1},        {"--top-k", &top_k, 0, 1e9},
-            {"--min-p", &min_p, 0, 1},        {"--seed", &seed, 0, 1.8e19},
-            {"--threads", &threads, 1, 1024}, {"--batch", &chunk, 1, 65536},
-        };
-        if (!strcmp(a, "-v"))
-            verbose = ok = 1;
-        else if (!strcmp(a, "-m") && v)
-            model = v, i++, ok = 1;
-        else if (!strcmp(a, "-p") && v)
-            prompt = v, i++, ok = 1;
-        else if (!strcmp(a, "--kv-type") && v) {
-            if ((kv_type = kv_type_parse(v)) == KV_DEFAULT) {
-                fprintf(stderr, "strata generate: --kv-type %s: want f16 or f32\n", v);
-                return usage();
-            }
-            i++, ok = 1;
-        }
-        for (size_t k = 0; !ok && k < sizeof nums / sizeof nums[0]; k++) {
-            if (strcmp(a, nums[k].flag)) continue;
-            if (!v || parse_num(a, v, nums[k].lo, nums[k].hi, nums[k].var)) return usage();
-            i++, ok = 1;
-        }
-        if (!ok) {
-            fprintf(stderr, "strata generate: unknown or incomplete option '%s'\n", a);
-            return usage();
-        }
+    double temp = 1.0, top_p = 1.0, min_p = 0, seed = 0;
+    int n_gen = 128, top_k = 0, threads = 0, chunk = 64, verbose = 0, kv_type = KV_DEFAULT;
+    const struct opt opt_table[] = {
+        {"-m", OPT_STR, &model, 0, 0, NULL, "MODEL.gguf"},
+        {"-p", OPT_STR, &prompt, 0, 0, NULL, "PROMPT"},
+        {"-n", OPT_INT, &n_gen, 0, 1e9, NULL, "N"},
+        {"--temp", OPT_DOUBLE, &temp, 0, 100, NULL, "T"},
+        {"--top-p", OPT_DOUBLE, &top_p, 0, 1, NULL, "P"},
+        {"--top-k", OPT_INT, &top_k, 0, 1e9, NULL, "K"},
+        {"--min-p", OPT_DOUBLE, &min_p, 0, 1, NULL, "M"},
+        {"--seed", OPT_DOUBLE, &seed, 0, 1.8e19, NULL, "S"},
+        {"--threads", OPT_INT, &threads, 1, 1024, NULL, "N"},
+        {"--batch", OPT_INT, &chunk, 1, 65536, NULL, "N"},
+        {"--kv-type", OPT_PARSE, &kv_type, 0, 0, opts_kv_type, "f16|f32"},
+        {"-v", OPT_FLAG, &verbose, 0, 0, NULL, NULL},
+    };
+    const int n_opts = (int)(sizeof opt_table / sizeof opt_table[0]);
+    char err[ERRMSG_LEN];
+    if (opts_parse(opt_table, n_opts, argc, argv, err)) {
+        fprintf(stderr, "strata generate: %s\n", err);
+        opts_usage(stderr, "generate", opt_table, n_opts);
+        return 2;
     }
-    if (!model) return usage();
+    if (!model) {
+        fprintf(stderr, "strata generate: -m MODEL.gguf is required\n");
+        opts_usage(stderr, "generate", opt_table, n_opts);
+        return 2;
+    }
     log_set_quiet(!verbose);
 
-    char err[ERRMSG_LEN];
     struct loaded_model *lm = calloc(1, sizeof *lm);
     if (!lm) return 1;
     struct loader_opts opts = {
@@ -133,7 +94,7 @@ int cmd_generate(int argc, char **argv)
     fflush(stdout);
 
     // prefill: the prompt in chunks; the last chunk's last token gives the first new token
-    double t0 = now_s();
+    double t0 = clock_now();
     int done = 0, next = -1;
     struct sampler *smpp = &smp;
     while (done < n_prompt) {
@@ -154,7 +115,7 @@ int cmd_generate(int argc, char **argv)
         }
         done += n;
     }
-    double t1 = now_s();
+    double t1 = clock_now();
 
     // decode: one token per step; sampling happens where the logits are (CPU or GPU)
     int n_out = 0, cur = n_prompt;
@@ -184,7 +145,7 @@ int cmd_generate(int argc, char **argv)
         }
         cur++;
     }
-    double t2 = now_s();
+    double t2 = clock_now();
     fputc('\n', stdout);
     fflush(stdout);
     fprintf(stderr,
@@ -201,3 +162,7 @@ out:
     free(lm);
     return rc;
 }
+
+const struct command cmd_generate = {
+    "generate", run_generate,
+    "generate -m MODEL.gguf -p PROMPT [options]  (a prompt's continuation on stdout)"};

@@ -1,4 +1,4 @@
-#include "os/errmsg.h"
+#include "os/common/errmsg.h"
 
 #include <stdarg.h>
 #include <stdio.h>

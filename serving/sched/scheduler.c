@@ -1,7 +1,8 @@
-#include "serving/api/scheduler.h"
+#include "serving/sched/scheduler.h"
 
-#include "os/errmsg.h"
-#include "os/log.h"
+#include "os/runtime/clock.h"
+#include "os/common/errmsg.h"
+#include "os/runtime/log.h"
 #include "serving/api/stop_string.h"
 #include "serving/api/utf8.h"
 
@@ -13,13 +14,6 @@
 #include <unistd.h>
 
 #define MIN_CHUNK 8 /* smallest prompt chunk worth admitting under SLO pressure */
-
-double sched_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* ---------------------------------------------------------------- requests */
 
@@ -189,7 +183,7 @@ static void publish(struct scheduler *s, struct seq *q, int finish)
     if (q->n_gen && !r->t_first_token) r->t_first_token = q->t_first;
     if (finish) {
         r->finish = finish;
-        r->t_done = sched_now();
+        r->t_done = clock_now();
     }
     pthread_mutex_unlock(&r->mu);
     if (s->ops.notify) s->ops.notify(s->ops.notify_ctx, r);
@@ -207,7 +201,7 @@ static void finish_metrics(struct scheduler *s, struct seq *q, int finish)
     else
         metrics_request(m, finish == FINISH_STOP ? OUTCOME_STOP : OUTCOME_LENGTH);
     if (finish != FINISH_STOP && finish != FINISH_LENGTH) return;
-    double now = sched_now();
+    double now = clock_now();
     hist_observe(&m->e2e, now - q->r->t_arrival);
     if (!q->n_gen) return;
     double ttft = q->t_first - q->r->t_arrival;
@@ -403,7 +397,7 @@ int sched_submit(struct scheduler *s, struct sreq *r, char *err)
     if (need > s->kv->n_blocks)
         return errmsg_set(err, "the prompt needs %d KV blocks; the pool has %d", need,
                           s->kv->n_blocks);
-    r->t_arrival = r->t_arrival ? r->t_arrival : sched_now();
+    r->t_arrival = r->t_arrival ? r->t_arrival : clock_now();
     sreq_get(r);
     pthread_mutex_lock(&s->mu);
     r->queue_next = NULL;
@@ -681,7 +675,7 @@ static void plan_waiting(struct scheduler *s, int *budget, double now)
             struct seq *q = s->waiting[i];
             if (q->ever_admitted || slack_of(q, now) >= 0) continue;
             remove_at(s->waiting, &s->n_waiting, i);
-            char why[96];
+            char why[ERRMSG_LEN];
             snprintf(why, sizeof why,
                      "overloaded: the request could not start within its "
                      "TTFT target of %.0f ms; retry",
@@ -811,7 +805,7 @@ static void raise_k(struct scheduler *s, int k1)
 
 static int run_step(struct scheduler *s)
 {
-    double now = sched_now();
+    double now = clock_now();
     const struct sched_coop *co = &s->ops.coop;
     if (co->resident) {
         int k = co->resident(co->ctx, s->n_steps);
@@ -868,7 +862,7 @@ static int run_step(struct scheduler *s)
                       .blocks = s->b_blocks,
                       .n_logits = n_logits,
                       .logit_rows = s->b_logit_rows};
-    double t0 = sched_now();
+    double t0 = clock_now();
     int split = co->step && s->k < co->n_layers, rc;
     const char *fail = "the model step failed";
     if (split) {
@@ -888,7 +882,7 @@ static int run_step(struct scheduler *s)
     } else {
         rc = s->ops.forward(s->ops.ctx, &b, s->logits);
     }
-    double t1 = sched_now();
+    double t1 = clock_now();
     s->n_steps++;
     step_model_observe(&s->model, n, s->n_plan + n_padded, t1 - t0);
     hist_observe(&s->m->step, t1 - t0);
@@ -1023,13 +1017,13 @@ int sched_calibrate(struct scheduler *s, char *err)
                           .logit_rows = s->b_logit_rows};
         double best = INFINITY;
         for (int rep = 0; rep < 4; rep++) {
-            double t0 = sched_now();
+            double t0 = clock_now();
             if (s->ops.forward(s->ops.ctx, &b, s->logits)) {
                 for (int i = nb - 1; i >= 0; i--) kv_block_free(s->kv, table[i]);
                 free(table);
                 return errmsg_set(err, "calibration: the model step failed");
             }
-            double t = sched_now() - t0;
+            double t = clock_now() - t0;
             if (rep > 0 && t < best) best = t; /* the first run warms caches */
         }
         samples[n_samples++] = (struct step_sample){n, seqs, best};
