@@ -484,7 +484,12 @@ static int run_serve(int argc, char **argv)
     if (sv.coop) ops.coop = coop_sched_hooks(sv.coop);
     sched = sched_new(&sc, &ops, &e->kv, &sv.metrics, err);
     if (sched && sv.coop) coop_set_scheduler(sv.coop, sched);
-    if (!sched || sched_calibrate(sched, err) || sched_start(sched, err)) {
+    /* A node whose weights are arriving does not time its step shapes first (seconds of full
+     * forward passes, before its first token, on a model it may not hold yet): it starts from the
+     * scheduler's default step model, which the steps it runs correct online (step_model.h). */
+    if (sched && pulling)
+        log_info("serve", "step model: the default, corrected online (weights still arriving)");
+    if (!sched || (!pulling && sched_calibrate(sched, err)) || sched_start(sched, err)) {
         char msg[ERRMSG_LEN + 32];
         snprintf(msg, sizeof msg, "serve: %s", err);
         if (pid1_active()) pid1_fatal(msg);
