@@ -448,7 +448,9 @@ static void feeder_push(struct weight_stream *ws, struct feeder *f)
     }
     double t = clock_now();
     if (ws->cfg.rate_bytes > 0) {
-        double cap = ws->cfg.rate_bytes * 0.01;
+        /* The bucket holds 50 ms of the rate: a fabric thread that a busy machine runs only every
+         * few tens of ms still keeps the average (with 10 ms it got a third of it here). */
+        double cap = ws->cfg.rate_bytes * 0.05;
         if (cap < f->chunk_size) cap = f->chunk_size;
         f->tokens = f->last ? f->tokens + (t - f->last) * ws->cfg.rate_bytes : f->chunk_size;
         if (f->tokens > cap) f->tokens = cap;
