@@ -817,6 +817,14 @@ static int run_step(struct scheduler *s)
         int k = co->resident(co->ctx, s->n_steps);
         if (k > co->n_layers) k = co->n_layers;
         if (k > s->k) raise_k(s, k);
+        /* a helper that failed took the upper layers' KV of its sequences with it */
+        for (int i = s->n_running - 1; co->lost && s->k < co->n_layers && i >= 0; i--) {
+            struct seq *q = s->running[i];
+            const char *why = q->n_computed ? co->lost(co->ctx, q->id) : NULL;
+            if (!why) continue;
+            remove_at(s->running, &s->n_running, i);
+            retire(s, q, FINISH_ERROR, why);
+        }
         /* split but no helper: wait for our own layers (or the helper's return) */
         if (s->k < co->n_layers && !co->ready(co->ctx)) return 0;
     }
