@@ -121,7 +121,9 @@ check-fabric: all
 	@fail=0; for t in $(FABRIC_UNIT); do $(BUILD)/tests/$$t 2>/dev/null || fail=1; done; \
 	for s in tests/integration/fabric_*.sh; do bash $$s || fail=1; done; exit $$fail
 
-# Issue 13's scenarios (a node that joins and serves while its weights arrive), one line each.
+# Scale-out scenarios (issue 13: tests/integration/cluster_*.sh, cooperative execution, weights
+# pulled into a serving node, the appliance joining from its command line) and the loader-from-
+# stream unit test, one line each; make test runs them too (every tests/integration/*.sh).
 CLUSTER_UNIT := test_stream_loader
 check-cluster: all build/init
 	@fail=0; for t in $(CLUSTER_UNIT); do $(BUILD)/tests/$$t 2>/dev/null || fail=1; done; \

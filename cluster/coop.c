@@ -557,9 +557,13 @@ static int hook_step(void *ctx, const struct batch *b, int k, const unsigned *se
     for (int i = 0; i < b->n; i++) {
         struct jseq *j = js_get(c, seq[i], err);
         if (!j) return -1;
-        if (j->opened && j->session != session)
-            return errmsg_set(err, "helper %s was lost: sequence %u's upper-layer KV went with it",
-                              helper, seq[i]);
+        if (j->opened && j->session != session) {
+            if (b->pos[i] != 0)
+                return errmsg_set(err,
+                                  "helper %s was lost: sequence %u's upper-layer KV went with it",
+                                  helper, seq[i]);
+            j->opened = 0; /* recomputed from its start (preempted): open it again */
+        }
         if (j->opened) continue;
         struct wire_coop_open o = {.seq = seq[i],
                                    .temperature = smp[i]->p.temperature,
@@ -660,6 +664,22 @@ static int hook_fill(void *ctx, unsigned seq, const int *blocks, int n, int k0, 
         atomic_fetch_add_explicit(&c->m->coop_fill_layers, (unsigned long long)(k1 - k0),
                                   memory_order_relaxed);
     return 0;
+}
+
+static const char *hook_lost(void *ctx, unsigned seq)
+{
+    struct coop *c = ctx;
+    struct jseq *j = js_find(c, seq);
+    if (!j || !j->opened) return NULL;
+    static _Thread_local char why[ERRMSG_LEN];
+    pthread_mutex_lock(&c->mu);
+    int lost = j->session != c->session;
+    if (lost)
+        snprintf(why, sizeof why, "helper %s failed: %s; the KV of layers [%d, %d) went with it",
+                 fabric_node_peer_name(c->cfg.fabric, c->cfg.helper_peer), c->helper_why,
+                 atomic_load(&c->k_now), c->L);
+    pthread_mutex_unlock(&c->mu);
+    return lost ? why : NULL;
 }
 
 static void hook_all_local(void *ctx)
@@ -879,6 +899,7 @@ struct sched_coop coop_sched_hooks(struct coop *c)
         h.step = hook_step;
         h.all_local = hook_all_local;
         h.seq_end = hook_seq_end;
+        h.lost = hook_lost;
     }
     if (c->cfg.serve_remote) h.serve = hook_serve;
     return h;

@@ -27,6 +27,7 @@ struct peer {
     int used;         /* slot taken (configured, or an accepted connection) */
     int reported;     /* state last told to observers */
     int adopted;      /* a module owns the connection now */
+    int warned;       /* a failed (re)connection was logged: quiet until it opens again */
     double next_try;
     atomic_int open;
     atomic_int close_req;
@@ -125,6 +126,7 @@ static void tell(struct fabric_node *fn, int i, int state, const char *why)
     if (p->reported == state) return;
     p->reported = state;
     atomic_store(&p->open, state == TP_OPEN);
+    if (state == TP_OPEN) p->warned = 0;
     if (state == TP_OPEN)
         log_info("fabric", "node %d: peer %d (%s) open", fn->cfg.node_id, i, p->name);
     else
@@ -166,7 +168,9 @@ static void connect_peers(struct fabric_node *fn, double now)
         p->conn = tp_connect(fn->t, p->addr, err);
         p->reported = TP_CONNECTING;
         if (!p->conn) {
-            log_warn("fabric", "node %d: peer %s: %s", fn->cfg.node_id, p->addr, err);
+            if (!p->warned++)
+                log_warn("fabric", "node %d: peer %s: %s (retrying every %d ms)", fn->cfg.node_id,
+                         p->addr, err, fn->cfg.retry_ms);
             p->next_try = now + fn->cfg.retry_ms * 1e-3;
         }
     }
@@ -263,9 +267,10 @@ static void *fabric_main(void *arg)
             if (st == TP_OPEN) dispatch(fn, i);
             if (p->conn && !p->adopted && tp_conn_state(p->conn) == TP_CLOSED) {
                 const char *e = tp_conn_error(p->conn);
-                if (p->reported != TP_OPEN && p->addr)
-                    log_warn("fabric", "node %d: peer %s: %s", fn->cfg.node_id, p->addr,
-                             e && *e ? e : "connection failed");
+                if (p->reported != TP_OPEN && p->addr && !p->warned++)
+                    log_warn("fabric", "node %d: peer %s: %s (retrying every %d ms)",
+                             fn->cfg.node_id, p->addr, e && *e ? e : "connection failed",
+                             fn->cfg.retry_ms);
                 drop_peer(fn, i, e ? e : "");
             }
         }

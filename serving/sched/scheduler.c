@@ -788,17 +788,25 @@ static void advance_token(struct scheduler *s, struct seq *q, int t, double now)
 static void raise_k(struct scheduler *s, int k1)
 {
     const struct sched_coop *c = &s->ops.coop;
+    double t0 = sched_now();
+    int n_seqs = 0;
+    long positions = 0;
     for (int i = s->n_running - 1; i >= 0; i--) {
         struct seq *q = s->running[i];
         if (!q->n_computed) continue;
+        n_seqs++;
+        positions += q->n_computed;
         char err[ERRMSG_LEN];
         if (c->fill(c->ctx, q->id, q->blocks, q->n_computed, s->k, k1, err)) {
             remove_at(s->running, &s->n_running, i);
             retire(s, q, FINISH_ERROR, err);
         }
     }
-    log_info("sched", "layers [0, %d) of %d run here now%s", k1, c->n_layers,
-             k1 == c->n_layers ? ": serving alone" : "");
+    log_info("sched",
+             "layers [0, %d) of %d run here now%s (KV of layers [%d, %d) recomputed for %d "
+             "sequences, %ld positions, in %.1f ms)",
+             k1, c->n_layers, k1 == c->n_layers ? ": serving alone" : "", s->k, k1, n_seqs,
+             positions, (sched_now() - t0) * 1e3);
     s->k = k1;
     if (k1 == c->n_layers && c->all_local) c->all_local(c->ctx);
 }
@@ -811,6 +819,14 @@ static int run_step(struct scheduler *s)
         int k = co->resident(co->ctx, s->n_steps);
         if (k > co->n_layers) k = co->n_layers;
         if (k > s->k) raise_k(s, k);
+        /* a helper that failed took the upper layers' KV of its sequences with it */
+        for (int i = s->n_running - 1; co->lost && s->k < co->n_layers && i >= 0; i--) {
+            struct seq *q = s->running[i];
+            const char *why = q->n_computed ? co->lost(co->ctx, q->id) : NULL;
+            if (!why) continue;
+            remove_at(s->running, &s->n_running, i);
+            retire(s, q, FINISH_ERROR, why);
+        }
         /* split but no helper: wait for our own layers (or the helper's return) */
         if (s->k < co->n_layers && !co->ready(co->ctx)) return 0;
     }

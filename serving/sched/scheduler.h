@@ -99,6 +99,9 @@ struct sched_coop {
                 struct sampler *const *smp, const unsigned char *mask, int *tokens, char *err);
     /* k reached n_layers: nothing of this node's runs remote any more. */
     void (*all_local)(void *ctx);
+    /* Step boundary, for each running sequence with computed positions: NULL, or why its state
+     * at the helper is gone (the helper failed): the sequence fails with that message. */
+    const char *(*lost)(void *ctx, unsigned seq);
     /* A sequence is gone (finished, failed, cancelled). */
     void (*seq_end)(void *ctx, unsigned seq);
     /* Helper: run queued remote work; 1 if any ran. */
