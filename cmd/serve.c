@@ -268,7 +268,7 @@ static int run_serve(int argc, char **argv)
     struct sched_ops ops = {.ctx = e,
                             .vocab_size = sv.lm->model.cfg.vocab_size,
                             .eos_id = sv.lm->tok.eos_id,
-                            .alt_eos_id = sv.lm->tok.bos_id,
+                            .bos_id = sv.lm->tok.bos_id,
                             .forward = engine_step,
                             .decode_ctx = &sv.lm->tok,
                             .decode = decode_piece,

@@ -674,14 +674,14 @@ static void plan_waiting(struct scheduler *s, int *budget, double now)
 static void advance(struct scheduler *s, struct seq *q, float *logits, double now)
 {
     struct sreq *r = q->r;
-    int eos = s->ops.eos_id, eos2 = s->ops.alt_eos_id, V = s->ops.vocab_size;
+    int eos = s->ops.eos_id, bos = s->ops.bos_id, V = s->ops.vocab_size;
     if (r->ignore_eos || q->n_gen < r->min_tokens) {
         if (eos >= 0 && eos < V) logits[eos] = -INFINITY;
-        if (eos2 >= 0 && eos2 < V) logits[eos2] = -INFINITY;
+        if (bos >= 0 && bos < V) logits[bos] = -INFINITY;
     }
     int t = sampler_sample(&q->smp, logits);
     int finish = FINISH_NONE;
-    if (t == eos || (eos2 >= 0 && t == eos2)) {
+    if (t == eos || (bos >= 0 && t == bos)) {
         finish = FINISH_STOP;
     } else {
         int prev = q->tok[q->n_tok - 1];
