@@ -30,7 +30,7 @@ CFLAGS  ?=
 LDLIBS   = $(DPDK_LIBS) -libverbs -lmicrohttpd -lcjson -lsodium -ldl -lm -pthread
 LDFLAGS += $(SANFLAGS)
 
-LIB_SRC  := $(sort $(shell find os drivers serving transport -name '*.c' \
+LIB_SRC  := $(sort $(shell find os drivers serving transport cluster -name '*.c' \
               ! -path 'os/init/*' ! -path '*/fuzz/*' ! -name main.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_SRC := $(sort $(wildcard tests/unit/test_*.c))
