@@ -27,7 +27,7 @@ DPDK_LIBS   := $(shell $(PKG_CONFIG) --libs libdpdk 2>/dev/null)
 CFLAGS_BASE = -std=c11 -D_GNU_SOURCE -g $(OPT) -Wall -Wextra -Werror -pthread -I. \
               -fno-strict-aliasing -fopenmp-simd $(SANFLAGS)
 CFLAGS  ?=
-LDLIBS   = $(DPDK_LIBS) -libverbs -lmicrohttpd -lcjson -lsodium -ldl -lm -pthread
+LDLIBS   = $(DPDK_LIBS) $(shell $(PKG_CONFIG) --libs simgrid 2>/dev/null) -libverbs -lmicrohttpd -lcjson -lsodium -ldl -lm -pthread
 LDFLAGS += $(SANFLAGS)
 
 LIB_SRC  := $(sort $(shell find os drivers serving transport cluster -name '*.c' \

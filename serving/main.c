@@ -27,6 +27,9 @@ static const struct command {
     {"serve", cmd_serve,
      "serve -m MODEL.gguf [--host H] [--port N] [--max-batch N] [--ctx N] [--api-key KEY] ... "
      "(OpenAI-compatible server)"},
+    {"sim", cmd_sim,
+     "sim (--trace FILE | --synthetic SPEC) [--rate X] [--window S:D] [--policy P]... "
+     "[--config FILE] [--out DIR] (cluster simulator)"},
 };
 
 static void usage(FILE *f)
