@@ -145,8 +145,9 @@ kernel:
 
 # The init is static musl, never sanitized (it is PID 1 in a guest). musl-gcc sees only musl's
 # headers: the kernel's uapi headers (netlink) come through a directory of links.
-INIT_SRC := $(sort $(wildcard os/init/*.c)) os/boot_cmdline.c os/errmsg.c
-INIT_HDR := $(wildcard os/init/*.h) os/boot_cmdline.h os/errmsg.h
+INIT_SHARED := os/boot_cmdline os/errmsg os/net_config os/dhcp_msg os/dhcp_client os/dhcp_lease
+INIT_SRC := $(sort $(wildcard os/init/*.c)) $(INIT_SHARED:%=%.c)
+INIT_HDR := $(wildcard os/init/*.h) $(INIT_SHARED:%=%.h)
 MUSL_CC  ?= musl-gcc
 build/musl-include/.links:
 	@mkdir -p $(dir $@)

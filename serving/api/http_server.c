@@ -625,6 +625,7 @@ int http_server_run(struct http_server *s, char *err)
                 }
             }
         }
+        if (s->cfg.tick) s->cfg.tick(s->cfg.tick_ctx);
         double now = now_s();
         if (s->drain_ms && drain_step(s, now)) break;
         if (now - last_check > 0.05) {

@@ -15,15 +15,19 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 struct serve_opts {
     const char *model, *host, *api_key, *name;
     int port, max_batch, ctx, threads, step_tokens, kv_blocks, kv_block_size, kv_type, static_batch;
     int max_conns, timeout_ms, idle_timeout_ms, no_slo, verbose, step_delay_us, shed_late,
         static_shrink;
+    const char *test_crash; /* tests only: segv | panic, once ready */
+    int test_hang;          /* tests only: the serve loop stops once ready */
     double ttft_ms, tpot_ms, static_wait_ms;
     long max_body;
 };
@@ -37,7 +41,9 @@ static int usage(void)
             "         [--static-wait-ms MS] [--static-shrink] [--kv-blocks N] [--kv-block-size N]\n"
             "         [--kv-type f16|f32]\n"
             "         [--max-conns N] [--max-body BYTES] [--timeout-ms MS] [--name ID] [-v]\n"
-            "         [--test-step-delay-us US]  (tests: sleep after every step)\n");
+            "         [--test-step-delay-us US]  (tests: sleep after every step)\n"
+            "         [--test-crash segv|panic] [--test-hang]  (tests: crash, or hang the serve\n"
+            "          loop, once ready; see boot/cmdline.md)\n");
     return 2;
 }
 
@@ -114,6 +120,10 @@ static int parse_opts(int argc, char **argv, struct serve_opts *o)
             o->name = v, i++;
         else if (!strcmp(a, "--max-body") && v)
             o->max_body = atol(v), i++;
+        else if (!strcmp(a, "--test-crash") && v && (!strcmp(v, "segv") || !strcmp(v, "panic")))
+            o->test_crash = v, i++;
+        else if (!strcmp(a, "--test-hang"))
+            o->test_hang = 1;
         else if (!strcmp(a, "--shed-late"))
             o->shed_late = 1;
         else if (!strcmp(a, "--static-shrink"))
@@ -197,6 +207,30 @@ static void on_shutdown(void *ctx)
     http_server_shutdown(ctx, SHUTDOWN_GRACE_MS);
 }
 
+static volatile int serve_ready;
+
+/* The serve loop's heartbeat; with --test-hang it stops beating once the model is ready, as a
+ * deadlocked loop would (the watchdog test). */
+static void serve_tick(void *ctx)
+{
+    const struct serve_opts *o = ctx;
+    pid1_tick();
+    if (o->test_hang && serve_ready) {
+        fprintf(stderr, "strata serve: --test-hang: the serve loop stops here\n");
+        for (;;) pause();
+    }
+}
+
+/* --test-crash: segv is a crash the handlers report (os/pid1.c); panic is one they cannot, with
+ * the default action restored, so the kernel kills PID 1 and panics. */
+static void test_crash(const char *how)
+{
+    fprintf(stderr, "strata serve: --test-crash %s: crashing on purpose\n", how);
+    if (!strcmp(how, "panic")) signal(SIGSEGV, SIG_DFL);
+    volatile uintptr_t bad = 16; /* through a variable: the compiler must not see the crash */
+    *(volatile int *)bad = 1;
+}
+
 static void *http_main(void *arg)
 {
     struct serve *sv = arg;
@@ -235,7 +269,9 @@ int cmd_serve(int argc, char **argv)
                                     .read_timeout_ms = o.timeout_ms,
                                     .idle_timeout_ms = o.idle_timeout_ms,
                                     .write_timeout_ms = o.timeout_ms,
-                                    .max_pending_write = 8u << 20};
+                                    .max_pending_write = 8u << 20,
+                                    .tick = serve_tick,
+                                    .tick_ctx = &o};
     struct http_handler h = front_handler(sv.front);
     sv.http = http_server_new(&hc, &h, &sv.metrics, err);
     if (!sv.http) {
@@ -337,6 +373,8 @@ int cmd_serve(int argc, char **argv)
             fm.name, o.host, http_server_port(sv.http), e->lim.ctx, e->lim.max_seqs,
             e->lim.max_tokens, e->kv.n_blocks, kv_type_name(e->kv.type), e->kv.block_size,
             chat_template_name(fm.tmpl), o.static_batch ? ", STATIC batching" : "");
+    serve_ready = 1;
+    if (o.test_crash) test_crash(o.test_crash);
     rc = 0;
 out:
     pthread_join(http_thread, NULL);

@@ -44,13 +44,13 @@ qemu_accel_probe() {
 }
 
 _qemu_launch() { # _qemu_launch NAME REBOOT(0|1) ARGS...
-    local name=$1 reboot=$2 cpu=max
+    local name=$1 reboot=$2 cpu=${QEMU_CPU:-max}
     shift 2
     mkdir -p "$QEMU_DIR"
     local log=$QEMU_DIR/$name.log mon=$QEMU_DIR/$name.mon
     rm -f "$log" "$mon"
     : >"$log"
-    [ "$QEMU_ACCEL" = kvm ] && cpu=host
+    [ "$QEMU_ACCEL" = kvm ] && [ -z "${QEMU_CPU:-}" ] && cpu=host
     local noreboot=-no-reboot
     [ "$reboot" = 1 ] && noreboot=
     "$QEMU_BIN" -machine q35 -accel "$QEMU_ACCEL" -cpu "$cpu" -m "$QEMU_MEM" -smp "$QEMU_SMP" \

@@ -101,7 +101,7 @@ TEST(unknown_key)
 TEST(malformed_values)
 {
     CHECK_EQ_INT(parse("strata.ip=10.0.2.300/24"), -1);
-    CHECK_STR(err, "strata.ip=10.0.2.300/24: malformed address (want A.B.C.D/PREFIX)");
+    CHECK_STR(err, "strata.ip=10.0.2.300/24: malformed address (want A.B.C.D/PREFIX, dhcp or off)");
     const char *bad[] = {
         "strata.ip=10.0.2.15",
         "strata.ip=10.0.2.15/33",
