@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 struct serve_opts {
@@ -27,7 +28,7 @@ struct serve_opts {
     int max_conns, timeout_ms, idle_timeout_ms, no_slo, verbose, step_delay_us, shed_late,
         static_shrink;
     const char *test_crash; /* tests only: segv | panic, once ready */
-    int test_hang;          /* tests only: the serve loop stops once ready */
+    int test_hang_s;        /* tests only: the serve loop stops this long after ready; -1 never */
     double ttft_ms, tpot_ms, static_wait_ms;
     long max_body;
 };
@@ -42,8 +43,8 @@ static int usage(void)
             "         [--kv-type f16|f32]\n"
             "         [--max-conns N] [--max-body BYTES] [--timeout-ms MS] [--name ID] [-v]\n"
             "         [--test-step-delay-us US]  (tests: sleep after every step)\n"
-            "         [--test-crash segv|panic] [--test-hang]  (tests: crash, or hang the serve\n"
-            "          loop, once ready; see boot/cmdline.md)\n");
+            "         [--test-crash segv|panic] [--test-hang S]  (tests: crash once ready, or\n"
+            "          hang the serve loop S seconds after ready; see boot/cmdline.md)\n");
     return 2;
 }
 
@@ -60,6 +61,7 @@ static int parse_opts(int argc, char **argv, struct serve_opts *o)
                              .ttft_ms = 1000,
                              .tpot_ms = 100,
                              .static_wait_ms = 50,
+                             .test_hang_s = -1,
                              .max_body = 1 << 20};
     o->api_key = getenv("STRATA_API_KEY");
     for (int i = 1; i < argc; i++) {
@@ -79,6 +81,7 @@ static int parse_opts(int argc, char **argv, struct serve_opts *o)
             {"--kv-block-size", &o->kv_block_size, NULL, 1, 4096},
             {"--static-batch", &o->static_batch, NULL, 0, 4096},
             {"--test-step-delay-us", &o->step_delay_us, NULL, 0, 1000000},
+            {"--test-hang", &o->test_hang_s, NULL, 0, 3600},
             {"--max-conns", &o->max_conns, NULL, 1, 1 << 20},
             {"--timeout-ms", &o->timeout_ms, NULL, 1, 3600000},
             {"--idle-timeout-ms", &o->idle_timeout_ms, NULL, 1, 3600000},
@@ -122,8 +125,6 @@ static int parse_opts(int argc, char **argv, struct serve_opts *o)
             o->max_body = atol(v), i++;
         else if (!strcmp(a, "--test-crash") && v && (!strcmp(v, "segv") || !strcmp(v, "panic")))
             o->test_crash = v, i++;
-        else if (!strcmp(a, "--test-hang"))
-            o->test_hang = 1;
         else if (!strcmp(a, "--shed-late"))
             o->shed_late = 1;
         else if (!strcmp(a, "--static-shrink"))
@@ -209,13 +210,16 @@ static void on_shutdown(void *ctx)
 
 static volatile int serve_ready;
 
-/* The serve loop's heartbeat; with --test-hang it stops beating once the model is ready, as a
- * deadlocked loop would (the watchdog test). */
+/* The serve loop's heartbeat; with --test-hang S it stops beating S seconds after the model is
+ * ready, as a deadlocked loop would (the watchdog test). */
 static void serve_tick(void *ctx)
 {
     const struct serve_opts *o = ctx;
+    static time_t hang_at;
     pid1_tick();
-    if (o->test_hang && serve_ready) {
+    if (o->test_hang_s < 0 || !serve_ready) return;
+    if (!hang_at) hang_at = time(NULL) + o->test_hang_s;
+    if (time(NULL) >= hang_at) {
         fprintf(stderr, "strata serve: --test-hang: the serve loop stops here\n");
         for (;;) pause();
     }
