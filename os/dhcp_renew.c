@@ -18,11 +18,13 @@
 
 #define ACQUIRE_TIMEOUT 60
 
+/* One console line, "strata: " + the message (which starts with "dhcp: ", as errors from
+ * os/dhcp_client.c and os/net_config.c are prefixed by the callers here). */
 static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void say(const char *fmt, ...)
 {
     char line[ERRMSG_LEN + 64];
-    int n = snprintf(line, sizeof line, "strata: dhcp: ");
+    int n = snprintf(line, sizeof line, "strata: ");
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);
@@ -46,25 +48,26 @@ static void apply(const struct dhcp_lease *old, const struct dhcp_lease *n)
     int index = (int)if_nametoindex(n->iface);
     int moved = old->ip != n->ip || old->prefix != n->prefix;
     if (moved) {
-        if (netcfg_addr(index, n->iface, n->ip, n->prefix, 1, err)) say("warning: %s", err);
+        if (netcfg_addr(index, n->iface, n->ip, n->prefix, 1, err)) say("dhcp: warning: %s", err);
         if (old->ip && netcfg_addr(index, n->iface, old->ip, old->prefix, 0, err))
-            say("warning: %s", err);
+            say("dhcp: warning: %s", err);
     }
     if (n->router && (moved || n->router != old->router) &&
         netcfg_default_route(index, n->router, err))
-        say("warning: %s", err);
+        say("dhcp: warning: %s", err);
     if ((n->n_dns != old->n_dns || memcmp(n->dns, old->dns, sizeof n->dns)) &&
         netcfg_resolv_conf(n->dns, n->n_dns, err))
-        say("warning: %s", err);
+        say("dhcp: warning: %s", err);
 }
 
 /* The lease is gone (expired or refused): drop the address, then ask until a server answers. */
 static void start_over(struct dhcp_lease *l, const char *why)
 {
     char err[ERRMSG_LEN], a[16];
-    say("%s: %s; removing %s and asking for a new lease", l->iface, why, boot_ip_str(l->ip, a));
+    say("dhcp: %s: %s; removing %s and asking for a new lease", l->iface, why,
+        boot_ip_str(l->ip, a));
     int index = (int)if_nametoindex(l->iface);
-    if (netcfg_addr(index, l->iface, l->ip, l->prefix, 0, err)) say("warning: %s", err);
+    if (netcfg_addr(index, l->iface, l->ip, l->prefix, 0, err)) say("dhcp: warning: %s", err);
     struct dhcp_lease old = *l, n;
     old.ip = 0; /* already removed */
     old.router = 0;
@@ -76,6 +79,7 @@ static void start_over(struct dhcp_lease *l, const char *why)
 int dhcp_renew_once(struct dhcp_lease *l, const char *path)
 {
     char err[ERRMSG_LEN], d[200];
+    const char *what = "renewed";
     if (l->lease_s == DHCP_LEASE_INFINITE) return 1;
     for (;;) {
         double now = dhcp_now(), t1 = l->start + l->t1_s, t2 = l->start + l->t2_s,
@@ -84,30 +88,36 @@ int dhcp_renew_once(struct dhcp_lease *l, const char *path)
             sleep_until(t1);
             continue;
         }
-        struct dhcp_lease n = *l;
-        int rebinding = now >= t2, rc;
         if (now >= end) {
             start_over(l, "the lease expired");
+            what = "new lease";
             break;
         }
+        struct dhcp_lease n = *l;
+        int rebinding = now >= t2;
         double limit = (rebinding ? end : t2) - now;
-        rc = dhcp_renew(&n, rebinding, limit < 8 ? limit : 8, err);
+        int rc = dhcp_renew(&n, rebinding, limit < 8 ? limit : 8, err);
         if (rc == 0) {
             apply(l, &n);
             *l = n;
+            what = rebinding ? "rebound" : "renewed";
             break;
         }
         if (rc == 1) {
             start_over(l, "the server refused the renewal (NAK)");
+            what = "new lease";
             break;
         }
         double left = (rebinding ? end : t2) - dhcp_now(), wait = left / 2 > 1 ? left / 2 : 1;
-        say("%s; %s again in %.0f s", err, rebinding ? "rebinding" : "renewing",
-            wait < left ? wait : left);
-        sleep_until(dhcp_now() + (wait < left ? wait : left > 0 ? left : 0));
+        if (wait > left) wait = left;
+        if (wait > 0.5)
+            say("%s; %s again in %.0f s", err, rebinding ? "rebinding" : "renewing", wait);
+        else
+            say("%s; %s", err, rebinding ? "the lease runs out now" : "rebinding (broadcast) now");
+        if (wait > 0) sleep_until(dhcp_now() + wait);
     }
-    if (path && dhcp_lease_save(path, l, err)) say("warning: %s", err);
-    say("%s; renewed, next renewal in %u s", dhcp_lease_describe(l, d, sizeof d), l->t1_s);
+    if (path && dhcp_lease_save(path, l, err)) say("dhcp: warning: %s", err);
+    say("dhcp: %s; %s, next renewal in %u s", dhcp_lease_describe(l, d, sizeof d), what, l->t1_s);
     return 0;
 }
 
@@ -131,11 +141,11 @@ int dhcp_renew_start(const char *path, char *err)
     if (dhcp_lease_load(path, &l, err)) return -1;
     char a[16], s[16];
     if (l.lease_s == DHCP_LEASE_INFINITE) {
-        say("%s: %s has an infinite lease: nothing to renew", l.iface, boot_ip_str(l.ip, a));
+        say("dhcp: %s: %s has an infinite lease: nothing to renew", l.iface, boot_ip_str(l.ip, a));
         return 0;
     }
     double t1 = l.start + l.t1_s - dhcp_now();
-    say("%s: keeping %s/%d from %s; first renewal in %.0f s", l.iface, boot_ip_str(l.ip, a),
+    say("dhcp: %s: keeping %s/%d from %s; first renewal in %.0f s", l.iface, boot_ip_str(l.ip, a),
         l.prefix, boot_ip_str(l.server_id, s), t1 > 0 ? t1 : 0);
     R.l = l;
     snprintf(R.path, sizeof R.path, "%s", path);
