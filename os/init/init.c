@@ -122,6 +122,8 @@ int main(void)
     init_mask_secrets(line, shown, sizeof shown);
     init_say("cmdline", "%s", shown[0] ? shown : "(empty)");
     if (bad) fail(cfg.on_error, err);
+    if (init_panic_policy(&cfg, line, err)) fail(cfg.on_error, err);
+    if (init_cpu_check(err)) fail(cfg.on_error, err);
 
     if (cfg.hugepages >= 0) {
         if (init_hugepages(cfg.hugepages, err)) fail(cfg.on_error, err);

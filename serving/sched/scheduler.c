@@ -603,7 +603,7 @@ static void plan_running(struct scheduler *s, double now, int *budget)
     int slo = !s->cfg.no_slo_admission && s->cfg.static_batch <= 0;
     for (int pass = 0; pass < 2; pass++) {
         double allowed = pass == 1 && slo ? allowed_step_time(s, now, 1) : INFINITY;
-        for (int i = 0; i<s->n_running && * budget> 0; i++) {
+        for (int i = 0; *budget > 0 && i < s->n_running; i++) {
             struct seq *q = s->running[i];
             int want = q->n_tok - q->n_computed;
             if ((pass == 0) != (want == 1) || in_plan(s, q)) continue;
@@ -685,7 +685,7 @@ static void plan_waiting(struct scheduler *s, int *budget, double now)
     }
     sort_waiting(s, now);
     int reserve = s->kv->n_blocks / 100 + 1; /* headroom so decodes rarely preempt at once */
-    while (s->n_waiting && s->n_running<s->cfg.max_seqs && * budget> 0) {
+    while (*budget > 0 && s->n_waiting && s->n_running < s->cfg.max_seqs) {
         struct seq *q = s->waiting[0];
         int want = q->n_tok - q->n_computed;
         int n = want < *budget ? want : *budget;
@@ -716,10 +716,10 @@ static void advance_token(struct scheduler *s, struct seq *q, int t, double now)
 /* Sample the next token of q from its logits row and handle the end conditions. */
 static void advance(struct scheduler *s, struct seq *q, float *logits, double now)
 {
-    int eos = s->ops.eos_id, eos2 = s->ops.alt_eos_id, V = s->ops.vocab_size;
+    int eos = s->ops.eos_id, bos = s->ops.bos_id, V = s->ops.vocab_size;
     if (mask_eos(q)) {
         if (eos >= 0 && eos < V) logits[eos] = -INFINITY;
-        if (eos2 >= 0 && eos2 < V) logits[eos2] = -INFINITY;
+        if (bos >= 0 && bos < V) logits[bos] = -INFINITY;
     }
     advance_token(s, q, sampler_sample(&q->smp, logits), now);
 }
@@ -728,9 +728,9 @@ static void advance(struct scheduler *s, struct seq *q, float *logits, double no
 static void advance_token(struct scheduler *s, struct seq *q, int t, double now)
 {
     struct sreq *r = q->r;
-    int eos = s->ops.eos_id, eos2 = s->ops.alt_eos_id;
+    int eos = s->ops.eos_id, bos = s->ops.bos_id;
     int finish = FINISH_NONE;
-    if (t == eos || (eos2 >= 0 && t == eos2)) {
+    if (t == eos || (bos >= 0 && t == bos)) {
         finish = FINISH_STOP;
     } else {
         int prev = q->tok[q->n_tok - 1];
@@ -788,7 +788,7 @@ static void advance_token(struct scheduler *s, struct seq *q, int t, double now)
 static void raise_k(struct scheduler *s, int k1)
 {
     const struct sched_coop *c = &s->ops.coop;
-    double t0 = sched_now();
+    double t0 = clock_now();
     int n_seqs = 0;
     long positions = 0;
     for (int i = s->n_running - 1; i >= 0; i--) {
@@ -806,7 +806,7 @@ static void raise_k(struct scheduler *s, int k1)
              "layers [0, %d) of %d run here now%s (KV of layers [%d, %d) recomputed for %d "
              "sequences, %ld positions, in %.1f ms)",
              k1, c->n_layers, k1 == c->n_layers ? ": serving alone" : "", s->k, k1, n_seqs,
-             positions, (sched_now() - t0) * 1e3);
+             positions, (clock_now() - t0) * 1e3);
     s->k = k1;
     if (k1 == c->n_layers && c->all_local) c->all_local(c->ctx);
 }
