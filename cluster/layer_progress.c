@@ -30,7 +30,9 @@ void layer_progress_span(struct layer_progress *lp, int s, uint64_t bytes, int k
     atomic_store(&lp->span_us[s], us ? us : 1);
     int n = atomic_fetch_add(&lp->spans_verified, 1) + 1;
     atomic_store(&lp->layers_resident, k);
-    int state = n >= atomic_load(&lp->spans_total) ? LP_READY : k > 0 ? LP_PARTIAL : LP_LOADING;
+    /* Partial from the embedding on: with a helper the node serves from there (k may be 0). */
+    int partial = k > 0 || atomic_load(&lp->span_us[0]) != 0;
+    int state = n >= atomic_load(&lp->spans_total) ? LP_READY : partial ? LP_PARTIAL : LP_LOADING;
     atomic_store(&lp->state, state);
 }
 

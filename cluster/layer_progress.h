@@ -6,7 +6,7 @@
  * the embedding (what a joiner can run itself); the head is the last span, so k = layers_total
  * only says the blocks are here, state READY says everything is.
  *
- * State: LOADING (nothing to run yet), PARTIAL (embedding and k >= 1 blocks: serves with a
+ * State: LOADING (nothing to run yet), PARTIAL (the embedding and k >= 0 blocks: serves with a
  * helper that holds the rest), READY (every span: serves alone), FAILED (see the log). */
 #ifndef STRATA_LAYER_PROGRESS_H
 #define STRATA_LAYER_PROGRESS_H
