@@ -9,8 +9,11 @@
 #                          the defaults "console=tty0 console=ttyS0 quiet strata.model=part:strata-model
 #                          strata.ip=10.0.2.15/24 strata.gw=10.0.2.2 strata.dns=10.0.2.3" (QEMU's
 #                          user network; a real server needs its own strata.ip/gw/dns here)
-#   EXTRA_MODULES=dir      more kernel modules (*.ko, e.g. the NVIDIA driver's), loaded last
-#   EXTRA_LIBS=dir         more libraries for /usr/lib/x86_64-linux-gnu in the image (libcuda ...)
+#   NVIDIA=path            NVIDIA's driver: the .run package or a directory it was extracted to,
+#                          with the open kernel modules built for this kernel (image/README.md);
+#                          see image/nvidia-bundle.sh for what is taken
+#   EXTRA_MODULES=dir      more kernel modules (*.ko), loaded after the built-in list
+#   EXTRA_LIBS=dir         more libraries for /usr/lib/x86_64-linux-gnu in the image
 #   SOURCE_DATE_EPOCH=t    the time stamped on every file (default: the last commit's)
 # Writes:
 #   out/vmlinuz            Debian's kernel (linux-image-amd64, via image/fetch-kernel.sh)
@@ -36,11 +39,21 @@ step() { echo "image: [$1/6] $2 ($(($(date +%s) - T0)) s)"; }
 die() { echo "image: error: $*" >&2; exit 1; }
 mkdir -p "$OUT" build/image
 
-# Modules the appliance needs: NICs (virtio in QEMU; add real NIC drivers with EXTRA_MODULES or
-# here), Soft-RoCE and its crc32 helper, VFIO and uio for DPDK/GPU passthrough, disks for the model
-# partition, and the ACPI power button (read by os/pid1.c through evdev).
-MODULES="virtio_pci virtio_net virtio_blk rdma_rxe vfio-pci uio_pci_generic ext4 button evdev"
-# Not every kernel has every one as a module (some are built in): mkinitrd skips built-ins.
+# Modules the appliance needs (mkinitrd adds what each depends on; /etc/modules keeps this order):
+#   disks     virtio_blk (QEMU), nvme, ahci + sd_mod (SATA): the model partition's controller
+#   NICs      virtio_net (QEMU), e1000e, and the datacenter NICs with their RDMA halves: mlx5_core +
+#             mlx5_ib (ConnectX), ice + irdma (Intel E810), bnxt_en (Broadcom; Debian's 6.1 kernel
+#             builds no bnxt_re), i40e, ixgbe; rdma_rxe (Soft-RoCE, tests)
+#   DPDK/GPU  vfio-pci, uio_pci_generic
+#   files     ext4 (the model partition); vfat + its code pages (the EFI system partition, mounted
+#             to mark a boot slot good and by `strata update`); efivarfs (the boot loader's
+#             variables: which slot booted)
+#   power     button + evdev: the ACPI power button, read by os/pid1.c
+# A module the hardware does not need fails to bind and costs nothing but its bytes; a module a
+# kernel has built in is skipped by mkinitrd.
+MODULES="virtio_pci virtio_net virtio_blk nvme ahci sd_mod
+         e1000e mlx5_core mlx5_ib ice irdma bnxt_en i40e ixgbe rdma_rxe
+         vfio-pci uio_pci_generic ext4 vfat nls_cp437 nls_ascii nls_utf8 efivarfs button evdev"
 
 step 1 "kernel"
 release=$(image/fetch-kernel.sh "$KDIR")
@@ -52,13 +65,39 @@ step 2 "server and init"
 [ -x build/strata ] || die "build/strata missing (make)"
 [ -x build/init ] || die "build/init missing (make build/init; needs musl-tools)"
 BINS=(-b build/strata:/bin/strata)
-# Libraries the server dlopen()s, which ldd cannot see: the Soft-RoCE and mlx5 verbs providers.
-for p in rxe mlx5; do
-    so=$(ls /usr/lib/x86_64-linux-gnu/libibverbs/lib$p-rdmav*.so 2>/dev/null | head -n 1 || true)
-    if [ -n "$so" ] && ldd build/strata | grep -q libibverbs; then
+# Objects the server dlopen()s, which ldd cannot see: the verbs providers of the RDMA NICs above
+# (libibverbs reads /etc/libibverbs.d/NAME.driver, then loads libNAME-rdmav*.so), and DPDK's
+# drivers for the same NICs with the PCI bus and the mempool driver (the EAL loads every object in
+# its plugin directory).
+if ldd build/strata | grep -q libibverbs; then
+    for p in rxe mlx5 irdma bnxt_re; do
+        so=$(ls /usr/lib/x86_64-linux-gnu/libibverbs/lib$p-rdmav*.so 2>/dev/null | head -n 1 || true)
+        [ -n "$so" ] || die "verbs provider $p missing (rdma-core / ibverbs-providers)"
         BINS+=(-b "$so" -f "/etc/libibverbs.d/$p.driver:/etc/libibverbs.d/$p.driver")
-    fi
-done
+    done
+fi
+if ldd build/strata | grep -q librte_eal; then
+    pmds=$(ls -d /usr/lib/x86_64-linux-gnu/dpdk/pmds-* 2>/dev/null | head -n 1 || true)
+    [ -n "$pmds" ] || die "no DPDK plugin directory (/usr/lib/x86_64-linux-gnu/dpdk/pmds-*)"
+    for p in bus_pci mempool_ring net_mlx5 net_ice net_bnxt net_i40e net_ixgbe net_e1000; do
+        [ -f "$pmds/librte_$p.so" ] || die "$pmds/librte_$p.so missing (librte-${p//_/-}* package)"
+        BINS+=(-b "$pmds/librte_$p.so")
+    done
+fi
+
+# NVIDIA=path: the driver bundle (image/nvidia-bundle.sh stages its modules, libraries, firmware).
+NV=()
+if [ -n "${NVIDIA:-}" ]; then
+    nv=build/image/nvidia
+    image/nvidia-bundle.sh "$NVIDIA" "$nv" "$release" || die "NVIDIA=$NVIDIA: see above"
+    NV+=(-M "$nv/modules" -L "$nv/libs")
+    # Load order: the core driver first, then what stacks on it (depends= agrees).
+    for m in nvidia nvidia-uvm nvidia-modeset nvidia-drm nvidia-peermem; do
+        [ -f "$nv/modules/$m.ko" ] && NV+=(-m "$m")
+    done
+    while IFS= read -r f; do NV+=(-f "$f:/lib/firmware/${f#"$nv"/firmware/}"); done \
+        < <(find "$nv/firmware" -type f 2>/dev/null | LC_ALL=C sort)
+fi
 
 step 3 "model"
 MODEL=${MODEL:-build/models/stories260K.gguf}
@@ -83,7 +122,7 @@ EXTRA=()
 MODARGS=()
 for m in $MODULES; do MODARGS+=(-m "$m"); done
 image/mkinitrd.sh -S -o "$OUT/initrd-base.img" -i build/init -k "$KDIR/modules" \
-    "${BINS[@]}" "${MODARGS[@]}" "${EXTRA[@]+"${EXTRA[@]}"}"
+    "${BINS[@]}" "${MODARGS[@]}" "${EXTRA[@]+"${EXTRA[@]}"}" "${NV[@]+"${NV[@]}"}"
 # The model rides in a second archive appended to the first (the kernel unpacks concatenated
 # archives in turn), so the base stays the same bytes whatever the model, and its size is the
 # image's own.

@@ -31,6 +31,10 @@ int init_hugepages(long n, char *err);
  * (hardware absent) is a warning, not an error: *loaded and *failed count them. */
 int init_modules(const char *list, int *loaded, int *failed, char *err);
 
+/* nvidia.c: the /dev/nvidia* nodes when the NVIDIA driver is loaded (devtmpfs makes none for it);
+ * *made counts them (0 without the driver). */
+int init_nvidia_nodes(int *made, char *err);
+
 /* net.c: lo up; the NIC (cfg->iface or the first non-loopback one) up, with cfg's address and
  * default route when given; /etc/resolv.conf from cfg's DNS servers. Netlink only. */
 int init_net(const struct boot_config *cfg, char *err);
