@@ -9,5 +9,6 @@ int cmd_node(int argc, char **argv);     /* transport/node_cmd.c: a fabric node 
 int cmd_convert(int argc, char **argv);  /* serving/engine/convert_cmd.c */
 int cmd_inspect(int argc, char **argv);  /* serving/engine/inspect_cmd.c: what a GGUF holds */
 int cmd_serve(int argc, char **argv);    /* serving/api/serve_cmd.c: the OpenAI-compatible server */
+int cmd_update(int argc, char **argv);   /* os/update_cmd.c: write the inactive boot slot */
 
 #endif

@@ -27,6 +27,9 @@ static const struct command {
     {"serve", cmd_serve,
      "serve -m MODEL.gguf [--host H] [--port N] [--max-batch N] [--ctx N] [--api-key KEY] ... "
      "(OpenAI-compatible server)"},
+    {"update", cmd_update,
+     "update [--tries N] [--esp DIR] FILE|http://PEER/PATH (new image into the inactive boot "
+     "slot)"},
 };
 
 static void usage(FILE *f)

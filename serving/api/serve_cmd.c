@@ -6,6 +6,7 @@
  * stop the front; running requests are ended and the process exits 0. */
 #include "os/errmsg.h"
 #include "os/log.h"
+#include "os/esp.h"
 #include "os/pid1.h"
 #include "serving/api/http_server.h"
 #include "serving/api/scheduler.h"
@@ -337,6 +338,15 @@ int cmd_serve(int argc, char **argv)
             fm.name, o.host, http_server_port(sv.http), e->lim.ctx, e->lim.max_seqs,
             e->lim.max_tokens, e->kv.n_blocks, kv_type_name(e->kv.type), e->kv.block_size,
             chat_template_name(fm.tmpl), o.static_batch ? ", STATIC batching" : "");
+    /* Serving: /health answers 200 from here on. On the appliance, mark the boot slot that got
+     * us here good, so that systemd-boot stops counting its tries (os/esp.h). */
+    if (pid1_active()) {
+        char msg[ERRMSG_LEN + 64];
+        if (esp_bless_booted(msg, sizeof msg, err))
+            log_warn("serve", "boot slot: %s", err);
+        else
+            log_info("serve", "boot slot: %s", msg);
+    }
     rc = 0;
 out:
     pthread_join(http_thread, NULL);
