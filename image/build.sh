@@ -23,7 +23,9 @@
 #   out/initrd.img         initrd-base.img + a second cpio holding /model.gguf (kernel+initrd/PXE)
 #   out/strata.efi         UEFI unified kernel image: systemd-boot's stub + kernel + initrd-base +
 #                          CMDLINE
-#   out/strata.img         raw GPT disk: EFI system partition (\EFI\BOOT\BOOTX64.EFI = strata.efi)
+#   out/strata.img         raw GPT disk: EFI system partition (\EFI\BOOT\BOOTX64.EFI = systemd-boot,
+#                          \loader\loader.conf, \EFI\Linux\strata-1-a.efi = strata.efi: boot slot
+#                          a; updates go to slot b with image/update-disk.sh or `strata update`)
 #                          and an ext4 partition named strata-model holding /model.gguf
 #   out/strata.ipxe, out/pxelinux.cfg/default   copies of boot/ (out/ is a TFTP root as is)
 # initrd-base.img and initrd.img are reproducible: same inputs, same bytes.
@@ -32,6 +34,7 @@ cd "$(dirname "$0")/.."
 OUT=${1:-out}
 KDIR=build/kernel
 STUB=${STUB:-/usr/lib/systemd/boot/efi/linuxx64.efi.stub}
+SDBOOT=${SDBOOT:-/usr/lib/systemd/boot/efi/systemd-bootx64.efi}
 SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || echo 0)}
 export SOURCE_DATE_EPOCH
 T0=$(date +%s)
@@ -142,33 +145,8 @@ fi
 mv "$OUT/initrd.img.tmp" "$OUT/initrd.img"
 
 step 5 "UEFI unified kernel image"
-[ -f "$STUB" ] || die "$STUB missing (systemd-boot-efi)"
 CMD="console=tty0 console=ttyS0 quiet strata.model=part:strata-model strata.ip=10.0.2.15/24 strata.gw=10.0.2.2 strata.dns=10.0.2.3${CMDLINE:+ $CMDLINE}"
-printf '%s' "$CMD" >build/image/cmdline.txt
-printf 'ID=strata\nNAME=Strata\nPRETTY_NAME="Strata appliance (kernel %s)"\n' "$release" >build/image/os-release
-# Sections go after the stub's own, each on a fresh 1 MiB boundary so none overlaps the next.
-align() { echo $((($1 + 0xfffff) / 0x100000 * 0x100000)); }
-end=0
-while read -r idx _ size vma _; do
-    case $idx in [0-9]*) [ $((0x$vma + 0x$size)) -gt $end ] && end=$((0x$vma + 0x$size)) ;; esac
-done < <(objdump -h "$STUB")
-osrel=$(align "$end")
-cmdl=$((osrel + 0x10000))
-linux=$(align $((cmdl + 0x10000)))
-initrd=$(align $((linux + $(stat -c %s "$OUT/vmlinuz"))))
-objcopy \
-    --add-section .osrel=build/image/os-release --change-section-vma .osrel="$(printf 0x%x "$osrel")" \
-    --add-section .cmdline=build/image/cmdline.txt --change-section-vma .cmdline="$(printf 0x%x "$cmdl")" \
-    --add-section .linux="$OUT/vmlinuz" --change-section-vma .linux="$(printf 0x%x "$linux")" \
-    --add-section .initrd="$OUT/initrd-base.img" --change-section-vma .initrd="$(printf 0x%x "$initrd")" \
-    "$STUB" "$OUT/strata.efi"
-# objcopy stamps the PE header with the build time: use SOURCE_DATE_EPOCH instead, and zero the
-# optional header's checksum that covered it (UEFI does not check it) -- same inputs, same bytes.
-le32() { printf "\\$(printf %03o $(($1 & 255)))\\$(printf %03o $((($1 >> 8) & 255)))\\$(printf %03o $((($1 >> 16) & 255)))\\$(printf %03o $((($1 >> 24) & 255)))"; }
-pe=$(od -An -tu4 -j 60 -N 4 "$OUT/strata.efi" | tr -d ' ')
-le32 "$SOURCE_DATE_EPOCH" | dd of="$OUT/strata.efi" bs=1 seek=$((pe + 8)) conv=notrunc status=none
-le32 0 | dd of="$OUT/strata.efi" bs=1 seek=$((pe + 88)) conv=notrunc status=none
-touch -d "@$SOURCE_DATE_EPOCH" "$OUT/strata.efi"
+STUB=$STUB image/mkuki.sh "$OUT/strata.efi" "$OUT/vmlinuz" "$OUT/initrd-base.img" "$CMD" "$release"
 
 step 6 "disk image"
 MiB=1048576
@@ -182,11 +160,18 @@ rm -f "$esp" "$part"
 mkfs.vfat -C -F 32 -n STRATA-ESP -i 5354a001 "$esp" $((esp_mib * 1024)) >/dev/null
 # Copy a staged tree with fixed times (-s -m keeps them) so that the FAT's entries are the same
 # from build to build.
+# The ESP: systemd-boot as the removable-media loader, and the image as boot slot a, generation
+# 1, known good (no boot counter): see os/boot_slots.h for the A/B scheme, image/update-disk.sh
+# and `strata update` for updates. No `default` in loader.conf: systemd-boot then boots the last
+# entry in version order that is not bad, i.e. the newest generation that is good or on trial.
 es=build/image/esp-stage
-rm -rf "$es" && mkdir -p "$es/EFI/BOOT"
-cp "$OUT/strata.efi" "$es/EFI/BOOT/BOOTX64.EFI"
+rm -rf "$es" && mkdir -p "$es/EFI/BOOT" "$es/EFI/Linux" "$es/loader"
+[ -f "$SDBOOT" ] || die "$SDBOOT missing (systemd-boot-efi)"
+cp "$SDBOOT" "$es/EFI/BOOT/BOOTX64.EFI"
+cp "$OUT/strata.efi" "$es/EFI/Linux/strata-1-a.efi"
+printf 'timeout 0\neditor no\nauto-entries no\nauto-firmware no\n' >"$es/loader/loader.conf"
 find "$es" -exec touch -d "@$SOURCE_DATE_EPOCH" {} +
-mcopy -s -m -i "$esp" "$es/EFI" ::/
+mcopy -s -m -i "$esp" "$es/EFI" "$es/loader" ::/
 ms=build/image/model-stage
 rm -rf "$ms" && mkdir -p "$ms"
 [ -n "$MODEL" ] && cp "$MODEL" "$ms/model.gguf"
