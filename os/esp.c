@@ -101,8 +101,8 @@ int esp_bless_booted(char *msg, size_t cap, char *err)
     esp_unmount(ESP_MOUNT);
     if (rc) return -1;
     if (blessed[0])
-        snprintf(msg, cap, "boot slot %s marked good (now %s)", path, blessed);
+        snprintf(msg, cap, "%s marked good (now %s)", path, blessed);
     else
-        snprintf(msg, cap, "boot slot %s is already good", path);
+        snprintf(msg, cap, "%s is already good", path);
     return 0;
 }

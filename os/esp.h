@@ -19,8 +19,8 @@ int esp_mount(const char *dir, char *err);
 void esp_unmount(const char *dir);
 int esp_boot_count_path(char *path, size_t cap, char *err);
 
-/* 0 and msg = "boot slot strata-2-b+1-1.efi marked good (strata-2-b.efi)" or "no boot counting
- * (...)"; -1 with err when the entry could not be renamed. */
+/* 0 and msg = "\EFI\Linux\strata-2-b+1-1.efi marked good (now strata-2-b.efi)" or "no boot
+ * counting (...)"; -1 with err when the entry could not be renamed. */
 int esp_bless_booted(char *msg, size_t cap, char *err);
 
 #endif

@@ -96,8 +96,8 @@ log=$(qemu_log bless)
 if qemu_wait bless "strata-init: exec" 300 "Shell> " "Kernel panic" "strata-init: error"; then
     if boot_have_serve; then
         boot_http bless "$port_b" "$t0_b"
-        if qemu_wait bless "boot slot: boot slot" 60 && grep -qa 'marked good (now strata-2-b.efi)' "$log"; then
-            ok "bless: the server marks its slot good ($(grep -ao 'boot slot: boot slot [^\r]*' "$log" | head -n 1))"
+        if qemu_wait bless "serve: boot slot: " 60 && grep -qa 'strata-2-b+1-1.efi marked good (now strata-2-b.efi)' "$log"; then
+            ok "bless: the server marks its slot good ($(sed -n 's/.*serve: boot slot: //p' "$log" | tr -d '\r' | head -n 1))"
         else
             nok "bless: the server marks its slot good" "$(grep -a 'boot slot' "$log" | tr '\r\n' '  ')"
         fi

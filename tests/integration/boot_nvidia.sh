@@ -56,7 +56,7 @@ run=$W/NVIDIA-Linux-x86_64-999.0.run
 
 # --- the image -----------------------------------------------------------------------------------
 # A light zstd level: this image is built for this test only.
-if ! NVIDIA=$run ZSTD_LEVEL=3 CMDLINE="$BOOT_ARGS" image/build.sh "$W/out" >"$W/build.log" 2>&1; then
+if ! NVIDIA=$run ZSTD_LEVEL=3 CMDLINE="$BOOT_KERNEL_ARGS $BOOT_ARGS" image/build.sh "$W/out" >"$W/build.log" 2>&1; then
     nok "make image NVIDIA=.run" "$(grep -a 'error' "$W/build.log" | tail -n 3 | tr '\n' '|')"
     exit 1
 fi
@@ -80,7 +80,7 @@ t0=$(date +%s.%N)
 kernel=$W/out/vmlinux
 [ -f "$kernel" ] || kernel=$W/out/vmlinuz
 qemu_start nv -kernel "$kernel" -initrd "$W/out/initrd.img" \
-    -append "console=ttyS0 quiet strata.ip=10.0.2.15/24 strata.gw=10.0.2.2 $BOOT_ARGS" \
+    -append "console=ttyS0 quiet strata.ip=10.0.2.15/24 strata.gw=10.0.2.2 $BOOT_KERNEL_ARGS $BOOT_ARGS" \
     -netdev "user,id=n0,hostfwd=tcp:127.0.0.1:$port-:8080" -device virtio-net-pci,netdev=n0,romfile=
 trap 'qemu_stop nv' EXIT
 if ! qemu_wait nv "strata-init: exec" 180 "Kernel panic" "strata-init: error"; then
@@ -97,7 +97,7 @@ else nok "guest init makes the /dev/nvidia* nodes" "$(grep -a 'strata-init: nvid
 if boot_have_serve; then
     boot_http nv "$port" "$t0"
     if grep -qa "backend cpu: .*no CUDA device (cuInit: CUDA_ERROR_NO_DEVICE)" "$log"; then
-        ok "server dlopens the bundle's libcuda.so.1 and says why the CPU serves ($(grep -ao 'backend cpu: [^\r]*' "$log" | head -n 1))"
+        ok "server dlopens the bundle's libcuda.so.1 and says why the CPU serves ($(sed -n 's/.*engine: //p' "$log" | tr -d '\r' | head -n 1))"
     else
         nok "server dlopens the bundle's libcuda.so.1" "$(grep -a 'backend' "$log" | tr '\r\n' '  ')"
     fi
