@@ -6,6 +6,7 @@
  * stop the front; running requests are ended and the process exits 0. */
 #include "os/common/errmsg.h"
 #include "os/runtime/log.h"
+#include "os/runtime/esp.h"
 #include "os/runtime/pid1.h"
 #include "serving/api/http_server.h"
 #include "serving/sched/scheduler.h"
@@ -85,9 +86,10 @@ static int usage(void)
     struct serve_opts o;
     struct opt t[MAX_OPTS];
     opts_usage(stderr, "serve", t, serve_options(&o, t));
-    fprintf(stderr, "  tests only: --test-step-delay-us sleeps after every step; --test-crash crashes\n"
-                    "  once ready, --test-hang hangs the serve loop S seconds after ready\n"
-                    "  (boot/cmdline.md)\n");
+    fprintf(stderr,
+            "  tests only: --test-step-delay-us sleeps after every step; --test-crash crashes\n"
+            "  once ready, --test-hang hangs the serve loop S seconds after ready\n"
+            "  (boot/cmdline.md)\n");
     return 2;
 }
 
@@ -353,6 +355,15 @@ static int run_serve(int argc, char **argv)
             chat_template_name(fm.tmpl), o.static_batch ? ", STATIC batching" : "");
     serve_ready = 1;
     if (o.test_crash) test_crash(o.test_crash);
+    /* Serving: /health answers 200 from here on. On the appliance, mark the boot slot that got
+     * us here good, so that systemd-boot stops counting its tries (os/esp.h). */
+    if (pid1_active()) {
+        char msg[ERRMSG_LEN + 64];
+        if (esp_bless_booted(msg, sizeof msg, err))
+            log_warn("serve", "boot slot: %s", err);
+        else
+            log_info("serve", "boot slot: %s", msg);
+    }
     rc = 0;
 out:
     pthread_join(http_thread, NULL);
