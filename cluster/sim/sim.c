@@ -1040,6 +1040,56 @@ int sim_run_here(const struct sim_config *c, const struct sim_policy *p, struct 
     return 0;
 }
 
+struct mcast {
+    struct sim *s;
+    int mc, n, members[PLAN_MAX_CHAIN];
+};
+
+static void mcast_main(void *arg)
+{
+    struct mcast *m = arg;
+    struct sim *s = m->s;
+    new_so(s, PLAN_SO_ENGINE, sim_net_host_inst(0), 0, m->members, m->n, m->mc);
+    while (sim_net_in_flight() > 0) {
+        sim_net_wait_until(sim_net_now() + 1e6);
+        s->now = sim_net_now();
+    }
+}
+
+int sim_multicast_here(const struct sim_config *c, int mc, int n, double *seconds, char *err)
+{
+    static struct sim_policy p = {.name = "multicast", .source = SIM_SRC_NET};
+    static struct sim_result r;
+    struct sim *s = calloc(1, sizeof *s);
+    if (!s) return errmsg_set(err, "sim: out of memory");
+    p.multicast = mc;
+    s->c = c;
+    s->p = &p;
+    s->r = &r;
+    if (setup(s, err)) return -1;
+    if (n < 1 || n >= s->n_inst || n > PLAN_MAX_CHAIN)
+        return errmsg_set(err, "sim: multicast to %d of %d instances", n, s->n_inst);
+    s->pn[0].engine_model = 0;
+    s->pn[0].layers_resident = s->L;
+    static struct mcast m;
+    m.s = s;
+    m.mc = mc;
+    m.n = n;
+    for (int j = 0; j < n; j++) {
+        m.members[j] = j + 1;
+        s->pn[j + 1].engine_model = 0;
+        s->pn[j + 1].layers_resident = 0;
+    }
+    g_sim = s;
+    sim_net_run(mcast_main, &m);
+    for (int j = 0; j < n; j++)
+        if (s->pn[j + 1].layers_resident != s->L)
+            return errmsg_set(err, "sim: multicast: instance %d got %d of %d layers", j + 1,
+                              s->pn[j + 1].layers_resident, s->L);
+    *seconds = r.so_max_s;
+    return 0;
+}
+
 int sim_run(const struct sim_config *c, const struct sim_policy *p, struct sim_result *r,
             const char *timeline_csv, char *err)
 {

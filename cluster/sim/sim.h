@@ -140,6 +140,11 @@ int sim_run(const struct sim_config *c, const struct sim_policy *p, struct sim_r
 int sim_run_here(const struct sim_config *c, const struct sim_policy *p, struct sim_result *r,
                  const char *timeline_csv, char *err);
 
+/* Checks and docs: the time (s) for the simulator's own multicast code (mc = SIM_MC_CHAIN or
+ * SIM_MC_BINOMIAL) to bring the whole model from instance 0 to instances 1..n of cluster c, all
+ * starting at once. In this process (fork around it). */
+int sim_multicast_here(const struct sim_config *c, int mc, int n, double *seconds, char *err);
+
 /* key = value settings shared by --config files and command-line flags (docs/simulator.md lists
  * them). Returns 0, or -1 with err naming the key and the reason. */
 int sim_config_set(struct sim_config *c, const char *key, const char *value, char *err);
