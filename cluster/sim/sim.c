@@ -982,7 +982,12 @@ static int setup(struct sim *s, char *err)
             s->pn[x].layers_resident = s->L;
             s->in[x].alloc_since = 0;
         }
-        if (k < holders && k < s->p->replicas_cached) s->pn[x].host_cached = 1;
+        if (k < holders && k < s->p->replicas_cached) {
+            s->pn[x].host_cached = 1;
+            if (s->p->cache_on_load) /* a server-wide host cache: its neighbours see it too */
+                for (int j = 0; j < s->n_inst; j++)
+                    if (s->in[j].server == s->in[x].server) s->pn[j].host_cached = 1;
+        }
         if (s->p->cache_all) s->pn[x].host_cached = 1;
     }
     free(order);
