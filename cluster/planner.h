@@ -13,7 +13,7 @@
  *   planner never assumes an action happened: what is not in the next view did not happen.
  *
  * Decisions (DESIGN.md "Cluster and autoscaling", BlitzScale OSDI'25, Gavel OSDI'20):
- * - Predictions come from serving/api/step_model.h (the scheduler's own step-time model, one per
+ * - Predictions come from serving/sched/step_model.h (the scheduler's own step-time model, one per
  *   GPU type x model in the view): the TTFT a new request would see on a node is the time to
  *   prefill the node's queued prompt tokens plus its own in steps of cfg->max_step_tokens, each
  *   step also decoding the node's running sequences (planner_predict_ttft_ms). A joining node
@@ -21,7 +21,7 @@
  *   prediction is k/L of its own plus (L-k)/L of its helper's (the helper's queue included).
  * - Scale up model M when the best prediction over M's replicas (serving or joining) for a
  *   request of M's mean queued prompt exceeds M's TTFT SLO: slack = SLO - predicted < 0, the
- *   scheduler's test (serving/api/scheduler.c waiting_slack) applied to the cluster. Exactly at
+ *   scheduler's test (serving/sched/scheduler.c waiting_slack) applied to the cluster. Exactly at
  *   the SLO (slack == 0) is not a trigger. A model with queued requests and no replica scales up
  *   (a cold start). How many: enough replicas that the queued work, spread evenly, drains within
  *   the SLO, minus the replicas serving and joining; at most cfg->max_joiners per tick.
@@ -45,7 +45,7 @@
 #ifndef STRATA_PLANNER_H
 #define STRATA_PLANNER_H
 
-#include "serving/api/step_model.h"
+#include "serving/sched/step_model.h"
 
 #include <stdint.h>
 

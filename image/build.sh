@@ -6,9 +6,9 @@
 #   MODEL=path.gguf        the model baked into out/initrd.img and put on the disk's model partition
 #                          (default: build/models/stories260K.gguf, converted from ../shared/models)
 #   CMDLINE="..."          the kernel command line built into out/strata.efi (UEFI/disk boot), after
-#                          the defaults "console=tty0 console=ttyS0 quiet strata.model=part:strata-model
-#                          strata.ip=10.0.2.15/24 strata.gw=10.0.2.2 strata.dns=10.0.2.3" (QEMU's
-#                          user network; a real server needs its own strata.ip/gw/dns here)
+#                          the defaults "console=tty0 console=ttyS0 quiet panic=10
+#                          strata.model=part:strata-model" (the address comes from DHCP; a static
+#                          one is strata.ip/gw/dns here)
 #   EXTRA_MODULES=dir      more kernel modules (*.ko, e.g. the NVIDIA driver's), loaded last
 #   EXTRA_LIBS=dir         more libraries for /usr/lib/x86_64-linux-gnu in the image (libcuda ...)
 #   SOURCE_DATE_EPOCH=t    the time stamped on every file (default: the last commit's)
@@ -38,9 +38,11 @@ mkdir -p "$OUT" build/image
 
 # Modules the appliance needs: NICs (virtio in QEMU; add real NIC drivers with EXTRA_MODULES or
 # here), Soft-RoCE and its crc32 helper, VFIO and uio for DPDK/GPU passthrough, disks for the model
-# partition, and the ACPI power button (read by os/pid1.c through evdev).
+# partition, and the ACPI power button (read by os/runtime/pid1.c through evdev).
 MODULES="virtio_pci virtio_net virtio_blk rdma_rxe vfio-pci uio_pci_generic ext4 button evdev"
 # Not every kernel has every one as a module (some are built in): mkinitrd skips built-ins.
+# Hardware watchdogs (strata.watchdog, os/watchdog.h): QEMU's i6300esb, Intel's TCO, AMD's, ACPI's.
+MODULES="$MODULES i6300esb iTCO_wdt sp5100_tco wdat_wdt"
 
 step 1 "kernel"
 release=$(image/fetch-kernel.sh "$KDIR")
@@ -104,7 +106,8 @@ mv "$OUT/initrd.img.tmp" "$OUT/initrd.img"
 
 step 5 "UEFI unified kernel image"
 [ -f "$STUB" ] || die "$STUB missing (systemd-boot-efi)"
-CMD="console=tty0 console=ttyS0 quiet strata.model=part:strata-model strata.ip=10.0.2.15/24 strata.gw=10.0.2.2 strata.dns=10.0.2.3${CMDLINE:+ $CMDLINE}"
+# panic=10: a panic before init has read strata.on_error reboots (init then sets the policy).
+CMD="console=tty0 console=ttyS0 quiet panic=10 strata.model=part:strata-model${CMDLINE:+ $CMDLINE}"
 printf '%s' "$CMD" >build/image/cmdline.txt
 printf 'ID=strata\nNAME=Strata\nPRETTY_NAME="Strata appliance (kernel %s)"\n' "$release" >build/image/os-release
 # Sections go after the stub's own, each on a fresh 1 MiB boundary so none overlaps the next.

@@ -4,7 +4,7 @@
 
 #include "cluster/planner.h"
 #include "cluster/sim/sim_net.h"
-#include "os/errmsg.h"
+#include "os/common/errmsg.h"
 
 #include <errno.h>
 #include <math.h>
@@ -78,7 +78,7 @@ struct sim {
     int *sec_serving, *sec_joining, n_sec;
     int holder_fail_pending;
     int trace_actions;
-        /* STRATA_SIM_TRACE set: every planner action on stderr */ /* a "holder" failure waits for
+    /* STRATA_SIM_TRACE set: every planner action on stderr */ /* a "holder" failure waits for
                                                                       the next network scale-out */
     char err[ERRMSG_LEN];
     int failed;

@@ -1,10 +1,10 @@
 /* sim: `strata sim`'s discrete-event cluster simulator. One simulation = one policy on one
  * cluster and one request stream; it drives the cluster's own planner (cluster/planner.h) for
- * every scale and routing decision and the scheduler's step-time model (serving/api/step_model.h)
+ * every scale and routing decision and the scheduler's step-time model (serving/sched/step_model.h)
  * for every GPU step, with SimGrid (sim_net.h) as the clock and the network.
  *
  * Model (docs/simulator.md): a GPU instance (one tensor-parallel group on one server) runs
- * iteration-level batching like serving/api/scheduler.c: each step decodes one token of every
+ * iteration-level batching like serving/sched/scheduler.c: each step decodes one token of every
  * running sequence and prefills waiting prompts in FIFO order up to a token budget that keeps
  * the running sequences within their TPOT; its duration is step_model_predict() of the instance's
  * GPU type. Loads move the model layer by layer (one chunk per layer) over the policy's tiers.
@@ -16,7 +16,7 @@
 #ifndef STRATA_SIM_H
 #define STRATA_SIM_H
 
-#include "serving/api/step_model.h"
+#include "serving/sched/step_model.h"
 
 #include <stddef.h>
 

@@ -2,7 +2,7 @@
  * trace CSV, synthetic arrivals. Every reader checks lengths and ranges before it uses a value. */
 #include "cluster/sim/sim.h"
 
-#include "os/errmsg.h"
+#include "os/common/errmsg.h"
 
 #include <errno.h>
 #include <math.h>

@@ -1,6 +1,6 @@
 #include "cluster/sim/sim_net.h"
 
-#include "os/errmsg.h"
+#include "os/common/errmsg.h"
 
 #include <simgrid/actor.h>
 #include <simgrid/engine.h>

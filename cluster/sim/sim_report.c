@@ -1,6 +1,6 @@
 #include "cluster/sim/sim_report.h"
 
-#include "os/errmsg.h"
+#include "os/common/errmsg.h"
 
 #include <errno.h>
 #include <spawn.h>

@@ -2,7 +2,7 @@
  * (odd). The parsers must never read or write out of bounds; on failure they say what was wrong;
  * on success every value is in its stated range. */
 #include "cluster/sim/sim.h"
-#include "os/errmsg.h"
+#include "os/common/errmsg.h"
 
 #include <math.h>
 #include <stdint.h>

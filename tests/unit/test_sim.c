@@ -4,7 +4,7 @@
  * runs in a child process (SimGrid's engine is once per process). */
 #include "check.h"
 #include "cluster/sim/sim.h"
-#include "os/errmsg.h"
+#include "os/common/errmsg.h"
 
 #include <sys/wait.h>
 #include <unistd.h>
