@@ -818,7 +818,7 @@ static void do_activations(struct coop *c, const struct work *w)
             snprintf(err, sizeof err, "helper: layers [%u, %d) failed", a.layer, c->L);
             return reply_error(c, w->peer, a.step, err);
         }
-        int eos = c->cfg.eos_id, eos2 = c->cfg.alt_eos_id;
+        int eos = c->cfg.eos_id, eos2 = c->cfg.bos_id;
         for (int l = 0; l < nl; l++) {
             uint32_t i = r0 + (uint32_t)b.logit_rows[l];
             struct hseq *h = hs_find(c, w->peer, c->a_seq[i]);

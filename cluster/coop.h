@@ -10,7 +10,7 @@
  * from the saved inputs of layer k (docs/cluster.md says why not transferred); at k = L the joiner
  * serves alone and closes its sequences at the helper (MSG_COOP_CLOSE), which frees their KV.
  *
- * Threads: the scheduler's compute thread calls the sched_coop hooks (serving/api/scheduler.h);
+ * Threads: the scheduler's compute thread calls the sched_coop hooks (serving/sched/scheduler.h);
  * the fabric thread runs the message handlers, which validate and queue and never block;
  * coop_set_resident may be called from any thread.
  *
@@ -29,7 +29,7 @@ struct coop_config {
     struct fabric_node *fabric;
     struct engine *e;
     struct serve_metrics *m;
-    int eos_id, alt_eos_id; /* masked on rows that ask for it (min_tokens, ignore_eos) */
+    int eos_id, bos_id; /* masked on rows that ask for it (min_tokens, ignore_eos) */
     /* joiner */
     int resident;         /* layers resident at start: 0..L (L: not a joiner) */
     const char *schedule; /* tests: "STEP:K,STEP:K,..." (at scheduler step STEP, k becomes K) */

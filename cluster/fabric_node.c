@@ -1,6 +1,7 @@
 #include "cluster/fabric_node.h"
 
 #include "os/common/errmsg.h"
+#include "os/runtime/clock.h"
 #include "os/runtime/log.h"
 #include "transport/wire.h"
 
@@ -9,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define MAX_HANDLERS  256
 #define MAX_OBSERVERS 8
@@ -58,13 +58,6 @@ struct fabric_node {
     int started;
     atomic_int stop;
 };
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 struct fabric_node *fabric_node_new(const struct fabric_node_config *cfg, char *err)
 {
@@ -150,7 +143,7 @@ static void drop_peer(struct fabric_node *fn, int i, const char *why)
     if (p->reported == TP_OPEN) tell(fn, i, TP_CLOSED, reason);
     p->reported = TP_CLOSED;
     if (p->addr) {
-        p->next_try = now_s() + fn->cfg.retry_ms * 1e-3;
+        p->next_try = clock_now() + fn->cfg.retry_ms * 1e-3;
     } else {
         pthread_mutex_lock(&fn->mu);
         p->used = 0;
@@ -251,7 +244,7 @@ static void *fabric_main(void *arg)
 {
     struct fabric_node *fn = arg;
     while (!atomic_load(&fn->stop)) {
-        double now = now_s();
+        double now = clock_now();
         connect_peers(fn, now);
         tp_poll(fn->t, fn->cfg.poll_ms);
         accept_peers(fn);

@@ -8,8 +8,10 @@
 #include "cluster/fabric_node.h"
 #include "cluster/layer_progress.h"
 #include "cluster/weight_node.h"
+#include "cmd/fabric_opts.h"
 #include "os/common/errmsg.h"
 #include "os/runtime/log.h"
+#include "os/runtime/esp.h"
 #include "os/runtime/pid1.h"
 #include "serving/api/http_server.h"
 #include "serving/sched/scheduler.h"
@@ -17,11 +19,9 @@
 #include "cmd/commands.h"
 #include "cmd/options.h"
 #include "serving/engine/loader.h"
-#include "transport/fabric_opts.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
-#include <time.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -39,11 +39,11 @@ struct serve_opts {
     int test_hang_s;        /* tests only: the serve loop stops this long after ready; -1 never */
     double ttft_ms, tpot_ms, static_wait_ms;
     long max_body;
-    double weight_rate_mbs; /* pacing of the weights this node sends, MB/s (0: the link's) */
-    int stop_the_world;     /* a pulling joiner serves only once every layer is here */
     struct fabric_opts fab; /* on the fabric when --fabric, --listen or --peers is given */
+    double weight_rate_mbs; /* pacing of the weights this node sends, MB/s (0: unpaced) */
+    int stop_the_world;     /* a pulling joiner serves only once every layer is here */
     /* cooperative execution (docs/cluster.md) */
-    int resident_layers; /* -1: all (this node can help others) */
+    int resident_layers; /* -1: all (this node helps others) */
     const char *resident_schedule, *coop_dtype;
     int coop_timeout_ms;
 };
@@ -89,15 +89,16 @@ static int serve_options(struct serve_opts *o, struct opt *t)
         {"--test-crash", OPT_PARSE, &o->test_crash, 0, 0, parse_test_crash, "segv|panic"},
         {"--test-hang", OPT_INT, &o->test_hang_s, 0, 3600, NULL, "S"},
         {"-v", OPT_FLAG, &o->verbose, 0, 0, NULL, NULL},
+        {"--coop-dtype", OPT_STR, &o->coop_dtype, 0, 0, NULL, "f32|f16|bf16"},
+        {"--coop-timeout-ms", OPT_INT, &o->coop_timeout_ms, 1, 3600000, NULL, "MS"},
         {"--weight-rate", OPT_DOUBLE, &o->weight_rate_mbs, 0, 1e6, NULL, "MB/s"},
         {"--stop-the-world", OPT_FLAG, &o->stop_the_world, 0, 0, NULL, NULL},
         {"--resident-layers", OPT_INT, &o->resident_layers, 0, 1 << 16, NULL, "K"},
         {"--resident-schedule", OPT_STR, &o->resident_schedule, 0, 0, NULL, "STEP:K,..."},
-        {"--coop-dtype", OPT_STR, &o->coop_dtype, 0, 0, NULL, "f32|f16|bf16"},
-        {"--coop-timeout-ms", OPT_INT, &o->coop_timeout_ms, 1, 3600000, NULL, "MS"},
     };
     memcpy(t, table, sizeof table);
-    return (int)(sizeof table / sizeof table[0]);
+    int n = (int)(sizeof table / sizeof table[0]);
+    return n + fabric_options(&o->fab, t + n); /* the fabric's shared entries */
 }
 
 static int usage(void)
@@ -108,16 +109,12 @@ static int usage(void)
     fprintf(stderr,
             "  tests only: --test-step-delay-us sleeps after every step; --test-crash crashes\n"
             "  once ready, --test-hang hangs the serve loop S seconds after ready\n"
-            "  (boot/cmdline.md)\n");
-    fprintf(stderr, "  fabric (docs/fabric.md):\n");
-    fabric_opts_usage(stderr, "    ");
-    fprintf(
-        stderr,
-        "  without -m, with --peers: pull the model from the peers into the arena and serve\n"
-        "  with the first peer's help while layers arrive (--stop-the-world: only once every\n"
-        "  layer is here); --weight-rate MB/s paces the weights this node sends.\n"
-        "  --resident-layers K, --resident-schedule STEP:K,...: tests, a joiner that runs only\n"
-        "  layers [0, K) itself, the rest on its first peer.\n");
+            "  (boot/cmdline.md); --resident-layers K, --resident-schedule STEP:K,...: a joiner\n"
+            "  that runs layers [0, K) itself and the rest on its first --peers node;\n"
+            "  --coop-dtype: the activations it sends, f32 exact (docs/cluster.md)\n"
+            "  without -m, with --peers: pull the model from the peers into the arena and serve\n"
+            "  with the first peer's help while layers arrive (--stop-the-world: only once every\n"
+            "  layer is here); --weight-rate paces the weights this node sends (docs/fabric.md)\n");
     return 2;
 }
 
@@ -139,36 +136,18 @@ static int parse_opts(int argc, char **argv, struct serve_opts *o)
                              .resident_layers = -1,
                              .coop_dtype = "f32"};
     o->api_key = getenv("STRATA_API_KEY");
-    /* The fabric's options first (transport/fabric_opts.h: shared with strata node), then the
-     * rest against serve's table. */
-    char **rest = calloc((size_t)argc + 1, sizeof *rest);
-    if (!rest) return -1;
-    int n_rest = 0;
-    rest[n_rest++] = argv[0];
-    for (int i = 1; i < argc; i++) {
-        char ferr[ERRMSG_LEN];
-        int taken = fabric_opt_take(&o->fab, argc, argv, &i, ferr);
-        if (taken < 0) {
-            fprintf(stderr, "strata serve: %s\n", ferr);
-            free(rest);
-            return -1;
-        }
-        if (!taken) rest[n_rest++] = argv[i];
-    }
     struct opt t[MAX_OPTS];
     char err[ERRMSG_LEN];
-    int rc = opts_parse(t, serve_options(o, t), n_rest, rest, err);
-    free(rest);
-    if (rc) {
+    if (opts_parse(t, serve_options(o, t), argc, argv, err)) {
         fprintf(stderr, "strata serve: %s\n", err);
         return -1;
     }
-    if (!o->model && !o->fab.n_peers) {
+    if (!o->model && !o->fab.peers.n) {
         fprintf(stderr, "strata serve: -m MODEL.gguf is required (or --peers to pull it from)\n");
         return -1;
     }
     int joiner = o->resident_layers >= 0 || o->resident_schedule;
-    if (joiner && !o->fab.n_peers) {
+    if (joiner && !o->fab.peers.n) {
         fprintf(stderr, "strata serve: --resident-layers/--resident-schedule need --peers (the "
                         "helper that runs the other layers)\n");
         return -1;
@@ -193,10 +172,20 @@ struct serve {
     struct front *front;
     struct serve_metrics metrics;
     struct fabric_node *fabric;  /* NULL when not on the fabric */
+    struct coop *coop;           /* with the fabric */
     struct weight_node *weights; /* the model offered to / pulled from peers (fabric) */
     struct layer_progress layers;
-    struct coop *coop; /* with the fabric */
 };
+
+/* The serving process's fabric node (cluster/fabric_node.h); its users (cooperative execution)
+ * register on it before fabric_node_start. */
+static struct fabric_node *fabric_open(const struct serve_opts *o, char *err)
+{
+    struct fabric_node_config fc = {
+        .peers = o->fab.peers.v, .n_peers = o->fab.peers.n, .node_id = o->fab.node_id};
+    if (auth_init(err) || fabric_opts_config(&o->fab, &fc.tp, err)) return NULL;
+    return fabric_node_new(&fc, err);
+}
 
 static int engine_step(void *ctx, const struct batch *b, float *logits)
 {
@@ -232,21 +221,6 @@ static void on_progress(void *ctx, int done, int total)
     char stage[64];
     snprintf(stage, sizeof stage, "loading weights: span %d/%d", done, total);
     front_set_progress(sv->front, stage, total ? 0.9 * done / total : 0);
-}
-
-static int on_fabric(const struct serve_opts *o)
-{
-    return o->fab.kind || o->fab.listen || o->fab.n_peers;
-}
-
-/* The serving process's fabric node (cluster/fabric_node.h); users register on it before
- * fabric_node_start. */
-static struct fabric_node *fabric_open(const struct serve_opts *o, char *err)
-{
-    struct fabric_node_config fc = {
-        .peers = o->fab.peers, .n_peers = o->fab.n_peers, .node_id = o->fab.node_id};
-    if (auth_init(err) || fabric_opts_config(&o->fab, &fc.tp, err)) return NULL;
-    return fabric_node_new(&fc, err);
 }
 
 static struct http_server *volatile stop_target;
@@ -329,16 +303,18 @@ static void on_resident(void *ctx, int k)
 }
 
 /* The model: from the file (-m), offered to peers when on the fabric; or, with --peers and no
- * -m, pulled from them into the arena. Returns once the engine holds every layer. */
+ * -m, pulled from them into the arena: this returns once the header has arrived and the engine
+ * exists (the rest arrives while the node serves). */
 static int load_model(struct serve *sv, const struct serve_opts *o, struct loader_opts *lo,
                       char *err)
 {
     layer_progress_init(&sv->layers);
     front_set_layers(sv->front, &sv->layers);
-    if (on_fabric(o) && !(sv->fabric = fabric_open(o, err))) return errmsg_prefix(err, "fabric: ");
+    if (fabric_opts_given(&o->fab) && !(sv->fabric = fabric_open(o, err)))
+        return errmsg_prefix(err, "fabric: ");
     struct weight_node_config wc = {.fabric = sv->fabric,
-                                    .peers = o->fab.peers,
-                                    .n_peers = o->fab.n_peers,
+                                    .peers = o->fab.peers.v,
+                                    .n_peers = o->fab.peers.n,
                                     .rate_bytes = o->weight_rate_mbs * 1e6,
                                     .lp = &sv->layers,
                                     .on_resident = on_resident,
@@ -354,12 +330,11 @@ static int load_model(struct serve *sv, const struct serve_opts *o, struct loade
             !(sv->weights = weight_node_source(
                   &wc, sv->lm, model_name(o, o->model, name_buf, sizeof name_buf), err)))
             return -1;
-    } else {
-        front_set_progress(sv->front, "pulling weights: waiting for the header", 0);
-        if (!(sv->weights = weight_node_joiner(&wc, sv->lm, lo, err))) return -1;
+        return 0;
     }
-    if (o->model) return 0;
-    /* Joiner: until the header has arrived and the engine exists, this thread drives the stream
+    front_set_progress(sv->front, "pulling weights: waiting for the header", 0);
+    if (!(sv->weights = weight_node_joiner(&wc, sv->lm, lo, err))) return -1;
+    /* Until the header has arrived and the engine exists, this thread drives the stream
      * (cooperative execution needs the engine before the fabric thread starts); then the fabric
      * thread goes on with the rest. */
     struct tp *t = fabric_node_tp(sv->fabric);
@@ -367,7 +342,7 @@ static int load_model(struct serve *sv, const struct serve_opts *o, struct loade
         tp_poll(t, 5);
         weight_node_step(sv->weights);
         const char *why = weight_node_failed(sv->weights);
-        if (why) return errmsg_set(err, "fabric: weights: %s", why);
+        if (why) return errmsg_set(err, "fabric: weights: %.400s", why);
         if (atomic_load(&stopping)) return errmsg_set(err, "stopped while pulling the weights");
     }
     return 0;
@@ -385,11 +360,11 @@ static int wait_servable(struct serve *sv, const struct serve_opts *o, char *err
         if (!o->stop_the_world && weight_node_embedding_ready(sv->weights) &&
             fabric_node_peer_open(sv->fabric, 0)) {
             log_info("serve", "serving while partial: %d/%d layers here, the rest on %s",
-                     weight_node_k(sv->weights), sv->lm->model.cfg.n_layers, o->fab.peers[0]);
+                     weight_node_k(sv->weights), sv->lm->model.cfg.n_layers, o->fab.peers.v[0]);
             return 0;
         }
         if (!said && weight_node_embedding_ready(sv->weights) && !o->stop_the_world) {
-            log_info("serve", "waiting for the helper %s (or every layer)", o->fab.peers[0]);
+            log_info("serve", "waiting for the helper %s (or every layer)", o->fab.peers.v[0]);
             said = 1;
         }
         struct timespec ts = {0, 5 * 1000 * 1000};
@@ -482,17 +457,17 @@ static int run_serve(int argc, char **argv)
                               .static_shrink = o.static_shrink,
                               .step_delay_us = o.step_delay_us};
     int pulling = !o.model; /* the weights are arriving over the fabric */
-    if (on_fabric(&o)) {
+    if (fabric_opts_given(&o.fab)) {
         int L = sv.lm->model.cfg.n_layers;
+        int joiner = o.resident_layers >= 0 || o.resident_schedule || pulling;
         int resident = o.resident_layers >= 0 ? (o.resident_layers < L ? o.resident_layers : L)
                        : o.resident_schedule  ? 0
                        : pulling              ? weight_node_k(sv.weights)
                                               : L;
-        int joiner = o.resident_layers >= 0 || o.resident_schedule || pulling;
         struct coop_config cc = {.e = e,
                                  .m = &sv.metrics,
                                  .eos_id = sv.lm->tok.eos_id,
-                                 .alt_eos_id = sv.lm->tok.bos_id,
+                                 .bos_id = sv.lm->tok.bos_id,
                                  .resident = resident,
                                  .schedule = o.resident_schedule,
                                  .helper_peer = joiner ? 0 : -1,
@@ -515,7 +490,7 @@ static int run_serve(int argc, char **argv)
         if (pulling) coop_set_resident(sv.coop, weight_node_k(sv.weights)); /* k so far */
         if (joiner)
             log_info("serve", "joiner: layers [0, %d) of %d here, the rest on %s (%s activations)",
-                     resident, L, o.fab.peers[0], o.coop_dtype);
+                     resident, L, o.fab.peers.v[0], o.coop_dtype);
         else
             log_info("serve", "all %d layers here: helping peers that hold fewer", L);
     }
@@ -537,23 +512,14 @@ static int run_serve(int argc, char **argv)
      * scheduler's default step model, which the steps it runs correct online (step_model.h). */
     if (sched && pulling)
         log_info("serve", "step model: the default, corrected online (weights still arriving)");
-    if (!sched || (!pulling && sched_calibrate(sched, err)) || sched_start(sched, err)) {
+    if (!sched || (!pulling && sched_calibrate(sched, err)) || sched_start(sched, err) ||
+        (sv.fabric && !pulling && fabric_node_start(sv.fabric, err))) {
         char msg[ERRMSG_LEN + 32];
         snprintf(msg, sizeof msg, "serve: %s", err);
         if (pid1_active()) pid1_fatal(msg);
         fprintf(stderr, "strata %s\n", msg);
         http_server_stop(sv.http);
         goto out;
-    }
-    if (sv.fabric && !pulling) {
-        if (fabric_node_start(sv.fabric, err)) {
-            char msg[ERRMSG_LEN + 32];
-            snprintf(msg, sizeof msg, "serve: fabric: %s", err);
-            if (pid1_active()) pid1_fatal(msg);
-            fprintf(stderr, "strata %s\n", msg);
-            http_server_stop(sv.http);
-            goto out;
-        }
     }
     const struct step_model *sm = sched_step_model(sched);
     log_info("serve", "step model: %.1f us/token + %.1f us/sequence + %.1f us", sm->a * 1e6,
@@ -577,6 +543,15 @@ static int run_serve(int argc, char **argv)
             chat_template_name(fm.tmpl), o.static_batch ? ", STATIC batching" : "");
     serve_ready = 1;
     if (o.test_crash) test_crash(o.test_crash);
+    /* Serving: /health answers 200 from here on. On the appliance, mark the boot slot that got
+     * us here good, so that systemd-boot stops counting its tries (os/esp.h). */
+    if (pid1_active()) {
+        char msg[ERRMSG_LEN + 64];
+        if (esp_bless_booted(msg, sizeof msg, err))
+            log_warn("serve", "boot slot: %s", err);
+        else
+            log_info("serve", "boot slot: %s", msg);
+    }
     rc = 0;
 out:
     pthread_join(http_thread, NULL);

@@ -131,6 +131,9 @@ int main(void)
     int loaded = 0, failed = 0;
     if (init_modules(INIT_MODULE_LIST, &loaded, &failed, err)) fail(cfg.on_error, err);
     init_say("modules", "%d loaded, %d failed", loaded, failed);
+    int nodes = 0;
+    if (init_nvidia_nodes(&nodes, err)) fail(cfg.on_error, err);
+    if (nodes) init_say("nvidia", "%d device nodes (/dev/nvidiactl ...)", nodes);
     if (init_net(&cfg, err)) fail(cfg.on_error, err);
     /* A joiner has no model: it pulls it from its peers (strata.model=part:... still mounts the
      * partition, e.g. for its cluster.key). */

@@ -12,29 +12,22 @@
  * and waits (5 s) for the helper to close the connection. Prints one line: "reply: ..." (good)
  * or "closed: REASON", and exits 0 when the helper did what it should (answered / closed). */
 #include "os/common/errmsg.h"
+#include "os/runtime/clock.h"
 #include "transport/auth.h"
-#include "transport/fabric_opts.h"
+#include "cmd/fabric_opts.h"
 #include "transport/transport.h"
 #include "transport/wire.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static uint8_t buf[WIRE_MAX_MSG];
 
 /* Poll until a message, the connection closing, or the deadline. 1 message, 0 closed, -1 time. */
 static int wait_msg(struct tp *t, struct tp_conn *c, double until, const uint8_t **m, size_t *n)
 {
-    while (now_s() < until) {
+    while (clock_now() < until) {
         tp_poll(t, 10);
         int r = tp_recv(c, m, n);
         if (r == 1) return 1;
@@ -96,8 +89,8 @@ int main(int argc, char **argv)
     struct tp *t = tp_open(&cfg, err);
     struct tp_conn *c = t ? tp_connect(t, peer, err) : NULL;
     if (!c) return fprintf(stderr, "%s\n", err), 1;
-    double until = now_s() + 5;
-    while (tp_conn_state(c) == TP_CONNECTING && now_s() < until) tp_poll(t, 10);
+    double until = clock_now() + 5;
+    while (tp_conn_state(c) == TP_CONNECTING && clock_now() < until) tp_poll(t, 10);
     if (tp_conn_state(c) != TP_OPEN) {
         printf("closed: %s\n", tp_conn_error(c));
         return 1;
@@ -116,7 +109,7 @@ int main(int argc, char **argv)
         send_step(t, c, 5, 1, dim, 0, 0);
     const uint8_t *m;
     size_t n;
-    until = now_s() + 5;
+    until = clock_now() + 5;
     int r = wait_msg(t, c, until, &m, &n);
     if (expect_reply) {
         struct wire_coop_token tk[4];
@@ -131,7 +124,7 @@ int main(int argc, char **argv)
             return rep.status || rep.n != 1;
         }
         send_step(t, c, 3, 1, dim, 0, 0);
-        r = wait_msg(t, c, now_s() + 5, &m, &n);
+        r = wait_msg(t, c, clock_now() + 5, &m, &n);
     }
     if (r == 0) {
         printf("closed: %s\n", tp_conn_error(c));
