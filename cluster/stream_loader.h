@@ -50,7 +50,5 @@ void stream_loader_free(struct stream_loader *sl);
 /* Consecutive blocks held with the embedding (0 until the embedding and block 0 are here). */
 int stream_loader_k(const struct stream_loader *sl);
 int stream_loader_complete(const struct stream_loader *sl);
-/* Compare a GGUF model plan with a manifest; err names the first difference. */
-int stream_loader_check_manifest(const struct model *m, const struct wire_manifest *man, char *err);
 
 #endif

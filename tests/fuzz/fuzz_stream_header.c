@@ -3,7 +3,7 @@
  * tokenizer_from_gguf: loader_open_header without the arena) and the check of one against the
  * other (stream_loader_check_manifest). Input: u16 n, then n bytes of manifest message, then the
  * header. Any out-of-bounds read or crash is a bug. */
-#include "cluster/stream_loader.h"
+#include "cluster/manifest_check.h"
 #include "os/common/errmsg.h"
 #include "serving/engine/gguf.h"
 #include "serving/engine/model.h"
