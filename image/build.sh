@@ -38,10 +38,10 @@ mkdir -p "$OUT" build/image
 
 # Modules the appliance needs: NICs (virtio in QEMU; add real NIC drivers with EXTRA_MODULES or
 # here), Soft-RoCE and its crc32 helper, VFIO and uio for DPDK/GPU passthrough, disks for the model
-# partition, and the ACPI power button (read by os/pid1.c through evdev).
+# partition, and the ACPI power button (read by os/runtime/pid1.c through evdev).
 MODULES="virtio_pci virtio_net virtio_blk rdma_rxe vfio-pci uio_pci_generic ext4 button evdev"
 # Not every kernel has every one as a module (some are built in): mkinitrd skips built-ins.
-# Hardware watchdogs (strata.watchdog, os/watchdog.h): QEMU's i6300esb, Intel's TCO, AMD's, ACPI's.
+# Hardware watchdogs (strata.watchdog, os/runtime/watchdog.h): QEMU's i6300esb, Intel's TCO, AMD's, ACPI's.
 MODULES="$MODULES i6300esb iTCO_wdt sp5100_tco wdat_wdt"
 
 step 1 "kernel"

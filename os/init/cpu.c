@@ -4,7 +4,7 @@
  * panics with no word of why. Debian's DPDK is built with -march=corei7 (`pkg-config --cflags
  * libdpdk`), i.e. Nehalem / x86-64-v2: SSE3, SSSE3, SSE4.1, SSE4.2, POPCNT, CMPXCHG16B and
  * LAHF/SAHF in 64-bit mode. The server's own AVX2/AVX-512 kernels are chosen at run time. */
-#include "os/errmsg.h"
+#include "os/common/errmsg.h"
 #include "os/init/init.h"
 
 #include <cpuid.h>

@@ -2,8 +2,8 @@
  * (dhcp_udp_unwrap, checksums on and off), then its payload -- or, when it is no packet for port
  * 68, the bytes themselves -- as a server's reply (dhcp_parse). Nothing may read out of bounds;
  * a parsed reply must hold what the parser promises; an error must say which layer refused. */
-#include "os/dhcp_msg.h"
-#include "os/errmsg.h"
+#include "os/common/dhcp_msg.h"
+#include "os/common/errmsg.h"
 
 #include <stdint.h>
 #include <stdlib.h>

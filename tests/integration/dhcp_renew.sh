@@ -5,7 +5,7 @@
 #   normal             DISCOVER, OFFER, REQUEST, ACK; then renewals unicast to the server at T1
 #   nak-first-renewal  a NAK makes the client drop the address and start over with a DISCOVER
 #   ignore-unicast     renewals go unanswered, so at T2 the client rebinds by broadcast
-# The client side is build/tools/dhcp_lease (os/dhcp_client.c, os/dhcp_renew.c, as the appliance
+# The client side is build/tools/dhcp_lease (os/common/dhcp_client.c, os/runtime/dhcp_renew.c, as the appliance
 # runs them). Needs root (namespaces, packet sockets).
 set -u
 cd "$(dirname "$0")/../.."

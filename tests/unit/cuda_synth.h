@@ -42,22 +42,6 @@ static inline float synth_uniform(uint64_t *s) /* [-1, 1) */
     return (float)((synth_rng(s) >> 40) / 8388608.0 - 1.0);
 }
 
-static inline uint64_t synth_row_bytes(uint32_t type, int cols)
-{
-    switch (type) {
-    case GGML_F32:
-        return (uint64_t)cols * 4;
-    case GGML_F16:
-    case GGML_BF16:
-        return (uint64_t)cols * 2;
-    case GGML_Q8_0:
-        return (uint64_t)cols / 32 * 34;
-    case GGML_Q4_0:
-        return (uint64_t)cols / 32 * 18;
-    }
-    return 0;
-}
-
 /* The tensors of a model in image order: (tensor, type, rows, cols, span). */
 struct synth_item {
     struct tensor *t;
@@ -109,7 +93,7 @@ static inline int synth_layout(struct synth *s, struct synth_item *it, int n)
 {
     uint64_t off = 0;
     for (int i = 0; i < n; i++)
-        off = (off + 31) / 32 * 32 + synth_row_bytes(it[i].type, it[i].cols) * it[i].rows;
+        off = (off + 31) / 32 * 32 + ggml_row_bytes(it[i].type, it[i].cols) * it[i].rows;
     s->image_size = off;
     s->image = aligned_alloc(4096, (off + 4095) / 4096 * 4096);
     if (!s->image) return -1;
@@ -127,7 +111,7 @@ static inline int synth_layout(struct synth *s, struct synth_item *it, int n)
         t->type = it[i].type;
         t->rows = it[i].rows;
         t->cols = it[i].cols;
-        t->nbytes = synth_row_bytes(it[i].type, it[i].cols) * it[i].rows;
+        t->nbytes = ggml_row_bytes(it[i].type, it[i].cols) * it[i].rows;
         off += t->nbytes;
         s->m.spans[cur].size = off - s->m.spans[cur].offset;
     }
@@ -151,7 +135,7 @@ static inline int synth_build(struct synth *s, const struct synth_shape *sh, uin
     for (int i = 0; i < n; i++) {
         struct tensor *t = it[i].t;
         uint8_t *d = (uint8_t *)t->data;
-        uint64_t rb = synth_row_bytes(t->type, t->cols);
+        uint64_t rb = ggml_row_bytes(t->type, t->cols);
         float scale = it[i].norm ? 0.1f : i == 0 ? 0.5f : 1.0f / sqrtf((float)t->cols);
         if (exact || it[i].norm) {
             for (int r = 0; r < t->rows; r++) {
@@ -163,10 +147,7 @@ static inline int synth_build(struct synth *s, const struct synth_shape *sh, uin
         }
         /* Fast fill (benchmarks): one ~1 MiB pattern of valid random values of the type, tiled
          * over the tensor; whole blocks, so every copy lands on a block boundary. */
-        int bsz = t->type == GGML_Q8_0   ? 34
-                  : t->type == GGML_Q4_0 ? 18
-                  : t->type == GGML_F32  ? 4
-                                         : 2;
+        int bsz = (int)ggml_row_bytes(t->type, (uint64_t)ggml_block_elems(t->type));
         size_t plen = (size_t)bsz * 32768;
         uint8_t *pat = malloc(plen);
         if (!pat) return free(row), free(it), -1;

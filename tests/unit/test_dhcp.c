@@ -2,9 +2,9 @@
  * option by option, malformed and truncated replies rejected with the reason, the IPv4/UDP
  * envelope (checksums against values computed by hand), and the lease file handed from init to
  * the server. */
-#include "os/dhcp_lease.h"
-#include "os/dhcp_msg.h"
-#include "os/errmsg.h"
+#include "os/common/dhcp_lease.h"
+#include "os/common/dhcp_msg.h"
+#include "os/common/errmsg.h"
 #include "tests/unit/check.h"
 
 #include <stdint.h>

@@ -3,8 +3,8 @@
  * order; static batching waits for its batch. Single-threaded (sched_iterate), no timing checks. */
 #include "check.h"
 #include "fake_model.h"
-#include "os/errmsg.h"
-#include "serving/api/scheduler.h"
+#include "os/common/errmsg.h"
+#include "serving/sched/scheduler.h"
 
 #include <stdlib.h>
 

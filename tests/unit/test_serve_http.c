@@ -4,7 +4,7 @@
  * in OpenAI's error shape while the server keeps serving. Timing is never a pass criterion. */
 #include "check.h"
 #include "fake_model.h"
-#include "os/errmsg.h"
+#include "os/common/errmsg.h"
 #include "serving/api/http_server.h"
 #include "serving/api/serve_front.h"
 
