@@ -46,7 +46,8 @@ DPDK_LIBS   := $(shell $(PKG_CONFIG) --libs libdpdk 2>/dev/null)
 CFLAGS_BASE = -std=c11 -D_GNU_SOURCE -g $(OPT) -Wall -Wextra -Werror -pthread -I. \
               -fno-strict-aliasing -fopenmp-simd $(SANFLAGS)
 CFLAGS  ?=
-LDLIBS   = $(DPDK_LIBS) -libverbs -lcjson -lsodium -ldl -lm -pthread
+LDLIBS   = $(DPDK_LIBS) $(shell $(PKG_CONFIG) --libs simgrid 2>/dev/null) -libverbs -lcjson \
+           -lsodium -ldl -lm -pthread
 LDFLAGS += $(SANFLAGS)
 
 LIB_DIRS := $(wildcard os/runtime os/common drivers serving transport cluster cmd)

@@ -38,7 +38,8 @@ struct serve_opts {
 
 static int parse_test_crash(const char *v, void *dst, char *err)
 {
-    if (strcmp(v, "segv") && strcmp(v, "panic")) return errmsg_set(err, "want segv or panic");
+    if (strcmp(v, "segv") && strcmp(v, "panic"))
+        return errmsg_set(err, "--test-crash %s: want segv or panic", v);
     *(const char **)dst = v;
     return 0;
 }
@@ -84,10 +85,9 @@ static int usage(void)
     struct serve_opts o;
     struct opt t[MAX_OPTS];
     opts_usage(stderr, "serve", t, serve_options(&o, t));
-    fprintf(stderr,
-            "  (--test-step-delay-us: tests only, sleep after every step)\n"
-            "  (--test-crash, --test-hang S: tests only, crash once ready or hang the serve\n"
-            "   loop S seconds after ready; boot/cmdline.md)\n");
+    fprintf(stderr, "  tests only: --test-step-delay-us sleeps after every step; --test-crash crashes\n"
+                    "  once ready, --test-hang hangs the serve loop S seconds after ready\n"
+                    "  (boot/cmdline.md)\n");
     return 2;
 }
 
@@ -315,7 +315,7 @@ static int run_serve(int argc, char **argv)
     struct sched_ops ops = {.ctx = e,
                             .vocab_size = sv.lm->model.cfg.vocab_size,
                             .eos_id = sv.lm->tok.eos_id,
-                            .alt_eos_id = sv.lm->tok.bos_id,
+                            .bos_id = sv.lm->tok.bos_id,
                             .forward = engine_step,
                             .decode_ctx = &sv.lm->tok,
                             .decode = decode_piece,

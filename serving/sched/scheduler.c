@@ -568,7 +568,7 @@ static void plan_running(struct scheduler *s, double now, int *budget)
     int slo = !s->cfg.no_slo_admission && s->cfg.static_batch <= 0;
     for (int pass = 0; pass < 2; pass++) {
         double allowed = pass == 1 && slo ? allowed_step_time(s, now, 1) : INFINITY;
-        for (int i = 0; i<s->n_running && * budget> 0; i++) {
+        for (int i = 0; *budget > 0 && i < s->n_running; i++) {
             struct seq *q = s->running[i];
             int want = q->n_tok - q->n_computed;
             if ((pass == 0) != (want == 1) || in_plan(s, q)) continue;
@@ -650,7 +650,7 @@ static void plan_waiting(struct scheduler *s, int *budget, double now)
     }
     sort_waiting(s, now);
     int reserve = s->kv->n_blocks / 100 + 1; /* headroom so decodes rarely preempt at once */
-    while (s->n_waiting && s->n_running<s->cfg.max_seqs && * budget> 0) {
+    while (*budget > 0 && s->n_waiting && s->n_running < s->cfg.max_seqs) {
         struct seq *q = s->waiting[0];
         int want = q->n_tok - q->n_computed;
         int n = want < *budget ? want : *budget;
@@ -674,14 +674,14 @@ static void plan_waiting(struct scheduler *s, int *budget, double now)
 static void advance(struct scheduler *s, struct seq *q, float *logits, double now)
 {
     struct sreq *r = q->r;
-    int eos = s->ops.eos_id, eos2 = s->ops.alt_eos_id, V = s->ops.vocab_size;
+    int eos = s->ops.eos_id, bos = s->ops.bos_id, V = s->ops.vocab_size;
     if (r->ignore_eos || q->n_gen < r->min_tokens) {
         if (eos >= 0 && eos < V) logits[eos] = -INFINITY;
-        if (eos2 >= 0 && eos2 < V) logits[eos2] = -INFINITY;
+        if (bos >= 0 && bos < V) logits[bos] = -INFINITY;
     }
     int t = sampler_sample(&q->smp, logits);
     int finish = FINISH_NONE;
-    if (t == eos || (eos2 >= 0 && t == eos2)) {
+    if (t == eos || (bos >= 0 && t == bos)) {
         finish = FINISH_STOP;
     } else {
         int prev = q->tok[q->n_tok - 1];

@@ -81,8 +81,9 @@ void sreq_put(struct sreq *r);
 struct sched_ops {
     void *ctx; /* for forward */
     int vocab_size;
-    int eos_id;     /* ends a completion ("stop") */
-    int alt_eos_id; /* also ends one (BOS: llama2.c models emit it between stories); -1 none */
+    int eos_id; /* ends a completion ("stop") */
+    int bos_id; /* BOS: generating it ends a sequence too (llama2.c models emit it between
+                   stories); -1 none */
     int (*forward)(void *ctx, const struct batch *b, float *logits);
     /* Bytes of token id following prev (tokenizer_decode). */
     void *decode_ctx;

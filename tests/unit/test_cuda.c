@@ -352,13 +352,6 @@ TEST(launch_shapes)
     CHECK_EQ_INT(cuda_elementwise_blocks(1LL << 40, 256), 4096);
 }
 
-static int load_stories(struct synth *s, char *err)
-{
-    char path[512];
-    snprintf(path, sizeof path, "%s/models/stories260K.bin", check_shared());
-    return llama2c_load(s, path, err);
-}
-
 /* stories260K converted to GGUF (`strata convert`'s code, in memory), planned and filled by
  * model.c into the execution-order image the loader makes: the path a served model takes. */
 struct gguf_model {
@@ -403,6 +396,18 @@ static void free_gguf_stories(struct gguf_model *gm)
     gguf_free(&gm->g);
     free(gm->file);
     free(gm->s.image);
+}
+
+/* stories260K in F32 as a synth (synth_free releases it): the GGUF bytes are not kept, the image
+ * holds every weight. */
+static int load_stories(struct synth *s, char *err)
+{
+    struct gguf_model gm;
+    if (load_gguf_stories(&gm, GGML_F32, err)) return -1;
+    *s = gm.s;
+    gguf_free(&gm.g);
+    free(gm.file);
+    return 0;
 }
 
 TEST(plan_accepts_the_loaders_image)

@@ -77,7 +77,7 @@ static void make_ready(void)
     struct sched_ops ops = {.ctx = &G.fm,
                             .vocab_size = FAKE_VOCAB,
                             .eos_id = FAKE_EOS,
-                            .alt_eos_id = -1,
+                            .bos_id = -1,
                             .forward = fake_forward,
                             .decode = fake_decode,
                             .notify = front_notify,
