@@ -4,8 +4,12 @@
  * the load progress at once), the model (loader), the scheduler (calibrated step-time model, then
  * its compute thread), then completions are served. SIGTERM/SIGINT (or the power button as PID 1)
  * stop the front; running requests are ended and the process exits 0. */
+#include "cluster/coop.h"
+#include "cluster/fabric_node.h"
+#include "cmd/fabric_opts.h"
 #include "os/common/errmsg.h"
 #include "os/runtime/log.h"
+#include "os/runtime/esp.h"
 #include "os/runtime/pid1.h"
 #include "serving/api/http_server.h"
 #include "serving/sched/scheduler.h"
@@ -32,6 +36,11 @@ struct serve_opts {
     int test_hang_s;        /* tests only: the serve loop stops this long after ready; -1 never */
     double ttft_ms, tpot_ms, static_wait_ms;
     long max_body;
+    struct fabric_opts fab; /* on the fabric when --fabric, --listen or --peers is given */
+    /* cooperative execution (docs/cluster.md) */
+    int resident_layers; /* -1: all (this node helps others) */
+    const char *resident_schedule, *coop_dtype;
+    int coop_timeout_ms;
 };
 
 #define MAX_OPTS 64
@@ -75,9 +84,14 @@ static int serve_options(struct serve_opts *o, struct opt *t)
         {"--test-crash", OPT_PARSE, &o->test_crash, 0, 0, parse_test_crash, "segv|panic"},
         {"--test-hang", OPT_INT, &o->test_hang_s, 0, 3600, NULL, "S"},
         {"-v", OPT_FLAG, &o->verbose, 0, 0, NULL, NULL},
+        {"--coop-dtype", OPT_STR, &o->coop_dtype, 0, 0, NULL, "f32|f16|bf16"},
+        {"--coop-timeout-ms", OPT_INT, &o->coop_timeout_ms, 1, 3600000, NULL, "MS"},
+        {"--resident-layers", OPT_INT, &o->resident_layers, 0, 1 << 16, NULL, "K"},
+        {"--resident-schedule", OPT_STR, &o->resident_schedule, 0, 0, NULL, "STEP:K,..."},
     };
     memcpy(t, table, sizeof table);
-    return (int)(sizeof table / sizeof table[0]);
+    int n = (int)(sizeof table / sizeof table[0]);
+    return n + fabric_options(&o->fab, t + n); /* the fabric's shared entries */
 }
 
 static int usage(void)
@@ -85,9 +99,12 @@ static int usage(void)
     struct serve_opts o;
     struct opt t[MAX_OPTS];
     opts_usage(stderr, "serve", t, serve_options(&o, t));
-    fprintf(stderr, "  tests only: --test-step-delay-us sleeps after every step; --test-crash crashes\n"
-                    "  once ready, --test-hang hangs the serve loop S seconds after ready\n"
-                    "  (boot/cmdline.md)\n");
+    fprintf(stderr,
+            "  tests only: --test-step-delay-us sleeps after every step; --test-crash crashes\n"
+            "  once ready, --test-hang hangs the serve loop S seconds after ready\n"
+            "  (boot/cmdline.md); --resident-layers K, --resident-schedule STEP:K,...: a joiner\n"
+            "  that runs layers [0, K) itself and the rest on its first --peers node;\n"
+            "  --coop-dtype: the activations it sends, f32 exact (docs/cluster.md)\n");
     return 2;
 }
 
@@ -105,7 +122,9 @@ static int parse_opts(int argc, char **argv, struct serve_opts *o)
                              .tpot_ms = 100,
                              .static_wait_ms = 50,
                              .test_hang_s = -1,
-                             .max_body = 1 << 20};
+                             .max_body = 1 << 20,
+                             .resident_layers = -1,
+                             .coop_dtype = "f32"};
     o->api_key = getenv("STRATA_API_KEY");
     struct opt t[MAX_OPTS];
     char err[ERRMSG_LEN];
@@ -115,6 +134,21 @@ static int parse_opts(int argc, char **argv, struct serve_opts *o)
     }
     if (!o->model) {
         fprintf(stderr, "strata serve: -m MODEL.gguf is required\n");
+        return -1;
+    }
+    int joiner = o->resident_layers >= 0 || o->resident_schedule;
+    if (joiner && !o->fab.peers.n) {
+        fprintf(stderr, "strata serve: --resident-layers/--resident-schedule need --peers (the "
+                        "helper that runs the other layers)\n");
+        return -1;
+    }
+    if (joiner && o->static_batch) {
+        fprintf(stderr, "strata serve: --static-batch and cooperative execution do not mix\n");
+        return -1;
+    }
+    if (strcmp(o->coop_dtype, "f32") && strcmp(o->coop_dtype, "f16") &&
+        strcmp(o->coop_dtype, "bf16")) {
+        fprintf(stderr, "strata serve: --coop-dtype %s: want f32, f16 or bf16\n", o->coop_dtype);
         return -1;
     }
     return 0;
@@ -127,7 +161,19 @@ struct serve {
     struct http_server *http;
     struct front *front;
     struct serve_metrics metrics;
+    struct fabric_node *fabric; /* NULL when not on the fabric */
+    struct coop *coop;          /* with the fabric */
 };
+
+/* The serving process's fabric node (cluster/fabric_node.h); its users (cooperative execution)
+ * register on it before fabric_node_start. */
+static struct fabric_node *fabric_open(const struct serve_opts *o, char *err)
+{
+    struct fabric_node_config fc = {
+        .peers = o->fab.peers.v, .n_peers = o->fab.peers.n, .node_id = o->fab.node_id};
+    if (auth_init(err) || fabric_opts_config(&o->fab, &fc.tp, err)) return NULL;
+    return fabric_node_new(&fc, err);
+}
 
 static int engine_step(void *ctx, const struct batch *b, float *logits)
 {
@@ -312,6 +358,40 @@ static int run_serve(int argc, char **argv)
                               .shed_late = o.shed_late,
                               .static_shrink = o.static_shrink,
                               .step_delay_us = o.step_delay_us};
+    if (fabric_opts_given(&o.fab)) {
+        int L = sv.lm->model.cfg.n_layers;
+        int joiner = o.resident_layers >= 0 || o.resident_schedule;
+        int resident = o.resident_layers >= 0 ? (o.resident_layers < L ? o.resident_layers : L)
+                       : o.resident_schedule  ? 0
+                                              : L;
+        struct coop_config cc = {.e = e,
+                                 .m = &sv.metrics,
+                                 .eos_id = sv.lm->tok.eos_id,
+                                 .bos_id = sv.lm->tok.bos_id,
+                                 .resident = resident,
+                                 .schedule = o.resident_schedule,
+                                 .helper_peer = joiner ? 0 : -1,
+                                 .dtype = !strcmp(o.coop_dtype, "f16")    ? WIRE_F16
+                                          : !strcmp(o.coop_dtype, "bf16") ? WIRE_BF16
+                                                                          : WIRE_F32,
+                                 .timeout_ms = o.coop_timeout_ms,
+                                 .serve_remote = !joiner};
+        sv.fabric = fabric_open(&o, err);
+        cc.fabric = sv.fabric;
+        if (!sv.fabric || !(sv.coop = coop_new(&cc, err)) || coop_attach(sv.coop, err)) {
+            char msg[ERRMSG_LEN + 32];
+            snprintf(msg, sizeof msg, "serve: fabric: %s", err);
+            if (pid1_active()) pid1_fatal(msg);
+            fprintf(stderr, "strata %s\n", msg);
+            http_server_stop(sv.http);
+            goto out;
+        }
+        if (joiner)
+            log_info("serve", "joiner: layers [0, %d) of %d here, the rest on %s (%s activations)",
+                     resident, L, o.fab.peers.v[0], o.coop_dtype);
+        else
+            log_info("serve", "all %d layers here: helping peers that hold fewer", L);
+    }
     struct sched_ops ops = {.ctx = e,
                             .vocab_size = sv.lm->model.cfg.vocab_size,
                             .eos_id = sv.lm->tok.eos_id,
@@ -322,8 +402,11 @@ static int run_serve(int argc, char **argv)
                             .notify_ctx = sv.front,
                             .notify = front_notify,
                             .wake = front_wake};
+    if (sv.coop) ops.coop = coop_sched_hooks(sv.coop);
     sched = sched_new(&sc, &ops, &e->kv, &sv.metrics, err);
-    if (!sched || sched_calibrate(sched, err) || sched_start(sched, err)) {
+    if (sched && sv.coop) coop_set_scheduler(sv.coop, sched);
+    if (!sched || sched_calibrate(sched, err) || sched_start(sched, err) ||
+        (sv.fabric && fabric_node_start(sv.fabric, err))) {
         char msg[ERRMSG_LEN + 32];
         snprintf(msg, sizeof msg, "serve: %s", err);
         if (pid1_active()) pid1_fatal(msg);
@@ -353,10 +436,22 @@ static int run_serve(int argc, char **argv)
             chat_template_name(fm.tmpl), o.static_batch ? ", STATIC batching" : "");
     serve_ready = 1;
     if (o.test_crash) test_crash(o.test_crash);
+    /* Serving: /health answers 200 from here on. On the appliance, mark the boot slot that got
+     * us here good, so that systemd-boot stops counting its tries (os/esp.h). */
+    if (pid1_active()) {
+        char msg[ERRMSG_LEN + 64];
+        if (esp_bless_booted(msg, sizeof msg, err))
+            log_warn("serve", "boot slot: %s", err);
+        else
+            log_info("serve", "boot slot: %s", msg);
+    }
     rc = 0;
 out:
     pthread_join(http_thread, NULL);
     if (sched) sched_free(sched);
+    fabric_node_free(sv.fabric);
+    coop_free(sv.coop);
+    fabric_opts_free(&o.fab);
     fprintf(stderr, "strata serve: stopped\n");
     http_server_free(sv.http);
     front_free(sv.front);

@@ -40,6 +40,10 @@ int init_cpu_check(char *err);
  * console. cmdline is the whole kernel command line. */
 int init_panic_policy(const struct boot_config *cfg, const char *cmdline, char *err);
 
+/* nvidia.c: the /dev/nvidia* nodes when the NVIDIA driver is loaded (devtmpfs makes none for it);
+ * *made counts them (0 without the driver). */
+int init_nvidia_nodes(int *made, char *err);
+
 /* net.c: lo up; the NIC (cfg->iface, else the first Ethernet one, or with DHCP the first with a
  * link) up, with strata.ip/gw/dns, nothing (strata.ip=off), or by default a DHCP lease, which is
  * written to DHCP_LEASE_FILE for the server to renew. Netlink and a packet socket only. */
