@@ -33,12 +33,11 @@ DEPS_MISSING := $(strip \
     $(if $(shell command -v $(PKG_CONFIG) 2>/dev/null),,pkg-config) \
     $(if $(shell $(PKG_CONFIG) --exists libdpdk 2>/dev/null && echo y),,libdpdk-dev) \
     $(if $(wildcard $(DEPS_INCLUDE)/infiniband/verbs.h),,libibverbs-dev) \
-    $(if $(wildcard $(DEPS_INCLUDE)/microhttpd.h),,libmicrohttpd-dev) \
     $(if $(wildcard $(DEPS_INCLUDE)/cjson/cJSON.h),,libcjson-dev) \
     $(if $(wildcard $(DEPS_INCLUDE)/sodium.h),,libsodium-dev) \
     $(if $(wildcard $(DEPS_INCLUDE)/simgrid/engine.h),,libsimgrid-dev))
 ifneq ($(DEPS_MISSING),)
-$(error missing packages: $(DEPS_MISSING). Install them (and the rest of the toolchain) with `make deps` (tools/install-deps.sh: apt-get, as root or through sudo), then run make again)
+$(error missing packages: $(DEPS_MISSING). Install them (and the rest of the toolchain) with `make deps` (scripts/install-deps.sh: apt-get, as root or through sudo), then run make again)
 endif
 endif
 

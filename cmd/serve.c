@@ -245,8 +245,8 @@ static void serve_tick(void *ctx)
     }
 }
 
-/* --test-crash: segv is a crash the handlers report (os/pid1.c); panic is one they cannot, with
- * the default action restored, so the kernel kills PID 1 and panics. */
+/* --test-crash: segv is a crash the handlers report (os/runtime/pid1.c); panic is one they cannot,
+ * with the default action restored, so the kernel kills PID 1 and panics. */
 static void test_crash(const char *how)
 {
     fprintf(stderr, "strata serve: --test-crash %s: crashing on purpose\n", how);
