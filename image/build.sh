@@ -51,7 +51,7 @@ mkdir -p "$OUT" build/image
 #   files     ext4 (the model partition); vfat + its code pages (the EFI system partition, mounted
 #             to mark a boot slot good and by `strata update`); efivarfs (the boot loader's
 #             variables: which slot booted)
-#   power     button + evdev: the ACPI power button, read by os/pid1.c
+#   power     button + evdev: the ACPI power button, read by os/runtime/pid1.c
 # A module the hardware does not need fails to bind and costs nothing but its bytes; a module a
 # kernel has built in is skipped by mkinitrd.
 MODULES="virtio_pci virtio_net virtio_blk nvme ahci sd_mod
@@ -161,7 +161,7 @@ mkfs.vfat -C -F 32 -n STRATA-ESP -i 5354a001 "$esp" $((esp_mib * 1024)) >/dev/nu
 # Copy a staged tree with fixed times (-s -m keeps them) so that the FAT's entries are the same
 # from build to build.
 # The ESP: systemd-boot as the removable-media loader, and the image as boot slot a, generation
-# 1, known good (no boot counter): see os/boot_slots.h for the A/B scheme, image/update-disk.sh
+# 1, known good (no boot counter): see os/runtime/boot_slots.h for the A/B scheme, image/update-disk.sh
 # and `strata update` for updates. No `default` in loader.conf: systemd-boot then boots the last
 # entry in version order that is not bad, i.e. the newest generation that is good or on trial.
 es=build/image/esp-stage

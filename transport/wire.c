@@ -1,6 +1,6 @@
 #include "transport/wire.h"
 
-#include "os/errmsg.h"
+#include "os/common/errmsg.h"
 #include "serving/engine/quant.h"
 #include "transport/crc32c.h"
 

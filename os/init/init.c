@@ -1,7 +1,7 @@
 /* strata-init: see init.h. The steps, in order, then execve of the server. */
 #include "os/init/init.h"
 
-#include "os/errmsg.h"
+#include "os/common/errmsg.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -2,11 +2,11 @@
  * the console as "strata-init: STEP: what it did", and ends by execve()ing the server so that the
  * server becomes PID 1 and the only process. A step returns 0, or -1 with one line in err; init
  * prints "strata-init: error: LINE" and then halts, reboots or powers off as strata.on_error says.
- * Each step lives in its own file; the parser of the command line is os/boot_cmdline.c. */
+ * Each step lives in its own file; the parser of the command line is os/common/boot_cmdline.c. */
 #ifndef STRATA_INIT_H
 #define STRATA_INIT_H
 
-#include "os/boot_cmdline.h"
+#include "os/common/boot_cmdline.h"
 
 #include <stddef.h>
 

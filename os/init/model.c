@@ -1,6 +1,6 @@
 /* Where the model comes from: a file in the initrd, or a GPT partition found by its name (the
  * disk image's "strata-model" partition, ext4, mounted read-only). */
-#include "os/errmsg.h"
+#include "os/common/errmsg.h"
 #include "os/init/init.h"
 
 #include <dirent.h>

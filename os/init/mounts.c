@@ -1,5 +1,5 @@
 /* The file systems a bare initramfs lacks, the console, and hugepages. */
-#include "os/errmsg.h"
+#include "os/common/errmsg.h"
 #include "os/init/init.h"
 
 #include <errno.h>

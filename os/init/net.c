@@ -1,6 +1,6 @@
 /* The network from the command line, through rtnetlink (no ip binary, no DHCP client: iPXE or
  * the operator already knows the address and passes it as strata.ip/gw/dns). */
-#include "os/errmsg.h"
+#include "os/common/errmsg.h"
 #include "os/init/init.h"
 
 #include <arpa/inet.h>

@@ -5,7 +5,7 @@
  * nvidia-modeset is loaded, and /dev/nvidia-uvm, /dev/nvidia-uvm-tools (the major the kernel gave
  * "nvidia-uvm" in /proc/devices, minors 0 and 1). Nothing to do when /sys/module/nvidia is absent.
  */
-#include "os/errmsg.h"
+#include "os/common/errmsg.h"
 #include "os/init/init.h"
 
 #include <dirent.h>

@@ -12,7 +12,7 @@
  * therefore interleaved-pairs. */
 #include "serving/engine/model.h"
 
-#include "os/errmsg.h"
+#include "os/common/errmsg.h"
 
 #include <limits.h>
 #include <stdio.h>

@@ -1,8 +1,8 @@
 /* fuzz_http_head: any bytes as an HTTP response head (what `strata update URL` reads from a peer),
  * and as a URL. The parsers must stay in bounds, report a head length within the input, and
  * never a negative Content-Length other than -1 (absent). */
-#include "os/errmsg.h"
-#include "os/http_fetch.h"
+#include "os/common/errmsg.h"
+#include "os/runtime/http_fetch.h"
 
 #include <stdint.h>
 #include <stdlib.h>

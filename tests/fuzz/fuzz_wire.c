@@ -1,5 +1,6 @@
 /* libFuzzer target for every fabric decoder: frame header and CRC check, sealed-frame opening,
  * handshake bodies, and each application message. The first byte picks the decoder. */
+#include "os/common/errmsg.h"
 #include "transport/auth.h"
 #include "transport/wire.h"
 
@@ -13,7 +14,7 @@ static uint8_t pt[WIRE_MAX_MSG];
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    char err[512];
+    char err[ERRMSG_LEN];
     if (size < 1) return 0;
     uint8_t sel = data[0];
     const uint8_t *p = data + 1;

@@ -50,7 +50,7 @@ expect no-model-in-image initrd-base.img "$BASE" \
 expect reboot-on-error initrd.img "$BASE strata.port=http strata.on_error=reboot" \
     "strata-init: error: strata.port=http: want a TCP port 1..65535" reboot
 # The server's own fatal errors, once it is PID 1: a model that is not GGUF, and a usage error
-# that makes it leave main() before it set up anything (os/pid1.c arms itself before main).
+# that makes it leave main() before it set up anything (os/runtime/pid1.c arms itself before main).
 expect server-bad-model initrd.img "$BASE strata.model=/init strata.on_error=reboot" \
     "strata: fatal: serve: " reboot
 expect server-usage-error initrd.img "$BASE strata.args=--no-such-flag" \

@@ -1,6 +1,6 @@
 /* boot_cmdline: every strata.* key, the defaults, and the errors a bad line must give. */
-#include "os/boot_cmdline.h"
-#include "os/errmsg.h"
+#include "os/common/boot_cmdline.h"
+#include "os/common/errmsg.h"
 #include "tests/unit/check.h"
 
 static struct boot_config cfg;

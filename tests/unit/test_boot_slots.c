@@ -1,9 +1,9 @@
-/* test_boot_slots: the A/B boot slot names (os/boot_slots.h) and their file operations on a
+/* test_boot_slots: the A/B boot slot names (os/runtime/boot_slots.h) and their file operations on a
  * directory standing in for the EFI system partition; the HTTP fetch of `strata update URL`
- * (os/http_fetch.h) against a real server on loopback. */
-#include "os/boot_slots.h"
-#include "os/errmsg.h"
-#include "os/http_fetch.h"
+ * (os/runtime/http_fetch.h) against a real server on loopback. */
+#include "os/runtime/boot_slots.h"
+#include "os/common/errmsg.h"
+#include "os/runtime/http_fetch.h"
 
 #include "tests/unit/check.h"
 

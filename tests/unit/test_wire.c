@@ -1,5 +1,6 @@
 /* Wire format: CRC-32C vectors, IEEE-754 and half-precision bit patterns, every encoder against
  * its decoder, and every decoder against short, long and corrupted input. */
+#include "os/common/errmsg.h"
 #include "tests/unit/check.h"
 #include "transport/crc32c.h"
 #include "transport/wire.h"
@@ -7,7 +8,7 @@
 #include <math.h>
 #include <stdint.h>
 
-static char err[512];
+static char err[ERRMSG_LEN];
 
 TEST(crc32c_vectors)
 {
