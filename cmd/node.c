@@ -14,6 +14,7 @@
 #include "os/common/errmsg.h"
 #include "os/runtime/log.h"
 #include "cmd/commands.h"
+#include "cmd/fabric_opts.h"
 #include "cmd/options.h"
 #include "serving/engine/gguf.h"
 #include "serving/engine/model.h"
@@ -32,12 +33,11 @@
 #include <time.h>
 
 struct node_opts {
-    const char *role, *transport, *listen, *key_file, *model, *synthetic, *image_out, *header_out;
-    struct opt_list peers;
-    int exit_after, corrupt_unit, mtu, window, quiet, help;
-    double timeout_s, rate_mbs, link_gbps;
+    const char *role, *model, *synthetic, *image_out, *header_out;
+    struct fabric_opts fab; /* --transport, --listen, --peer, --key-file, dpdk/rdma (shared) */
+    int exit_after, corrupt_unit, quiet, help;
+    double timeout_s, rate_mbs;
     long chunk;
-    const char *eal, *exception_vdev, *rdma_dev, *impair;
 };
 
 #define MAX_OPTS 32
@@ -47,10 +47,6 @@ static int node_options(struct node_opts *o, struct opt *t)
 {
     const struct opt table[] = {
         {"--role", OPT_STR, &o->role, 0, 0, NULL, "source|joiner"},
-        {"--transport", OPT_STR, &o->transport, 0, 0, NULL, "tcp|dpdk|rdma"},
-        {"--key-file", OPT_STR, &o->key_file, 0, 0, NULL, "FILE"},
-        {"--listen", OPT_STR, &o->listen, 0, 0, NULL, "IP:PORT"},
-        {"--peer", OPT_LIST, &o->peers, 0, 0, NULL, "IP:PORT"},
         {"--exit-after", OPT_INT, &o->exit_after, 0, 1 << 20, NULL, "PEERS"},
         {"--timeout", OPT_DOUBLE, &o->timeout_s, 0, 86400, NULL, "SEC"},
         {"--synthetic", OPT_STR, &o->synthetic, 0, 0, NULL, "BYTES[:SPANS[:SEED]]"},
@@ -61,18 +57,12 @@ static int node_options(struct node_opts *o, struct opt *t)
         {"--chunk", OPT_LONG, &o->chunk, 0, 1 << 30, NULL, "BYTES"},
         {"--rate", OPT_DOUBLE, &o->rate_mbs, 0, 1e9, NULL, "MB/s"},
         {"--corrupt-unit", OPT_INT, &o->corrupt_unit, -1, 1 << 20, NULL, "U"},
-        {"--eal", OPT_STR, &o->eal, 0, 0, NULL, "'EAL ARGS'"},
-        {"--exception-vdev", OPT_STR, &o->exception_vdev, 0, 0, NULL, "VDEV"},
-        {"--mtu", OPT_INT, &o->mtu, 0, 65535, NULL, "N"},
-        {"--window", OPT_INT, &o->window, 0, 1 << 20, NULL, "PKTS"},
-        {"--link-gbps", OPT_DOUBLE, &o->link_gbps, 0, 1e6, NULL, "G"},
-        {"--rdma-dev", OPT_STR, &o->rdma_dev, 0, 0, NULL, "NAME"},
-        {"--impair", OPT_STR, &o->impair, 0, 0, NULL, "loss=P,reorder=P,delay=MS,..."},
         {"-q", OPT_FLAG, &o->quiet, 0, 0, NULL, NULL},
         {"--help", OPT_FLAG, &o->help, 0, 0, NULL, NULL},
     };
     memcpy(t, table, sizeof table);
-    return (int)(sizeof table / sizeof table[0]);
+    int n = (int)(sizeof table / sizeof table[0]);
+    return n + fabric_options(&o->fab, t + n); /* the fabric's shared entries */
 }
 
 static void usage(FILE *f)
@@ -86,7 +76,7 @@ static void usage(FILE *f)
 static int parse_opts(struct node_opts *o, int argc, char **argv)
 {
     memset(o, 0, sizeof *o);
-    o->transport = "tcp";
+    o->fab.kind = "tcp";
     o->timeout_s = 60;
     o->corrupt_unit = -1;
     struct opt t[MAX_OPTS];
@@ -98,13 +88,13 @@ static int parse_opts(struct node_opts *o, int argc, char **argv)
         exit(0);
     }
     if (!o->role) return fprintf(stderr, "node: --role is required\n"), -1;
-    if (!o->key_file) return fprintf(stderr, "node: --key-file is required\n"), -1;
+    if (!o->fab.key_file) return fprintf(stderr, "node: --key-file is required\n"), -1;
     if (!strcmp(o->role, "source")) {
         if (!o->synthetic == !o->model)
             return fprintf(stderr, "node: a source needs --synthetic or -m\n"), -1;
-        if (!o->listen) return fprintf(stderr, "node: a source needs --listen\n"), -1;
+        if (!o->fab.listen) return fprintf(stderr, "node: a source needs --listen\n"), -1;
     } else if (!strcmp(o->role, "joiner")) {
-        if (!o->peers.n) return fprintf(stderr, "node: a joiner needs --peer\n"), -1;
+        if (!o->fab.peers.n) return fprintf(stderr, "node: a joiner needs --peer\n"), -1;
     } else {
         return fprintf(stderr, "node: --role is source or joiner\n"), -1;
     }
@@ -324,18 +314,8 @@ static int run_node(int argc, char **argv)
     struct weight_stream *ws = NULL;
     weight_store_init_empty(&store);
 
-    struct tp_config cfg = {
-        .kind = o.transport,
-        .listen = o.listen,
-        .eal = o.eal,
-        .exception_vdev = o.exception_vdev,
-        .mtu = o.mtu,
-        .window = o.window,
-        .rate_gbps = o.link_gbps,
-        .rdma_dev = o.rdma_dev,
-        .impair = o.impair,
-    };
-    if (auth_init(err) || cluster_key_load(&cfg.key, o.key_file, err)) goto out;
+    struct tp_config cfg;
+    if (auth_init(err) || fabric_opts_config(&o.fab, &cfg, err)) goto out;
     t = tp_open(&cfg, err);
     if (!t) goto out;
 
@@ -360,7 +340,7 @@ static int run_node(int argc, char **argv)
             if (o.header_out && write_file(o.header_out, gs->file, gs->g.data_offset, err))
                 goto out;
             log_info("fabric", "source: %s, %d spans, %llu-byte image, serving on %s", gs->name,
-                     gs->m.n_spans, (unsigned long long)gs->m.image_size, o.listen);
+                     gs->m.n_spans, (unsigned long long)gs->m.image_size, o.fab.listen);
         } else {
             uint64_t seed;
             sy = calloc(1, sizeof *sy);
@@ -375,7 +355,7 @@ static int run_node(int argc, char **argv)
             if (expose_arena(t, image, sy->image_size, err)) goto out;
             if (o.image_out && write_file(o.image_out, image, sy->image_size, err)) goto out;
             log_info("fabric", "source: %llu-byte synthetic image, %u spans, serving on %s",
-                     (unsigned long long)sy->image_size, sy->n_spans, o.listen);
+                     (unsigned long long)sy->image_size, sy->n_spans, o.fab.listen);
         }
     } else {
         store.alloc_image = alloc_image;
@@ -385,8 +365,8 @@ static int run_node(int argc, char **argv)
     struct weight_stream_config wc = {
         .t = t,
         .store = &store,
-        .peers = o.peers.v,
-        .n_peers = is_source ? 0 : o.peers.n,
+        .peers = o.fab.peers.v,
+        .n_peers = is_source ? 0 : o.fab.peers.n,
         .chunk_size = (uint32_t)o.chunk,
         .rate_bytes = o.rate_mbs * 1e6,
         .corrupt_unit = o.corrupt_unit,
@@ -466,6 +446,7 @@ out:
     free(sy);
     if (gs) gguf_close_model(gs);
     free(gs);
+    fabric_opts_free(&o.fab);
     return rc;
 }
 

@@ -4,9 +4,12 @@
  * the load progress at once), the model (loader), the scheduler (calibrated step-time model, then
  * its compute thread), then completions are served. SIGTERM/SIGINT (or the power button as PID 1)
  * stop the front; running requests are ended and the process exits 0. */
+#include "cluster/coop.h"
+#include "cluster/fabric_node.h"
+#include "cmd/fabric_opts.h"
 #include "os/common/errmsg.h"
-#include "os/runtime/esp.h"
 #include "os/runtime/log.h"
+#include "os/runtime/esp.h"
 #include "os/runtime/pid1.h"
 #include "serving/api/http_server.h"
 #include "serving/sched/scheduler.h"
@@ -17,20 +20,38 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 struct serve_opts {
     const char *model, *host, *api_key, *name;
     int port, max_batch, ctx, threads, step_tokens, kv_blocks, kv_block_size, kv_type, static_batch;
     int max_conns, timeout_ms, idle_timeout_ms, no_slo, verbose, step_delay_us, shed_late,
         static_shrink;
+    const char *test_crash; /* tests only: segv | panic, once ready */
+    int test_hang_s;        /* tests only: the serve loop stops this long after ready; -1 never */
     double ttft_ms, tpot_ms, static_wait_ms;
     long max_body;
+    struct fabric_opts fab; /* on the fabric when --fabric, --listen or --peers is given */
+    /* cooperative execution (docs/cluster.md) */
+    int resident_layers; /* -1: all (this node helps others) */
+    const char *resident_schedule, *coop_dtype;
+    int coop_timeout_ms;
 };
 
 #define MAX_OPTS 64
+
+static int parse_test_crash(const char *v, void *dst, char *err)
+{
+    if (strcmp(v, "segv") && strcmp(v, "panic"))
+        return errmsg_set(err, "--test-crash %s: want segv or panic", v);
+    *(const char **)dst = v;
+    return 0;
+}
 
 /* serve's options, pointing into o: the one list the parser and the usage text read. */
 static int serve_options(struct serve_opts *o, struct opt *t)
@@ -60,10 +81,17 @@ static int serve_options(struct serve_opts *o, struct opt *t)
         {"--timeout-ms", OPT_INT, &o->timeout_ms, 1, 3600000, NULL, "MS"},
         {"--idle-timeout-ms", OPT_INT, &o->idle_timeout_ms, 1, 3600000, NULL, "MS"},
         {"--test-step-delay-us", OPT_INT, &o->step_delay_us, 0, 1000000, NULL, "US"},
+        {"--test-crash", OPT_PARSE, &o->test_crash, 0, 0, parse_test_crash, "segv|panic"},
+        {"--test-hang", OPT_INT, &o->test_hang_s, 0, 3600, NULL, "S"},
         {"-v", OPT_FLAG, &o->verbose, 0, 0, NULL, NULL},
+        {"--coop-dtype", OPT_STR, &o->coop_dtype, 0, 0, NULL, "f32|f16|bf16"},
+        {"--coop-timeout-ms", OPT_INT, &o->coop_timeout_ms, 1, 3600000, NULL, "MS"},
+        {"--resident-layers", OPT_INT, &o->resident_layers, 0, 1 << 16, NULL, "K"},
+        {"--resident-schedule", OPT_STR, &o->resident_schedule, 0, 0, NULL, "STEP:K,..."},
     };
     memcpy(t, table, sizeof table);
-    return (int)(sizeof table / sizeof table[0]);
+    int n = (int)(sizeof table / sizeof table[0]);
+    return n + fabric_options(&o->fab, t + n); /* the fabric's shared entries */
 }
 
 static int usage(void)
@@ -71,7 +99,12 @@ static int usage(void)
     struct serve_opts o;
     struct opt t[MAX_OPTS];
     opts_usage(stderr, "serve", t, serve_options(&o, t));
-    fprintf(stderr, "  (--test-step-delay-us: tests only, sleep after every step)\n");
+    fprintf(stderr,
+            "  tests only: --test-step-delay-us sleeps after every step; --test-crash crashes\n"
+            "  once ready, --test-hang hangs the serve loop S seconds after ready\n"
+            "  (boot/cmdline.md); --resident-layers K, --resident-schedule STEP:K,...: a joiner\n"
+            "  that runs layers [0, K) itself and the rest on its first --peers node;\n"
+            "  --coop-dtype: the activations it sends, f32 exact (docs/cluster.md)\n");
     return 2;
 }
 
@@ -88,7 +121,10 @@ static int parse_opts(int argc, char **argv, struct serve_opts *o)
                              .ttft_ms = 1000,
                              .tpot_ms = 100,
                              .static_wait_ms = 50,
-                             .max_body = 1 << 20};
+                             .test_hang_s = -1,
+                             .max_body = 1 << 20,
+                             .resident_layers = -1,
+                             .coop_dtype = "f32"};
     o->api_key = getenv("STRATA_API_KEY");
     struct opt t[MAX_OPTS];
     char err[ERRMSG_LEN];
@@ -98,6 +134,21 @@ static int parse_opts(int argc, char **argv, struct serve_opts *o)
     }
     if (!o->model) {
         fprintf(stderr, "strata serve: -m MODEL.gguf is required\n");
+        return -1;
+    }
+    int joiner = o->resident_layers >= 0 || o->resident_schedule;
+    if (joiner && !o->fab.peers.n) {
+        fprintf(stderr, "strata serve: --resident-layers/--resident-schedule need --peers (the "
+                        "helper that runs the other layers)\n");
+        return -1;
+    }
+    if (joiner && o->static_batch) {
+        fprintf(stderr, "strata serve: --static-batch and cooperative execution do not mix\n");
+        return -1;
+    }
+    if (strcmp(o->coop_dtype, "f32") && strcmp(o->coop_dtype, "f16") &&
+        strcmp(o->coop_dtype, "bf16")) {
+        fprintf(stderr, "strata serve: --coop-dtype %s: want f32, f16 or bf16\n", o->coop_dtype);
         return -1;
     }
     return 0;
@@ -110,7 +161,19 @@ struct serve {
     struct http_server *http;
     struct front *front;
     struct serve_metrics metrics;
+    struct fabric_node *fabric; /* NULL when not on the fabric */
+    struct coop *coop;          /* with the fabric */
 };
+
+/* The serving process's fabric node (cluster/fabric_node.h); its users (cooperative execution)
+ * register on it before fabric_node_start. */
+static struct fabric_node *fabric_open(const struct serve_opts *o, char *err)
+{
+    struct fabric_node_config fc = {
+        .peers = o->fab.peers.v, .n_peers = o->fab.peers.n, .node_id = o->fab.node_id};
+    if (auth_init(err) || fabric_opts_config(&o->fab, &fc.tp, err)) return NULL;
+    return fabric_node_new(&fc, err);
+}
 
 static int engine_step(void *ctx, const struct batch *b, float *logits)
 {
@@ -165,6 +228,33 @@ static void on_shutdown(void *ctx)
     http_server_shutdown(ctx, SHUTDOWN_GRACE_MS);
 }
 
+static volatile int serve_ready;
+
+/* The serve loop's heartbeat; with --test-hang S it stops beating S seconds after the model is
+ * ready, as a deadlocked loop would (the watchdog test). */
+static void serve_tick(void *ctx)
+{
+    const struct serve_opts *o = ctx;
+    static time_t hang_at;
+    pid1_tick();
+    if (o->test_hang_s < 0 || !serve_ready) return;
+    if (!hang_at) hang_at = time(NULL) + o->test_hang_s;
+    if (time(NULL) >= hang_at) {
+        fprintf(stderr, "strata serve: --test-hang: the serve loop stops here\n");
+        for (;;) pause();
+    }
+}
+
+/* --test-crash: segv is a crash the handlers report (os/pid1.c); panic is one they cannot, with
+ * the default action restored, so the kernel kills PID 1 and panics. */
+static void test_crash(const char *how)
+{
+    fprintf(stderr, "strata serve: --test-crash %s: crashing on purpose\n", how);
+    if (!strcmp(how, "panic")) signal(SIGSEGV, SIG_DFL);
+    volatile uintptr_t bad = 16; /* through a variable: the compiler must not see the crash */
+    *(volatile int *)bad = 1;
+}
+
 static void *http_main(void *arg)
 {
     struct serve *sv = arg;
@@ -203,7 +293,9 @@ static int run_serve(int argc, char **argv)
                                     .read_timeout_ms = o.timeout_ms,
                                     .idle_timeout_ms = o.idle_timeout_ms,
                                     .write_timeout_ms = o.timeout_ms,
-                                    .max_pending_write = 8u << 20};
+                                    .max_pending_write = 8u << 20,
+                                    .tick = serve_tick,
+                                    .tick_ctx = &o};
     struct http_handler h = front_handler(sv.front);
     sv.http = http_server_new(&hc, &h, &sv.metrics, err);
     if (!sv.http) {
@@ -266,6 +358,40 @@ static int run_serve(int argc, char **argv)
                               .shed_late = o.shed_late,
                               .static_shrink = o.static_shrink,
                               .step_delay_us = o.step_delay_us};
+    if (fabric_opts_given(&o.fab)) {
+        int L = sv.lm->model.cfg.n_layers;
+        int joiner = o.resident_layers >= 0 || o.resident_schedule;
+        int resident = o.resident_layers >= 0 ? (o.resident_layers < L ? o.resident_layers : L)
+                       : o.resident_schedule  ? 0
+                                              : L;
+        struct coop_config cc = {.e = e,
+                                 .m = &sv.metrics,
+                                 .eos_id = sv.lm->tok.eos_id,
+                                 .bos_id = sv.lm->tok.bos_id,
+                                 .resident = resident,
+                                 .schedule = o.resident_schedule,
+                                 .helper_peer = joiner ? 0 : -1,
+                                 .dtype = !strcmp(o.coop_dtype, "f16")    ? WIRE_F16
+                                          : !strcmp(o.coop_dtype, "bf16") ? WIRE_BF16
+                                                                          : WIRE_F32,
+                                 .timeout_ms = o.coop_timeout_ms,
+                                 .serve_remote = !joiner};
+        sv.fabric = fabric_open(&o, err);
+        cc.fabric = sv.fabric;
+        if (!sv.fabric || !(sv.coop = coop_new(&cc, err)) || coop_attach(sv.coop, err)) {
+            char msg[ERRMSG_LEN + 32];
+            snprintf(msg, sizeof msg, "serve: fabric: %s", err);
+            if (pid1_active()) pid1_fatal(msg);
+            fprintf(stderr, "strata %s\n", msg);
+            http_server_stop(sv.http);
+            goto out;
+        }
+        if (joiner)
+            log_info("serve", "joiner: layers [0, %d) of %d here, the rest on %s (%s activations)",
+                     resident, L, o.fab.peers.v[0], o.coop_dtype);
+        else
+            log_info("serve", "all %d layers here: helping peers that hold fewer", L);
+    }
     struct sched_ops ops = {.ctx = e,
                             .vocab_size = sv.lm->model.cfg.vocab_size,
                             .eos_id = sv.lm->tok.eos_id,
@@ -276,8 +402,11 @@ static int run_serve(int argc, char **argv)
                             .notify_ctx = sv.front,
                             .notify = front_notify,
                             .wake = front_wake};
+    if (sv.coop) ops.coop = coop_sched_hooks(sv.coop);
     sched = sched_new(&sc, &ops, &e->kv, &sv.metrics, err);
-    if (!sched || sched_calibrate(sched, err) || sched_start(sched, err)) {
+    if (sched && sv.coop) coop_set_scheduler(sv.coop, sched);
+    if (!sched || sched_calibrate(sched, err) || sched_start(sched, err) ||
+        (sv.fabric && fabric_node_start(sv.fabric, err))) {
         char msg[ERRMSG_LEN + 32];
         snprintf(msg, sizeof msg, "serve: %s", err);
         if (pid1_active()) pid1_fatal(msg);
@@ -305,8 +434,10 @@ static int run_serve(int argc, char **argv)
             fm.name, o.host, http_server_port(sv.http), e->lim.ctx, e->lim.max_seqs,
             e->lim.max_tokens, e->kv.n_blocks, kv_type_name(e->kv.type), e->kv.block_size,
             chat_template_name(fm.tmpl), o.static_batch ? ", STATIC batching" : "");
+    serve_ready = 1;
+    if (o.test_crash) test_crash(o.test_crash);
     /* Serving: /health answers 200 from here on. On the appliance, mark the boot slot that got
-     * us here good, so that systemd-boot stops counting its tries (os/runtime/esp.h). */
+     * us here good, so that systemd-boot stops counting its tries (os/esp.h). */
     if (pid1_active()) {
         char msg[ERRMSG_LEN + 64];
         if (esp_bless_booted(msg, sizeof msg, err))
@@ -318,6 +449,9 @@ static int run_serve(int argc, char **argv)
 out:
     pthread_join(http_thread, NULL);
     if (sched) sched_free(sched);
+    fabric_node_free(sv.fabric);
+    coop_free(sv.coop);
+    fabric_opts_free(&o.fab);
     fprintf(stderr, "strata serve: stopped\n");
     http_server_free(sv.http);
     front_free(sv.front);

@@ -1,8 +1,8 @@
-/* strata update: write a new unified kernel image into the inactive boot slot (os/runtime/boot_slots.h).
+/* strata update: write a new unified kernel image into the inactive boot slot (os/boot_slots.h).
  *
  *   strata update [--tries N] [--esp DIR] FILE|http://PEER[:PORT]/PATH
  *
- * The image comes from a file or over HTTP from a peer in the cluster (os/runtime/http_fetch.h). It goes
+ * The image comes from a file or over HTTP from a peer in the cluster (os/http_fetch.h). It goes
  * into the EFI system partition mounted at DIR, or, without --esp, the partition named "EFI"
  * mounted on /run/esp for the time of the update. The new entry is on trial for N boots (default
  * 2): it becomes the loader's default, and if it never reaches /health 200 within N boots the
@@ -12,6 +12,7 @@
 #include "os/runtime/esp.h"
 #include "os/runtime/http_fetch.h"
 #include "cmd/commands.h"
+#include "cmd/options.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,22 +29,15 @@ static int run_update(int argc, char **argv)
 {
     const char *esp = NULL, *src = NULL;
     int tries = 2;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--tries") && i + 1 < argc) {
-            char *end;
-            long t = strtol(argv[++i], &end, 10);
-            if (*end || t < 1 || t > 9) {
-                fprintf(stderr, "strata update: --tries %s: want 1..9\n", argv[i]);
-                return 2;
-            }
-            tries = (int)t;
-        } else if (!strcmp(argv[i], "--esp") && i + 1 < argc) {
-            esp = argv[++i];
-        } else if (argv[i][0] == '-' || src) {
-            return usage();
-        } else {
-            src = argv[i];
-        }
+    const struct opt table[] = {
+        {"--tries", OPT_INT, &tries, 1, 9, NULL, "N"},
+        {"--esp", OPT_STR, &esp, 0, 0, NULL, "DIR"},
+        {"", OPT_STR, &src, 0, 0, NULL, "FILE|http://PEER/PATH"},
+    };
+    char perr[ERRMSG_LEN];
+    if (opts_parse(table, sizeof table / sizeof table[0], argc, argv, perr)) {
+        fprintf(stderr, "strata update: %s\n", perr);
+        return usage();
     }
     if (!src) return usage();
 
@@ -93,5 +87,5 @@ out:
 
 const struct command cmd_update = {
     "update", run_update,
-    "update [--tries N] [--esp DIR] FILE|http://PEER[:PORT]/PATH (a new image into the inactive "
-    "boot slot)"};
+    "update [--tries N] [--esp DIR] FILE|http://PEER/PATH  (a new image into the inactive boot "
+    "slot)"};

@@ -6,9 +6,9 @@
 #   MODEL=path.gguf        the model baked into out/initrd.img and put on the disk's model partition
 #                          (default: build/models/stories260K.gguf, converted from ../shared/models)
 #   CMDLINE="..."          the kernel command line built into out/strata.efi (UEFI/disk boot), after
-#                          the defaults "console=tty0 console=ttyS0 quiet strata.model=part:strata-model
-#                          strata.ip=10.0.2.15/24 strata.gw=10.0.2.2 strata.dns=10.0.2.3" (QEMU's
-#                          user network; a real server needs its own strata.ip/gw/dns here)
+#                          the defaults "console=tty0 console=ttyS0 quiet panic=10
+#                          strata.model=part:strata-model" (the address comes from DHCP; a static
+#                          one is strata.ip/gw/dns here)
 #   NVIDIA=path            NVIDIA's driver: the .run package or a directory it was extracted to,
 #                          with the open kernel modules built for this kernel (image/README.md);
 #                          see image/nvidia-bundle.sh for what is taken
@@ -52,11 +52,13 @@ mkdir -p "$OUT" build/image
 #             to mark a boot slot good and by `strata update`); efivarfs (the boot loader's
 #             variables: which slot booted)
 #   power     button + evdev: the ACPI power button, read by os/runtime/pid1.c
+#   watchdog  i6300esb (QEMU), iTCO_wdt (Intel), sp5100_tco (AMD), wdat_wdt (ACPI): strata.watchdog
 # A module the hardware does not need fails to bind and costs nothing but its bytes; a module a
 # kernel has built in is skipped by mkinitrd.
 MODULES="virtio_pci virtio_net virtio_blk nvme ahci sd_mod
          e1000e mlx5_core mlx5_ib ice irdma bnxt_en i40e ixgbe rdma_rxe
-         vfio-pci uio_pci_generic ext4 vfat nls_cp437 nls_ascii nls_utf8 efivarfs button evdev"
+         vfio-pci uio_pci_generic ext4 vfat nls_cp437 nls_ascii nls_utf8 efivarfs button evdev
+         i6300esb iTCO_wdt sp5100_tco wdat_wdt"
 
 step 1 "kernel"
 release=$(image/fetch-kernel.sh "$KDIR")
@@ -145,7 +147,8 @@ fi
 mv "$OUT/initrd.img.tmp" "$OUT/initrd.img"
 
 step 5 "UEFI unified kernel image"
-CMD="console=tty0 console=ttyS0 quiet strata.model=part:strata-model strata.ip=10.0.2.15/24 strata.gw=10.0.2.2 strata.dns=10.0.2.3${CMDLINE:+ $CMDLINE}"
+# panic=10: a panic before init has read strata.on_error reboots (init then sets the policy).
+CMD="console=tty0 console=ttyS0 quiet panic=10 strata.model=part:strata-model${CMDLINE:+ $CMDLINE}"
 STUB=$STUB image/mkuki.sh "$OUT/strata.efi" "$OUT/vmlinuz" "$OUT/initrd-base.img" "$CMD" "$release"
 
 step 6 "disk image"
@@ -161,7 +164,7 @@ mkfs.vfat -C -F 32 -n STRATA-ESP -i 5354a001 "$esp" $((esp_mib * 1024)) >/dev/nu
 # Copy a staged tree with fixed times (-s -m keeps them) so that the FAT's entries are the same
 # from build to build.
 # The ESP: systemd-boot as the removable-media loader, and the image as boot slot a, generation
-# 1, known good (no boot counter): see os/runtime/boot_slots.h for the A/B scheme, image/update-disk.sh
+# 1, known good (no boot counter): see os/boot_slots.h for the A/B scheme, image/update-disk.sh
 # and `strata update` for updates. No `default` in loader.conf: systemd-boot then boots the last
 # entry in version order that is not bad, i.e. the newest generation that is good or on trial.
 es=build/image/esp-stage

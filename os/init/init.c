@@ -117,6 +117,8 @@ int main(void)
     init_say("start", "strata init, PID %d", (int)getpid());
     init_say("cmdline", "%s", line[0] ? line : "(empty)");
     if (bad) fail(cfg.on_error, err);
+    if (init_panic_policy(&cfg, line, err)) fail(cfg.on_error, err);
+    if (init_cpu_check(err)) fail(cfg.on_error, err);
 
     if (cfg.hugepages >= 0) {
         if (init_hugepages(cfg.hugepages, err)) fail(cfg.on_error, err);

@@ -45,7 +45,8 @@ void sreq_put(struct sreq *r)
 
 struct seq {
     struct sreq *r;
-    int *tok; /* prompt + generated, capacity ctx */
+    unsigned id; /* names the sequence to a coop helper */
+    int *tok;    /* prompt + generated, capacity ctx */
     int n_tok, n_computed;
     int *blocks; /* block table, capacity max_blocks */
     int n_blocks;
@@ -90,6 +91,16 @@ struct scheduler {
     /* step buffers, max_step_tokens each */
     int *b_token, *b_pos, *b_logit_rows;
     const int **b_blocks;
+    /* coop: the step's sequence ids, and per logit row its sampler, EOS mask and token */
+    unsigned *b_seq;
+    struct sampler **b_smp;
+    unsigned char *b_mask;
+    int *b_out;
+    int k; /* layers run here (cfg n_layers when alone) */
+    unsigned next_id;
+    unsigned long long n_steps;
+    atomic_int poked;
+    char step_err[ERRMSG_LEN];
     float *logits; /* max_seqs x vocab */
     struct plan *plan;
     int n_plan;
@@ -133,9 +144,10 @@ static void drop_pads(struct scheduler *s)
     while (s->n_pads) drop_pad(s, s->n_pads - 1);
 }
 
-static void seq_free(struct seq *q)
+static void seq_free(struct scheduler *s, struct seq *q)
 {
     if (!q) return;
+    if (s && s->ops.coop.seq_end) s->ops.coop.seq_end(s->ops.coop.ctx, q->id);
     sampler_free(&q->smp);
     free(q->tok);
     free(q->blocks);
@@ -218,7 +230,7 @@ static void retire(struct scheduler *s, struct seq *q, int finish, const char *w
     finish_metrics(s, q, finish);
     publish(s, q, finish);
     sreq_put(q->r);
-    seq_free(q);
+    seq_free(s, q);
 }
 
 static void remove_at(struct seq **arr, int *n, int i)
@@ -262,6 +274,7 @@ static struct seq *seq_from(struct scheduler *s, struct sreq *r, char *err)
         free(q);
         return NULL;
     }
+    q->id = ++s->next_id;
     memcpy(q->tok, r->prompt, (size_t)r->n_prompt * sizeof *q->tok);
     q->n_tok = r->n_prompt;
     q->ttft = (r->ttft_ms > 0 ? r->ttft_ms : s->cfg.ttft_ms) / 1e3;
@@ -302,8 +315,13 @@ struct scheduler *sched_new(const struct sched_config *cfg, const struct sched_o
     s->logits = malloc((size_t)(S < T ? S : T) * ops->vocab_size * sizeof(float));
     s->plan = malloc((size_t)S * sizeof *s->plan);
     s->pads = calloc((size_t)S, sizeof *s->pads);
+    s->b_seq = malloc((size_t)T * sizeof *s->b_seq);
+    s->b_smp = malloc((size_t)T * sizeof *s->b_smp);
+    s->b_mask = malloc((size_t)T);
+    s->b_out = malloc((size_t)T * sizeof *s->b_out);
+    s->k = s->ops.coop.resident ? 0 : s->ops.coop.n_layers;
     if (!s->running || !s->b_token || !s->b_pos || !s->b_logit_rows || !s->b_blocks || !s->logits ||
-        !s->plan || !s->pads) {
+        !s->plan || !s->pads || !s->b_seq || !s->b_smp || !s->b_mask || !s->b_out) {
         errmsg_set(err, "scheduler: out of memory for %d sequences x %d tokens", S, T);
         sched_free(s);
         return NULL;
@@ -350,6 +368,10 @@ void sched_free(struct scheduler *s)
     free(s->b_blocks);
     free(s->logits);
     free(s->plan);
+    free(s->b_seq);
+    free(s->b_smp);
+    free(s->b_mask);
+    free(s->b_out);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     free(s);
@@ -389,6 +411,19 @@ int sched_submit(struct scheduler *s, struct sreq *r, char *err)
     return 0;
 }
 
+void sched_poke(struct scheduler *s)
+{
+    atomic_store(&s->poked, 1);
+    pthread_mutex_lock(&s->mu);
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+int sched_resident(const struct scheduler *s)
+{
+    return s->k;
+}
+
 void sched_cancel(struct scheduler *s, struct sreq *r)
 {
     atomic_store(&r->cancelled, 1);
@@ -411,7 +446,7 @@ static void take_inbox(struct scheduler *s)
         struct seq *q = seq_from(s, r, err);
         if (!q || push_waiting(s, q)) {
             struct seq tmp = {.r = r};
-            if (q) seq_free(q);
+            if (q) seq_free(NULL, q);
             pthread_mutex_lock(&r->mu);
             snprintf(r->error, sizeof r->error, "%s", err);
             pthread_mutex_unlock(&r->mu);
@@ -670,16 +705,30 @@ static void plan_waiting(struct scheduler *s, int *budget, double now)
     }
 }
 
+/* The end-of-sequence tokens may not be drawn yet (ignore_eos, min_tokens). */
+static int mask_eos(const struct seq *q)
+{
+    return q->r->ignore_eos || q->n_gen < q->r->min_tokens;
+}
+
+static void advance_token(struct scheduler *s, struct seq *q, int t, double now);
+
 /* Sample the next token of q from its logits row and handle the end conditions. */
 static void advance(struct scheduler *s, struct seq *q, float *logits, double now)
 {
-    struct sreq *r = q->r;
     int eos = s->ops.eos_id, bos = s->ops.bos_id, V = s->ops.vocab_size;
-    if (r->ignore_eos || q->n_gen < r->min_tokens) {
+    if (mask_eos(q)) {
         if (eos >= 0 && eos < V) logits[eos] = -INFINITY;
         if (bos >= 0 && bos < V) logits[bos] = -INFINITY;
     }
-    int t = sampler_sample(&q->smp, logits);
+    advance_token(s, q, sampler_sample(&q->smp, logits), now);
+}
+
+/* q's next token is t: append it, handle the end conditions, publish. */
+static void advance_token(struct scheduler *s, struct seq *q, int t, double now)
+{
+    struct sreq *r = q->r;
+    int eos = s->ops.eos_id, bos = s->ops.bos_id;
     int finish = FINISH_NONE;
     if (t == eos || (bos >= 0 && t == bos)) {
         finish = FINISH_STOP;
@@ -734,9 +783,53 @@ static void advance(struct scheduler *s, struct seq *q, float *logits, double no
     }
 }
 
+/* coop: k rose to k1 between steps. Every sequence with computed positions gets the KV of the
+ * layers that became local; one that cannot is failed (its text so far stays exact). */
+static void raise_k(struct scheduler *s, int k1)
+{
+    const struct sched_coop *c = &s->ops.coop;
+    double t0 = clock_now();
+    int n_seqs = 0;
+    long positions = 0;
+    for (int i = s->n_running - 1; i >= 0; i--) {
+        struct seq *q = s->running[i];
+        if (!q->n_computed) continue;
+        n_seqs++;
+        positions += q->n_computed;
+        char err[ERRMSG_LEN];
+        if (c->fill(c->ctx, q->id, q->blocks, q->n_computed, s->k, k1, err)) {
+            remove_at(s->running, &s->n_running, i);
+            retire(s, q, FINISH_ERROR, err);
+        }
+    }
+    log_info("sched",
+             "layers [0, %d) of %d run here now%s (KV of layers [%d, %d) recomputed for %d "
+             "sequences, %ld positions, in %.1f ms)",
+             k1, c->n_layers, k1 == c->n_layers ? ": serving alone" : "", s->k, k1, n_seqs,
+             positions, (clock_now() - t0) * 1e3);
+    s->k = k1;
+    if (k1 == c->n_layers && c->all_local) c->all_local(c->ctx);
+}
+
 static int run_step(struct scheduler *s)
 {
     double now = clock_now();
+    const struct sched_coop *co = &s->ops.coop;
+    if (co->resident) {
+        int k = co->resident(co->ctx, s->n_steps);
+        if (k > co->n_layers) k = co->n_layers;
+        if (k > s->k) raise_k(s, k);
+        /* a helper that failed took the upper layers' KV of its sequences with it */
+        for (int i = s->n_running - 1; co->lost && s->k < co->n_layers && i >= 0; i--) {
+            struct seq *q = s->running[i];
+            const char *why = q->n_computed ? co->lost(co->ctx, q->id) : NULL;
+            if (!why) continue;
+            remove_at(s->running, &s->n_running, i);
+            retire(s, q, FINISH_ERROR, why);
+        }
+        /* split but no helper: wait for our own layers (or the helper's return) */
+        if (s->k < co->n_layers && !co->ready(co->ctx)) return 0;
+    }
     int budget = s->cfg.max_step_tokens;
     s->n_plan = 0;
     if (!s->n_running) drop_pads(s); /* the batch ended by cancellation */
@@ -786,8 +879,27 @@ static int run_step(struct scheduler *s)
                       .n_logits = n_logits,
                       .logit_rows = s->b_logit_rows};
     double t0 = clock_now();
-    int rc = s->ops.forward(s->ops.ctx, &b, s->logits);
+    int split = co->step && s->k < co->n_layers, rc;
+    const char *fail = "the model step failed";
+    if (split) {
+        /* coop: sequence ids per row, sampler and EOS mask per logit row */
+        int row = 0, lr = 0;
+        for (int p = 0; p < s->n_plan; p++) {
+            struct seq *q = s->plan[p].s;
+            for (int k = 0; k < s->plan[p].n; k++) {
+                s->b_smp[row] = &q->smp;
+                s->b_seq[row++] = q->id;
+            }
+            if (q->n_computed + s->plan[p].n == q->n_tok)
+                s->b_mask[lr++] = (unsigned char)mask_eos(q);
+        }
+        rc = co->step(co->ctx, &b, s->k, s->b_seq, s->b_smp, s->b_mask, s->b_out, s->step_err);
+        if (rc) fail = s->step_err;
+    } else {
+        rc = s->ops.forward(s->ops.ctx, &b, s->logits);
+    }
     double t1 = clock_now();
+    s->n_steps++;
     step_model_observe(&s->model, n, s->n_plan + n_padded, t1 - t0);
     hist_observe(&s->m->step, t1 - t0);
     atomic_fetch_add_explicit(&s->m->steps, 1, memory_order_relaxed);
@@ -801,11 +913,15 @@ static int run_step(struct scheduler *s)
         if (rc) {
             int i = index_of(s->running, s->n_running, q);
             if (i >= 0) remove_at(s->running, &s->n_running, i);
-            retire(s, q, FINISH_ERROR, "the model step failed");
+            retire(s, q, FINISH_ERROR, fail);
             continue;
         }
-        if (q->n_computed == q->n_tok)
-            advance(s, q, s->logits + (size_t)row++ * s->ops.vocab_size, t1);
+        if (q->n_computed == q->n_tok) {
+            if (split)
+                advance_token(s, q, s->b_out[row++], t1);
+            else
+                advance(s, q, s->logits + (size_t)row++ * s->ops.vocab_size, t1);
+        }
     }
     s->n_plan = 0;
     if (!s->n_running) drop_pads(s); /* the batch is done */
@@ -817,6 +933,8 @@ int sched_iterate(struct scheduler *s)
 {
     take_inbox(s);
     int did = drop_cancelled(s);
+    atomic_store(&s->poked, 0);
+    if (s->ops.coop.serve) did |= s->ops.coop.serve(s->ops.coop.ctx);
     did |= run_step(s);
     kv_gauges(s);
     if (s->ops.wake) s->ops.wake(s->ops.notify_ctx);
@@ -836,7 +954,7 @@ static void *sched_main(void *arg)
         if (sched_iterate(s)) continue;
         /* Idle (or a static batch filling up): sleep until a submission, a cancel or a tick. */
         pthread_mutex_lock(&s->mu);
-        if (!s->inbox_head && !s->stopping) {
+        if (!s->inbox_head && !s->stopping && !atomic_load(&s->poked)) {
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
             long ns = ts.tv_nsec + (s->n_waiting ? 2000000L : 200000000L);

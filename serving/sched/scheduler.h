@@ -78,6 +78,36 @@ struct sreq *sreq_new(void); /* refs = 1 */
 void sreq_get(struct sreq *r);
 void sreq_put(struct sreq *r);
 
+/* Cooperative execution (cluster/coop.h). A joiner runs layers [0, k) of each step itself and the
+ * rest on a helper; a helper runs other nodes' steps between its own. Every hook runs on the
+ * compute thread; a NULL hook is not used (all NULL: a node that serves alone). */
+struct sched_coop {
+    void *ctx;
+    int n_layers;
+    /* Step boundary: the layers this node runs itself from now on (n_layers: all). Never lower
+     * than before. `steps` counts the steps run so far. */
+    int (*resident)(void *ctx, unsigned long long steps);
+    /* 1 when a split step can run now (a helper is connected). */
+    int (*ready)(void *ctx);
+    /* k rose from k0 to k1: make layers [k0, k1) of the KV of sequence `seq`, whose positions
+     * [0, n) are computed, valid here (blocks: its block table). */
+    int (*fill)(void *ctx, unsigned seq, const int *blocks, int n, int k0, int k1, char *err);
+    /* Run b with layers [0, k) here and [k, L) + head remote. Row i belongs to sequence seq[i]
+     * whose sampler is smp[i]; tokens[j] is logit row j's token (its sampler's generator state
+     * updated), end-of-sequence excluded where mask[j]. */
+    int (*step)(void *ctx, const struct batch *b, int k, const unsigned *seq,
+                struct sampler *const *smp, const unsigned char *mask, int *tokens, char *err);
+    /* k reached n_layers: nothing of this node's runs remote any more. */
+    void (*all_local)(void *ctx);
+    /* Step boundary, for each running sequence with computed positions: NULL, or why its state
+     * at the helper is gone (the helper failed): the sequence fails with that message. */
+    const char *(*lost)(void *ctx, unsigned seq);
+    /* A sequence is gone (finished, failed, cancelled). */
+    void (*seq_end)(void *ctx, unsigned seq);
+    /* Helper: run queued remote work; 1 if any ran. */
+    int (*serve)(void *ctx);
+};
+
 struct sched_ops {
     void *ctx; /* for forward */
     int vocab_size;
@@ -93,6 +123,7 @@ struct sched_ops {
     void (*notify)(void *notify_ctx, struct sreq *r);
     /* After a step's notifications: wake the front once. */
     void (*wake)(void *notify_ctx);
+    struct sched_coop coop;
 };
 
 struct sched_config {
@@ -128,6 +159,10 @@ void sched_stop(struct scheduler *s); /* finish: joins the thread, fails what's 
 /* Thread-safe. Takes a reference. Fails (returns -1, err) if the request can never fit. */
 int sched_submit(struct scheduler *s, struct sreq *r, char *err);
 void sched_cancel(struct scheduler *s, struct sreq *r);
+/* Thread-safe: wake the compute thread (remote work arrived for sched_coop.serve). */
+void sched_poke(struct scheduler *s);
+/* The layers the compute thread ran itself at its last step boundary (n_layers when alone). */
+int sched_resident(const struct scheduler *s);
 
 /* Without the thread (tests): take submissions, drop cancelled requests, run one step.
  * Returns 1 if a step ran or requests were retired, 0 when there was nothing to do. */

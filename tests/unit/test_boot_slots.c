@@ -1,6 +1,6 @@
-/* test_boot_slots: the A/B boot slot names (os/runtime/boot_slots.h) and their file operations on a
+/* test_boot_slots: the A/B boot slot names (os/boot_slots.h) and their file operations on a
  * directory standing in for the EFI system partition; the HTTP fetch of `strata update URL`
- * (os/runtime/http_fetch.h) against a real server on loopback. */
+ * (os/http_fetch.h) against a real server on loopback. */
 #include "os/runtime/boot_slots.h"
 #include "os/common/errmsg.h"
 #include "os/runtime/http_fetch.h"
