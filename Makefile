@@ -206,7 +206,8 @@ build/musl-include/.links:
 build/init: $(INIT_SRC) $(INIT_HDR) build/musl-include/.links
 	$(MUSL_CC) -static -std=c11 -D_GNU_SOURCE -Os -Wall -Wextra -Werror -I. \
 	    -isystem build/musl-include -o $@ $(INIT_SRC)
-# `make image`: out/vmlinuz, out/initrd.img, out/strata.efi, out/strata.img (image/build.sh).
+# `make image`: out/vmlinuz, out/initrd.img, out/strata.efi, out/strata.img (image/build.sh;
+# NVIDIA=path adds NVIDIA's driver, image/README.md).
 image: $(BUILD)/strata build/init
 	@image/build.sh out
 
