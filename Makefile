@@ -22,6 +22,25 @@ BUILD    := build/san
 SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 endif
 
+# A fresh machine: name the missing Debian packages and the fix once, instead of failing on the
+# first missing header. Cheap (one pkg-config call, a few file tests); skipped for the goals that
+# install packages themselves (deps, test, bench, run, fuzz) or need none. DEPS_INCLUDE is where
+# the headers are looked for (tests point it elsewhere).
+DEPS_INCLUDE ?= /usr/include
+DEPS_FREE_GOALS := deps test bench run fuzz clean format kernel
+ifneq ($(filter-out $(DEPS_FREE_GOALS),$(or $(MAKECMDGOALS),all)),)
+DEPS_MISSING := $(strip \
+    $(if $(shell command -v $(PKG_CONFIG) 2>/dev/null),,pkg-config) \
+    $(if $(shell $(PKG_CONFIG) --exists libdpdk 2>/dev/null && echo y),,libdpdk-dev) \
+    $(if $(wildcard $(DEPS_INCLUDE)/infiniband/verbs.h),,libibverbs-dev) \
+    $(if $(wildcard $(DEPS_INCLUDE)/microhttpd.h),,libmicrohttpd-dev) \
+    $(if $(wildcard $(DEPS_INCLUDE)/cjson/cJSON.h),,libcjson-dev) \
+    $(if $(wildcard $(DEPS_INCLUDE)/sodium.h),,libsodium-dev))
+ifneq ($(DEPS_MISSING),)
+$(error missing packages: $(DEPS_MISSING). Install them (and the rest of the toolchain) with `make deps` (tools/install-deps.sh: apt-get, as root or through sudo), then run make again)
+endif
+endif
+
 DPDK_CFLAGS := $(shell $(PKG_CONFIG) --cflags libdpdk 2>/dev/null)
 DPDK_LIBS   := $(shell $(PKG_CONFIG) --libs libdpdk 2>/dev/null)
 

@@ -13,7 +13,7 @@ struct command {
     const char *usage;                 /* "NAME [options] (what it does)" */
 };
 
-#define STRATA_COMMANDS(X) X(generate) X(serve) X(node) X(convert) X(inspect) X(sim)
+#define STRATA_COMMANDS(X) X(generate) X(serve) X(node) X(convert) X(inspect) X(sim) X(update)
 
 #define STRATA_DECLARE_COMMAND(name) extern const struct command cmd_##name;
 STRATA_COMMANDS(STRATA_DECLARE_COMMAND)

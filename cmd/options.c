@@ -59,10 +59,27 @@ static int set_value(const struct opt *o, const char *v, char *err)
     return errmsg_set(err, "%s takes no value", o->name);
 }
 
+/* The n_pos-th entry named "" takes operand a. */
+static int positional(const struct opt *t, int n, int *n_pos, const char *a, char *err)
+{
+    for (int i = 0, k = 0; i < n; i++) {
+        if (t[i].name[0]) continue;
+        if (k++ < *n_pos) continue;
+        ++*n_pos;
+        return set_value(&t[i], a, err);
+    }
+    return errmsg_set(err, "unexpected argument '%s'", a);
+}
+
 int opts_parse(const struct opt *table, int n, int argc, char **argv, char *err)
 {
+    int n_pos = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *eq = strncmp(a, "--", 2) ? NULL : strchr(a, '=');
+        if (a[0] != '-' || !a[1]) { /* an operand: the next positional entry ("" name) takes it */
+            if (positional(table, n, &n_pos, a, err)) return -1;
+            continue;
+        }
         const struct opt *o = find(table, n, a, eq ? (size_t)(eq - a) : strlen(a));
         if (!o) return errmsg_set(err, "unknown option '%s'", a);
         if (o->kind == OPT_FLAG) {

@@ -6,6 +6,7 @@
  * err that names the flag and the reason:
  *   "--port: '70000' is not a number in [0, 65535]"
  *   "unknown option '--prot'"      "--host needs a value"
+ * Operands (arguments not starting with '-') go, in order, to the entries named "" ("positional").
  * Defaults are whatever the destinations hold before the call. */
 #ifndef STRATA_OPTIONS_H
 #define STRATA_OPTIONS_H

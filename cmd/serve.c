@@ -9,6 +9,7 @@
 #include "cmd/fabric_opts.h"
 #include "os/common/errmsg.h"
 #include "os/runtime/log.h"
+#include "os/runtime/esp.h"
 #include "os/runtime/pid1.h"
 #include "serving/api/http_server.h"
 #include "serving/sched/scheduler.h"
@@ -19,15 +20,20 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 struct serve_opts {
     const char *model, *host, *api_key, *name;
     int port, max_batch, ctx, threads, step_tokens, kv_blocks, kv_block_size, kv_type, static_batch;
     int max_conns, timeout_ms, idle_timeout_ms, no_slo, verbose, step_delay_us, shed_late,
         static_shrink;
+    const char *test_crash; /* tests only: segv | panic, once ready */
+    int test_hang_s;        /* tests only: the serve loop stops this long after ready; -1 never */
     double ttft_ms, tpot_ms, static_wait_ms;
     long max_body;
     struct fabric_opts fab; /* on the fabric when --fabric, --listen or --peers is given */
@@ -38,6 +44,14 @@ struct serve_opts {
 };
 
 #define MAX_OPTS 64
+
+static int parse_test_crash(const char *v, void *dst, char *err)
+{
+    if (strcmp(v, "segv") && strcmp(v, "panic"))
+        return errmsg_set(err, "--test-crash %s: want segv or panic", v);
+    *(const char **)dst = v;
+    return 0;
+}
 
 /* serve's options, pointing into o: the one list the parser and the usage text read. */
 static int serve_options(struct serve_opts *o, struct opt *t)
@@ -67,6 +81,8 @@ static int serve_options(struct serve_opts *o, struct opt *t)
         {"--timeout-ms", OPT_INT, &o->timeout_ms, 1, 3600000, NULL, "MS"},
         {"--idle-timeout-ms", OPT_INT, &o->idle_timeout_ms, 1, 3600000, NULL, "MS"},
         {"--test-step-delay-us", OPT_INT, &o->step_delay_us, 0, 1000000, NULL, "US"},
+        {"--test-crash", OPT_PARSE, &o->test_crash, 0, 0, parse_test_crash, "segv|panic"},
+        {"--test-hang", OPT_INT, &o->test_hang_s, 0, 3600, NULL, "S"},
         {"-v", OPT_FLAG, &o->verbose, 0, 0, NULL, NULL},
         {"--coop-dtype", OPT_STR, &o->coop_dtype, 0, 0, NULL, "f32|f16|bf16"},
         {"--coop-timeout-ms", OPT_INT, &o->coop_timeout_ms, 1, 3600000, NULL, "MS"},
@@ -83,10 +99,12 @@ static int usage(void)
     struct serve_opts o;
     struct opt t[MAX_OPTS];
     opts_usage(stderr, "serve", t, serve_options(&o, t));
-    fprintf(stderr, "  (--test-step-delay-us: tests only, sleep after every step)\n"
-                    "  (--resident-layers K, --resident-schedule STEP:K,...: tests, a joiner that\n"
-                    "   runs layers [0, K) itself and the rest on its first --peers node;\n"
-                    "   --coop-dtype: the activations it sends, f32 exact; docs/cluster.md)\n");
+    fprintf(stderr,
+            "  tests only: --test-step-delay-us sleeps after every step; --test-crash crashes\n"
+            "  once ready, --test-hang hangs the serve loop S seconds after ready\n"
+            "  (boot/cmdline.md); --resident-layers K, --resident-schedule STEP:K,...: a joiner\n"
+            "  that runs layers [0, K) itself and the rest on its first --peers node;\n"
+            "  --coop-dtype: the activations it sends, f32 exact (docs/cluster.md)\n");
     return 2;
 }
 
@@ -103,6 +121,7 @@ static int parse_opts(int argc, char **argv, struct serve_opts *o)
                              .ttft_ms = 1000,
                              .tpot_ms = 100,
                              .static_wait_ms = 50,
+                             .test_hang_s = -1,
                              .max_body = 1 << 20,
                              .resident_layers = -1,
                              .coop_dtype = "f32"};
@@ -209,6 +228,33 @@ static void on_shutdown(void *ctx)
     http_server_shutdown(ctx, SHUTDOWN_GRACE_MS);
 }
 
+static volatile int serve_ready;
+
+/* The serve loop's heartbeat; with --test-hang S it stops beating S seconds after the model is
+ * ready, as a deadlocked loop would (the watchdog test). */
+static void serve_tick(void *ctx)
+{
+    const struct serve_opts *o = ctx;
+    static time_t hang_at;
+    pid1_tick();
+    if (o->test_hang_s < 0 || !serve_ready) return;
+    if (!hang_at) hang_at = time(NULL) + o->test_hang_s;
+    if (time(NULL) >= hang_at) {
+        fprintf(stderr, "strata serve: --test-hang: the serve loop stops here\n");
+        for (;;) pause();
+    }
+}
+
+/* --test-crash: segv is a crash the handlers report (os/pid1.c); panic is one they cannot, with
+ * the default action restored, so the kernel kills PID 1 and panics. */
+static void test_crash(const char *how)
+{
+    fprintf(stderr, "strata serve: --test-crash %s: crashing on purpose\n", how);
+    if (!strcmp(how, "panic")) signal(SIGSEGV, SIG_DFL);
+    volatile uintptr_t bad = 16; /* through a variable: the compiler must not see the crash */
+    *(volatile int *)bad = 1;
+}
+
 static void *http_main(void *arg)
 {
     struct serve *sv = arg;
@@ -247,7 +293,9 @@ static int run_serve(int argc, char **argv)
                                     .read_timeout_ms = o.timeout_ms,
                                     .idle_timeout_ms = o.idle_timeout_ms,
                                     .write_timeout_ms = o.timeout_ms,
-                                    .max_pending_write = 8u << 20};
+                                    .max_pending_write = 8u << 20,
+                                    .tick = serve_tick,
+                                    .tick_ctx = &o};
     struct http_handler h = front_handler(sv.front);
     sv.http = http_server_new(&hc, &h, &sv.metrics, err);
     if (!sv.http) {
@@ -386,6 +434,17 @@ static int run_serve(int argc, char **argv)
             fm.name, o.host, http_server_port(sv.http), e->lim.ctx, e->lim.max_seqs,
             e->lim.max_tokens, e->kv.n_blocks, kv_type_name(e->kv.type), e->kv.block_size,
             chat_template_name(fm.tmpl), o.static_batch ? ", STATIC batching" : "");
+    serve_ready = 1;
+    if (o.test_crash) test_crash(o.test_crash);
+    /* Serving: /health answers 200 from here on. On the appliance, mark the boot slot that got
+     * us here good, so that systemd-boot stops counting its tries (os/esp.h). */
+    if (pid1_active()) {
+        char msg[ERRMSG_LEN + 64];
+        if (esp_bless_booted(msg, sizeof msg, err))
+            log_warn("serve", "boot slot: %s", err);
+        else
+            log_info("serve", "boot slot: %s", msg);
+    }
     rc = 0;
 out:
     pthread_join(http_thread, NULL);

@@ -5,6 +5,7 @@ PKGS="build-essential clang pkg-config libclang-rt-14-dev
 dpdk-dev libdpdk-dev rdma-core libibverbs-dev ibverbs-utils
 musl-tools busybox-static cpio kmod zstd xz-utils
 qemu-system-x86 qemu-utils ovmf ipxe-qemu systemd-boot-efi mtools dosfstools fdisk gdisk e2fsprogs
+linux-headers-amd64
 pxelinux syslinux-common
 libcjson-dev libsodium-dev
 python3-numpy python3-requests iproute2 curl"

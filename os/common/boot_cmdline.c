@@ -156,7 +156,15 @@ static int apply_key(struct boot_config *c, const char *key, const char *val, ch
         if (parse_long(val, 0, 1L << 30, &v)) BAD("want a count of 2 MiB pages");
         c->hugepages = v;
     } else if (!strcmp(key, "ip")) {
-        if (parse_cidr(val, &c->ip, &c->prefix)) BAD("malformed address (want A.B.C.D/PREFIX)");
+        c->ip_given = 1;
+        c->has_ip = c->ip_off = 0;
+        if (!strcmp(val, "dhcp")) return 0;
+        if (!strcmp(val, "off")) {
+            c->ip_off = 1;
+            return 0;
+        }
+        if (parse_cidr(val, &c->ip, &c->prefix))
+            BAD("malformed address (want A.B.C.D/PREFIX, dhcp or off)");
         c->has_ip = 1;
     } else if (!strcmp(key, "gw")) {
         if (parse_ip_only(val, &c->gw)) BAD("malformed address (want A.B.C.D)");
@@ -192,6 +200,13 @@ static int apply_key(struct boot_config *c, const char *key, const char *val, ch
         if (strncmp(val, "/dev/", 5) || !val[5] || !is_printable(val, 0) ||
             copy_str(c->console, sizeof c->console, val))
             BAD("want a device path such as /dev/ttyS0");
+    } else if (!strcmp(key, "watchdog")) {
+        if (!strcmp(val, "off")) {
+            c->watchdog = 0;
+        } else {
+            if (parse_long(val, 0, 3600, &v)) BAD("want a timeout in seconds 1..3600, 0 or off");
+            c->watchdog = (int)v;
+        }
     } else if (!strcmp(key, "args")) {
         if (!is_printable(val, 1) || copy_str(c->args, sizeof c->args, val))
             BAD("want printable server arguments, at most 511 characters");
@@ -293,7 +308,7 @@ int boot_cmdline_parse(const char *line, struct boot_config *cfg, char *err)
         return -1;
     }
     /* strata.ip/gw win over the kernel's ip= wherever they stand on the line. */
-    if (kernel_ip && !cfg->has_ip) {
+    if (kernel_ip && !cfg->ip_given) {
         cfg->has_ip = 1, cfg->ip = kip, cfg->prefix = kernel_prefix;
         if (kgw && !cfg->has_gw) cfg->has_gw = 1, cfg->gw = kgw;
     }

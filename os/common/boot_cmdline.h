@@ -28,8 +28,11 @@ struct boot_config {
     char api_key[128]; /* strata.api_key: printable, no spaces; "" when absent */
     int port;          /* strata.port: 1..65535, default 8080 */
     long hugepages;    /* strata.hugepages: 2 MiB pages to reserve, -1 when absent */
-    int has_ip;        /* strata.ip=ADDR/PREFIX (PREFIX 0..32 or a dotted netmask) */
-    uint32_t ip;       /* host byte order */
+    int has_ip;        /* strata.ip=ADDR/PREFIX (PREFIX 0..32 or a dotted netmask): static */
+    int ip_off;        /* strata.ip=off: the NIC comes up without an address */
+    int ip_given;      /* some strata.ip= was on the line (the kernel's ip= then does not count) */
+    /* Neither (no strata.ip, or strata.ip=dhcp): DHCPv4 on the NIC (os/dhcp_client.h). */
+    uint32_t ip; /* host byte order */
     int prefix;
     int has_gw; /* strata.gw=ADDR */
     uint32_t gw;
@@ -39,10 +42,12 @@ struct boot_config {
     enum boot_on_error on_error; /* strata.on_error, default halt */
     char console[64]; /* strata.console: device init and the server write to; "" = /dev/console */
     char args[512];   /* strata.args: extra arguments for `strata serve`, split on spaces */
+    int watchdog;     /* strata.watchdog: /dev/watchdog timeout in seconds, 0 = off (default) */
 };
 
 /* Fill *cfg with the defaults (the values above), then apply every strata.* key in line.
- * Returns 0, or -1 with err = "strata.ip=10.0.2.300/24: malformed address (want A.B.C.D/PREFIX)".
+ * Returns 0, or -1 with err = "strata.ip=10.0.2.300/24: malformed address (want A.B.C.D/PREFIX,
+ * dhcp or off)".
  */
 int boot_cmdline_parse(const char *line, struct boot_config *cfg, char *err);
 

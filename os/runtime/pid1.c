@@ -4,7 +4,10 @@
 #include "os/runtime/pid1.h"
 
 #include "os/common/boot_cmdline.h"
+#include "os/common/dhcp_lease.h"
+#include "os/runtime/dhcp_renew.h"
 #include "os/common/errmsg.h"
+#include "os/runtime/watchdog.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -27,6 +30,7 @@
 static struct {
     int active;
     enum boot_on_error on_error;
+    int watchdog_s;
     void (*on_shutdown)(void *);
     void *ctx;
     volatile sig_atomic_t shutdown; /* a shutdown was asked for: exit means power off */
@@ -79,6 +83,8 @@ void pid1_fatal(const char *reason)
     snprintf(line, sizeof line, "strata: %s (strata.on_error=%s)\n", on_error_doing(),
              boot_on_error_name(P.on_error));
     say(line);
+    /* A halt keeps the reason on the console: the watchdog must not reboot it away. */
+    if (P.on_error != BOOT_ON_ERROR_REBOOT) watchdog_close();
     machine_stop(on_error_cmd());
 }
 
@@ -86,14 +92,25 @@ static void at_exit(void)
 {
     if (!P.active) return;
     if (P.shutdown) {
+        watchdog_close();
         say("strata: shutdown complete, powering off\n");
         machine_stop(RB_POWER_OFF);
     }
     pid1_fatal("the server exited without a shutdown request");
 }
 
-static void on_crash(int sig)
+/* "0x" and 16 hex digits, without stdio (signal handlers). */
+static void say_hex(unsigned long v)
 {
+    char b[19] = "0x";
+    for (int i = 0; i < 16; i++) b[2 + i] = "0123456789abcdef"[(v >> (60 - 4 * i)) & 15];
+    b[18] = 0;
+    say(b);
+}
+
+static void on_crash(int sig, siginfo_t *si, void *uc)
+{
+    (void)uc;
     /* Async-signal-safe: fixed strings and syscalls only. */
     const char *name = sig == SIGSEGV  ? "SIGSEGV"
                        : sig == SIGBUS ? "SIGBUS"
@@ -102,9 +119,14 @@ static void on_crash(int sig)
                                        : "SIGABRT";
     say("strata: fatal: crashed with ");
     say(name);
+    if (sig != SIGABRT && si) {
+        say(" at address ");
+        say_hex((unsigned long)si->si_addr);
+    }
     say(P.on_error == BOOT_ON_ERROR_REBOOT     ? "; rebooting (strata.on_error=reboot)\n"
         : P.on_error == BOOT_ON_ERROR_POWEROFF ? "; powering off (strata.on_error=poweroff)\n"
                                                : "; halting (strata.on_error=halt)\n");
+    if (P.on_error != BOOT_ON_ERROR_REBOOT) watchdog_close();
     machine_stop(on_error_cmd());
 }
 
@@ -128,8 +150,13 @@ static int install_handlers(sigset_t *set, char *err)
             return errmsg_set(err, "sigaction: %s", strerror(errno));
         sigaddset(set, watched[i]);
     }
-    sa.sa_handler = on_crash;
-    sa.sa_flags = SA_RESETHAND;
+    /* The crash handlers run on their own stack, so that a stack overflow is reported too. */
+    static char altstack[64 * 1024];
+    stack_t ss = {.ss_sp = altstack, .ss_size = sizeof altstack};
+    if (sigaltstack(&ss, NULL)) return errmsg_set(err, "sigaltstack: %s", strerror(errno));
+    sa.sa_handler = NULL;
+    sa.sa_sigaction = on_crash;
+    sa.sa_flags = SA_RESETHAND | SA_SIGINFO | SA_ONSTACK;
     for (size_t i = 0; i < sizeof crashes / sizeof crashes[0]; i++)
         if (sigaction(crashes[i], &sa, NULL))
             return errmsg_set(err, "sigaction: %s", strerror(errno));
@@ -213,18 +240,15 @@ static void *watcher(void *arg)
     return NULL;
 }
 
-static enum boot_on_error read_on_error(void)
+static void read_cmdline(struct boot_config *cfg)
 {
     char line[4096];
-    struct boot_config cfg;
     int fd = open("/proc/cmdline", O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return BOOT_ON_ERROR_HALT;
-    ssize_t n = read(fd, line, sizeof line - 1);
-    close(fd);
+    ssize_t n = fd < 0 ? 0 : read(fd, line, sizeof line - 1);
+    if (fd >= 0) close(fd);
     line[n > 0 ? n : 0] = 0;
     /* Errors were init's to report; on_error is read whatever else is wrong. */
-    boot_cmdline_parse(line, &cfg, NULL);
-    return cfg.on_error;
+    boot_cmdline_parse(line, cfg, NULL);
 }
 
 /* Armed before main() runs: a PID-1 process that leaves main() for any reason -- a usage error
@@ -233,7 +257,10 @@ static enum boot_on_error read_on_error(void)
 __attribute__((constructor)) static void pid1_arm(void)
 {
     if (!pid1_active()) return;
-    P.on_error = read_on_error();
+    struct boot_config cfg;
+    read_cmdline(&cfg);
+    P.on_error = cfg.on_error;
+    P.watchdog_s = cfg.watchdog;
     P.active = 1;
     atexit(at_exit);
 }
@@ -255,14 +282,28 @@ int pid1_init(void (*on_shutdown)(void *ctx), void *ctx, char *err)
     int rc = pthread_create(&t, NULL, watcher, NULL);
     if (rc) return errmsg_set(err, "pid1 watcher thread: %s", strerror(rc));
     pthread_detach(t);
-    char line[160];
+    char line[ERRMSG_LEN + 160];
     snprintf(line, sizeof line,
              "strata: PID 1: reaping children, shutdown on SIGTERM/SIGINT/SIGPWR%s, "
              "strata.on_error=%s\n",
              P.n_buttons ? " and the power button" : " (no power button device)",
              boot_on_error_name(P.on_error));
     say(line);
+    if (P.watchdog_s > 0) {
+        if (watchdog_open(WATCHDOG_DEV, P.watchdog_s, err)) return -1;
+        snprintf(line, sizeof line,
+                 "strata: watchdog: %s (%s) armed, %d s; petted from the main loop\n", WATCHDOG_DEV,
+                 watchdog_identity(), watchdog_timeout());
+        say(line);
+    }
+    /* Last: the renewal thread inherits the signal mask set above. */
+    if (dhcp_renew_start(DHCP_LEASE_FILE, err)) return -1;
     return 0;
+}
+
+void pid1_tick(void)
+{
+    watchdog_pet();
 }
 
 int pid1_process_count(void)

@@ -12,7 +12,12 @@
  *     away). After a requested shutdown, exit means sync + power off. An exit nobody asked for is a
  *     fatal error: it prints "strata: fatal: ..." and halts, reboots or powers off as
  *     strata.on_error on the kernel command line says (default halt). A crash (SIGSEGV, SIGBUS,
- *     SIGILL, SIGFPE, SIGABRT) takes the same path.
+ *     SIGILL, SIGFPE, SIGABRT) takes the same path, its line naming the signal and the faulting
+ *     address (the handlers run on an alternate stack, so a stack overflow is reported too);
+ *   - with strata.watchdog=SECONDS, arms /dev/watchdog (os/watchdog.h), petted by pid1_tick()
+ *     from the server's main loop; closed with the magic close on a clean shutdown and before a
+ *     halt or power off;
+ *   - renews the DHCP lease os/init obtained, on a thread of its own (os/dhcp_renew.h).
  * pid1_init must be called before other threads exist: the signals it handles are blocked in the
  * caller and so in every thread created afterwards, and read on its own thread. */
 #ifndef STRATA_PID1_H
@@ -22,6 +27,10 @@
 
 /* Returns 0 (also when not PID 1), or -1 with err set. */
 int pid1_init(void (*on_shutdown)(void *ctx), void *ctx, char *err);
+
+/* The main loop's heartbeat: pets the hardware watchdog when strata.watchdog armed it (cheap:
+ * call it every iteration; a loop that stops calling it reboots the machine after the timeout). */
+void pid1_tick(void);
 
 /* 1 when this process is PID 1 (whether or not pid1_init ran). */
 int pid1_active(void);

@@ -619,6 +619,7 @@ int http_server_run(struct http_server *s, char *err)
                 }
             }
         }
+        if (s->cfg.tick) s->cfg.tick(s->cfg.tick_ctx);
         double now = clock_now();
         if (s->drain_ms && drain_step(s, now)) break;
         if (now - last_check > 0.05) {

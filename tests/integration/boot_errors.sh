@@ -44,7 +44,7 @@ expect() {
 expect unknown-key initrd.img "$BASE strata.colour=blue" \
     "strata-init: error: strata.colour: unknown key (see boot/cmdline.md)" halt
 expect malformed-address initrd.img "console=ttyS0 quiet strata.ip=10.0.2.300/24" \
-    "strata-init: error: strata.ip=10.0.2.300/24: malformed address (want A.B.C.D/PREFIX)" halt
+    "strata-init: error: strata.ip=10.0.2.300/24: malformed address (want A.B.C.D/PREFIX, dhcp or off)" halt
 expect no-model-in-image initrd-base.img "$BASE" \
     "strata-init: error: strata.model=/model.gguf: model /model.gguf: No such file or directory (no strata.model= given" halt
 expect reboot-on-error initrd.img "$BASE strata.port=http strata.on_error=reboot" \

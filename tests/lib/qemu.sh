@@ -50,7 +50,7 @@ _qemu_launch() { # _qemu_launch NAME REBOOT(0|1) ARGS...
     local log=$QEMU_DIR/$name.log mon=$QEMU_DIR/$name.mon
     rm -f "$log" "$mon"
     : >"$log"
-    [ "$QEMU_ACCEL" = kvm ] && cpu=host
+    [ "$QEMU_ACCEL" = kvm ] && [ -z "${QEMU_CPU:-}" ] && cpu=host
     local noreboot=-no-reboot
     [ "$reboot" = 1 ] && noreboot=
     "$QEMU_BIN" -machine q35 -accel "$QEMU_ACCEL" -cpu "$cpu" -m "$QEMU_MEM" -smp "$QEMU_SMP" \

@@ -199,7 +199,8 @@ TEST(backend_falls_back_without_libcuda)
     if (size)
         CHECK_STR(why, "no CUDA device (/nonexistent/libcuda.so.1 not found)");
     else
-        CHECK_STR(why, "built without CUDA kernels");
+        CHECK_STR(why, "built without CUDA kernels; no CUDA device (/nonexistent/libcuda.so.1 not "
+                       "found)");
     CHECK(engine_pick_backend(&fake_cpu) == &fake_cpu);
     unsetenv("STRATA_LIBCUDA");
     cu_api_unload();

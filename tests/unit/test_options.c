@@ -102,11 +102,30 @@ TEST(list_is_bounded)
     CHECK_STR(err, "--peer: at most 16 values");
 }
 
+TEST(operands_fill_the_positional_entries)
+{
+    const char *in = NULL, *out = NULL;
+    int flag = 0;
+    const struct opt t[] = {
+        {"", OPT_STR, &in, 0, 0, NULL, "IN"},
+        {"--flag", OPT_FLAG, &flag, 0, 0, NULL, NULL},
+        {"", OPT_STR, &out, 0, 0, NULL, "OUT"},
+    };
+    char err[ERRMSG_LEN];
+    CHECK(opts_parse(t, 3, 4, (char *[]){"cmd", "a", "--flag", "b"}, err) == 0);
+    CHECK_STR(in, "a");
+    CHECK_STR(out, "b");
+    CHECK(flag == 1);
+    CHECK(opts_parse(t, 3, 4, (char *[]){"cmd", "a", "b", "c"}, err) == -1);
+    CHECK_STR(err, "unexpected argument 'c'");
+}
+
 int main(void)
 {
     check_run("every_kind", every_kind);
     check_run("defaults_stay_when_absent", defaults_stay_when_absent);
     check_run("errors_name_the_flag_and_the_reason", errors_name_the_flag_and_the_reason);
     check_run("list_is_bounded", list_is_bounded);
+    check_run("operands_fill_the_positional_entries", operands_fill_the_positional_entries);
     return check_failed_count != 0;
 }

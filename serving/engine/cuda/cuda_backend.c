@@ -965,10 +965,15 @@ const struct engine_backend cuda_backend = {
 
 int cuda_probe(char *why)
 {
+    /* The driver first, kernels or not: on a GPU server the log then says what the driver
+     * thinks (found, no device, wrong version) even from a binary built without nvcc. */
     size_t size;
     cuda_fatbin(&size);
-    if (!size) return errmsg_set(why, "built without CUDA kernels");
-    return cu_api_load(why);
+    int rc = cu_api_load(why);
+    if (size) return rc;
+    if (rc) return errmsg_prefix(why, "built without CUDA kernels; ");
+    return errmsg_set(why,
+                      "built without CUDA kernels (the driver sees a device: rebuild with nvcc)");
 }
 
 void cuda_device_name(char *name, size_t cap)

@@ -24,8 +24,10 @@
 
 struct cuda_engine;
 
-/* 0 when CUDA can serve; else -1 and why: "built without CUDA kernels",
- * "no CUDA device (libcuda.so.1 not found)", "no CUDA device (cuInit: ...)". */
+/* 0 when CUDA can serve; else -1 and why: "no CUDA device (libcuda.so.1 not found)",
+ * "no CUDA device (cuInit: ...)"; a build without kernels still loads the driver and says
+ * "built without CUDA kernels; <the driver's why>" or "built without CUDA kernels (the driver
+ * sees a device: rebuild with nvcc)". */
 int cuda_probe(char *why);
 
 /* The name of device 0 ("?" when it cannot be read); after cuda_probe() succeeded. */
