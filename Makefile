@@ -143,8 +143,10 @@ check-fabric: all
 
 # Scale-out scenarios (tests/integration/cluster_*.sh: cooperative execution, ...), one line each;
 # make test runs them too (every tests/integration/*.sh).
+CLUSTER_UNIT := test_fabric_node
 check-cluster: all
-	@fail=0; for s in tests/integration/cluster_*.sh; do bash $$s || fail=1; done; exit $$fail
+	@fail=0; for t in $(CLUSTER_UNIT); do $(BUILD)/tests/$$t 2>/dev/null || fail=1; done; \
+	for s in tests/integration/cluster_*.sh; do bash $$s || fail=1; done; exit $$fail
 
 deps:
 	@scripts/install-deps.sh
