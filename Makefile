@@ -1,4 +1,4 @@
-# Strata build. Convention over lists: every .c under os/ drivers/ serving/ transport/ is part of
+# Strata build. Convention over lists: every .c under os/ drivers/ serving/ transport/ cluster/ is part of
 # libstrata (except os/init, the musl PID-1 stage, and serving/main.c), every tests/unit/test_*.c
 # is a test program, every tests/fuzz/fuzz_*.c a libFuzzer target. Adding a module means adding
 # files, not editing this Makefile.
@@ -23,14 +23,16 @@ endif
 
 DPDK_CFLAGS := $(shell $(PKG_CONFIG) --cflags libdpdk 2>/dev/null)
 DPDK_LIBS   := $(shell $(PKG_CONFIG) --libs libdpdk 2>/dev/null)
+# The control plane's consensus (Canonical's C Raft) and its event loop.
+RAFT_LIBS   := $(shell $(PKG_CONFIG) --libs raft libuv 2>/dev/null || echo -lraft -luv)
 
 CFLAGS_BASE = -std=c11 -D_GNU_SOURCE -g $(OPT) -Wall -Wextra -Werror -pthread -I. \
               -fno-strict-aliasing -fopenmp-simd $(SANFLAGS)
 CFLAGS  ?=
-LDLIBS   = $(DPDK_LIBS) -libverbs -lmicrohttpd -lcjson -lsodium -ldl -lm -pthread
+LDLIBS   = $(DPDK_LIBS) -libverbs -lmicrohttpd -lcjson -lsodium $(RAFT_LIBS) -ldl -lm -pthread
 LDFLAGS += $(SANFLAGS)
 
-LIB_SRC  := $(sort $(shell find os drivers serving transport -name '*.c' \
+LIB_SRC  := $(sort $(shell find os drivers serving transport cluster -name '*.c' \
               ! -path 'os/init/*' ! -path '*/fuzz/*' ! -name main.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_SRC := $(sort $(wildcard tests/unit/test_*.c))

@@ -6,7 +6,7 @@ dpdk-dev libdpdk-dev rdma-core libibverbs-dev ibverbs-utils
 musl-tools busybox-static cpio kmod zstd xz-utils
 qemu-system-x86 qemu-utils ovmf ipxe-qemu systemd-boot-efi mtools dosfstools fdisk gdisk e2fsprogs
 pxelinux syslinux-common
-libmicrohttpd-dev libcjson-dev libsodium-dev
+libmicrohttpd-dev libcjson-dev libsodium-dev libraft-dev libuv1-dev
 python3-numpy python3-requests iproute2 curl"
 missing=""
 for p in $PKGS; do

@@ -4,6 +4,7 @@
  * progress at once), the model (loader), the scheduler (calibrated step-time model, then its
  * compute thread), then completions are served. SIGTERM/SIGINT (or the power button as PID 1)
  * stop the front; running requests are ended and the process exits 0. */
+#include "cluster/serve_cluster.h"
 #include "os/errmsg.h"
 #include "os/log.h"
 #include "os/pid1.h"
@@ -26,6 +27,7 @@ struct serve_opts {
         static_shrink;
     double ttft_ms, tpot_ms, static_wait_ms;
     long max_body;
+    struct control_cfg cluster; /* --cluster and friends (cluster/control.h) */
 };
 
 static int usage(void)
@@ -37,7 +39,11 @@ static int usage(void)
             "         [--static-wait-ms MS] [--static-shrink] [--kv-blocks N] [--kv-block-size N]\n"
             "         [--kv-type f16|f32]\n"
             "         [--max-conns N] [--max-body BYTES] [--timeout-ms MS] [--name ID] [-v]\n"
-            "         [--test-step-delay-us US]  (tests: sleep after every step)\n");
+            "         [--test-step-delay-us US]  (tests: sleep after every step)\n"
+            "         [--cluster ID@HOST:PORT,... --node-id N --key-file K [--cluster-addr A]\n"
+            "          [--raft-dir DIR] [--cluster-heartbeat-ms MS] [--cluster-dead-ms MS]\n"
+            "          [--keep-alive-ms MS] [--replicas-cached R] [--gpu-type T] "
+            "[--cluster-standby]]\n");
     return 2;
 }
 
@@ -98,6 +104,12 @@ static int parse_opts(int argc, char **argv, struct serve_opts *o)
             done = 1;
         }
         if (done) continue;
+        int cl = control_opt(&o->cluster, a, v);
+        if (cl < 0) return -1;
+        if (cl) {
+            i += cl - 1;
+            continue;
+        }
         if (!strcmp(a, "-m") && v)
             o->model = v, i++;
         else if (!strcmp(a, "--host") && v)
@@ -338,8 +350,32 @@ int cmd_serve(int argc, char **argv)
             e->lim.max_tokens, e->kv.n_blocks, kv_type_name(e->kv.type), e->kv.block_size,
             chat_template_name(fm.tmpl), o.static_batch ? ", STATIC batching" : "");
     rc = 0;
+    /* ---- the cluster's control thread (cluster/serve_cluster.h), with --cluster only */
+    struct serve_cluster *cluster = NULL;
+    if (control_enabled(&o.cluster)) {
+        char http_addr[80];
+        snprintf(http_addr, sizeof http_addr, "%s:%d", o.host, http_server_port(sv.http));
+        o.cluster.http = http_addr;
+        o.cluster.model = fm.name;
+        o.cluster.n_layers = sv.lm->model.cfg.n_layers;
+        o.cluster.ttft_slo_ms = o.ttft_ms;
+        cluster =
+            serve_cluster_start(&o.cluster, sv.front, &sv.metrics, sched, e->lim.max_tokens, err);
+        if (!cluster) {
+            char msg[ERRMSG_LEN + 32];
+            snprintf(msg, sizeof msg, "serve: %s", err);
+            if (pid1_active()) pid1_fatal(msg);
+            fprintf(stderr, "strata %s\n", msg);
+            http_server_stop(sv.http);
+            rc = 1;
+        }
+    }
+    pthread_join(http_thread, NULL);
+    serve_cluster_stop(cluster);
+    goto done;
 out:
     pthread_join(http_thread, NULL);
+done:
     if (sched) sched_free(sched);
     fprintf(stderr, "strata serve: stopped\n");
     http_server_free(sv.http);
