@@ -1,0 +1,482 @@
+#include "cluster/planner.h"
+
+#include "os/errmsg.h"
+
+#include <math.h>
+#include <string.h>
+
+#define INF_MS 1e300
+
+void plan_config_default(struct plan_config *cfg)
+{
+    cfg->max_step_tokens = 512;
+    cfg->max_joiners = 16;
+    cfg->ignore_matrix = 0;
+}
+
+double planner_loss_probability(const double *fail_prob, int n)
+{
+    double p = 1;
+    for (int i = 0; i < n; i++) p *= fail_prob[i];
+    return n > 0 ? p : 1;
+}
+
+double planner_drain_ms(const struct step_model *sm, long tokens, int running, int max_step_tokens)
+{
+    if (tokens <= 0) return 0;
+    if (max_step_tokens < 1) max_step_tokens = 1;
+    /* Each step prefills up to max_step_tokens of the queue and decodes every running sequence
+     * once (the scheduler's mixed steps); the queue's own sequence counts as one more. */
+    long full = tokens / max_step_tokens, rem = tokens % max_step_tokens;
+    double t = (double)full * step_model_predict(sm, max_step_tokens + running, running + 1);
+    if (rem) t += step_model_predict(sm, (int)rem + running, running + 1);
+    return t * 1000;
+}
+
+static const struct plan_node *node_by_id(const struct plan_view *v, int id)
+{
+    for (int i = 0; i < v->n_nodes; i++)
+        if (v->nodes[i].id == id) return &v->nodes[i];
+    return NULL;
+}
+
+static const struct step_model *step_of(const struct plan_view *v, const struct plan_node *n, int m)
+{
+    return &v->step[n->gpu_type * v->n_models + m];
+}
+
+static double tput_of(const struct plan_view *v, const struct plan_node *n, int m)
+{
+    return v->tput ? v->tput[n->gpu_type * v->n_models + m] : 1;
+}
+
+static int serves_alone(const struct plan_view *v, const struct plan_node *n, int m)
+{
+    return n->alive && n->engine_model == m && n->layers_resident >= v->models[m].layers;
+}
+
+static int host_holds(const struct plan_node *n, int m)
+{
+    return n->alive && (n->host_cached >> m & 1);
+}
+
+double planner_predict_ttft_ms(const struct plan_config *cfg, const struct plan_view *v,
+                               const struct plan_node *n, int m, int prompt_tokens)
+{
+    int L = v->models[m].layers, k = n->layers_resident;
+    double own = planner_drain_ms(step_of(v, n, m), n->load.queued_tokens + prompt_tokens,
+                                  n->load.running_seqs, cfg->max_step_tokens);
+    if (k >= L) return own;
+    const struct plan_node *h = n->helper >= 0 ? node_by_id(v, n->helper) : NULL;
+    if (!h || !serves_alone(v, h, m)) return INF_MS; /* cannot run the missing layers */
+    /* Layers [0,k) here, [k,L) on the helper, which also serves its own queue. */
+    double helper =
+        planner_drain_ms(step_of(v, h, m), h->load.queued_tokens + prompt_tokens,
+                         h->load.running_seqs + n->load.running_seqs, cfg->max_step_tokens);
+    return own * k / L + helper * (L - k) / L;
+}
+
+static int check_view(const struct plan_view *v, char *err)
+{
+    if (v->n_models < 0 || v->n_models > PLAN_MAX_MODELS)
+        return errmsg_set(err, "planner: %d models (at most %d)", v->n_models, PLAN_MAX_MODELS);
+    if (v->n_nodes < 0 || v->n_nodes > PLAN_MAX_NODES)
+        return errmsg_set(err, "planner: %d nodes (at most %d)", v->n_nodes, PLAN_MAX_NODES);
+    if (v->n_models > 0 && !v->step) return errmsg_set(err, "planner: no step models");
+    for (int m = 0; m < v->n_models; m++)
+        if (v->models[m].layers < 1 || v->models[m].ttft_slo_ms <= 0)
+            return errmsg_set(err, "planner: model %d: %d layers, TTFT SLO %g ms", m,
+                              v->models[m].layers, v->models[m].ttft_slo_ms);
+    for (int i = 0; i < v->n_nodes; i++) {
+        const struct plan_node *n = &v->nodes[i];
+        if (n->gpu_type < 0 || n->gpu_type >= v->n_gpu_types)
+            return errmsg_set(err, "planner: node %d: GPU type %d not in the matrix (%d types)",
+                              n->id, n->gpu_type, v->n_gpu_types);
+        if (n->engine_model < -1 || n->engine_model >= v->n_models)
+            return errmsg_set(err, "planner: node %d: engine model %d of %d", n->id,
+                              n->engine_model, v->n_models);
+        if (n->engine_model >= 0 &&
+            (n->layers_resident < 0 || n->layers_resident > v->models[n->engine_model].layers))
+            return errmsg_set(err, "planner: node %d: %d layers resident of %d", n->id,
+                              n->layers_resident, v->models[n->engine_model].layers);
+        if (n->engine_model >= 0 && n->layers_resident < v->models[n->engine_model].layers &&
+            n->helper >= 0 && !node_by_id(v, n->helper))
+            return errmsg_set(err, "planner: node %d: helper %d is not a node", n->id, n->helper);
+        for (int j = 0; j < i; j++)
+            if (v->nodes[j].id == n->id)
+                return errmsg_set(err, "planner: node id %d appears twice", n->id);
+    }
+    for (int s = 0; s < v->n_scaleouts; s++)
+        if (v->scaleouts[s].model < 0 || v->scaleouts[s].model >= v->n_models ||
+            v->scaleouts[s].n_chain < 0 || v->scaleouts[s].n_chain > PLAN_MAX_CHAIN)
+            return errmsg_set(err, "planner: scale-out %d: model %d, chain of %d", s,
+                              v->scaleouts[s].model, v->scaleouts[s].n_chain);
+    return 0;
+}
+
+int planner_route(const struct plan_config *cfg, const struct plan_view *v, int m,
+                  int prompt_tokens, struct plan_route *route, char *err)
+{
+    if (check_view(v, err)) return -1;
+    if (m < 0 || m >= v->n_models) return errmsg_set(err, "planner: route: no model %d", m);
+    route->node = route->helper = -1;
+    route->k = 0;
+    route->predicted_ttft_ms = INF_MS;
+    int best_id = 0;
+    for (int i = 0; i < v->n_nodes; i++) {
+        const struct plan_node *n = &v->nodes[i];
+        if (!n->alive || n->engine_model != m) continue;
+        double t = planner_predict_ttft_ms(cfg, v, n, m, prompt_tokens);
+        if (t >= INF_MS) continue;
+        if (route->node < 0 || t < route->predicted_ttft_ms ||
+            (t == route->predicted_ttft_ms && n->id < best_id)) {
+            route->node = best_id = n->id;
+            route->k = n->layers_resident;
+            route->helper = n->layers_resident < v->models[m].layers ? n->helper : -1;
+            route->predicted_ttft_ms = t;
+        }
+    }
+    return 0;
+}
+
+/* Per-tick scratch: which nodes (by index) this tick already gave a role. On the stack, bounded
+ * by PLAN_MAX_NODES, so the planner allocates nothing. */
+struct tick {
+    unsigned char taken[PLAN_MAX_NODES];   /* joiner or replication target this tick */
+    unsigned char sources[PLAN_MAX_NODES]; /* times chosen as a source this tick */
+};
+
+static int in_progress_chain(const struct plan_view *v, int id, int kind, int m)
+{
+    for (int s = 0; s < v->n_scaleouts; s++) {
+        const struct plan_scaleout *so = &v->scaleouts[s];
+        if ((kind >= 0 && so->kind != kind) || (m >= 0 && so->model != m)) continue;
+        for (int j = 0; j < so->n_chain; j++)
+            if (so->chain[j] == id) return 1;
+    }
+    return 0;
+}
+
+/* A live node holding all of m (host memory, or engine with k = L) to stream it from: idle links
+ * first (a source already streaming splits its link), then the fastest link, then the lowest id. */
+static int pick_source(const struct plan_view *v, const struct tick *t, int m)
+{
+    int best = -1;
+    for (int i = 0; i < v->n_nodes; i++) {
+        const struct plan_node *n = &v->nodes[i];
+        if (!host_holds(n, m) && !serves_alone(v, n, m)) continue;
+        if (best < 0) {
+            best = i;
+            continue;
+        }
+        const struct plan_node *b = &v->nodes[best];
+        int bn = n->sources_busy + t->sources[i], bb = b->sources_busy + t->sources[best];
+        if (bn != bb) {
+            if (bn < bb) best = i;
+        } else if (n->link_Bps != b->link_Bps) {
+            if (n->link_Bps > b->link_Bps) best = i;
+        } else if (n->id < b->id) {
+            best = i;
+        }
+    }
+    return best;
+}
+
+/* Rate of one chain hop from a to b. */
+static double hop_Bps(const struct plan_node *a, const struct plan_node *b)
+{
+    if (a->domain == b->domain && a->nvlink_Bps > 0 && b->nvlink_Bps > 0)
+        return a->nvlink_Bps < b->nvlink_Bps ? a->nvlink_Bps : b->nvlink_Bps;
+    return a->link_Bps < b->link_Bps ? a->link_Bps : b->link_Bps;
+}
+
+/* Chain order, greedy as BlitzScale builds its serial-forwarding chains: from the current tail,
+ * the next node is the one reached by the fastest hop (NVLink within the tail's server first,
+ * then the fastest NIC), ties to the faster GPU for the model, then the lower id. Why: chunks
+ * are pipelined, so a node receives at the rate of the slowest hop before it; taking fast hops
+ * first keeps every prefix's bottleneck as high as possible (with one rate per node this greedy
+ * is exactly "sort by link rate, fastest first", which is optimal for the prefix minimum), slow
+ * NICs sit at the tail where they delay only themselves, and the GPUs that help most finish first.
+ * idx[0..n) holds node indices; it is reordered in place. */
+static void order_chain(const struct plan_view *v, int m, int source, int *idx, int n)
+{
+    const struct plan_node *tail = &v->nodes[source];
+    for (int pos = 0; pos < n; pos++) {
+        int best = pos;
+        for (int j = pos + 1; j < n; j++) {
+            const struct plan_node *a = &v->nodes[idx[j]], *b = &v->nodes[idx[best]];
+            double ra = hop_Bps(tail, a), rb = hop_Bps(tail, b);
+            double ta = tput_of(v, a, m), tb = tput_of(v, b, m);
+            if (ra > rb || (ra == rb && (ta > tb || (ta == tb && a->id < b->id)))) best = j;
+        }
+        int x = idx[pos];
+        idx[pos] = idx[best];
+        idx[best] = x;
+        tail = &v->nodes[idx[pos]];
+    }
+}
+
+/* Is candidate a better joiner for m than b? (placement) */
+static int better_joiner(const struct plan_config *cfg, const struct plan_view *v, int m,
+                         const struct plan_node *a, const struct plan_node *b)
+{
+    if (!cfg->ignore_matrix) {
+        /* Throughput per waiting request: every candidate would absorb the same share of m's
+         * queue, so the ranking is by m's effective throughput on the candidate's GPU type. */
+        double ta = tput_of(v, a, m), tb = tput_of(v, b, m);
+        if (ta != tb) return ta > tb;
+    }
+    int ha = (int)(a->host_cached >> m & 1), hb = (int)(b->host_cached >> m & 1);
+    if (ha != hb) return ha > hb;
+    return a->id < b->id;
+}
+
+struct demand {
+    int m;
+    int trigger;  /* scale up this tick */
+    int add;      /* replicas wanted */
+    double slack; /* SLO - best prediction (ms); the most negative goes first */
+};
+
+static void model_demand(const struct plan_config *cfg, const struct plan_view *v, int m,
+                         struct demand *d)
+{
+    const struct plan_model *pm = &v->models[m];
+    d->m = m;
+    d->trigger = d->add = 0;
+    d->slack = INF_MS;
+    int n_rep = 0, n_joining = 0, queued = pm->held;
+    long tokens = pm->held_tokens;
+    for (int i = 0; i < v->n_nodes; i++) {
+        const struct plan_node *n = &v->nodes[i];
+        if (!n->alive || n->engine_model != m) continue;
+        n_rep++;
+        if (n->layers_resident < pm->layers) n_joining++;
+        queued += n->load.queue_len;
+        tokens += n->load.queued_tokens;
+    }
+    if (queued == 0) return;
+    int mean = (int)(tokens / queued);
+    if (mean < 1) mean = 1;
+    double best = INF_MS, work = 0;
+    const struct step_model *best_sm = NULL;
+    for (int i = 0; i < v->n_nodes; i++) {
+        const struct plan_node *n = &v->nodes[i];
+        if (!n->alive || n->engine_model != m) continue;
+        double t = planner_predict_ttft_ms(cfg, v, n, m, mean);
+        if (t < best) best = t;
+        const struct step_model *sm = step_of(v, n, m);
+        if (n->layers_resident >= pm->layers) {
+            work += planner_drain_ms(sm, n->load.queued_tokens, n->load.running_seqs,
+                                     cfg->max_step_tokens);
+            if (!best_sm) best_sm = sm;
+        }
+    }
+    if (!best_sm) { /* no one serves m alone yet: the fastest type's model estimates the work */
+        int bt = 0;
+        for (int g = 1; g < v->n_gpu_types; g++)
+            if (v->tput && v->tput[g * v->n_models + m] > v->tput[bt * v->n_models + m]) bt = g;
+        best_sm = &v->step[bt * v->n_models + m];
+    }
+    work += planner_drain_ms(best_sm, pm->held_tokens, 0, cfg->max_step_tokens);
+    if (n_rep == 0) { /* cold: requests wait for a replica that does not exist */
+        d->trigger = 1;
+        d->slack = -INF_MS / 2;
+    } else {
+        d->slack = pm->ttft_slo_ms - best;
+        d->trigger = d->slack < 0; /* the scheduler's slack test; 0 is on time */
+    }
+    if (!d->trigger) return;
+    int needed = (int)ceil(work / pm->ttft_slo_ms);
+    d->add = needed - n_rep;
+    if (d->add < 1 && n_joining == 0) d->add = 1; /* late now and nobody on the way */
+    if (d->add > cfg->max_joiners) d->add = cfg->max_joiners;
+    if (d->add > PLAN_MAX_CHAIN) d->add = PLAN_MAX_CHAIN;
+    if (d->add < 0) d->add = 0;
+}
+
+static int emit(struct plan_action *out, int cap, int *n, const struct plan_action *a)
+{
+    if (*n >= cap) return -1;
+    out[(*n)++] = *a;
+    return 0;
+}
+
+static void scale_up(const struct plan_config *cfg, const struct plan_view *v, struct tick *t,
+                     const struct demand *d, struct plan_action *out, int cap, int *n_out)
+{
+    int m = d->m, idx[PLAN_MAX_CHAIN], n = 0;
+    /* Pick the d->add best free nodes by selection (deterministic, no sort state). */
+    while (n < d->add) {
+        int best = -1;
+        for (int i = 0; i < v->n_nodes; i++) {
+            const struct plan_node *c = &v->nodes[i];
+            if (!c->alive || c->engine_model >= 0 || t->taken[i] ||
+                in_progress_chain(v, c->id, -1, -1))
+                continue;
+            if (best < 0 || better_joiner(cfg, v, m, c, &v->nodes[best])) best = i;
+        }
+        if (best < 0) break;
+        t->taken[best] = 1;
+        idx[n++] = best;
+    }
+    if (n == 0) return;
+    /* Joiners that hold m in host memory load over their own PCIe: one action each, source =
+     * themselves. The others form one chain from the best network source. */
+    int chain[PLAN_MAX_CHAIN], nc = 0;
+    for (int j = 0; j < n; j++) {
+        const struct plan_node *c = &v->nodes[idx[j]];
+        if (c->host_cached >> m & 1) {
+            struct plan_action a = {
+                .kind = PLAN_SCALE_UP, .model = m, .source = c->id, .node = c->id, .n_chain = 1};
+            a.chain[0] = c->id;
+            if (emit(out, cap, n_out, &a)) return;
+        } else {
+            chain[nc++] = idx[j];
+        }
+    }
+    if (nc == 0) return;
+    int src = pick_source(v, t, m);
+    if (src < 0) { /* no copy anywhere live: give the nodes back, nothing to stream */
+        for (int j = 0; j < nc; j++) t->taken[chain[j]] = 0;
+        return;
+    }
+    order_chain(v, m, src, chain, nc);
+    t->sources[src]++;
+    struct plan_action a = {
+        .kind = PLAN_SCALE_UP, .model = m, .source = v->nodes[src].id, .n_chain = nc};
+    for (int j = 0; j < nc; j++) a.chain[j] = v->nodes[chain[j]].id;
+    a.node = a.chain[0];
+    emit(out, cap, n_out, &a);
+}
+
+static void restore_r(const struct plan_view *v, struct tick *t, int m, struct plan_action *out,
+                      int cap, int *n_out)
+{
+    const struct plan_model *pm = &v->models[m];
+    int holders = 0, pending = 0;
+    for (int i = 0; i < v->n_nodes; i++) holders += host_holds(&v->nodes[i], m);
+    for (int s = 0; s < v->n_scaleouts; s++)
+        if (v->scaleouts[s].kind == PLAN_SO_HOST && v->scaleouts[s].model == m)
+            for (int j = 0; j < v->scaleouts[s].n_chain; j++) {
+                const struct plan_node *c = node_by_id(v, v->scaleouts[s].chain[j]);
+                pending += c && c->alive;
+            }
+    int want = pm->replicas_cached - holders - pending;
+    if (want <= 0) return;
+    int src = pick_source(v, t, m);
+    if (src < 0) return; /* lost: nothing live holds m (see planner_loss_probability) */
+    struct plan_action a = {.kind = PLAN_REPLICATE_HOST, .model = m, .source = v->nodes[src].id};
+    while (a.n_chain < want && a.n_chain < PLAN_MAX_CHAIN) {
+        int best = -1;
+        for (int i = 0; i < v->n_nodes; i++) {
+            const struct plan_node *c = &v->nodes[i];
+            if (!c->alive || host_holds(c, m) || i == src || t->taken[i] ||
+                in_progress_chain(v, c->id, PLAN_SO_HOST, m))
+                continue;
+            const struct plan_node *b = best >= 0 ? &v->nodes[best] : NULL;
+            if (!b || c->fail_prob < b->fail_prob ||
+                (c->fail_prob == b->fail_prob && c->id < b->id))
+                best = i;
+        }
+        if (best < 0) break;
+        t->taken[best] = 1;
+        a.chain[a.n_chain++] = v->nodes[best].id;
+    }
+    if (a.n_chain == 0) return;
+    a.node = a.chain[0];
+    t->sources[src]++;
+    emit(out, cap, n_out, &a);
+}
+
+static int is_helper_or_source(const struct plan_view *v, int id)
+{
+    for (int i = 0; i < v->n_nodes; i++) {
+        const struct plan_node *n = &v->nodes[i];
+        if (n->alive && n->engine_model >= 0 &&
+            n->layers_resident < v->models[n->engine_model].layers && n->helper == id)
+            return 1;
+    }
+    for (int s = 0; s < v->n_scaleouts; s++)
+        if (v->scaleouts[s].source == id) return 1;
+    return 0;
+}
+
+static int idle_for(const struct plan_view *v, const struct plan_node *n, double ms)
+{
+    return n->load.queue_len == 0 && n->load.running_seqs == 0 && n->load.idle_since_ms >= 0 &&
+           v->now_ms - n->load.idle_since_ms >= ms;
+}
+
+static void scale_down(const struct plan_view *v, int m, struct plan_action *out, int cap,
+                       int *n_out)
+{
+    const struct plan_model *pm = &v->models[m];
+    int holders = 0, serving = 0, best = -1;
+    for (int i = 0; i < v->n_nodes; i++) {
+        const struct plan_node *n = &v->nodes[i];
+        holders += host_holds(n, m);
+        serving += serves_alone(v, n, m);
+    }
+    for (int i = 0; i < v->n_nodes; i++) {
+        const struct plan_node *n = &v->nodes[i];
+        if (!n->alive || n->engine_model != m || !idle_for(v, n, pm->keep_alive_ms) ||
+            is_helper_or_source(v, n->id))
+            continue;
+        /* never the last copy: an engine replica that is the only whole copy stays */
+        if (serves_alone(v, n, m) && holders == 0 && serving <= 1) continue;
+        /* keep the fastest GPUs: drop the slowest, then the highest id */
+        if (best < 0 || tput_of(v, n, m) < tput_of(v, &v->nodes[best], m) ||
+            (tput_of(v, n, m) == tput_of(v, &v->nodes[best], m) && n->id > v->nodes[best].id))
+            best = i;
+    }
+    if (best >= 0) {
+        struct plan_action a = {
+            .kind = PLAN_SCALE_DOWN, .model = m, .source = -1, .node = v->nodes[best].id};
+        emit(out, cap, n_out, &a);
+    }
+    /* Host copies above R, on nodes not serving m and idle for the keep-alive: one per tick. */
+    if (holders <= pm->replicas_cached || holders <= 1) return;
+    for (int s = 0; s < v->n_scaleouts; s++)
+        if (v->scaleouts[s].model == m) return; /* a copy may be a source right now */
+    best = -1;
+    for (int i = 0; i < v->n_nodes; i++) {
+        const struct plan_node *n = &v->nodes[i];
+        if (!host_holds(n, m) || n->engine_model == m || !idle_for(v, n, pm->keep_alive_ms))
+            continue;
+        const struct plan_node *b = best >= 0 ? &v->nodes[best] : NULL;
+        if (!b || n->fail_prob > b->fail_prob || (n->fail_prob == b->fail_prob && n->id > b->id))
+            best = i;
+    }
+    if (best >= 0) {
+        struct plan_action a = {
+            .kind = PLAN_DROP_HOST, .model = m, .source = -1, .node = v->nodes[best].id};
+        emit(out, cap, n_out, &a);
+    }
+}
+
+int planner_step(const struct plan_config *cfg, const struct plan_view *v, struct plan_action *out,
+                 int cap, char *err)
+{
+    if (check_view(v, err)) return -1;
+    struct tick t;
+    memset(&t, 0, sizeof t);
+    int n_out = 0;
+    /* 1. durability first: copies lost with a dead holder */
+    for (int m = 0; m < v->n_models; m++) restore_r(v, &t, m, out, cap, &n_out);
+    /* 2. scale up, the model with the least slack first (it gets the best free GPUs) */
+    struct demand d[PLAN_MAX_MODELS];
+    for (int m = 0; m < v->n_models; m++) model_demand(cfg, v, m, &d[m]);
+    for (int round = 0; round < v->n_models; round++) {
+        int pick = -1;
+        for (int m = 0; m < v->n_models; m++)
+            if (d[m].trigger && d[m].add > 0 && (pick < 0 || d[m].slack < d[pick].slack)) pick = m;
+        if (pick < 0) break;
+        scale_up(cfg, v, &t, &d[pick], out, cap, &n_out);
+        d[pick].trigger = 0;
+    }
+    /* 3. scale down what has idled for its keep-alive (not a model that is late now) */
+    for (int m = 0; m < v->n_models; m++)
+        if (d[m].slack >= 0) scale_down(v, m, out, cap, &n_out);
+    return n_out;
+}

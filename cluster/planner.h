@@ -1,0 +1,166 @@
+/* planner: the cluster's scale and routing decisions, as a pure function of a view of the cluster.
+ *
+ * Contract:
+ * - No I/O, no clock, no globals, no allocation: every input is in `struct plan_view` (time is
+ *   view->now_ms), every output goes into caller-provided arrays. The same view and config give
+ *   the same actions in the same order (ties are broken by node id, then model index), so the
+ *   live control thread (cluster/control) and the simulator (cluster/sim) run this very code.
+ * - Node ids are the caller's (any int >= 0); models are named by their index in view->models
+ *   (at most PLAN_MAX_MODELS; plan_node.host_cached is a bit set over those indices).
+ * - One call to planner_step() returns the actions for this tick; the caller carries them out and
+ *   reflects their effect in the next view (a scale-out appears in view->scaleouts and its joiners
+ *   get engine_model = M, layers_resident = k < L, helper = a serving node until k = L). The
+ *   planner never assumes an action happened: what is not in the next view did not happen.
+ *
+ * Decisions (DESIGN.md "Cluster and autoscaling", BlitzScale OSDI'25, Gavel OSDI'20):
+ * - Predictions come from serving/api/step_model.h (the scheduler's own step-time model, one per
+ *   GPU type x model in the view): the TTFT a new request would see on a node is the time to
+ *   prefill the node's queued prompt tokens plus its own in steps of cfg->max_step_tokens, each
+ *   step also decoding the node's running sequences (planner_predict_ttft_ms). A joining node
+ *   with k of L layers resident runs layers [0,k) itself and its helper runs [k,L): its
+ *   prediction is k/L of its own plus (L-k)/L of its helper's (the helper's queue included).
+ * - Scale up model M when the best prediction over M's replicas (serving or joining) for a
+ *   request of M's mean queued prompt exceeds M's TTFT SLO: slack = SLO - predicted < 0, the
+ *   scheduler's test (serving/api/scheduler.c waiting_slack) applied to the cluster. Exactly at
+ *   the SLO (slack == 0) is not a trigger. A model with queued requests and no replica scales up
+ *   (a cold start). How many: enough replicas that the queued work, spread evenly, drains within
+ *   the SLO, minus the replicas serving and joining; at most cfg->max_joiners per tick.
+ * - Placement: a joiner is a live node with no model in its engine. With the matrix (default) the
+ *   candidates are ranked by effective throughput of M on their GPU type (tokens/s, Gavel's
+ *   matrix) per waiting request of M it would absorb, then by host-cached M (PCIe instead of the
+ *   network), then by id. cfg->ignore_matrix ranks by host-cached, then id (the ablation).
+ * - Source: a live node holding all of M (host cache or engine with k = L) whose link is not
+ *   already a source of another scale-out, fastest link first, then id; if every holder is busy,
+ *   the holder serving the fewest scale-outs. Chain order: see planner.c (greedy, fastest link
+ * next).
+ * - Scale down: per model and tick at most one engine replica, one that has been idle (empty
+ *   queue, nothing running) for the model's keep-alive; the model may go to zero engine replicas
+ *   while host-cached. Host copies above R are dropped one per tick after the keep-alive; never
+ *   the last host copy, never below R.
+ * - Restore R: when fewer than R live nodes hold M in host memory (a holder died), copy M from a
+ *   live holder to the live non-holder with the lowest failure probability, then id.
+ * - Routing (planner_route): the replica of M with the least predicted TTFT, ties by id. */
+#ifndef STRATA_PLANNER_H
+#define STRATA_PLANNER_H
+
+#include "serving/api/step_model.h"
+
+#include <stdint.h>
+
+#define PLAN_MAX_MODELS 64
+#define PLAN_MAX_CHAIN  128
+#define PLAN_MAX_NODES  4096
+
+struct plan_model {
+    int layers;           /* L */
+    double bytes;         /* weights */
+    double ttft_slo_ms;   /* TTFT target */
+    double tpot_slo_ms;   /* time per output token target */
+    int replicas_cached;  /* R: host-memory copies to keep (>= 1) */
+    double keep_alive_ms; /* idle time before an engine replica (or extra host copy) goes */
+    int held;             /* requests of this model held by the router for lack of a replica */
+    long held_tokens;     /* their prompt tokens */
+};
+
+/* What a node's scheduler reports (serve_metrics + step model), as of the view's time. */
+struct plan_load {
+    int queue_len;        /* waiting requests (not yet admitted) */
+    long queued_tokens;   /* prompt tokens of those requests not yet prefilled */
+    int running_seqs;     /* admitted sequences (decoding or mid-prefill) */
+    double kv_used;       /* fraction of KV blocks in use, 0..1 */
+    double idle_since_ms; /* view time since when queue and running are both empty; < 0: busy */
+};
+
+struct plan_node {
+    int id;
+    int alive;
+    int gpu_type;         /* index into the view's matrix rows */
+    int domain;           /* NVLink domain (server): same domain = NVLink between the two */
+    double link_Bps;      /* network bytes/s of this node's NIC (the chain's per-hop rate) */
+    double nvlink_Bps;    /* bytes/s to a node of the same domain (0: no NVLink) */
+    double fail_prob;     /* probability this node is lost over the horizon that matters */
+    uint64_t host_cached; /* bit m: model m in host memory (whole) */
+    int engine_model;     /* model in the engine, -1: none */
+    int layers_resident;  /* k of L of engine_model (L: serving alone) */
+    int helper;           /* while k < L: the node id running layers [k,L) for it; else -1 */
+    int sources_busy;     /* scale-outs this node is the source of right now */
+    struct plan_load load;
+};
+
+enum plan_scaleout_kind { PLAN_SO_ENGINE, PLAN_SO_HOST };
+
+struct plan_scaleout {
+    int kind; /* enum plan_scaleout_kind */
+    int model;
+    int source; /* node id */
+    int n_chain;
+    int chain[PLAN_MAX_CHAIN]; /* node ids in forwarding order */
+    double started_ms;
+};
+
+struct plan_view {
+    double now_ms;
+    const struct plan_node *nodes;
+    int n_nodes;
+    const struct plan_model *models;
+    int n_models;
+    const struct plan_scaleout *scaleouts; /* in progress */
+    int n_scaleouts;
+    int n_gpu_types;
+    const double *tput;            /* [gpu_type * n_models + m]: tokens/s (Gavel's matrix) */
+    const struct step_model *step; /* [gpu_type * n_models + m]: step time of m on that type */
+};
+
+struct plan_config {
+    int max_step_tokens; /* the scheduler's per-step token budget (prefill chunking) */
+    int max_joiners;     /* at most this many joiners per model per tick (<= PLAN_MAX_CHAIN) */
+    int ignore_matrix;   /* 1: placement ignores the throughput matrix (ablation) */
+};
+
+enum plan_action_kind {
+    PLAN_SCALE_UP,       /* load model onto chain[] from source (engine, layer-wise, live) */
+    PLAN_SCALE_DOWN,     /* drop model from node's engine (host copy, if any, stays) */
+    PLAN_REPLICATE_HOST, /* copy model from source into node's host memory (restore R) */
+    PLAN_DROP_HOST       /* drop model from node's host memory (above R, idle) */
+};
+
+struct plan_action {
+    int kind; /* enum plan_action_kind */
+    int model;
+    int source; /* node id, -1 when not a copy */
+    int node;   /* target node id (scale down, replicate, drop); chain[0] for scale up */
+    int n_chain;
+    int chain[PLAN_MAX_CHAIN];
+};
+
+struct plan_route {
+    int node;   /* node id to send the request to, -1: no replica (queue at planner) */
+    int helper; /* node running layers [k,L) for it, -1: node serves alone */
+    int k;      /* layers resident on node */
+    double predicted_ttft_ms;
+};
+
+void plan_config_default(struct plan_config *cfg);
+
+/* This tick's actions into out[0..cap). Returns how many (>= 0), or -1 with err when the view
+ * is inconsistent (a node's model index out of range, a helper that is not a node, ...). */
+int planner_step(const struct plan_config *cfg, const struct plan_view *v, struct plan_action *out,
+                 int cap, char *err);
+
+/* Where a request of model m with prompt_tokens goes now. Returns 0 (route->node may be -1 when
+ * M has no replica: the caller holds the request until a scale-up lands), -1 on a bad view. */
+int planner_route(const struct plan_config *cfg, const struct plan_view *v, int m,
+                  int prompt_tokens, struct plan_route *route, char *err);
+
+/* TTFT (ms) a request of prompt_tokens would see on node n (which must run m, k = L or joining). */
+double planner_predict_ttft_ms(const struct plan_config *cfg, const struct plan_view *v,
+                               const struct plan_node *n, int m, int prompt_tokens);
+
+/* Time (ms) to prefill `tokens` queued prompt tokens while `running` sequences decode, in steps of
+ * max_step_tokens, by step model sm. */
+double planner_drain_ms(const struct step_model *sm, long tokens, int running, int max_step_tokens);
+
+/* P(all n holders lost) = the product of their failure probabilities (independent failures). */
+double planner_loss_probability(const double *fail_prob, int n);
+
+#endif

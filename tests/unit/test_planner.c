@@ -1,0 +1,325 @@
+/* The planner's decisions on small hand-built views: the scale-up trigger at the slack boundary,
+ * chain order, the last copy, restoring R, routing to a joiner by its split point, the faster of
+ * two GPU types, determinism. Step models use powers of two so predictions are exact. */
+#include "check.h"
+#include "cluster/planner.h"
+#include "os/errmsg.h"
+
+enum { NT = 2 }; /* GPU types */
+
+struct rig {
+    struct plan_node nodes[16];
+    struct plan_model models[1];
+    struct plan_scaleout so[4];
+    double tput[NT];
+    struct step_model step[NT];
+    struct plan_view v;
+    struct plan_config cfg;
+};
+
+static void rig_init(struct rig *g, int n_nodes)
+{
+    memset(g, 0, sizeof *g);
+    g->models[0] = (struct plan_model){.layers = 32,
+                                       .bytes = 14e9,
+                                       .ttft_slo_ms = 250,
+                                       .tpot_slo_ms = 100,
+                                       .replicas_cached = 1,
+                                       .keep_alive_ms = 1000};
+    for (int t = 0; t < NT; t++) {
+        g->step[t] = (struct step_model){.a = 1.0 / 1024, .b = 0, .c = 0, .corr = 1};
+        g->tput[t] = 1000;
+    }
+    for (int i = 0; i < n_nodes; i++)
+        g->nodes[i] = (struct plan_node){.id = i,
+                                         .alive = 1,
+                                         .domain = i,
+                                         .link_Bps = 12.5e9,
+                                         .fail_prob = 0.01,
+                                         .engine_model = -1,
+                                         .helper = -1,
+                                         .load = {.idle_since_ms = -1}};
+    g->v = (struct plan_view){.now_ms = 10000,
+                              .nodes = g->nodes,
+                              .n_nodes = n_nodes,
+                              .models = g->models,
+                              .n_models = 1,
+                              .scaleouts = g->so,
+                              .n_gpu_types = NT,
+                              .tput = g->tput,
+                              .step = g->step};
+    plan_config_default(&g->cfg);
+    g->cfg.max_step_tokens = 1024;
+}
+
+static void serve(struct rig *g, int i, int queue, long tokens)
+{
+    g->nodes[i].engine_model = 0;
+    g->nodes[i].layers_resident = g->models[0].layers;
+    g->nodes[i].load.queue_len = queue;
+    g->nodes[i].load.queued_tokens = tokens;
+    g->nodes[i].load.idle_since_ms = queue ? -1 : 0;
+}
+
+static int step(struct rig *g, struct plan_action *a, int cap)
+{
+    char err[ERRMSG_LEN] = "";
+    int n = planner_step(&g->cfg, &g->v, a, cap, err);
+    CHECKF(n >= 0, "planner_step: %s", err);
+    return n;
+}
+
+/* Node 0 serves with 2 queued requests of 128 tokens: a new request of the mean (128) is
+ * predicted at (256 + 128) / 1024 s = 375 ms. The boundary is the SLO itself. */
+TEST(scale_up_exactly_at_slack_boundary)
+{
+    struct rig g;
+    struct plan_action a[8];
+    rig_init(&g, 3);
+    g.nodes[0].host_cached = 1;
+    serve(&g, 0, 2, 256);
+    g.models[0].ttft_slo_ms = 375; /* slack == 0: on time, no action */
+    CHECK_EQ_INT(step(&g, a, 8), 0);
+    g.models[0].ttft_slo_ms = 374.99; /* slack < 0 by 10 us: scale up */
+    int n = step(&g, a, 8);
+    CHECK_EQ_INT(n, 1);
+    CHECK_EQ_INT(a[0].kind, PLAN_SCALE_UP);
+    CHECK_EQ_INT(a[0].source, 0);
+    CHECK(a[0].n_chain >= 1);
+    struct plan_node *n0 = &g.nodes[0];
+    CHECK(planner_predict_ttft_ms(&g.cfg, &g.v, n0, 0, 128) == 375.0);
+}
+
+TEST(cold_model_with_held_requests_scales_up)
+{
+    struct rig g;
+    struct plan_action a[8];
+    rig_init(&g, 2);
+    g.nodes[1].host_cached = 1;
+    CHECK_EQ_INT(step(&g, a, 8), 0);
+    g.models[0].held = 1;
+    g.models[0].held_tokens = 100;
+    CHECK_EQ_INT(step(&g, a, 8), 1);
+    /* node 1 caches the model: it loads over its own PCIe (source = itself) */
+    CHECK_EQ_INT(a[0].kind, PLAN_SCALE_UP);
+    CHECK_EQ_INT(a[0].node, 1);
+    CHECK_EQ_INT(a[0].source, 1);
+}
+
+/* Source 0 (12.5 GB/s NIC, NVLink in server 0). Joiners: 1 (3.125 GB/s), 2 (12.5 GB/s),
+ * 3 (6.25 GB/s), 4 (server 0: NVLink 100 GB/s). Greedy: 4 (NVLink), 2, 3, 1. */
+TEST(chain_order_fastest_hop_first)
+{
+    struct rig g;
+    struct plan_action a[8];
+    rig_init(&g, 5);
+    serve(&g, 0, 64, 64 * 1024); /* predicted 65 s: far past the SLO */
+    g.nodes[0].host_cached = 1;
+    g.nodes[1].link_Bps = 3.125e9;
+    g.nodes[3].link_Bps = 6.25e9;
+    g.nodes[0].nvlink_Bps = g.nodes[4].nvlink_Bps = 100e9;
+    g.nodes[4].domain = g.nodes[0].domain;
+    int n = step(&g, a, 8);
+    CHECK_EQ_INT(n, 1);
+    CHECK_EQ_INT(a[0].kind, PLAN_SCALE_UP);
+    CHECK_EQ_INT(a[0].source, 0);
+    CHECK_EQ_INT(a[0].n_chain, 4);
+    CHECK_EQ_INT(a[0].chain[0], 4);
+    CHECK_EQ_INT(a[0].chain[1], 2);
+    CHECK_EQ_INT(a[0].chain[2], 3);
+    CHECK_EQ_INT(a[0].chain[3], 1);
+    /* max_joiners caps it, keeping the best-ranked joiners (all equal: lowest ids 1, 2) */
+    g.cfg.max_joiners = 2;
+    n = step(&g, a, 8);
+    CHECK_EQ_INT(n, 1);
+    CHECK_EQ_INT(a[0].n_chain, 2);
+    CHECK_EQ_INT(a[0].chain[0], 2);
+    CHECK_EQ_INT(a[0].chain[1], 1);
+}
+
+TEST(never_drops_last_copy)
+{
+    struct rig g;
+    struct plan_action a[8];
+    rig_init(&g, 3);
+    /* the only copy is in node 0's engine (no host copy anywhere), idle for ages: it stays, and
+     * R is restored from it into node 1's host memory */
+    serve(&g, 0, 0, 0);
+    CHECK_EQ_INT(step(&g, a, 8), 1);
+    CHECK_EQ_INT(a[0].kind, PLAN_REPLICATE_HOST);
+    CHECK_EQ_INT(a[0].source, 0);
+    CHECK_EQ_INT(a[0].node, 1);
+    /* with a host copy elsewhere the idle engine replica goes, down to zero engine replicas */
+    g.nodes[2].host_cached = 1;
+    CHECK_EQ_INT(step(&g, a, 8), 1);
+    CHECK_EQ_INT(a[0].kind, PLAN_SCALE_DOWN);
+    CHECK_EQ_INT(a[0].node, 0);
+    /* one host copy, R = 1: never dropped; two copies, R = 1: one dropped (highest id on a tie)
+     */
+    g.nodes[0].engine_model = -1;
+    CHECK_EQ_INT(step(&g, a, 8), 0);
+    g.nodes[1].host_cached = 1;
+    g.nodes[1].load.idle_since_ms = g.nodes[2].load.idle_since_ms = 0;
+    CHECK_EQ_INT(step(&g, a, 8), 1);
+    CHECK_EQ_INT(a[0].kind, PLAN_DROP_HOST);
+    CHECK_EQ_INT(a[0].node, 2);
+    /* R = 2: both stay */
+    g.models[0].replicas_cached = 2;
+    CHECK_EQ_INT(step(&g, a, 8), 0);
+    /* not idle for the keep-alive yet: stays */
+    g.models[0].replicas_cached = 1;
+    g.nodes[1].load.idle_since_ms = g.nodes[2].load.idle_since_ms = g.v.now_ms - 999;
+    CHECK_EQ_INT(step(&g, a, 8), 0);
+}
+
+TEST(one_scale_down_per_tick)
+{
+    struct rig g;
+    struct plan_action a[8];
+    rig_init(&g, 4);
+    g.nodes[3].host_cached = 1;
+    serve(&g, 0, 0, 0);
+    serve(&g, 1, 0, 0);
+    serve(&g, 2, 0, 0);
+    g.tput[1] = 500;
+    g.nodes[1].gpu_type = 1; /* slowest goes first */
+    CHECK_EQ_INT(step(&g, a, 8), 1);
+    CHECK_EQ_INT(a[0].kind, PLAN_SCALE_DOWN);
+    CHECK_EQ_INT(a[0].node, 1);
+}
+
+TEST(restores_r_after_holder_dies)
+{
+    struct rig g;
+    struct plan_action a[8];
+    rig_init(&g, 5);
+    g.models[0].replicas_cached = 2;
+    g.nodes[0].host_cached = g.nodes[1].host_cached = 1;
+    CHECK_EQ_INT(step(&g, a, 8), 0);
+    g.nodes[1].alive = 0;
+    g.nodes[2].fail_prob = 0.05;
+    g.nodes[3].fail_prob = 0.001; /* most reliable */
+    int n = step(&g, a, 8);
+    CHECK_EQ_INT(n, 1);
+    CHECK_EQ_INT(a[0].kind, PLAN_REPLICATE_HOST);
+    CHECK_EQ_INT(a[0].source, 0);
+    CHECK_EQ_INT(a[0].node, 3);
+    /* in progress: not asked again */
+    g.so[0] = (struct plan_scaleout){.kind = PLAN_SO_HOST, .model = 0, .source = 0, .n_chain = 1};
+    g.so[0].chain[0] = 3;
+    g.v.n_scaleouts = 1;
+    CHECK_EQ_INT(step(&g, a, 8), 0);
+    /* every holder dead: nothing to copy from */
+    g.v.n_scaleouts = 0;
+    g.nodes[0].alive = 0;
+    CHECK_EQ_INT(step(&g, a, 8), 0);
+    double p[3] = {0.01, 0.02, 0.5};
+    CHECK(fabs(planner_loss_probability(p, 3) - 1e-4) < 1e-15);
+    CHECK(planner_loss_probability(p, 1) == 0.01);
+}
+
+/* Node 0 serves with a 4096-token queue. Node 1 joins with helper 0: with k = 0 it is the helper
+ * (a tie, node 0 wins on id); with k = L/2 half the layers run on the idle joiner. */
+TEST(routes_to_joiner_by_k)
+{
+    struct rig g;
+    rig_init(&g, 2);
+    char err[ERRMSG_LEN];
+    struct plan_route r;
+    serve(&g, 0, 4, 4096);
+    g.nodes[1].engine_model = 0;
+    g.nodes[1].layers_resident = 0;
+    g.nodes[1].helper = 0;
+    CHECK_EQ_INT(planner_route(&g.cfg, &g.v, 0, 1024, &r, err), 0);
+    CHECK_EQ_INT(r.node, 0);
+    CHECK(r.predicted_ttft_ms == 5000.0);
+    g.nodes[1].layers_resident = 16;
+    CHECK_EQ_INT(planner_route(&g.cfg, &g.v, 0, 1024, &r, err), 0);
+    CHECK_EQ_INT(r.node, 1);
+    CHECK_EQ_INT(r.helper, 0);
+    CHECK_EQ_INT(r.k, 16);
+    CHECK(r.predicted_ttft_ms == 0.5 * 1000 + 0.5 * 5000); /* own 1 s x 16/32 + helper's */
+    g.nodes[1].layers_resident = 32;
+    CHECK_EQ_INT(planner_route(&g.cfg, &g.v, 0, 1024, &r, err), 0);
+    CHECK_EQ_INT(r.node, 1);
+    CHECK_EQ_INT(r.helper, -1);
+    /* a joiner whose helper died cannot serve */
+    g.nodes[1].layers_resident = 16;
+    g.nodes[0].alive = 0;
+    CHECK_EQ_INT(planner_route(&g.cfg, &g.v, 0, 1024, &r, err), 0);
+    CHECK_EQ_INT(r.node, -1);
+}
+
+TEST(prefers_faster_of_two_unequal_nodes)
+{
+    struct rig g;
+    struct plan_action a[8];
+    rig_init(&g, 3);
+    serve(&g, 0, 64, 64 * 1024);
+    g.nodes[0].host_cached = 1;
+    g.cfg.max_joiners = 1;
+    g.tput[1] = 3000; /* node 2 is type 1: three times the tokens/s */
+    g.nodes[2].gpu_type = 1;
+    CHECK_EQ_INT(step(&g, a, 8), 1);
+    CHECK_EQ_INT(a[0].chain[0], 2);
+    g.cfg.ignore_matrix = 1; /* the ablation: lowest id */
+    CHECK_EQ_INT(step(&g, a, 8), 1);
+    CHECK_EQ_INT(a[0].chain[0], 1);
+}
+
+TEST(deterministic_and_order_independent)
+{
+    struct rig g, h;
+    struct plan_action a[8], b[8];
+    rig_init(&g, 8);
+    serve(&g, 0, 64, 64 * 1024);
+    g.nodes[0].host_cached = 1;
+    g.nodes[5].host_cached = 1;
+    g.nodes[3].gpu_type = 1;
+    g.tput[1] = 2000;
+    for (int i = 0; i < 8; i++) g.nodes[i].link_Bps = 1e9 * (1 + i % 3);
+    int n = step(&g, a, 8);
+    CHECK(n >= 1);
+    CHECK_EQ_INT(step(&g, b, 8), n);
+    CHECK(memcmp(a, b, sizeof a[0] * n) == 0);
+    /* the same cluster listed in reverse gives the same actions */
+    h = g;
+    for (int i = 0; i < 8; i++) h.nodes[i] = g.nodes[7 - i];
+    h.v.nodes = h.nodes;
+    h.v.models = h.models;
+    h.v.step = h.step;
+    h.v.tput = h.tput;
+    h.v.scaleouts = h.so;
+    CHECK_EQ_INT(step(&h, b, 8), n);
+    CHECK(memcmp(a, b, sizeof a[0] * n) == 0);
+}
+
+TEST(rejects_inconsistent_view)
+{
+    struct rig g;
+    struct plan_action a[8];
+    char err[ERRMSG_LEN] = "";
+    rig_init(&g, 2);
+    g.nodes[1].gpu_type = 7;
+    CHECK_EQ_INT(planner_step(&g.cfg, &g.v, a, 8, err), -1);
+    CHECK(strstr(err, "node 1") != NULL);
+    g.nodes[1].gpu_type = 0;
+    g.nodes[1].id = 0;
+    CHECK_EQ_INT(planner_step(&g.cfg, &g.v, a, 8, err), -1);
+    CHECK(strstr(err, "twice") != NULL);
+}
+
+int main(void)
+{
+    RUN(scale_up_exactly_at_slack_boundary);
+    RUN(cold_model_with_held_requests_scales_up);
+    RUN(chain_order_fastest_hop_first);
+    RUN(never_drops_last_copy);
+    RUN(one_scale_down_per_tick);
+    RUN(restores_r_after_holder_dies);
+    RUN(routes_to_joiner_by_k);
+    RUN(prefers_faster_of_two_unequal_nodes);
+    RUN(deterministic_and_order_independent);
+    RUN(rejects_inconsistent_view);
+    CHECK_DONE();
+}
