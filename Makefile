@@ -42,7 +42,7 @@ TOOL_BIN := $(TOOL_SRC:tests/tools/%.c=$(BUILD)/tools/%)
 BENCH_SRC := $(sort $(wildcard tests/bench/bench_*.c))
 BENCH_BIN := $(BENCH_SRC:tests/bench/%.c=$(BUILD)/bench/%)
 
-.PHONY: all test bench run image deps clean fuzz check-fabric format
+.PHONY: all test bench run image deps clean fuzz check-fabric check-cluster format
 all: $(BUILD)/strata $(TEST_BIN) $(TOOL_BIN)
 
 # DPDK headers only where the NIC driver is compiled.
@@ -118,6 +118,12 @@ FABRIC_UNIT := test_wire test_auth test_weight_stream
 check-fabric: all
 	@fail=0; for t in $(FABRIC_UNIT); do $(BUILD)/tests/$$t 2>/dev/null || fail=1; done; \
 	for s in tests/integration/fabric_*.sh; do bash $$s || fail=1; done; exit $$fail
+
+# The cluster's control plane (and, as they land, the scale-out scenarios), one line each.
+CLUSTER_UNIT := test_cluster_state test_sealed_conn
+check-cluster: all
+	@fail=0; for t in $(CLUSTER_UNIT); do [ -x $(BUILD)/tests/$$t ] && { $(BUILD)/tests/$$t || fail=1; }; done; \
+	for s in tests/integration/cluster_*.sh; do bash $$s || fail=1; done; exit $$fail
 
 deps:
 	@tools/install-deps.sh

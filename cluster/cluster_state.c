@@ -285,7 +285,9 @@ int cl_state_decode(struct cl_state *s, const uint8_t *buf, size_t len, char *er
     for (uint32_t i = 0; i < s->n_models && !r.bad; i++) cl_get_str(&r, s->model[i]);
     for (uint32_t i = 0; i < s->n_scaleouts && !r.bad; i++) {
         s->scaleout[i].scale_id = wire_get_u32(&r);
-        if (get_scale(&r, &s->scaleout[i].s)) r.bad = 1;
+        if (get_scale(&r, &s->scaleout[i].s) || s->scaleout[i].s.kind < SCALE_UP ||
+            s->scaleout[i].s.kind > SCALE_DROP_HOST)
+            r.bad = 1;
         s->scaleout[i].started_ms = wire_get_u64(&r);
     }
     uint32_t n_ev = s->n_events < CL_MAX_EVENTS ? s->n_events : CL_MAX_EVENTS;
@@ -298,6 +300,10 @@ int cl_state_decode(struct cl_state *s, const uint8_t *buf, size_t len, char *er
         e->node = wire_get_u64(&r);
         e->source = wire_get_u64(&r);
         cl_get_str(&r, e->model);
+        if (e->type < CMD_NODE_UP || e->type > CMD_SCALE_DONE ||
+            (e->type == CMD_SCALE && (e->kind < SCALE_UP || e->kind > SCALE_DROP_HOST)) ||
+            (e->type == CMD_SCALE_DONE && e->kind > 1))
+            r.bad = 1;
     }
     if (r.bad || r.off != len) {
         int trailing = !r.bad;

@@ -211,6 +211,30 @@ static struct control *fsm_control(struct raft_fsm *fsm)
     return fsm->data;
 }
 
+/* A log entry: u32 length of the command, the command, zeros to a multiple of 8 bytes. raft's
+ * libuv I/O lays entries out 8-byte aligned in its batches; entries of other lengths arrived
+ * shifted at a node catching up on several entries in one AppendEntries, so every entry is padded
+ * here (as dqlite's are) and carries its own length. */
+static size_t entry_encode(const struct cl_cmd *cmd, uint8_t *out, size_t cap)
+{
+    if (cap < 8) return 0;
+    size_t n = cl_cmd_encode(out + 4, cap - 4, cmd);
+    size_t padded = (4 + n + 7) & ~(size_t)7;
+    if (!n || padded > cap) return 0;
+    for (int i = 0; i < 4; i++) out[i] = (uint8_t)(n >> (8 * i));
+    memset(out + 4 + n, 0, padded - 4 - n);
+    return padded;
+}
+
+static int entry_decode(struct cl_cmd *cmd, const uint8_t *p, size_t len, char *err)
+{
+    if (len < 4 || len % 8) return errmsg_set(err, "log entry of %zu bytes: not framed", len);
+    size_t n = (size_t)p[0] | (size_t)p[1] << 8 | (size_t)p[2] << 16 | (size_t)p[3] << 24;
+    if (n > len - 4 || len - 4 - n >= 8)
+        return errmsg_set(err, "log entry of %zu bytes claims a %zu-byte command", len, n);
+    return cl_cmd_decode(cmd, p + 4, n, err);
+}
+
 static int fsm_apply(struct raft_fsm *fsm, const struct raft_buffer *buf, void **result)
 {
     struct control *c = fsm_control(fsm);
@@ -218,7 +242,7 @@ static int fsm_apply(struct raft_fsm *fsm, const struct raft_buffer *buf, void *
     char err[ERRMSG_LEN];
     *result = NULL;
     pthread_mutex_lock(&c->mu);
-    if (cl_cmd_decode(&cmd, buf->base, buf->len, err)) {
+    if (entry_decode(&cmd, buf->base, buf->len, err)) {
         /* Every node rejects the same bytes the same way: the state stays identical. */
         c->st.applied++;
         c->st.rejected++;
@@ -293,8 +317,8 @@ static void proposed(struct raft_apply *req, int status, void *result)
 static int propose(struct control *c, struct cl_cmd *cmd)
 {
     cmd->t_ms = now_wall_ms();
-    uint8_t tmp[CL_CMD_MAX];
-    size_t n = cl_cmd_encode(tmp, sizeof tmp, cmd);
+    uint8_t tmp[CL_CMD_MAX + 8];
+    size_t n = entry_encode(cmd, tmp, sizeof tmp);
     struct proposal *p = calloc(1, sizeof *p);
     struct raft_buffer b = {.base = n ? raft_malloc(n) : NULL, .len = n};
     if (!p || !b.base) {
@@ -821,6 +845,13 @@ static void build_view(struct control *c, struct view_buf *vb, uint64_t now_mono
             pn->load.running_seqs = r->load.running;
             pn->load.kv_used = r->load.kv_used;
             pn->load.idle_since_ms = r->load.idle_ms >= 0 ? v->now_ms - r->load.idle_ms : -1;
+            /* Requests queued at a node without the model in its engine wait for a replica:
+             * the planner counts them as held (a cold start if there is none). */
+            if (pn->engine_model < 0 && pn->host_cached) {
+                int hm = __builtin_ctzll(pn->host_cached);
+                vb->model[hm].held += r->load.queue_len + r->load.running;
+                vb->model[hm].held_tokens += (long)r->load.queued_tokens;
+            }
             if (pn->engine_model >= 0) {
                 int cell = pn->gpu_type * CL_MAX_MODELS + pn->engine_model;
                 if (r->load.tok_s > vb->tput[cell]) vb->tput[cell] = r->load.tok_s;

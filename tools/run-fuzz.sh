@@ -9,7 +9,7 @@ OUT=build/fuzz
 mkdir -p "$OUT"
 DPDK_CFLAGS=$(pkg-config --cflags libdpdk 2>/dev/null)
 status=0
-LIB_SRC=$(find os drivers serving transport -name '*.c' ! -path 'os/init/*' ! -path '*/fuzz/*' \
+LIB_SRC=$(find os drivers serving transport cluster -name '*.c' ! -path 'os/init/*' ! -path '*/fuzz/*' \
           ! -name main.c ! -path 'drivers/nic/*' ! -path 'drivers/rdma/*' | sort)
 FLAGS="-std=c11 -D_GNU_SOURCE -g -O1 -I. -fopenmp-simd -fsanitize=fuzzer-no-link,address,undefined -pthread"
 # Compile the library once for all targets.
@@ -28,7 +28,7 @@ for f in tests/fuzz/fuzz_*.c; do
     [ -f "$f" ] || continue
     n=$(basename "$f" .c)
     bin="$OUT/$n"
-    clang $FLAGS -fsanitize=fuzzer "$f" "$OUT/libfuzz.a" -o "$bin" -lmicrohttpd -lcjson -lsodium -ldl -lm \
+    clang $FLAGS -fsanitize=fuzzer "$f" "$OUT/libfuzz.a" -o "$bin" -lmicrohttpd -lcjson -lsodium $(pkg-config --libs raft libuv 2>/dev/null) -ldl -lm \
         2>"$OUT/$n.build.log" || { echo "not ok - $n: build failed"; cat "$OUT/$n.build.log"; status=1; continue; }
     mkdir -p "$OUT/corpus/$n"
     seeds="tests/fuzz/corpus/$n"
