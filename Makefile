@@ -1,7 +1,8 @@
-# Strata build. Convention over lists: every .c under os/ drivers/ serving/ transport/ cluster/ is part of
-# libstrata (except os/init, the musl PID-1 stage, and serving/main.c), every tests/unit/test_*.c
-# is a test program, every tests/fuzz/fuzz_*.c a libFuzzer target. Adding a module means adding
-# files, not editing this Makefile.
+# Strata build. Convention over lists: every .c under os/runtime os/common drivers serving transport
+# cluster cmd is part of libstrata (os/init, the musl PID-1 stage, is built on its own, and
+# cmd/main.c is the binary's entry), every tests/unit/test_*.c is a test program, every
+# tests/fuzz/fuzz_*.c a libFuzzer target. Adding a module means adding files, not editing this
+# Makefile. This file owns every build (the scripts/ only run what it built).
 #
 #   make            build/strata and the test programs
 #   make test       install missing packages, build, run everything (normal + ASan/UBSan + fuzz)
@@ -21,6 +22,27 @@ BUILD    := build/san
 SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 endif
 
+# A fresh machine: name the missing Debian packages and the fix once, instead of failing on the
+# first missing header. Cheap (one pkg-config call, a few file tests); skipped for the goals that
+# install packages themselves (deps, test, bench, run, fuzz) or need none. DEPS_INCLUDE is where
+# the headers are looked for (tests point it elsewhere).
+DEPS_INCLUDE ?= /usr/include
+DEPS_FREE_GOALS := deps test bench run fuzz clean format kernel
+ifneq ($(filter-out $(DEPS_FREE_GOALS),$(or $(MAKECMDGOALS),all)),)
+DEPS_MISSING := $(strip \
+    $(if $(shell command -v $(PKG_CONFIG) 2>/dev/null),,pkg-config) \
+    $(if $(shell $(PKG_CONFIG) --exists libdpdk 2>/dev/null && echo y),,libdpdk-dev) \
+    $(if $(wildcard $(DEPS_INCLUDE)/infiniband/verbs.h),,libibverbs-dev) \
+    $(if $(wildcard $(DEPS_INCLUDE)/microhttpd.h),,libmicrohttpd-dev) \
+    $(if $(wildcard $(DEPS_INCLUDE)/cjson/cJSON.h),,libcjson-dev) \
+    $(if $(wildcard $(DEPS_INCLUDE)/sodium.h),,libsodium-dev) \
+    $(if $(wildcard $(DEPS_INCLUDE)/raft.h),,libraft-dev) \
+    $(if $(wildcard $(DEPS_INCLUDE)/uv.h),,libuv1-dev))
+ifneq ($(DEPS_MISSING),)
+$(error missing packages: $(DEPS_MISSING). Install them (and the rest of the toolchain) with `make deps` (tools/install-deps.sh: apt-get, as root or through sudo), then run make again)
+endif
+endif
+
 DPDK_CFLAGS := $(shell $(PKG_CONFIG) --cflags libdpdk 2>/dev/null)
 DPDK_LIBS   := $(shell $(PKG_CONFIG) --libs libdpdk 2>/dev/null)
 # The control plane's consensus (Canonical's C Raft) and its event loop.
@@ -29,11 +51,12 @@ RAFT_LIBS   := $(shell $(PKG_CONFIG) --libs raft libuv 2>/dev/null || echo -lraf
 CFLAGS_BASE = -std=c11 -D_GNU_SOURCE -g $(OPT) -Wall -Wextra -Werror -pthread -I. \
               -fno-strict-aliasing -fopenmp-simd $(SANFLAGS)
 CFLAGS  ?=
-LDLIBS   = $(DPDK_LIBS) -libverbs -lmicrohttpd -lcjson -lsodium $(RAFT_LIBS) -ldl -lm -pthread
+LDLIBS   = $(DPDK_LIBS) $(shell $(PKG_CONFIG) --libs simgrid 2>/dev/null) -libverbs -lcjson \
+           -lsodium $(RAFT_LIBS) -ldl -lm -pthread
 LDFLAGS += $(SANFLAGS)
 
-LIB_SRC  := $(sort $(shell find os drivers serving transport cluster -name '*.c' \
-              ! -path 'os/init/*' ! -path '*/fuzz/*' ! -name main.c))
+LIB_DIRS := $(wildcard os/runtime os/common drivers serving transport cluster cmd)
+LIB_SRC  := $(sort $(filter-out cmd/main.c,$(shell find $(LIB_DIRS) -name '*.c')))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_SRC := $(sort $(wildcard tests/unit/test_*.c))
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
@@ -56,24 +79,27 @@ $(BUILD)/libstrata.a: $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
-$(BUILD)/strata: $(BUILD)/obj/serving/main.o $(BUILD)/libstrata.a
+$(BUILD)/strata: $(BUILD)/obj/cmd/main.o $(BUILD)/libstrata.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/tests/%: tests/unit/%.c tests/unit/check.h $(BUILD)/libstrata.a
+# Programs track the headers they include (-MMD), like the library's objects.
+$(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libstrata.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) $(CFLAGS) -o $@ $< $(BUILD)/libstrata.a $(LDFLAGS) $(LDLIBS)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) -MMD -MP -o $@ $< $(BUILD)/libstrata.a $(LDFLAGS) $(LDLIBS)
 
 $(BUILD)/tools/%: tests/tools/%.c $(BUILD)/libstrata.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) $(CFLAGS) -o $@ $< $(BUILD)/libstrata.a $(LDFLAGS) $(LDLIBS)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) -MMD -MP -o $@ $< $(BUILD)/libstrata.a $(LDFLAGS) $(LDLIBS)
 
-$(BUILD)/bench/%: tests/bench/%.c $(BUILD)/libstrata.a
+# Benchmarks share the memory-bandwidth probe (tests/bench/membw.c), their physical baseline.
+$(BUILD)/bench/%: tests/bench/%.c tests/bench/membw.c $(BUILD)/libstrata.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) $(CFLAGS) -o $@ $< $(BUILD)/libstrata.a $(LDFLAGS) $(LDLIBS)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) -MMD -MP -o $@ $< tests/bench/membw.c $(BUILD)/libstrata.a \
+	    $(LDFLAGS) $(LDLIBS)
 
 benches: $(BENCH_BIN)
 
-# CUDA kernels: drivers/cuda/kernels.cu (with its k_*.cuh parts) -> one fatbin for sm_80, sm_90 and
+# CUDA kernels: serving/engine/cuda/kernels.cu (with its k_*.cuh parts) -> one fatbin for sm_80, sm_90 and
 # compute_90 PTX (forward compatible), embedded into libstrata by drivers/cuda/cuda_fatbin.c with
 # .incbin. No libcudart: the host code loads libcuda.so.1 at run time. A .cu error fails the build.
 # Without nvcc (or with `make NVCC=`) the binary is built without kernels and the CPU backend serves.
@@ -90,7 +116,7 @@ NVCC_FLAGS ?= -O3 -std=c++17 -gencode arch=compute_80,code=sm_80 \
               -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
 CUDA_FATBIN := build/cuda/kernels.fatbin
 ifneq ($(NVCC),)
-build/cuda/kernels.fatbin: drivers/cuda/kernels.cu $(wildcard drivers/cuda/*.cuh)
+build/cuda/kernels.fatbin: serving/engine/cuda/kernels.cu $(wildcard serving/engine/cuda/*.cuh)
 	@mkdir -p $(dir $@)
 	$(NVCC) -fatbin $(NVCC_FLAGS) -o $@.tmp $< && mv $@.tmp $@
 
@@ -111,7 +137,7 @@ endif
 $(BUILD)/tests/test_cuda: CFLAGS += -DSTRATA_NVCC_BUILD
 endif
 
--include $(LIB_OBJ:.o=.d) $(BUILD)/obj/serving/main.d
+-include $(LIB_OBJ:.o=.d) $(BUILD)/obj/cmd/main.d $(TEST_BIN:=.d) $(TOOL_BIN:=.d) $(BENCH_BIN:=.d)
 
 # The fabric's unit tests and multi-node scenarios (network namespaces, QEMU), one line each.
 FABRIC_UNIT := test_wire test_auth test_weight_stream
@@ -119,23 +145,45 @@ check-fabric: all
 	@fail=0; for t in $(FABRIC_UNIT); do $(BUILD)/tests/$$t 2>/dev/null || fail=1; done; \
 	for s in tests/integration/fabric_*.sh; do bash $$s || fail=1; done; exit $$fail
 
-# The cluster's control plane (and, as they land, the scale-out scenarios), one line each.
+# Scale-out and control-plane scenarios (tests/integration/cluster_*.sh: cooperative execution,
+# the control plane's raft, ...) and the control plane's unit tests, one line each; make test runs
+# them too (every tests/integration/*.sh, every unit test).
 CLUSTER_UNIT := test_cluster_state test_sealed_conn
 check-cluster: all
-	@fail=0; for t in $(CLUSTER_UNIT); do [ -x $(BUILD)/tests/$$t ] && { $(BUILD)/tests/$$t || fail=1; }; done; \
+	@fail=0; for t in $(CLUSTER_UNIT); do $(BUILD)/tests/$$t || fail=1; done; \
 	for s in tests/integration/cluster_*.sh; do bash $$s || fail=1; done; exit $$fail
 
 deps:
-	@tools/install-deps.sh
+	@scripts/install-deps.sh
 
 test: deps
-	@tools/run-tests.sh
+	@scripts/run-tests.sh
 
 bench: deps all benches
-	@tools/run-bench.sh
+	@scripts/run-bench.sh
 
 fuzz: deps
-	@FUZZ_SECONDS=$${FUZZ_SECONDS:-300} tools/run-fuzz.sh
+	@FUZZ_SECONDS=$${FUZZ_SECONDS:-300} scripts/run-fuzz.sh
+
+# libFuzzer targets (clang, ASan+UBSan), one library archive for all of them so a target pulls in
+# only the objects it uses; the NIC and RDMA drivers and the commands stay out (no parser there).
+FUZZ_DIR    := build/fuzz
+FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -I. -fopenmp-simd -pthread \
+               -fsanitize=fuzzer-no-link,address,undefined
+FUZZ_LIBSRC := $(filter-out drivers/nic/% drivers/rdma/% cmd/%,$(LIB_SRC))
+FUZZ_OBJ    := $(FUZZ_LIBSRC:%.c=$(FUZZ_DIR)/obj/%.o)
+FUZZ_BIN    := $(patsubst tests/fuzz/%.c,$(FUZZ_DIR)/%,$(sort $(wildcard tests/fuzz/fuzz_*.c)))
+.PHONY: fuzz-build
+fuzz-build: $(FUZZ_BIN)
+$(FUZZ_DIR)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	clang $(FUZZ_CFLAGS) -MMD -MP -c $< -o $@
+$(FUZZ_DIR)/libfuzz.a: $(FUZZ_OBJ)
+	rm -f $@ && ar rcs $@ $^
+$(FUZZ_DIR)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_DIR)/libfuzz.a
+	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer -MMD -MP $< $(FUZZ_DIR)/libfuzz.a -o $@ \
+	    $(filter-out $(DPDK_LIBS) -libverbs,$(LDLIBS))
+-include $(FUZZ_OBJ:.o=.d) $(FUZZ_BIN:=.d)
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')
@@ -153,8 +201,8 @@ kernel:
 
 # The init is static musl, never sanitized (it is PID 1 in a guest). musl-gcc sees only musl's
 # headers: the kernel's uapi headers (netlink) come through a directory of links.
-INIT_SRC := $(sort $(wildcard os/init/*.c)) os/boot_cmdline.c os/errmsg.c
-INIT_HDR := $(wildcard os/init/*.h) os/boot_cmdline.h os/errmsg.h
+INIT_SRC := $(sort $(wildcard os/init/*.c os/common/*.c))
+INIT_HDR := $(wildcard os/init/*.h os/common/*.h)
 MUSL_CC  ?= musl-gcc
 build/musl-include/.links:
 	@mkdir -p $(dir $@)

@@ -1,6 +1,6 @@
 #include "cluster/cluster_cmd.h"
 
-#include "os/errmsg.h"
+#include "os/common/errmsg.h"
 #include "transport/wire.h"
 
 #include <math.h>

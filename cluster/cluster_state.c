@@ -1,6 +1,6 @@
 #include "cluster/cluster_state.h"
 
-#include "os/errmsg.h"
+#include "os/common/errmsg.h"
 #include "transport/wire.h"
 
 #include <stdio.h>

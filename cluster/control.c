@@ -3,8 +3,8 @@
 #include "cluster/cluster_state.h"
 #include "cluster/planner.h"
 #include "cluster/raft_transport.h"
-#include "os/errmsg.h"
-#include "os/log.h"
+#include "os/common/errmsg.h"
+#include "os/runtime/log.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -109,65 +109,6 @@ static uint64_t now_wall_ms(void)
 int control_enabled(const struct control_cfg *cfg)
 {
     return cfg->peers != NULL;
-}
-
-int control_opt(struct control_cfg *cfg, const char *flag, const char *val)
-{
-    const struct {
-        const char *flag;
-        int *ip;
-        double *dp;
-        long lo, hi;
-    } nums[] = {
-        {"--cluster-heartbeat-ms", &cfg->heartbeat_ms, NULL, 10, 60000},
-        {"--cluster-dead-ms", &cfg->dead_ms, NULL, 20, 600000},
-        {"--replicas-cached", &cfg->replicas_cached, NULL, 1, 64},
-        {"--keep-alive-ms", NULL, &cfg->keep_alive_ms, 0, 86400000},
-    };
-    for (size_t k = 0; k < sizeof nums / sizeof nums[0]; k++) {
-        if (strcmp(flag, nums[k].flag)) continue;
-        char *end;
-        double d = val ? strtod(val, &end) : 0;
-        if (!val || end == val || *end || d < nums[k].lo || d > nums[k].hi) {
-            fprintf(stderr, "strata serve: %s wants a number in [%ld, %ld]\n", flag, nums[k].lo,
-                    nums[k].hi);
-            return -1;
-        }
-        if (nums[k].ip)
-            *nums[k].ip = (int)d;
-        else
-            *nums[k].dp = d;
-        return 2;
-    }
-    if (!strcmp(flag, "--cluster-standby")) {
-        cfg->standby = 1;
-        return 1;
-    }
-    const char **sp = !strcmp(flag, "--cluster")        ? &cfg->peers
-                      : !strcmp(flag, "--cluster-addr") ? &cfg->addr
-                      : !strcmp(flag, "--key-file")     ? &cfg->key_file
-                      : !strcmp(flag, "--raft-dir")     ? &cfg->dir
-                      : !strcmp(flag, "--gpu-type")     ? &cfg->gpu
-                                                        : NULL;
-    if (sp) {
-        if (!val) {
-            fprintf(stderr, "strata serve: %s wants a value\n", flag);
-            return -1;
-        }
-        *sp = val;
-        return 2;
-    }
-    if (!strcmp(flag, "--node-id")) {
-        char *end;
-        unsigned long long v = val ? strtoull(val, &end, 10) : 0;
-        if (!val || *end || !v) {
-            fprintf(stderr, "strata serve: --node-id wants a number >= 1\n");
-            return -1;
-        }
-        cfg->id = v;
-        return 2;
-    }
-    return 0;
 }
 
 static int parse_peers(struct control *c, char *err)

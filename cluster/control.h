@@ -67,10 +67,6 @@ struct cluster_exec {
 
 struct control;
 
-/* Parse one serve option that belongs to the control plane. Returns 2 if it consumed flag and
- * value, 1 if only the flag, 0 if the flag is not ours, -1 (with a message on stderr) if the
- * value is bad. */
-int control_opt(struct control_cfg *cfg, const char *flag, const char *val);
 /* Whether cfg asks for a cluster at all (--cluster given). */
 int control_enabled(const struct control_cfg *cfg);
 

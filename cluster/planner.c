@@ -1,6 +1,6 @@
 #include "cluster/planner.h"
 
-#include "os/errmsg.h"
+#include "os/common/errmsg.h"
 
 #include <math.h>
 #include <string.h>

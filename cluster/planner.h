@@ -13,7 +13,7 @@
  *   planner never assumes an action happened: what is not in the next view did not happen.
  *
  * Decisions (DESIGN.md "Cluster and autoscaling", BlitzScale OSDI'25, Gavel OSDI'20):
- * - Predictions come from serving/api/step_model.h (the scheduler's own step-time model, one per
+ * - Predictions come from serving/sched/step_model.h (the scheduler's own step-time model, one per
  *   GPU type x model in the view): the TTFT a new request would see on a node is the time to
  *   prefill the node's queued prompt tokens plus its own in steps of cfg->max_step_tokens, each
  *   step also decoding the node's running sequences (planner_predict_ttft_ms). A joining node
@@ -43,7 +43,7 @@
 #ifndef STRATA_PLANNER_H
 #define STRATA_PLANNER_H
 
-#include "serving/api/step_model.h"
+#include "serving/sched/step_model.h"
 
 #include <stdint.h>
 

@@ -1,8 +1,8 @@
 #include "cluster/raft_transport.h"
 
 #include "cluster/cluster_cmd.h"
-#include "os/errmsg.h"
-#include "os/log.h"
+#include "os/common/errmsg.h"
+#include "os/runtime/log.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,7 +1,7 @@
 #include "cluster/sealed_conn.h"
 
-#include "os/errmsg.h"
-#include "os/log.h"
+#include "os/common/errmsg.h"
+#include "os/runtime/log.h"
 
 #include <arpa/inet.h>
 #include <stdio.h>

@@ -1,8 +1,8 @@
 #include "cluster/serve_cluster.h"
 
 #include "cluster/planner.h"
-#include "os/errmsg.h"
-#include "os/log.h"
+#include "os/common/errmsg.h"
+#include "os/runtime/log.h"
 
 #include <stdatomic.h>
 #include <stdlib.h>

@@ -13,7 +13,7 @@
 
 #include "cluster/control.h"
 #include "serving/api/metrics.h"
-#include "serving/api/scheduler.h"
+#include "serving/sched/scheduler.h"
 #include "serving/api/serve_front.h"
 
 struct serve_cluster;

@@ -6,11 +6,14 @@
 #   MODEL=path.gguf        the model baked into out/initrd.img and put on the disk's model partition
 #                          (default: build/models/stories260K.gguf, converted from ../shared/models)
 #   CMDLINE="..."          the kernel command line built into out/strata.efi (UEFI/disk boot), after
-#                          the defaults "console=tty0 console=ttyS0 quiet strata.model=part:strata-model
-#                          strata.ip=10.0.2.15/24 strata.gw=10.0.2.2 strata.dns=10.0.2.3" (QEMU's
-#                          user network; a real server needs its own strata.ip/gw/dns here)
-#   EXTRA_MODULES=dir      more kernel modules (*.ko, e.g. the NVIDIA driver's), loaded last
-#   EXTRA_LIBS=dir         more libraries for /usr/lib/x86_64-linux-gnu in the image (libcuda ...)
+#                          the defaults "console=tty0 console=ttyS0 quiet panic=10
+#                          strata.model=part:strata-model" (the address comes from DHCP; a static
+#                          one is strata.ip/gw/dns here)
+#   NVIDIA=path            NVIDIA's driver: the .run package or a directory it was extracted to,
+#                          with the open kernel modules built for this kernel (image/README.md);
+#                          see image/nvidia-bundle.sh for what is taken
+#   EXTRA_MODULES=dir      more kernel modules (*.ko), loaded after the built-in list
+#   EXTRA_LIBS=dir         more libraries for /usr/lib/x86_64-linux-gnu in the image
 #   SOURCE_DATE_EPOCH=t    the time stamped on every file (default: the last commit's)
 # Writes:
 #   out/vmlinuz            Debian's kernel (linux-image-amd64, via image/fetch-kernel.sh)
@@ -20,7 +23,9 @@
 #   out/initrd.img         initrd-base.img + a second cpio holding /model.gguf (kernel+initrd/PXE)
 #   out/strata.efi         UEFI unified kernel image: systemd-boot's stub + kernel + initrd-base +
 #                          CMDLINE
-#   out/strata.img         raw GPT disk: EFI system partition (\EFI\BOOT\BOOTX64.EFI = strata.efi)
+#   out/strata.img         raw GPT disk: EFI system partition (\EFI\BOOT\BOOTX64.EFI = systemd-boot,
+#                          \loader\loader.conf, \EFI\Linux\strata-1-a.efi = strata.efi: boot slot
+#                          a; updates go to slot b with image/update-disk.sh or `strata update`)
 #                          and an ext4 partition named strata-model holding /model.gguf
 #   out/strata.ipxe, out/pxelinux.cfg/default   copies of boot/ (out/ is a TFTP root as is)
 # initrd-base.img and initrd.img are reproducible: same inputs, same bytes.
@@ -29,6 +34,7 @@ cd "$(dirname "$0")/.."
 OUT=${1:-out}
 KDIR=build/kernel
 STUB=${STUB:-/usr/lib/systemd/boot/efi/linuxx64.efi.stub}
+SDBOOT=${SDBOOT:-/usr/lib/systemd/boot/efi/systemd-bootx64.efi}
 SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || echo 0)}
 export SOURCE_DATE_EPOCH
 T0=$(date +%s)
@@ -36,11 +42,23 @@ step() { echo "image: [$1/6] $2 ($(($(date +%s) - T0)) s)"; }
 die() { echo "image: error: $*" >&2; exit 1; }
 mkdir -p "$OUT" build/image
 
-# Modules the appliance needs: NICs (virtio in QEMU; add real NIC drivers with EXTRA_MODULES or
-# here), Soft-RoCE and its crc32 helper, VFIO and uio for DPDK/GPU passthrough, disks for the model
-# partition, and the ACPI power button (read by os/pid1.c through evdev).
-MODULES="virtio_pci virtio_net virtio_blk rdma_rxe vfio-pci uio_pci_generic ext4 button evdev"
-# Not every kernel has every one as a module (some are built in): mkinitrd skips built-ins.
+# Modules the appliance needs (mkinitrd adds what each depends on; /etc/modules keeps this order):
+#   disks     virtio_blk (QEMU), nvme, ahci + sd_mod (SATA): the model partition's controller
+#   NICs      virtio_net (QEMU), e1000e, and the datacenter NICs with their RDMA halves: mlx5_core +
+#             mlx5_ib (ConnectX), ice + irdma (Intel E810), bnxt_en (Broadcom; Debian's 6.1 kernel
+#             builds no bnxt_re), i40e, ixgbe; rdma_rxe (Soft-RoCE, tests)
+#   DPDK/GPU  vfio-pci, uio_pci_generic
+#   files     ext4 (the model partition); vfat + its code pages (the EFI system partition, mounted
+#             to mark a boot slot good and by `strata update`); efivarfs (the boot loader's
+#             variables: which slot booted)
+#   power     button + evdev: the ACPI power button, read by os/runtime/pid1.c
+#   watchdog  i6300esb (QEMU), iTCO_wdt (Intel), sp5100_tco (AMD), wdat_wdt (ACPI): strata.watchdog
+# A module the hardware does not need fails to bind and costs nothing but its bytes; a module a
+# kernel has built in is skipped by mkinitrd.
+MODULES="virtio_pci virtio_net virtio_blk nvme ahci sd_mod
+         e1000e mlx5_core mlx5_ib ice irdma bnxt_en i40e ixgbe rdma_rxe
+         vfio-pci uio_pci_generic ext4 vfat nls_cp437 nls_ascii nls_utf8 efivarfs button evdev
+         i6300esb iTCO_wdt sp5100_tco wdat_wdt"
 
 step 1 "kernel"
 release=$(image/fetch-kernel.sh "$KDIR")
@@ -52,13 +70,39 @@ step 2 "server and init"
 [ -x build/strata ] || die "build/strata missing (make)"
 [ -x build/init ] || die "build/init missing (make build/init; needs musl-tools)"
 BINS=(-b build/strata:/bin/strata)
-# Libraries the server dlopen()s, which ldd cannot see: the Soft-RoCE and mlx5 verbs providers.
-for p in rxe mlx5; do
-    so=$(ls /usr/lib/x86_64-linux-gnu/libibverbs/lib$p-rdmav*.so 2>/dev/null | head -n 1 || true)
-    if [ -n "$so" ] && ldd build/strata | grep -q libibverbs; then
+# Objects the server dlopen()s, which ldd cannot see: the verbs providers of the RDMA NICs above
+# (libibverbs reads /etc/libibverbs.d/NAME.driver, then loads libNAME-rdmav*.so), and DPDK's
+# drivers for the same NICs with the PCI bus and the mempool driver (the EAL loads every object in
+# its plugin directory).
+if ldd build/strata | grep -q libibverbs; then
+    for p in rxe mlx5 irdma bnxt_re; do
+        so=$(ls /usr/lib/x86_64-linux-gnu/libibverbs/lib$p-rdmav*.so 2>/dev/null | head -n 1 || true)
+        [ -n "$so" ] || die "verbs provider $p missing (rdma-core / ibverbs-providers)"
         BINS+=(-b "$so" -f "/etc/libibverbs.d/$p.driver:/etc/libibverbs.d/$p.driver")
-    fi
-done
+    done
+fi
+if ldd build/strata | grep -q librte_eal; then
+    pmds=$(ls -d /usr/lib/x86_64-linux-gnu/dpdk/pmds-* 2>/dev/null | head -n 1 || true)
+    [ -n "$pmds" ] || die "no DPDK plugin directory (/usr/lib/x86_64-linux-gnu/dpdk/pmds-*)"
+    for p in bus_pci mempool_ring net_mlx5 net_ice net_bnxt net_i40e net_ixgbe net_e1000; do
+        [ -f "$pmds/librte_$p.so" ] || die "$pmds/librte_$p.so missing (librte-${p//_/-}* package)"
+        BINS+=(-b "$pmds/librte_$p.so")
+    done
+fi
+
+# NVIDIA=path: the driver bundle (image/nvidia-bundle.sh stages its modules, libraries, firmware).
+NV=()
+if [ -n "${NVIDIA:-}" ]; then
+    nv=build/image/nvidia
+    image/nvidia-bundle.sh "$NVIDIA" "$nv" "$release" || die "NVIDIA=$NVIDIA: see above"
+    NV+=(-M "$nv/modules" -L "$nv/libs")
+    # Load order: the core driver first, then what stacks on it (depends= agrees).
+    for m in nvidia nvidia-uvm nvidia-modeset nvidia-drm nvidia-peermem; do
+        [ -f "$nv/modules/$m.ko" ] && NV+=(-m "$m")
+    done
+    while IFS= read -r f; do NV+=(-f "$f:/lib/firmware/${f#"$nv"/firmware/}"); done \
+        < <(find "$nv/firmware" -type f 2>/dev/null | LC_ALL=C sort)
+fi
 
 step 3 "model"
 MODEL=${MODEL:-build/models/stories260K.gguf}
@@ -83,7 +127,7 @@ EXTRA=()
 MODARGS=()
 for m in $MODULES; do MODARGS+=(-m "$m"); done
 image/mkinitrd.sh -S -o "$OUT/initrd-base.img" -i build/init -k "$KDIR/modules" \
-    "${BINS[@]}" "${MODARGS[@]}" "${EXTRA[@]+"${EXTRA[@]}"}"
+    "${BINS[@]}" "${MODARGS[@]}" "${EXTRA[@]+"${EXTRA[@]}"}" "${NV[@]+"${NV[@]}"}"
 # The model rides in a second archive appended to the first (the kernel unpacks concatenated
 # archives in turn), so the base stays the same bytes whatever the model, and its size is the
 # image's own.
@@ -103,33 +147,9 @@ fi
 mv "$OUT/initrd.img.tmp" "$OUT/initrd.img"
 
 step 5 "UEFI unified kernel image"
-[ -f "$STUB" ] || die "$STUB missing (systemd-boot-efi)"
-CMD="console=tty0 console=ttyS0 quiet strata.model=part:strata-model strata.ip=10.0.2.15/24 strata.gw=10.0.2.2 strata.dns=10.0.2.3${CMDLINE:+ $CMDLINE}"
-printf '%s' "$CMD" >build/image/cmdline.txt
-printf 'ID=strata\nNAME=Strata\nPRETTY_NAME="Strata appliance (kernel %s)"\n' "$release" >build/image/os-release
-# Sections go after the stub's own, each on a fresh 1 MiB boundary so none overlaps the next.
-align() { echo $((($1 + 0xfffff) / 0x100000 * 0x100000)); }
-end=0
-while read -r idx _ size vma _; do
-    case $idx in [0-9]*) [ $((0x$vma + 0x$size)) -gt $end ] && end=$((0x$vma + 0x$size)) ;; esac
-done < <(objdump -h "$STUB")
-osrel=$(align "$end")
-cmdl=$((osrel + 0x10000))
-linux=$(align $((cmdl + 0x10000)))
-initrd=$(align $((linux + $(stat -c %s "$OUT/vmlinuz"))))
-objcopy \
-    --add-section .osrel=build/image/os-release --change-section-vma .osrel="$(printf 0x%x "$osrel")" \
-    --add-section .cmdline=build/image/cmdline.txt --change-section-vma .cmdline="$(printf 0x%x "$cmdl")" \
-    --add-section .linux="$OUT/vmlinuz" --change-section-vma .linux="$(printf 0x%x "$linux")" \
-    --add-section .initrd="$OUT/initrd-base.img" --change-section-vma .initrd="$(printf 0x%x "$initrd")" \
-    "$STUB" "$OUT/strata.efi"
-# objcopy stamps the PE header with the build time: use SOURCE_DATE_EPOCH instead, and zero the
-# optional header's checksum that covered it (UEFI does not check it) -- same inputs, same bytes.
-le32() { printf "\\$(printf %03o $(($1 & 255)))\\$(printf %03o $((($1 >> 8) & 255)))\\$(printf %03o $((($1 >> 16) & 255)))\\$(printf %03o $((($1 >> 24) & 255)))"; }
-pe=$(od -An -tu4 -j 60 -N 4 "$OUT/strata.efi" | tr -d ' ')
-le32 "$SOURCE_DATE_EPOCH" | dd of="$OUT/strata.efi" bs=1 seek=$((pe + 8)) conv=notrunc status=none
-le32 0 | dd of="$OUT/strata.efi" bs=1 seek=$((pe + 88)) conv=notrunc status=none
-touch -d "@$SOURCE_DATE_EPOCH" "$OUT/strata.efi"
+# panic=10: a panic before init has read strata.on_error reboots (init then sets the policy).
+CMD="console=tty0 console=ttyS0 quiet panic=10 strata.model=part:strata-model${CMDLINE:+ $CMDLINE}"
+STUB=$STUB image/mkuki.sh "$OUT/strata.efi" "$OUT/vmlinuz" "$OUT/initrd-base.img" "$CMD" "$release"
 
 step 6 "disk image"
 MiB=1048576
@@ -143,11 +163,18 @@ rm -f "$esp" "$part"
 mkfs.vfat -C -F 32 -n STRATA-ESP -i 5354a001 "$esp" $((esp_mib * 1024)) >/dev/null
 # Copy a staged tree with fixed times (-s -m keeps them) so that the FAT's entries are the same
 # from build to build.
+# The ESP: systemd-boot as the removable-media loader, and the image as boot slot a, generation
+# 1, known good (no boot counter): see os/boot_slots.h for the A/B scheme, image/update-disk.sh
+# and `strata update` for updates. No `default` in loader.conf: systemd-boot then boots the last
+# entry in version order that is not bad, i.e. the newest generation that is good or on trial.
 es=build/image/esp-stage
-rm -rf "$es" && mkdir -p "$es/EFI/BOOT"
-cp "$OUT/strata.efi" "$es/EFI/BOOT/BOOTX64.EFI"
+rm -rf "$es" && mkdir -p "$es/EFI/BOOT" "$es/EFI/Linux" "$es/loader"
+[ -f "$SDBOOT" ] || die "$SDBOOT missing (systemd-boot-efi)"
+cp "$SDBOOT" "$es/EFI/BOOT/BOOTX64.EFI"
+cp "$OUT/strata.efi" "$es/EFI/Linux/strata-1-a.efi"
+printf 'timeout 0\neditor no\nauto-entries no\nauto-firmware no\n' >"$es/loader/loader.conf"
 find "$es" -exec touch -d "@$SOURCE_DATE_EPOCH" {} +
-mcopy -s -m -i "$esp" "$es/EFI" ::/
+mcopy -s -m -i "$esp" "$es/EFI" "$es/loader" ::/
 ms=build/image/model-stage
 rm -rf "$ms" && mkdir -p "$ms"
 [ -n "$MODEL" ] && cp "$MODEL" "$ms/model.gguf"

@@ -16,25 +16,27 @@
 #                    given is kept where dependencies allow.
 #     -k MODDIR      the kernel's module tree (default build/kernel/modules, see fetch-kernel.sh)
 #     -M DIR         extra modules: every *.ko under DIR (e.g. the NVIDIA driver's), loaded after
-#                    the -m ones, dependencies resolved against DIR and MODDIR
+#                    the -m ones, dependencies resolved against DIR and MODDIR; -m may name them
+#                    to fix their order. Repeatable.
 #     -L DIR         extra libraries: DIR's files go to /usr/lib/x86_64-linux-gnu (glibc's default
-#                    search path, so no ld.so.cache is needed)
+#                    search path, so no ld.so.cache is needed). Repeatable.
 #     -f SRC:DEST    an extra file (DEST is its absolute path in the image). Repeatable.
 #     -z COMP        zstd (default, level $ZSTD_LEVEL or 19) | xz | gzip | none
 #     -S             strip ELF files (--strip-unneeded) as they are copied in
 #     -v             list what goes in
 # The image gets /lib/modules/NAME.ko for each module and /etc/modules: their paths, one a line,
 # in load order (dependencies first), for init to finit_module() in turn. Debian's kernel package
-# has no modules.dep, hence modinfo. Known missing edge: rdma_rxe needs crc32_generic loaded
-# first but does not declare it (it asks the crypto API for "crc32" at run time), so it is added.
+# has no modules.dep, hence modinfo. Known missing edges: rdma_rxe needs crc32_generic loaded
+# first but does not declare it (it asks the crypto API for "crc32" at run time), and
+# crc64-rocksoft (t10-pi, under sd_mod and nvme) likewise wants crc64_rocksoft_generic: added.
 # Empty /dev /proc /sys /run /tmp /mnt are created; /dev/console and /dev/null too when this runs
 # as root (the kernel opens /dev/console for init before devtmpfs is mounted).
 # Times are SOURCE_DATE_EPOCH (default: the last commit's time, else 0): the same inputs give the
 # same bytes.
 set -euo pipefail
 
-OUT="" INIT="" MODDIR=build/kernel/modules EXTRA_MODS="" EXTRA_LIBS="" COMP=zstd STRIP=0 VERBOSE=0
-BINS=() MODS=() FILES=()
+OUT="" INIT="" MODDIR=build/kernel/modules COMP=zstd STRIP=0 VERBOSE=0
+BINS=() MODS=() FILES=() EXTRA_MODS=() EXTRA_LIBS=()
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
 while getopts "o:i:b:m:k:M:L:f:z:Svh" opt; do
     case $opt in
@@ -43,8 +45,8 @@ while getopts "o:i:b:m:k:M:L:f:z:Svh" opt; do
     b) BINS+=("$OPTARG") ;;
     m) MODS+=("$OPTARG") ;;
     k) MODDIR=$OPTARG ;;
-    M) EXTRA_MODS=$OPTARG ;;
-    L) EXTRA_LIBS=$OPTARG ;;
+    M) EXTRA_MODS+=("$OPTARG") ;;
+    L) EXTRA_LIBS+=("$OPTARG") ;;
     f) FILES+=("$OPTARG") ;;
     z) COMP=$OPTARG ;;
     S) STRIP=1 ;;
@@ -108,12 +110,12 @@ for spec in "${BINS[@]+"${BINS[@]}"}"; do
     done < <(closure "$src")
 done
 
-if [ -n "$EXTRA_LIBS" ]; then
-    [ -d "$EXTRA_LIBS" ] || die "$EXTRA_LIBS: not a directory"
+for dir in "${EXTRA_LIBS[@]+"${EXTRA_LIBS[@]}"}"; do
+    [ -d "$dir" ] || die "-L $dir: not a directory"
     while IFS= read -r f; do
-        put "$f" "/usr/lib/x86_64-linux-gnu/${f#"$EXTRA_LIBS"/}"
-    done < <(find "$EXTRA_LIBS" -type f -o -type l | LC_ALL=C sort)
-fi
+        put "$f" "/usr/lib/x86_64-linux-gnu/${f#"$dir"/}"
+    done < <(find "$dir" -type f -o -type l | LC_ALL=C sort)
+done
 
 for spec in "${FILES[@]+"${FILES[@]}"}"; do
     src=${spec%%:*} dest=${spec#*:}
@@ -126,7 +128,7 @@ done
 # Module names treat '-' and '_' alike; index every .ko by its normalised name.
 declare -A MODPATH=() BUILTIN=() SEEN=()
 norm() { local n=${1##*/}; n=${n%%.ko*}; echo "${n//-/_}"; }
-if [ ${#MODS[@]} -gt 0 ] || [ -n "$EXTRA_MODS" ]; then
+if [ ${#MODS[@]} -gt 0 ] || [ ${#EXTRA_MODS[@]} -gt 0 ]; then
     [ -d "$MODDIR" ] || die "$MODDIR: no module tree (run image/fetch-kernel.sh)"
     # name<TAB>path for all ~4000 modules in one awk pass (a subshell per file would take seconds).
     keyed() { awk '{ n = $0; sub(/.*\//, "", n); sub(/\.ko.*/, "", n); gsub(/-/, "_", n); print n "\t" $0 }'; }
@@ -136,16 +138,16 @@ if [ ${#MODS[@]} -gt 0 ] || [ -n "$EXTRA_MODS" ]; then
     fi
 fi
 EXTRA_LIST=()
-if [ -n "$EXTRA_MODS" ]; then
-    [ -d "$EXTRA_MODS" ] || die "$EXTRA_MODS: not a directory"
+for dir in "${EXTRA_MODS[@]+"${EXTRA_MODS[@]}"}"; do
+    [ -d "$dir" ] || die "-M $dir: not a directory"
     while IFS= read -r f; do
         MODPATH[$(norm "$f")]=$f
         EXTRA_LIST+=("$(norm "$f")")
-    done < <(find -L "$EXTRA_MODS" -name '*.ko*' -type f | LC_ALL=C sort)
-fi
+    done < <(find -L "$dir" -name '*.ko*' -type f | LC_ALL=C sort)
+done
 
 # Dependencies the modules do not declare (see the header).
-declare -A HIDDEN_DEPS=([rdma_rxe]="crc32_generic")
+declare -A HIDDEN_DEPS=([rdma_rxe]="crc32_generic" [crc64_rocksoft]="crc64_rocksoft_generic")
 
 mod_deps() {
     local f=${MODPATH[$1]} d s x
@@ -172,7 +174,7 @@ visit() { # depth-first: a module goes in after everything it needs
     m=$(norm "$1")
     [ -n "${SEEN[$m]:-}" ] && return 0
     [ -n "${BUILTIN[$m]:-}" ] && { SEEN[$m]=1; return 0; }
-    [ -n "${MODPATH[$m]:-}" ] || die "module $m: not found under $MODDIR${EXTRA_MODS:+ or $EXTRA_MODS}"
+    [ -n "${MODPATH[$m]:-}" ] || die "module $m: not found under $MODDIR${EXTRA_MODS[*]:+ or ${EXTRA_MODS[*]}}"
     SEEN[$m]=visiting
     for d in $(mod_deps "$m"); do
         [ "${SEEN[$(norm "$d")]:-}" = visiting ] && die "module $m: dependency cycle through $d"

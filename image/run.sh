@@ -9,7 +9,9 @@
 #                    build/qemu-accel), else tcg (software emulation)
 #   MEM=MiB          guest memory (default: 1024, or 3x the model plus 512 when larger)
 #   SMP=N            guest CPUs (default: the host's, at most 8)
-#   APPEND="..."     more kernel command-line keys (boot/cmdline.md), e.g. "strata.api_key=k"
+#   APPEND="..."     more kernel command-line keys (boot/cmdline.md), e.g. "strata.api_key=k";
+#                    the guest has an i6300esb watchdog for APPEND="strata.watchdog=30"; no
+#                    strata.ip: the address comes from QEMU's DHCP server (10.0.2.15)
 #   DISK=1           boot out/strata.img under OVMF (UEFI) instead of kernel + initrd
 #   GPU=0000:01:00.0 pass a host PCI device (a GPU) to the guest through VFIO. Needs KVM, an IOMMU
 #                    (intel_iommu=on / amd_iommu=on on the host), the device bound to the host's
@@ -53,7 +55,8 @@ args=""
 
 Q=(qemu-system-x86_64 -machine q35 -accel "$ACCEL" -cpu "$cpu" -m "$mem" -smp "$smp"
     -nodefaults -display none -serial mon:stdio
-    -netdev "user,id=n0,hostfwd=tcp::$PORT-:8080" -device virtio-net-pci,netdev=n0,romfile=)
+    -netdev "user,id=n0,hostfwd=tcp::$PORT-:8080" -device virtio-net-pci,netdev=n0,romfile=
+    -device i6300esb -action watchdog=reset)
 if [ -n "${GPU:-}" ]; then
     [ "$ACCEL" = kvm ] || { echo "run: GPU=$GPU needs KVM (ACCEL=$ACCEL)" >&2; exit 1; }
     Q+=(-device "vfio-pci,host=$GPU")
@@ -69,7 +72,7 @@ else
     kernel=$OUT/vmlinux # uncompressed: QEMU's PVH entry skips the slow emulated decompression
     [ -f "$kernel" ] || kernel=$OUT/vmlinuz
     Q+=(-kernel "$kernel" -initrd "$OUT/initrd.img"
-        -append "console=ttyS0 quiet strata.ip=10.0.2.15/24 strata.gw=10.0.2.2 strata.dns=10.0.2.3 $args ${APPEND:-}")
+        -append "console=ttyS0 quiet panic=10 $args ${APPEND:-}")
 fi
 echo "run: QEMU ($ACCEL, $smp CPUs, $mem MiB); API on http://localhost:$PORT once the console says 'ready'"
 echo "run: curl localhost:$PORT/v1/completions -d '{\"prompt\":\"Once upon a time\",\"max_tokens\":40}'"

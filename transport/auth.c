@@ -1,6 +1,6 @@
 #include "transport/auth.h"
 
-#include "os/errmsg.h"
+#include "os/common/errmsg.h"
 #include "transport/crc32c.h"
 
 #include <ctype.h>

@@ -1,6 +1,6 @@
 #include "transport/transport.h"
 
-#include "os/errmsg.h"
+#include "os/common/errmsg.h"
 
 #include <arpa/inet.h>
 #include <stdio.h>

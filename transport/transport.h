@@ -16,6 +16,7 @@
 #ifndef STRATA_TRANSPORT_H
 #define STRATA_TRANSPORT_H
 
+#include "os/common/errmsg.h"
 #include "transport/auth.h"
 
 #include <stddef.h>
@@ -57,9 +58,6 @@ struct tp_ops {
     int (*poll)(struct tp *t, int timeout_ms);
     int (*send)(struct tp_conn *c, const void *msg, size_t len);
     int (*recv)(struct tp_conn *c, const uint8_t **msg, size_t *len);
-    int (*state)(struct tp_conn *c);
-    const char *(*error)(struct tp_conn *c);
-    const char *(*peer)(struct tp_conn *c);
     size_t (*pending)(struct tp_conn *c);
     void (*close)(struct tp_conn *c);
     void (*destroy)(struct tp *t);
@@ -108,14 +106,15 @@ void tp_set_bulk(struct tp_conn *c);
 /* "a.b.c.d:port" -> network-order address and host-order port. */
 int tp_parse_addr(const char *s, uint32_t *ip_be, uint16_t *port, char *err);
 
-/* Every connection begins with this common part (backends embed it first). */
+/* Every connection begins with this common part (backends embed it first): its state, error and
+ * peer are read here for every backend (tp_conn_state, tp_conn_error, tp_conn_peer). */
 struct tp_conn_base {
     struct tp *t;
     int state;
     int refused; /* the peer rejected our handshake (or failed ours): wrong cluster key */
     int bulk;    /* weight traffic: yields to serving traffic (tp_set_bulk) */
     char peer[48];
-    char err[1024];
+    char err[ERRMSG_LEN];
 };
 
 #endif

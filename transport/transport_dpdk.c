@@ -21,8 +21,9 @@
  * flip a bit after the CRC (corrupt) or add a forged copy with a valid CRC but a bad tag (forge).
  */
 #include "drivers/nic/nic.h"
-#include "os/errmsg.h"
-#include "os/log.h"
+#include "os/runtime/clock.h"
+#include "os/common/errmsg.h"
+#include "os/runtime/log.h"
 #include "transport/crc32c.h"
 #include "transport/transport.h"
 
@@ -116,13 +117,6 @@ struct dpdk_tp {
     int n_imp;
 };
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static int chance(double pct)
 {
     return pct > 0 && randombytes_uniform(1000000) < (uint32_t)(pct * 10000);
@@ -206,7 +200,7 @@ static struct dconn *conn_new(struct tp *t, uint32_t ip, uint16_t port)
     inet_ntop(AF_INET, &ip, a, sizeof a);
     snprintf(c->b.peer, sizeof c->b.peer, "%s:%u", a, port);
     c->rto = 0.05;
-    c->last_rx = now_s();
+    c->last_rx = clock_now();
     c->next = d->conns;
     d->conns = c;
     return c;
@@ -247,7 +241,7 @@ static struct tp_conn *dpdk_connect(struct tp *t, const char *addr, char *err)
         return NULL;
     }
     c->b.state = TP_CONNECTING;
-    c->hello_deadline = now_s() + t->cfg.dead_ms * 1e-3;
+    c->hello_deadline = clock_now() + t->cfg.dead_ms * 1e-3;
     auth_nonce(c->nonce); /* one nonce per attempt: a repeated HELLO is recognised as such */
     return (struct tp_conn *)c;
 }
@@ -305,7 +299,7 @@ static void deliver(struct dconn *c)
 
 static void on_ack(struct dconn *c, const struct wire_ack *a)
 {
-    double t = now_s();
+    double t = clock_now();
     uint64_t cum = a->cum;
     if (cum > c->snd_nxt) return; /* acknowledges what was never sent: ignore */
     while (c->snd_una < cum) {
@@ -396,7 +390,7 @@ static void on_frame(struct tp *t, const uint8_t *frame, size_t len, uint32_t sr
                 memcpy(c->peer_mac, src_mac, 6);
                 c->mac_known = 1;
                 c->b.state = TP_OPEN;
-                c->last_rx = now_s();
+                c->last_rx = clock_now();
                 return;
             }
         return;
@@ -411,7 +405,7 @@ static void on_frame(struct tp *t, const uint8_t *frame, size_t len, uint32_t sr
         t->stats.dropped_bad++;
         return;
     }
-    c->last_rx = now_s();
+    c->last_rx = clock_now();
     if (h.type == WIRE_ACK) {
         struct wire_ack a;
         if (wire_ack_decode(&a, d->scratch, ptlen, err) == 0) on_ack(c, &a);
@@ -454,7 +448,7 @@ static void send_ack(struct dpdk_tp *d, struct dconn *c)
     send_raw(d, c, frame, n);
     c->ack_pending = 0;
     c->unacked_rx = 0;
-    c->last_ack_tx = now_s();
+    c->last_ack_tx = clock_now();
 }
 
 /* ---- send ---- */
@@ -548,7 +542,7 @@ static int dpdk_poll(struct tp *t, int timeout_ms)
     struct dpdk_tp *d = t->impl;
     struct nic_dgram g[32];
     int work = 0;
-    double now = now_s();
+    double now = clock_now();
     for (int round = 0; round < 8; round++) {
         int k = nic_rx(d->nic, g, 32);
         for (int i = 0; i < k; i++) {
@@ -638,21 +632,6 @@ static int dpdk_recv(struct tp_conn *conn, const uint8_t **msg, size_t *len)
     return c->b.state == TP_CLOSED ? -1 : 0;
 }
 
-static int dpdk_state(struct tp_conn *c)
-{
-    return ((struct dconn *)c)->b.state;
-}
-
-static const char *dpdk_error(struct tp_conn *c)
-{
-    return ((struct dconn *)c)->b.err;
-}
-
-static const char *dpdk_peer(struct tp_conn *c)
-{
-    return ((struct dconn *)c)->b.peer;
-}
-
 static size_t dpdk_pending(struct tp_conn *conn)
 {
     struct dconn *c = (struct dconn *)conn;
@@ -726,9 +705,6 @@ const struct tp_ops tp_dpdk_ops = {
     .poll = dpdk_poll,
     .send = dpdk_send,
     .recv = dpdk_recv,
-    .state = dpdk_state,
-    .error = dpdk_error,
-    .peer = dpdk_peer,
     .pending = dpdk_pending,
     .close = dpdk_close,
     .destroy = dpdk_destroy,

@@ -9,8 +9,8 @@
  * tp_pull() reads ranges of the peer's region into the local one without involving the peer's
  * CPU (the holder keeps serving). The arena is registered once per device (tp_expose). */
 #include "drivers/rdma/rdma.h"
-#include "os/errmsg.h"
-#include "os/log.h"
+#include "os/common/errmsg.h"
+#include "os/runtime/log.h"
 #include "transport/transport.h"
 
 #include <stdio.h>
@@ -185,21 +185,6 @@ static int rdma_tp_recv(struct tp_conn *conn, const uint8_t **msg, size_t *len)
     return r;
 }
 
-static int rdma_tp_state(struct tp_conn *c)
-{
-    return ((struct rconn *)c)->b.state;
-}
-
-static const char *rdma_tp_error(struct tp_conn *c)
-{
-    return ((struct rconn *)c)->b.err;
-}
-
-static const char *rdma_tp_peer(struct tp_conn *c)
-{
-    return ((struct rconn *)c)->b.peer;
-}
-
 static size_t rdma_tp_pending(struct tp_conn *c)
 {
     return tp_pending(((struct rconn *)c)->tc);
@@ -272,9 +257,6 @@ const struct tp_ops tp_rdma_ops = {
     .poll = rdma_tp_poll,
     .send = rdma_tp_send,
     .recv = rdma_tp_recv,
-    .state = rdma_tp_state,
-    .error = rdma_tp_error,
-    .peer = rdma_tp_peer,
     .pending = rdma_tp_pending,
     .close = rdma_tp_close,
     .destroy = rdma_tp_destroy,

@@ -5,8 +5,8 @@
  * CRC or authentication cannot be skipped in a stream, so it closes the connection. */
 #include "transport/transport.h"
 
-#include "os/errmsg.h"
-#include "os/log.h"
+#include "os/common/errmsg.h"
+#include "os/runtime/log.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -52,7 +52,9 @@ struct tcp_tp {
 static void conn_fail(struct tcp_conn *c, const char *fmt, const char *why)
 {
     if (c->b.state != TP_CLOSED) {
-        snprintf(c->b.err, sizeof c->b.err, fmt, c->b.peer, why);
+        /* A message longer than ERRMSG_LEN is cut: the peer and the reason's start say enough. */
+        if (snprintf(c->b.err, sizeof c->b.err, fmt, c->b.peer, why) >= (int)sizeof c->b.err)
+            c->b.err[sizeof c->b.err - 1] = 0;
         c->b.state = TP_CLOSED;
     }
     if (c->fd >= 0) close(c->fd);
@@ -416,21 +418,6 @@ static int tcp_recv(struct tp_conn *conn, const uint8_t **msg, size_t *len)
     return c->b.state == TP_CLOSED ? -1 : 0;
 }
 
-static int tcp_state(struct tp_conn *c)
-{
-    return ((struct tcp_conn *)c)->b.state;
-}
-
-static const char *tcp_error(struct tp_conn *c)
-{
-    return ((struct tcp_conn *)c)->b.err;
-}
-
-static const char *tcp_peer(struct tp_conn *c)
-{
-    return ((struct tcp_conn *)c)->b.peer;
-}
-
 static size_t tcp_pending(struct tp_conn *conn)
 {
     struct tcp_conn *c = (struct tcp_conn *)conn;
@@ -471,9 +458,6 @@ const struct tp_ops tp_tcp_ops = {
     .poll = tcp_poll,
     .send = tcp_send,
     .recv = tcp_recv,
-    .state = tcp_state,
-    .error = tcp_error,
-    .peer = tcp_peer,
     .pending = tcp_pending,
     .close = tcp_close,
     .destroy = tcp_destroy,

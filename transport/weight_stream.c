@@ -1,7 +1,8 @@
 #include "transport/weight_stream.h"
 
-#include "os/errmsg.h"
-#include "os/log.h"
+#include "os/runtime/clock.h"
+#include "os/common/errmsg.h"
+#include "os/runtime/log.h"
 #include "transport/crc32c.h"
 
 #include <sodium.h>
@@ -14,13 +15,6 @@
 #define MAX_REDO       16
 #define DEFAULT_CHUNK  (256u << 10)
 #define PULLS_PER_STEP 16
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* ---- store ---- */
 
@@ -416,7 +410,7 @@ static void feeder_push(struct weight_stream *ws, struct feeder *f)
         }
         f->manifest_sent = 1;
     }
-    double t = now_s();
+    double t = clock_now();
     if (ws->cfg.rate_bytes > 0) {
         double cap = ws->cfg.rate_bytes * 0.01;
         if (cap < f->chunk_size) cap = f->chunk_size;
@@ -606,7 +600,7 @@ static int upstream_step(struct weight_stream *ws, char *err)
 {
     struct weight_store *s = ws->s;
     if (ws->cfg.n_peers == 0 || ws->finished) return 0;
-    double t = now_s();
+    double t = clock_now();
     if (!ws->up) {
         if (t < ws->up_next_try) return 0;
         const char *peer = ws->cfg.peers[ws->up_peer];

@@ -1,6 +1,6 @@
 #include "transport/wire.h"
 
-#include "os/errmsg.h"
+#include "os/common/errmsg.h"
 #include "serving/engine/quant.h"
 #include "transport/crc32c.h"
 
@@ -433,7 +433,26 @@ int wire_rdma_info_decode(struct wire_rdma_info *i, const uint8_t *buf, size_t l
     return 0;
 }
 
-/* ---- activations ---- */
+/* ---- cooperative execution ---- */
+
+/* Append the CRC-32C of everything written so far. */
+static void w_crc(struct wire_w *w)
+{
+    if (!w->bad) wire_put_u32(w, crc32c(0, w->p, w->off));
+}
+
+/* The message ends with the CRC-32C of the bytes before it. */
+static int r_crc(const uint8_t *buf, size_t len, const char *what, char *err)
+{
+    if (len < 5) return errmsg_set(err, "%s: truncated (%zu bytes)", what, len);
+    const uint8_t *c = buf + len - 4;
+    uint32_t want =
+        (uint32_t)c[0] | (uint32_t)c[1] << 8 | (uint32_t)c[2] << 16 | (uint32_t)c[3] << 24;
+    uint32_t got = crc32c(0, buf, len - 4);
+    if (got != want)
+        return errmsg_set(err, "%s: CRC-32C 0x%08x, the message says 0x%08x", what, got, want);
+    return 0;
+}
 
 static size_t dtype_size(uint8_t dtype)
 {
@@ -442,7 +461,15 @@ static size_t dtype_size(uint8_t dtype)
 
 size_t wire_activations_size(uint32_t n, uint32_t dim, uint8_t dtype)
 {
-    return WIRE_ACT_HDR_LEN + (size_t)n * 8 + (size_t)n * dim * dtype_size(dtype);
+    return WIRE_ACT_HDR_LEN + (size_t)n * WIRE_ACT_ROW_LEN + (size_t)n * dim * dtype_size(dtype) +
+           4;
+}
+
+uint32_t wire_activations_max_rows(uint32_t dim, uint8_t dtype)
+{
+    size_t row = WIRE_ACT_ROW_LEN + (size_t)dim * dtype_size(dtype);
+    size_t n = (WIRE_MAX_MSG - WIRE_ACT_HDR_LEN - 4) / (row ? row : 1);
+    return n > WIRE_MAX_ACT_TOKENS ? WIRE_MAX_ACT_TOKENS : (uint32_t)n;
 }
 
 size_t wire_activations_encode(uint8_t *out, size_t cap, const struct wire_activations *a)
@@ -460,6 +487,8 @@ size_t wire_activations_encode(uint8_t *out, size_t cap, const struct wire_activ
     for (uint32_t i = 0; i < a->n; i++) {
         wire_put_u32(&w, a->seq[i]);
         wire_put_u32(&w, a->pos[i]);
+        wire_put_u32(&w, a->token[i]);
+        wire_put_u8(&w, a->flags[i]);
     }
     size_t m = (size_t)a->n * a->dim;
     for (size_t i = 0; i < m; i++) {
@@ -469,11 +498,13 @@ size_t wire_activations_encode(uint8_t *out, size_t cap, const struct wire_activ
         else
             wire_put_u16(&w, a->dtype == WIRE_F16 ? f32_to_fp16(v) : f32_to_bf16(v));
     }
+    w_crc(&w);
     return w.bad ? 0 : w.off;
 }
 
 int wire_activations_decode(struct wire_activations *a, const uint8_t *buf, size_t len,
-                            uint32_t *seq, uint32_t *pos, float *x, uint32_t cap_n, char *err)
+                            uint32_t *seq, uint32_t *pos, uint32_t *token, uint8_t *flags, float *x,
+                            uint32_t cap_n, size_t cap_x, char *err)
 {
     struct wire_r r = {buf, len, 0, 0};
     if (r_type(&r, MSG_ACTIVATIONS, "activations", err)) return -1;
@@ -485,23 +516,152 @@ int wire_activations_decode(struct wire_activations *a, const uint8_t *buf, size
     if (r.bad) return errmsg_set(err, "activations: truncated (%zu bytes)", len);
     if (!dtype_size(a->dtype)) return errmsg_set(err, "activations: unknown dtype %u", a->dtype);
     if (a->n > WIRE_MAX_ACT_TOKENS || a->n > cap_n)
-        return errmsg_set(err, "activations: %u tokens, room for %u", a->n, cap_n);
+        return errmsg_set(err, "activations: %u rows, room for %u", a->n, cap_n);
     if (a->dim == 0 || a->dim > WIRE_MAX_ACT_DIM)
         return errmsg_set(err, "activations: dim %u out of range", a->dim);
+    if ((size_t)a->n * a->dim > cap_x)
+        return errmsg_set(err, "activations: %u x %u values, room for %zu", a->n, a->dim, cap_x);
     if (len != wire_activations_size(a->n, a->dim, a->dtype))
         return errmsg_set(err, "activations: %zu bytes, %u x %u of dtype %u need %zu", len, a->n,
                           a->dim, a->dtype, wire_activations_size(a->n, a->dim, a->dtype));
+    if (r_crc(buf, len, "activations", err)) return -1;
     for (uint32_t i = 0; i < a->n; i++) {
         seq[i] = wire_get_u32(&r);
         pos[i] = wire_get_u32(&r);
+        token[i] = wire_get_u32(&r);
+        flags[i] = wire_get_u8(&r);
+        if (flags[i] & ~(WIRE_ROW_LOGITS | WIRE_ROW_MASK_EOS))
+            return errmsg_set(err, "activations: row %u: unknown flags 0x%x", i, flags[i]);
     }
     size_t m = (size_t)a->n * a->dim;
     for (size_t i = 0; i < m; i++)
         x[i] = a->dtype == WIRE_F32   ? wire_get_f32(&r)
                : a->dtype == WIRE_F16 ? fp16_to_f32(wire_get_u16(&r))
                                       : bf16_to_f32(wire_get_u16(&r));
+    wire_get_u32(&r); /* the CRC, checked above */
     a->seq = seq;
     a->pos = pos;
+    a->token = token;
+    a->flags = flags;
     a->x = x;
     return r_done(&r, "activations", err);
+}
+
+size_t wire_coop_tokens_encode(uint8_t *out, size_t cap, const struct wire_coop_tokens *t)
+{
+    if (t->n > WIRE_MAX_ACT_TOKENS || (t->status && t->n)) return 0;
+    size_t elen = t->status ? strnlen(t->error, WIRE_COOP_ERR_LEN) : 0;
+    struct wire_w w = {out, cap, 0, 0};
+    wire_put_u8(&w, MSG_COOP_TOKENS);
+    wire_put_u64(&w, t->step);
+    wire_put_u8(&w, t->status);
+    wire_put_u32(&w, t->n);
+    for (uint32_t i = 0; i < t->n; i++) {
+        wire_put_u32(&w, t->tok[i].seq);
+        wire_put_u32(&w, t->tok[i].token);
+        wire_put_u64(&w, t->tok[i].rng);
+    }
+    wire_put_u16(&w, (uint16_t)elen);
+    wire_put_bytes(&w, t->error, elen);
+    w_crc(&w);
+    return w.bad ? 0 : w.off;
+}
+
+int wire_coop_tokens_decode(struct wire_coop_tokens *t, const uint8_t *buf, size_t len,
+                            struct wire_coop_token *tok, uint32_t cap_n, char *err)
+{
+    struct wire_r r = {buf, len, 0, 0};
+    if (r_type(&r, MSG_COOP_TOKENS, "coop tokens", err)) return -1;
+    if (r_crc(buf, len, "coop tokens", err)) return -1;
+    r.len = len - 4;
+    t->step = wire_get_u64(&r);
+    t->status = wire_get_u8(&r);
+    t->n = wire_get_u32(&r);
+    if (r.bad) return errmsg_set(err, "coop tokens: truncated (%zu bytes)", len);
+    if (t->status > 1) return errmsg_set(err, "coop tokens: status %u unknown", t->status);
+    if (t->n > cap_n || t->n > WIRE_MAX_ACT_TOKENS)
+        return errmsg_set(err, "coop tokens: %u tokens, room for %u", t->n, cap_n);
+    if (t->status && t->n)
+        return errmsg_set(err, "coop tokens: a failed step with %u tokens", t->n);
+    if (r.len - r.off < (size_t)t->n * 16 + 2)
+        return errmsg_set(err, "coop tokens: %zu bytes, %u tokens need more", len, t->n);
+    for (uint32_t i = 0; i < t->n; i++) {
+        tok[i].seq = wire_get_u32(&r);
+        tok[i].token = wire_get_u32(&r);
+        tok[i].rng = wire_get_u64(&r);
+    }
+    uint16_t elen = wire_get_u16(&r);
+    const uint8_t *e = wire_get_bytes(&r, elen);
+    if (r_done(&r, "coop tokens", err)) return -1;
+    if (elen > WIRE_COOP_ERR_LEN) return errmsg_set(err, "coop tokens: %u-byte error", elen);
+    for (uint16_t i = 0; i < elen; i++)
+        t->error[i] = e[i] >= 0x20 && e[i] < 0x7f ? (char)e[i] : '?';
+    t->error[elen] = 0;
+    t->tok = tok;
+    return 0;
+}
+
+size_t wire_coop_open_encode(uint8_t *out, size_t cap, const struct wire_coop_open *o)
+{
+    struct wire_w w = {out, cap, 0, 0};
+    wire_put_u8(&w, MSG_COOP_OPEN);
+    wire_put_u32(&w, o->seq);
+    wire_put_f32(&w, o->temperature);
+    wire_put_f32(&w, o->top_p);
+    wire_put_u32(&w, o->top_k);
+    wire_put_f32(&w, o->min_p);
+    wire_put_u64(&w, o->rng);
+    w_crc(&w);
+    return w.bad ? 0 : w.off;
+}
+
+int wire_coop_open_decode(struct wire_coop_open *o, const uint8_t *buf, size_t len, char *err)
+{
+    struct wire_r r = {buf, len, 0, 0};
+    if (r_type(&r, MSG_COOP_OPEN, "coop open", err)) return -1;
+    if (len != WIRE_COOP_OPEN_LEN)
+        return errmsg_set(err, "coop open: %zu bytes, expected %d", len, WIRE_COOP_OPEN_LEN);
+    if (r_crc(buf, len, "coop open", err)) return -1;
+    o->seq = wire_get_u32(&r);
+    o->temperature = wire_get_f32(&r);
+    o->top_p = wire_get_f32(&r);
+    o->top_k = wire_get_u32(&r);
+    o->min_p = wire_get_f32(&r);
+    o->rng = wire_get_u64(&r);
+    wire_get_u32(&r);
+    if (r_done(&r, "coop open", err)) return -1;
+    /* written so that NaN fails every test */
+    if (!(o->temperature >= 0 && o->temperature <= 1e6f) || !(o->top_p > 0 && o->top_p <= 1) ||
+        !(o->min_p >= 0 && o->min_p < 1))
+        return errmsg_set(err, "coop open: sequence %u: sampler out of range", o->seq);
+    if (o->top_k > (1u << 24)) return errmsg_set(err, "coop open: top_k %u", o->top_k);
+    return 0;
+}
+
+size_t wire_coop_close_encode(uint8_t *out, size_t cap, const uint32_t *seq, uint32_t n)
+{
+    if (!n || n > WIRE_MAX_ACT_TOKENS) return 0;
+    struct wire_w w = {out, cap, 0, 0};
+    wire_put_u8(&w, MSG_COOP_CLOSE);
+    wire_put_u32(&w, n);
+    for (uint32_t i = 0; i < n; i++) wire_put_u32(&w, seq[i]);
+    w_crc(&w);
+    return w.bad ? 0 : w.off;
+}
+
+int wire_coop_close_decode(const uint8_t *buf, size_t len, uint32_t *seq, uint32_t cap_n,
+                           uint32_t *n, char *err)
+{
+    struct wire_r r = {buf, len, 0, 0};
+    if (r_type(&r, MSG_COOP_CLOSE, "coop close", err)) return -1;
+    if (r_crc(buf, len, "coop close", err)) return -1;
+    *n = wire_get_u32(&r);
+    if (r.bad) return errmsg_set(err, "coop close: truncated (%zu bytes)", len);
+    if (*n == 0 || *n > cap_n || *n > WIRE_MAX_ACT_TOKENS)
+        return errmsg_set(err, "coop close: %u sequences, room for %u", *n, cap_n);
+    if (len != 1 + 4 + (size_t)*n * 4 + 4)
+        return errmsg_set(err, "coop close: %zu bytes for %u sequences", len, *n);
+    for (uint32_t i = 0; i < *n; i++) seq[i] = wire_get_u32(&r);
+    wire_get_u32(&r);
+    return r_done(&r, "coop close", err);
 }

@@ -116,7 +116,10 @@ enum wire_msg {
     MSG_REFETCH = 19,     /* joiner -> holder: a unit (0 header, 1+s span s) failed its CRC */
     MSG_DONE = 20,        /* joiner -> holder: every span verified */
     MSG_RDMA_INFO = 21,   /* both ways: queue pair and memory region for one-sided reads */
-    MSG_ACTIVATIONS = 22, /* hidden states of a batch after layer `layer`, to the next node */
+    MSG_ACTIVATIONS = 22, /* coop: a step's hidden states at the input of layer `layer` */
+    MSG_COOP_TOKENS = 23, /* coop: the tokens sampled for a MSG_ACTIVATIONS step, or an error */
+    MSG_COOP_OPEN = 24,   /* coop: a sequence's sampler, before its first activations */
+    MSG_COOP_CLOSE = 25,  /* coop: sequences the helper forgets (their KV blocks freed) */
 };
 
 struct wire_span {
@@ -186,28 +189,84 @@ struct wire_rdma_info {
 size_t wire_rdma_info_encode(uint8_t *out, size_t cap, const struct wire_rdma_info *i);
 int wire_rdma_info_decode(struct wire_rdma_info *i, const uint8_t *buf, size_t len, char *err);
 
-/* Hidden states shipped between pipeline stages (engine_layers on [l0, layer) here, [layer, ...)
- * there). Values travel as IEEE-754 binary32, binary16 (fp16) or bfloat16, little-endian; fp16
- * and bf16 conversions are the engine's (serving/engine/quant.h, round to nearest even). Each
- * token row carries its sequence id and position so the receiver can run its own KV cache. */
+/* Cooperative execution (cluster/coop.h). Every coop message ends with the CRC-32C of all its
+ * bytes before it (u32), checked before anything else is trusted.
+ *
+ * MSG_ACTIVATIONS: the hidden states of one step at the input of layer `layer` (the first layer the
+ * receiver runs): the joiner ran the embedding and [0, layer). Values travel as IEEE-754 binary32,
+ * binary16 (fp16) or bfloat16, little-endian; fp16/bf16 conversions are the engine's
+ * (serving/engine/quant.h, round to nearest even) and lossy: f32 is the exact choice. Each row
+ * carries its sequence id, position, token id and flags (WIRE_ROW_*), so the receiver runs its own
+ * KV cache and knows which rows want a sampled token.
+ *   u8 type | u64 step | u32 layer | u32 n | u32 dim | u8 dtype
+ *   | n x (u32 seq | u32 pos | u32 token | u8 flags) | n x dim values | u32 crc */
 enum wire_dtype { WIRE_F32 = 0, WIRE_F16 = 1, WIRE_BF16 = 2 };
 #define WIRE_MAX_ACT_TOKENS 4096
 #define WIRE_MAX_ACT_DIM    65536
+#define WIRE_ROW_LOGITS     1u /* sample a token after this row */
+#define WIRE_ROW_MASK_EOS   2u /* ... with the end-of-sequence tokens excluded (min_tokens) */
 struct wire_activations {
     uint64_t step;
     uint32_t layer; /* first layer the receiver runs */
     uint32_t n, dim;
-    uint8_t dtype;       /* enum wire_dtype */
-    const uint32_t *seq; /* [n] (encode: from the caller; decode: into the caller's arrays) */
-    const uint32_t *pos; /* [n] */
-    const float *x;      /* [n][dim] */
+    uint8_t dtype;         /* enum wire_dtype */
+    const uint32_t *seq;   /* [n] (encode: from the caller; decode: into the caller's arrays) */
+    const uint32_t *pos;   /* [n] */
+    const uint32_t *token; /* [n] */
+    const uint8_t *flags;  /* [n] WIRE_ROW_* */
+    const float *x;        /* [n][dim] */
 };
 #define WIRE_ACT_HDR_LEN (1 + 8 + 4 + 4 + 4 + 1)
+#define WIRE_ACT_ROW_LEN (4 + 4 + 4 + 1)
 size_t wire_activations_size(uint32_t n, uint32_t dim, uint8_t dtype);
+/* Rows of `dim` values of `dtype` that fit in one message of at most WIRE_MAX_MSG bytes. */
+uint32_t wire_activations_max_rows(uint32_t dim, uint8_t dtype);
 size_t wire_activations_encode(uint8_t *out, size_t cap, const struct wire_activations *a);
-/* Decodes into seq[cap_n], pos[cap_n], x[cap_n * dim]; fails if n > cap_n. */
+/* Decodes into seq/pos/token/flags[cap_n] and x[cap_x]; fails if n > cap_n or n * dim > cap_x,
+ * on a bad CRC, an unknown dtype or flag, a length that is not exactly the declared shape. */
 int wire_activations_decode(struct wire_activations *a, const uint8_t *buf, size_t len,
-                            uint32_t *seq, uint32_t *pos, float *x, uint32_t cap_n, char *err);
+                            uint32_t *seq, uint32_t *pos, uint32_t *token, uint8_t *flags, float *x,
+                            uint32_t cap_n, size_t cap_x, char *err);
+
+/* MSG_COOP_TOKENS: status 0 and one entry per WIRE_ROW_LOGITS row of the step, in row order (the
+ * sampled token and the sampler's generator state after drawing it), or status 1, no entries,
+ * and a message.
+ *   u8 type | u64 step | u8 status | u32 n | n x (u32 seq | u32 token | u64 rng)
+ *   | u16 error length | error bytes | u32 crc */
+#define WIRE_COOP_ERR_LEN 255
+struct wire_coop_token {
+    uint32_t seq, token;
+    uint64_t rng;
+};
+struct wire_coop_tokens {
+    uint64_t step;
+    uint8_t status; /* 0 ok, 1 failed */
+    uint32_t n;
+    struct wire_coop_token *tok; /* [n] (decode: the caller's array) */
+    char error[WIRE_COOP_ERR_LEN + 1];
+};
+size_t wire_coop_tokens_encode(uint8_t *out, size_t cap, const struct wire_coop_tokens *t);
+int wire_coop_tokens_decode(struct wire_coop_tokens *t, const uint8_t *buf, size_t len,
+                            struct wire_coop_token *tok, uint32_t cap_n, char *err);
+
+/* MSG_COOP_OPEN: a sequence the joiner will send rows of, with its sampler's parameters and its
+ * generator state now.
+ *   u8 type | u32 seq | f32 temperature | f32 top_p | u32 top_k | f32 min_p | u64 rng | u32 crc */
+struct wire_coop_open {
+    uint32_t seq;
+    float temperature, top_p, min_p;
+    uint32_t top_k;
+    uint64_t rng;
+};
+#define WIRE_COOP_OPEN_LEN (1 + 4 + 4 + 4 + 4 + 4 + 8 + 4)
+size_t wire_coop_open_encode(uint8_t *out, size_t cap, const struct wire_coop_open *o);
+/* Also checks temperature >= 0, top_p in (0, 1], min_p in [0, 1), all finite. */
+int wire_coop_open_decode(struct wire_coop_open *o, const uint8_t *buf, size_t len, char *err);
+
+/* MSG_COOP_CLOSE: u8 type | u32 n | n x u32 seq | u32 crc (1 <= n <= WIRE_MAX_ACT_TOKENS). */
+size_t wire_coop_close_encode(uint8_t *out, size_t cap, const uint32_t *seq, uint32_t n);
+int wire_coop_close_decode(const uint8_t *buf, size_t len, uint32_t *seq, uint32_t cap_n,
+                           uint32_t *n, char *err);
 
 /* The message type of an application message, or -1 if empty. */
 int wire_msg_type(const uint8_t *buf, size_t len);

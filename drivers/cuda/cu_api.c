@@ -1,7 +1,7 @@
 /* cu_api: dlopen/dlsym of the CUDA driver (see cu_api.h for why). */
 #include "drivers/cuda/cu_api.h"
 
-#include "os/errmsg.h"
+#include "os/common/errmsg.h"
 
 #include <dlfcn.h>
 #include <stdio.h>

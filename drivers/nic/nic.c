@@ -1,7 +1,7 @@
 #include "drivers/nic/nic.h"
 
-#include "os/errmsg.h"
-#include "os/log.h"
+#include "os/common/errmsg.h"
+#include "os/runtime/log.h"
 
 #include <rte_eal.h>
 #include <rte_errno.h>

@@ -1,7 +1,8 @@
 #include "drivers/rdma/rdma.h"
 
-#include "os/errmsg.h"
-#include "os/log.h"
+#include "os/runtime/clock.h"
+#include "os/common/errmsg.h"
+#include "os/runtime/log.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -241,18 +242,11 @@ void rdma_qp_destroy(struct rdma_qp *q)
     free(q);
 }
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
-
 /* Wait for the completion of work request `wr_id`. */
 static int wait_wc(struct rdma_dev *d, uint64_t wr_id, struct ibv_wc *out, int timeout_ms,
                    const char *what, char *err)
 {
-    double deadline = now_ms() + timeout_ms;
+    double deadline = (clock_now() * 1e3) + timeout_ms;
     for (;;) {
         struct ibv_wc wc;
         int n;
@@ -268,7 +262,7 @@ static int wait_wc(struct rdma_dev *d, uint64_t wr_id, struct ibv_wc *out, int t
                 d->imm[d->n_imm++] = be32toh(wc.imm_data);
         }
         if (n < 0) return errmsg_set(err, "rdma: %s: ibv_poll_cq failed", d->name);
-        double left = deadline - now_ms();
+        double left = deadline - (clock_now() * 1e3);
         if (left <= 0)
             return errmsg_set(err, "rdma: %s: %s timed out after %d ms", d->name, what, timeout_ms);
         if (d->event_mode) {
@@ -337,7 +331,7 @@ int rdma_post_recv(struct rdma_qp *q, char *err)
 int rdma_wait_imm(struct rdma_qp *q, uint32_t *imm, int timeout_ms, char *err)
 {
     struct rdma_dev *d = q->d;
-    double deadline = now_ms() + timeout_ms;
+    double deadline = (clock_now() * 1e3) + timeout_ms;
     for (;;) {
         if (d->n_imm) {
             *imm = d->imm[0];
@@ -357,7 +351,7 @@ int rdma_wait_imm(struct rdma_qp *q, uint32_t *imm, int timeout_ms, char *err)
             continue;
         }
         if (n < 0) return errmsg_set(err, "rdma: %s: ibv_poll_cq failed", d->name);
-        if (now_ms() > deadline)
+        if ((clock_now() * 1e3) > deadline)
             return errmsg_set(err, "rdma: %s: no immediate in %d ms", d->name, timeout_ms);
         if (d->event_mode) {
             struct pollfd pf = {d->ch->fd, POLLIN, 0};

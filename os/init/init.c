@@ -1,7 +1,7 @@
 /* strata-init: see init.h. The steps, in order, then execve of the server. */
 #include "os/init/init.h"
 
-#include "os/errmsg.h"
+#include "os/common/errmsg.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -117,6 +117,8 @@ int main(void)
     init_say("start", "strata init, PID %d", (int)getpid());
     init_say("cmdline", "%s", line[0] ? line : "(empty)");
     if (bad) fail(cfg.on_error, err);
+    if (init_panic_policy(&cfg, line, err)) fail(cfg.on_error, err);
+    if (init_cpu_check(err)) fail(cfg.on_error, err);
 
     if (cfg.hugepages >= 0) {
         if (init_hugepages(cfg.hugepages, err)) fail(cfg.on_error, err);
@@ -124,6 +126,9 @@ int main(void)
     int loaded = 0, failed = 0;
     if (init_modules(INIT_MODULE_LIST, &loaded, &failed, err)) fail(cfg.on_error, err);
     init_say("modules", "%d loaded, %d failed", loaded, failed);
+    int nodes = 0;
+    if (init_nvidia_nodes(&nodes, err)) fail(cfg.on_error, err);
+    if (nodes) init_say("nvidia", "%d device nodes (/dev/nvidiactl ...)", nodes);
     if (init_net(&cfg, err)) fail(cfg.on_error, err);
     if (init_model(&cfg, model, sizeof model, err)) fail(cfg.on_error, err);
     exec_server(&cfg, model, err);

@@ -2,11 +2,11 @@
  * the console as "strata-init: STEP: what it did", and ends by execve()ing the server so that the
  * server becomes PID 1 and the only process. A step returns 0, or -1 with one line in err; init
  * prints "strata-init: error: LINE" and then halts, reboots or powers off as strata.on_error says.
- * Each step lives in its own file; the parser of the command line is os/boot_cmdline.c. */
+ * Each step lives in its own file; the parser of the command line is os/common/boot_cmdline.c. */
 #ifndef STRATA_INIT_H
 #define STRATA_INIT_H
 
-#include "os/boot_cmdline.h"
+#include "os/common/boot_cmdline.h"
 
 #include <stddef.h>
 
@@ -31,8 +31,22 @@ int init_hugepages(long n, char *err);
  * (hardware absent) is a warning, not an error: *loaded and *failed count them. */
 int init_modules(const char *list, int *loaded, int *failed, char *err);
 
-/* net.c: lo up; the NIC (cfg->iface or the first non-loopback one) up, with cfg's address and
- * default route when given; /etc/resolv.conf from cfg's DNS servers. Netlink only. */
+/* cpu.c: 0 when the CPU has what the server's libraries are compiled for (x86-64-v2), else -1
+ * with err naming the missing features and the fix. */
+int init_cpu_check(char *err);
+
+/* mounts.c: /proc/sys/kernel/panic from strata.on_error: reboot -> the kernel's panic=N (10 s
+ * when the command line has none) and panic_on_oops; halt, poweroff -> 0, the panic stays on the
+ * console. cmdline is the whole kernel command line. */
+int init_panic_policy(const struct boot_config *cfg, const char *cmdline, char *err);
+
+/* nvidia.c: the /dev/nvidia* nodes when the NVIDIA driver is loaded (devtmpfs makes none for it);
+ * *made counts them (0 without the driver). */
+int init_nvidia_nodes(int *made, char *err);
+
+/* net.c: lo up; the NIC (cfg->iface, else the first Ethernet one, or with DHCP the first with a
+ * link) up, with strata.ip/gw/dns, nothing (strata.ip=off), or by default a DHCP lease, which is
+ * written to DHCP_LEASE_FILE for the server to renew. Netlink and a packet socket only. */
 int init_net(const struct boot_config *cfg, char *err);
 
 /* model.c: the model file the server gets: cfg->model, /model.gguf by default, or for

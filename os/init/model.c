@@ -1,6 +1,6 @@
 /* Where the model comes from: a file in the initrd, or a GPT partition found by its name (the
  * disk image's "strata-model" partition, ext4, mounted read-only). */
-#include "os/errmsg.h"
+#include "os/common/errmsg.h"
 #include "os/init/init.h"
 
 #include <dirent.h>
@@ -39,17 +39,39 @@ static int find_partition(const char *label, char *dev, size_t cap)
     return found;
 }
 
+/* Seconds to wait for the partition: disk drivers (nvme, ahci + sd_mod, virtio_blk) probe
+ * asynchronously after their module loads and scan the partition table as they go; a SATA link
+ * can take seconds to come up on real hardware. */
+#define PART_WAIT_S 30
+
+static double since(const struct timespec *t0)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) / 1e9;
+}
+
 static int mount_partition(const char *label, char *err)
 {
     char dev[300];
-    /* Disk drivers scan partition tables as they probe; allow 5 s for slow controllers. */
-    int tries = 0;
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int said = 0;
     while (find_partition(label, dev, sizeof dev)) {
-        if (++tries == 50)
-            return errmsg_set(err, "strata.model=part:%s: no partition named %s", label, label);
-        struct timespec ts = {0, 100000000L};
+        if (!said) {
+            init_say("model", "waiting up to %d s for partition %s (disks probe asynchronously)",
+                     PART_WAIT_S, label);
+            said = 1;
+        }
+        if (since(&t0) >= PART_WAIT_S)
+            return errmsg_set(err,
+                              "strata.model=part:%s: no partition named %s after %d s "
+                              "(no disk driver for this controller in the image?)",
+                              label, label, PART_WAIT_S);
+        struct timespec ts = {0, 50000000L};
         nanosleep(&ts, NULL);
     }
+    if (said) init_say("model", "partition %s appeared after %.1f s", label, since(&t0));
     if (mkdir(INIT_MODEL_MOUNT, 0755) && errno != EEXIST)
         return errmsg_set(err, "mkdir %s: %s", INIT_MODEL_MOUNT, strerror(errno));
     if (mount(dev, INIT_MODEL_MOUNT, "ext4", MS_RDONLY | MS_NOSUID | MS_NODEV, NULL))

@@ -1,6 +1,6 @@
 /* Kernel modules, in the order image/mkinitrd.sh wrote into /etc/modules (dependencies first,
  * from modinfo depends=: Debian's kernel package has no modules.dep and init has no modprobe). */
-#include "os/errmsg.h"
+#include "os/common/errmsg.h"
 #include "os/init/init.h"
 
 #include <errno.h>

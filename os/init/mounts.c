@@ -1,5 +1,5 @@
 /* The file systems a bare initramfs lacks, the console, and hugepages. */
-#include "os/errmsg.h"
+#include "os/common/errmsg.h"
 #include "os/init/init.h"
 
 #include <errno.h>
@@ -85,5 +85,39 @@ int init_hugepages(long n, char *err)
                   err))
         return -1;
     init_say("hugepages", "%ld x 2 MiB reserved, hugetlbfs on /dev/hugepages", got);
+    return 0;
+}
+
+/* The kernel's panic=N, or 0 when the command line has none. */
+static long cmdline_panic(const char *line)
+{
+    for (const char *p = line; (p = strstr(p, "panic=")); p++) {
+        if (p != line && p[-1] != ' ') continue;
+        long v = 0;
+        int neg = p[6] == '-';
+        for (const char *d = p + 6 + neg; *d >= '0' && *d <= '9'; d++) v = v * 10 + (*d - '0');
+        return neg ? -v : v;
+    }
+    return 0;
+}
+
+int init_panic_policy(const struct boot_config *cfg, const char *cmdline, char *err)
+{
+    long secs = 0;
+    if (cfg->on_error == BOOT_ON_ERROR_REBOOT) {
+        secs = cmdline_panic(cmdline);
+        if (secs <= 0) secs = 10;
+    }
+    char num[32];
+    snprintf(num, sizeof num, "%ld", secs);
+    if (write_file("/proc/sys/kernel/panic", num, err) ||
+        write_file("/proc/sys/kernel/panic_on_oops", secs ? "1" : "0", err))
+        return -1;
+    if (secs)
+        init_say("panic", "a kernel panic or oops reboots after %ld s (strata.on_error=reboot)",
+                 secs);
+    else
+        init_say("panic", "a kernel panic stays on the console (strata.on_error=%s)",
+                 boot_on_error_name(cfg->on_error));
     return 0;
 }

@@ -11,6 +11,8 @@
 #ifndef STRATA_API_REQUEST_H
 #define STRATA_API_REQUEST_H
 
+#include "os/common/errmsg.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -22,7 +24,7 @@ struct api_error {
     const char *type; /* "invalid_request_error", "authentication_error", "server_error", ... */
     char param[48];   /* "" when none */
     const char *code; /* NULL or e.g. "context_length_exceeded" */
-    char message[400];
+    char message[ERRMSG_LEN];
 };
 
 struct chat_message {

@@ -4,11 +4,13 @@
  *                      "choices":[{"text":..,"index":0,"logprobs":null,"finish_reason":..}],
  *                      "usage":{"prompt_tokens":..,"completion_tokens":..,"total_tokens":..}}
  *   chat completion   "object":"chat.completion", choices[0].message
- * {"role":"assistant","content":..} stream chunks     "object":"text_completion" /
- * "chat.completion.chunk", with choices[0].text or choices[0].delta, finish_reason null until the
- * last; an optional usage chunk (stream_options.include_usage) with "choices":[] before "data:
- * [DONE]". Text is sanitized to valid UTF-8 (U+FFFD for stray bytes). All results are malloc'd
- * strings. */
+ *                      {"role":"assistant","content":..}
+ *   stream chunks     "object":"text_completion" / "chat.completion.chunk", with
+ *                      choices[0].text or choices[0].delta, finish_reason null until the last;
+ *                      an optional usage chunk (stream_options.include_usage) with
+ *                      "choices":[] before "data: [DONE]".
+ *
+ * Text is sanitized to valid UTF-8 (U+FFFD for stray bytes). All results are malloc'd strings. */
 #ifndef STRATA_API_RESPONSE_H
 #define STRATA_API_RESPONSE_H
 

@@ -1,6 +1,6 @@
 #include "serving/api/http.h"
 
-#include "os/errmsg.h"
+#include "os/common/errmsg.h"
 
 #include <string.h>
 #include <strings.h>

@@ -1,7 +1,8 @@
 #include "serving/api/http_server.h"
 
-#include "os/errmsg.h"
-#include "os/log.h"
+#include "os/runtime/clock.h"
+#include "os/common/errmsg.h"
+#include "os/runtime/log.h"
 #include "serving/api/api_request.h"
 
 #include <arpa/inet.h>
@@ -67,13 +68,6 @@ struct http_server {
 };
 
 static char listen_tag, wake_tag;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* ---------------------------------------------------------------- setup */
 
@@ -232,7 +226,7 @@ static int flush(struct http_conn *c)
              * destroys the answer before the client reads it. */
             shutdown(c->fd, SHUT_WR);
             c->lingering = 1;
-            c->t_linger = now_s();
+            c->t_linger = clock_now();
             c->reading_paused = 0;
             conn_events(c);
             return -1;
@@ -270,7 +264,7 @@ static int conn_write(struct http_conn *c, const char *data, size_t len)
     }
     if (!c->outstanding) {
         c->outstanding = 1;
-        c->t_progress = now_s();
+        c->t_progress = clock_now();
     }
     memcpy(c->wbuf + c->wlen, data, len);
     c->wlen += len;
@@ -303,8 +297,8 @@ static void request_done(struct http_conn *c)
     c->consumed = 0;
     http_parser_reset(&c->p);
     c->sent_continue = 0;
-    c->t_start = c->rlen ? now_s() : 0;
-    c->t_idle = now_s();
+    c->t_start = c->rlen ? clock_now() : 0;
+    c->t_idle = clock_now();
     if (!c->keep_alive) c->close_after_write = 1;
     if (c->reading_paused) {
         c->reading_paused = 0;
@@ -463,7 +457,7 @@ static void on_readable(struct http_conn *c)
         }
         ssize_t k = recv(c->fd, c->rbuf + c->rlen, c->rcap - c->rlen, 0);
         if (k > 0) {
-            if (!c->rlen && c->state == C_READ) c->t_start = now_s();
+            if (!c->rlen && c->state == C_READ) c->t_start = clock_now();
             c->rlen += (size_t)k;
             continue;
         }
@@ -512,7 +506,7 @@ static void on_accept(struct http_server *s)
         }
         c->srv = s;
         c->fd = fd;
-        c->t_idle = now_s();
+        c->t_idle = clock_now();
         c->next = s->conns;
         if (s->conns) s->conns->prev = c;
         s->conns = c;
@@ -542,7 +536,7 @@ static int write_stalled(struct http_conn *c, double now)
 
 static void check_timeouts(struct http_server *s)
 {
-    double now = now_s();
+    double now = clock_now();
     struct http_conn *c = s->conns, *next;
     for (; c; c = next) {
         next = c->next;
@@ -625,7 +619,8 @@ int http_server_run(struct http_server *s, char *err)
                 }
             }
         }
-        double now = now_s();
+        if (s->cfg.tick) s->cfg.tick(s->cfg.tick_ctx);
+        double now = clock_now();
         if (s->drain_ms && drain_step(s, now)) break;
         if (now - last_check > 0.05) {
             check_timeouts(s);

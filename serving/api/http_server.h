@@ -31,6 +31,10 @@ struct http_server_config {
     size_t max_head, max_body;
     int read_timeout_ms, idle_timeout_ms, write_timeout_ms;
     size_t max_pending_write;
+    /* Called once per loop iteration (at least every 100 ms) on the loop's thread, when set: the
+     * serve loop's heartbeat (pid1_tick pets the hardware watchdog). */
+    void (*tick)(void *ctx);
+    void *tick_ctx;
 };
 
 struct http_conn;

@@ -140,6 +140,26 @@ char *metrics_render(struct serve_metrics *m, size_t *len)
     gauge(&o, "strata_kv_blocks_used", "KV-cache blocks in use.", &m->kv_blocks_used);
     gauge(&o, "strata_kv_blocks_total", "KV-cache blocks in the pool.", &m->kv_blocks_total);
     gauge(&o, "strata_http_connections", "Open HTTP connections.", &m->connections);
+    gauge(&o, "strata_layers_total", "Transformer layers of the model.", &m->layers_total);
+    gauge(&o, "strata_layers_resident", "Layers whose weights this node holds.",
+          &m->layers_resident);
+    gauge(&o, "strata_coop_k", "Layers this node runs itself per step (the rest on a helper).",
+          &m->coop_k);
+    gauge(&o, "strata_coop_remote_sequences",
+          "Other nodes' sequences whose KV this node keeps (helper).", &m->coop_remote_seqs);
+    counter(&o, "strata_coop_partial_tokens_total",
+            "Tokens served while some layers ran on a helper.", &m->coop_partial_tokens);
+    counter(&o, "strata_coop_remote_steps_total", "Steps whose upper layers ran on a helper.",
+            &m->coop_remote_steps);
+    counter(&o, "strata_coop_remote_rows_total", "Token rows sent to a helper.",
+            &m->coop_remote_rows);
+    counter(&o, "strata_coop_served_steps_total", "Steps run for other nodes (helper).",
+            &m->coop_served_steps);
+    counter(&o, "strata_coop_served_rows_total", "Token rows run for other nodes (helper).",
+            &m->coop_served_rows);
+    counter(&o, "strata_coop_fill_layers_total",
+            "Layers x sequences whose KV was recomputed when layers became local.",
+            &m->coop_fill_layers);
     if (len) *len = o.n;
     return o.p;
 }

@@ -38,6 +38,12 @@ struct serve_metrics {
     atomic_ullong slo_met, slo_missed, preemptions, steps, step_tokens;
     struct histogram ttft, tpot, e2e, queue, step;
     atomic_int running, waiting, kv_blocks_used, kv_blocks_total, connections;
+    /* cooperative execution (cluster/coop.h); all zero on a node that serves alone */
+    atomic_int layers_total, layers_resident, coop_k, coop_remote_seqs;
+    atomic_ullong coop_partial_tokens;                 /* joiner: tokens served while k < L */
+    atomic_ullong coop_remote_steps, coop_remote_rows; /* joiner: sent to the helper */
+    atomic_ullong coop_served_steps, coop_served_rows; /* helper: run for other nodes */
+    atomic_ullong coop_fill_layers;                    /* joiner: layer x sequence KV recomputed */
 };
 
 void metrics_init(struct serve_metrics *m);

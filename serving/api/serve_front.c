@@ -1,7 +1,7 @@
 #include "serving/api/serve_front.h"
 
-#include "os/errmsg.h"
-#include "os/pid1.h"
+#include "os/common/errmsg.h"
+#include "os/runtime/pid1.h"
 #include "serving/api/api_request.h"
 #include "serving/api/api_response.h"
 

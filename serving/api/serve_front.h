@@ -17,7 +17,7 @@
 #include "serving/api/chat_template.h"
 #include "serving/api/http_server.h"
 #include "serving/api/metrics.h"
-#include "serving/api/scheduler.h"
+#include "serving/sched/scheduler.h"
 
 #include <stddef.h>
 

@@ -1,8 +1,8 @@
 /* convert: llama2.c checkpoint + tokenizer.bin -> GGUF. See convert.h for the contract. */
 #include "serving/engine/convert.h"
 
-#include "os/errmsg.h"
-#include "os/log.h"
+#include "os/common/errmsg.h"
+#include "os/runtime/log.h"
 #include "serving/engine/quant.h"
 
 #include <errno.h>

@@ -13,14 +13,15 @@
  * fwd_kernels.h (SIMD), attention threaded over (token, kv heads) tasks. */
 #include "serving/engine/engine.h"
 
-#include "drivers/cuda/cuda_backend.h"
-#include "os/errmsg.h"
-#include "os/log.h"
+#include "serving/engine/cuda/cuda_backend.h"
+#include "os/common/errmsg.h"
+#include "os/runtime/log.h"
 #include "serving/engine/fwd_kernels.h"
 #include "serving/engine/repack.h"
 #include "serving/engine/sampler.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -255,6 +256,24 @@ static const struct engine_backend cpu_backend = {
 
 // ----------------------------------------------------------------------------
 // the engine
+
+const struct engine_backend *engine_pick_backend(const struct engine_backend *cpu)
+{
+    char why[ERRMSG_LEN];
+    const char *force = getenv("STRATA_BACKEND");
+    if (force && !strcmp(force, "cpu")) {
+        log_info("engine", "backend cpu: STRATA_BACKEND=cpu");
+        return cpu;
+    }
+    if (cuda_probe(why)) {
+        log_info("engine", "backend cpu: %s", why);
+        return cpu;
+    }
+    char name[128];
+    cuda_device_name(name, sizeof name);
+    log_info("engine", "backend cuda (%s)", name);
+    return &cuda_backend;
+}
 
 int engine_init(struct engine *e, struct model *m, const struct engine_limits *lim_in,
                 struct arena *a, char *err)

@@ -11,27 +11,29 @@
  *   engine_head    final norm + output matrix for the rows that want logits
  *   engine_forward all three
  *
- * Backends (CPU here, CUDA in drivers/cuda) implement the same operations behind struct
+ * Backends (CPU in engine.c, CUDA in cuda/) implement the same operations behind struct
  * engine_backend; the engine picks one at init. All buffers are carved from the arena at init:
  * a step allocates nothing. */
 #ifndef STRATA_ENGINE_H
 #define STRATA_ENGINE_H
 
-#include "os/arena.h"
+#include "os/runtime/arena.h"
 #include "serving/engine/kv_cache.h"
 #include "serving/engine/matmul.h"
 #include "serving/engine/model.h"
 
 struct fwd_kernels;
 
+/* The engine's limits, for every backend; engine_limits_resolve() is the one place that gives a 0
+ * field its default (the value after the colon). */
 struct engine_limits {
-    int max_tokens;    /* tokens per step (prefill chunk + decodes) */
-    int max_seqs;      /* sequences in flight */
-    int ctx;           /* positions per sequence (<= model seq_len) */
-    int kv_block_size; /* positions per KV block (16) */
-    int kv_blocks;     /* 0 = enough for max_seqs full contexts */
+    int max_tokens;    /* tokens per step (prefill chunk + decodes): 256 */
+    int max_seqs;      /* sequences in flight: 1 */
+    int ctx;           /* positions per sequence: the model's seq_len (more is an error) */
+    int kv_block_size; /* positions per KV block: 16 */
+    int kv_blocks;     /* enough for max_seqs full contexts */
     int kv_type;       /* enum kv_type: KV_DEFAULT = f16 */
-    int threads;
+    int threads;       /* the online CPUs */
 };
 
 struct batch {
@@ -86,6 +88,10 @@ struct engine {
 size_t engine_arena_bytes(const struct model_config *cfg, const struct engine_limits *lim);
 /* Fill in defaults (0 fields) and clamp to the model. Fails if ctx exceeds the model's. */
 int engine_limits_resolve(struct engine_limits *lim, const struct model_config *cfg, char *err);
+/* The backend to serve with: cuda when cuda_probe() (cuda/cuda_backend.h) says it can and
+ * $STRATA_BACKEND is not "cpu", else `cpu`. Logs "engine: backend cuda (NVIDIA H100 ...)" or
+ * "engine: backend cpu: <why>". engine_init() calls it; tests pass their own `cpu`. */
+const struct engine_backend *engine_pick_backend(const struct engine_backend *cpu);
 int engine_init(struct engine *e, struct model *m, const struct engine_limits *lim, struct arena *a,
                 char *err);
 void engine_free(struct engine *e);

@@ -6,7 +6,7 @@
  * byte offset, so a caller only prefixes the file name. */
 #include "serving/engine/gguf.h"
 
-#include "os/errmsg.h"
+#include "os/common/errmsg.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,6 +1,6 @@
 #include "serving/engine/kv_cache.h"
 
-#include "os/errmsg.h"
+#include "os/common/errmsg.h"
 
 #include <stdint.h>
 #include <string.h>

@@ -1,7 +1,7 @@
 #include "serving/engine/loader.h"
 
-#include "os/errmsg.h"
-#include "os/log.h"
+#include "os/common/errmsg.h"
+#include "os/runtime/log.h"
 
 #include <errno.h>
 #include <fcntl.h>

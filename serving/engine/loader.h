@@ -9,7 +9,7 @@
 #ifndef STRATA_LOADER_H
 #define STRATA_LOADER_H
 
-#include "os/arena.h"
+#include "os/runtime/arena.h"
 #include "serving/engine/engine.h"
 #include "serving/engine/gguf.h"
 #include "serving/engine/model.h"

@@ -2,7 +2,7 @@
  * scalar reference kernels. The SIMD kernels live in kernels_avx2.c and kernels_avx512.c. */
 #include "serving/engine/matmul.h"
 
-#include "os/errmsg.h"
+#include "os/common/errmsg.h"
 #include "serving/engine/gguf.h"
 #include "serving/engine/matmul_kernels.h"
 #include "serving/engine/quant.h"
@@ -42,20 +42,7 @@ static int kernel_type(uint32_t t)
 /* Bytes per row; a repacked tensor's group of 16 rows takes 16 source rows' bytes. */
 static size_t row_bytes(uint32_t t, int cols)
 {
-    switch (repack_base_type(t)) {
-    case GGML_F32:
-        return (size_t)cols * 4;
-    case GGML_F16:
-    case GGML_BF16:
-        return (size_t)cols * 2;
-    case GGML_Q8_0:
-        return (size_t)cols / QK8_0 * sizeof(struct block_q8_0);
-    case GGML_Q4_0:
-        return (size_t)cols / QK4_0 * sizeof(struct block_q4_0);
-    case GGML_Q4_K:
-        return (size_t)cols / QK_K * sizeof(struct block_q4_K);
-    }
-    return 0;
+    return (size_t)ggml_row_bytes(repack_base_type(t), (uint64_t)cols);
 }
 
 /* Which activation format a weight type wants: 0 floats, 1 act_q8, 2 act_q8k, 3 act_q4. */

@@ -1,7 +1,7 @@
 /* repack: ggml rows -> 16-row groups (see repack.h for the layout and why). */
 #include "serving/engine/repack.h"
 
-#include "os/errmsg.h"
+#include "os/common/errmsg.h"
 #include "serving/engine/gguf.h"
 #include "serving/engine/quant.h"
 
@@ -16,6 +16,13 @@ uint32_t repack_type_of(uint32_t ggml_type)
 uint32_t repack_base_type(uint32_t type)
 {
     return type == TENSOR_Q4_0_X16 ? GGML_Q4_0 : type == TENSOR_Q8_0_X16 ? GGML_Q8_0 : type;
+}
+
+const char *tensor_type_name(uint32_t type)
+{
+    return type == TENSOR_Q4_0_X16   ? "q4_0x16"
+           : type == TENSOR_Q8_0_X16 ? "q8_0x16"
+                                     : ggml_type_name(type);
 }
 
 int repack_eligible(const struct tensor *t)

@@ -47,6 +47,9 @@ static inline size_t repack_quant_at(int r, int i)
 /* The repacked type of a Q4_0/Q8_0 type, else 0; and back (the ggml type a layout holds). */
 uint32_t repack_type_of(uint32_t ggml_type);
 uint32_t repack_base_type(uint32_t type);
+/* The name of any tensor type: ggml_type_name() for GGUF types, "q8_0x16"/"q4_0x16" for repacked.
+ */
+const char *tensor_type_name(uint32_t type);
 /* 1 if t can be repacked: Q4_0 or Q8_0 with rows a multiple of 16. */
 int repack_eligible(const struct tensor *t);
 /* Rewrite t's bytes in place (t->data must be writable) and set its type. Fails only if the

@@ -1,6 +1,6 @@
 #include "serving/engine/sampler.h"
 
-#include "os/errmsg.h"
+#include "os/common/errmsg.h"
 
 #include <math.h>
 #include <stdlib.h>

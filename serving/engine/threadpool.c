@@ -14,7 +14,8 @@
  * sequentially consistent atomics), so a wake is never lost. */
 #include "serving/engine/threadpool.h"
 
-#include "os/errmsg.h"
+#include "os/runtime/clock.h"
+#include "os/common/errmsg.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -70,19 +71,12 @@ static inline void cpu_relax(void)
 #endif
 }
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* Called on each turn of a wait loop: 1 while the spin budget lasts (it pauses), 0 when the
  * caller should sleep. The clock is read every 16 turns only. */
 static int keep_spinning(unsigned *turn, uint64_t *start)
 {
     if ((++*turn & 15) == 0) {
-        uint64_t t = now_ns();
+        uint64_t t = clock_now_ns();
         if (!*start)
             *start = t;
         else if (t - *start > SPIN_NS)

@@ -1,7 +1,7 @@
 /* tokenizer: SentencePiece-style BPE, llama2.c semantics. See tokenizer.h for the contract. */
 #include "serving/engine/tokenizer.h"
 
-#include "os/errmsg.h"
+#include "os/common/errmsg.h"
 
 #include <stdint.h>
 #include <stdlib.h>

@@ -10,12 +10,13 @@
  * at the same GB/s, twice as fast). Best of several passes (others share this machine).
  * The TinyLlama shape has 8 query heads per kv head: its figure is compute, not the memory.
  * Usage: bench_attention */
-#include "os/arena.h"
-#include "os/errmsg.h"
+#include "os/runtime/arena.h"
+#include "os/runtime/clock.h"
+#include "os/common/errmsg.h"
 #include "serving/engine/fwd_kernels.h"
 #include "serving/engine/kv_cache.h"
 #include "serving/engine/matmul.h"
-#include "serving/engine/membw.h"
+#include "tests/bench/membw.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -23,13 +24,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static const struct {
     const char *name;
@@ -92,12 +86,12 @@ static void run(int s, int ctx, int type, double bw)
                               .scale = 1.0f / sqrtf((float)shapes[s].hd)};
         double best = 1e9;
         for (int rep = 0; rep < 5; rep++) {
-            double t0 = now_s();
+            double t0 = clock_now();
             for (int l = 0; l < layers; l++) {
                 a.layer = l;
                 fk->attend(&a, 0, shapes[s].n_heads);
             }
-            double dt = now_s() - t0;
+            double dt = clock_now() - t0;
             if (dt < best) best = dt;
         }
         printf(" | %s %5.1f GB/s (%3.0f%%) %6.1f us/layer", fk->name, read / best / 1e9,

@@ -11,9 +11,9 @@
  * Times are GPU time between events on the compute stream (embed, all layers, head), averaged
  * over several steps after a warm-up. Without a GPU it prints "skip - bench_cuda: <why>".
  * Options: --quick (1B only), --shape 1b|7b, --type f16|q8_0|q4_0. */
-#include "drivers/cuda/cuda_backend.h"
-#include "os/errmsg.h"
-#include "os/log.h"
+#include "serving/engine/cuda/cuda_backend.h"
+#include "os/common/errmsg.h"
+#include "os/runtime/log.h"
 #include "tests/unit/cuda_synth.h"
 
 #include <stdio.h>

@@ -8,21 +8,15 @@
  * the types, BENCH_THREADS=1 or 2 the thread counts. */
 #include "../unit/synth.h"
 
-#include "os/errmsg.h"
-#include "os/log.h"
+#include "os/runtime/clock.h"
+#include "os/common/errmsg.h"
+#include "os/runtime/log.h"
 #include "serving/engine/loader.h"
-#include "serving/engine/membw.h"
+#include "tests/bench/membw.h"
 #include "serving/engine/sampler.h"
 
 #include <sys/stat.h>
 #include <time.h>
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 struct shape {
     const char *name;
@@ -71,9 +65,9 @@ static void run(const struct shape *s, uint32_t type, int threads, double bw)
         toks[i] = 3 + (i * 7919) % (V - 3), pos[i] = i, blocks[i] = table;
     float *logits = malloc(sizeof(float) * V);
     struct batch b = {n_prompt, toks, pos, blocks, 1, &last};
-    double t0 = now_s();
+    double t0 = clock_now();
     engine_forward(e, &b, logits);
-    double t1 = now_s();
+    double t1 = clock_now();
     int cur = n_prompt, tok = sampler_argmax(logits, V);
     /* A bandwidth pass before every 4th token: the decode and the limit it is compared with are
      * measured at the same moments (on a shared host, others' load moves both). */
@@ -85,10 +79,10 @@ static void run(const struct shape *s, uint32_t type, int threads, double bw)
         int z = 0, p = cur++;
         const int *bt = table;
         struct batch d = {1, &tok, &p, &bt, 1, &z};
-        double ta = now_s();
+        double ta = clock_now();
         engine_forward(e, &d, logits);
         tok = sampler_argmax(logits, V);
-        dt[i] = now_s() - ta;
+        dt[i] = clock_now() - ta;
     }
     /* Decode speed from the median token time: others share this machine, and the median
      * ignores the tokens that were descheduled. */

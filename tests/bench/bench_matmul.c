@@ -11,10 +11,11 @@
  * Usage: [BENCH_TYPES=Q8_0,Q4_0] [BENCH_SHAPE=ROWSxCOLS] bench_matmul [threads...]
  * (default: 1 2 threads, 5632x2048; e.g. BENCH_SHAPE=768x768 for stories110M's attention
  * matrices, each decode pass then crossing many small matrices as the engine does). */
-#include "os/errmsg.h"
+#include "os/common/errmsg.h"
+#include "os/runtime/clock.h"
 #include "serving/engine/gguf.h"
 #include "serving/engine/matmul.h"
-#include "serving/engine/membw.h"
+#include "tests/bench/membw.h"
 #include "serving/engine/quant.h"
 #include "serving/engine/repack.h"
 #include "serving/engine/threadpool.h"
@@ -26,13 +27,6 @@
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static const struct {
     uint32_t type;
@@ -135,10 +129,10 @@ int main(int argc, char **argv)
         if (!tp) continue;
         const int jobs = 20000;
         threadpool_run(tp, empty_job, NULL);
-        double t0 = now_s();
+        double t0 = clock_now();
         for (int j = 0; j < jobs; j++) threadpool_run(tp, empty_job, NULL);
         printf("threadpool dispatch, %d thread%s: %.2f us per empty job\n", thread_counts[i],
-               thread_counts[i] > 1 ? "s" : "", (now_s() - t0) / jobs * 1e6);
+               thread_counts[i] > 1 ? "s" : "", (clock_now() - t0) / jobs * 1e6);
         threadpool_free(tp);
     }
     double bw[8];
@@ -199,20 +193,20 @@ int main(int argc, char **argv)
                 /* decode: one pass through all matrices, best of a few */
                 double best = 1e30;
                 for (int rep = 0; rep < (scalar ? 2 : 5); rep++) {
-                    double t0 = now_s();
+                    double t0 = clock_now();
                     for (int m = 0; m < n_mats; m++) {
                         struct tensor t = {w + mat_bytes * m, type, rows, cols, mat_bytes};
                         matmul(&k, y, &t, x, 1);
                     }
-                    double dt = now_s() - t0;
+                    double dt = clock_now() - t0;
                     if (dt < best) best = dt;
                 }
                 double gbs = (double)mat_bytes * n_mats / best / 1e9;
                 double pbest = 1e30;
                 for (int rep = 0; rep < (scalar ? 1 : 4); rep++) {
-                    double t0 = now_s();
+                    double t0 = clock_now();
                     matmul(&k, y, &pf, x, pf_tok);
-                    double dt = now_s() - t0;
+                    double dt = clock_now() - t0;
                     if (dt < pbest) pbest = dt;
                 }
                 double gflops = 2.0 * pf_dim * pf_dim * pf_tok / pbest / 1e9;

@@ -22,7 +22,7 @@ rate() { sed -n 's/.*verified in \([0-9.]*\) s (\([0-9.]*\) MB\/s).*/\1 s, \2 MB
 
 one_stream() { # one_stream TRANSPORT: source on node 1, joiner on node 2
     FAB_TRANSPORT=$1 FAB_MTU=9000
-    fab_node 1 src source --key-file "$W/key" --synthetic "$SIZE:34:1" --serve 1 --chunk 1048000 --timeout $T -q
+    fab_node 1 src source --key-file "$W/key" --synthetic "$SIZE:34:1" --exit-after 1 --chunk 1048000 --timeout $T -q
     local s=$FAB_LAST
     fab_node 2 j joiner --key-file "$W/key" --peer 10.77.0.1:7000 --chunk 1048000 --timeout $T -q
     fab_wait "$FAB_LAST" $T
@@ -48,11 +48,11 @@ for n in 1 2 3; do
     FAB_TRANSPORT=dpdk FAB_MTU=9000
     fab_setup $((n + 1)) 9000 dpdk || exit 1
     rm -f "$W"/*.out
-    fab_node 1 src source --key-file "$W/key" --synthetic 64M:34:2 --serve 1 --chunk 1048000 --timeout $T -q
+    fab_node 1 src source --key-file "$W/key" --synthetic 64M:34:2 --exit-after 1 --chunk 1048000 --timeout $T -q
     pids=($FAB_LAST)
     for ((i = 2; i <= n + 1; i++)); do
         serve=()
-        [ $i -le $n ] && serve=(--serve 1)
+        [ $i -le $n ] && serve=(--exit-after 1)
         fab_node $i "n$i" joiner --key-file "$W/key" --peer "10.77.0.$((i - 1)):7000" "${serve[@]}" --chunk 1048000 --timeout $T -q
         pids+=($FAB_LAST)
     done

@@ -8,7 +8,7 @@
  * content. Checks: no error with room for 2 * bytes + 2 ids; decoding the ids gives the text back,
  * each stretch between special tokens with one leading dummy-prefix space; special tokens come only
  * from marker spans and lie inside one span. */
-#include "os/errmsg.h"
+#include "os/common/errmsg.h"
 #include "serving/engine/gguf.h"
 #include "serving/engine/tokenizer.h"
 

@@ -1,8 +1,8 @@
 /* fuzz_cmdline: any byte string as a kernel command line. The parser must never read or write out
  * of bounds, must leave every string field terminated, and on failure must say which strata key
  * was wrong. */
-#include "os/boot_cmdline.h"
-#include "os/errmsg.h"
+#include "os/common/boot_cmdline.h"
+#include "os/common/errmsg.h"
 
 #include <stdint.h>
 #include <stdlib.h>

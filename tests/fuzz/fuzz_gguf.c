@@ -1,6 +1,6 @@
 /* libFuzzer target: gguf_parse / gguf_parse_header, then model_plan, model_fill/bind and
  * tokenizer_from_gguf on whatever parses. Any out-of-bounds read or crash is a bug. */
-#include "os/errmsg.h"
+#include "os/common/errmsg.h"
 #include "serving/engine/gguf.h"
 #include "serving/engine/model.h"
 #include "serving/engine/tokenizer.h"

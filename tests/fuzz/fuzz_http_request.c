@@ -6,7 +6,7 @@
  *    whole and fed it in three pieces (cut points from the first two bytes) must agree: same
  *    result, same status, same body, same bytes left over for the next request. A body never
  *    exceeds max_body, and the buffer never grows past what was fed. */
-#include "os/errmsg.h"
+#include "os/common/errmsg.h"
 #include "serving/api/http.h"
 
 #include <stdint.h>

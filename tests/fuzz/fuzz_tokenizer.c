@@ -1,7 +1,7 @@
 /* libFuzzer target: encode arbitrary bytes with the tok512 vocabulary (../shared/models, or a
  * built-in byte-level vocabulary when the file is missing) and decode them back: the round trip
  * must give the input exactly. Inputs starting with 'T' are also loaded as a tokenizer.bin. */
-#include "os/errmsg.h"
+#include "os/common/errmsg.h"
 #include "serving/engine/convert.h"
 #include "serving/engine/tokenizer.h"
 

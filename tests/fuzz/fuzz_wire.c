@@ -1,5 +1,7 @@
 /* libFuzzer target for every fabric decoder: frame header and CRC check, sealed-frame opening,
- * handshake bodies, and each application message. The first byte picks the decoder. */
+ * handshake bodies, and each application message (the coop messages included: activations,
+ * tokens, open, close). The first byte picks the decoder. */
+#include "os/common/errmsg.h"
 #include "transport/auth.h"
 #include "transport/wire.h"
 
@@ -13,7 +15,7 @@ static uint8_t pt[WIRE_MAX_MSG];
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    char err[512];
+    char err[ERRMSG_LEN];
     if (size < 1) return 0;
     uint8_t sel = data[0];
     const uint8_t *p = data + 1;
@@ -48,17 +50,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     case 6: {
         struct wire_rdma_info i;
         wire_rdma_info_decode(&i, p, n, err);
-        static uint32_t seq[WIRE_MAX_ACT_TOKENS], pos[WIRE_MAX_ACT_TOKENS];
+        static uint32_t seq[WIRE_MAX_ACT_TOKENS], pos[WIRE_MAX_ACT_TOKENS],
+            tok[WIRE_MAX_ACT_TOKENS];
+        static uint8_t fl[WIRE_MAX_ACT_TOKENS];
         static float x[1 << 16];
         struct wire_activations a;
-        /* x holds 65536 floats: allow only as many tokens as fit at the claimed dim. */
-        if (n >= WIRE_ACT_HDR_LEN) {
-            uint32_t dim = (uint32_t)p[17] | (uint32_t)p[18] << 8 | (uint32_t)p[19] << 16 |
-                           (uint32_t)p[20] << 24;
-            uint32_t cap = dim ? (uint32_t)((1u << 16) / (dim ? dim : 1)) : 0;
-            if (cap > WIRE_MAX_ACT_TOKENS) cap = WIRE_MAX_ACT_TOKENS;
-            wire_activations_decode(&a, p, n, seq, pos, x, cap, err);
-        }
+        wire_activations_decode(&a, p, n, seq, pos, tok, fl, x, WIRE_MAX_ACT_TOKENS, 1 << 16, err);
+        static struct wire_coop_token tk[WIRE_MAX_ACT_TOKENS];
+        struct wire_coop_tokens t;
+        wire_coop_tokens_decode(&t, p, n, tk, WIRE_MAX_ACT_TOKENS, err);
+        struct wire_coop_open o;
+        wire_coop_open_decode(&o, p, n, err);
+        uint32_t cn;
+        wire_coop_close_decode(p, n, seq, WIRE_MAX_ACT_TOKENS, &cn, err);
         break;
     }
     case 7: {

@@ -44,13 +44,13 @@ expect() {
 expect unknown-key initrd.img "$BASE strata.colour=blue" \
     "strata-init: error: strata.colour: unknown key (see boot/cmdline.md)" halt
 expect malformed-address initrd.img "console=ttyS0 quiet strata.ip=10.0.2.300/24" \
-    "strata-init: error: strata.ip=10.0.2.300/24: malformed address (want A.B.C.D/PREFIX)" halt
+    "strata-init: error: strata.ip=10.0.2.300/24: malformed address (want A.B.C.D/PREFIX, dhcp or off)" halt
 expect no-model-in-image initrd-base.img "$BASE" \
     "strata-init: error: strata.model=/model.gguf: model /model.gguf: No such file or directory (no strata.model= given" halt
 expect reboot-on-error initrd.img "$BASE strata.port=http strata.on_error=reboot" \
     "strata-init: error: strata.port=http: want a TCP port 1..65535" reboot
 # The server's own fatal errors, once it is PID 1: a model that is not GGUF, and a usage error
-# that makes it leave main() before it set up anything (os/pid1.c arms itself before main).
+# that makes it leave main() before it set up anything (os/runtime/pid1.c arms itself before main).
 expect server-bad-model initrd.img "$BASE strata.model=/init strata.on_error=reboot" \
     "strata: fatal: serve: " reboot
 expect server-usage-error initrd.img "$BASE strata.args=--no-such-flag" \

@@ -43,7 +43,7 @@ echo "FABRIC: rdma devices: $(ls /sys/class/infiniband 2>/dev/null)"
 rdma_selftest rxe0 2>&1 | sed 's/^/FABRIC-DRIVER: /'
 A=10.0.2.15
 strata node --role source --transport rdma --listen $A:7000 --key-file /key --synthetic 24M:12:8 \
-    --image-out /tmp/src.img --serve 1 --timeout 120 >/tmp/src.out 2>/tmp/src.err &
+    --image-out /tmp/src.img --exit-after 1 --timeout 120 >/tmp/src.out 2>/tmp/src.err &
 S=$!
 sleep 1
 strata node --role joiner --transport rdma --peer $A:7000 --key-file /badkey --image-out /tmp/bad.img \
@@ -63,8 +63,8 @@ rm -f /tmp/*.img
 # source -> n1 -> n2 over the loopback, 3% loss, 2 ms +- 1 ms delay, 10% reordering.
 if /usr/sbin/tc qdisc add dev lo root netem loss 3% delay 2ms 1ms reorder 10% 50%; then
     strata node --role source --transport tcp --listen 127.0.0.1:7100 --key-file /key --synthetic 8M:12:4 \
-        --image-out /tmp/nsrc.img --serve 1 --timeout 120 -q >/tmp/ns.out 2>&1 &
-    strata node --role joiner --transport tcp --listen 127.0.0.1:7101 --peer 127.0.0.1:7100 --serve 1 \
+        --image-out /tmp/nsrc.img --exit-after 1 --timeout 120 -q >/tmp/ns.out 2>&1 &
+    strata node --role joiner --transport tcp --listen 127.0.0.1:7101 --peer 127.0.0.1:7100 --exit-after 1 \
         --key-file /key --image-out /tmp/n1.img --timeout 120 -q >/tmp/n1.out 2>&1 &
     strata node --role joiner --transport tcp --peer 127.0.0.1:7101 --key-file /key --image-out /tmp/n2.img \
         --timeout 120 -q >/tmp/n2.out 2>&1

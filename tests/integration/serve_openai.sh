@@ -8,7 +8,7 @@ cd "$(dirname "$0")/../.."
 W=$(mktemp -d /tmp/serve_openai.XXXXXX)
 trap 'serve_cleanup; rm -rf "$W"' EXIT
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-    echo "skip - serve_openai: node/npm not installed (tools/install-deps.sh installs them)"
+    echo "skip - serve_openai: node/npm not installed (scripts/install-deps.sh installs them)"
     exit 0
 fi
 if [ ! -d tests/node/node_modules/openai ]; then

@@ -39,11 +39,11 @@ chain() {
             return
         fi
     fi
-    fab_node 1 src source --key-file "$W/key" --synthetic "$size:12:5" --image-out "$W/src.img" --serve 1 --timeout $T -q
+    fab_node 1 src source --key-file "$W/key" --synthetic "$size:12:5" --image-out "$W/src.img" --exit-after 1 --timeout $T -q
     local pids=($FAB_LAST) i
     for ((i = 2; i <= n + 1; i++)); do
         local serve=()
-        [ $i -le $n ] && serve=(--serve 1)
+        [ $i -le $n ] && serve=(--exit-after 1)
         fab_node $i "n$i" joiner --key-file "$W/key" --peer "10.77.0.$((i - 1)):7000" "${serve[@]}" --image-out "$W/n$i.img" --timeout $T -q
         pids+=($FAB_LAST)
     done
@@ -66,7 +66,7 @@ kill_source() {
     # Paced so that the kill lands mid-stream.
     fab_node 1 s1 source --key-file "$W/key" --synthetic 24M:12:9 --image-out "$W/src.img" --rate 12 --timeout $T
     local s1=$FAB_LAST
-    fab_node 2 s2 source --key-file "$W/key" --synthetic 24M:12:9 --serve 1 --timeout $T -q
+    fab_node 2 s2 source --key-file "$W/key" --synthetic 24M:12:9 --exit-after 1 --timeout $T -q
     local s2=$FAB_LAST
     fab_node 3 j joiner --key-file "$W/key" --peer 10.77.0.1:7000 --peer 10.77.0.2:7000 --image-out "$W/j.img" --timeout $T
     local j=$FAB_LAST
@@ -85,7 +85,7 @@ wrong_key() {
     local name=$1
     rm -f "$W"/*.img "$W"/*.out "$W"/*.err
     fab_setup 3 "${FAB_MTU:-1500}" "$FAB_TRANSPORT" || { flunk "$name" "namespace setup failed"; return; }
-    fab_node 1 src source --key-file "$W/key" --synthetic 4M:12:3 --image-out "$W/src.img" --serve 1 --timeout $T
+    fab_node 1 src source --key-file "$W/key" --synthetic 4M:12:3 --image-out "$W/src.img" --exit-after 1 --timeout $T
     local s=$FAB_LAST
     fab_node 2 bad joiner --key-file "$W/badkey" --peer 10.77.0.1:7000 --image-out "$W/bad.img" --timeout 4
     local b=$FAB_LAST
@@ -106,7 +106,7 @@ corrupt_span() {
     local name=$1
     rm -f "$W"/*.img "$W"/*.out "$W"/*.err
     fab_setup 2 "${FAB_MTU:-1500}" "$FAB_TRANSPORT" || { flunk "$name" "namespace setup failed"; return; }
-    fab_node 1 src source --key-file "$W/key" --synthetic 8M:12:4 --image-out "$W/src.img" --serve 1 --corrupt-unit 4 --timeout $T -q
+    fab_node 1 src source --key-file "$W/key" --synthetic 8M:12:4 --image-out "$W/src.img" --exit-after 1 --corrupt-unit 4 --timeout $T -q
     local s=$FAB_LAST
     fab_node 2 j joiner --key-file "$W/key" --peer 10.77.0.1:7000 --image-out "$W/j.img" --timeout $T -q
     fab_wait "$FAB_LAST" $T
@@ -133,7 +133,7 @@ forged_packets() {
     local name=$1
     rm -f "$W"/*.img "$W"/*.out "$W"/*.err
     fab_setup 2 "${FAB_MTU:-1500}" "$FAB_TRANSPORT" || { flunk "$name" "namespace setup failed"; return; }
-    FAB_IMPAIR="forge=3,corrupt=3" fab_node 1 src source --key-file "$W/key" --synthetic 16M:12:6 --image-out "$W/src.img" --serve 1 --timeout $T -q
+    FAB_IMPAIR="forge=3,corrupt=3" fab_node 1 src source --key-file "$W/key" --synthetic 16M:12:6 --image-out "$W/src.img" --exit-after 1 --timeout $T -q
     local s=$FAB_LAST
     fab_node 2 j joiner --key-file "$W/key" --peer 10.77.0.1:7000 --image-out "$W/j.img" --timeout $T -q
     fab_wait "$FAB_LAST" $T
@@ -158,9 +158,9 @@ gguf_chain() {
     "$STRATA" convert --tokenizer "$shared/models/tok512.bin" "$shared/models/stories260K.bin" \
         "$W/model.gguf" >/dev/null 2>&1 || { flunk "$name" "strata convert failed"; return; }
     fab_setup 3 "${FAB_MTU:-1500}" "$FAB_TRANSPORT" || { flunk "$name" "namespace setup failed"; return; }
-    fab_node 1 src source --key-file "$W/key" -m "$W/model.gguf" --chunk 16384 --image-out "$W/src.img" --header-out "$W/src.hdr" --serve 1 --timeout $T -q
+    fab_node 1 src source --key-file "$W/key" -m "$W/model.gguf" --chunk 16384 --image-out "$W/src.img" --header-out "$W/src.hdr" --exit-after 1 --timeout $T -q
     local s=$FAB_LAST
-    fab_node 2 n1 joiner --key-file "$W/key" --peer 10.77.0.1:7000 --serve 1 --image-out "$W/n1.img" --header-out "$W/n1.hdr" --timeout $T
+    fab_node 2 n1 joiner --key-file "$W/key" --peer 10.77.0.1:7000 --exit-after 1 --image-out "$W/n1.img" --header-out "$W/n1.hdr" --timeout $T
     local n1=$FAB_LAST
     fab_node 3 n2 joiner --key-file "$W/key" --peer 10.77.0.2:7000 --image-out "$W/n2.img" --header-out "$W/n2.hdr" --timeout $T
     fab_wait "$FAB_LAST" $T
@@ -189,7 +189,7 @@ exception_path() {
     ns1=$(fab_ns 1)
     ns3=$(fab_ns 3)
     ip -n "$ns3" addr add 10.77.0.3/24 dev eth0
-    # No --serve: the source (and its TAP) stays up until the checks are done.
+    # No --exit-after: the source (and its TAP) stays up until the checks are done.
     fab_node 1 src source --key-file "$W/key" --synthetic 16M:12:7 --image-out "$W/src.img" --rate 8 --timeout $T -q --exception-vdev net_tap0,iface=strata0
     local s=$FAB_LAST
     for i in $(seq 100); do ip -n "$ns1" link show strata0 >/dev/null 2>&1 && break; sleep 0.1; done
@@ -236,7 +236,7 @@ kill_relay() {
     fab_setup 3 "${FAB_MTU:-1500}" "$FAB_TRANSPORT" || { flunk "$name" "namespace setup failed"; return; }
     fab_node 1 src source --key-file "$W/key" --synthetic 24M:12:11 --image-out "$W/src.img" --timeout $T -q
     local s=$FAB_LAST
-    fab_node 2 n1 joiner --key-file "$W/key" --peer 10.77.0.1:7000 --rate 12 --serve 1 --timeout $T
+    fab_node 2 n1 joiner --key-file "$W/key" --peer 10.77.0.1:7000 --rate 12 --exit-after 1 --timeout $T
     local n1=$FAB_LAST
     fab_node 3 n2 joiner --key-file "$W/key" --peer 10.77.0.2:7000 --peer 10.77.0.1:7000 --image-out "$W/n2.img" --timeout $T
     local n2=$FAB_LAST

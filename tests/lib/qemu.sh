@@ -11,7 +11,7 @@
 #   qemu_monitor vm1 system_powerdown      # HMP command on the guest's monitor
 #   qemu_wait_exit vm1 30                  # 0 when QEMU has exited (guest halted, -no-reboot)
 #   qemu_stop vm1                          # kill it if still running (always call at the end)
-# Every guest gets: -machine q35 -cpu max -m $QEMU_MEM(512) -smp $QEMU_SMP(2) -nodefaults
+# Every guest gets: -machine q35 -cpu $QEMU_CPU(max) -m $QEMU_MEM(512) -smp $QEMU_SMP(2) -nodefaults
 # -display none -no-reboot, the first serial port in $QEMU_DIR/NAME.log, an HMP monitor on a unix
 # socket, and -accel $QEMU_ACCEL (default tcg: /dev/kvm exists on the CI machine but does not
 # work; `qemu_accel_probe` answers kvm only if a guest actually boots with it).
@@ -44,13 +44,13 @@ qemu_accel_probe() {
 }
 
 _qemu_launch() { # _qemu_launch NAME REBOOT(0|1) ARGS...
-    local name=$1 reboot=$2 cpu=max
+    local name=$1 reboot=$2 cpu=${QEMU_CPU:-max}
     shift 2
     mkdir -p "$QEMU_DIR"
     local log=$QEMU_DIR/$name.log mon=$QEMU_DIR/$name.mon
     rm -f "$log" "$mon"
     : >"$log"
-    [ "$QEMU_ACCEL" = kvm ] && cpu=host
+    [ "$QEMU_ACCEL" = kvm ] && [ -z "${QEMU_CPU:-}" ] && cpu=host
     local noreboot=-no-reboot
     [ "$reboot" = 1 ] && noreboot=
     "$QEMU_BIN" -machine q35 -accel "$QEMU_ACCEL" -cpu "$cpu" -m "$QEMU_MEM" -smp "$QEMU_SMP" \

@@ -4,6 +4,8 @@
  *   afpacket_rate tx IFACE SECONDS FRAME_BYTES   send broadcast frames of ethertype 0x88b5
  *   afpacket_rate rx IFACE SECONDS               count them; prints "rx: N frames, B bytes,
  *                                                X Gbit/s" over the time frames were arriving */
+#include "os/runtime/clock.h"
+
 #include <arpa/inet.h>
 #include <linux/if_packet.h>
 #include <net/ethernet.h>
@@ -16,13 +18,6 @@
 #include <unistd.h>
 
 #define ETHERTYPE_BENCH 0x88b5 /* IEEE local experimental */
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 int main(int argc, char **argv)
 {
@@ -45,7 +40,7 @@ int main(int argc, char **argv)
         return 1;
     }
     static unsigned char buf[65536];
-    double t0 = now_s(), first = 0, last = 0;
+    double t0 = clock_now(), first = 0, last = 0;
     unsigned long long n = 0, bytes = 0;
     if (tx) {
         int size = argc > 4 ? atoi(argv[4]) : 1514;
@@ -54,7 +49,7 @@ int main(int argc, char **argv)
         memset(buf + 6, 0x02, 6);
         buf[12] = ETHERTYPE_BENCH >> 8;
         buf[13] = ETHERTYPE_BENCH & 0xff;
-        while (now_s() - t0 < secs) {
+        while (clock_now() - t0 < secs) {
             if (send(fd, buf, (size_t)size, 0) == size) n++, bytes += (unsigned long long)size;
         }
         printf("tx: %llu frames, %llu bytes\n", n, bytes);
@@ -62,10 +57,10 @@ int main(int argc, char **argv)
     }
     struct timeval tv = {0, 200000};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    while (now_s() - t0 < secs) {
+    while (clock_now() - t0 < secs) {
         ssize_t r = recv(fd, buf, sizeof buf, 0);
         if (r <= 0) continue;
-        last = now_s();
+        last = clock_now();
         if (!n) first = last;
         n++;
         bytes += (unsigned long long)r;

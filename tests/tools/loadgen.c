@@ -17,6 +17,8 @@
  * request meets its SLO when TTFT <= --ttft-ms and TPOT <= --tpot-ms (also sent to the server
  * as the request's targets). Goodput = output tokens of requests that met their SLO per second of
  * the run. The last line is machine-readable: "RESULT label=... throughput=... goodput=...". */
+#include "os/runtime/clock.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -42,13 +44,6 @@ struct lreq {
     double t_sent, t_first, t_last;
     int events, tokens, status;
 };
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -226,17 +221,17 @@ int main(int argc, char **argv)
 
     /* ---- replay */
     int ep = epoll_create1(0);
-    double start = now_s();
+    double start = clock_now();
     int next = 0, open_n = 0, finished = 0;
     struct epoll_event evs[256];
     while (finished < n_req) {
-        double t = now_s() - start;
+        double t = clock_now() - start;
         while (next < n_req && rq[next].t_arrival <= t) {
             struct lreq *r = &rq[next++];
             r->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
             int one = 1;
             setsockopt(r->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-            r->t_sent = now_s();
+            r->t_sent = clock_now();
             if (connect(r->fd, (struct sockaddr *)&addr, sizeof addr) && errno != EINPROGRESS) {
                 r->state = 4, finished++;
                 close(r->fd);
@@ -249,12 +244,12 @@ int main(int argc, char **argv)
         }
         int timeout = 100;
         if (next < n_req) {
-            double dt = rq[next].t_arrival - (now_s() - start);
+            double dt = rq[next].t_arrival - (clock_now() - start);
             timeout = dt <= 0 ? 0 : (int)(dt * 1000) + 1;
             if (timeout > 100) timeout = 100;
         }
         int k = epoll_wait(ep, evs, 256, timeout);
-        double tnow = now_s();
+        double tnow = clock_now();
         for (int i = 0; i < k; i++) {
             struct lreq *r = evs[i].data.ptr;
             if (r->state == 1 && (evs[i].events & EPOLLOUT)) {
@@ -303,7 +298,7 @@ int main(int argc, char **argv)
             }
         }
     }
-    double makespan = now_s() - start;
+    double makespan = clock_now() - start;
 
     /* ---- report */
     double *ttft = malloc(sizeof(double) * (size_t)n_req),

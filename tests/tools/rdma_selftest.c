@@ -4,7 +4,7 @@
  * byte for byte, and the immediate checked at the receiving queue pair. Prints "ok - NAME" or
  * "not ok - NAME: why" lines. */
 #include "drivers/rdma/rdma.h"
-#include "os/errmsg.h"
+#include "os/common/errmsg.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -13,8 +13,8 @@
  * Tensors are generated one at a time while the file is written (a 1.1B f32 model needs one
  * tensor's memory, not the model's), rows split over all CPUs; the bytes do not depend on the
  * number of CPUs. */
-#include "os/errmsg.h"
-#include "os/log.h"
+#include "os/common/errmsg.h"
+#include "os/runtime/log.h"
 #include "serving/engine/convert.h"
 #include "serving/engine/quant.h"
 

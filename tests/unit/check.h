@@ -1,6 +1,6 @@
 /* check: the unit-test harness. Each test program is a list of TEST() functions run by main();
  * every test prints one line, "ok - name" or "not ok - name: file:line: what failed", which
- * tools/run-tests.sh counts. A test stops at its first failed CHECK. SKIP() prints
+ * scripts/run-tests.sh counts. A test stops at its first failed CHECK. SKIP() prints
  * "skip - name: reason" and is counted as skipped, never as passed. */
 #ifndef STRATA_CHECK_H
 #define STRATA_CHECK_H

@@ -4,8 +4,8 @@
  * token_embd, span 1+l block l, span L+1 output_norm + output), 32-byte aligned like GGUF, with
  * random weights from a fixed seed: exact=1 quantizes real floats with quant.c (tests compare
  * against a reference that dequantizes the same bytes); exact=0 writes valid random bytes
- * directly (benchmarks: 7B shapes in seconds). Norms are F32.
- * llama2c_load() reads a llama2.c checkpoint (stories260K.bin) into the same span layout (F32). */
+ * directly (benchmarks: 7B shapes in seconds). Norms are F32. (The real tiny model comes through
+ * convert.c and model.c instead, as the server loads it: test_cuda's load_stories.) */
 #ifndef STRATA_TEST_CUDA_SYNTH_H
 #define STRATA_TEST_CUDA_SYNTH_H
 
@@ -40,22 +40,6 @@ static inline uint64_t synth_rng(uint64_t *s)
 static inline float synth_uniform(uint64_t *s) /* [-1, 1) */
 {
     return (float)((synth_rng(s) >> 40) / 8388608.0 - 1.0);
-}
-
-static inline uint64_t synth_row_bytes(uint32_t type, int cols)
-{
-    switch (type) {
-    case GGML_F32:
-        return (uint64_t)cols * 4;
-    case GGML_F16:
-    case GGML_BF16:
-        return (uint64_t)cols * 2;
-    case GGML_Q8_0:
-        return (uint64_t)cols / 32 * 34;
-    case GGML_Q4_0:
-        return (uint64_t)cols / 32 * 18;
-    }
-    return 0;
 }
 
 /* The tensors of a model in image order: (tensor, type, rows, cols, span). */
@@ -109,7 +93,7 @@ static inline int synth_layout(struct synth *s, struct synth_item *it, int n)
 {
     uint64_t off = 0;
     for (int i = 0; i < n; i++)
-        off = (off + 31) / 32 * 32 + synth_row_bytes(it[i].type, it[i].cols) * it[i].rows;
+        off = (off + 31) / 32 * 32 + ggml_row_bytes(it[i].type, it[i].cols) * it[i].rows;
     s->image_size = off;
     s->image = aligned_alloc(4096, (off + 4095) / 4096 * 4096);
     if (!s->image) return -1;
@@ -127,7 +111,7 @@ static inline int synth_layout(struct synth *s, struct synth_item *it, int n)
         t->type = it[i].type;
         t->rows = it[i].rows;
         t->cols = it[i].cols;
-        t->nbytes = synth_row_bytes(it[i].type, it[i].cols) * it[i].rows;
+        t->nbytes = ggml_row_bytes(it[i].type, it[i].cols) * it[i].rows;
         off += t->nbytes;
         s->m.spans[cur].size = off - s->m.spans[cur].offset;
     }
@@ -151,7 +135,7 @@ static inline int synth_build(struct synth *s, const struct synth_shape *sh, uin
     for (int i = 0; i < n; i++) {
         struct tensor *t = it[i].t;
         uint8_t *d = (uint8_t *)t->data;
-        uint64_t rb = synth_row_bytes(t->type, t->cols);
+        uint64_t rb = ggml_row_bytes(t->type, t->cols);
         float scale = it[i].norm ? 0.1f : i == 0 ? 0.5f : 1.0f / sqrtf((float)t->cols);
         if (exact || it[i].norm) {
             for (int r = 0; r < t->rows; r++) {
@@ -163,10 +147,7 @@ static inline int synth_build(struct synth *s, const struct synth_shape *sh, uin
         }
         /* Fast fill (benchmarks): one ~1 MiB pattern of valid random values of the type, tiled
          * over the tensor; whole blocks, so every copy lands on a block boundary. */
-        int bsz = t->type == GGML_Q8_0   ? 34
-                  : t->type == GGML_Q4_0 ? 18
-                  : t->type == GGML_F32  ? 4
-                                         : 2;
+        int bsz = (int)ggml_row_bytes(t->type, (uint64_t)ggml_block_elems(t->type));
         size_t plen = (size_t)bsz * 32768;
         uint8_t *pat = malloc(plen);
         if (!pat) return free(row), free(it), -1;
@@ -199,89 +180,9 @@ static inline int synth_build(struct synth *s, const struct synth_shape *sh, uin
 
 static inline void synth_free(struct synth *s)
 {
+    model_free(&s->m); /* a model planned from a GGUF has slots; a synth_build one has none */
     free(s->image);
     memset(s, 0, sizeof *s);
-}
-
-/* llama2.c "v0" checkpoint: 7 int32 (dim, hidden, layers, heads, kv_heads, vocab, seq_len;
- * vocab > 0 = classifier shared with the embedding), then f32 tensors grouped by kind. */
-static inline int llama2c_load(struct synth *s, const char *path, char *err)
-{
-    memset(s, 0, sizeof *s);
-    FILE *f = fopen(path, "rb");
-    if (!f) return snprintf(err, 256, "%s: cannot open", path), -1;
-    fseek(f, 0, SEEK_END);
-    long size = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    float *buf = malloc((size_t)size);
-    if (!buf || fread(buf, 1, (size_t)size, f) != (size_t)size) {
-        fclose(f);
-        free(buf);
-        return snprintf(err, 256, "%s: read failed", path), -1;
-    }
-    fclose(f);
-    int32_t h[7];
-    memcpy(h, buf, sizeof h);
-    int shared = h[5] > 0;
-    struct synth_shape sh = {h[0], h[1], h[2], h[3], h[4], shared ? h[5] : -h[5], h[6]};
-    synth_config(&s->m, &sh);
-    s->m.tied_output = shared;
-    const struct model_config *c = &s->m.cfg;
-    struct synth_item *it = calloc((size_t)sh.layers * 9 + 3, sizeof *it);
-    int n = synth_items(&s->m, GGML_F32, shared, it);
-    if (synth_layout(s, it, n)) return free(it), free(buf), -1;
-    if (shared) s->m.output = s->m.token_embd;
-    /* Source offsets (floats) of each kind, llama2.c's memory_map_weights order. */
-    size_t L = (size_t)c->n_layers, D = (size_t)c->dim, H = (size_t)c->hidden_dim,
-           Q = (size_t)c->n_heads * c->head_dim, K = (size_t)c->kv_dim;
-    size_t o = 7, emb = o;
-    o += (size_t)c->vocab_size * D;
-    size_t rms_att = o;
-    o += L * D;
-    size_t wq = o;
-    o += L * D * Q;
-    size_t wk = o;
-    o += L * D * K;
-    size_t wv = o;
-    o += L * D * K;
-    size_t wo = o;
-    o += L * Q * D;
-    size_t rms_ffn = o;
-    o += L * D;
-    size_t w1 = o;
-    o += L * D * H;
-    size_t w2 = o;
-    o += L * H * D;
-    size_t w3 = o;
-    o += L * D * H;
-    size_t rms_final = o;
-    o += D;
-    o += (size_t)c->seq_len * c->head_dim; /* freq_cis_real and _imag */
-    size_t wcls = o;
-    if ((size_t)size < (shared ? o : o + (size_t)c->vocab_size * D) * 4) {
-        free(it), free(buf);
-        return snprintf(err, 256, "%s: truncated", path), -1;
-    }
-#define CP(t, src) memcpy((void *)(t).data, buf + (src), (t).nbytes)
-    CP(s->m.token_embd, emb);
-    for (size_t l = 0; l < L; l++) {
-        struct layer_weights *w = &s->m.layers[l];
-        CP(w->attn_norm, rms_att + l * D);
-        CP(w->wq, wq + l * D * Q);
-        CP(w->wk, wk + l * D * K);
-        CP(w->wv, wv + l * D * K);
-        CP(w->wo, wo + l * Q * D);
-        CP(w->ffn_norm, rms_ffn + l * D);
-        CP(w->w_gate, w1 + l * D * H);
-        CP(w->w_down, w2 + l * H * D);
-        CP(w->w_up, w3 + l * D * H);
-    }
-    CP(s->m.output_norm, rms_final);
-    if (!shared) CP(s->m.output, wcls);
-#undef CP
-    free(it);
-    free(buf);
-    return 0;
 }
 
 #endif

@@ -5,6 +5,7 @@
 #ifndef STRATA_TEST_SYNTH_H
 #define STRATA_TEST_SYNTH_H
 
+#include "os/common/errmsg.h"
 #include "serving/engine/gguf.h"
 #include "serving/engine/quant.h"
 
@@ -120,7 +121,7 @@ static int synth_write(const char *path, const struct synth_cfg *c, uint32_t typ
     T2("output.weight", type, c->vocab, c->dim, sd * 4, 0);
 #undef T2
     FILE *f = fopen(path, "wb");
-    char err[512];
+    char err[ERRMSG_LEN];
     int rc = f ? gguf_writer_write(w, f, err) : -1;
     if (f) fclose(f);
     if (rc) fprintf(stderr, "synth_write %s: %s\n", path, f ? err : "cannot open");

@@ -1,13 +1,13 @@
 /* The API's pure parts: HTTP head parsing, request validation (OpenAI error shapes), response
  * shapes, chat templates, UTF-8, stop strings, the step-time fit and the Prometheus text. */
 #include "check.h"
-#include "os/errmsg.h"
+#include "os/common/errmsg.h"
 #include "serving/api/api_request.h"
 #include "serving/api/api_response.h"
 #include "serving/api/chat_template.h"
 #include "serving/api/http.h"
 #include "serving/api/metrics.h"
-#include "serving/api/step_model.h"
+#include "serving/sched/step_model.h"
 #include "serving/api/stop_string.h"
 #include "serving/api/utf8.h"
 

@@ -1,10 +1,11 @@
 /* Cluster key, handshake and sealed frames: the right key joins, a wrong key is refused both
  * ways, and every altered, forged, reflected or misdirected frame fails to open. */
+#include "os/common/errmsg.h"
 #include "tests/unit/check.h"
 #include "transport/auth.h"
 #include "transport/crc32c.h"
 
-static char err[512];
+static char err[ERRMSG_LEN];
 static struct cluster_key key, other;
 
 static void keys(void)

@@ -1,6 +1,6 @@
 /* boot_cmdline: every strata.* key, the defaults, and the errors a bad line must give. */
-#include "os/boot_cmdline.h"
-#include "os/errmsg.h"
+#include "os/common/boot_cmdline.h"
+#include "os/common/errmsg.h"
 #include "tests/unit/check.h"
 
 static struct boot_config cfg;
@@ -86,6 +86,34 @@ TEST(pxelinux_ipappend)
     CHECK_EQ_INT(cfg.has_ip, 0);
 }
 
+TEST(ip_dhcp_off_and_watchdog)
+{
+    /* No strata.ip: DHCP (neither static nor off). */
+    CHECK_EQ_INT(parse("console=ttyS0"), 0);
+    CHECK_EQ_INT(cfg.has_ip + cfg.ip_off, 0);
+    CHECK_EQ_INT(cfg.watchdog, 0);
+    CHECK_EQ_INT(parse("strata.ip=10.0.2.15/24 strata.ip=dhcp"), 0);
+    CHECK_EQ_INT(cfg.has_ip + cfg.ip_off, 0);
+    CHECK_EQ_INT(parse("strata.ip=off"), 0);
+    CHECK_EQ_INT(cfg.has_ip, 0);
+    CHECK_EQ_INT(cfg.ip_off, 1);
+    CHECK_EQ_INT(parse("strata.ip=off strata.ip=10.0.2.15/24"), 0);
+    CHECK_EQ_INT(cfg.has_ip, 1);
+    CHECK_EQ_INT(cfg.ip_off, 0);
+    /* strata.ip=dhcp wins over PXELINUX's ip= as a static strata.ip does */
+    CHECK_EQ_INT(parse("ip=10.0.2.15:10.0.2.2:10.0.2.2:255.255.255.0 strata.ip=dhcp"), 0);
+    CHECK_EQ_INT(cfg.has_ip, 0);
+    CHECK_EQ_INT(cfg.has_gw, 0);
+    CHECK_EQ_INT(parse("strata.watchdog=30"), 0);
+    CHECK_EQ_INT(cfg.watchdog, 30);
+    CHECK_EQ_INT(parse("strata.watchdog=30 strata.watchdog=off"), 0);
+    CHECK_EQ_INT(cfg.watchdog, 0);
+    CHECK_EQ_INT(parse("strata.watchdog=3601"), -1);
+    CHECK_STR(err, "strata.watchdog=3601: want a timeout in seconds 1..3600, 0 or off");
+    CHECK_EQ_INT(parse("strata.ip=dhcpx"), -1);
+    CHECK_STR(err, "strata.ip=dhcpx: malformed address (want A.B.C.D/PREFIX, dhcp or off)");
+}
+
 TEST(later_key_wins)
 {
     CHECK_EQ_INT(parse("strata.port=1 strata.port=2"), 0);
@@ -101,7 +129,7 @@ TEST(unknown_key)
 TEST(malformed_values)
 {
     CHECK_EQ_INT(parse("strata.ip=10.0.2.300/24"), -1);
-    CHECK_STR(err, "strata.ip=10.0.2.300/24: malformed address (want A.B.C.D/PREFIX)");
+    CHECK_STR(err, "strata.ip=10.0.2.300/24: malformed address (want A.B.C.D/PREFIX, dhcp or off)");
     const char *bad[] = {
         "strata.ip=10.0.2.15",
         "strata.ip=10.0.2.15/33",
@@ -171,6 +199,7 @@ int main(void)
     RUN(all_keys);
     RUN(netmask_and_partition_model);
     RUN(pxelinux_ipappend);
+    RUN(ip_dhcp_off_and_watchdog);
     RUN(later_key_wins);
     RUN(unknown_key);
     RUN(malformed_values);

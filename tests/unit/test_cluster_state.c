@@ -5,7 +5,7 @@
 
 #include "cluster/cluster_cmd.h"
 #include "cluster/cluster_state.h"
-#include "os/errmsg.h"
+#include "os/common/errmsg.h"
 
 #include <raft.h>
 #include <raft/fixture.h>

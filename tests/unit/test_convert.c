@@ -1,7 +1,7 @@
 /* strata convert: stories260K.bin + tok512.bin -> GGUF, checked tensor by tensor against the
  * checkpoint's floats; broken checkpoints give clear messages. */
-#include "os/errmsg.h"
-#include "os/log.h"
+#include "os/common/errmsg.h"
+#include "os/runtime/log.h"
 #include "serving/engine/convert.h"
 #include "serving/engine/quant.h"
 #include "tests/unit/check.h"

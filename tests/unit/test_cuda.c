@@ -15,13 +15,13 @@
  * each alone; weights must be uploaded before use; the device sampler's greedy and top_k=1 paths.
  */
 #include "drivers/cuda/cu_api.h"
-#include "drivers/cuda/cuda_backend.h"
+#include "serving/engine/cuda/cuda_backend.h"
 #include "drivers/cuda/cuda_fatbin.h"
-#include "drivers/cuda/cuda_plan.h"
+#include "serving/engine/cuda/cuda_plan.h"
 #include "serving/engine/convert.h"
 #include "serving/engine/repack.h"
-#include "os/errmsg.h"
-#include "os/log.h"
+#include "os/common/errmsg.h"
+#include "os/runtime/log.h"
 #include "tests/unit/check.h"
 #include "tests/unit/cuda_synth.h"
 
@@ -163,15 +163,6 @@ static double rel_err(const float *a, const float *ref, size_t n)
     return d / mx;
 }
 
-static const char *type_str(uint32_t t)
-{
-    return t == GGML_F32    ? "F32"
-           : t == GGML_F16  ? "F16"
-           : t == GGML_BF16 ? "BF16"
-           : t == GGML_Q8_0 ? "Q8_0"
-                            : "Q4_0";
-}
-
 TEST(fatbin_embedded)
 {
     size_t size;
@@ -208,7 +199,8 @@ TEST(backend_falls_back_without_libcuda)
     if (size)
         CHECK_STR(why, "no CUDA device (/nonexistent/libcuda.so.1 not found)");
     else
-        CHECK_STR(why, "built without CUDA kernels");
+        CHECK_STR(why, "built without CUDA kernels; no CUDA device (/nonexistent/libcuda.so.1 not "
+                       "found)");
     CHECK(engine_pick_backend(&fake_cpu) == &fake_cpu);
     unsetenv("STRATA_LIBCUDA");
     cu_api_unload();
@@ -315,15 +307,14 @@ TEST(plan_rejects_what_the_kernels_lack)
     CHECK(synth_build(&s, &tiny, GGML_Q8_0, 0, 0, 5) == 0);
     s.m.layers[1].wk.type = GGML_Q4_K;
     CHECK(cuda_plan_weights(&p, &s.m, err) == -1);
-    CHECK_STR(err, "cuda: tensor blk.1.attn_k: type Q4_K is not supported by the CUDA kernels");
+    CHECK_STR(err, "cuda: tensor blk.1.attn_k: type q4_k is not supported by the CUDA kernels");
     s.m.layers[1].wk.type = TENSOR_Q8_0_X16; /* what a CPU engine leaves in a shared model */
     CHECK(cuda_plan_weights(&p, &s.m, err) == -1);
-    CHECK_STR(err, "cuda: tensor blk.1.attn_k: type CPU-repacked (16-row groups) is not supported "
-                   "by the CUDA kernels");
+    CHECK_STR(err, "cuda: tensor blk.1.attn_k: type q8_0x16 is not supported by the CUDA kernels");
     s.m.layers[1].wk.type = GGML_Q8_0;
     s.m.layers[0].ffn_norm.type = GGML_F16;
     CHECK(cuda_plan_weights(&p, &s.m, err) == -1);
-    CHECK_STR(err, "cuda: tensor blk.0.ffn_norm: norm weights must be F32, not F16");
+    CHECK_STR(err, "cuda: tensor blk.0.ffn_norm: norm weights must be f32, not f16");
     s.m.layers[0].ffn_norm.type = GGML_F32;
     s.m.layers[0].wq.cols = 48;
     CHECK(cuda_plan_weights(&p, &s.m, err) == -1);
@@ -360,13 +351,6 @@ TEST(launch_shapes)
     CHECK_EQ_INT(cuda_elementwise_blocks(1, 256), 1);
     CHECK_EQ_INT(cuda_elementwise_blocks(1000, 256), 4);
     CHECK_EQ_INT(cuda_elementwise_blocks(1LL << 40, 256), 4096);
-}
-
-static int load_stories(struct synth *s, char *err)
-{
-    char path[512];
-    snprintf(path, sizeof path, "%s/models/stories260K.bin", check_shared());
-    return llama2c_load(s, path, err);
 }
 
 /* stories260K converted to GGUF (`strata convert`'s code, in memory), planned and filled by
@@ -413,6 +397,18 @@ static void free_gguf_stories(struct gguf_model *gm)
     gguf_free(&gm->g);
     free(gm->file);
     free(gm->s.image);
+}
+
+/* stories260K in F32 as a synth (synth_free releases it): the GGUF bytes are not kept, the image
+ * holds every weight. */
+static int load_stories(struct synth *s, char *err)
+{
+    struct gguf_model gm;
+    if (load_gguf_stories(&gm, GGML_F32, err)) return -1;
+    *s = gm.s;
+    gguf_free(&gm.g);
+    free(gm.file);
+    return 0;
 }
 
 TEST(plan_accepts_the_loaders_image)
@@ -537,9 +533,10 @@ TEST(reference_matches_cpu_engine)
         for (int i = 0; i < n; i++) ref_forward(&r, tok[i], i, lr + (size_t)i * V);
         double e = rel_err(lc, lr, (size_t)n * V);
         double tol = types[ti] == GGML_F32 ? 1e-4 : 3e-2;
-        printf("# %s: CPU engine vs reference %.2g (tolerance %.2g)\n", type_str(types[ti]), e,
+        printf("# %s: CPU engine vs reference %.2g (tolerance %.2g)\n", tensor_type_name(types[ti]),
+               e, tol);
+        CHECKF(e <= tol, "%s: CPU engine vs reference %.3g > %.3g", tensor_type_name(types[ti]), e,
                tol);
-        CHECKF(e <= tol, "%s: CPU engine vs reference %.3g > %.3g", type_str(types[ti]), e, tol);
         free(lc);
         free(lr);
         ref_close(&r);
@@ -651,7 +648,7 @@ static void logits_match(uint32_t type, double tol_prefill, double tol_decode)
     CHECKF(cuda_forward(ce, &b, got, err) == 0, "%s", err);
     for (int i = 0; i < n; i++) ref_forward(&r, tok[i], i, want + (size_t)i * V);
     double e = rel_err(got, want, (size_t)n * V);
-    CHECKF(e <= tol_prefill, "%s prefill: relative error %.3g > %.3g", type_str(type), e,
+    CHECKF(e <= tol_prefill, "%s prefill: relative error %.3g > %.3g", tensor_type_name(type), e,
            tol_prefill);
     /* decode: one token per step (GEMV), attending over the prefilled cache */
     for (int step = 0; step < 4; step++) {
@@ -660,8 +657,8 @@ static void logits_match(uint32_t type, double tol_prefill, double tol_decode)
         CHECKF(cuda_forward(ce, &d, got, err) == 0, "%s", err);
         ref_forward(&r, t, p, want);
         e = rel_err(got, want, (size_t)V);
-        CHECKF(e <= tol_decode, "%s decode step %d: relative error %.3g > %.3g", type_str(type),
-               step, e, tol_decode);
+        CHECKF(e <= tol_decode, "%s decode step %d: relative error %.3g > %.3g",
+               tensor_type_name(type), step, e, tol_decode);
     }
     free(got);
     free(want);
@@ -708,10 +705,10 @@ static void engine_logits_match(uint32_t type, double tol)
         double e = rel_err(lg, lc, (size_t)V);
         if (e > ed) ed = e;
     }
-    printf("# %s vs the CPU engine: prefill %.2g, decode %.2g (tolerance %.2g)\n", type_str(type),
-           ep, ed, tol);
-    CHECKF(ep <= tol && ed <= tol, "%s: prefill error %.3g, decode %.3g > %.3g", type_str(type), ep,
-           ed, tol);
+    printf("# %s vs the CPU engine: prefill %.2g, decode %.2g (tolerance %.2g)\n",
+           tensor_type_name(type), ep, ed, tol);
+    CHECKF(ep <= tol && ed <= tol, "%s: prefill error %.3g, decode %.3g > %.3g",
+           tensor_type_name(type), ep, ed, tol);
     free(lc);
     free(lg);
     eng_close(&gpu);

@@ -5,8 +5,8 @@
 #include "check.h"
 #include "synth.h"
 
-#include "os/errmsg.h"
-#include "os/log.h"
+#include "os/common/errmsg.h"
+#include "os/runtime/log.h"
 #include "serving/engine/loader.h"
 #include "serving/engine/repack.h"
 #include "serving/engine/sampler.h"

@@ -1,6 +1,7 @@
 /* fwd_kernels: attention over the paged cache (f32 and f16) and SwiGLU, every ISA this CPU has,
  * against a double-precision reference; a token's result does not depend on how its heads are
  * split; the f16 cache store rounds exactly as the compiler's _Float16 conversion does. */
+#include "os/common/errmsg.h"
 #include "check.h"
 
 #include "serving/engine/fwd_kernels.h"
@@ -50,7 +51,7 @@ struct fixture {
 static void fixture_init(struct fixture *f, int type, int n_heads, int n_kv_heads, int hd, int bs,
                          int ctx)
 {
-    char err[256];
+    char err[ERRMSG_LEN];
     int kvd = n_kv_heads * hd, nb = (ctx + bs - 1) / bs + 1;
     f->mem = calloc(1, kv_cache_bytes(type, 2, kvd, bs, nb));
     CHECK(f->mem && kv_cache_init(&f->kv, f->mem, type, 2, kvd, hd, bs, nb, err) == 0);
@@ -181,7 +182,7 @@ TEST(attend_matches_reference_every_isa_f16)
 TEST(kv_store_rounds_like_float16)
 {
     enum { KVD_MAX = 48 };
-    char err[256];
+    char err[ERRMSG_LEN];
     float k[KVD_MAX], v[KVD_MAX];
     static const float special[] = {0.0f,     -0.0f,       1.0f,      1.00048828125f /* tie */,
                                     65504.0f, 65520.0f,    -7e4f,     6e-8f,

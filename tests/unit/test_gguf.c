@@ -1,5 +1,5 @@
 /* GGUF reader/writer and model_plan: round trips, hostile files, exact error messages. */
-#include "os/errmsg.h"
+#include "os/common/errmsg.h"
 #include "serving/engine/gguf.h"
 #include "serving/engine/model.h"
 #include "tests/unit/check.h"

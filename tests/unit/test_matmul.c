@@ -2,7 +2,7 @@
  * this CPU has x n_tok in {1,2,3,5,17} x odd row counts (multiples of 16 for the groups),
  * against a double-precision reference on the dequantized weights; every ISA against the scalar
  * kernels; results independent of batch size, tiling and thread count. */
-#include "os/errmsg.h"
+#include "os/common/errmsg.h"
 #include "serving/engine/gguf.h"
 #include "serving/engine/matmul.h"
 #include "serving/engine/matmul_kernels.h"
@@ -26,28 +26,6 @@ static float uniform(void) /* [-1, 1) */
 
 static const uint32_t types[] = {GGML_F32,  GGML_F16,  GGML_BF16,       GGML_Q8_0,
                                  GGML_Q4_0, GGML_Q4_K, TENSOR_Q8_0_X16, TENSOR_Q4_0_X16};
-static const char *type_name(uint32_t t)
-{
-    switch (t) {
-    case TENSOR_Q8_0_X16:
-        return "Q8_0x16";
-    case TENSOR_Q4_0_X16:
-        return "Q4_0x16";
-    case GGML_F32:
-        return "F32";
-    case GGML_F16:
-        return "F16";
-    case GGML_BF16:
-        return "BF16";
-    case GGML_Q8_0:
-        return "Q8_0";
-    case GGML_Q4_0:
-        return "Q4_0";
-    case GGML_Q4_K:
-        return "Q4_K";
-    }
-    return "?";
-}
 
 /* Float types get a column count that is not a multiple of the vector width (tail path); the
  * block types an odd number of blocks. */
@@ -198,7 +176,8 @@ TEST(all_types_isas_batches_vs_reference)
                             CHECKF(fabs(got - ref) <= tol,
                                    "%s %s rows=%d n_tok=%d: y[%d][%d] = %.9g, reference %.9g, "
                                    "tolerance %.3g",
-                                   type_name(type), isas[ii], rows, n_tok, t, r, got, ref, tol);
+                                   tensor_type_name(type), isas[ii], rows, n_tok, t, r, got, ref,
+                                   tol);
                             if (ii == 0) continue;
                             /* Same integer dots as scalar: only float summation order differs. */
                             double s = ys[t * rows + r];
@@ -206,7 +185,7 @@ TEST(all_types_isas_batches_vs_reference)
                             for (int c = 0; c < cols; c++) sabs += fabs((double)wr[c] * xt[c]);
                             CHECKF(fabs(got - s) <= 2 * cols * 0x1p-24 * sabs + 1e-30,
                                    "%s %s vs scalar rows=%d n_tok=%d: y[%d][%d] %.9g vs %.9g",
-                                   type_name(type), isas[ii], rows, n_tok, t, r, got, s);
+                                   tensor_type_name(type), isas[ii], rows, n_tok, t, r, got, s);
                         }
                 }
             }
@@ -292,12 +271,12 @@ TEST(batch_threads_multi_bit_identical)
                 matmul(&k, batch[i], &m[i].t, x, 17);
                 CHECKF(!memcmp(batch[i], multi[i], sizeof(float) * 17 * rows[i]),
                        "%s: matmul_multi differs from matmul (matrix %d, %d threads)",
-                       type_name(type), i, nth);
+                       tensor_type_name(type), i, nth);
                 for (int t = 0; t < 17; t += 4) {
                     matmul(&k, one, &m[i].t, x + (size_t)t * cols, 1);
                     CHECKF(!memcmp(one, batch[i] + (size_t)t * rows[i], sizeof(float) * rows[i]),
                            "%s: token %d alone differs from in a batch of 17 (%d threads)",
-                           type_name(type), t, nth);
+                           tensor_type_name(type), t, nth);
                 }
             }
             free(scratch);
@@ -399,8 +378,8 @@ TEST(multi_mixed_layouts)
         for (int i = 0; i < 3; i++) {
             matmul(&k, one, &m[i].t, x, n_tok);
             CHECKF(!memcmp(one, multi[i], sizeof(float) * n_tok * rows[i]),
-                   "%s in a mixed matmul_multi differs from matmul (%d threads)", type_name(mix[i]),
-                   nth);
+                   "%s in a mixed matmul_multi differs from matmul (%d threads)",
+                   tensor_type_name(mix[i]), nth);
         }
         free(scratch);
         threadpool_free(tp);

@@ -1,8 +1,8 @@
 /* pid1 outside PID 1: everything is a no-op, the process count sees at least this process and
  * never a kernel thread. (PID-1 behaviour itself: tests/integration/pid1_namespace.sh and the
  * boot tests.) */
-#include "os/errmsg.h"
-#include "os/pid1.h"
+#include "os/common/errmsg.h"
+#include "os/runtime/pid1.h"
 #include "tests/unit/check.h"
 
 #include <dirent.h>

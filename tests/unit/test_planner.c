@@ -3,7 +3,7 @@
  * two GPU types, determinism. Step models use powers of two so predictions are exact. */
 #include "check.h"
 #include "cluster/planner.h"
-#include "os/errmsg.h"
+#include "os/common/errmsg.h"
 
 enum { NT = 2 }; /* GPU types */
 

@@ -3,8 +3,8 @@
  * order; static batching waits for its batch. Single-threaded (sched_iterate), no timing checks. */
 #include "check.h"
 #include "fake_model.h"
-#include "os/errmsg.h"
-#include "serving/api/scheduler.h"
+#include "os/common/errmsg.h"
+#include "serving/sched/scheduler.h"
 
 #include <stdlib.h>
 
@@ -27,7 +27,7 @@ static void rig_open(struct rig *g, int n_blocks, int block_size, struct sched_c
     struct sched_ops ops = {.ctx = &g->fm,
                             .vocab_size = FAKE_VOCAB,
                             .eos_id = FAKE_EOS,
-                            .alt_eos_id = -1,
+                            .bos_id = -1,
                             .forward = fake_forward,
                             .decode = fake_decode};
     g->s = sched_new(&cfg, &ops, &g->kv, &g->m, err);

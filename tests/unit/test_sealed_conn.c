@@ -5,7 +5,7 @@
 #include "check.h"
 
 #include "cluster/sealed_conn.h"
-#include "os/errmsg.h"
+#include "os/common/errmsg.h"
 
 #include <arpa/inet.h>
 #include <stdlib.h>

@@ -7,7 +7,7 @@
  * ids published for meta-llama/Llama-2-7b-chat-hf. With a synthetic vocabulary holding ChatML
  * markers as control tokens, every id is known by hand. */
 #include "check.h"
-#include "os/errmsg.h"
+#include "os/common/errmsg.h"
 #include "serving/api/chat_template.h"
 #include "serving/engine/convert.h"
 #include "serving/engine/gguf.h"

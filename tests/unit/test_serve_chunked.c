@@ -4,7 +4,7 @@
  * for a whole one; the buffer stays bounded by the decoded body. The reader is fed exactly as the
  * server feeds it: new bytes are appended after the (possibly compacted) buffer. */
 #include "check.h"
-#include "os/errmsg.h"
+#include "os/common/errmsg.h"
 #include "serving/api/http.h"
 
 #define MAX_HEAD 8192

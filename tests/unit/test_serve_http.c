@@ -4,7 +4,7 @@
  * in OpenAI's error shape while the server keeps serving. Timing is never a pass criterion. */
 #include "check.h"
 #include "fake_model.h"
-#include "os/errmsg.h"
+#include "os/common/errmsg.h"
 #include "serving/api/http_server.h"
 #include "serving/api/serve_front.h"
 
@@ -77,7 +77,7 @@ static void make_ready(void)
     struct sched_ops ops = {.ctx = &G.fm,
                             .vocab_size = FAKE_VOCAB,
                             .eos_id = FAKE_EOS,
-                            .alt_eos_id = -1,
+                            .bos_id = -1,
                             .forward = fake_forward,
                             .decode = fake_decode,
                             .notify = front_notify,

@@ -1,7 +1,7 @@
 /* Tokenizer: reference ids (from tests/tools/ref_tokenize.py, a literal transcription of llama2.c's
  * encode), agreement with a naive in-test llama2.c encoder on random text, UTF-8 round trips,
  * GGUF round trip, errors. */
-#include "os/errmsg.h"
+#include "os/common/errmsg.h"
 #include "serving/engine/convert.h"
 #include "serving/engine/tokenizer.h"
 #include "tests/unit/check.h"

@@ -1,6 +1,7 @@
 /* Weight streaming in one process over loopback TCP: a source and a joiner, spans become ready in
  * execution order through the readiness API, a corrupted unit is re-fetched, and the joiner ends
  * with the exact bytes. */
+#include "os/common/errmsg.h"
 #include "tests/unit/check.h"
 #include "transport/weight_stream.h"
 
@@ -8,7 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static char err[512];
+static char err[ERRMSG_LEN];
 static int ready_order[64], n_ready;
 
 static void on_ready(void *ctx, int span)

@@ -1,13 +1,15 @@
 /* Wire format: CRC-32C vectors, IEEE-754 and half-precision bit patterns, every encoder against
  * its decoder, and every decoder against short, long and corrupted input. */
+#include "os/common/errmsg.h"
 #include "tests/unit/check.h"
 #include "transport/crc32c.h"
 #include "transport/wire.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdint.h>
 
-static char err[512];
+static char err[ERRMSG_LEN];
 
 TEST(crc32c_vectors)
 {
@@ -296,54 +298,143 @@ TEST(small_messages)
 
 TEST(activations_f32_f16_bf16)
 {
-    /* Three tokens of dim 2 with values whose encodings are pinned. */
-    const uint32_t seq[3] = {7, 7, 9}, pos[3] = {0, 1, 41};
+    /* Three rows of dim 2 with values whose encodings are pinned. */
+    const uint32_t seq[3] = {7, 7, 9}, pos[3] = {0, 1, 41}, tok[3] = {1, 300, 511};
+    const uint8_t fl[3] = {0, WIRE_ROW_LOGITS, WIRE_ROW_LOGITS | WIRE_ROW_MASK_EOS};
     const float x[6] = {6.342e-5f, 1.0f, -2.0f, 65504.0f, 0.0f, -0.5f};
-    struct wire_activations a = {
-        .step = 12, .layer = 3, .n = 3, .dim = 2, .seq = seq, .pos = pos, .x = x};
+    struct wire_activations a = {.step = 12,
+                                 .layer = 3,
+                                 .n = 3,
+                                 .dim = 2,
+                                 .seq = seq,
+                                 .pos = pos,
+                                 .token = tok,
+                                 .flags = fl,
+                                 .x = x};
     static uint8_t buf[256];
-    uint32_t dseq[3], dpos[3];
+    uint32_t dseq[3], dpos[3], dtok[3];
+    uint8_t dfl[3];
     float dx[6];
     struct wire_activations d;
+    const size_t rows = 3 * WIRE_ACT_ROW_LEN;
+#define DEC(L, capn, capx)                                                                         \
+    wire_activations_decode(&d, buf, (L), dseq, dpos, dtok, dfl, dx, (capn), (capx), err)
     /* f32: the exact bits; 6.342e-5 is 0x3885005A (bytes 5A 00 85 38 on the wire). */
     a.dtype = WIRE_F32;
     size_t len = wire_activations_encode(buf, sizeof buf, &a);
-    CHECK(len == wire_activations_size(3, 2, WIRE_F32) && len == WIRE_ACT_HDR_LEN + 24 + 24);
-    const uint8_t *v = buf + WIRE_ACT_HDR_LEN + 24;
+    CHECK(len == wire_activations_size(3, 2, WIRE_F32) && len == WIRE_ACT_HDR_LEN + rows + 24 + 4);
+    const uint8_t *v = buf + WIRE_ACT_HDR_LEN + rows;
     CHECK(v[0] == 0x5A && v[1] == 0x00 && v[2] == 0x85 && v[3] == 0x38);
-    CHECK(wire_activations_decode(&d, buf, len, dseq, dpos, dx, 3, err) == 0);
+    /* the row of sequence 9: 09 00 00 00 | 29 00 00 00 | FF 01 00 00 | 03 */
+    const uint8_t *r2 = buf + WIRE_ACT_HDR_LEN + 2 * WIRE_ACT_ROW_LEN;
+    CHECK(r2[0] == 9 && r2[4] == 41 && r2[8] == 0xFF && r2[9] == 1 && r2[12] == 3);
+    CHECK(DEC(len, 3, 6) == 0);
     CHECK(d.step == 12 && d.layer == 3 && d.n == 3 && d.dim == 2 && dseq[2] == 9 && dpos[2] == 41);
+    CHECK(dtok[1] == 300 && dfl[0] == 0 && dfl[2] == (WIRE_ROW_LOGITS | WIRE_ROW_MASK_EOS));
     CHECK(!memcmp(dx, x, sizeof x));
-    CHECK_STRICT(wire_activations_decode(&d, buf, L, dseq, dpos, dx, 3, err));
-    CHECK(wire_activations_decode(&d, buf, len, dseq, dpos, dx, 2, err) == -1); /* no room */
+    CHECK_STRICT(DEC(L, 3, 6));
+    CHECK(DEC(len, 2, 6) == -1); /* no room for the rows */
+    CHECK(DEC(len, 3, 5) == -1); /* no room for the values */
+    /* any flipped bit fails the CRC */
+    for (size_t i = 0; i < len; i++) {
+        buf[i] ^= 0x10;
+        CHECKF(DEC(len, 3, 6) == -1, "byte %zu flipped was accepted", i);
+        buf[i] ^= 0x10;
+    }
     /* fp16: 6.342e-5 -> 0x0428, 1.0 -> 0x3C00, -2 -> 0xC000, 65504 -> 0x7BFF. */
     a.dtype = WIRE_F16;
     len = wire_activations_encode(buf, sizeof buf, &a);
-    CHECK(len == WIRE_ACT_HDR_LEN + 24 + 12);
-    v = buf + WIRE_ACT_HDR_LEN + 24;
+    CHECK(len == WIRE_ACT_HDR_LEN + rows + 12 + 4);
+    v = buf + WIRE_ACT_HDR_LEN + rows;
     CHECK(v[0] == 0x28 && v[1] == 0x04 && v[2] == 0x00 && v[3] == 0x3C && v[4] == 0x00 &&
           v[5] == 0xC0 && v[6] == 0xFF && v[7] == 0x7B);
-    CHECK(wire_activations_decode(&d, buf, len, dseq, dpos, dx, 3, err) == 0);
+    CHECK(DEC(len, 3, 6) == 0);
     CHECK(fabs(dx[0] - 6.342e-5f) < 1e-8 && dx[1] == 1.0f && dx[2] == -2.0f && dx[3] == 65504.0f &&
           dx[5] == -0.5f);
-    CHECK_STRICT(wire_activations_decode(&d, buf, L, dseq, dpos, dx, 3, err));
+    CHECK_STRICT(DEC(L, 3, 6));
     /* bf16: the upper half of the f32 (6.342e-5 -> 0x3885, 1.0 -> 0x3F80). */
     a.dtype = WIRE_BF16;
     len = wire_activations_encode(buf, sizeof buf, &a);
-    v = buf + WIRE_ACT_HDR_LEN + 24;
+    v = buf + WIRE_ACT_HDR_LEN + rows;
     CHECK(v[0] == 0x85 && v[1] == 0x38 && v[2] == 0x80 && v[3] == 0x3F);
-    CHECK(wire_activations_decode(&d, buf, len, dseq, dpos, dx, 3, err) == 0);
+    CHECK(DEC(len, 3, 6) == 0);
     CHECK(dx[1] == 1.0f && dx[2] == -2.0f && fabs(dx[0] - 6.342e-5f) < 1e-6);
-    /* Unknown dtype, zero dim. */
-    buf[WIRE_ACT_HDR_LEN - 1] = 3;
-    CHECK(wire_activations_decode(&d, buf, len, dseq, dpos, dx, 3, err) == -1);
+    /* Unknown dtype (even with a CRC that matches), unknown row flags, zero dim. */
     a.dtype = 5;
     CHECK(wire_activations_encode(buf, sizeof buf, &a) == 0);
     a.dtype = WIRE_F32;
+    const uint8_t bad_fl[3] = {0, 4, 1};
+    a.flags = bad_fl;
+    len = wire_activations_encode(buf, sizeof buf, &a);
+    CHECK(DEC(len, 3, 6) == -1);
+    a.flags = fl;
     a.dim = 0;
     a.n = 0;
     len = wire_activations_encode(buf, sizeof buf, &a);
-    CHECK(wire_activations_decode(&d, buf, len, dseq, dpos, dx, 3, err) == -1);
+    CHECK(DEC(len, 3, 6) == -1);
+    /* A message never exceeds WIRE_MAX_MSG at the row count max_rows allows. */
+    CHECK(wire_activations_size(wire_activations_max_rows(4096, WIRE_F32), 4096, WIRE_F32) <=
+          WIRE_MAX_MSG);
+    CHECK(wire_activations_size(wire_activations_max_rows(4096, WIRE_F32) + 1, 4096, WIRE_F32) >
+          WIRE_MAX_MSG);
+    CHECK(wire_activations_max_rows(64, WIRE_F16) == WIRE_MAX_ACT_TOKENS);
+#undef DEC
+}
+
+TEST(coop_tokens_open_close)
+{
+    static uint8_t buf[512];
+    struct wire_coop_token tk[2] = {{7, 300, 0x0102030405060708ull}, {9, 2, 1}}, dt[2];
+    struct wire_coop_tokens t = {.step = 5, .n = 2, .tok = tk}, d;
+    size_t len = wire_coop_tokens_encode(buf, sizeof buf, &t);
+    CHECK(len == 1 + 8 + 1 + 4 + 2 * 16 + 2 + 4);
+    CHECK(buf[0] == MSG_COOP_TOKENS && buf[1] == 5 && buf[14] == 7 && buf[18] == 0x2c &&
+          buf[19] == 0x01 && buf[22] == 0x08 && buf[29] == 0x01);
+    CHECK(wire_coop_tokens_decode(&d, buf, len, dt, 2, err) == 0);
+    CHECK(d.step == 5 && d.status == 0 && d.n == 2 && dt[0].token == 300 &&
+          dt[0].rng == 0x0102030405060708ull && dt[1].seq == 9);
+    CHECK_STRICT(wire_coop_tokens_decode(&d, buf, L, dt, 2, err));
+    CHECK(wire_coop_tokens_decode(&d, buf, len, dt, 1, err) == -1);
+    buf[3] ^= 1;
+    CHECK(wire_coop_tokens_decode(&d, buf, len, dt, 2, err) == -1); /* CRC */
+    /* An error reply carries its message and no tokens. */
+    struct wire_coop_tokens e = {.step = 6, .status = 1};
+    snprintf(e.error, sizeof e.error, "helper: out of KV blocks");
+    len = wire_coop_tokens_encode(buf, sizeof buf, &e);
+    CHECK(wire_coop_tokens_decode(&d, buf, len, dt, 2, err) == 0);
+    CHECK(d.status == 1 && d.n == 0 && !strcmp(d.error, "helper: out of KV blocks"));
+    CHECK_STRICT(wire_coop_tokens_decode(&d, buf, L, dt, 2, err));
+    e.n = 1;
+    CHECK(wire_coop_tokens_encode(buf, sizeof buf, &e) == 0);
+
+    struct wire_coop_open o = {.seq = 3,
+                               .temperature = 0.8f,
+                               .top_p = 0.9f,
+                               .top_k = 40,
+                               .min_p = 0.05f,
+                               .rng = 0xdeadbeefcafef00dull},
+                          od;
+    len = wire_coop_open_encode(buf, sizeof buf, &o);
+    CHECK(len == WIRE_COOP_OPEN_LEN);
+    CHECK(wire_coop_open_decode(&od, buf, len, err) == 0);
+    CHECK(od.seq == 3 && od.temperature == 0.8f && od.top_p == 0.9f && od.top_k == 40 &&
+          od.min_p == 0.05f && od.rng == o.rng);
+    CHECK_STRICT(wire_coop_open_decode(&od, buf, L, err));
+    o.top_p = NAN;
+    len = wire_coop_open_encode(buf, sizeof buf, &o);
+    CHECK(wire_coop_open_decode(&od, buf, len, err) == -1);
+    o.top_p = 1;
+    o.temperature = -1;
+    len = wire_coop_open_encode(buf, sizeof buf, &o);
+    CHECK(wire_coop_open_decode(&od, buf, len, err) == -1);
+
+    uint32_t seqs[3] = {4, 5, 6}, ds[3], n = 0;
+    len = wire_coop_close_encode(buf, sizeof buf, seqs, 3);
+    CHECK(len == 1 + 4 + 12 + 4);
+    CHECK(wire_coop_close_decode(buf, len, ds, 3, &n, err) == 0 && n == 3 && ds[2] == 6);
+    CHECK_STRICT(wire_coop_close_decode(buf, L, ds, 3, &n, err));
+    CHECK(wire_coop_close_decode(buf, len, ds, 2, &n, err) == -1);
+    CHECK(wire_coop_close_encode(buf, sizeof buf, seqs, 0) == 0);
 }
 
 int main(void)
@@ -358,5 +449,6 @@ int main(void)
     RUN(chunk_roundtrip_and_rejects);
     RUN(small_messages);
     RUN(activations_f32_f16_bf16);
+    RUN(coop_tokens_open_close);
     CHECK_DONE();
 }

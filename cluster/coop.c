@@ -1,0 +1,906 @@
+#include "cluster/coop.h"
+
+#include "os/common/errmsg.h"
+#include "os/runtime/log.h"
+#include "serving/engine/sampler.h"
+#include "transport/wire.h"
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MAX_SCHEDULE 64
+
+/* Joiner: a sequence some of whose layers run on the helper. x holds, for every computed position,
+ * the hidden state at the input of layer k (what was sent): the input of a KV fill. */
+struct jseq {
+    unsigned id;
+    unsigned session; /* the helper connection it was opened on */
+    int opened;
+    float *x; /* ctx x dim */
+};
+
+/* Helper: another node's sequence; its KV blocks come from our pool. */
+struct hseq {
+    int peer;
+    unsigned id;
+    struct sampler smp;
+    int *blocks;
+    int n_blocks;
+};
+
+/* Fabric thread -> compute thread. */
+enum { W_OPEN, W_ACT, W_CLOSE, W_GONE };
+struct work {
+    struct work *next;
+    int kind, peer;
+    size_t len;
+    uint8_t msg[];
+};
+
+/* Fabric thread's view of a peer that sends us work, for validation. */
+struct peer_state {
+    uint64_t last_step;
+    unsigned *open; /* sequence ids opened and not closed */
+    int n_open, cap_open;
+};
+
+struct coop {
+    struct coop_config cfg;
+    struct engine *e;
+    struct serve_metrics *m;
+    int L, dim, ctx, vocab;
+    atomic_int target, k_now;
+    struct {
+        unsigned long long step;
+        int k;
+    } plan[MAX_SCHEDULE]; /* --resident-schedule */
+    int n_sched, next_sched;
+
+    /* joiner (compute thread, except the reply slot) */
+    struct jseq *js;
+    int n_js, cap_js;
+    uint64_t step_id;
+    float *x; /* max_tokens x dim */
+    uint8_t *out;
+    pthread_mutex_t mu; /* reply slot and helper session */
+    pthread_cond_t cv;
+    uint8_t *reply;
+    size_t reply_len;
+    int have_reply;
+    unsigned session; /* bumped when the helper connection closes */
+    int helper_open;
+    char helper_why[256];
+
+    /* helper */
+    struct scheduler *sched;
+    pthread_mutex_t wmu;
+    struct work *w_head, *w_tail;
+    struct peer_state ps[FABRIC_MAX_NODE_PEERS]; /* fabric thread */
+    struct hseq *hs;                             /* compute thread */
+    int n_hs, cap_hs;
+    float *hx, *logits;
+    uint32_t *a_seq, *a_pos, *a_tok;
+    uint8_t *a_flags;
+    int *b_pos, *b_tok, *b_rows;
+    const int **b_blocks;
+    struct wire_coop_token *toks;
+    uint32_t hx_rows;
+};
+
+/* ---------------------------------------------------------------- set-up */
+
+static int parse_schedule(struct coop *c, const char *s, char *err)
+{
+    while (s && *s) {
+        char *end;
+        unsigned long long step = strtoull(s, &end, 10);
+        if (end == s || *end != ':')
+            return errmsg_set(err, "--resident-schedule: want STEP:K,STEP:K,... at '%s'", s);
+        s = end + 1;
+        long k = strtol(s, &end, 10);
+        if (end == s || k < 0 || k > c->L || (*end && *end != ','))
+            return errmsg_set(err, "--resident-schedule: K in [0, %d] at '%s'", c->L, s);
+        if (c->n_sched == MAX_SCHEDULE)
+            return errmsg_set(err, "--resident-schedule: at most %d entries", MAX_SCHEDULE);
+        c->plan[c->n_sched].step = step;
+        c->plan[c->n_sched++].k = (int)k;
+        s = *end ? end + 1 : end;
+    }
+    return 0;
+}
+
+struct coop *coop_new(const struct coop_config *cfg, char *err)
+{
+    struct coop *c = calloc(1, sizeof *c);
+    if (!c) {
+        errmsg_set(err, "coop: out of memory");
+        return NULL;
+    }
+    c->cfg = *cfg;
+    c->e = cfg->e;
+    c->m = cfg->m;
+    c->L = cfg->e->cfg->n_layers;
+    c->dim = cfg->e->cfg->dim;
+    c->ctx = cfg->e->lim.ctx;
+    c->vocab = cfg->e->cfg->vocab_size;
+    if (c->cfg.timeout_ms <= 0) c->cfg.timeout_ms = 30000;
+    if (cfg->resident < 0 || cfg->resident > c->L) {
+        errmsg_set(err, "coop: %d resident layers of %d", cfg->resident, c->L);
+        free(c);
+        return NULL;
+    }
+    if (cfg->dtype != WIRE_F32 && cfg->dtype != WIRE_F16 && cfg->dtype != WIRE_BF16) {
+        errmsg_set(err, "coop: activation dtype %d unknown", cfg->dtype);
+        free(c);
+        return NULL;
+    }
+    if (parse_schedule(c, cfg->schedule, err)) {
+        free(c);
+        return NULL;
+    }
+    atomic_init(&c->target, cfg->resident);
+    atomic_init(&c->k_now, cfg->resident);
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+    pthread_mutex_init(&c->wmu, NULL);
+    int T = c->e->lim.max_tokens, S = c->e->lim.max_seqs;
+    uint32_t rows = wire_activations_max_rows((uint32_t)c->dim, WIRE_F16);
+    c->hx_rows = rows;
+    c->x = malloc((size_t)T * c->dim * sizeof *c->x);
+    c->out = malloc(WIRE_MAX_MSG);
+    c->reply = malloc(WIRE_MAX_MSG);
+    c->hx = malloc((size_t)rows * c->dim * sizeof *c->hx);
+    c->logits = malloc((size_t)S * c->vocab * sizeof *c->logits);
+    c->a_seq = malloc(rows * sizeof *c->a_seq);
+    c->a_pos = malloc(rows * sizeof *c->a_pos);
+    c->a_tok = malloc(rows * sizeof *c->a_tok);
+    c->a_flags = malloc(rows);
+    c->b_pos = malloc((size_t)T * sizeof *c->b_pos);
+    c->b_tok = calloc((size_t)T, sizeof *c->b_tok);
+    c->b_rows = malloc((size_t)T * sizeof *c->b_rows);
+    c->b_blocks = malloc((size_t)T * sizeof *c->b_blocks);
+    c->toks = malloc(WIRE_MAX_ACT_TOKENS * sizeof *c->toks);
+    if (!c->x || !c->out || !c->reply || !c->hx || !c->logits || !c->a_seq || !c->a_pos ||
+        !c->a_tok || !c->a_flags || !c->b_pos || !c->b_tok || !c->b_rows || !c->b_blocks ||
+        !c->toks) {
+        errmsg_set(err, "coop: out of memory for the step buffers");
+        coop_free(c);
+        return NULL;
+    }
+    if (c->m) {
+        atomic_store(&c->m->layers_total, c->L);
+        atomic_store(&c->m->layers_resident, cfg->resident);
+        atomic_store(&c->m->coop_k, cfg->resident);
+    }
+    return c;
+}
+
+static void hseq_free(struct coop *c, struct hseq *h)
+{
+    for (int i = h->n_blocks - 1; i >= 0; i--) kv_block_free(&c->e->kv, h->blocks[i]);
+    free(h->blocks);
+    sampler_free(&h->smp);
+}
+
+void coop_free(struct coop *c)
+{
+    if (!c) return;
+    for (int i = 0; i < c->n_js; i++) free(c->js[i].x);
+    free(c->js);
+    for (int i = 0; i < c->n_hs; i++) hseq_free(c, &c->hs[i]);
+    free(c->hs);
+    for (struct work *w = c->w_head, *n; w; w = n) {
+        n = w->next;
+        free(w);
+    }
+    for (int i = 0; i < FABRIC_MAX_NODE_PEERS; i++) free(c->ps[i].open);
+    free(c->x), free(c->out), free(c->reply), free(c->hx), free(c->logits);
+    free(c->a_seq), free(c->a_pos), free(c->a_tok), free(c->a_flags);
+    free(c->b_pos), free(c->b_tok), free(c->b_rows), free(c->b_blocks), free(c->toks);
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->cv);
+    pthread_mutex_destroy(&c->wmu);
+    free(c);
+}
+
+void coop_set_resident(struct coop *c, int k)
+{
+    if (k > c->L) k = c->L;
+    int cur = atomic_load(&c->target);
+    while (k > cur && !atomic_compare_exchange_weak(&c->target, &cur, k)) {
+    }
+    if (c->m) atomic_store(&c->m->layers_resident, atomic_load(&c->target));
+}
+
+int coop_resident(const struct coop *c)
+{
+    return atomic_load(&((struct coop *)c)->target);
+}
+
+int coop_current_k(const struct coop *c)
+{
+    return atomic_load(&((struct coop *)c)->k_now);
+}
+
+void coop_set_scheduler(struct coop *c, struct scheduler *s)
+{
+    c->sched = s;
+}
+
+/* ---------------------------------------------------------------- fabric thread */
+
+static int ps_find(const struct peer_state *p, unsigned id)
+{
+    for (int i = 0; i < p->n_open; i++)
+        if (p->open[i] == id) return i;
+    return -1;
+}
+
+static int queue_work(struct coop *c, int kind, int peer, const uint8_t *msg, size_t len)
+{
+    struct work *w = malloc(sizeof *w + len);
+    if (!w) {
+        log_error("coop", "out of memory queueing a %zu-byte message from peer %d", len, peer);
+        return -1;
+    }
+    w->next = NULL;
+    w->kind = kind;
+    w->peer = peer;
+    w->len = len;
+    if (len) memcpy(w->msg, msg, len);
+    pthread_mutex_lock(&c->wmu);
+    if (c->w_tail)
+        c->w_tail->next = w;
+    else
+        c->w_head = w;
+    c->w_tail = w;
+    pthread_mutex_unlock(&c->wmu);
+    if (c->sched) sched_poke(c->sched);
+    return 0;
+}
+
+static int on_open(void *ctx, struct fabric_node *fn, int peer, const uint8_t *msg, size_t len)
+{
+    struct coop *c = ctx;
+    struct peer_state *p = &c->ps[peer];
+    char err[ERRMSG_LEN];
+    struct wire_coop_open o;
+    if (wire_coop_open_decode(&o, msg, len, err)) {
+        log_warn("coop", "peer %d (%s): %s", peer, fabric_node_peer_name(fn, peer), err);
+        return -1;
+    }
+    if (ps_find(p, o.seq) >= 0) {
+        log_warn("coop", "peer %d (%s): sequence %u opened twice", peer,
+                 fabric_node_peer_name(fn, peer), o.seq);
+        return -1;
+    }
+    if (p->n_open == p->cap_open) {
+        int cap = p->cap_open ? 2 * p->cap_open : 64;
+        unsigned *n = realloc(p->open, (size_t)cap * sizeof *n);
+        if (!n) return log_error("coop", "out of memory"), -1;
+        p->open = n;
+        p->cap_open = cap;
+    }
+    p->open[p->n_open++] = o.seq;
+    return queue_work(c, W_OPEN, peer, msg, len);
+}
+
+static int on_close(void *ctx, struct fabric_node *fn, int peer, const uint8_t *msg, size_t len)
+{
+    struct coop *c = ctx;
+    struct peer_state *p = &c->ps[peer];
+    char err[ERRMSG_LEN];
+    uint32_t n;
+    if (wire_coop_close_decode(msg, len, c->a_seq, c->hx_rows, &n, err)) {
+        log_warn("coop", "peer %d (%s): %s", peer, fabric_node_peer_name(fn, peer), err);
+        return -1;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        int at = ps_find(p, c->a_seq[i]);
+        if (at < 0) {
+            log_warn("coop", "peer %d (%s): close of sequence %u, which it never opened", peer,
+                     fabric_node_peer_name(fn, peer), c->a_seq[i]);
+            return -1;
+        }
+        p->open[at] = p->open[--p->n_open];
+    }
+    return queue_work(c, W_CLOSE, peer, msg, len);
+}
+
+/* Everything the compute thread will trust is checked here: shape, layer, positions, that every
+ * row's sequence was opened, that steps only move forward. */
+static int on_activations(void *ctx, struct fabric_node *fn, int peer, const uint8_t *msg,
+                          size_t len)
+{
+    struct coop *c = ctx;
+    struct peer_state *p = &c->ps[peer];
+    const char *who = fabric_node_peer_name(fn, peer);
+    char err[ERRMSG_LEN];
+    struct wire_activations a;
+    /* decoded into scratch that only this thread uses (a_*, hx are the compute thread's:
+     * validate with stack-light checks on the raw rows instead) */
+    static _Thread_local uint32_t seq[WIRE_MAX_ACT_TOKENS], pos[WIRE_MAX_ACT_TOKENS],
+        tok[WIRE_MAX_ACT_TOKENS];
+    static _Thread_local uint8_t flags[WIRE_MAX_ACT_TOKENS];
+    static _Thread_local float *x;
+    static _Thread_local size_t cap_x;
+    size_t need = (size_t)c->hx_rows * c->dim;
+    if (cap_x < need) {
+        free(x);
+        x = malloc(need * sizeof *x);
+        cap_x = x ? need : 0;
+        if (!x) return log_error("coop", "out of memory"), -1;
+    }
+    if (wire_activations_decode(&a, msg, len, seq, pos, tok, flags, x, WIRE_MAX_ACT_TOKENS, cap_x,
+                                err)) {
+        log_warn("coop", "peer %d (%s): %s", peer, who, err);
+        return -1;
+    }
+    if (a.dim != (uint32_t)c->dim) {
+        log_warn("coop", "peer %d (%s): activations of dim %u, the model's is %d", peer, who, a.dim,
+                 c->dim);
+        return -1;
+    }
+    if (a.layer >= (uint32_t)c->L) {
+        log_warn("coop", "peer %d (%s): activations for layer %u of %d", peer, who, a.layer, c->L);
+        return -1;
+    }
+    if (a.step <= p->last_step) {
+        log_warn("coop", "peer %d (%s): step %llu after step %llu", peer, who,
+                 (unsigned long long)a.step, (unsigned long long)p->last_step);
+        return -1;
+    }
+    if (a.n == 0) {
+        log_warn("coop", "peer %d (%s): step %llu has no rows", peer, who,
+                 (unsigned long long)a.step);
+        return -1;
+    }
+    for (uint32_t i = 0; i < a.n; i++) {
+        if (ps_find(p, seq[i]) < 0) {
+            log_warn("coop", "peer %d (%s): step %llu row %u: sequence %u was never opened", peer,
+                     who, (unsigned long long)a.step, i, seq[i]);
+            return -1;
+        }
+        if (pos[i] >= (uint32_t)c->ctx) {
+            log_warn("coop", "peer %d (%s): step %llu row %u: position %u, the context is %d", peer,
+                     who, (unsigned long long)a.step, i, pos[i], c->ctx);
+            return -1;
+        }
+    }
+    p->last_step = a.step;
+    return queue_work(c, W_ACT, peer, msg, len);
+}
+
+static int on_tokens(void *ctx, struct fabric_node *fn, int peer, const uint8_t *msg, size_t len)
+{
+    struct coop *c = ctx;
+    if (peer != c->cfg.helper_peer) {
+        log_warn("coop", "peer %d (%s): tokens from a node that is not our helper", peer,
+                 fabric_node_peer_name(fn, peer));
+        return -1;
+    }
+    pthread_mutex_lock(&c->mu);
+    memcpy(c->reply, msg, len);
+    c->reply_len = len;
+    c->have_reply = 1;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    return 0;
+}
+
+static void on_peer(void *ctx, struct fabric_node *fn, int peer, int state, const char *why)
+{
+    struct coop *c = ctx;
+    if (peer == c->cfg.helper_peer) {
+        pthread_mutex_lock(&c->mu);
+        if (state == TP_OPEN) {
+            c->helper_open = 1;
+        } else {
+            c->helper_open = 0;
+            c->session++;
+            snprintf(c->helper_why, sizeof c->helper_why, "%s", why && *why ? why : "closed");
+            pthread_cond_broadcast(&c->cv);
+        }
+        pthread_mutex_unlock(&c->mu);
+        if (state == TP_OPEN)
+            log_info("coop", "helper %s connected", fabric_node_peer_name(fn, peer));
+    }
+    if (state == TP_CLOSED && c->cfg.serve_remote) {
+        struct peer_state *p = &c->ps[peer];
+        int had = p->n_open;
+        p->n_open = 0;
+        p->last_step = 0;
+        if (had) queue_work(c, W_GONE, peer, NULL, 0);
+    }
+}
+
+int coop_attach(struct coop *c, char *err)
+{
+    struct fabric_node *fn = c->cfg.fabric;
+    int bad = fabric_node_on_peer(fn, on_peer, c);
+    if (c->cfg.resident < c->L || c->n_sched)
+        bad |= fabric_node_on(fn, MSG_COOP_TOKENS, on_tokens, c);
+    if (c->cfg.serve_remote) {
+        bad |= fabric_node_on(fn, MSG_ACTIVATIONS, on_activations, c);
+        bad |= fabric_node_on(fn, MSG_COOP_OPEN, on_open, c);
+        bad |= fabric_node_on(fn, MSG_COOP_CLOSE, on_close, c);
+    }
+    return bad ? errmsg_set(err, "coop: registering on the fabric node failed") : 0;
+}
+
+/* ---------------------------------------------------------------- joiner (compute thread) */
+
+static struct jseq *js_find(struct coop *c, unsigned id)
+{
+    for (int i = 0; i < c->n_js; i++)
+        if (c->js[i].id == id) return &c->js[i];
+    return NULL;
+}
+
+static struct jseq *js_get(struct coop *c, unsigned id, char *err)
+{
+    struct jseq *j = js_find(c, id);
+    if (j) return j;
+    if (c->n_js == c->cap_js) {
+        int cap = c->cap_js ? 2 * c->cap_js : 16;
+        struct jseq *n = realloc(c->js, (size_t)cap * sizeof *n);
+        if (!n) return errmsg_set(err, "coop: out of memory"), NULL;
+        c->js = n;
+        c->cap_js = cap;
+    }
+    j = &c->js[c->n_js];
+    *j = (struct jseq){.id = id};
+    j->x = malloc((size_t)c->ctx * c->dim * sizeof *j->x);
+    if (!j->x) return errmsg_set(err, "coop: out of memory for sequence %u's inputs", id), NULL;
+    c->n_js++;
+    return j;
+}
+
+static void js_drop(struct coop *c, struct jseq *j)
+{
+    free(j->x);
+    *j = c->js[--c->n_js];
+}
+
+static int send_close(struct coop *c, const uint32_t *ids, uint32_t n)
+{
+    char err[ERRMSG_LEN];
+    while (n) {
+        uint32_t m = n > 4096 ? 4096 : n;
+        size_t len = wire_coop_close_encode(c->out, WIRE_MAX_MSG, ids, m);
+        if (!len || fabric_node_send(c->cfg.fabric, c->cfg.helper_peer, c->out, len, err))
+            return -1;
+        ids += m, n -= m;
+    }
+    return 0;
+}
+
+static int hook_resident(void *ctx, unsigned long long steps)
+{
+    struct coop *c = ctx;
+    while (c->next_sched < c->n_sched && c->plan[c->next_sched].step <= steps)
+        coop_set_resident(c, c->plan[c->next_sched++].k);
+    int k = atomic_load(&c->target);
+    atomic_store(&c->k_now, k);
+    if (c->m) atomic_store(&c->m->coop_k, k);
+    return k;
+}
+
+static int hook_ready(void *ctx)
+{
+    struct coop *c = ctx;
+    pthread_mutex_lock(&c->mu);
+    int open = c->helper_open;
+    pthread_mutex_unlock(&c->mu);
+    return open;
+}
+
+/* Wait for the reply to step `step`; the helper leaving or the timeout fail it. */
+static int wait_reply(struct coop *c, uint64_t step, unsigned session, struct wire_coop_tokens *t,
+                      char *err)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += c->cfg.timeout_ms / 1000;
+    until.tv_nsec += (long)(c->cfg.timeout_ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+    const char *helper = fabric_node_peer_name(c->cfg.fabric, c->cfg.helper_peer);
+    pthread_mutex_lock(&c->mu);
+    for (;;) {
+        if (c->session != session) {
+            errmsg_set(err, "helper %s failed during step %llu: %s", helper,
+                       (unsigned long long)step, c->helper_why);
+            break;
+        }
+        if (c->have_reply) {
+            c->have_reply = 0;
+            if (wire_coop_tokens_decode(t, c->reply, c->reply_len, c->toks, WIRE_MAX_ACT_TOKENS,
+                                        err)) {
+                errmsg_prefix(err, "helper %s: ", helper);
+                break;
+            }
+            if (t->step != step) {
+                errmsg_set(err, "helper %s answered step %llu, we wait for %llu", helper,
+                           (unsigned long long)t->step, (unsigned long long)step);
+                break;
+            }
+            pthread_mutex_unlock(&c->mu);
+            return 0;
+        }
+        if (pthread_cond_timedwait(&c->cv, &c->mu, &until) == ETIMEDOUT) {
+            errmsg_set(err, "helper %s did not answer step %llu within %d ms", helper,
+                       (unsigned long long)step, c->cfg.timeout_ms);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    return -1;
+}
+
+static int hook_step(void *ctx, const struct batch *b, int k, const unsigned *seq,
+                     struct sampler *const *smp, const unsigned char *mask, int *tokens, char *err)
+{
+    struct coop *c = ctx;
+    pthread_mutex_lock(&c->mu);
+    unsigned session = c->session;
+    int open = c->helper_open;
+    pthread_mutex_unlock(&c->mu);
+    const char *helper = fabric_node_peer_name(c->cfg.fabric, c->cfg.helper_peer);
+    if (!open) return errmsg_set(err, "helper %s is not connected", helper);
+    /* Sequences new to the helper are opened with their sampler as it is now. */
+    for (int i = 0; i < b->n; i++) {
+        struct jseq *j = js_get(c, seq[i], err);
+        if (!j) return -1;
+        if (j->opened && j->session != session) {
+            if (b->pos[i] != 0)
+                return errmsg_set(err,
+                                  "helper %s was lost: sequence %u's upper-layer KV went with it",
+                                  helper, seq[i]);
+            j->opened = 0; /* recomputed from its start (preempted): open it again */
+        }
+        if (j->opened) continue;
+        struct wire_coop_open o = {.seq = seq[i],
+                                   .temperature = smp[i]->p.temperature,
+                                   .top_p = smp[i]->p.top_p,
+                                   .top_k = (uint32_t)(smp[i]->p.top_k > 0 ? smp[i]->p.top_k : 0),
+                                   .min_p = smp[i]->p.min_p,
+                                   .rng = smp[i]->rng};
+        size_t len = wire_coop_open_encode(c->out, WIRE_MAX_MSG, &o);
+        if (!len || fabric_node_send(c->cfg.fabric, c->cfg.helper_peer, c->out, len, err))
+            return errmsg_prefix(err, "helper %s: opening sequence %u: ", helper, seq[i]);
+        j->opened = 1;
+        j->session = session;
+    }
+    /* Our layers. */
+    if (engine_embed(c->e, b, c->x) || engine_layers(c->e, b, 0, k, c->x))
+        return errmsg_set(err, "the local layers [0, %d) failed", k);
+    for (int i = 0; i < b->n; i++)
+        memcpy(js_find(c, seq[i])->x + (size_t)b->pos[i] * c->dim, c->x + (size_t)i * c->dim,
+               (size_t)c->dim * sizeof(float));
+    /* The rest, in messages of at most WIRE_MAX_MSG bytes, each answered before the next. */
+    uint32_t per = wire_activations_max_rows((uint32_t)c->dim, (uint8_t)c->cfg.dtype);
+    int lr = 0; /* logit rows handled */
+    for (int r0 = 0; r0 < b->n; r0 += (int)per) {
+        int n = b->n - r0 < (int)per ? b->n - r0 : (int)per;
+        int want = 0, lr0 = lr;
+        for (int i = 0; i < n; i++) {
+            c->a_seq[i] = seq[r0 + i];
+            c->a_pos[i] = (uint32_t)b->pos[r0 + i];
+            c->a_tok[i] = (uint32_t)b->token[r0 + i];
+            c->a_flags[i] = 0;
+            if (lr < b->n_logits && b->logit_rows[lr] == r0 + i) {
+                c->a_flags[i] = WIRE_ROW_LOGITS | (mask[lr] ? WIRE_ROW_MASK_EOS : 0);
+                lr++, want++;
+            }
+        }
+        uint64_t step = ++c->step_id;
+        struct wire_activations a = {.step = step,
+                                     .layer = (uint32_t)k,
+                                     .n = (uint32_t)n,
+                                     .dim = (uint32_t)c->dim,
+                                     .dtype = (uint8_t)c->cfg.dtype,
+                                     .seq = c->a_seq,
+                                     .pos = c->a_pos,
+                                     .token = c->a_tok,
+                                     .flags = c->a_flags,
+                                     .x = c->x + (size_t)r0 * c->dim};
+        size_t len = wire_activations_encode(c->out, WIRE_MAX_MSG, &a);
+        if (!len) return errmsg_set(err, "coop: %d rows do not fit one message", n);
+        pthread_mutex_lock(&c->mu);
+        c->have_reply = 0;
+        pthread_mutex_unlock(&c->mu);
+        if (fabric_node_send(c->cfg.fabric, c->cfg.helper_peer, c->out, len, err))
+            return errmsg_prefix(err, "helper %s: ", helper);
+        struct wire_coop_tokens t;
+        if (wait_reply(c, step, session, &t, err)) return -1;
+        if (t.status) return errmsg_set(err, "helper %s: %s", helper, t.error);
+        if (t.n != (uint32_t)want)
+            return errmsg_set(err, "helper %s sent %u tokens for %d rows", helper, t.n, want);
+        for (int i = 0; i < want; i++) {
+            int row = b->logit_rows[lr0 + i];
+            if (t.tok[i].seq != seq[row] || t.tok[i].token >= (uint32_t)c->vocab)
+                return errmsg_set(err, "helper %s: token %d is for sequence %u (id %u), want %u",
+                                  helper, i, t.tok[i].seq, t.tok[i].token, seq[row]);
+            tokens[lr0 + i] = (int)t.tok[i].token;
+            smp[row]->rng = t.tok[i].rng;
+        }
+        if (c->m) {
+            atomic_fetch_add_explicit(&c->m->coop_remote_steps, 1, memory_order_relaxed);
+            atomic_fetch_add_explicit(&c->m->coop_remote_rows, (unsigned long long)n,
+                                      memory_order_relaxed);
+            atomic_fetch_add_explicit(&c->m->coop_partial_tokens, (unsigned long long)want,
+                                      memory_order_relaxed);
+        }
+    }
+    return 0;
+}
+
+/* Recompute the KV of layers [k0, k1) of sequence `seq` from the saved inputs of layer k0, in
+ * chunks of the engine's step size; the saved rows become the inputs of layer k1. */
+static int hook_fill(void *ctx, unsigned seq, const int *blocks, int n, int k0, int k1, char *err)
+{
+    struct coop *c = ctx;
+    struct jseq *j = js_find(c, seq);
+    if (!j) return errmsg_set(err, "coop: sequence %u has no saved inputs of layer %d", seq, k0);
+    int T = c->e->lim.max_tokens;
+    for (int p0 = 0; p0 < n; p0 += T) {
+        int m = n - p0 < T ? n - p0 : T;
+        for (int i = 0; i < m; i++) {
+            c->b_pos[i] = p0 + i;
+            c->b_blocks[i] = blocks;
+        }
+        struct batch b = {.n = m, .token = c->b_tok, .pos = c->b_pos, .blocks = c->b_blocks};
+        if (engine_layers(c->e, &b, k0, k1, j->x + (size_t)p0 * c->dim))
+            return errmsg_set(err, "coop: recomputing layers [%d, %d) of sequence %u failed", k0,
+                              k1, seq);
+    }
+    if (c->m)
+        atomic_fetch_add_explicit(&c->m->coop_fill_layers, (unsigned long long)(k1 - k0),
+                                  memory_order_relaxed);
+    return 0;
+}
+
+static const char *hook_lost(void *ctx, unsigned seq)
+{
+    struct coop *c = ctx;
+    struct jseq *j = js_find(c, seq);
+    if (!j || !j->opened) return NULL;
+    static _Thread_local char why[ERRMSG_LEN];
+    pthread_mutex_lock(&c->mu);
+    int lost = j->session != c->session;
+    if (lost)
+        snprintf(why, sizeof why, "helper %s failed: %s; the KV of layers [%d, %d) went with it",
+                 fabric_node_peer_name(c->cfg.fabric, c->cfg.helper_peer), c->helper_why,
+                 atomic_load(&c->k_now), c->L);
+    pthread_mutex_unlock(&c->mu);
+    return lost ? why : NULL;
+}
+
+static void hook_all_local(void *ctx)
+{
+    struct coop *c = ctx;
+    uint32_t *ids = malloc((size_t)(c->n_js ? c->n_js : 1) * sizeof *ids);
+    uint32_t n = 0;
+    pthread_mutex_lock(&c->mu);
+    unsigned session = c->session;
+    int open = c->helper_open;
+    pthread_mutex_unlock(&c->mu);
+    for (int i = 0; i < c->n_js; i++)
+        if (ids && c->js[i].opened && c->js[i].session == session) ids[n++] = c->js[i].id;
+    if (open && n && send_close(c, ids, n))
+        log_warn("coop", "could not tell the helper to drop %u sequences", n);
+    else if (n)
+        log_info("coop", "all layers local: the helper drops %u sequences", n);
+    free(ids);
+    while (c->n_js) js_drop(c, &c->js[c->n_js - 1]);
+}
+
+static void hook_seq_end(void *ctx, unsigned seq)
+{
+    struct coop *c = ctx;
+    struct jseq *j = js_find(c, seq);
+    if (!j) return;
+    pthread_mutex_lock(&c->mu);
+    int live = c->helper_open && j->opened && j->session == c->session;
+    pthread_mutex_unlock(&c->mu);
+    uint32_t id = seq;
+    if (live) send_close(c, &id, 1);
+    js_drop(c, j);
+}
+
+/* ---------------------------------------------------------------- helper (compute thread) */
+
+static struct hseq *hs_find(struct coop *c, int peer, unsigned id)
+{
+    for (int i = 0; i < c->n_hs; i++)
+        if (c->hs[i].peer == peer && c->hs[i].id == id) return &c->hs[i];
+    return NULL;
+}
+
+static void hs_drop(struct coop *c, struct hseq *h)
+{
+    hseq_free(c, h);
+    *h = c->hs[--c->n_hs];
+    if (c->m) atomic_store(&c->m->coop_remote_seqs, c->n_hs);
+}
+
+static void reply_error(struct coop *c, int peer, uint64_t step, const char *msg)
+{
+    struct wire_coop_tokens t = {.step = step, .status = 1};
+    snprintf(t.error, sizeof t.error, "%s", msg);
+    size_t len = wire_coop_tokens_encode(c->out, WIRE_MAX_MSG, &t);
+    char err[ERRMSG_LEN];
+    log_warn("coop", "peer %d: step %llu failed: %s", peer, (unsigned long long)step, msg);
+    if (len) fabric_node_send(c->cfg.fabric, peer, c->out, len, err);
+}
+
+static void do_open(struct coop *c, const struct work *w)
+{
+    struct wire_coop_open o;
+    char err[ERRMSG_LEN];
+    if (wire_coop_open_decode(&o, w->msg, w->len, err)) return; /* checked on the fabric thread */
+    if (c->n_hs == c->cap_hs) {
+        int cap = c->cap_hs ? 2 * c->cap_hs : 16;
+        struct hseq *n = realloc(c->hs, (size_t)cap * sizeof *n);
+        if (!n) return log_error("coop", "out of memory opening sequence %u", o.seq);
+        c->hs = n;
+        c->cap_hs = cap;
+    }
+    struct hseq *h = &c->hs[c->n_hs];
+    *h = (struct hseq){.peer = w->peer, .id = o.seq};
+    struct sampler_params sp = {
+        .temperature = o.temperature, .top_p = o.top_p, .top_k = (int)o.top_k, .min_p = o.min_p};
+    h->blocks = malloc((size_t)kv_blocks_for(&c->e->kv, c->ctx) * sizeof *h->blocks);
+    if (!h->blocks || sampler_init(&h->smp, &sp, c->vocab, err)) {
+        free(h->blocks);
+        log_error("coop", "peer %d: sequence %u: %s", w->peer, o.seq,
+                  h->blocks ? err : "out of memory");
+        return;
+    }
+    h->smp.rng = o.rng;
+    c->n_hs++;
+    if (c->m) atomic_store(&c->m->coop_remote_seqs, c->n_hs);
+}
+
+static void do_activations(struct coop *c, const struct work *w)
+{
+    struct wire_activations a;
+    char err[ERRMSG_LEN];
+    if (wire_activations_decode(&a, w->msg, w->len, c->a_seq, c->a_pos, c->a_tok, c->a_flags, c->hx,
+                                c->hx_rows, (size_t)c->hx_rows * c->dim, err))
+        return reply_error(c, w->peer, 0, err);
+    /* KV blocks for every row's position */
+    for (uint32_t i = 0; i < a.n; i++) {
+        struct hseq *h = hs_find(c, w->peer, c->a_seq[i]);
+        if (!h) {
+            snprintf(err, sizeof err, "sequence %u is not open here", c->a_seq[i]);
+            return reply_error(c, w->peer, a.step, err);
+        }
+        int need = kv_blocks_for(&c->e->kv, (int)c->a_pos[i] + 1);
+        while (h->n_blocks < need) {
+            int blk = kv_block_alloc(&c->e->kv);
+            if (blk < 0) {
+                snprintf(err, sizeof err, "helper out of KV blocks for sequence %u", h->id);
+                return reply_error(c, w->peer, a.step, err);
+            }
+            h->blocks[h->n_blocks++] = blk;
+        }
+    }
+    /* Layers [layer, L) and the head, in chunks the engine takes. */
+    int T = c->e->lim.max_tokens, S = c->e->lim.max_seqs;
+    uint32_t n_tok = 0;
+    for (uint32_t r0 = 0; r0 < a.n;) {
+        int m = 0, nl = 0;
+        while (r0 + (uint32_t)m < a.n && m < T) {
+            uint32_t i = r0 + (uint32_t)m;
+            if ((c->a_flags[i] & WIRE_ROW_LOGITS) && nl == S) break;
+            struct hseq *h = hs_find(c, w->peer, c->a_seq[i]);
+            c->b_pos[m] = (int)c->a_pos[i];
+            c->b_tok[m] = (int)c->a_tok[i];
+            c->b_blocks[m] = h->blocks;
+            if (c->a_flags[i] & WIRE_ROW_LOGITS) c->b_rows[nl++] = m;
+            m++;
+        }
+        struct batch b = {.n = m,
+                          .token = c->b_tok,
+                          .pos = c->b_pos,
+                          .blocks = c->b_blocks,
+                          .n_logits = nl,
+                          .logit_rows = c->b_rows};
+        float *x = c->hx + (size_t)r0 * c->dim;
+        if (engine_layers(c->e, &b, (int)a.layer, c->L, x) || engine_head(c->e, &b, x, c->logits)) {
+            snprintf(err, sizeof err, "helper: layers [%u, %d) failed", a.layer, c->L);
+            return reply_error(c, w->peer, a.step, err);
+        }
+        int eos = c->cfg.eos_id, eos2 = c->cfg.bos_id;
+        for (int l = 0; l < nl; l++) {
+            uint32_t i = r0 + (uint32_t)b.logit_rows[l];
+            struct hseq *h = hs_find(c, w->peer, c->a_seq[i]);
+            float *lg = c->logits + (size_t)l * c->vocab;
+            if (c->a_flags[i] & WIRE_ROW_MASK_EOS) {
+                if (eos >= 0 && eos < c->vocab) lg[eos] = -INFINITY;
+                if (eos2 >= 0 && eos2 < c->vocab) lg[eos2] = -INFINITY;
+            }
+            int t = sampler_sample(&h->smp, lg);
+            c->toks[n_tok++] = (struct wire_coop_token){h->id, (uint32_t)t, h->smp.rng};
+        }
+        r0 += (uint32_t)m;
+    }
+    struct wire_coop_tokens t = {.step = a.step, .n = n_tok, .tok = c->toks};
+    size_t len = wire_coop_tokens_encode(c->out, WIRE_MAX_MSG, &t);
+    if (!len || fabric_node_send(c->cfg.fabric, w->peer, c->out, len, err))
+        log_warn("coop", "peer %d: step %llu: the reply was not sent", w->peer,
+                 (unsigned long long)a.step);
+    if (c->m) {
+        atomic_fetch_add_explicit(&c->m->coop_served_steps, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&c->m->coop_served_rows, a.n, memory_order_relaxed);
+    }
+}
+
+static void do_close(struct coop *c, const struct work *w)
+{
+    uint32_t n;
+    char err[ERRMSG_LEN];
+    if (wire_coop_close_decode(w->msg, w->len, c->a_seq, c->hx_rows, &n, err)) return;
+    for (uint32_t i = 0; i < n; i++) {
+        struct hseq *h = hs_find(c, w->peer, c->a_seq[i]);
+        if (h) hs_drop(c, h);
+    }
+}
+
+static int hook_serve(void *ctx)
+{
+    struct coop *c = ctx;
+    pthread_mutex_lock(&c->wmu);
+    struct work *w = c->w_head;
+    c->w_head = c->w_tail = NULL;
+    pthread_mutex_unlock(&c->wmu);
+    int did = w != NULL;
+    while (w) {
+        struct work *next = w->next;
+        switch (w->kind) {
+        case W_OPEN:
+            do_open(c, w);
+            break;
+        case W_ACT:
+            do_activations(c, w);
+            break;
+        case W_CLOSE:
+            do_close(c, w);
+            break;
+        case W_GONE: {
+            int dropped = 0;
+            for (int i = c->n_hs - 1; i >= 0; i--)
+                if (c->hs[i].peer == w->peer) hs_drop(c, &c->hs[i]), dropped++;
+            if (dropped)
+                log_info("coop", "peer %d left: its %d sequences' KV freed", w->peer, dropped);
+            break;
+        }
+        }
+        free(w);
+        w = next;
+    }
+    return did;
+}
+
+struct sched_coop coop_sched_hooks(struct coop *c)
+{
+    struct sched_coop h = {.ctx = c, .n_layers = c->L};
+    if (c->cfg.resident < c->L || c->n_sched) {
+        h.resident = hook_resident;
+        h.ready = hook_ready;
+        h.fill = hook_fill;
+        h.step = hook_step;
+        h.all_local = hook_all_local;
+        h.seq_end = hook_seq_end;
+        h.lost = hook_lost;
+    }
+    if (c->cfg.serve_remote) h.serve = hook_serve;
+    return h;
+}

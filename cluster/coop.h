@@ -1,0 +1,61 @@
+/* coop: cooperative ("zigzag") execution of one model across two serving processes.
+ *
+ * A joiner holds layers [0, k) of L. Each step its scheduler runs the embedding and those layers
+ * on its own KV cache, then ships the step's hidden states (every sequence of the step in one
+ * MSG_ACTIVATIONS, transport/wire.h) to a helper, a node holding the whole model, over the
+ * fabric (cluster/fabric_node.h). The helper runs [k, L) and the head on its own KV blocks for
+ * those sequences, samples with the sequence's sampler (sent once in MSG_COOP_OPEN, its generator
+ * state returned with every token) and answers MSG_COOP_TOKENS; the step completes when the reply
+ * comes. k moves up only, between steps: the KV of the layers that became local is recomputed
+ * from the saved inputs of layer k (docs/cluster.md says why not transferred); at k = L the joiner
+ * serves alone and closes its sequences at the helper (MSG_COOP_CLOSE), which frees their KV.
+ *
+ * Threads: the scheduler's compute thread calls the sched_coop hooks (serving/sched/scheduler.h);
+ * the fabric thread runs the message handlers, which validate and queue and never block;
+ * coop_set_resident may be called from any thread.
+ *
+ * Who raises k: coop_set_resident(c, k) — the weight puller calls it as layers verify (layers
+ * [0, k) resident and usable by the engine); the test option --resident-schedule does it at given
+ * steps. The scheduler picks the new value up at its next step boundary. */
+#ifndef STRATA_COOP_H
+#define STRATA_COOP_H
+
+#include "cluster/fabric_node.h"
+#include "serving/api/metrics.h"
+#include "serving/sched/scheduler.h"
+#include "serving/engine/engine.h"
+
+struct coop_config {
+    struct fabric_node *fabric;
+    struct engine *e;
+    struct serve_metrics *m;
+    int eos_id, bos_id; /* masked on rows that ask for it (min_tokens, ignore_eos) */
+    /* joiner */
+    int resident;         /* layers resident at start: 0..L (L: not a joiner) */
+    const char *schedule; /* tests: "STEP:K,STEP:K,..." (at scheduler step STEP, k becomes K) */
+    int helper_peer;      /* fabric peer that runs the rest (configured peers come first: 0) */
+    int dtype;            /* enum wire_dtype of the activations (WIRE_F32: exact) */
+    int timeout_ms;       /* a reply later than this fails the step (default 30000) */
+    /* helper: serve remote sequences (a node that holds the whole model) */
+    int serve_remote;
+};
+
+struct coop;
+struct coop *coop_new(const struct coop_config *cfg, char *err);
+/* Registers the handlers on cfg->fabric (before fabric_node_start). */
+int coop_attach(struct coop *c, char *err);
+void coop_free(struct coop *c);
+
+/* Any thread: layers [0, k) are resident. k only moves up (a lower value is ignored); the
+ * scheduler applies it at its next step boundary. */
+void coop_set_resident(struct coop *c, int k);
+/* The target set by coop_set_resident (or the schedule), and the k the scheduler runs now. */
+int coop_resident(const struct coop *c);
+int coop_current_k(const struct coop *c);
+
+/* The scheduler's hooks (sched_config.coop); the scheduler is given them by serve. */
+struct sched_coop coop_sched_hooks(struct coop *c);
+/* The helper's compute thread is woken through this scheduler when remote work arrives. */
+void coop_set_scheduler(struct coop *c, struct scheduler *s);
+
+#endif

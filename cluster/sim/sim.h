@@ -1,0 +1,160 @@
+/* sim: `strata sim`'s discrete-event cluster simulator. One simulation = one policy on one
+ * cluster and one request stream; it drives the cluster's own planner (cluster/planner.h) for
+ * every scale and routing decision and the scheduler's step-time model (serving/sched/step_model.h)
+ * for every GPU step, with SimGrid (sim_net.h) as the clock and the network.
+ *
+ * Model (docs/simulator.md): a GPU instance (one tensor-parallel group on one server) runs
+ * iteration-level batching like serving/api/scheduler.c: each step decodes one token of every
+ * running sequence and prefills waiting prompts in FIFO order up to a token budget that keeps
+ * the running sequences within their TPOT; its duration is step_model_predict() of the instance's
+ * GPU type. Loads move the model layer by layer (one chunk per layer) over the policy's tiers.
+ * A joining instance with k of L layers serves when the policy has live execution: layers
+ * [k, L) run on its helper, whose next step is longer by that share of the work.
+ *
+ * sim_run() runs the simulation in a child process (SimGrid's engine is once per process), so
+ * one `strata sim` runs several policies side by side. Deterministic for a seed. */
+#ifndef STRATA_SIM_H
+#define STRATA_SIM_H
+
+#include "serving/sched/step_model.h"
+
+#include <stddef.h>
+
+#define SIM_MAX_TYPES 4
+
+struct sim_gpu_type {
+    char name[16];
+    double tflops;   /* dense fp16 TFLOP/s */
+    double mem_GBps; /* HBM GB/s */
+    double mem_GB;   /* HBM capacity */
+    double usd_hour; /* price per GPU-hour */
+    /* step-time coefficients per model size if given (config file); else derived from specs */
+};
+
+struct sim_model_spec {
+    char name[8];
+    double params; /* parameters */
+    int layers;
+    double bytes;        /* weights (fp16) */
+    double kv_bytes_tok; /* KV cache bytes per token */
+};
+
+struct sim_tiers {
+    double nvlink_Bps; /* per GPU */
+    double nic_Bps;    /* RDMA NIC per GPU */
+    double pcie_Bps;   /* host memory -> GPU, per GPU */
+    double ssd_Bps;    /* per server */
+    double remote_Bps; /* remote storage, whole cluster */
+    double latency_s;
+};
+
+enum sim_source { SIM_SRC_SSD, SIM_SRC_REMOTE, SIM_SRC_HOST, SIM_SRC_NET };
+enum sim_multicast { SIM_MC_NONE, SIM_MC_CHAIN, SIM_MC_BINOMIAL };
+
+struct sim_policy {
+    char name[24];
+    int source;          /* enum sim_source: where a joiner's layers come from */
+    int multicast;       /* enum sim_multicast (SIM_SRC_NET) */
+    int live;            /* a joiner serves with k < L layers (execute-while-load) */
+    int cache_on_load;   /* a node that loaded the model keeps it in host memory */
+    int cache_all;       /* every server holds the model in host memory from the start */
+    int replicas_cached; /* R */
+    int ignore_matrix;
+};
+
+struct sim_request {
+    double t;    /* arrival, seconds */
+    int in, out; /* prompt and generated tokens */
+};
+
+struct sim_failure {
+    double t;
+    int inst; /* instance to fail; -1: the source of a scale-out in progress then */
+};
+
+struct sim_config {
+    int n_types;
+    struct sim_gpu_type types[SIM_MAX_TYPES];
+    int type_gpus[SIM_MAX_TYPES]; /* GPUs of each type (servers are homogeneous) */
+    int gpus_per_server;
+    int gpus_per_inst; /* 0: smallest power of two holding the model with KV room */
+    struct sim_tiers tiers;
+    struct sim_model_spec model;
+    double fail_prob; /* per node, for R and the loss probability */
+
+    const struct sim_request *req;
+    int n_req;
+    double horizon_s; /* stop admitting at this time; run until drained or horizon*2 */
+
+    int initial_replicas;
+    double keep_alive_s;
+    double tick_s; /* planner period */
+    int max_step_tokens;
+    int max_seqs; /* per instance */
+    int max_joiners;
+    double ttft_floor_ms, ttft_per_tok_ms; /* SLO: max(floor, per_tok x input) */
+    double tbt_slo_ms;                     /* 0: 5 x the unloaded decode step on the fastest type */
+    int no_planner;                        /* tests: fixed replicas, no ticks */
+    int step_set[SIM_MAX_TYPES];           /* 1: step[t] given (fitted), not derived */
+    struct step_model step[SIM_MAX_TYPES];
+    struct sim_failure failures[16];
+    int n_failures;
+    int progress; /* progress lines on stderr */
+    unsigned seed;
+};
+
+#define SIM_CDF_POINTS 200
+
+struct sim_result {
+    char policy[24];
+    int n_req, n_done, n_attained;
+    double ttft_p50, ttft_p90, ttft_p99, ttft_mean; /* ms */
+    double tbt_p50, tbt_p90, tbt_p99;               /* ms */
+    double attainment;                              /* fraction of requests within both SLOs */
+    double goodput_rps;                             /* requests within SLO per second */
+    double gpu_s, cost_usd;
+    int cold_starts, scaleouts, failures_injected, scaleouts_broken;
+    double so_mean_s, so_max_s;
+    int max_replicas;
+    double sim_end_s, wall_s;
+    long events;
+    double ttft_cdf[SIM_CDF_POINTS]; /* ms at quantile (i+1)/POINTS */
+};
+
+/* The published systems' designs and Strata's own (see docs/simulator.md). */
+int sim_policy_by_name(const char *name, struct sim_policy *p);
+extern const char *const sim_policy_names[];
+
+void sim_config_default(struct sim_config *c);
+int sim_model_by_name(const char *name, struct sim_model_spec *m);
+int sim_gpu_by_name(const char *name, struct sim_gpu_type *g);
+/* Step model of an instance of g GPUs of type t for model m, from specs (docs/simulator.md). */
+void sim_step_model(const struct sim_gpu_type *t, int g, const struct sim_model_spec *m,
+                    struct step_model *out);
+
+/* Runs one policy in a child process. timeline_csv (may be NULL): per-second attainment and
+ * replica counts written there. Returns 0, or -1 with err. */
+int sim_run(const struct sim_config *c, const struct sim_policy *p, struct sim_result *r,
+            const char *timeline_csv, char *err);
+/* The same in this process (SimGrid once per process: tests fork around it). */
+int sim_run_here(const struct sim_config *c, const struct sim_policy *p, struct sim_result *r,
+                 const char *timeline_csv, char *err);
+
+/* key = value settings shared by --config files and command-line flags (docs/simulator.md lists
+ * them). Returns 0, or -1 with err naming the key and the reason. */
+int sim_config_set(struct sim_config *c, const char *key, const char *value, char *err);
+/* A config file: one "key = value" per line, '#' comments. */
+int sim_config_parse(struct sim_config *c, const char *text, char *err);
+int sim_config_load(struct sim_config *c, const char *path, char *err);
+
+/* Requests: the Azure LLM trace CSV (TIMESTAMP,ContextTokens,GeneratedTokens), rows in time order.
+ * The window [start_s, start_s + dur_s x rate) of the trace, compressed by rate (rate 2 replays
+ * twice the traffic: twice the trace time in the same simulated time). dur_s <= 0: to the end. */
+int sim_trace_parse(const char *text, size_t len, double rate, double start_s, double dur_s,
+                    struct sim_request **out, int *n, char *err);
+int sim_trace_load(const char *path, double rate, double start_s, double dur_s,
+                   struct sim_request **out, int *n, char *err);
+/* Synthetic Poisson arrivals: "rps=R,dur=S[,burst=R2,at=T,len=D][,in=N][,out=M]". */
+int sim_synthetic(const char *spec, unsigned seed, struct sim_request **out, int *n, char *err);
+
+#endif

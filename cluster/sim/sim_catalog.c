@@ -1,0 +1,118 @@
+/* The simulator's catalog: GPU types, model sizes, policies, and the step-time model derived
+ * from a GPU's specs. Figures are public spec-sheet numbers; efficiencies are stated in
+ * docs/simulator.md and can be overridden per run (--config). */
+#include "cluster/sim/sim.h"
+
+#include <string.h>
+
+static const struct sim_gpu_type gpus[] = {
+    {"H100", 989, 3350, 80, 4.0},
+    {"A100", 312, 2039, 80, 2.0},
+    {"L40S", 362, 864, 48, 1.2},
+};
+
+static const struct sim_model_spec models[] = {
+    /* kv bytes per token: 2 (K, V) x layers x kv heads x head dim x 2 bytes */
+    {"7B", 6.7e9, 32, 13.5e9, 2.0 * 32 * 32 * 128 * 2},
+    {"13B", 13e9, 40, 26e9, 2.0 * 40 * 40 * 128 * 2},
+    {"70B", 69e9, 80, 138e9, 2.0 * 80 * 8 * 128 * 2},
+};
+
+const char *const sim_policy_names[] = {
+    "stop-the-world", "serverlessllm",   "lambdascale", "blitzscale",
+    "strata",         "strata-nomatrix", NULL};
+
+int sim_policy_by_name(const char *name, struct sim_policy *p)
+{
+    memset(p, 0, sizeof *p);
+    strncpy(p->name, name, sizeof p->name - 1);
+    p->replicas_cached = 1;
+    if (!strcmp(name, "stop-the-world")) {
+        p->source = SIM_SRC_SSD;
+        p->ignore_matrix = 1;
+    } else if (!strcmp(name, "serverlessllm")) {
+        p->source = SIM_SRC_HOST; /* host memory where cached, else SSD; keeps what it loaded */
+        p->cache_on_load = 1;
+        p->cache_all = 1;
+        p->ignore_matrix = 1;
+    } else if (!strcmp(name, "lambdascale")) {
+        p->source = SIM_SRC_NET;
+        p->multicast = SIM_MC_BINOMIAL;
+        p->live = 1;
+        p->ignore_matrix = 1;
+    } else if (!strcmp(name, "blitzscale")) {
+        p->source = SIM_SRC_NET;
+        p->multicast = SIM_MC_CHAIN;
+        p->live = 1;
+        p->ignore_matrix = 1;
+    } else if (!strcmp(name, "strata") || !strcmp(name, "strata-nomatrix")) {
+        p->source = SIM_SRC_NET;
+        p->multicast = SIM_MC_CHAIN;
+        p->live = 1;
+        p->replicas_cached = 2; /* DESIGN.md: R = 2 recommended */
+        p->ignore_matrix = !strcmp(name, "strata-nomatrix");
+    } else {
+        return -1;
+    }
+    return 0;
+}
+
+int sim_model_by_name(const char *name, struct sim_model_spec *m)
+{
+    for (size_t i = 0; i < sizeof models / sizeof models[0]; i++)
+        if (!strcmp(models[i].name, name)) {
+            *m = models[i];
+            return 0;
+        }
+    return -1;
+}
+
+int sim_gpu_by_name(const char *name, struct sim_gpu_type *g)
+{
+    for (size_t i = 0; i < sizeof gpus / sizeof gpus[0]; i++)
+        if (!strcmp(gpus[i].name, name)) {
+            *g = gpus[i];
+            return 0;
+        }
+    return -1;
+}
+
+/* Prefill is compute-bound (2 x params FLOPs per token at 50% of peak), decode memory-bound
+ * (every step reads the weights once: c; every sequence reads its KV, taken at a 1024-token
+ * context: b; at 80% of HBM bandwidth), plus 2 ms of fixed per-step cost (launches, sampling)
+ * and 0.5 ms of tensor-parallel all-reduce when the instance spans GPUs. */
+void sim_step_model(const struct sim_gpu_type *t, int g, const struct sim_model_spec *m,
+                    struct step_model *out)
+{
+    double flops = g * t->tflops * 1e12 * 0.5, bw = g * t->mem_GBps * 1e9 * 0.8;
+    out->a = 2 * m->params / flops;
+    out->b = m->kv_bytes_tok * 1024 / bw;
+    out->c = m->bytes / bw + 0.002 + (g > 1 ? 0.0005 : 0);
+    out->corr = 1;
+}
+
+void sim_config_default(struct sim_config *c)
+{
+    memset(c, 0, sizeof *c);
+    c->n_types = 1;
+    c->types[0] = gpus[0];
+    c->type_gpus[0] = 32;
+    c->gpus_per_server = 8;
+    c->tiers = (struct sim_tiers){.nvlink_Bps = 450e9,
+                                  .nic_Bps = 400e9 / 8,
+                                  .pcie_Bps = 25e9,
+                                  .ssd_Bps = 6e9,
+                                  .remote_Bps = 2.5e9,
+                                  .latency_s = 2e-6};
+    c->model = models[0];
+    c->fail_prob = 0.01;
+    c->initial_replicas = 1;
+    c->keep_alive_s = 30;
+    c->tick_s = 0.1;
+    c->max_step_tokens = 1024;
+    c->max_seqs = 128;
+    c->max_joiners = 16;
+    c->ttft_floor_ms = 300;
+    c->ttft_per_tok_ms = 0.375;
+    c->seed = 1;
+}

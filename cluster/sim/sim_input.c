@@ -1,0 +1,405 @@
+/* sim_input: the simulator's external inputs: config settings (files and flags), the Azure
+ * trace CSV, synthetic arrivals. Every reader checks lengths and ranges before it uses a value. */
+#include "cluster/sim/sim.h"
+
+#include "os/common/errmsg.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int num(const char *key, const char *v, double lo, double hi, double *out, char *err)
+{
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    while (*end == ' ' || *end == '\t') end++;
+    if (end == v || *end || errno || !(x >= lo && x <= hi))
+        return errmsg_set(err, "sim: %s = \"%s\": want a number in [%g, %g]", key, v, lo, hi);
+    *out = x;
+    return 0;
+}
+
+static int integer(const char *key, const char *v, int lo, int hi, int *out, char *err)
+{
+    double x;
+    if (num(key, v, lo, hi, &x, err)) return -1;
+    if (x != floor(x)) return errmsg_set(err, "sim: %s = \"%s\": want an integer", key, v);
+    *out = (int)x;
+    return 0;
+}
+
+/* "H100:128,A100:64" */
+static int set_gpus(struct sim_config *c, const char *v, char *err)
+{
+    char buf[256];
+    if (strlen(v) >= sizeof buf) return errmsg_set(err, "sim: gpus: value too long");
+    strcpy(buf, v);
+    int n = 0;
+    for (char *save, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        char *colon = strchr(tok, ':');
+        if (!colon) return errmsg_set(err, "sim: gpus: \"%s\": want TYPE:COUNT", tok);
+        *colon = 0;
+        if (n >= SIM_MAX_TYPES)
+            return errmsg_set(err, "sim: gpus: at most %d GPU types", SIM_MAX_TYPES);
+        if (sim_gpu_by_name(tok, &c->types[n]))
+            return errmsg_set(err, "sim: gpus: unknown GPU type \"%s\" (H100, A100, L40S)", tok);
+        if (integer("gpus", colon + 1, 1, 65536, &c->type_gpus[n], err)) return -1;
+        c->step_set[n] = 0;
+        n++;
+    }
+    if (n == 0) return errmsg_set(err, "sim: gpus: empty");
+    c->n_types = n;
+    return 0;
+}
+
+static int type_index(const struct sim_config *c, const char *name)
+{
+    for (int t = 0; t < c->n_types; t++)
+        if (!strcmp(c->types[t].name, name)) return t;
+    return -1;
+}
+
+/* "H100:a,b,c" (seconds per token, per sequence, per step) */
+static int set_step(struct sim_config *c, const char *v, char *err)
+{
+    char name[16];
+    double a, b, cc;
+    int used = 0;
+    if (sscanf(v, "%15[^:]:%lf,%lf,%lf%n", name, &a, &b, &cc, &used) != 4 || v[used])
+        return errmsg_set(err, "sim: step = \"%s\": want TYPE:a,b,c", v);
+    int t = type_index(c, name);
+    if (t < 0) return errmsg_set(err, "sim: step: GPU type %s is not in gpus", name);
+    if (!(a > 0 && a < 1 && b >= 0 && b < 1 && cc >= 0 && cc < 10))
+        return errmsg_set(err, "sim: step: %s: coefficients out of range", name);
+    c->step[t] = (struct step_model){a, b, cc, 1};
+    c->step_set[t] = 1;
+    return 0;
+}
+
+/* "T:INST" or "T:holder" */
+static int set_fail(struct sim_config *c, const char *v, char *err)
+{
+    if (c->n_failures >= (int)(sizeof c->failures / sizeof c->failures[0]))
+        return errmsg_set(err, "sim: fail: at most 16 failures");
+    char what[16];
+    double t;
+    int used = 0;
+    if (sscanf(v, "%lf:%15s%n", &t, what, &used) != 2 || v[used] || !(t >= 0 && t < 1e7))
+        return errmsg_set(err, "sim: fail = \"%s\": want SECONDS:INSTANCE or SECONDS:holder", v);
+    struct sim_failure *f = &c->failures[c->n_failures];
+    f->t = t;
+    if (!strcmp(what, "holder"))
+        f->inst = -1;
+    else if (integer("fail", what, 0, 1 << 20, &f->inst, err))
+        return -1;
+    c->n_failures++;
+    return 0;
+}
+
+int sim_config_set(struct sim_config *c, const char *key, const char *v, char *err)
+{
+    double x;
+    struct sim_tiers *t = &c->tiers;
+    if (!strcmp(key, "gpus")) return set_gpus(c, v, err);
+    if (!strcmp(key, "step")) return set_step(c, v, err);
+    if (!strcmp(key, "fail")) return set_fail(c, v, err);
+    if (!strcmp(key, "model")) {
+        if (sim_model_by_name(v, &c->model))
+            return errmsg_set(err, "sim: model \"%s\": want 7B, 13B or 70B", v);
+        return 0;
+    }
+    if (!strcmp(key, "net")) { /* the compute fabric's tier, per GPU */
+        if (!strcmp(v, "rdma100"))
+            t->nic_Bps = 100e9 / 8;
+        else if (!strcmp(v, "rdma200"))
+            t->nic_Bps = 200e9 / 8;
+        else if (!strcmp(v, "rdma400"))
+            t->nic_Bps = 400e9 / 8;
+        else if (!strcmp(v, "tcp25"))
+            t->nic_Bps = 25e9 / 8;
+        else
+            return errmsg_set(err, "sim: net \"%s\": want rdma100, rdma200, rdma400, tcp25", v);
+        return 0;
+    }
+    if (!strcmp(key, "gpus_per_server")) return integer(key, v, 1, 64, &c->gpus_per_server, err);
+    if (!strcmp(key, "gpus_per_inst")) return integer(key, v, 0, 64, &c->gpus_per_inst, err);
+    if (!strcmp(key, "initial")) return integer(key, v, 0, 1 << 20, &c->initial_replicas, err);
+    if (!strcmp(key, "max_step_tokens"))
+        return integer(key, v, 16, 1 << 20, &c->max_step_tokens, err);
+    if (!strcmp(key, "max_seqs")) return integer(key, v, 1, 4096, &c->max_seqs, err);
+    if (!strcmp(key, "max_joiners")) return integer(key, v, 1, 128, &c->max_joiners, err);
+    if (!strcmp(key, "seed")) {
+        int s;
+        if (integer(key, v, 0, 1 << 30, &s, err)) return -1;
+        c->seed = (unsigned)s;
+        return 0;
+    }
+    struct {
+        const char *key;
+        double *dst, scale, lo, hi;
+    } nums[] = {
+        {"nic_gbps", &t->nic_Bps, 1e9 / 8, 0.001, 1e5},
+        {"nvlink_GBps", &t->nvlink_Bps, 1e9, 0, 1e5},
+        {"pcie_GBps", &t->pcie_Bps, 1e9, 0.001, 1e4},
+        {"ssd_GBps", &t->ssd_Bps, 1e9, 0.001, 1e4},
+        {"remote_GBps", &t->remote_Bps, 1e9, 0.001, 1e5},
+        {"latency_us", &t->latency_s, 1e-6, 0, 1e6},
+        {"keep_alive_s", &c->keep_alive_s, 1, 0, 1e7},
+        {"tick_ms", &c->tick_s, 1e-3, 1, 1e6},
+        {"ttft_floor_ms", &c->ttft_floor_ms, 1, 1, 1e7},
+        {"ttft_per_tok_ms", &c->ttft_per_tok_ms, 1, 0, 1e3},
+        {"tbt_slo_ms", &c->tbt_slo_ms, 1, 0, 1e6},
+        {"fail_prob", &c->fail_prob, 1, 0, 1},
+    };
+    for (size_t k = 0; k < sizeof nums / sizeof nums[0]; k++)
+        if (!strcmp(key, nums[k].key)) {
+            if (num(key, v, nums[k].lo, nums[k].hi, &x, err)) return -1;
+            *nums[k].dst = x * nums[k].scale;
+            return 0;
+        }
+    if (!strncmp(key, "price_", 6)) { /* price_H100 = 4.0 (USD per GPU-hour) */
+        int ti = type_index(c, key + 6);
+        if (ti < 0) return errmsg_set(err, "sim: %s: GPU type not in gpus", key);
+        return num(key, v, 0, 1e4, &c->types[ti].usd_hour, err);
+    }
+    return errmsg_set(err, "sim: unknown setting \"%s\"", key);
+}
+
+static char *trim(char *s)
+{
+    while (*s == ' ' || *s == '\t' || *s == '\r') s++;
+    char *e = s + strlen(s);
+    while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\r')) *--e = 0;
+    return s;
+}
+
+int sim_config_parse(struct sim_config *c, const char *text, char *err)
+{
+    int line = 0;
+    for (const char *p = text; *p;) {
+        const char *nl = strchr(p, '\n');
+        size_t len = nl ? (size_t)(nl - p) : strlen(p);
+        line++;
+        char buf[512];
+        if (len >= sizeof buf) return errmsg_set(err, "sim: config line %d: too long", line);
+        memcpy(buf, p, len);
+        buf[len] = 0;
+        p += len + (nl != NULL);
+        char *hash = strchr(buf, '#');
+        if (hash) *hash = 0;
+        char *s = trim(buf);
+        if (!*s) continue;
+        char *eq = strchr(s, '=');
+        if (!eq) return errmsg_set(err, "sim: config line %d: want key = value", line);
+        *eq = 0;
+        if (sim_config_set(c, trim(s), trim(eq + 1), err))
+            return errmsg_prefix(err, "config line %d: ", line);
+    }
+    return 0;
+}
+
+static char *slurp(const char *path, size_t *len, char *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        errmsg_set(err, "%s: %s", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 1 << 16, n = 0;
+    char *b = malloc(cap + 1);
+    while (b) {
+        size_t r = fread(b + n, 1, cap - n, f);
+        n += r;
+        if (n < cap) break;
+        char *nb = realloc(b, 2 * cap + 1);
+        if (!nb) {
+            free(b);
+            b = NULL;
+            break;
+        }
+        b = nb;
+        cap *= 2;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (!b || bad) {
+        free(b);
+        errmsg_set(err, "%s: read failed", path);
+        return NULL;
+    }
+    b[n] = 0;
+    *len = n;
+    return b;
+}
+
+int sim_config_load(struct sim_config *c, const char *path, char *err)
+{
+    size_t len;
+    char *t = slurp(path, &len, err);
+    if (!t) return -1;
+    if (memchr(t, 0, len)) {
+        free(t);
+        return errmsg_set(err, "%s: not a text file", path);
+    }
+    int rc = sim_config_parse(c, t, err);
+    free(t);
+    return rc ? errmsg_prefix(err, "%s: ", path) : 0;
+}
+
+/* "2023-11-16 18:17:03.9799600" -> seconds since the day before the epoch of days (only
+ * differences are used): day-of-month x 86400 + time of day. */
+static int parse_stamp(const char *s, size_t n, double *out)
+{
+    int y, mo, d, h, mi;
+    double sec;
+    char buf[40];
+    if (n >= sizeof buf || n < 19) return -1;
+    memcpy(buf, s, n);
+    buf[n] = 0;
+    int used = 0;
+    if (sscanf(buf, "%4d-%2d-%2d %2d:%2d:%lf%n", &y, &mo, &d, &h, &mi, &sec, &used) != 6 ||
+        buf[used])
+        return -1;
+    if (mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || h < 0 || mi < 0 || mi > 59 ||
+        !(sec >= 0 && sec < 61))
+        return -1;
+    *out = ((double)(y * 12 + mo) * 31 + d) * 86400 + h * 3600 + mi * 60 + sec;
+    return 0;
+}
+
+int sim_trace_parse(const char *text, size_t len, double rate, double start_s, double dur_s,
+                    struct sim_request **out, int *n_out, char *err)
+{
+    if (!(rate > 0)) return errmsg_set(err, "sim: trace: rate %g must be > 0", rate);
+    const char *p = text, *end = text + len;
+    const char *nl = memchr(p, '\n', (size_t)(end - p));
+    if (!nl || (size_t)(nl - p) < 8 || memcmp(p, "TIMESTAMP", 9) != 0)
+        return errmsg_set(err, "trace: header is not TIMESTAMP,ContextTokens,GeneratedTokens");
+    p = nl + 1;
+    int cap = 1024, n = 0, line = 1;
+    struct sim_request *r = malloc(sizeof *r * cap);
+    if (!r) return errmsg_set(err, "trace: out of memory");
+    double t0 = 0, prev = -1;
+    while (p < end) {
+        line++;
+        const char *e = memchr(p, '\n', (size_t)(end - p));
+        if (!e) e = end;
+        const char *c1 = memchr(p, ',', (size_t)(e - p));
+        if (e == p || (e - p == 1 && *p == '\r')) {
+            p = e + 1;
+            continue;
+        }
+        double t;
+        long in, gen;
+        char nums[64];
+        if (!c1 || parse_stamp(p, (size_t)(c1 - p), &t) || (size_t)(e - c1) >= sizeof nums) {
+            free(r);
+            return errmsg_set(err, "trace line %d: want TIMESTAMP,ContextTokens,GeneratedTokens",
+                              line);
+        }
+        memcpy(nums, c1 + 1, (size_t)(e - c1 - 1));
+        nums[e - c1 - 1] = 0;
+        int used = 0;
+        if (sscanf(nums, "%ld,%ld%n", &in, &gen, &used) != 2 ||
+            (nums[used] && strcmp(nums + used, "\r")) || in < 0 || gen < 0 || in > 1 << 20 ||
+            gen > 1 << 20) {
+            free(r);
+            return errmsg_set(err, "trace line %d: token counts \"%s\"", line, nums);
+        }
+        if (n == 0 && prev < 0) t0 = t;
+        if (t < prev) {
+            free(r);
+            return errmsg_set(err, "trace line %d: time goes backwards", line);
+        }
+        prev = t;
+        double rel = t - t0;
+        p = e + 1;
+        if (rel < start_s) continue;
+        if (dur_s > 0 && rel >= start_s + dur_s * rate) break;
+        if (n == cap) {
+            struct sim_request *nr = realloc(r, sizeof *r * cap * 2);
+            if (!nr) {
+                free(r);
+                return errmsg_set(err, "trace: out of memory");
+            }
+            r = nr;
+            cap *= 2;
+        }
+        r[n++] = (struct sim_request){(rel - start_s) / rate, (int)in, (int)gen};
+    }
+    *out = r;
+    *n_out = n;
+    return 0;
+}
+
+int sim_trace_load(const char *path, double rate, double start_s, double dur_s,
+                   struct sim_request **out, int *n, char *err)
+{
+    size_t len;
+    char *t = slurp(path, &len, err);
+    if (!t) return -1;
+    int rc = sim_trace_parse(t, len, rate, start_s, dur_s, out, n, err);
+    free(t);
+    return rc ? errmsg_prefix(err, "%s: ", path) : 0;
+}
+
+static double unif(uint64_t *s) /* splitmix64 -> (0, 1) */
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return ((z >> 11) + 0.5) / 9007199254740992.0;
+}
+
+int sim_synthetic(const char *spec, unsigned seed, struct sim_request **out, int *n_out, char *err)
+{
+    double rps = 0, dur = 0, burst = 0, at = 0, blen = 0, in = 1024, outt = 128;
+    char buf[256];
+    if (strlen(spec) >= sizeof buf) return errmsg_set(err, "sim: synthetic: spec too long");
+    strcpy(buf, spec);
+    for (char *save, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(tok, '=');
+        if (!eq) return errmsg_set(err, "sim: synthetic: \"%s\": want key=value", tok);
+        *eq = 0;
+        double *dst = !strcmp(tok, "rps")     ? &rps
+                      : !strcmp(tok, "dur")   ? &dur
+                      : !strcmp(tok, "burst") ? &burst
+                      : !strcmp(tok, "at")    ? &at
+                      : !strcmp(tok, "len")   ? &blen
+                      : !strcmp(tok, "in")    ? &in
+                      : !strcmp(tok, "out")   ? &outt
+                                              : NULL;
+        if (!dst) return errmsg_set(err, "sim: synthetic: unknown key \"%s\"", tok);
+        if (num(tok, eq + 1, 0, 1e7, dst, err)) return -1;
+    }
+    if (!(rps > 0 && dur > 0 && in >= 1 && outt >= 1))
+        return errmsg_set(err, "sim: synthetic: want rps > 0, dur > 0, in >= 1, out >= 1");
+    if ((rps + burst) * dur > 5e7) return errmsg_set(err, "sim: synthetic: too many requests");
+    uint64_t st = seed * 0x2545f4914f6cdd1dull + 1;
+    int cap = 1024, n = 0;
+    struct sim_request *r = malloc(sizeof *r * cap);
+    if (!r) return errmsg_set(err, "sim: synthetic: out of memory");
+    for (double t = 0;;) {
+        double rate = rps + (t >= at && t < at + blen ? burst : 0);
+        t += -log(unif(&st)) / rate;
+        if (t >= dur) break;
+        if (n == cap) {
+            struct sim_request *nr = realloc(r, sizeof *r * cap * 2);
+            if (!nr) {
+                free(r);
+                return errmsg_set(err, "sim: synthetic: out of memory");
+            }
+            r = nr;
+            cap *= 2;
+        }
+        r[n++] = (struct sim_request){t, (int)in, (int)outt};
+    }
+    *out = r;
+    *n_out = n;
+    return 0;
+}

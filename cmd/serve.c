@@ -1,0 +1,496 @@
+/* strata serve: the OpenAI-compatible server.
+ *
+ * Order of start-up: PID-1 duties (os/runtime/pid1), the HTTP front (so /health answers 503 with
+ * the load progress at once), the model (loader), the scheduler (calibrated step-time model, then
+ * its compute thread), then completions are served. SIGTERM/SIGINT (or the power button as PID 1)
+ * stop the front; running requests are ended and the process exits 0. */
+#include "cluster/coop.h"
+#include "cluster/fabric_node.h"
+#include "cluster/serve_cluster.h"
+#include "cmd/cluster_opts.h"
+#include "cmd/fabric_opts.h"
+#include "os/common/errmsg.h"
+#include "os/runtime/log.h"
+#include "os/runtime/esp.h"
+#include "os/runtime/pid1.h"
+#include "serving/api/http_server.h"
+#include "serving/sched/scheduler.h"
+#include "serving/api/serve_front.h"
+#include "cmd/commands.h"
+#include "cmd/options.h"
+#include "serving/engine/loader.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+struct serve_opts {
+    const char *model, *host, *api_key, *name;
+    int port, max_batch, ctx, threads, step_tokens, kv_blocks, kv_block_size, kv_type, static_batch;
+    int max_conns, timeout_ms, idle_timeout_ms, no_slo, verbose, step_delay_us, shed_late,
+        static_shrink;
+    const char *test_crash; /* tests only: segv | panic, once ready */
+    int test_hang_s;        /* tests only: the serve loop stops this long after ready; -1 never */
+    double ttft_ms, tpot_ms, static_wait_ms;
+    long max_body;
+    struct fabric_opts fab; /* on the fabric when --fabric, --listen or --peers is given */
+    /* cooperative execution (docs/cluster.md) */
+    int resident_layers; /* -1: all (this node helps others) */
+    const char *resident_schedule, *coop_dtype;
+    int coop_timeout_ms;
+    struct control_cfg cluster; /* the control plane, with --cluster (cluster/control.h) */
+};
+
+#define MAX_OPTS 64
+
+static int parse_test_crash(const char *v, void *dst, char *err)
+{
+    if (strcmp(v, "segv") && strcmp(v, "panic"))
+        return errmsg_set(err, "--test-crash %s: want segv or panic", v);
+    *(const char **)dst = v;
+    return 0;
+}
+
+/* serve's options, pointing into o: the one list the parser and the usage text read. */
+static int serve_options(struct serve_opts *o, struct opt *t)
+{
+    const struct opt table[] = {
+        {"-m", OPT_STR, &o->model, 0, 0, NULL, "MODEL.gguf"},
+        {"--host", OPT_STR, &o->host, 0, 0, NULL, "ADDR"},
+        {"--port", OPT_INT, &o->port, 0, 65535, NULL, "N"},
+        {"--api-key", OPT_STR, &o->api_key, 0, 0, NULL, "KEY"},
+        {"--name", OPT_STR, &o->name, 0, 0, NULL, "ID"},
+        {"--max-batch", OPT_INT, &o->max_batch, 1, 4096, NULL, "N"},
+        {"--ctx", OPT_INT, &o->ctx, 0, 1 << 20, NULL, "N"},
+        {"--threads", OPT_INT, &o->threads, 0, 1024, NULL, "N"},
+        {"--step-tokens", OPT_INT, &o->step_tokens, 1, 65536, NULL, "N"},
+        {"--kv-blocks", OPT_INT, &o->kv_blocks, 0, 1 << 24, NULL, "N"},
+        {"--kv-block-size", OPT_INT, &o->kv_block_size, 1, 4096, NULL, "N"},
+        {"--kv-type", OPT_PARSE, &o->kv_type, 0, 0, opts_kv_type, "f16|f32"},
+        {"--ttft-ms", OPT_DOUBLE, &o->ttft_ms, 1, 3600000, NULL, "MS"},
+        {"--tpot-ms", OPT_DOUBLE, &o->tpot_ms, 1, 3600000, NULL, "MS"},
+        {"--no-slo", OPT_FLAG, &o->no_slo, 0, 0, NULL, NULL},
+        {"--shed-late", OPT_FLAG, &o->shed_late, 0, 0, NULL, NULL},
+        {"--static-batch", OPT_INT, &o->static_batch, 0, 4096, NULL, "N"},
+        {"--static-wait-ms", OPT_DOUBLE, &o->static_wait_ms, 0, 3600000, NULL, "MS"},
+        {"--static-shrink", OPT_FLAG, &o->static_shrink, 0, 0, NULL, NULL},
+        {"--max-conns", OPT_INT, &o->max_conns, 1, 1 << 20, NULL, "N"},
+        {"--max-body", OPT_LONG, &o->max_body, 1024, 1L << 40, NULL, "BYTES"},
+        {"--timeout-ms", OPT_INT, &o->timeout_ms, 1, 3600000, NULL, "MS"},
+        {"--idle-timeout-ms", OPT_INT, &o->idle_timeout_ms, 1, 3600000, NULL, "MS"},
+        {"--test-step-delay-us", OPT_INT, &o->step_delay_us, 0, 1000000, NULL, "US"},
+        {"--test-crash", OPT_PARSE, &o->test_crash, 0, 0, parse_test_crash, "segv|panic"},
+        {"--test-hang", OPT_INT, &o->test_hang_s, 0, 3600, NULL, "S"},
+        {"-v", OPT_FLAG, &o->verbose, 0, 0, NULL, NULL},
+        {"--coop-dtype", OPT_STR, &o->coop_dtype, 0, 0, NULL, "f32|f16|bf16"},
+        {"--coop-timeout-ms", OPT_INT, &o->coop_timeout_ms, 1, 3600000, NULL, "MS"},
+        {"--resident-layers", OPT_INT, &o->resident_layers, 0, 1 << 16, NULL, "K"},
+        {"--resident-schedule", OPT_STR, &o->resident_schedule, 0, 0, NULL, "STEP:K,..."},
+    };
+    memcpy(t, table, sizeof table);
+    int n = (int)(sizeof table / sizeof table[0]);
+    n += fabric_options(&o->fab, t + n); /* the fabric's shared entries */
+    return n + cluster_options(&o->cluster, t + n);
+}
+
+static int usage(void)
+{
+    struct serve_opts o;
+    struct opt t[MAX_OPTS];
+    opts_usage(stderr, "serve", t, serve_options(&o, t));
+    fprintf(stderr,
+            "  tests only: --test-step-delay-us sleeps after every step; --test-crash crashes\n"
+            "  once ready, --test-hang hangs the serve loop S seconds after ready\n"
+            "  (boot/cmdline.md); --resident-layers K, --resident-schedule STEP:K,...: a joiner\n"
+            "  that runs layers [0, K) itself and the rest on its first --peers node;\n"
+            "  --coop-dtype: the activations it sends, f32 exact (docs/cluster.md)\n");
+    return 2;
+}
+
+static int parse_opts(int argc, char **argv, struct serve_opts *o)
+{
+    *o = (struct serve_opts){.host = "0.0.0.0",
+                             .port = 8080,
+                             .max_batch = 16,
+                             .step_tokens = 256,
+                             .kv_block_size = 16,
+                             .max_conns = 512,
+                             .timeout_ms = 10000,
+                             .idle_timeout_ms = 30000,
+                             .ttft_ms = 1000,
+                             .tpot_ms = 100,
+                             .static_wait_ms = 50,
+                             .test_hang_s = -1,
+                             .max_body = 1 << 20,
+                             .resident_layers = -1,
+                             .coop_dtype = "f32"};
+    o->api_key = getenv("STRATA_API_KEY");
+    struct opt t[MAX_OPTS];
+    char err[ERRMSG_LEN];
+    if (opts_parse(t, serve_options(o, t), argc, argv, err)) {
+        fprintf(stderr, "strata serve: %s\n", err);
+        return -1;
+    }
+    if (!o->model) {
+        fprintf(stderr, "strata serve: -m MODEL.gguf is required\n");
+        return -1;
+    }
+    int joiner = o->resident_layers >= 0 || o->resident_schedule;
+    if (joiner && !o->fab.peers.n) {
+        fprintf(stderr, "strata serve: --resident-layers/--resident-schedule need --peers (the "
+                        "helper that runs the other layers)\n");
+        return -1;
+    }
+    if (joiner && o->static_batch) {
+        fprintf(stderr, "strata serve: --static-batch and cooperative execution do not mix\n");
+        return -1;
+    }
+    if (strcmp(o->coop_dtype, "f32") && strcmp(o->coop_dtype, "f16") &&
+        strcmp(o->coop_dtype, "bf16")) {
+        fprintf(stderr, "strata serve: --coop-dtype %s: want f32, f16 or bf16\n", o->coop_dtype);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- glue to the engine */
+
+struct serve {
+    struct loaded_model *lm;
+    struct http_server *http;
+    struct front *front;
+    struct serve_metrics metrics;
+    struct fabric_node *fabric; /* NULL when not on the fabric */
+    struct coop *coop;          /* with the fabric */
+};
+
+/* The serving process's fabric node (cluster/fabric_node.h); its users (cooperative execution)
+ * register on it before fabric_node_start. */
+static struct fabric_node *fabric_open(const struct serve_opts *o, char *err)
+{
+    struct fabric_node_config fc = {
+        .peers = o->fab.peers.v, .n_peers = o->fab.peers.n, .node_id = o->fab.node_id};
+    if (auth_init(err) || fabric_opts_config(&o->fab, &fc.tp, err)) return NULL;
+    return fabric_node_new(&fc, err);
+}
+
+static int engine_step(void *ctx, const struct batch *b, float *logits)
+{
+    return engine_forward(ctx, b, logits);
+}
+
+static const char *decode_piece(void *ctx, int prev, int id, char *scratch, size_t *len)
+{
+    return tokenizer_decode(ctx, prev, id, scratch, len);
+}
+
+static int encode_text(void *tok, const char *text, size_t len, int *out, int cap, int *n,
+                       char *err)
+{
+    return tokenizer_encode(tok, text, len, 1, out, cap, n, err);
+}
+
+static int encode_chat(void *tok, const struct chat_rendered *r, int *out, int cap, int *n,
+                       char *err)
+{
+    struct tok_span *sp = malloc(((size_t)r->n_spans + 1) * sizeof *sp);
+    if (!sp) return errmsg_set(err, "serve: out of memory");
+    for (int i = 0; i < r->n_spans; i++)
+        sp[i] = (struct tok_span){r->text + r->spans[i].off, r->spans[i].len, r->spans[i].marker};
+    int rc = tokenizer_encode_spans(tok, sp, r->n_spans, 1, out, cap, n, err);
+    free(sp);
+    return rc;
+}
+
+static void on_progress(void *ctx, int done, int total)
+{
+    struct serve *sv = ctx;
+    char stage[64];
+    snprintf(stage, sizeof stage, "loading weights: span %d/%d", done, total);
+    front_set_progress(sv->front, stage, total ? 0.9 * done / total : 0);
+}
+
+static struct http_server *volatile stop_target;
+
+/* Requests in progress get this long to finish on SIGTERM (PID 1 powers off after
+ * PID1_GRACE_S). */
+#define SHUTDOWN_GRACE_MS 5000
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    if (stop_target) http_server_shutdown(stop_target, SHUTDOWN_GRACE_MS);
+}
+
+static void on_shutdown(void *ctx)
+{
+    http_server_shutdown(ctx, SHUTDOWN_GRACE_MS);
+}
+
+static volatile int serve_ready;
+
+/* The serve loop's heartbeat; with --test-hang S it stops beating S seconds after the model is
+ * ready, as a deadlocked loop would (the watchdog test). */
+static void serve_tick(void *ctx)
+{
+    const struct serve_opts *o = ctx;
+    static time_t hang_at;
+    pid1_tick();
+    if (o->test_hang_s < 0 || !serve_ready) return;
+    if (!hang_at) hang_at = time(NULL) + o->test_hang_s;
+    if (time(NULL) >= hang_at) {
+        fprintf(stderr, "strata serve: --test-hang: the serve loop stops here\n");
+        for (;;) pause();
+    }
+}
+
+/* --test-crash: segv is a crash the handlers report (os/pid1.c); panic is one they cannot, with
+ * the default action restored, so the kernel kills PID 1 and panics. */
+static void test_crash(const char *how)
+{
+    fprintf(stderr, "strata serve: --test-crash %s: crashing on purpose\n", how);
+    if (!strcmp(how, "panic")) signal(SIGSEGV, SIG_DFL);
+    volatile uintptr_t bad = 16; /* through a variable: the compiler must not see the crash */
+    *(volatile int *)bad = 1;
+}
+
+static void *http_main(void *arg)
+{
+    struct serve *sv = arg;
+    char err[ERRMSG_LEN];
+    if (http_server_run(sv->http, err)) log_error("serve", "%s", err);
+    return NULL;
+}
+
+static const char *model_name(const struct serve_opts *o, char *buf, size_t n)
+{
+    if (o->name) return o->name;
+    const char *base = strrchr(o->model, '/');
+    base = base ? base + 1 : o->model;
+    snprintf(buf, n, "%s", base);
+    char *dot = strstr(buf, ".gguf");
+    if (dot) *dot = 0;
+    return buf;
+}
+
+static int run_serve(int argc, char **argv)
+{
+    struct serve_opts o;
+    if (parse_opts(argc, argv, &o)) return usage();
+    log_set_quiet(!o.verbose && !pid1_active());
+    char err[ERRMSG_LEN];
+    static struct serve sv;
+    metrics_init(&sv.metrics);
+    struct front_config fc = {.api_key = o.api_key};
+    sv.front = front_new(&fc, &sv.metrics, err);
+    if (!sv.front) pid1_fatal(err);
+    struct http_server_config hc = {.host = o.host,
+                                    .port = o.port,
+                                    .max_conns = o.max_conns,
+                                    .max_head = 16384,
+                                    .max_body = (size_t)o.max_body,
+                                    .read_timeout_ms = o.timeout_ms,
+                                    .idle_timeout_ms = o.idle_timeout_ms,
+                                    .write_timeout_ms = o.timeout_ms,
+                                    .max_pending_write = 8u << 20,
+                                    .tick = serve_tick,
+                                    .tick_ctx = &o};
+    struct http_handler h = front_handler(sv.front);
+    sv.http = http_server_new(&hc, &h, &sv.metrics, err);
+    if (!sv.http) {
+        char msg[ERRMSG_LEN + 32];
+        snprintf(msg, sizeof msg, "serve: %s", err);
+        if (pid1_active()) pid1_fatal(msg);
+        fprintf(stderr, "strata %s\n", msg);
+        front_free(sv.front);
+        return 1;
+    }
+    front_set_server(sv.front, sv.http);
+    /* PID 1 duties before any thread exists; elsewhere plain signal handlers. */
+    if (pid1_init(on_shutdown, sv.http, err)) pid1_fatal(err);
+    signal(SIGPIPE, SIG_IGN);
+    if (!pid1_active()) {
+        stop_target = sv.http;
+        struct sigaction sa = {.sa_handler = on_signal};
+        sigaction(SIGINT, &sa, NULL);
+        sigaction(SIGTERM, &sa, NULL);
+    }
+    pthread_t http_thread;
+    if (pthread_create(&http_thread, NULL, http_main, &sv)) pid1_fatal("serve: pthread_create");
+    fprintf(stderr, "strata serve: listening on %s:%d, loading %s\n", o.host,
+            http_server_port(sv.http), o.model);
+
+    int rc = 1;
+    struct scheduler *sched = NULL;
+    sv.lm = calloc(1, sizeof *sv.lm);
+    struct loader_opts lo = {.limits = {.max_tokens = o.step_tokens,
+                                        .max_seqs = o.static_batch ? o.static_batch : o.max_batch,
+                                        .ctx = o.ctx,
+                                        .kv_block_size = o.kv_block_size,
+                                        .kv_blocks = o.kv_blocks,
+                                        .kv_type = o.kv_type,
+                                        .threads = o.threads},
+                             .arena_flags = pid1_active() ? 0 : ARENA_NO_LOCK,
+                             .verbose = o.verbose,
+                             .progress = on_progress,
+                             .progress_ctx = &sv};
+    if (!sv.lm || loader_open(sv.lm, o.model, &lo, err)) {
+        char msg[ERRMSG_LEN + 32];
+        snprintf(msg, sizeof msg, "serve: %s", sv.lm ? err : "out of memory");
+        if (pid1_active()) pid1_fatal(msg);
+        fprintf(stderr, "strata %s\n", msg);
+        free(sv.lm);
+        sv.lm = NULL;
+        http_server_stop(sv.http);
+        goto out;
+    }
+    struct engine *e = &sv.lm->engine;
+    front_set_progress(sv.front, "calibrating the step-time model", 0.95);
+    struct sched_config sc = {.max_seqs = e->lim.max_seqs,
+                              .max_step_tokens = e->lim.max_tokens,
+                              .ctx = e->lim.ctx,
+                              .static_batch = o.static_batch,
+                              .static_wait_ms = o.static_wait_ms,
+                              .ttft_ms = o.ttft_ms,
+                              .tpot_ms = o.tpot_ms,
+                              .no_slo_admission = o.no_slo,
+                              .shed_late = o.shed_late,
+                              .static_shrink = o.static_shrink,
+                              .step_delay_us = o.step_delay_us};
+    if (fabric_opts_given(&o.fab)) {
+        int L = sv.lm->model.cfg.n_layers;
+        int joiner = o.resident_layers >= 0 || o.resident_schedule;
+        int resident = o.resident_layers >= 0 ? (o.resident_layers < L ? o.resident_layers : L)
+                       : o.resident_schedule  ? 0
+                                              : L;
+        struct coop_config cc = {.e = e,
+                                 .m = &sv.metrics,
+                                 .eos_id = sv.lm->tok.eos_id,
+                                 .bos_id = sv.lm->tok.bos_id,
+                                 .resident = resident,
+                                 .schedule = o.resident_schedule,
+                                 .helper_peer = joiner ? 0 : -1,
+                                 .dtype = !strcmp(o.coop_dtype, "f16")    ? WIRE_F16
+                                          : !strcmp(o.coop_dtype, "bf16") ? WIRE_BF16
+                                                                          : WIRE_F32,
+                                 .timeout_ms = o.coop_timeout_ms,
+                                 .serve_remote = !joiner};
+        sv.fabric = fabric_open(&o, err);
+        cc.fabric = sv.fabric;
+        if (!sv.fabric || !(sv.coop = coop_new(&cc, err)) || coop_attach(sv.coop, err)) {
+            char msg[ERRMSG_LEN + 32];
+            snprintf(msg, sizeof msg, "serve: fabric: %s", err);
+            if (pid1_active()) pid1_fatal(msg);
+            fprintf(stderr, "strata %s\n", msg);
+            http_server_stop(sv.http);
+            goto out;
+        }
+        if (joiner)
+            log_info("serve", "joiner: layers [0, %d) of %d here, the rest on %s (%s activations)",
+                     resident, L, o.fab.peers.v[0], o.coop_dtype);
+        else
+            log_info("serve", "all %d layers here: helping peers that hold fewer", L);
+    }
+    struct sched_ops ops = {.ctx = e,
+                            .vocab_size = sv.lm->model.cfg.vocab_size,
+                            .eos_id = sv.lm->tok.eos_id,
+                            .bos_id = sv.lm->tok.bos_id,
+                            .forward = engine_step,
+                            .decode_ctx = &sv.lm->tok,
+                            .decode = decode_piece,
+                            .notify_ctx = sv.front,
+                            .notify = front_notify,
+                            .wake = front_wake};
+    if (sv.coop) ops.coop = coop_sched_hooks(sv.coop);
+    sched = sched_new(&sc, &ops, &e->kv, &sv.metrics, err);
+    if (sched && sv.coop) coop_set_scheduler(sv.coop, sched);
+    if (!sched || sched_calibrate(sched, err) || sched_start(sched, err) ||
+        (sv.fabric && fabric_node_start(sv.fabric, err))) {
+        char msg[ERRMSG_LEN + 32];
+        snprintf(msg, sizeof msg, "serve: %s", err);
+        if (pid1_active()) pid1_fatal(msg);
+        fprintf(stderr, "strata %s\n", msg);
+        http_server_stop(sv.http);
+        goto out;
+    }
+    const struct step_model *sm = sched_step_model(sched);
+    log_info("serve", "step model: %.1f us/token + %.1f us/sequence + %.1f us", sm->a * 1e6,
+             sm->b * 1e6, sm->c * 1e6);
+    struct gguf_str tmpl = {0};
+    gguf_get_str(&sv.lm->gguf, "tokenizer.chat_template", &tmpl, NULL);
+    char name_buf[128];
+    struct front_model fm = {.name = model_name(&o, name_buf, sizeof name_buf),
+                             .ctx = e->lim.ctx,
+                             .vocab_size = sv.lm->model.cfg.vocab_size,
+                             .tmpl = chat_template_detect(tmpl.p, tmpl.len),
+                             .tok = &sv.lm->tok,
+                             .encode = encode_text,
+                             .encode_chat = encode_chat};
+    front_set_ready(sv.front, &fm, sched);
+    fprintf(stderr,
+            "strata serve: ready: %s on %s:%d (ctx %d, max batch %d, %d tokens/step, %d %s KV "
+            "blocks of %d, chat template %s%s)\n",
+            fm.name, o.host, http_server_port(sv.http), e->lim.ctx, e->lim.max_seqs,
+            e->lim.max_tokens, e->kv.n_blocks, kv_type_name(e->kv.type), e->kv.block_size,
+            chat_template_name(fm.tmpl), o.static_batch ? ", STATIC batching" : "");
+    serve_ready = 1;
+    if (o.test_crash) test_crash(o.test_crash);
+    /* Serving: /health answers 200 from here on. On the appliance, mark the boot slot that got
+     * us here good, so that systemd-boot stops counting its tries (os/esp.h). */
+    if (pid1_active()) {
+        char msg[ERRMSG_LEN + 64];
+        if (esp_bless_booted(msg, sizeof msg, err))
+            log_warn("serve", "boot slot: %s", err);
+        else
+            log_info("serve", "boot slot: %s", msg);
+    }
+    rc = 0;
+    /* ---- the cluster's control thread (cluster/serve_cluster.h), with --cluster only */
+    struct serve_cluster *cluster = NULL;
+    if (control_enabled(&o.cluster)) {
+        char http_addr[80];
+        snprintf(http_addr, sizeof http_addr, "%s:%d", o.host, http_server_port(sv.http));
+        o.cluster.http = http_addr;
+        o.cluster.id = (uint64_t)o.fab.node_id;
+        o.cluster.key_file = o.fab.key_file;
+        o.cluster.model = fm.name;
+        o.cluster.n_layers = sv.lm->model.cfg.n_layers;
+        o.cluster.ttft_slo_ms = o.ttft_ms;
+        cluster =
+            serve_cluster_start(&o.cluster, sv.front, &sv.metrics, sched, e->lim.max_tokens, err);
+        if (!cluster) {
+            char msg[ERRMSG_LEN + 32];
+            snprintf(msg, sizeof msg, "serve: %s", err);
+            if (pid1_active()) pid1_fatal(msg);
+            fprintf(stderr, "strata %s\n", msg);
+            http_server_stop(sv.http);
+            rc = 1;
+        }
+    }
+    pthread_join(http_thread, NULL);
+    serve_cluster_stop(cluster);
+    goto done;
+out:
+    pthread_join(http_thread, NULL);
+done:
+    if (sched) sched_free(sched);
+    fabric_node_free(sv.fabric);
+    coop_free(sv.coop);
+    fabric_opts_free(&o.fab);
+    fprintf(stderr, "strata serve: stopped\n");
+    http_server_free(sv.http);
+    front_free(sv.front);
+    if (sv.lm) {
+        loader_close(sv.lm);
+        free(sv.lm);
+    }
+    return rc;
+}
+
+const struct command cmd_serve = {"serve", run_serve,
+                                  "serve -m MODEL.gguf [options]  (the OpenAI-compatible server)"};

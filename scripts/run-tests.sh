@@ -1,0 +1,66 @@
+#!/bin/bash
+# Build and run every test: unit programs (normal and ASan+UBSan builds), integration scenarios
+# (tests/integration/*.sh), and a short run of every fuzz target. Each prints "ok - name",
+# "not ok - name: why" or "skip - name: why"; the last line is "N passed, N failed, N skipped".
+set -u
+cd "$(dirname "$0")/.."
+JOBS=${JOBS:-$(nproc)}
+LOG=build/test-logs
+mkdir -p "$LOG"
+pass=0 fail=0 skip=0
+failed_names=()
+
+count() { # count <prefix> <file>
+    local p f s
+    p=$(grep -c '^ok - ' "$2"); f=$(grep -c '^not ok - ' "$2"); s=$(grep -c '^skip - ' "$2")
+    pass=$((pass + p)); fail=$((fail + f)); skip=$((skip + s))
+    while IFS= read -r l; do failed_names+=("$1${l#not ok - }"); done < <(grep '^not ok - ' "$2")
+}
+
+run_prog() { # run_prog <label> <log> cmd...
+    local label=$1 log=$2; shift 2
+    "$@" >"$log" 2>&1
+    local rc=$?
+    sed -n '/^\(ok\|not ok\|skip\) - /p' "$log" | sed "s|^|  [$label] |"
+    if [ $rc -ne 0 ] && ! grep -q '^not ok - ' "$log"; then
+        echo "not ok - $label: exited with status $rc" >>"$log"
+        echo "  [$label] not ok - exited with status $rc (log: $log)"
+        tail -n 20 "$log" | sed 's/^/      /'
+    fi
+    count "[$label] " "$log"
+}
+
+echo "== build"
+make -s -j"$JOBS" all || { echo "0 passed, 1 failed"; exit 1; }
+make -s -j"$JOBS" SAN=1 all || { echo "0 passed, 1 failed"; exit 1; }
+
+echo "== unit tests"
+for t in build/tests/test_*; do
+    [ -x "$t" ] || continue
+    run_prog "$(basename "$t")" "$LOG/$(basename "$t").log" "$t"
+done
+
+echo "== unit tests under ASan+UBSan"
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+for t in build/san/tests/test_*; do
+    [ -x "$t" ] || continue
+    run_prog "san/$(basename "$t")" "$LOG/san-$(basename "$t").log" "$t"
+done
+unset ASAN_OPTIONS UBSAN_OPTIONS
+
+echo "== integration"
+for s in tests/integration/*.sh; do
+    [ -f "$s" ] || continue
+    n=$(basename "$s" .sh)
+    run_prog "$n" "$LOG/$n.log" bash "$s"
+done
+
+echo "== fuzz (${FUZZ_SECONDS:=10} s per target)"
+FUZZ_SECONDS=$FUZZ_SECONDS run_prog fuzz "$LOG/fuzz.log" scripts/run-fuzz.sh
+
+if [ ${#failed_names[@]} -gt 0 ]; then
+    echo "== failures"
+    printf '  %s\n' "${failed_names[@]}"
+fi
+echo "$pass passed, $fail failed, $skip skipped"
+[ "$fail" -eq 0 ]

@@ -1,0 +1,175 @@
+/* cuda_plan: device layout and upload schedule of the weights (see cuda_plan.h). */
+#include "serving/engine/cuda/cuda_plan.h"
+
+#include "serving/engine/repack.h"
+
+#include "os/common/errmsg.h"
+#include "serving/engine/gguf.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t align_up(uint64_t v, uint64_t a)
+{
+    return (v + a - 1) / a * a;
+}
+
+uint64_t cuda_ggml_row_bytes(uint32_t type, int cols)
+{
+    int device_type = type == GGML_F32 || type == GGML_F16 || type == GGML_BF16 ||
+                      type == GGML_Q8_0 || type == GGML_Q4_0;
+    return device_type && cols > 0 ? ggml_row_bytes(type, (uint64_t)cols) : 0;
+}
+
+static const char *const layer_names[CUDA_LAYER_TENSORS] = {
+    "attn_norm", "attn_q",   "attn_k",   "attn_v", "attn_output",
+    "ffn_norm",  "ffn_gate", "ffn_down", "ffn_up",
+};
+
+/* Fill one mat's shape and device sizes; the offsets come later. */
+static int plan_mat(struct cuda_mat *c, const struct tensor *t, const char *name, int span,
+                    int is_norm, char *err)
+{
+    memset(c, 0, sizeof *c);
+    c->t = t;
+    c->name = name;
+    c->span = span;
+    c->type = t->type;
+    c->rows = t->rows;
+    c->cols = t->cols;
+    if (!t->data || t->rows <= 0 || t->cols <= 0)
+        return errmsg_set(err, "cuda: tensor %s: no data or empty shape %dx%d", name, t->cols,
+                          t->rows);
+    if (is_norm && t->type != GGML_F32)
+        return errmsg_set(err, "cuda: tensor %s: norm weights must be f32, not %s", name,
+                          tensor_type_name(t->type));
+    uint64_t rb = cuda_ggml_row_bytes(t->type, t->cols);
+    if (!rb) {
+        if (t->type == GGML_Q8_0 || t->type == GGML_Q4_0)
+            return errmsg_set(err, "cuda: tensor %s: %d columns is not a multiple of 32", name,
+                              t->cols);
+        return errmsg_set(err, "cuda: tensor %s: type %s is not supported by the CUDA kernels",
+                          name, tensor_type_name(t->type));
+    }
+    if (t->nbytes != rb * (uint64_t)t->rows)
+        return errmsg_set(err, "cuda: tensor %s: %zu bytes, expected %llu for %dx%d %s", name,
+                          t->nbytes, (unsigned long long)(rb * t->rows), t->cols, t->rows,
+                          tensor_type_name(t->type));
+    switch (t->type) {
+    case GGML_F32:
+    case GGML_F16:
+    case GGML_BF16: {
+        int esz = t->type == GGML_F32 ? 4 : 2;
+        /* Norm vectors are read element-wise: no row padding. Matrices get rows of a multiple of
+         * 8 elements, so every row starts 16-byte aligned for the vector loads. */
+        c->ld = is_norm ? t->cols : (int)align_up((uint64_t)t->cols, 8);
+        c->qs_bytes = (uint64_t)c->rows * c->ld * esz;
+        break;
+    }
+    case GGML_Q8_0:
+    case GGML_Q4_0:
+        c->ld = t->cols;
+        c->qs_bytes = (uint64_t)t->rows * t->cols / (t->type == GGML_Q8_0 ? 1 : 2);
+        c->d_off = align_up(c->qs_bytes, CUDA_DEV_ALIGN);
+        c->d_bytes = (uint64_t)t->rows * (t->cols / 32) * 2;
+        break;
+    }
+    return 0;
+}
+
+int cuda_plan_weights(struct cuda_plan *p, const struct model *m, char *err)
+{
+    memset(p, 0, sizeof *p);
+    int L = m->cfg.n_layers;
+    if (L < 1 || L > MODEL_MAX_LAYERS)
+        return errmsg_set(err, "cuda: %d layers (1..%d supported)", L, MODEL_MAX_LAYERS);
+    p->n_spans = L + 2;
+    p->mats = calloc((size_t)CUDA_LAYER_TENSORS * L + 3, sizeof *p->mats);
+    /* Names outlive the plan's users only as long as the plan: one buffer, freed with it. */
+    char *names = calloc((size_t)CUDA_LAYER_TENSORS * L + 3, 32);
+    if (!p->mats || !names) {
+        free(p->mats);
+        free(names);
+        p->mats = NULL;
+        return errmsg_set(err, "cuda: out of memory for the weight plan");
+    }
+    int n = 0;
+    snprintf(names, 32, "token_embd");
+    if (plan_mat(&p->mats[n++], &m->token_embd, names, 0, 0, err)) goto fail;
+    for (int l = 0; l < L; l++) {
+        const struct layer_weights *lw = &m->layers[l];
+        const struct tensor *ts[CUDA_LAYER_TENSORS] = {
+            &lw->attn_norm, &lw->wq,     &lw->wk,     &lw->wv,   &lw->wo,
+            &lw->ffn_norm,  &lw->w_gate, &lw->w_down, &lw->w_up,
+        };
+        for (int f = 0; f < CUDA_LAYER_TENSORS; f++) {
+            char *nm = names + (size_t)n * 32;
+            snprintf(nm, 32, "blk.%d.%s", l, layer_names[f]);
+            if (plan_mat(&p->mats[n++], ts[f], nm, 1 + l, f == 0 || f == 5, err)) goto fail;
+        }
+    }
+    p->embd = 0;
+    snprintf(names + (size_t)n * 32, 32, "output_norm");
+    p->out_norm = n;
+    if (plan_mat(&p->mats[n], &m->output_norm, names + (size_t)n * 32, L + 1, 1, err)) goto fail;
+    n++;
+    if (m->tied_output) {
+        p->out = p->embd;
+    } else {
+        snprintf(names + (size_t)n * 32, 32, "output");
+        p->out = n;
+        if (plan_mat(&p->mats[n], &m->output, names + (size_t)n * 32, L + 1, 0, err)) goto fail;
+        n++;
+    }
+    p->n_mats = n;
+
+    /* Spans: host byte ranges and staging offsets; device offsets in execution order. */
+    uint64_t dev = 0;
+    for (int i = 0, s = 0; s < p->n_spans; s++) {
+        struct cuda_span *sp = &p->spans[s];
+        sp->first_mat = i;
+        const uint8_t *lo = NULL, *hi = NULL;
+        uint64_t sum = 0;
+        for (; i < n && p->mats[i].span == s; i++) {
+            const struct tensor *t = p->mats[i].t;
+            const uint8_t *a = t->data, *b = a + t->nbytes;
+            if (!lo || a < lo) lo = a;
+            if (!hi || b > hi) hi = b;
+            sum += t->nbytes;
+        }
+        sp->n_mats = i - sp->first_mat;
+        sp->host = lo;
+        sp->bytes = (uint64_t)(hi - lo);
+        /* The image places a span's tensors back to back (alignment gaps only); anything else
+         * would make the staging copy drag unrelated bytes across PCIe. */
+        if (sp->bytes > sum + (uint64_t)sp->n_mats * 4096) {
+            errmsg_set(err, "cuda: span %d: tensors spread over %llu bytes for %llu of data", s,
+                       (unsigned long long)sp->bytes, (unsigned long long)sum);
+            cuda_plan_free(p);
+            return -1;
+        }
+        if (sp->bytes > p->staging_bytes) p->staging_bytes = sp->bytes;
+        for (int j = sp->first_mat; j < i; j++) {
+            struct cuda_mat *c = &p->mats[j];
+            c->src_off = (uint64_t)((const uint8_t *)c->t->data - lo);
+            c->dst_off = dev;
+            dev =
+                align_up(dev + (c->d_bytes ? c->d_off + c->d_bytes : c->qs_bytes), CUDA_DEV_ALIGN);
+        }
+    }
+    p->device_bytes = dev;
+    return 0;
+fail:
+    free(names);
+    free(p->mats);
+    p->mats = NULL;
+    return -1;
+}
+
+void cuda_plan_free(struct cuda_plan *p)
+{
+    if (p->mats) free((void *)p->mats[0].name); /* the names buffer starts with mats[0].name */
+    free(p->mats);
+    memset(p, 0, sizeof *p);
+}

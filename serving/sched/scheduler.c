@@ -1,0 +1,1052 @@
+#include "serving/sched/scheduler.h"
+
+#include "os/runtime/clock.h"
+#include "os/common/errmsg.h"
+#include "os/runtime/log.h"
+#include "serving/api/stop_string.h"
+#include "serving/api/utf8.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MIN_CHUNK 8 /* smallest prompt chunk worth admitting under SLO pressure */
+
+/* ---------------------------------------------------------------- requests */
+
+struct sreq *sreq_new(void)
+{
+    struct sreq *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    pthread_mutex_init(&r->mu, NULL);
+    atomic_init(&r->refs, 1);
+    return r;
+}
+
+void sreq_get(struct sreq *r)
+{
+    atomic_fetch_add(&r->refs, 1);
+}
+
+void sreq_put(struct sreq *r)
+{
+    if (!r || atomic_fetch_sub(&r->refs, 1) != 1) return;
+    free(r->prompt);
+    for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
+    free(r->text);
+    pthread_mutex_destroy(&r->mu);
+    free(r);
+}
+
+/* ---------------------------------------------------------------- sequences */
+
+struct seq {
+    struct sreq *r;
+    unsigned id; /* names the sequence to a coop helper */
+    int *tok;    /* prompt + generated, capacity ctx */
+    int n_tok, n_computed;
+    int *blocks; /* block table, capacity max_blocks */
+    int n_blocks;
+    struct sampler smp;
+    char *text; /* all generated text (stop strings still in) */
+    size_t text_len, text_cap, sent;
+    int n_gen;
+    long admit_order;
+    double ttft, tpot; /* seconds */
+    double t_admitted, t_first, t_last;
+    int ever_admitted;
+};
+
+struct plan {
+    struct seq *s;
+    int n;
+};
+
+/* Static batching's padding: a sequence that finished while the rest of its batch runs keeps its
+ * slot (and its KV blocks) and goes on decoding, output discarded, like a row of a fixed-shape
+ * batch, until the batch is done. Its client already has its answer. */
+struct pad {
+    int *blocks; /* the finished sequence's block table (taken over), capacity max_blocks */
+    int n_blocks;
+    int pos, tok; /* next position to compute and the token fed there */
+};
+
+struct scheduler {
+    struct sched_config cfg;
+    struct sched_ops ops;
+    struct kv_cache *kv;
+    struct serve_metrics *m;
+    struct step_model model;
+    int max_blocks; /* per sequence */
+
+    struct seq **running;
+    int n_running;
+    struct seq **waiting;
+    int n_waiting, cap_waiting;
+    long admit_counter;
+
+    /* step buffers, max_step_tokens each */
+    int *b_token, *b_pos, *b_logit_rows;
+    const int **b_blocks;
+    /* coop: the step's sequence ids, and per logit row its sampler, EOS mask and token */
+    unsigned *b_seq;
+    struct sampler **b_smp;
+    unsigned char *b_mask;
+    int *b_out;
+    int k; /* layers run here (cfg n_layers when alone) */
+    unsigned next_id;
+    unsigned long long n_steps;
+    atomic_int poked;
+    char step_err[ERRMSG_LEN];
+    float *logits; /* max_seqs x vocab */
+    struct plan *plan;
+    int n_plan;
+    struct pad *pads; /* static batching: max_seqs */
+    int n_pads;
+
+    /* submission queue */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct sreq *inbox_head, *inbox_tail;
+    int stopping;
+    pthread_t thread;
+    int started;
+};
+
+static void kv_gauges(struct scheduler *s)
+{
+    atomic_store_explicit(&s->m->kv_blocks_used, s->kv->n_blocks - s->kv->n_free,
+                          memory_order_relaxed);
+    atomic_store_explicit(&s->m->running, s->n_running, memory_order_relaxed);
+    atomic_store_explicit(&s->m->waiting, s->n_waiting, memory_order_relaxed);
+}
+
+static void free_blocks(struct scheduler *s, struct seq *q)
+{
+    for (int i = q->n_blocks - 1; i >= 0; i--) kv_block_free(s->kv, q->blocks[i]);
+    q->n_blocks = 0;
+    q->n_computed = 0;
+}
+
+static void drop_pad(struct scheduler *s, int i)
+{
+    struct pad *p = &s->pads[i];
+    for (int k = p->n_blocks - 1; k >= 0; k--) kv_block_free(s->kv, p->blocks[k]);
+    free(p->blocks);
+    s->pads[i] = s->pads[--s->n_pads];
+}
+
+static void drop_pads(struct scheduler *s)
+{
+    while (s->n_pads) drop_pad(s, s->n_pads - 1);
+}
+
+static void seq_free(struct scheduler *s, struct seq *q)
+{
+    if (!q) return;
+    if (s && s->ops.coop.seq_end) s->ops.coop.seq_end(s->ops.coop.ctx, q->id);
+    sampler_free(&q->smp);
+    free(q->tok);
+    free(q->blocks);
+    free(q->text);
+    free(q);
+}
+
+/* Move new text (and the final state) into the request's outbox. */
+static void publish(struct scheduler *s, struct seq *q, int finish)
+{
+    struct sreq *r = q->r;
+    size_t upto = q->text_len;
+    if (!finish) {
+        upto = stop_safe_len(q->text, q->text_len, r->stop, r->n_stop);
+        upto = utf8_complete_prefix(q->text, upto);
+    }
+    pthread_mutex_lock(&r->mu);
+    if (upto > q->sent) {
+        size_t add = upto - q->sent;
+        if (r->text_len + add + 1 > r->text_cap) {
+            size_t cap = (r->text_len + add + 1) * 2;
+            char *p = realloc(r->text, cap);
+            if (p) r->text = p, r->text_cap = cap;
+        }
+        if (r->text_len + add + 1 <= r->text_cap) {
+            memcpy(r->text + r->text_len, q->text + q->sent, add);
+            r->text_len += add;
+            r->text[r->text_len] = 0;
+            q->sent = upto;
+        }
+    }
+    r->n_generated = q->n_gen;
+    if (q->n_gen && !r->t_first_token) r->t_first_token = q->t_first;
+    if (finish) {
+        r->finish = finish;
+        r->t_done = clock_now();
+    }
+    pthread_mutex_unlock(&r->mu);
+    if (s->ops.notify) s->ops.notify(s->ops.notify_ctx, r);
+}
+
+static void finish_metrics(struct scheduler *s, struct seq *q, int finish)
+{
+    struct serve_metrics *m = s->m;
+    if (finish == FINISH_CANCELLED)
+        metrics_request(m, OUTCOME_CANCELLED);
+    else if (finish == FINISH_ERROR)
+        metrics_request(m, OUTCOME_ERROR);
+    else if (finish == FINISH_REJECTED)
+        metrics_request(m, OUTCOME_REJECTED);
+    else
+        metrics_request(m, finish == FINISH_STOP ? OUTCOME_STOP : OUTCOME_LENGTH);
+    if (finish != FINISH_STOP && finish != FINISH_LENGTH) return;
+    double now = clock_now();
+    hist_observe(&m->e2e, now - q->r->t_arrival);
+    if (!q->n_gen) return;
+    double ttft = q->t_first - q->r->t_arrival;
+    double tpot = q->n_gen > 1 ? (q->t_last - q->t_first) / (q->n_gen - 1) : 0;
+    hist_observe(&m->ttft, ttft);
+    if (q->n_gen > 1) hist_observe(&m->tpot, tpot);
+    if (ttft <= q->ttft && tpot <= q->tpot) {
+        atomic_fetch_add_explicit(&m->slo_met, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&m->goodput_tokens, (unsigned long long)q->n_gen,
+                                  memory_order_relaxed);
+    } else {
+        atomic_fetch_add_explicit(&m->slo_missed, 1, memory_order_relaxed);
+    }
+}
+
+/* Retire a sequence (already removed from running/waiting): blocks back, outbox final. */
+static void retire(struct scheduler *s, struct seq *q, int finish, const char *why)
+{
+    free_blocks(s, q);
+    kv_gauges(s); /* before the client can see its answer, so /metrics is never behind it */
+    if (why) {
+        pthread_mutex_lock(&q->r->mu);
+        snprintf(q->r->error, sizeof q->r->error, "%s", why);
+        pthread_mutex_unlock(&q->r->mu);
+    }
+    finish_metrics(s, q, finish);
+    publish(s, q, finish);
+    sreq_put(q->r);
+    seq_free(s, q);
+}
+
+static void remove_at(struct seq **arr, int *n, int i)
+{
+    memmove(arr + i, arr + i + 1, (size_t)(*n - i - 1) * sizeof *arr);
+    (*n)--;
+}
+
+static int push_waiting(struct scheduler *s, struct seq *q)
+{
+    if (s->n_waiting == s->cap_waiting) {
+        int cap = s->cap_waiting ? s->cap_waiting * 2 : 64;
+        struct seq **w = realloc(s->waiting, (size_t)cap * sizeof *w);
+        if (!w) return -1;
+        s->waiting = w;
+        s->cap_waiting = cap;
+    }
+    s->waiting[s->n_waiting++] = q;
+    return 0;
+}
+
+static void preempt(struct scheduler *s, int i)
+{
+    struct seq *q = s->running[i];
+    remove_at(s->running, &s->n_running, i);
+    free_blocks(s, q);
+    atomic_fetch_add_explicit(&s->m->preemptions, 1, memory_order_relaxed);
+    if (push_waiting(s, q)) retire(s, q, FINISH_ERROR, "out of memory requeueing a sequence");
+}
+
+static struct seq *seq_from(struct scheduler *s, struct sreq *r, char *err)
+{
+    struct seq *q = calloc(1, sizeof *q);
+    if (!q) return NULL;
+    q->r = r;
+    q->tok = malloc((size_t)s->cfg.ctx * sizeof *q->tok);
+    q->blocks = malloc((size_t)s->max_blocks * sizeof *q->blocks);
+    if (!q->tok || !q->blocks || sampler_init(&q->smp, &r->sp, s->ops.vocab_size, err)) {
+        free(q->tok);
+        free(q->blocks);
+        free(q);
+        return NULL;
+    }
+    q->id = ++s->next_id;
+    memcpy(q->tok, r->prompt, (size_t)r->n_prompt * sizeof *q->tok);
+    q->n_tok = r->n_prompt;
+    q->ttft = (r->ttft_ms > 0 ? r->ttft_ms : s->cfg.ttft_ms) / 1e3;
+    q->tpot = (r->tpot_ms > 0 ? r->tpot_ms : s->cfg.tpot_ms) / 1e3;
+    return q;
+}
+
+/* ---------------------------------------------------------------- lifecycle */
+
+struct scheduler *sched_new(const struct sched_config *cfg, const struct sched_ops *ops,
+                            struct kv_cache *kv, struct serve_metrics *m, char *err)
+{
+    if (cfg->max_seqs < 1 || cfg->max_step_tokens < 1 || cfg->ctx < 2) {
+        errmsg_set(err, "scheduler: bad limits (max_seqs %d, step tokens %d, ctx %d)",
+                   cfg->max_seqs, cfg->max_step_tokens, cfg->ctx);
+        return NULL;
+    }
+    struct scheduler *s = calloc(1, sizeof *s);
+    if (!s) {
+        errmsg_set(err, "scheduler: out of memory");
+        return NULL;
+    }
+    s->cfg = *cfg;
+    if (s->cfg.static_batch > 0) s->cfg.max_seqs = s->cfg.static_batch;
+    if (s->cfg.ttft_ms <= 0) s->cfg.ttft_ms = 1000;
+    if (s->cfg.tpot_ms <= 0) s->cfg.tpot_ms = 100;
+    s->ops = *ops;
+    s->kv = kv;
+    s->m = m;
+    s->max_blocks = kv_blocks_for(kv, cfg->ctx);
+    s->model = (struct step_model){.a = 1e-4, .b = 0, .c = 1e-3, .corr = 1};
+    int T = s->cfg.max_step_tokens, S = s->cfg.max_seqs;
+    s->running = calloc((size_t)S, sizeof *s->running);
+    s->b_token = malloc((size_t)T * sizeof(int));
+    s->b_pos = malloc((size_t)T * sizeof(int));
+    s->b_logit_rows = malloc((size_t)T * sizeof(int));
+    s->b_blocks = malloc((size_t)T * sizeof *s->b_blocks);
+    s->logits = malloc((size_t)(S < T ? S : T) * ops->vocab_size * sizeof(float));
+    s->plan = malloc((size_t)S * sizeof *s->plan);
+    s->pads = calloc((size_t)S, sizeof *s->pads);
+    s->b_seq = malloc((size_t)T * sizeof *s->b_seq);
+    s->b_smp = malloc((size_t)T * sizeof *s->b_smp);
+    s->b_mask = malloc((size_t)T);
+    s->b_out = malloc((size_t)T * sizeof *s->b_out);
+    s->k = s->ops.coop.resident ? 0 : s->ops.coop.n_layers;
+    if (!s->running || !s->b_token || !s->b_pos || !s->b_logit_rows || !s->b_blocks || !s->logits ||
+        !s->plan || !s->pads || !s->b_seq || !s->b_smp || !s->b_mask || !s->b_out) {
+        errmsg_set(err, "scheduler: out of memory for %d sequences x %d tokens", S, T);
+        sched_free(s);
+        return NULL;
+    }
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    atomic_store(&m->kv_blocks_total, kv->n_blocks);
+    kv_gauges(s);
+    return s;
+}
+
+static void retire_all(struct scheduler *s, const char *why)
+{
+    while (s->n_running) {
+        struct seq *q = s->running[s->n_running - 1];
+        s->n_running--;
+        retire(s, q, FINISH_ERROR, why);
+    }
+    while (s->n_waiting) {
+        struct seq *q = s->waiting[s->n_waiting - 1];
+        s->n_waiting--;
+        retire(s, q, FINISH_ERROR, why);
+    }
+}
+
+void sched_free(struct scheduler *s)
+{
+    if (!s) return;
+    if (s->started) sched_stop(s);
+    retire_all(s, "server shutting down");
+    drop_pads(s);
+    free(s->pads);
+    struct sreq *r = s->inbox_head;
+    while (r) {
+        struct sreq *n = r->queue_next;
+        sreq_put(r);
+        r = n;
+    }
+    free(s->running);
+    free(s->waiting);
+    free(s->b_token);
+    free(s->b_pos);
+    free(s->b_logit_rows);
+    free(s->b_blocks);
+    free(s->logits);
+    free(s->plan);
+    free(s->b_seq);
+    free(s->b_smp);
+    free(s->b_mask);
+    free(s->b_out);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    free(s);
+}
+
+const struct step_model *sched_step_model(const struct scheduler *s)
+{
+    return &s->model;
+}
+
+void sched_set_step_model(struct scheduler *s, const struct step_model *m)
+{
+    s->model = *m;
+}
+
+int sched_submit(struct scheduler *s, struct sreq *r, char *err)
+{
+    if (r->n_prompt < 1) return errmsg_set(err, "the prompt is empty (no tokens, not even BOS)");
+    if (r->n_prompt >= s->cfg.ctx)
+        return errmsg_set(err, "the prompt has %d tokens; the context holds %d", r->n_prompt,
+                          s->cfg.ctx);
+    int need = kv_blocks_for(s->kv, r->n_prompt + 1);
+    if (need > s->kv->n_blocks)
+        return errmsg_set(err, "the prompt needs %d KV blocks; the pool has %d", need,
+                          s->kv->n_blocks);
+    r->t_arrival = r->t_arrival ? r->t_arrival : clock_now();
+    sreq_get(r);
+    pthread_mutex_lock(&s->mu);
+    r->queue_next = NULL;
+    if (s->inbox_tail)
+        s->inbox_tail->queue_next = r;
+    else
+        s->inbox_head = r;
+    s->inbox_tail = r;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+void sched_poke(struct scheduler *s)
+{
+    atomic_store(&s->poked, 1);
+    pthread_mutex_lock(&s->mu);
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+int sched_resident(const struct scheduler *s)
+{
+    return s->k;
+}
+
+void sched_cancel(struct scheduler *s, struct sreq *r)
+{
+    atomic_store(&r->cancelled, 1);
+    pthread_mutex_lock(&s->mu);
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* ---------------------------------------------------------------- one step */
+
+static void take_inbox(struct scheduler *s)
+{
+    pthread_mutex_lock(&s->mu);
+    struct sreq *r = s->inbox_head;
+    s->inbox_head = s->inbox_tail = NULL;
+    pthread_mutex_unlock(&s->mu);
+    while (r) {
+        struct sreq *next = r->queue_next;
+        char err[ERRMSG_LEN] = "out of memory";
+        struct seq *q = seq_from(s, r, err);
+        if (!q || push_waiting(s, q)) {
+            struct seq tmp = {.r = r};
+            if (q) seq_free(NULL, q);
+            pthread_mutex_lock(&r->mu);
+            snprintf(r->error, sizeof r->error, "%s", err);
+            pthread_mutex_unlock(&r->mu);
+            metrics_request(s->m, OUTCOME_ERROR);
+            publish(s, &tmp, FINISH_ERROR);
+            sreq_put(r);
+        }
+        r = next;
+    }
+}
+
+static int drop_cancelled(struct scheduler *s)
+{
+    int n = 0;
+    for (int i = s->n_running - 1; i >= 0; i--) {
+        if (!atomic_load_explicit(&s->running[i]->r->cancelled, memory_order_relaxed)) continue;
+        struct seq *q = s->running[i];
+        remove_at(s->running, &s->n_running, i);
+        retire(s, q, FINISH_CANCELLED, NULL);
+        n++;
+    }
+    for (int i = s->n_waiting - 1; i >= 0; i--) {
+        if (!atomic_load_explicit(&s->waiting[i]->r->cancelled, memory_order_relaxed)) continue;
+        struct seq *q = s->waiting[i];
+        remove_at(s->waiting, &s->n_waiting, i);
+        retire(s, q, FINISH_CANCELLED, NULL);
+        n++;
+    }
+    return n;
+}
+
+/* Time left before this sequence's next token is due. */
+/* Streaming requests are paced against TPOT_AIM x their TPOT target, not the target itself: the
+ * scheduler spends every bit of slack on prompt chunks, so a request paced at the target line
+ * ends a coin flip away from it (step times vary); 10% below leaves room for that noise. */
+#define TPOT_AIM 0.9
+
+static double slack_of(const struct seq *q, double now)
+{
+    if (q->n_gen == 0) return q->r->t_arrival + q->ttft - now;
+    return q->t_first + q->n_gen * q->tpot * TPOT_AIM - now;
+}
+
+/* Waiting order: least slack first, after subtracting the predicted prefill time. */
+static double waiting_slack(const struct scheduler *s, const struct seq *q, double now)
+{
+    return slack_of(q, now) - s->model.a * s->model.corr * (q->n_tok - q->n_computed);
+}
+
+/* Least slack first among requests that can still meet their target; requests that cannot
+ * (negative slack) go after them in arrival order. Pure least-slack-first collapses under
+ * overload (every request is served just too late); serving the feasible ones first keeps
+ * goodput up, and the late ones are still served, in order, when capacity frees. */
+static double waiting_key(const struct scheduler *s, const struct seq *q, double now)
+{
+    double sl = waiting_slack(s, q, now);
+    return sl >= 0 ? sl : 1e9 + q->r->t_arrival;
+}
+
+static void sort_waiting(struct scheduler *s, double now)
+{
+    /* insertion sort: the queue is mostly sorted from the last step */
+    for (int i = 1; i < s->n_waiting; i++) {
+        struct seq *q = s->waiting[i];
+        double k = waiting_key(s, q, now);
+        int j = i - 1;
+        while (j >= 0 && waiting_key(s, s->waiting[j], now) > k) {
+            s->waiting[j + 1] = s->waiting[j];
+            j--;
+        }
+        s->waiting[j + 1] = q;
+    }
+}
+
+static int index_of(struct seq **arr, int n, const struct seq *q)
+{
+    for (int i = 0; i < n; i++)
+        if (arr[i] == q) return i;
+    return -1;
+}
+
+static int in_plan(const struct scheduler *s, const struct seq *q)
+{
+    for (int p = 0; p < s->n_plan; p++)
+        if (s->plan[p].s == q) return 1;
+    return 0;
+}
+
+/* Grow q's block table to hold `positions` positions, preempting the newest running sequences
+ * when the pool is dry. Returns 0, or -1 when q itself had to be preempted (or retired). */
+static int ensure_blocks(struct scheduler *s, struct seq *q, int positions)
+{
+    int need = kv_blocks_for(s->kv, positions);
+    if (need > s->max_blocks || need > s->kv->n_blocks) return -1;
+    while (q->n_blocks < need) {
+        int b = kv_block_alloc(s->kv);
+        if (b >= 0) {
+            q->blocks[q->n_blocks++] = b;
+            continue;
+        }
+        if (s->n_pads) { /* padding gives way before any real sequence */
+            drop_pads(s);
+            continue;
+        }
+        /* newest running sequence that is not yet in this step's plan */
+        int victim = -1;
+        for (int i = 0; i < s->n_running; i++) {
+            struct seq *c = s->running[i];
+            if (in_plan(s, c)) continue;
+            if (victim < 0 || c->admit_order > s->running[victim]->admit_order) victim = i;
+        }
+        if (victim < 0) return -1;
+        int self = s->running[victim] == q;
+        preempt(s, victim);
+        if (self) return -1;
+    }
+    return 0;
+}
+
+static void plan_add(struct scheduler *s, struct seq *q, int n, int *budget)
+{
+    s->plan[s->n_plan++] = (struct plan){q, n};
+    *budget -= n;
+}
+
+static int planned_tokens(const struct scheduler *s)
+{
+    int t = 0;
+    for (int i = 0; i < s->n_plan; i++) t += s->plan[i].n;
+    return t;
+}
+
+/* The smallest time any running sequence can give the next step (decode_only: only those
+ * already streaming tokens, which a prompt chunk must not stall). */
+static double allowed_step_time(const struct scheduler *s, double now, int decode_only)
+{
+    double allowed = INFINITY;
+    for (int i = 0; i < s->n_running; i++) {
+        const struct seq *q = s->running[i];
+        if (decode_only && !q->n_gen) continue;
+        double sl = slack_of(q, now);
+        double floor_t = q->n_gen ? q->tpot * TPOT_AIM : 0;
+        if (sl < floor_t) sl = floor_t;
+        if (sl < allowed) allowed = sl;
+    }
+    return allowed;
+}
+
+/* Running sequences first: every decode token, then prompt chunks, oldest first (running[] is in
+ * admission order). A sequence that cannot get blocks was preempted (it was the newest: the last
+ * element) or cannot fit the pool alone and is retired; either way the next one is at index i. */
+static void plan_running(struct scheduler *s, double now, int *budget)
+{
+    int slo = !s->cfg.no_slo_admission && s->cfg.static_batch <= 0;
+    for (int pass = 0; pass < 2; pass++) {
+        double allowed = pass == 1 && slo ? allowed_step_time(s, now, 1) : INFINITY;
+        for (int i = 0; *budget > 0 && i < s->n_running; i++) {
+            struct seq *q = s->running[i];
+            int want = q->n_tok - q->n_computed;
+            if ((pass == 0) != (want == 1) || in_plan(s, q)) continue;
+            int n = want < *budget ? want : *budget;
+            if (pass == 1 && allowed < INFINITY) {
+                /* prompt chunks too must leave the streaming requests their slack (chunked
+                 * prefill sized by the step model), but always make some progress */
+                int fit =
+                    step_model_max_tokens(&s->model, s->n_plan + 1, allowed) - planned_tokens(s);
+                int least = want < MIN_CHUNK ? want : MIN_CHUNK;
+                if (fit < n) n = fit > least ? fit : least;
+            }
+            if (ensure_blocks(s, q, q->n_computed + n) == 0) {
+                plan_add(s, q, n, budget);
+                continue;
+            }
+            int j = index_of(s->running, s->n_running, q);
+            if (j >= 0) {
+                remove_at(s->running, &s->n_running, j);
+                retire(s, q, q->n_gen ? FINISH_LENGTH : FINISH_ERROR,
+                       q->n_gen ? NULL : "the KV pool is too small for this prompt");
+            }
+            i--;
+        }
+    }
+}
+
+static void admit(struct scheduler *s, int i, int n, int *budget, double now)
+{
+    struct seq *q = s->waiting[i];
+    remove_at(s->waiting, &s->n_waiting, i);
+    q->admit_order = ++s->admit_counter;
+    if (!q->ever_admitted) {
+        q->ever_admitted = 1;
+        q->t_admitted = now;
+        hist_observe(&s->m->queue, now - q->r->t_arrival);
+        atomic_fetch_add_explicit(&s->m->prompt_tokens, (unsigned long long)q->r->n_prompt,
+                                  memory_order_relaxed);
+    }
+    s->running[s->n_running++] = q;
+    if (n > 0) plan_add(s, q, n, budget); /* n == 0: no budget left, prefill from the next step */
+}
+
+static void plan_waiting(struct scheduler *s, int *budget, double now)
+{
+    if (s->cfg.static_batch > 0) {
+        /* Baseline: a new batch only when the last one is done; whole batch or a timeout. */
+        if (s->n_running || !s->n_waiting) return;
+        double oldest = INFINITY;
+        for (int i = 0; i < s->n_waiting; i++)
+            if (s->waiting[i]->r->t_arrival < oldest) oldest = s->waiting[i]->r->t_arrival;
+        if (s->n_waiting < s->cfg.static_batch && (now - oldest) * 1e3 < s->cfg.static_wait_ms)
+            return;
+        /* FIFO: arrival order */
+        while (s->n_running < s->cfg.static_batch && s->n_waiting) {
+            int best = 0;
+            for (int i = 1; i < s->n_waiting; i++)
+                if (s->waiting[i]->r->t_arrival < s->waiting[best]->r->t_arrival) best = i;
+            struct seq *q = s->waiting[best];
+            int n = q->n_tok < *budget ? q->n_tok : *budget;
+            if (kv_blocks_for(s->kv, n ? n : 1) > s->kv->n_free) break;
+            ensure_blocks(s, q, n ? n : 1);
+            admit(s, best, n, budget, now);
+        }
+        return;
+    }
+    if (s->cfg.shed_late) {
+        for (int i = s->n_waiting - 1; i >= 0; i--) {
+            struct seq *q = s->waiting[i];
+            if (q->ever_admitted || slack_of(q, now) >= 0) continue;
+            remove_at(s->waiting, &s->n_waiting, i);
+            char why[ERRMSG_LEN];
+            snprintf(why, sizeof why,
+                     "overloaded: the request could not start within its "
+                     "TTFT target of %.0f ms; retry",
+                     q->ttft * 1e3);
+            retire(s, q, FINISH_REJECTED, why);
+        }
+    }
+    sort_waiting(s, now);
+    int reserve = s->kv->n_blocks / 100 + 1; /* headroom so decodes rarely preempt at once */
+    while (*budget > 0 && s->n_waiting && s->n_running < s->cfg.max_seqs) {
+        struct seq *q = s->waiting[0];
+        int want = q->n_tok - q->n_computed;
+        int n = want < *budget ? want : *budget;
+        if (s->n_running && !s->cfg.no_slo_admission) {
+            double allowed = allowed_step_time(s, now, 0);
+            int fit = step_model_max_tokens(&s->model, s->n_plan + 1, allowed) - planned_tokens(s);
+            if (fit < n) {
+                int least = want < MIN_CHUNK ? want : MIN_CHUNK;
+                if (fit < least) break;
+                n = fit;
+            }
+        }
+        int blocks = kv_blocks_for(s->kv, n) - q->n_blocks;
+        if (blocks > 0 && s->kv->n_free - blocks < (s->n_running ? reserve : 0)) break;
+        if (ensure_blocks(s, q, q->n_computed + n)) break;
+        admit(s, 0, n, budget, now);
+    }
+}
+
+/* The end-of-sequence tokens may not be drawn yet (ignore_eos, min_tokens). */
+static int mask_eos(const struct seq *q)
+{
+    return q->r->ignore_eos || q->n_gen < q->r->min_tokens;
+}
+
+static void advance_token(struct scheduler *s, struct seq *q, int t, double now);
+
+/* Sample the next token of q from its logits row and handle the end conditions. */
+static void advance(struct scheduler *s, struct seq *q, float *logits, double now)
+{
+    int eos = s->ops.eos_id, bos = s->ops.bos_id, V = s->ops.vocab_size;
+    if (mask_eos(q)) {
+        if (eos >= 0 && eos < V) logits[eos] = -INFINITY;
+        if (bos >= 0 && bos < V) logits[bos] = -INFINITY;
+    }
+    advance_token(s, q, sampler_sample(&q->smp, logits), now);
+}
+
+/* q's next token is t: append it, handle the end conditions, publish. */
+static void advance_token(struct scheduler *s, struct seq *q, int t, double now)
+{
+    struct sreq *r = q->r;
+    int eos = s->ops.eos_id, bos = s->ops.bos_id;
+    int finish = FINISH_NONE;
+    if (t == eos || (bos >= 0 && t == bos)) {
+        finish = FINISH_STOP;
+    } else {
+        int prev = q->tok[q->n_tok - 1];
+        q->tok[q->n_tok++] = t;
+        q->n_gen++;
+        if (q->n_gen == 1) q->t_first = now;
+        q->t_last = now;
+        atomic_fetch_add_explicit(&s->m->generated_tokens, 1, memory_order_relaxed);
+        char scratch[8];
+        size_t len = 0;
+        const char *piece =
+            s->ops.decode ? s->ops.decode(s->ops.decode_ctx, prev, t, scratch, &len) : "";
+        if (len) {
+            if (q->text_len + len + 1 > q->text_cap) {
+                size_t cap = (q->text_len + len + 1) * 2;
+                char *p = realloc(q->text, cap);
+                if (p) q->text = p, q->text_cap = cap;
+            }
+            if (q->text_len + len + 1 <= q->text_cap) {
+                size_t from = q->text_len;
+                memcpy(q->text + q->text_len, piece, len);
+                q->text_len += len;
+                q->text[q->text_len] = 0;
+                size_t at = stop_find(q->text, q->text_len, from, r->stop, r->n_stop);
+                if (at != (size_t)-1 && at >= q->sent) {
+                    q->text_len = at;
+                    q->text[at] = 0;
+                    finish = FINISH_STOP;
+                }
+            }
+        }
+        if (!finish && q->n_gen >= r->max_tokens) finish = FINISH_LENGTH;
+        if (!finish && q->n_tok >= s->cfg.ctx) finish = FINISH_LENGTH;
+    }
+    if (finish) {
+        int i = index_of(s->running, s->n_running, q);
+        if (i >= 0) remove_at(s->running, &s->n_running, i);
+        if (s->cfg.static_batch > 0 && !s->cfg.static_shrink && s->n_running &&
+            s->n_pads < s->cfg.max_seqs && q->n_computed < s->cfg.ctx - 1) {
+            s->pads[s->n_pads++] = (struct pad){.blocks = q->blocks,
+                                                .n_blocks = q->n_blocks,
+                                                .pos = q->n_computed,
+                                                .tok = q->tok[q->n_tok - 1]};
+            q->blocks = NULL;
+            q->n_blocks = 0;
+        }
+        retire(s, q, finish, NULL);
+    } else {
+        publish(s, q, 0);
+    }
+}
+
+/* coop: k rose to k1 between steps. Every sequence with computed positions gets the KV of the
+ * layers that became local; one that cannot is failed (its text so far stays exact). */
+static void raise_k(struct scheduler *s, int k1)
+{
+    const struct sched_coop *c = &s->ops.coop;
+    double t0 = clock_now();
+    int n_seqs = 0;
+    long positions = 0;
+    for (int i = s->n_running - 1; i >= 0; i--) {
+        struct seq *q = s->running[i];
+        if (!q->n_computed) continue;
+        n_seqs++;
+        positions += q->n_computed;
+        char err[ERRMSG_LEN];
+        if (c->fill(c->ctx, q->id, q->blocks, q->n_computed, s->k, k1, err)) {
+            remove_at(s->running, &s->n_running, i);
+            retire(s, q, FINISH_ERROR, err);
+        }
+    }
+    log_info("sched",
+             "layers [0, %d) of %d run here now%s (KV of layers [%d, %d) recomputed for %d "
+             "sequences, %ld positions, in %.1f ms)",
+             k1, c->n_layers, k1 == c->n_layers ? ": serving alone" : "", s->k, k1, n_seqs,
+             positions, (clock_now() - t0) * 1e3);
+    s->k = k1;
+    if (k1 == c->n_layers && c->all_local) c->all_local(c->ctx);
+}
+
+static int run_step(struct scheduler *s)
+{
+    double now = clock_now();
+    const struct sched_coop *co = &s->ops.coop;
+    if (co->resident) {
+        int k = co->resident(co->ctx, s->n_steps);
+        if (k > co->n_layers) k = co->n_layers;
+        if (k > s->k) raise_k(s, k);
+        /* a helper that failed took the upper layers' KV of its sequences with it */
+        for (int i = s->n_running - 1; co->lost && s->k < co->n_layers && i >= 0; i--) {
+            struct seq *q = s->running[i];
+            const char *why = q->n_computed ? co->lost(co->ctx, q->id) : NULL;
+            if (!why) continue;
+            remove_at(s->running, &s->n_running, i);
+            retire(s, q, FINISH_ERROR, why);
+        }
+        /* split but no helper: wait for our own layers (or the helper's return) */
+        if (s->k < co->n_layers && !co->ready(co->ctx)) return 0;
+    }
+    int budget = s->cfg.max_step_tokens;
+    s->n_plan = 0;
+    if (!s->n_running) drop_pads(s); /* the batch ended by cancellation */
+    plan_running(s, now, &budget);
+    plan_waiting(s, &budget, now);
+    if (!s->n_plan) return 0;
+
+    int n = 0, n_logits = 0;
+    for (int p = 0; p < s->n_plan; p++) {
+        struct seq *q = s->plan[p].s;
+        for (int k = 0; k < s->plan[p].n; k++) {
+            s->b_token[n] = q->tok[q->n_computed + k];
+            s->b_pos[n] = q->n_computed + k;
+            s->b_blocks[n] = q->blocks;
+            n++;
+        }
+        if (q->n_computed + s->plan[p].n == q->n_tok) s->b_logit_rows[n_logits++] = n - 1;
+    }
+    int n_padded = 0;
+    for (int i = 0; i < s->n_pads; i++) {
+        struct pad *pd = &s->pads[i];
+        if (n == s->cfg.max_step_tokens || n_logits == s->cfg.max_seqs) break;
+        int need = kv_blocks_for(s->kv, pd->pos + 1);
+        if (pd->pos >= s->cfg.ctx - 1 || need > s->max_blocks) {
+            drop_pad(s, i--); /* at the end of its context the row stops */
+            continue;
+        }
+        if (need > pd->n_blocks) {
+            int blk = kv_block_alloc(s->kv);
+            if (blk < 0) {
+                drop_pad(s, i--); /* the pool is dry: padding never takes a real request's block */
+                continue;
+            }
+            pd->blocks[pd->n_blocks++] = blk;
+        }
+        s->b_token[n] = pd->tok;
+        s->b_pos[n] = pd->pos++;
+        s->b_blocks[n] = pd->blocks;
+        s->b_logit_rows[n_logits++] = n;
+        n++;
+        n_padded++;
+    }
+    struct batch b = {.n = n,
+                      .token = s->b_token,
+                      .pos = s->b_pos,
+                      .blocks = s->b_blocks,
+                      .n_logits = n_logits,
+                      .logit_rows = s->b_logit_rows};
+    double t0 = clock_now();
+    int split = co->step && s->k < co->n_layers, rc;
+    const char *fail = "the model step failed";
+    if (split) {
+        /* coop: sequence ids per row, sampler and EOS mask per logit row */
+        int row = 0, lr = 0;
+        for (int p = 0; p < s->n_plan; p++) {
+            struct seq *q = s->plan[p].s;
+            for (int k = 0; k < s->plan[p].n; k++) {
+                s->b_smp[row] = &q->smp;
+                s->b_seq[row++] = q->id;
+            }
+            if (q->n_computed + s->plan[p].n == q->n_tok)
+                s->b_mask[lr++] = (unsigned char)mask_eos(q);
+        }
+        rc = co->step(co->ctx, &b, s->k, s->b_seq, s->b_smp, s->b_mask, s->b_out, s->step_err);
+        if (rc) fail = s->step_err;
+    } else {
+        rc = s->ops.forward(s->ops.ctx, &b, s->logits);
+    }
+    double t1 = clock_now();
+    s->n_steps++;
+    step_model_observe(&s->model, n, s->n_plan + n_padded, t1 - t0);
+    hist_observe(&s->m->step, t1 - t0);
+    atomic_fetch_add_explicit(&s->m->steps, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&s->m->step_tokens, (unsigned long long)n, memory_order_relaxed);
+
+    /* Copy the plan: advance() retires sequences and reshapes running[]. */
+    int row = 0;
+    for (int p = 0; p < s->n_plan; p++) {
+        struct seq *q = s->plan[p].s;
+        q->n_computed += s->plan[p].n;
+        if (rc) {
+            int i = index_of(s->running, s->n_running, q);
+            if (i >= 0) remove_at(s->running, &s->n_running, i);
+            retire(s, q, FINISH_ERROR, fail);
+            continue;
+        }
+        if (q->n_computed == q->n_tok) {
+            if (split)
+                advance_token(s, q, s->b_out[row++], t1);
+            else
+                advance(s, q, s->logits + (size_t)row++ * s->ops.vocab_size, t1);
+        }
+    }
+    s->n_plan = 0;
+    if (!s->n_running) drop_pads(s); /* the batch is done */
+    if (s->cfg.step_delay_us > 0) usleep((useconds_t)s->cfg.step_delay_us);
+    return 1;
+}
+
+int sched_iterate(struct scheduler *s)
+{
+    take_inbox(s);
+    int did = drop_cancelled(s);
+    atomic_store(&s->poked, 0);
+    if (s->ops.coop.serve) did |= s->ops.coop.serve(s->ops.coop.ctx);
+    did |= run_step(s);
+    kv_gauges(s);
+    if (s->ops.wake) s->ops.wake(s->ops.notify_ctx);
+    return did;
+}
+
+/* ---------------------------------------------------------------- thread */
+
+static void *sched_main(void *arg)
+{
+    struct scheduler *s = arg;
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        int stop = s->stopping;
+        pthread_mutex_unlock(&s->mu);
+        if (stop) break;
+        if (sched_iterate(s)) continue;
+        /* Idle (or a static batch filling up): sleep until a submission, a cancel or a tick. */
+        pthread_mutex_lock(&s->mu);
+        if (!s->inbox_head && !s->stopping && !atomic_load(&s->poked)) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            long ns = ts.tv_nsec + (s->n_waiting ? 2000000L : 200000000L);
+            ts.tv_sec += ns / 1000000000L;
+            ts.tv_nsec = ns % 1000000000L;
+            pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+        }
+        pthread_mutex_unlock(&s->mu);
+    }
+    retire_all(s, "server shutting down");
+    kv_gauges(s);
+    if (s->ops.wake) s->ops.wake(s->ops.notify_ctx);
+    return NULL;
+}
+
+int sched_start(struct scheduler *s, char *err)
+{
+    int rc = pthread_create(&s->thread, NULL, sched_main, s);
+    if (rc) return errmsg_set(err, "scheduler: pthread_create: %s", strerror(rc));
+    s->started = 1;
+    return 0;
+}
+
+void sched_stop(struct scheduler *s)
+{
+    if (!s->started) return;
+    pthread_mutex_lock(&s->mu);
+    s->stopping = 1;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->thread, NULL);
+    s->started = 0;
+}
+
+/* ---------------------------------------------------------------- calibration */
+
+int sched_calibrate(struct scheduler *s, char *err)
+{
+    /* Shapes: decode-only batches of several widths and prefill chunks of several lengths. */
+    int T = s->cfg.max_step_tokens, S = s->cfg.max_seqs;
+    int shapes[][2] = {{1, 1}, {S / 2 + 1, S / 2 + 1},    {S, S}, {T / 4 + 1, 1}, {T / 2 + 1, 1},
+                       {T, 1}, {T / 2 + S / 2, S / 2 + 1}};
+    int n_shapes = (int)(sizeof shapes / sizeof shapes[0]);
+    struct step_sample samples[3 * 7];
+    int n_samples = 0;
+    int bs = s->kv->block_size;
+    int *table = malloc((size_t)s->max_blocks * sizeof *table);
+    if (!table) return errmsg_set(err, "calibration: out of memory");
+    for (int sh = 0; sh < n_shapes; sh++) {
+        int tokens = shapes[sh][0] < T ? shapes[sh][0] : T;
+        int seqs = shapes[sh][1] < tokens ? shapes[sh][1] : tokens;
+        if (tokens > s->cfg.ctx - 1) tokens = s->cfg.ctx - 1;
+        if (seqs > tokens) seqs = tokens;
+        /* every sequence shares one block table (positions spread over its blocks): the cost of
+         * a step does not depend on which blocks it touches */
+        int per = tokens - (seqs - 1); /* the first sequence takes the chunk */
+        int nb = kv_blocks_for(s->kv, per + 1);
+        if (nb > s->kv->n_free) continue;
+        for (int i = 0; i < nb; i++) table[i] = kv_block_alloc(s->kv);
+        int n = 0;
+        for (int q = 0; q < seqs; q++) {
+            int cnt = q == 0 ? per : 1;
+            for (int k = 0; k < cnt; k++) {
+                s->b_token[n] = (n * 7 + 1) % s->ops.vocab_size;
+                s->b_pos[n] = q == 0 ? k : (q * bs + 3) % (per + 1);
+                s->b_blocks[n] = table;
+                n++;
+            }
+            s->b_logit_rows[q] = n - 1;
+        }
+        struct batch b = {.n = n,
+                          .token = s->b_token,
+                          .pos = s->b_pos,
+                          .blocks = s->b_blocks,
+                          .n_logits = seqs,
+                          .logit_rows = s->b_logit_rows};
+        double best = INFINITY;
+        for (int rep = 0; rep < 4; rep++) {
+            double t0 = clock_now();
+            if (s->ops.forward(s->ops.ctx, &b, s->logits)) {
+                for (int i = nb - 1; i >= 0; i--) kv_block_free(s->kv, table[i]);
+                free(table);
+                return errmsg_set(err, "calibration: the model step failed");
+            }
+            double t = clock_now() - t0;
+            if (rep > 0 && t < best) best = t; /* the first run warms caches */
+        }
+        samples[n_samples++] = (struct step_sample){n, seqs, best};
+        for (int i = nb - 1; i >= 0; i--) kv_block_free(s->kv, table[i]);
+    }
+    free(table);
+    if (step_model_fit(&s->model, samples, n_samples))
+        return errmsg_set(err, "calibration: %d step timings do not determine a fit", n_samples);
+    return 0;
+}

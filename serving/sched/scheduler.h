@@ -1,0 +1,171 @@
+/* scheduler: continuous (iteration-level), SLO-aware batching over a paged KV cache.
+ *
+ * One compute thread owns the model, the KV cache and every sequence. Each step it runs the next
+ * decode token of every running sequence plus chunks of waiting prompts up to a token budget
+ * (prefill and decode share a step; requests join and leave at step boundaries).
+ *
+ * KV: a sequence owns a block table; blocks come from the kv_cache free list as it grows. When the
+ * list runs dry the newest running sequence is preempted (blocks freed, requeued, recomputed from
+ * its prompt + generated tokens later), so a running request never fails for lack of blocks that
+ * waiting would free; only a sequence that cannot fit the whole pool alone ends ("length").
+ *
+ * SLOs: each request has ttft_ms / tpot_ms targets (config defaults). A step_model fitted at
+ * start-up predicts the step time; a waiting request (or chunk of it) is admitted only if the
+ * predicted step still lets every running request keep its slack (its next token due by
+ * t_first + n_generated * tpot, prefills by arrival + ttft; a step may always take one TPOT, so a
+ * request already behind cannot starve the queue). The waiting queue is served least slack first.
+ * --static-batch N instead admits N requests at once and runs them to the end (the baseline).
+ *
+ * Threads: the front submits requests (sched_submit) and cancels them (sched_cancel: a flag the
+ * scheduler sees at the next step boundary, freeing the blocks at once). The scheduler appends
+ * text to the request's outbox under its small mutex and calls notify(); no lock is held across a
+ * model step. A request is reference-counted (front + scheduler + pending notification). */
+#ifndef STRATA_SCHEDULER_H
+#define STRATA_SCHEDULER_H
+
+#include "os/common/errmsg.h"
+#include "serving/api/metrics.h"
+#include "serving/sched/step_model.h"
+#include "serving/engine/engine.h"
+#include "serving/engine/kv_cache.h"
+#include "serving/engine/sampler.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+
+#define SREQ_MAX_STOP 4
+
+enum sreq_finish {
+    FINISH_NONE,
+    FINISH_STOP,
+    FINISH_LENGTH,
+    FINISH_CANCELLED,
+    FINISH_ERROR,
+    FINISH_REJECTED /* shed: could not start within its TTFT (sched_config.shed_late) */
+};
+
+struct sreq {
+    /* Input: set before sched_submit, never changed after. Owned (freed by sreq_put). */
+    int *prompt;
+    int n_prompt;
+    int max_tokens, min_tokens, ignore_eos;
+    struct sampler_params sp;
+    char *stop[SREQ_MAX_STOP];
+    int n_stop;
+    double ttft_ms, tpot_ms; /* 0: scheduler defaults */
+    double t_arrival;        /* clock_now() */
+
+    /* Output: written by the scheduler under mu. */
+    pthread_mutex_t mu;
+    char *text; /* sendable text so far (stop strings cut, partial UTF-8 held back) */
+    size_t text_len, text_cap;
+    int n_generated;
+    int finish; /* enum sreq_finish; final once set */
+    double t_first_token, t_done;
+    char error[ERRMSG_LEN];
+
+    /* Front's side. */
+    void *user;
+    atomic_int cancelled;
+    atomic_int refs;
+    atomic_int notify_pending;
+    struct sreq *notify_next;
+    struct sreq *queue_next; /* submission queue */
+};
+
+struct sreq *sreq_new(void); /* refs = 1 */
+void sreq_get(struct sreq *r);
+void sreq_put(struct sreq *r);
+
+/* Cooperative execution (cluster/coop.h). A joiner runs layers [0, k) of each step itself and the
+ * rest on a helper; a helper runs other nodes' steps between its own. Every hook runs on the
+ * compute thread; a NULL hook is not used (all NULL: a node that serves alone). */
+struct sched_coop {
+    void *ctx;
+    int n_layers;
+    /* Step boundary: the layers this node runs itself from now on (n_layers: all). Never lower
+     * than before. `steps` counts the steps run so far. */
+    int (*resident)(void *ctx, unsigned long long steps);
+    /* 1 when a split step can run now (a helper is connected). */
+    int (*ready)(void *ctx);
+    /* k rose from k0 to k1: make layers [k0, k1) of the KV of sequence `seq`, whose positions
+     * [0, n) are computed, valid here (blocks: its block table). */
+    int (*fill)(void *ctx, unsigned seq, const int *blocks, int n, int k0, int k1, char *err);
+    /* Run b with layers [0, k) here and [k, L) + head remote. Row i belongs to sequence seq[i]
+     * whose sampler is smp[i]; tokens[j] is logit row j's token (its sampler's generator state
+     * updated), end-of-sequence excluded where mask[j]. */
+    int (*step)(void *ctx, const struct batch *b, int k, const unsigned *seq,
+                struct sampler *const *smp, const unsigned char *mask, int *tokens, char *err);
+    /* k reached n_layers: nothing of this node's runs remote any more. */
+    void (*all_local)(void *ctx);
+    /* Step boundary, for each running sequence with computed positions: NULL, or why its state
+     * at the helper is gone (the helper failed): the sequence fails with that message. */
+    const char *(*lost)(void *ctx, unsigned seq);
+    /* A sequence is gone (finished, failed, cancelled). */
+    void (*seq_end)(void *ctx, unsigned seq);
+    /* Helper: run queued remote work; 1 if any ran. */
+    int (*serve)(void *ctx);
+};
+
+struct sched_ops {
+    void *ctx; /* for forward */
+    int vocab_size;
+    int eos_id; /* ends a completion ("stop") */
+    int bos_id; /* BOS: generating it ends a sequence too (llama2.c models emit it between
+                   stories); -1 none */
+    int (*forward)(void *ctx, const struct batch *b, float *logits);
+    /* Bytes of token id following prev (tokenizer_decode). */
+    void *decode_ctx;
+    const char *(*decode)(void *decode_ctx, int prev, int id, char *scratch, size_t *len);
+    /* A request has new output or finished. Called from the scheduler thread. */
+    void *notify_ctx;
+    void (*notify)(void *notify_ctx, struct sreq *r);
+    /* After a step's notifications: wake the front once. */
+    void (*wake)(void *notify_ctx);
+    struct sched_coop coop;
+};
+
+struct sched_config {
+    int max_seqs;            /* running sequences */
+    int max_step_tokens;     /* token budget per step */
+    int ctx;                 /* positions per sequence */
+    int static_batch;        /* > 0: static batching baseline with this batch size */
+    int static_shrink;       /* static: a finished sequence leaves the batch's compute at once
+                                (default: it stays as padding, decoding into the void until the
+                                whole batch is done, as a fixed-shape batch does) */
+    double static_wait_ms;   /* static: start a partial batch when the oldest waited this long */
+    double ttft_ms, tpot_ms; /* default SLOs */
+    int no_slo_admission;    /* ablation: admit whenever blocks and budget allow */
+    int shed_late;           /* reject (503) a waiting request whose TTFT deadline passed before it
+                                was ever admitted, instead of serving it late: under overload the
+                                capacity goes to requests that can still meet their SLO */
+    int step_delay_us; /* tests: sleep after each step so the tiny model is slow enough to cancel
+                          mid-stream and to overlap requests */
+};
+
+struct scheduler;
+
+struct scheduler *sched_new(const struct sched_config *cfg, const struct sched_ops *ops,
+                            struct kv_cache *kv, struct serve_metrics *m, char *err);
+void sched_free(struct scheduler *s);
+/* Time steps of several sizes and fit the step model (uses free KV blocks; call before start). */
+int sched_calibrate(struct scheduler *s, char *err);
+const struct step_model *sched_step_model(const struct scheduler *s);
+void sched_set_step_model(struct scheduler *s, const struct step_model *m); /* tests */
+int sched_start(struct scheduler *s, char *err);                            /* the compute thread */
+void sched_stop(struct scheduler *s); /* finish: joins the thread, fails what's left */
+
+/* Thread-safe. Takes a reference. Fails (returns -1, err) if the request can never fit. */
+int sched_submit(struct scheduler *s, struct sreq *r, char *err);
+void sched_cancel(struct scheduler *s, struct sreq *r);
+/* Thread-safe: wake the compute thread (remote work arrived for sched_coop.serve). */
+void sched_poke(struct scheduler *s);
+/* The layers the compute thread ran itself at its last step boundary (n_layers when alone). */
+int sched_resident(const struct scheduler *s);
+
+/* Without the thread (tests): take submissions, drop cancelled requests, run one step.
+ * Returns 1 if a step ran or requests were retired, 0 when there was nothing to do. */
+int sched_iterate(struct scheduler *s);
+
+#endif

@@ -1,0 +1,108 @@
+#!/bin/bash
+# Cooperative ("zigzag") execution between two `strata serve` processes on loopback over the TCP
+# fabric (docs/cluster.md): a helper holding the whole model, and a joiner that runs only layers
+# [0, k) itself while k rises mid-request. Greedy and seeded output through the joiner must be
+# byte-identical to the helper serving alone, for the real tiny model and a 24-layer synthetic
+# one, with several concurrent requests; f16 activations are run and their divergence reported;
+# /metrics shows the split. One line per scenario.
+set -u
+cd "$(dirname "$0")/../.."
+. tests/lib/serve.sh
+W=$(mktemp -d /tmp/cluster_coop.XXXXXX)
+trap 'serve_cleanup; rm -rf "$W"' EXIT
+serve_model || { not_ok "cluster_coop: cannot convert the test model"; exit 1; }
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$W/key"
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+metric() { curl -s "$1/metrics" | awk -v n="$2" '$1 == n {print $2}'; }
+CHECKS="python3 tests/lib/cluster_checks.py"
+
+# helper_and_joiner NAME JOINER-ARGS...: a helper (all layers, listening on the fabric) and a
+# joiner peered with it; sets HELPER_URL, JOINER_URL, HELPER_PID, JOINER_PID.
+helper_and_joiner() {
+    local name=$1
+    shift
+    FP=$(free_port)
+    serve_start "$name-helper" --fabric tcp --listen "127.0.0.1:$FP" --key-file "$W/key" -v \
+        || return 1
+    HELPER_URL=$SERVE_URL HELPER_PID=$SERVE_PID HELPER_LOG=$SERVE_LOG
+    serve_start "$name-joiner" --fabric tcp --peers "127.0.0.1:$FP" --key-file "$W/key" -v "$@" \
+        || return 1
+    JOINER_URL=$SERVE_URL JOINER_PID=$SERVE_PID JOINER_LOG=$SERVE_LOG
+    for ((i = 0; i < 50; i++)); do
+        grep -q "coop: helper .* connected" "$JOINER_LOG" && return 0
+        sleep 0.1
+    done
+    echo "the joiner never connected to its helper" >&2
+    return 1
+}
+stop_both() {
+    SERVE_PID=$JOINER_PID SERVE_LOG=$JOINER_LOG serve_stop
+    SERVE_PID=$HELPER_PID SERVE_LOG=$HELPER_LOG serve_stop
+}
+
+# 1. tiny model, greedy, k = 0 -> 1 -> 2 -> 4 -> 5 during the requests (4 concurrent, 1 streamed)
+if helper_and_joiner tiny --resident-schedule 0:0,3:1,9:2,20:4,45:5; then
+    if out=$($CHECKS same "$HELPER_URL" "$JOINER_URL" 2>&1); then
+        ok "coop tiny greedy, k 0->1->2->4->5 mid-request, 4 concurrent: $out"
+    else
+        not_ok "coop tiny greedy: $out"
+    fi
+    steps=$(metric "$JOINER_URL" strata_coop_remote_steps_total)
+    fills=$(metric "$JOINER_URL" strata_coop_fill_layers_total)
+    partial=$(metric "$JOINER_URL" strata_coop_partial_tokens_total)
+    served=$(metric "$HELPER_URL" strata_coop_served_steps_total)
+    k=$(metric "$JOINER_URL" strata_coop_k)
+    left=$(metric "$HELPER_URL" strata_coop_remote_sequences)
+    if [ "${steps:-0}" -gt 0 ] && [ "${fills:-0}" -gt 0 ] && [ "${partial:-0}" -gt 0 ] &&
+        [ "${served:-0}" = "$steps" ] && [ "$k" = 5 ] && [ "$left" = 0 ]; then
+        ok "coop metrics: $steps remote steps (= helper's served), $partial tokens while partial, $fills layer fills, k=5, helper holds 0 sequences"
+    else
+        not_ok "coop metrics: remote steps $steps, served $served, partial $partial, fills $fills, k $k, helper holds $left"
+    fi
+    stop_both
+else
+    not_ok "coop tiny: start"
+fi
+
+# 2. seeded sampling (temperature 0.9): the sampler's state travels with the tokens
+if helper_and_joiner seeded --resident-schedule 0:2,15:3,40:5; then
+    if out=$($CHECKS same "$HELPER_URL" "$JOINER_URL" --temp 0.9 --seed 11 2>&1); then
+        ok "coop seeded sampling (T=0.9), k 2->3->5 mid-request: $out"
+    else
+        not_ok "coop seeded sampling: $out"
+    fi
+    stop_both
+else
+    not_ok "coop seeded: start"
+fi
+
+# 3. f16 activations (lossy): reported, must not fail
+if helper_and_joiner f16 --resident-layers 2 --coop-dtype f16; then
+    if out=$($CHECKS diverge "$HELPER_URL" "$JOINER_URL" 2>&1); then
+        ok "coop f16 activations at k=2 (lossy, reported): $out"
+    else
+        not_ok "coop f16 activations: $out"
+    fi
+    stop_both
+else
+    not_ok "coop f16: start"
+fi
+
+# 4. a synthetic model with 24 layers, k rising one to a few layers at a time
+SYN="$W/syn24.gguf"
+if build/tools/synth_model --shape 64,172,24,8,4,512,256 --type f32 --seed 5 -o "$SYN" >/dev/null 2>&1; then
+    SERVE_MODEL=$SYN
+    if helper_and_joiner syn --resident-schedule 0:1,2:2,4:3,6:5,9:8,13:12,18:16,25:20,33:23,50:24; then
+        if out=$($CHECKS same "$HELPER_URL" "$JOINER_URL" --tokens 60 2>&1); then
+            ok "coop synthetic 24 layers, k 1->...->24 in 10 moves mid-request: $out"
+        else
+            not_ok "coop synthetic 24 layers: $out"
+        fi
+        stop_both
+    else
+        not_ok "coop synthetic: start"
+    fi
+else
+    not_ok "coop synthetic: synth_model failed"
+fi
+exit $fail

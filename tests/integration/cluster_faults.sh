@@ -1,0 +1,127 @@
+#!/bin/bash
+# Faults of cooperative execution (docs/cluster.md), two `strata serve` processes on loopback:
+#   - a helper killed mid-request: the joiner's streamed request ends in an SSE error event after
+#     text that is a prefix of the right answer, a plain one gets HTTP 500 naming the helper, and
+#     new requests wait (the joiner waits for its own layers) instead of getting wrong text;
+#   - a joiner without the cluster key is refused and never splits a step;
+#   - activation messages with a wrong length, an unopened sequence, a step going backwards or a
+#     bad CRC each get one clear log line at the helper and close that peer, while the helper
+#     goes on serving; a well-formed one gets its token.
+set -u
+cd "$(dirname "$0")/../.."
+. tests/lib/serve.sh
+W=$(mktemp -d /tmp/cluster_faults.XXXXXX)
+trap 'serve_cleanup; rm -rf "$W"' EXIT
+serve_model || { not_ok "cluster_faults: cannot convert the test model"; exit 1; }
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$W/key"
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$W/otherkey"
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+metric() { curl -s "$1/metrics" | awk -v n="$2" '$1 == n {print $2}'; }
+CHECKS="python3 tests/lib/cluster_checks.py"
+wait_log() { # wait_log FILE PATTERN SECONDS
+    local i
+    for ((i = 0; i < $3 * 10; i++)); do grep -q "$2" "$1" && return 0; sleep 0.1; done
+    return 1
+}
+
+FP=$(free_port)
+serve_start helper --fabric tcp --listen "127.0.0.1:$FP" --key-file "$W/key" -v ||
+    { not_ok "cluster_faults: start helper"; exit 1; }
+HELPER_URL=$SERVE_URL HELPER_PID=$SERVE_PID HELPER_LOG=$SERVE_LOG
+
+# 1. a joiner without the key
+serve_start nokey --fabric tcp --peers "127.0.0.1:$FP" --key-file "$W/otherkey" -v \
+    --resident-layers 2 || { not_ok "cluster_faults: start the keyless joiner"; exit 1; }
+NOKEY_URL=$SERVE_URL NOKEY_LOG=$SERVE_LOG NOKEY_PID=$SERVE_PID
+sleep 1.5
+code=$(curl -s -m 2 -o /dev/null -w '%{http_code}' "$NOKEY_URL/v1/completions" \
+    -d '{"prompt":"Once upon a time","max_tokens":5,"temperature":0}')
+if grep -q "peer 127.0.0.1:$FP: " "$NOKEY_LOG" && ! grep -q "coop: helper .* connected" "$NOKEY_LOG" &&
+    ! grep -q "fabric: node 0: peer .* open" "$HELPER_LOG" && [ "$code" = 000 ] &&
+    [ "$(metric "$HELPER_URL" strata_coop_served_steps_total)" = 0 ]; then
+    ok "a joiner without the cluster key is refused ($(grep -m1 -o "peer 127.0.0.1:$FP: .*" "$NOKEY_LOG" | cut -c1-90)); its request waits, nothing split"
+else
+    not_ok "keyless joiner: code $code; log: $(grep -i fabric "$NOKEY_LOG" | tail -3)"
+fi
+kill -9 "$NOKEY_PID" 2>/dev/null
+
+# 2. bad activation messages from a peer with the key
+DIM=64
+for mode in badlen badseq badstep badcrc; do
+    out=$(build/tools/coop_inject --key-file "$W/key" --peer "127.0.0.1:$FP" --dim $DIM --mode $mode 2>&1)
+    rc=$?
+    case $mode in
+    badlen) pat="activations: .* bytes, .* need" ;;
+    badseq) pat="sequence 77 was never opened" ;;
+    badstep) pat="step 3 after step 5" ;;
+    badcrc) pat="activations: CRC-32C" ;;
+    esac
+    line=$(grep -m1 "coop: peer .*$pat" "$HELPER_LOG")
+    if [ $rc = 0 ] && [ -n "$line" ]; then
+        ok "activation message $mode: peer closed; helper log: ${line#*coop: }"
+    else
+        not_ok "activation message $mode: inject said '$out', no log line '$pat'"
+    fi
+done
+out=$(build/tools/coop_inject --key-file "$W/key" --peer "127.0.0.1:$FP" --dim $DIM --mode good 2>&1) &&
+    ok "a well-formed activation message gets its token ($out)" || not_ok "good activation message: $out"
+txt=$(curl -s "$HELPER_URL/v1/completions" -d '{"prompt":"Once upon a time","max_tokens":8,"temperature":0}')
+echo "$txt" | grep -q '"text"' && ok "the helper serves its own clients after the bad peers" ||
+    not_ok "helper after bad peers: $txt"
+
+# 3. the helper dies mid-request
+serve_start joiner --fabric tcp --peers "127.0.0.1:$FP" --key-file "$W/key" -v \
+    --resident-layers 2 --test-step-delay-us 20000 || { not_ok "cluster_faults: start joiner"; exit 1; }
+JOINER_URL=$SERVE_URL JOINER_LOG=$SERVE_LOG JOINER_PID=$SERVE_PID
+wait_log "$JOINER_LOG" "coop: helper .* connected" 5 || not_ok "the joiner never connected"
+# the reference first: the same request to the helper alone
+$CHECKS stream "$HELPER_URL" "$W/ref_stream" >/dev/null 2>&1
+: >"$W/stream"
+$CHECKS stream "$JOINER_URL" "$W/stream" &
+SP=$!
+curl -s -o "$W/plain" -w '%{http_code}' "$JOINER_URL/v1/completions" \
+    -d '{"prompt":"The little dog","max_tokens":200,"temperature":0,"ignore_eos":true}' >"$W/plain_code" &
+CP=$!
+for ((i = 0; i < 200; i++)); do [ "$(grep -c '^data: {' "$W/stream")" -ge 10 ] && break; sleep 0.02; done
+kill -9 "$HELPER_PID"
+wait "$SP" "$CP"
+python3 - "$W/stream" "$W/ref_stream" >"$W/verdict" 2>&1 <<'PY'
+import json, sys
+def read(path):
+    text, err = "", None
+    for l in open(path).read().splitlines():
+        if not l.startswith("data: {"):
+            continue
+        ev = json.loads(l[6:])
+        if "error" in ev:
+            err = ev["error"]["message"]
+            break
+        text += ev["choices"][0]["text"]
+    return text, err
+got, err = read(sys.argv[1])
+ref, _ = read(sys.argv[2])
+assert err, f"no error event after {len(got)} bytes"
+assert ref.startswith(got), f"wrong text before the error: {got!r}"
+assert 0 < len(got) < len(ref), (len(got), len(ref))
+print(f"{len(got)} correct bytes, then the SSE error event: {err}")
+PY
+if [ $? = 0 ]; then ok "helper killed mid-stream: $(cat "$W/verdict")"; else not_ok "helper killed mid-stream: $(cat "$W/verdict")"; fi
+pcode=$(cat "$W/plain_code")
+if [ "$pcode" = 500 ] && grep -q "helper 127.0.0.1:$FP" "$W/plain"; then
+    ok "helper killed mid-request: plain request -> 500 ($(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["error"]["message"])' "$W/plain"))"
+else
+    not_ok "helper killed: plain request got $pcode $(head -c 300 "$W/plain")"
+fi
+curl -s -m 3 -o /dev/null -w '%{http_code}' "$JOINER_URL/v1/completions" \
+    -d '{"prompt":"Once upon a time","max_tokens":5,"temperature":0}' >"$W/late_code" &
+LP=$!
+sleep 1.5
+waiting=$(metric "$JOINER_URL" strata_requests_waiting)
+wait $LP
+code=$(cat "$W/late_code")
+[ "$code" = 000 ] && grep -q "peer 0 (127.0.0.1:$FP) closed" "$JOINER_LOG" &&
+    [ "$waiting" = 1 ] &&
+    ok "after the helper died: a new request waits for the joiner's own layers (no answer in 3 s, strata_requests_waiting $waiting)" ||
+    not_ok "after the helper died: a new request got $code ($waiting waiting)"
+SERVE_PID=$JOINER_PID SERVE_LOG=$JOINER_LOG serve_stop
+exit $fail

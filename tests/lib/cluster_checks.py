@@ -1,0 +1,132 @@
+"""Clients for the cooperative-execution scenarios (tests/integration/cluster_*.sh).
+
+  cluster_checks.py same REF_URL URL [--temp T] [--seed S] [--tokens N]
+      sends the same prompts to REF_URL one at a time (the single-node reference) and to URL all
+      at once (one of them streamed), and exits 1 unless every text is byte-identical
+  cluster_checks.py diverge REF_URL URL
+      the same, but reports how many of the tokens' text matched (f16/bf16 activations are lossy);
+      exits 1 only if a request failed
+  cluster_checks.py stream URL OUT
+      one streamed greedy request; every SSE data line appended to OUT as it arrives
+  cluster_checks.py check_failed_stream OUT REF_URL
+      OUT ended in an error event (and [DONE]) and the text before it is a prefix of the reference
+"""
+import json
+import sys
+import threading
+import urllib.request
+
+PROMPTS = ["Once upon a time", "The little dog", "Lily and Ben went to the park", "One day, a bird"]
+
+
+def post(url, body, stream=False):
+    req = urllib.request.Request(url + "/v1/completions", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    return urllib.request.urlopen(req, timeout=120)
+
+
+def complete(url, prompt, n, temp, seed, stream=False):
+    body = {"prompt": prompt, "max_tokens": n, "temperature": temp, "seed": seed,
+            "ignore_eos": True, "stream": stream}
+    with post(url, body) as r:
+        if not stream:
+            return json.load(r)["choices"][0]["text"]
+        text = ""
+        for line in r:
+            line = line.decode().strip()
+            if not line.startswith("data: "):
+                continue
+            if line == "data: [DONE]":
+                break
+            ev = json.loads(line[6:])
+            if "error" in ev:
+                raise RuntimeError(ev["error"]["message"])
+            text += ev["choices"][0]["text"]
+        return text
+
+
+def opts(argv):
+    o = {"temp": 0.0, "seed": 7, "tokens": 80}
+    for i in range(0, len(argv) - 1, 2):
+        o[argv[i].lstrip("-")] = float(argv[i + 1]) if argv[i] == "--temp" else int(argv[i + 1])
+    return o
+
+
+def run_both(ref, url, o):
+    lens = [o["tokens"] + 17 * i for i in range(len(PROMPTS))]
+    want = [complete(ref, p, n, o["temp"], o["seed"] + i) for i, (p, n) in enumerate(zip(PROMPTS, lens))]
+    got = [None] * len(PROMPTS)
+    errs = []
+
+    def one(i):
+        try:
+            got[i] = complete(url, PROMPTS[i], lens[i], o["temp"], o["seed"] + i, stream=(i == 1))
+        except Exception as e:  # noqa: BLE001 - reported below
+            errs.append(f"request {i}: {e}")
+
+    th = [threading.Thread(target=one, args=(i,)) for i in range(len(PROMPTS))]
+    for t in th:
+        t.start()
+    for t in th:
+        t.join()
+    return want, got, errs
+
+
+def main():
+    cmd = sys.argv[1]
+    if cmd in ("same", "diverge"):
+        want, got, errs = run_both(sys.argv[2], sys.argv[3], opts(sys.argv[4:]))
+        if errs:
+            print("; ".join(errs), file=sys.stderr)
+            return 1
+        if cmd == "same":
+            for i, (w, g) in enumerate(zip(want, got)):
+                if w != g:
+                    print(f"request {i} differs:\n  want {w!r}\n  got  {g!r}", file=sys.stderr)
+                    return 1
+            print(f"{len(want)} requests, {sum(len(w) for w in want)} bytes identical")
+            return 0
+        same = sum(len(w) if w == g else next(i for i, (a, b) in enumerate(zip(w + "\0", g + "\1")) if a != b)
+                   for w, g in zip(want, got))
+        print(f"{same} of {sum(len(w) for w in want)} bytes equal before the first divergence "
+              f"({sum(w == g for w, g in zip(want, got))} of {len(want)} texts identical)")
+        return 0
+    if cmd == "stream":
+        body = {"prompt": PROMPTS[0], "max_tokens": 200, "temperature": 0, "ignore_eos": True,
+                "stream": True}
+        try:
+            with post(sys.argv[2], body) as r, open(sys.argv[3], "a") as out:
+                for line in r:
+                    line = line.decode().strip()
+                    if line.startswith("data: "):
+                        out.write(line + "\n")
+                        out.flush()
+        except Exception as e:  # noqa: BLE001
+            with open(sys.argv[3], "a") as out:
+                out.write(f"exception: {e}\n")
+        return 0
+    if cmd == "check_failed_stream":
+        lines = open(sys.argv[2]).read().splitlines()
+        ref = complete(sys.argv[3], PROMPTS[0], 200, 0.0, 0)
+        text, error = "", None
+        for l in lines:
+            if l == "data: [DONE]":
+                continue
+            ev = json.loads(l[6:]) if l.startswith("data: ") else {"error": {"message": l}}
+            if "error" in ev:
+                error = ev["error"]["message"]
+                break
+            text += ev["choices"][0]["text"]
+        if error is None:
+            print(f"no error event; {len(text)} bytes of text", file=sys.stderr)
+            return 1
+        if not ref.startswith(text):
+            print(f"text before the error is not the reference's prefix: {text!r}", file=sys.stderr)
+            return 1
+        print(f"{len(text)} correct bytes, then: {error}")
+        return 0
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+sys.exit(main())
