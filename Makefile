@@ -36,8 +36,12 @@ DEPS_MISSING := $(strip \
     $(if $(wildcard $(DEPS_INCLUDE)/microhttpd.h),,libmicrohttpd-dev) \
     $(if $(wildcard $(DEPS_INCLUDE)/cjson/cJSON.h),,libcjson-dev) \
     $(if $(wildcard $(DEPS_INCLUDE)/sodium.h),,libsodium-dev) \
+<<<<<<< HEAD
     $(if $(wildcard $(DEPS_INCLUDE)/raft.h),,libraft-dev) \
     $(if $(wildcard $(DEPS_INCLUDE)/uv.h),,libuv1-dev))
+=======
+    $(if $(wildcard $(DEPS_INCLUDE)/simgrid/engine.h),,libsimgrid-dev))
+>>>>>>> main
 ifneq ($(DEPS_MISSING),)
 $(error missing packages: $(DEPS_MISSING). Install them (and the rest of the toolchain) with `make deps` (tools/install-deps.sh: apt-get, as root or through sudo), then run make again)
 endif
