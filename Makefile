@@ -35,6 +35,116 @@ DEPS_MISSING := $(strip \
     $(if $(wildcard $(DEPS_INCLUDE)/infiniband/verbs.h),,libibverbs-dev) \
     $(if $(wildcard $(DEPS_INCLUDE)/cjson/cJSON.h),,libcjson-dev) \
     $(if $(wildcard $(DEPS_INCLUDE)/sodium.h),,libsodium-dev) \
+    $(if $(wildcard $(DEPS_INCLUDE)/raft.h),,libraft-dev) \
+    $(if $(wildcard $(DEPS_INCLUDE)/uv.h),,libuv1-dev) \
+    $(if $(wildcard $(DEPS_INCLUDE)/simgrid/engine.h),,libsimgrid-dev))
+ifneq ($(DEPS_MISSING),)
+$(error missing packages: $(DEPS_MISSING). Install them (and the rest of the toolchain) with `make deps` (scripts/install-deps.sh: apt-get, as root or through sudo), then run make again)
+endif
+endif
+
+DPDK_CFLAGS := $(shell $(PKG_CONFIG) --cflags libdpdk 2>/dev/null)
+DPDK_LIBS   := $(shell $(PKG_CONFIG) --libs libdpdk 2>/dev/null)
+
+CFLAGS_BASE = -std=c11 -D_GNU_SOURCE -g $(OPT) -Wall -Wextra -Werror -pthread -I. \
+              -fno-strict-aliasing -fopenmp-simd $(SANFLAGS)
+CFLAGS  ?=
+# The control plane's consensus (Canonical's C Raft) and its event loop.
+RAFT_LIBS   := $(shell $(PKG_CONFIG) --libs raft libuv 2>/dev/null || echo -lraft -luv)
+LDLIBS   = $(DPDK_LIBS) $(shell $(PKG_CONFIG) --libs simgrid 2>/dev/null) -libverbs -lcjson \
+           -lsodium $(RAFT_LIBS) -ldl -lm -pthread
+LDFLAGS += $(SANFLAGS)
+
+LIB_DIRS := $(wildcard os/runtime os/common drivers serving transport cluster cmd)
+LIB_SRC  := $(sort $(filter-out cmd/main.c,$(shell find $(LIB_DIRS) -name '*.c')))
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+TEST_SRC := $(sort $(wildcard tests/unit/test_*.c))
+TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+TOOL_SRC := $(sort $(wildcard tests/tools/*.c))
+TOOL_BIN := $(TOOL_SRC:tests/tools/%.c=$(BUILD)/tools/%)
+BENCH_SRC := $(sort $(wildcard tests/bench/bench_*.c))
+BENCH_BIN := $(BENCH_SRC:tests/bench/%.c=$(BUILD)/bench/%)
+
+.PHONY: all test bench run image deps clean fuzz check-fabric check-cluster format
+all: $(BUILD)/strata $(TEST_BIN) $(TOOL_BIN)
+
+# DPDK headers only where the NIC driver is compiled.
+$(BUILD)/obj/drivers/nic/%.o: CFLAGS_EXTRA = $(DPDK_CFLAGS) -Wno-error=cast-qual
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS_EXTRA) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/libstrata.a: $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/strata: $(BUILD)/obj/cmd/main.o $(BUILD)/libstrata.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# Programs track the headers they include (-MMD), like the library's objects.
+$(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libstrata.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) -MMD -MP -o $@ $< $(BUILD)/libstrata.a $(LDFLAGS) $(LDLIBS)
+
+$(BUILD)/tools/%: tests/tools/%.c $(BUILD)/libstrata.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) -MMD -MP -o $@ $< $(BUILD)/libstrata.a $(LDFLAGS) $(LDLIBS)
+
+# Benchmarks share the memory-bandwidth probe (tests/bench/membw.c), their physical baseline.
+$(BUILD)/bench/%: tests/bench/%.c tests/bench/membw.c $(BUILD)/libstrata.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) -MMD -MP -o $@ $< tests/bench/membw.c $(BUILD)/libstrata.a \
+	    $(LDFLAGS) $(LDLIBS)
+
+benches: $(BENCH_BIN)
+
+# CUDA kernels: serving/engine/cuda/kernels.cu (with its k_*.cuh parts) -> one fatbin for sm_80, sm_90 and
+# compute_90 PTX (forward compatible), embedded into libstrata by drivers/cuda/cuda_fatbin.c with
+# .incbin. No libcudart: the host code loads libcuda.so.1 at run time. A .cu error fails the build.
+# Without nvcc (or with `make NVCC=`) the binary is built without kernels and the CPU backend serves.
+# The fatbin sits outside $(BUILD) so the SAN build reuses it.
+ifeq ($(origin NVCC),undefined)
+NVCC := $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
+endif
+# Where cuda.h lives: asked of nvcc itself, since `nvcc` on PATH may be a wrapper script elsewhere.
+ifeq ($(origin CUDA_INC),undefined)
+CUDA_INC := $(if $(NVCC),$(shell $(NVCC) --dryrun -x cu -c /dev/null -o /dev/null 2>&1 | \
+              sed -n 's/^\#\$$ INCLUDES="-I\([^"]*\)".*/\1/p' | head -n 1))
+endif
+NVCC_FLAGS ?= -O3 -std=c++17 -gencode arch=compute_80,code=sm_80 \
+              -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+CUDA_FATBIN := build/cuda/kernels.fatbin
+ifneq ($(NVCC),)
+build/cuda/kernels.fatbin: serving/engine/cuda/kernels.cu $(wildcard serving/engine/cuda/*.cuh)
+	@mkdir -p $(dir $@)
+	$(NVCC) -fatbin $(NVCC_FLAGS) -o $@.tmp $< && mv $@.tmp $@
+
+# The driver API prototypes in cu_api.h must match cuda.h: a compile-only check.
+build/cuda/cu_api_check.stamp: drivers/cuda/cu_api_check.c drivers/cuda/cu_api.h
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -fsyntax-only -Wall -Werror -I. -I$(CUDA_INC) -DSTRATA_CU_API_CHECK $<
+	@touch $@
+
+$(BUILD)/obj/drivers/cuda/cuda_fatbin.o: CFLAGS_EXTRA = -DSTRATA_CUDA_FATBIN='"$(CUDA_FATBIN)"'
+ifneq ($(wildcard $(CUDA_INC)/cuda.h),)
+$(BUILD)/obj/drivers/cuda/cuda_fatbin.o: $(CUDA_FATBIN) build/cuda/cu_api_check.stamp
+else
+$(info note: nvcc is $(NVCC) but cuda.h was not found (CUDA_INC=$(CUDA_INC)): cu_api.h is not checked against it)
+$(BUILD)/obj/drivers/cuda/cuda_fatbin.o: $(CUDA_FATBIN)
+endif
+# test_cuda insists on a non-empty fatbin when nvcc was there.
+$(BUILD)/tests/test_cuda: CFLAGS += -DSTRATA_NVCC_BUILD
+endif
+
+-include $(LIB_OBJ:.o=.d) $(BUILD)/obj/cmd/main.d $(TEST_BIN:=.d) $(TOOL_BIN:=.d) $(BENCH_BIN:=.d)
+
+# The fabric's unit tests and multi-node scenarios (network namespaces, QEMU), one line each.
+FABRIC_UNIT := test_wire test_auth test_weight_stream
+check-fabric: all
+	@fail=0; for t in $(FABRIC_UNIT); do $(BUILD)/tests/$$t 2>/dev/null || fail=1; done; \
+	for s in tests/integration/fabric_*.sh; do bash $$s || fail=1; done; exit $$fail
+
 # Scale-out and control-plane scenarios (tests/integration/cluster_*.sh: cooperative execution,
 # the control plane's raft, ...) and their unit tests, one line each; make test runs them too
 # (every tests/integration/*.sh, every unit test).
