@@ -550,8 +550,21 @@ static void on_wake(void *ctx)
     }
 }
 
+/* The server's own errors in OpenAI's error shape, like every other error the API sends. */
+static char *error_body(void *ctx, int status, const char *message)
+{
+    (void)ctx;
+    struct api_error e;
+    api_error_set(&e, status, status == 503 ? "server_error" : "invalid_request_error", NULL, "%s",
+                  message);
+    return api_error_json(&e);
+}
+
 struct http_handler front_handler(struct front *f)
 {
-    return (struct http_handler){
-        .ctx = f, .on_request = on_request, .on_abort = on_abort, .on_wake = on_wake};
+    return (struct http_handler){.ctx = f,
+                                 .on_request = on_request,
+                                 .on_abort = on_abort,
+                                 .on_wake = on_wake,
+                                 .error_body = error_body};
 }
