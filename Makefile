@@ -79,20 +79,25 @@ $(BUILD)/libstrata.a: $(LIB_OBJ)
 $(BUILD)/strata: $(BUILD)/obj/cmd/main.o $(BUILD)/libstrata.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-# Programs track the headers they include (-MMD), like the library's objects.
-$(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libstrata.a
+# Programs track the headers they include (-MMD), like the library's objects. Tests, tools and
+# benchmarks share the one synthetic-model generator (tests/synth/synth_gguf.c), compiled once.
+SYNTH_OBJ := $(BUILD)/obj/tests/synth/synth_gguf.o
+.SECONDARY: $(SYNTH_OBJ)
+$(BUILD)/tests/%: tests/unit/%.c $(SYNTH_OBJ) $(BUILD)/libstrata.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) $(CFLAGS) -MMD -MP -o $@ $< $(BUILD)/libstrata.a $(LDFLAGS) $(LDLIBS)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) -MMD -MP -o $@ $< $(SYNTH_OBJ) $(BUILD)/libstrata.a \
+	    $(LDFLAGS) $(LDLIBS)
 
-$(BUILD)/tools/%: tests/tools/%.c $(BUILD)/libstrata.a
+$(BUILD)/tools/%: tests/tools/%.c $(SYNTH_OBJ) $(BUILD)/libstrata.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) $(CFLAGS) -MMD -MP -o $@ $< $(BUILD)/libstrata.a $(LDFLAGS) $(LDLIBS)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) -MMD -MP -o $@ $< $(SYNTH_OBJ) $(BUILD)/libstrata.a \
+	    $(LDFLAGS) $(LDLIBS)
 
 # Benchmarks share the memory-bandwidth probe (tests/bench/membw.c), their physical baseline.
-$(BUILD)/bench/%: tests/bench/%.c tests/bench/membw.c $(BUILD)/libstrata.a
+$(BUILD)/bench/%: tests/bench/%.c tests/bench/membw.c $(SYNTH_OBJ) $(BUILD)/libstrata.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) $(CFLAGS) -MMD -MP -o $@ $< tests/bench/membw.c $(BUILD)/libstrata.a \
-	    $(LDFLAGS) $(LDLIBS)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) -MMD -MP -o $@ $< tests/bench/membw.c $(SYNTH_OBJ) \
+	    $(BUILD)/libstrata.a $(LDFLAGS) $(LDLIBS)
 
 benches: $(BENCH_BIN)
 
@@ -134,7 +139,7 @@ endif
 $(BUILD)/tests/test_cuda: CFLAGS += -DSTRATA_NVCC_BUILD
 endif
 
--include $(LIB_OBJ:.o=.d) $(BUILD)/obj/cmd/main.d $(TEST_BIN:=.d) $(TOOL_BIN:=.d) $(BENCH_BIN:=.d)
+-include $(LIB_OBJ:.o=.d) $(SYNTH_OBJ:.o=.d) $(BUILD)/obj/cmd/main.d $(TEST_BIN:=.d) $(TOOL_BIN:=.d) $(BENCH_BIN:=.d)
 
 # The fabric's unit tests and multi-node scenarios (network namespaces, QEMU), one line each.
 FABRIC_UNIT := test_wire test_auth test_weight_stream
