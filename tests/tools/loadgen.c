@@ -388,7 +388,10 @@ int main(int argc, char **argv)
     if (parse_url(o.url, &addr) < 0) return 2;
     struct lreq *rq = calloc((size_t)o.n_req, sizeof *rq);
     int n_req = read_trace(&o, rq);
-    if (n_req < 0) return 1;
+    if (n_req < 0) {
+        free(rq);
+        return 1;
+    }
     long long sent_prompt = 0, sent_out = 0;
     for (int i = 0; i < n_req; i++) {
         build_request(&rq[i], o.vocab, o.ttft_ms, o.tpot_ms);
