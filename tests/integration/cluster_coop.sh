@@ -102,6 +102,17 @@ if build/tools/synth_model --shape 64,172,24,8,4,512,256 --type f32 --seed 5 -o 
     else
         not_ok "coop synthetic: start"
     fi
+    # bf16 activations (8 bits of mantissa) halfway up 24 layers: reported, must not fail
+    if helper_and_joiner synbf16 --resident-layers 12 --coop-dtype bf16; then
+        if out=$($CHECKS diverge "$HELPER_URL" "$JOINER_URL" --tokens 60 2>&1); then
+            ok "coop synthetic 24 layers, bf16 activations at k=12 (lossy, reported): $out"
+        else
+            not_ok "coop synthetic bf16 activations: $out"
+        fi
+        stop_both
+    else
+        not_ok "coop synthetic bf16: start"
+    fi
 else
     not_ok "coop synthetic: synth_model failed"
 fi

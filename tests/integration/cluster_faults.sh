@@ -11,7 +11,7 @@ set -u
 cd "$(dirname "$0")/../.."
 . tests/lib/serve.sh
 W=$(mktemp -d /tmp/cluster_faults.XXXXXX)
-trap 'serve_cleanup; rm -rf "$W"' EXIT
+trap 'serve_cleanup; [ -n "${KEEP:-}" ] || rm -rf "$W"' EXIT
 serve_model || { not_ok "cluster_faults: cannot convert the test model"; exit 1; }
 head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$W/key"
 head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$W/otherkey"
@@ -77,12 +77,17 @@ wait_log "$JOINER_LOG" "coop: helper .* connected" 5 || not_ok "the joiner never
 # the reference first: the same request to the helper alone
 $CHECKS stream "$HELPER_URL" "$W/ref_stream" >/dev/null 2>&1
 : >"$W/stream"
+count() { grep -c '^data: {' "$W/stream"; }
 $CHECKS stream "$JOINER_URL" "$W/stream" &
 SP=$!
+# the plain request starts once the stream runs, and the helper dies a few steps later: both are
+# mid-flight (the plain one has 400 tokens to go, the stream 200)
+for ((i = 0; i < 500; i++)); do [ "$(count)" -ge 1 ] && break; sleep 0.02; done
 curl -s -o "$W/plain" -w '%{http_code}' "$JOINER_URL/v1/completions" \
-    -d '{"prompt":"The little dog","max_tokens":200,"temperature":0,"ignore_eos":true}' >"$W/plain_code" &
+    -d '{"prompt":"The little dog","max_tokens":400,"temperature":0,"ignore_eos":true}' >"$W/plain_code" &
 CP=$!
-for ((i = 0; i < 200; i++)); do [ "$(grep -c '^data: {' "$W/stream")" -ge 10 ] && break; sleep 0.02; done
+n0=$(count)
+for ((i = 0; i < 500; i++)); do [ "$(count)" -ge $((n0 + 6)) ] && break; sleep 0.02; done
 kill -9 "$HELPER_PID"
 wait "$SP" "$CP"
 python3 - "$W/stream" "$W/ref_stream" >"$W/verdict" 2>&1 <<'PY'
