@@ -203,28 +203,33 @@ struct src {
     int is_norm;
 };
 
-int convert_llama2c(const void *ckpt, size_t ckpt_size, const void *tok, size_t tok_size,
-                    uint32_t type, const char *name, const char *what, FILE *out, char *err)
+/* Checkpoint order. */
+enum { EMB, RMS_ATT, WQ, WK, WV, WO, RMS_FFN, W1, W2, W3, RMS_FINAL, FREQ, WCLS, N_SRC };
+
+/* The header, read and checked: c and shared describe the model on success. */
+static int read_ckpt_header(const void *ckpt, size_t ckpt_size, const char *what,
+                            struct ckpt_header *h, struct model_config *c, int *shared, char *err)
 {
-    struct ckpt_header h;
-    if (ckpt_size < sizeof h)
+    if (ckpt_size < sizeof *h)
         return errmsg_set(err, "%s: %zu bytes, too short for a llama2.c checkpoint header", what,
                           ckpt_size);
-    memcpy(&h, ckpt, sizeof h);
-    if ((uint32_t)h.dim == LLAMA2C_V1_MAGIC)
+    memcpy(h, ckpt, sizeof *h);
+    if ((uint32_t)h->dim == LLAMA2C_V1_MAGIC)
         return errmsg_set(err,
                           "%s: a llama2.c version 1/2 export (magic ak42); only the legacy "
                           "v0 format is supported (export.py --version 0)",
                           what);
-    struct model_config c = {0};
-    int shared = 0;
-    if (check_header(&h, what, &c, &shared, err) < 0) return -1;
-    const uint64_t D = (uint64_t)c.dim, H = (uint64_t)c.hidden_dim, L = (uint64_t)c.n_layers,
-                   KV = (uint64_t)c.kv_dim, V = (uint64_t)c.vocab_size, S = (uint64_t)c.seq_len,
-                   HS = (uint64_t)c.head_dim;
-    /* Checkpoint order. */
-    enum { EMB, RMS_ATT, WQ, WK, WV, WO, RMS_FFN, W1, W2, W3, RMS_FINAL, FREQ, WCLS, N_SRC };
-    const struct src src[N_SRC] = {
+    return check_header(h, what, c, shared, err);
+}
+
+/* The checkpoint's tensors in file order, their offsets in floats in at[]; returns the total. */
+static uint64_t ckpt_layout(const struct model_config *c, int shared, struct src src[N_SRC],
+                            uint64_t at[N_SRC])
+{
+    const uint64_t D = (uint64_t)c->dim, H = (uint64_t)c->hidden_dim, L = (uint64_t)c->n_layers,
+                   KV = (uint64_t)c->kv_dim, V = (uint64_t)c->vocab_size, S = (uint64_t)c->seq_len,
+                   HS = (uint64_t)c->head_dim;
+    const struct src layout[N_SRC] = {
         [EMB] = {"token_embd.weight", V, D, 0, 0},
         [RMS_ATT] = {"blk.%d.attn_norm.weight", 1, D, 1, 1},
         [WQ] = {"blk.%d.attn_q.weight", D, D, 1, 0},
@@ -239,38 +244,107 @@ int convert_llama2c(const void *ckpt, size_t ckpt_size, const void *tok, size_t 
         [FREQ] = {NULL, 2 * S, HS / 2, 0, 0},
         [WCLS] = {"output.weight", shared ? 0 : V, D, 0, 0},
     };
-    uint64_t at[N_SRC], total = 0; /* in floats; all factors < 2^25 and few: no overflow */
+    uint64_t total = 0; /* in floats; all factors < 2^25 and few: no overflow */
     for (int i = 0; i < N_SRC; i++) {
+        src[i] = layout[i];
         at[i] = total;
         total += src[i].rows * src[i].cols * (src[i].per_layer ? L : 1);
     }
-    uint64_t expect = sizeof h + 4 * total;
-    if (ckpt_size != expect) {
-        char hint[160] = "";
-        if (shared && ckpt_size == expect + 4 * V * D)
-            snprintf(hint, sizeof hint,
-                     " (the extra bytes are exactly a classifier: the header's "
-                     "vocab_size should be negative)");
-        else if (!shared && ckpt_size + 4 * V * D == expect)
-            snprintf(hint, sizeof hint,
-                     " (the classifier the negative vocab_size announces is "
-                     "missing)");
-        return errmsg_set(err,
-                          "%s: %zu bytes, but its header (dim %d, hidden_dim %d, n_layers %d, "
-                          "n_heads %d, n_kv_heads %d, vocab %d, seq_len %d, %s classifier) needs "
-                          "%llu%s",
-                          what, ckpt_size, c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads,
-                          h.vocab_size, c.seq_len, shared ? "shared" : "separate",
-                          (unsigned long long)expect, hint);
+    return total;
+}
+
+/* The file must hold exactly the tensors its header announces; a classifier too many or too few
+ * is named, since that is the usual mistake (the sign of vocab_size). */
+static int check_ckpt_size(size_t ckpt_size, uint64_t expect, const struct ckpt_header *h,
+                           const struct model_config *c, int shared, const char *what, char *err)
+{
+    if (ckpt_size == expect) return 0;
+    const uint64_t V = (uint64_t)c->vocab_size, D = (uint64_t)c->dim;
+    char hint[160] = "";
+    if (shared && ckpt_size == expect + 4 * V * D)
+        snprintf(hint, sizeof hint,
+                 " (the extra bytes are exactly a classifier: the header's "
+                 "vocab_size should be negative)");
+    else if (!shared && ckpt_size + 4 * V * D == expect)
+        snprintf(hint, sizeof hint,
+                 " (the classifier the negative vocab_size announces is "
+                 "missing)");
+    return errmsg_set(err,
+                      "%s: %zu bytes, but its header (dim %d, hidden_dim %d, n_layers %d, "
+                      "n_heads %d, n_kv_heads %d, vocab %d, seq_len %d, %s classifier) needs "
+                      "%llu%s",
+                      what, ckpt_size, c->dim, c->hidden_dim, c->n_layers, c->n_heads,
+                      c->n_kv_heads, h->vocab_size, c->seq_len, shared ? "shared" : "separate",
+                      (unsigned long long)expect, hint);
+}
+
+/* Tensors encoded for the writer, freed once the file is written. */
+struct converted {
+    void **owned;
+    int n_owned;
+    int kept_f32; /* matrices left in f32 because their rows do not fit the type's block */
+};
+
+/* Add one tensor (layer l for per-layer ones) to w, encoded as `type` where its rows allow. */
+static int add_tensor(struct gguf_writer *w, const struct src *sp, const float *x, int l,
+                      uint32_t type, struct converted *cv, char *err)
+{
+    char tname[64];
+    snprintf(tname, sizeof tname, sp->gguf_name, l);
+    uint64_t ne[2] = {sp->cols, sp->rows};
+    uint32_t tt = sp->is_norm ? GGML_F32 : convert_matrix_type(type, sp->cols);
+    const void *data = x;
+    if (tt != type && !sp->is_norm) cv->kept_f32++;
+    if (tt != GGML_F32) {
+        void *q = malloc(ggml_row_bytes(tt, sp->cols) * sp->rows);
+        if (!q) return errmsg_set(err, "out of memory for %s", tname);
+        cv->owned[cv->n_owned++] = q;
+        if (convert_encode(tt, x, sp->rows, sp->cols, q) < 0)
+            return errmsg_set(err, "%s: cannot encode as %s", tname, ggml_type_name(tt));
+        data = q;
     }
+    if (gguf_w_tensor(w, tname, tt, sp->is_norm ? 1 : 2, ne, data) < 0)
+        return errmsg_set(err, "%s: cannot add tensor", tname);
+    return 0;
+}
+
+/* All tensors in execution order: embedding, each layer's nine tensors, final norm, classifier. */
+static int add_tensors(struct gguf_writer *w, const float *f, const struct src src[N_SRC],
+                       const uint64_t at[N_SRC], int L, int shared, uint32_t type,
+                       struct converted *cv, char *err)
+{
+    const int layer_order[9] = {RMS_ATT, WQ, WK, WV, WO, RMS_FFN, W1, W2, W3};
+    for (int l = -1; l <= L; l++) {
+        int count = l < 0 ? 1 : l < L ? 9 : (shared ? 1 : 2);
+        for (int k = 0; k < count; k++) {
+            int s = l < 0 ? EMB : l < L ? layer_order[k] : (k == 0 ? RMS_FINAL : WCLS);
+            const struct src *sp = &src[s];
+            const float *x = f + at[s] + (sp->per_layer ? (uint64_t)l * sp->rows * sp->cols : 0);
+            if (add_tensor(w, sp, x, l, type, cv, err) < 0) return -1;
+        }
+    }
+    return 0;
+}
+
+int convert_llama2c(const void *ckpt, size_t ckpt_size, const void *tok, size_t tok_size,
+                    uint32_t type, const char *name, const char *what, FILE *out, char *err)
+{
+    struct ckpt_header h;
+    struct model_config c = {0};
+    int shared = 0;
+    if (read_ckpt_header(ckpt, ckpt_size, what, &h, &c, &shared, err) < 0) return -1;
+    struct src src[N_SRC];
+    uint64_t at[N_SRC];
+    uint64_t expect = sizeof h + 4 * ckpt_layout(&c, shared, src, at);
+    if (check_ckpt_size(ckpt_size, expect, &h, &c, shared, what, err) < 0) return -1;
     struct tokenizer t;
     if (tokenizer_from_llama2c(&t, tok, tok_size, c.vocab_size, err) < 0) return -1;
 
     const float *f = (const float *)((const uint8_t *)ckpt + sizeof h);
     struct gguf_writer *w = gguf_writer_new();
-    int n_owned = 0, rc = -1, kept_f32 = 0;
-    void **owned = calloc((size_t)(L * 9 + 4), sizeof *owned);
-    if (!w || !owned) {
+    int rc = -1;
+    struct converted cv = {calloc((size_t)c.n_layers * 9 + 4, sizeof *cv.owned), 0, 0};
+    if (!w || !cv.owned) {
         errmsg_set(err, "out of memory");
         goto out;
     }
@@ -278,48 +352,16 @@ int convert_llama2c(const void *ckpt, size_t ckpt_size, const void *tok, size_t 
         errmsg_set(err, "out of memory writing metadata");
         goto out;
     }
-    /* Execution order: embedding, each layer's nine tensors, final norm, classifier. */
-    const int layer_order[9] = {RMS_ATT, WQ, WK, WV, WO, RMS_FFN, W1, W2, W3};
-    for (int l = -1; l <= (int)L; l++) {
-        int count = l < 0 ? 1 : l < (int)L ? 9 : (shared ? 1 : 2);
-        for (int k = 0; k < count; k++) {
-            int s = l < 0 ? EMB : l < (int)L ? layer_order[k] : (k == 0 ? RMS_FINAL : WCLS);
-            const struct src *sp = &src[s];
-            const float *x = f + at[s] + (sp->per_layer ? (uint64_t)l * sp->rows * sp->cols : 0);
-            char tname[64];
-            snprintf(tname, sizeof tname, sp->gguf_name, l);
-            uint64_t ne[2] = {sp->cols, sp->rows};
-            uint32_t tt = sp->is_norm ? GGML_F32 : convert_matrix_type(type, sp->cols);
-            const void *data = x;
-            if (tt != type && !sp->is_norm) kept_f32++;
-            if (tt != GGML_F32) {
-                void *q = malloc(ggml_row_bytes(tt, sp->cols) * sp->rows);
-                if (!q) {
-                    errmsg_set(err, "out of memory for %s", tname);
-                    goto out;
-                }
-                owned[n_owned++] = q;
-                if (convert_encode(tt, x, sp->rows, sp->cols, q) < 0) {
-                    errmsg_set(err, "%s: cannot encode as %s", tname, ggml_type_name(tt));
-                    goto out;
-                }
-                data = q;
-            }
-            if (gguf_w_tensor(w, tname, tt, sp->is_norm ? 1 : 2, ne, data) < 0) {
-                errmsg_set(err, "%s: cannot add tensor", tname);
-                goto out;
-            }
-        }
-    }
-    if (kept_f32)
+    if (add_tensors(w, f, src, at, c.n_layers, shared, type, &cv, err) < 0) goto out;
+    if (cv.kept_f32)
         log_warn("convert",
                  "%d matrices kept in f32: their rows are not a multiple of %s's block "
                  "of %d",
-                 kept_f32, ggml_type_name(type), ggml_block_elems(type));
+                 cv.kept_f32, ggml_type_name(type), ggml_block_elems(type));
     rc = gguf_writer_write(w, out, err);
 out:
-    for (int i = 0; i < n_owned; i++) free(owned[i]);
-    free(owned);
+    for (int i = 0; i < cv.n_owned; i++) free(cv.owned[i]);
+    free(cv.owned);
     gguf_writer_free(w);
     tokenizer_free(&t);
     return rc;

@@ -343,16 +343,15 @@ static int check_unique(struct gguf_str **names, uint64_t n, const char *what, c
     return 0;
 }
 
-static int parse(struct gguf *g, const void *buf, size_t size, int header_only, char *err)
+/* The fixed header: magic, version, and the two counts, each count checked against the bytes left
+ * so a hostile count cannot make the caller allocate gigabytes. */
+static int parse_header(struct rd *r, struct gguf *g)
 {
-    memset(g, 0, sizeof *g);
-    g->base = buf;
-    g->size = size;
-    struct rd r = {buf, size, 0, err};
+    char *err = r->err;
     uint32_t magic = 0;
-    if (rd_u32(&r, &magic, "magic") < 0) return -1;
+    if (rd_u32(r, &magic, "magic") < 0) return -1;
     if (magic != GGUF_MAGIC) return errmsg_set(err, "not a GGUF file (bad magic)");
-    if (rd_u32(&r, &g->version, "version") < 0) return -1;
+    if (rd_u32(r, &g->version, "version") < 0) return -1;
     if (g->version != 3 && g->version != 2) {
         if (g->version == 1)
             return errmsg_set(err, "GGUF version 1 is not supported (need 2 or 3)");
@@ -361,16 +360,88 @@ static int parse(struct gguf *g, const void *buf, size_t size, int header_only, 
                               g->version);
         return errmsg_set(err, "GGUF version %u is not supported (need 2 or 3)", g->version);
     }
-    if (rd_u64(&r, &g->n_tensors, "tensor count") < 0 || rd_u64(&r, &g->n_kv, "metadata count") < 0)
+    if (rd_u64(r, &g->n_tensors, "tensor count") < 0 || rd_u64(r, &g->n_kv, "metadata count") < 0)
         return -1;
     /* The smallest key-value is 13 bytes (8 key length, 4 type, 1 value), the smallest tensor info
      * 32 (8 name length, 4 n_dims, 8 dim, 4 type, 8 offset). */
-    if (g->n_kv > rd_left(&r) / 13)
+    if (g->n_kv > rd_left(r) / 13)
         return errmsg_set(err, "metadata count %llu cannot fit in the %llu bytes left",
-                          (unsigned long long)g->n_kv, (unsigned long long)rd_left(&r));
-    if (g->n_tensors > rd_left(&r) / 32)
+                          (unsigned long long)g->n_kv, (unsigned long long)rd_left(r));
+    if (g->n_tensors > rd_left(r) / 32)
         return errmsg_set(err, "tensor count %llu cannot fit in the %llu bytes left",
-                          (unsigned long long)g->n_tensors, (unsigned long long)rd_left(&r));
+                          (unsigned long long)g->n_tensors, (unsigned long long)rd_left(r));
+    return 0;
+}
+
+/* general.alignment, when present, must be a u32 power of two; absent, it is 32. */
+static int read_alignment(struct gguf *g, char *err)
+{
+    g->alignment = GGUF_DEFAULT_ALIGNMENT;
+    const struct gguf_kv *al = gguf_find(g, "general.alignment");
+    if (!al) return 0;
+    if (al->type != GGUF_UINT32)
+        return errmsg_set(err, "general.alignment has type %s, expected u32",
+                          gguf_vtype_name(al->type));
+    if (al->v.u == 0 || (al->v.u & (al->v.u - 1)))
+        return errmsg_set(err, "general.alignment %llu is not a power of two",
+                          (unsigned long long)al->v.u);
+    g->alignment = al->v.u;
+    return 0;
+}
+
+/* Place the data section after the header (at off) and check each tensor's range: aligned, no
+ * overflow, and (unless header_only) inside the file. Fills order[] with the tensors. */
+static int place_tensors(struct gguf *g, uint64_t off, size_t size, int header_only,
+                         struct gguf_tensor **order, char *err)
+{
+    /* The data section starts at the next multiple of the alignment. */
+    uint64_t pad = (g->alignment - off % g->alignment) % g->alignment;
+    g->data_offset = off + pad; /* off <= size, pad < alignment <= 2^32: no overflow */
+    if (!header_only && g->n_tensors && g->data_offset > size)
+        return errmsg_set(err, "truncated: data section at byte %llu is past the end (%zu bytes)",
+                          (unsigned long long)g->data_offset, size);
+    uint64_t data_size = !header_only && g->data_offset <= size ? size - g->data_offset : 0;
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        struct gguf_tensor *t = &g->tensors[i];
+        if (t->offset % g->alignment)
+            return errmsg_set(err,
+                              "tensor '%s': offset %llu is not a multiple of the alignment %llu",
+                              printable(t->name).s, (unsigned long long)t->offset,
+                              (unsigned long long)g->alignment);
+        if (t->offset > UINT64_MAX - t->nbytes ||
+            (uint64_t)t->offset + t->nbytes > UINT64_MAX - g->data_offset)
+            return errmsg_set(err, "tensor '%s': offset %llu + size %llu overflows",
+                              printable(t->name).s, (unsigned long long)t->offset,
+                              (unsigned long long)t->nbytes);
+        if (!header_only && (t->offset > data_size || t->nbytes > data_size - t->offset))
+            return errmsg_set(
+                err, "tensor '%s': data [%llu, %llu) lies outside the file's %llu data bytes",
+                printable(t->name).s, (unsigned long long)t->offset,
+                (unsigned long long)(t->offset + t->nbytes), (unsigned long long)data_size);
+        order[i] = t;
+    }
+    return 0;
+}
+
+/* Two tensors may not share bytes: sorted by offset, each must end before the next begins. */
+static int check_no_overlap(struct gguf_tensor **order, uint64_t n, char *err)
+{
+    if (n < 2) return 0;
+    qsort(order, n, sizeof *order, cmp_tensor_offset);
+    for (uint64_t i = 1; i < n; i++)
+        if (order[i - 1]->offset + order[i - 1]->nbytes > order[i]->offset)
+            return errmsg_set(err, "tensor '%s' overlaps tensor '%s'", printable(order[i]->name).s,
+                              printable(order[i - 1]->name).s);
+    return 0;
+}
+
+static int parse(struct gguf *g, const void *buf, size_t size, int header_only, char *err)
+{
+    memset(g, 0, sizeof *g);
+    g->base = buf;
+    g->size = size;
+    struct rd r = {buf, size, 0, err};
+    if (parse_header(&r, g) < 0) return -1;
     g->kv = calloc(g->n_kv ? g->n_kv : 1, sizeof *g->kv);
     g->tensors = calloc(g->n_tensors ? g->n_tensors : 1, sizeof *g->tensors);
     uint64_t n_names = g->n_kv > g->n_tensors ? g->n_kv : g->n_tensors;
@@ -385,69 +456,15 @@ static int parse(struct gguf *g, const void *buf, size_t size, int header_only, 
         if (parse_kv(&r, &g->kv[i]) < 0) goto fail;
     for (uint64_t i = 0; i < g->n_kv; i++) names[i] = &g->kv[i].key;
     if (check_unique(names, g->n_kv, "key", err) < 0) goto fail;
-
-    g->alignment = GGUF_DEFAULT_ALIGNMENT;
-    const struct gguf_kv *al = gguf_find(g, "general.alignment");
-    if (al) {
-        if (al->type != GGUF_UINT32) {
-            errmsg_set(err, "general.alignment has type %s, expected u32",
-                       gguf_vtype_name(al->type));
-            goto fail;
-        }
-        if (al->v.u == 0 || (al->v.u & (al->v.u - 1))) {
-            errmsg_set(err, "general.alignment %llu is not a power of two",
-                       (unsigned long long)al->v.u);
-            goto fail;
-        }
-        g->alignment = al->v.u;
-    }
+    if (read_alignment(g, err) < 0) goto fail;
 
     for (uint64_t i = 0; i < g->n_tensors; i++)
         if (parse_tensor_info(&r, &g->tensors[i], i) < 0) goto fail;
     for (uint64_t i = 0; i < g->n_tensors; i++) names[i] = &g->tensors[i].name;
     if (check_unique(names, g->n_tensors, "tensor", err) < 0) goto fail;
 
-    /* The data section starts at the next multiple of the alignment. */
-    uint64_t pad = (g->alignment - r.off % g->alignment) % g->alignment;
-    g->data_offset = r.off + pad; /* r.off <= size, pad < alignment <= 2^32: no overflow */
-    if (!header_only && g->n_tensors && g->data_offset > size) {
-        errmsg_set(err, "truncated: data section at byte %llu is past the end (%zu bytes)",
-                   (unsigned long long)g->data_offset, size);
-        goto fail;
-    }
-    uint64_t data_size = !header_only && g->data_offset <= size ? size - g->data_offset : 0;
-    for (uint64_t i = 0; i < g->n_tensors; i++) {
-        struct gguf_tensor *t = &g->tensors[i];
-        if (t->offset % g->alignment) {
-            errmsg_set(err, "tensor '%s': offset %llu is not a multiple of the alignment %llu",
-                       printable(t->name).s, (unsigned long long)t->offset,
-                       (unsigned long long)g->alignment);
-            goto fail;
-        }
-        if (t->offset > UINT64_MAX - t->nbytes ||
-            (uint64_t)t->offset + t->nbytes > UINT64_MAX - g->data_offset) {
-            errmsg_set(err, "tensor '%s': offset %llu + size %llu overflows", printable(t->name).s,
-                       (unsigned long long)t->offset, (unsigned long long)t->nbytes);
-            goto fail;
-        }
-        if (!header_only && (t->offset > data_size || t->nbytes > data_size - t->offset)) {
-            errmsg_set(err,
-                       "tensor '%s': data [%llu, %llu) lies outside the file's %llu data bytes",
-                       printable(t->name).s, (unsigned long long)t->offset,
-                       (unsigned long long)(t->offset + t->nbytes), (unsigned long long)data_size);
-            goto fail;
-        }
-        order[i] = t;
-    }
-    if (g->n_tensors > 1) {
-        qsort(order, g->n_tensors, sizeof *order, cmp_tensor_offset);
-        for (uint64_t i = 1; i < g->n_tensors; i++)
-            if (order[i - 1]->offset + order[i - 1]->nbytes > order[i]->offset) {
-                errmsg_set(err, "tensor '%s' overlaps tensor '%s'", printable(order[i]->name).s,
-                           printable(order[i - 1]->name).s);
-                goto fail;
-            }
-    }
+    if (place_tensors(g, r.off, size, header_only, order, err) < 0) goto fail;
+    if (check_no_overlap(order, g->n_tensors, err) < 0) goto fail;
     free(names);
     free(order);
     return 0;

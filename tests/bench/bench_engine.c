@@ -15,6 +15,9 @@
 #include "tests/bench/membw.h"
 #include "serving/engine/sampler.h"
 
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <time.h>
 

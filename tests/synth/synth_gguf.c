@@ -1,0 +1,259 @@
+/* synth_gguf: see synth_gguf.h for the contract. */
+#include "tests/synth/synth_gguf.h"
+
+#include "os/common/errmsg.h"
+#include "serving/engine/convert.h"
+#include "serving/engine/quant.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct gen_tensor {
+    uint64_t rows, cols;
+    uint32_t type;
+    int is_norm;
+    uint64_t seed;
+};
+
+struct gen {
+    struct gen_tensor *t;
+    int n;
+    int threads;
+};
+
+static uint64_t splitmix(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Approximately N(0, 1): the sum of four 16-bit uniforms, centred and scaled (Irwin-Hall). */
+static float gauss(uint64_t *s)
+{
+    uint64_t r = splitmix(s);
+    float sum = (float)(r & 0xffff) + (float)((r >> 16) & 0xffff) + (float)((r >> 32) & 0xffff) +
+                (float)(r >> 48);
+    return (sum / 65536.0f - 2.0f) * 1.7320508f;
+}
+
+struct fill_job {
+    const struct gen_tensor *t;
+    uint8_t *buf;
+    uint64_t r0, r1;
+    int rc;
+};
+
+/* Rows [r0, r1): each row has its own stream (derived from the tensor's seed and the row), so the
+ * values do not depend on how rows are split between threads. */
+static void *fill_rows(void *arg)
+{
+    struct fill_job *j = arg;
+    const struct gen_tensor *t = j->t;
+    uint64_t rb = ggml_row_bytes(t->type, t->cols);
+    float *row = malloc(t->cols * sizeof *row);
+    j->rc = row ? 0 : -1;
+    for (uint64_t r = j->r0; r < j->r1 && j->rc == 0; r++) {
+        uint64_t s = t->seed ^ (r * 0xd1b54a32d192ed03ull);
+        s = splitmix(&s);
+        for (uint64_t i = 0; i < t->cols; i++)
+            row[i] = t->is_norm ? 1.0f + 0.05f * gauss(&s) : 0.02f * gauss(&s);
+        if (convert_encode(t->type, row, 1, t->cols, j->buf + r * rb) < 0) j->rc = -1;
+    }
+    free(row);
+    return NULL;
+}
+
+#define MAX_THREADS 16
+
+static int fill(void *ctx, int index, void *buf, uint64_t nbytes)
+{
+    struct gen *g = ctx;
+    const struct gen_tensor *t = &g->t[index];
+    if (ggml_row_bytes(t->type, t->cols) * t->rows != nbytes) return -1;
+    int nt = g->threads;
+    if ((uint64_t)nt > t->rows) nt = (int)t->rows;
+    struct fill_job jobs[MAX_THREADS];
+    pthread_t th[MAX_THREADS];
+    int started[MAX_THREADS] = {0};
+    for (int k = 0; k < nt; k++) {
+        jobs[k] = (struct fill_job){t, buf, t->rows * (uint64_t)k / (uint64_t)nt,
+                                    t->rows * (uint64_t)(k + 1) / (uint64_t)nt, 0};
+        /* Job 0 runs on this thread; a job whose thread cannot start runs here too. */
+        if (k > 0) started[k] = pthread_create(&th[k], NULL, fill_rows, &jobs[k]) == 0;
+    }
+    int rc = 0;
+    for (int k = 0; k < nt; k++) {
+        if (started[k])
+            pthread_join(th[k], NULL);
+        else
+            fill_rows(&jobs[k]);
+        if (jobs[k].rc) rc = -1;
+    }
+    return rc;
+}
+
+/* A llama2.c tokenizer.bin image of a synthetic vocabulary of n tokens. */
+static uint8_t *synth_vocab(int n, size_t *size)
+{
+    uint8_t *img = malloc(4 + (size_t)n * 16), *p = img + 4;
+    uint32_t maxlen = 6;
+    memcpy(img, &maxlen, 4);
+    char piece[8];
+    for (int i = 0; i < n; i++) {
+        if (i == 0)
+            strcpy(piece, "<unk>");
+        else if (i == 1)
+            strcpy(piece, "\n<s>\n");
+        else if (i == 2)
+            strcpy(piece, "\n</s>\n");
+        else if (i < 259)
+            snprintf(piece, sizeof piece, "<0x%02X>", i - 3);
+        else if (i < 259 + 95)
+            snprintf(piece, sizeof piece, "%c", ' ' + (i - 259));
+        else if (i < 259 + 95 + 26)
+            snprintf(piece, sizeof piece, " %c", 'a' + (i - 259 - 95));
+        else { /* letter pairs, then space + pair: "aa".."zz", " aa".." zz", then triples */
+            int k = i - (259 + 95 + 26);
+            if (k < 676)
+                snprintf(piece, sizeof piece, "%c%c", 'a' + k / 26, 'a' + k % 26);
+            else if ((k -= 676) < 676)
+                snprintf(piece, sizeof piece, " %c%c", 'a' + k / 26, 'a' + k % 26);
+            else {
+                k -= 676;
+                snprintf(piece, sizeof piece, "%c%c%c%c", 'a' + (k / 17576) % 26,
+                         'a' + (k / 676) % 26, 'a' + (k / 26) % 26, 'a' + k % 26);
+            }
+        }
+        float score = i < 259 ? 0.0f : -(float)(i - 259);
+        int32_t len = (int32_t)strlen(piece);
+        memcpy(p, &score, 4);
+        memcpy(p + 4, &len, 4);
+        memcpy(p + 8, piece, (size_t)len);
+        p += 8 + len;
+    }
+    *size = (size_t)(p - img);
+    return img;
+}
+
+static struct model_config config_of(const struct synth_spec *s)
+{
+    return (struct model_config){
+        .dim = s->dim,
+        .hidden_dim = s->hidden,
+        .n_layers = s->layers,
+        .n_heads = s->heads,
+        .n_kv_heads = s->kv_heads,
+        .head_dim = s->dim / s->heads,
+        .kv_dim = s->dim / s->heads * s->kv_heads,
+        .vocab_size = s->vocab,
+        .seq_len = s->seq,
+        .norm_eps = 1e-5f,
+        .rope_theta = 10000.0f,
+    };
+}
+
+/* The tokenizer from s->tokenizer, or the synthetic vocabulary of s->vocab tokens. */
+static int load_vocab(const struct synth_spec *s, struct tokenizer *tok, char *err)
+{
+    uint8_t *tok_img;
+    size_t tok_size;
+    if (s->tokenizer) {
+        if (convert_read_file(s->tokenizer, &tok_img, &tok_size, err) < 0) return -1;
+    } else
+        tok_img = synth_vocab(s->vocab, &tok_size);
+    int rc = tokenizer_from_llama2c(tok, tok_img, tok_size, s->vocab, err);
+    free(tok_img);
+    if (rc < 0)
+        return errmsg_prefix(err, "%s: ", s->tokenizer ? s->tokenizer : "synthetic vocabulary");
+    return 0;
+}
+
+/* One tensor's description, added to the writer without data (fill() makes it while writing). */
+static void add_tensor(struct gguf_writer *w, struct gen *g, const char *name, uint64_t rows,
+                       uint64_t cols, int norm, const struct synth_spec *s, int *kept)
+{
+    struct gen_tensor *t = &g->t[g->n];
+    t->rows = rows, t->cols = cols, t->is_norm = norm;
+    t->type = norm ? GGML_F32 : convert_matrix_type(s->type, t->cols);
+    *kept += !norm && t->type != s->type;
+    uint64_t seed = s->seed * 0x100000001b3ull + (uint64_t)g->n;
+    t->seed = splitmix(&seed);
+    uint64_t ne[2] = {t->cols, t->rows};
+    gguf_w_tensor(w, name, t->type, norm ? 1 : 2, ne, NULL);
+    g->n++;
+}
+
+/* Every tensor in execution order: embedding, each layer's nine, final norm, classifier. */
+static int add_tensors(struct gguf_writer *w, struct gen *g, const struct model_config *c,
+                       const struct synth_spec *s)
+{
+    const uint64_t D = (uint64_t)c->dim, H = (uint64_t)c->hidden_dim, KV = (uint64_t)c->kv_dim,
+                   V = (uint64_t)c->vocab_size;
+    int kept = 0;
+    add_tensor(w, g, "token_embd.weight", V, D, 0, s, &kept);
+    for (int l = 0; l < s->layers; l++) {
+        const char *k[9] = {"attn_norm", "attn_q",   "attn_k",   "attn_v", "attn_output",
+                            "ffn_norm",  "ffn_gate", "ffn_down", "ffn_up"};
+        const uint64_t rows[9] = {1, D, KV, KV, D, 1, H, D, H},
+                       cols[9] = {D, D, D, D, D, D, D, H, D};
+        for (int i = 0; i < 9; i++) {
+            char nm[64];
+            snprintf(nm, sizeof nm, "blk.%d.%s.weight", l, k[i]);
+            add_tensor(w, g, nm, rows[i], cols[i], i == 0 || i == 5, s, &kept);
+        }
+    }
+    add_tensor(w, g, "output_norm.weight", 1, D, 1, s, &kept);
+    if (!s->tied) add_tensor(w, g, "output.weight", V, D, 0, s, &kept);
+    return kept;
+}
+
+/* Write through path.tmp, renamed only when complete. */
+static int write_file(const char *path, struct gguf_writer *w, char *err)
+{
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "wb");
+    int rc = f ? gguf_writer_write(w, f, err) : errmsg_set(err, "%s: cannot create", tmp);
+    if (f && fclose(f) != 0 && rc == 0) rc = errmsg_set(err, "%s: write failed", tmp);
+    if (rc == 0 && rename(tmp, path) != 0) rc = errmsg_set(err, "%s: rename failed", path);
+    if (rc < 0) unlink(tmp);
+    return rc;
+}
+
+int synth_gguf_write(const char *path, const struct synth_spec *s, char *err)
+{
+    struct model_config c = config_of(s);
+    struct tokenizer tok;
+    if (load_vocab(s, &tok, err) < 0) return -1;
+    struct gguf_writer *w = gguf_writer_new();
+    char name[64];
+    snprintf(name, sizeof name, "synth-%s-%s", s->name, ggml_type_name(s->type));
+    if (convert_put_config(w, &c, s->type, name) < 0 || convert_put_tokenizer(w, &tok) < 0) {
+        tokenizer_free(&tok);
+        gguf_writer_free(w);
+        return errmsg_set(err, "out of memory");
+    }
+    tokenizer_free(&tok);
+
+    const int max_t = 3 + 9 * s->layers;
+    struct gen g = {calloc((size_t)max_t, sizeof *g.t), 0,
+                    s->threads < 1             ? 1
+                    : s->threads > MAX_THREADS ? MAX_THREADS
+                                               : s->threads};
+    int kept = add_tensors(w, &g, &c, s);
+    if (kept && s->warn_as)
+        fprintf(stderr,
+                "%s: %d matrices kept in f32 (rows not a multiple of %s's block "
+                "of %d)\n",
+                s->warn_as, kept, ggml_type_name(s->type), ggml_block_elems(s->type));
+    gguf_writer_set_fill(w, fill, &g);
+    int rc = write_file(path, w, err);
+    gguf_writer_free(w);
+    free(g.t);
+    return rc;
+}

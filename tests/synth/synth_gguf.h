@@ -1,0 +1,36 @@
+/* synth_gguf: the one generator of synthetic Llama models, as complete GGUF files with random
+ * weights, deterministic in the seed. The unit tests (tests/unit/synth.h), the benchmarks and the
+ * synth_model tool all write their models through it.
+ *
+ * Weights: each tensor has its own stream, so they do not depend on the order they are generated
+ * in: matrices ~ N(0, 0.02) (an Irwin-Hall approximation), norm weights ~ 1 + N(0, 0.05), so
+ * activations stay in a sane range through many layers. Matrices whose rows are not a multiple of
+ * the type's block stay f32 (as `strata convert` does). Without a tokenizer the vocabulary is
+ * synthetic: <unk>, <s>, </s>, the 256 <0xNN> byte tokens, printable ASCII, " x" and letter pairs,
+ * so the file is a complete model the tokenizer accepts. Tensors are generated one at a time while
+ * the file is written (a 1.1B f32 model needs one tensor's memory, not the model's), rows split
+ * over the threads; the bytes do not depend on the number of threads.
+ *
+ * The shape is the caller's to check (synth_model does, with its own message); the linker pulls
+ * this file in beside libstrata (see the Makefile's test, tool and benchmark rules). */
+#ifndef STRATA_TEST_SYNTH_GGUF_H
+#define STRATA_TEST_SYNTH_GGUF_H
+
+#include <stdint.h>
+
+struct synth_spec {
+    const char *name; /* general.name is "synth-NAME-TYPE" */
+    int dim, hidden, layers, heads, kv_heads, vocab, seq;
+    int tied;              /* 1: no output.weight (the embedding is the classifier) */
+    uint32_t type;         /* ggml type of the matrices */
+    uint64_t seed;         /* the weights are a function of the seed and the shape */
+    int threads;           /* 1..16; more are clamped to 16 */
+    const char *tokenizer; /* a llama2.c tokenizer.bin, or NULL for the synthetic vocabulary */
+    const char *warn_as;   /* prefix for the "kept in f32" warning on stderr; NULL: no warning */
+};
+
+/* Write the model to path (through path.tmp, renamed when complete). Returns 0, or -1 with err
+ * (ERRMSG_LEN bytes) naming the file and the reason. */
+int synth_gguf_write(const char *path, const struct synth_spec *s, char *err);
+
+#endif
