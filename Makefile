@@ -33,11 +33,13 @@ DEPS_MISSING := $(strip \
     $(if $(shell command -v $(PKG_CONFIG) 2>/dev/null),,pkg-config) \
     $(if $(shell $(PKG_CONFIG) --exists libdpdk 2>/dev/null && echo y),,libdpdk-dev) \
     $(if $(wildcard $(DEPS_INCLUDE)/infiniband/verbs.h),,libibverbs-dev) \
-    $(if $(wildcard $(DEPS_INCLUDE)/microhttpd.h),,libmicrohttpd-dev) \
     $(if $(wildcard $(DEPS_INCLUDE)/cjson/cJSON.h),,libcjson-dev) \
-    $(if $(wildcard $(DEPS_INCLUDE)/sodium.h),,libsodium-dev))
+    $(if $(wildcard $(DEPS_INCLUDE)/sodium.h),,libsodium-dev) \
+    $(if $(wildcard $(DEPS_INCLUDE)/raft.h),,libraft-dev) \
+    $(if $(wildcard $(DEPS_INCLUDE)/uv.h),,libuv1-dev) \
+    $(if $(wildcard $(DEPS_INCLUDE)/simgrid/engine.h),,libsimgrid-dev))
 ifneq ($(DEPS_MISSING),)
-$(error missing packages: $(DEPS_MISSING). Install them (and the rest of the toolchain) with `make deps` (tools/install-deps.sh: apt-get, as root or through sudo), then run make again)
+$(error missing packages: $(DEPS_MISSING). Install them (and the rest of the toolchain) with `make deps` (scripts/install-deps.sh: apt-get, as root or through sudo), then run make again)
 endif
 endif
 
@@ -47,8 +49,10 @@ DPDK_LIBS   := $(shell $(PKG_CONFIG) --libs libdpdk 2>/dev/null)
 CFLAGS_BASE = -std=c11 -D_GNU_SOURCE -g $(OPT) -Wall -Wextra -Werror -pthread -I. \
               -fno-strict-aliasing -fopenmp-simd $(SANFLAGS)
 CFLAGS  ?=
+# The control plane's consensus (Canonical's C Raft) and its event loop.
+RAFT_LIBS   := $(shell $(PKG_CONFIG) --libs raft libuv 2>/dev/null || echo -lraft -luv)
 LDLIBS   = $(DPDK_LIBS) $(shell $(PKG_CONFIG) --libs simgrid 2>/dev/null) -libverbs -lcjson \
-           -lsodium -ldl -lm -pthread
+           -lsodium $(RAFT_LIBS) -ldl -lm -pthread
 LDFLAGS += $(SANFLAGS)
 
 LIB_DIRS := $(wildcard os/runtime os/common drivers serving transport cluster cmd)
@@ -141,9 +145,10 @@ check-fabric: all
 	@fail=0; for t in $(FABRIC_UNIT); do $(BUILD)/tests/$$t 2>/dev/null || fail=1; done; \
 	for s in tests/integration/fabric_*.sh; do bash $$s || fail=1; done; exit $$fail
 
-# Scale-out scenarios (tests/integration/cluster_*.sh: cooperative execution, ...), one line each;
-# make test runs them too (every tests/integration/*.sh).
-CLUSTER_UNIT := test_fabric_node
+# Scale-out and control-plane scenarios (tests/integration/cluster_*.sh: cooperative execution,
+# the control plane's raft, ...) and their unit tests, one line each; make test runs them too
+# (every tests/integration/*.sh, every unit test).
+CLUSTER_UNIT := test_fabric_node test_cluster_state test_sealed_conn
 check-cluster: all
 	@fail=0; for t in $(CLUSTER_UNIT); do $(BUILD)/tests/$$t 2>/dev/null || fail=1; done; \
 	for s in tests/integration/cluster_*.sh; do bash $$s || fail=1; done; exit $$fail
@@ -208,7 +213,8 @@ build/musl-include/.links:
 build/init: $(INIT_SRC) $(INIT_HDR) build/musl-include/.links
 	$(MUSL_CC) -static -std=c11 -D_GNU_SOURCE -Os -Wall -Wextra -Werror -I. \
 	    -isystem build/musl-include -o $@ $(INIT_SRC)
-# `make image`: out/vmlinuz, out/initrd.img, out/strata.efi, out/strata.img (image/build.sh).
+# `make image`: out/vmlinuz, out/initrd.img, out/strata.efi, out/strata.img (image/build.sh;
+# NVIDIA=path adds NVIDIA's driver, image/README.md).
 image: $(BUILD)/strata build/init
 	@image/build.sh out
 

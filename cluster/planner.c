@@ -321,12 +321,16 @@ static void scale_up(const struct plan_config *cfg, const struct plan_view *v, s
         idx[n++] = best;
     }
     if (n == 0) return;
-    /* Joiners that hold m in host memory load over their own PCIe: one action each, source =
-     * themselves. The others form one chain from the best network source. */
+    /* Joiners that hold m in host memory load over their own PCIe (source = themselves) unless
+     * the hop from the network source is faster; the others form one chain from that source. */
+    int src = pick_source(v, t, m);
     int chain[PLAN_MAX_CHAIN], nc = 0;
     for (int j = 0; j < n; j++) {
         const struct plan_node *c = &v->nodes[idx[j]];
-        if (c->host_cached >> m & 1) {
+        int local = (int)(c->host_cached >> m & 1);
+        if (local && src >= 0 && c->host_Bps > 0 && hop_Bps(&v->nodes[src], c) > c->host_Bps)
+            local = 0;
+        if (local) {
             struct plan_action a = {
                 .kind = PLAN_SCALE_UP, .model = m, .source = c->id, .node = c->id, .n_chain = 1};
             a.chain[0] = c->id;
@@ -336,7 +340,6 @@ static void scale_up(const struct plan_config *cfg, const struct plan_view *v, s
         }
     }
     if (nc == 0) return;
-    int src = pick_source(v, t, m);
     if (src < 0) { /* no copy anywhere live: give the nodes back, nothing to stream */
         for (int j = 0; j < nc; j++) t->taken[chain[j]] = 0;
         return;

@@ -21,7 +21,7 @@
  *   prediction is k/L of its own plus (L-k)/L of its helper's (the helper's queue included).
  * - Scale up model M when the best prediction over M's replicas (serving or joining) for a
  *   request of M's mean queued prompt exceeds M's TTFT SLO: slack = SLO - predicted < 0, the
- *   scheduler's test (serving/api/scheduler.c waiting_slack) applied to the cluster. Exactly at
+ *   scheduler's test (serving/sched/scheduler.c waiting_slack) applied to the cluster. Exactly at
  *   the SLO (slack == 0) is not a trigger. A model with queued requests and no replica scales up
  *   (a cold start). How many: enough replicas that the queued work, spread evenly, drains within
  *   the SLO, minus the replicas serving and joining; at most cfg->max_joiners per tick.
@@ -29,6 +29,8 @@
  *   candidates are ranked by effective throughput of M on their GPU type (tokens/s, Gavel's
  *   matrix) per waiting request of M it would absorb, then by host-cached M (PCIe instead of the
  *   network), then by id. cfg->ignore_matrix ranks by host-cached, then id (the ablation).
+ * - A joiner holding M in host memory loads it over its own PCIe (source = itself) unless the
+ *   network hop from the chosen source is faster (NVLink within a server usually is).
  * - Source: a live node holding all of M (host cache or engine with k = L) whose link is not
  *   already a source of another scale-out, fastest link first, then id; if every holder is busy,
  *   the holder serving the fewest scale-outs. Chain order: see planner.c (greedy, fastest link
@@ -78,6 +80,7 @@ struct plan_node {
     int domain;           /* NVLink domain (server): same domain = NVLink between the two */
     double link_Bps;      /* network bytes/s of this node's NIC (the chain's per-hop rate) */
     double nvlink_Bps;    /* bytes/s to a node of the same domain (0: no NVLink) */
+    double host_Bps;      /* bytes/s host memory -> GPU (PCIe); 0: unknown (a local load wins) */
     double fail_prob;     /* probability this node is lost over the horizon that matters */
     uint64_t host_cached; /* bit m: model m in host memory (whole) */
     int engine_model;     /* model in the engine, -1: none */

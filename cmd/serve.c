@@ -6,6 +6,8 @@
  * stop the front; running requests are ended and the process exits 0. */
 #include "cluster/coop.h"
 #include "cluster/fabric_node.h"
+#include "cluster/serve_cluster.h"
+#include "cmd/cluster_opts.h"
 #include "cmd/fabric_opts.h"
 #include "os/common/errmsg.h"
 #include "os/runtime/log.h"
@@ -41,6 +43,7 @@ struct serve_opts {
     int resident_layers; /* -1: all (this node helps others) */
     const char *resident_schedule, *coop_dtype;
     int coop_timeout_ms;
+    struct control_cfg cluster; /* the control plane, with --cluster (cluster/control.h) */
 };
 
 #define MAX_OPTS 64
@@ -91,7 +94,8 @@ static int serve_options(struct serve_opts *o, struct opt *t)
     };
     memcpy(t, table, sizeof table);
     int n = (int)(sizeof table / sizeof table[0]);
-    return n + fabric_options(&o->fab, t + n); /* the fabric's shared entries */
+    n += fabric_options(&o->fab, t + n); /* the fabric's shared entries */
+    return n + cluster_options(&o->cluster, t + n);
 }
 
 static int usage(void)
@@ -245,8 +249,8 @@ static void serve_tick(void *ctx)
     }
 }
 
-/* --test-crash: segv is a crash the handlers report (os/pid1.c); panic is one they cannot, with
- * the default action restored, so the kernel kills PID 1 and panics. */
+/* --test-crash: segv is a crash the handlers report (os/runtime/pid1.c); panic is one they cannot,
+ * with the default action restored, so the kernel kills PID 1 and panics. */
 static void test_crash(const char *how)
 {
     fprintf(stderr, "strata serve: --test-crash %s: crashing on purpose\n", how);
@@ -446,8 +450,34 @@ static int run_serve(int argc, char **argv)
             log_info("serve", "boot slot: %s", msg);
     }
     rc = 0;
+    /* ---- the cluster's control thread (cluster/serve_cluster.h), with --cluster only */
+    struct serve_cluster *cluster = NULL;
+    if (control_enabled(&o.cluster)) {
+        char http_addr[80];
+        snprintf(http_addr, sizeof http_addr, "%s:%d", o.host, http_server_port(sv.http));
+        o.cluster.http = http_addr;
+        o.cluster.id = (uint64_t)o.fab.node_id;
+        o.cluster.key_file = o.fab.key_file;
+        o.cluster.model = fm.name;
+        o.cluster.n_layers = sv.lm->model.cfg.n_layers;
+        o.cluster.ttft_slo_ms = o.ttft_ms;
+        cluster =
+            serve_cluster_start(&o.cluster, sv.front, &sv.metrics, sched, e->lim.max_tokens, err);
+        if (!cluster) {
+            char msg[ERRMSG_LEN + 32];
+            snprintf(msg, sizeof msg, "serve: %s", err);
+            if (pid1_active()) pid1_fatal(msg);
+            fprintf(stderr, "strata %s\n", msg);
+            http_server_stop(sv.http);
+            rc = 1;
+        }
+    }
+    pthread_join(http_thread, NULL);
+    serve_cluster_stop(cluster);
+    goto done;
 out:
     pthread_join(http_thread, NULL);
+done:
     if (sched) sched_free(sched);
     fabric_node_free(sv.fabric);
     coop_free(sv.coop);

@@ -15,8 +15,8 @@
 #   DISK=1           boot out/strata.img under OVMF (UEFI) instead of kernel + initrd
 #   GPU=0000:01:00.0 pass a host PCI device (a GPU) to the guest through VFIO. Needs KVM, an IOMMU
 #                    (intel_iommu=on / amd_iommu=on on the host), the device bound to the host's
-#                    vfio-pci driver, and its driver in the image (EXTRA_MODULES/EXTRA_LIBS at
-#                    `make image`). Not testable on the CI machine (no working KVM, no GPU).
+#                    vfio-pci driver, and its driver in the image (`make image NVIDIA=path`,
+#                    image/README.md). Not testable on the CI machine (no working KVM, no GPU).
 #   NATIVE=1         skip QEMU: run build/strata serve on the host instead
 # The console is this terminal (Ctrl-A X quits QEMU; `system_powerdown` on the QEMU monitor,
 # Ctrl-A C, presses the power button and the server shuts down cleanly).

@@ -1,6 +1,6 @@
 #!/bin/bash
 # update-disk.sh: an A/B update of a disk image from the host, without mounting anything (mtools):
-# what `strata update` does on the appliance (os/boot_slots.h has the scheme).
+# what `strata update` does on the appliance (os/runtime/boot_slots.h has the scheme).
 #
 #   image/update-disk.sh [--tries N] DISK NEW.efi
 #
@@ -28,7 +28,7 @@ export MTOOLS_SKIP_CHECK=1
 img="$DISK@@$((start * sector))"
 names=$(mdir -i "$img" -b ::/EFI/Linux 2>/dev/null | sed 's|.*/||') || die "$DISK: no \\EFI\\Linux on the ESP"
 
-# The plan (the same rules as os/boot_slots.c): the newest good entry keeps its slot.
+# The plan (the same rules as os/runtime/boot_slots.c): the newest good entry keeps its slot.
 re='^[sS][tT][rR][aA][tT][aA]-([0-9]+)-([abAB])(\+([0-9]+)(-([0-9]+))?)?\.[eE][fF][iI]$'
 max=0 good_gen=0 good_slot=""
 for n in $names; do

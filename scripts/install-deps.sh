@@ -7,8 +7,9 @@ musl-tools busybox-static cpio kmod zstd xz-utils
 qemu-system-x86 qemu-utils ovmf ipxe-qemu systemd-boot-efi mtools dosfstools fdisk gdisk e2fsprogs
 linux-headers-amd64
 pxelinux syslinux-common
-libcjson-dev libsodium-dev
-python3-numpy python3-requests iproute2 curl"
+libcjson-dev libsodium-dev libraft-dev libuv1-dev
+python3-numpy python3-requests iproute2 curl
+libsimgrid-dev gnuplot-nox"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -17,7 +17,7 @@
 
 #define TBT_BUCKETS 1200 /* log buckets of 1% from 0.1 ms */
 
-enum { EV_STEP, EV_TICK, EV_FAIL, EV_SAMPLE };
+enum { EV_STEP, EV_TICK, EV_FAIL, EV_SAMPLE, EV_KILL };
 
 struct event {
     double t;
@@ -76,7 +76,10 @@ struct sim {
     double so_sum;
     int so_count;
     int *sec_serving, *sec_joining, n_sec;
-    int done_flag;
+    int holder_fail_pending;
+    int trace_actions;
+    /* STRATA_SIM_TRACE set: every planner action on stderr */ /* a "holder" failure waits for
+                                                                      the next network scale-out */
     char err[ERRMSG_LEN];
     int failed;
 };
@@ -370,7 +373,9 @@ static void joined(struct sim *s, int i)
     struct plan_node *n = &s->pn[i];
     n->layers_resident = s->L;
     n->helper = -1;
-    if (s->p->cache_on_load) n->host_cached |= 1;
+    if (s->p->cache_on_load) /* the server's host memory: every instance there sees it */
+        for (int j = 0; j < s->n_inst; j++)
+            if (s->in[j].server == s->in[i].server && s->pn[j].alive) s->pn[j].host_cached |= 1;
     double t = s->now - s->in[i].load_start;
     s->so_sum += t;
     s->so_count++;
@@ -542,6 +547,10 @@ static int new_so(struct sim *s, int kind, int src_host, int src_inst, const int
         }
     }
     if (src_inst >= 0) s->pn[src_inst].sources_busy++;
+    if (src_inst >= 0 && kind == PLAN_SO_ENGINE && s->holder_fail_pending > 0) {
+        s->holder_fail_pending--;
+        push(s, s->now + 0.5 * s->c->model.bytes / s->pn[src_inst].link_Bps, EV_KILL, src_inst, 0);
+    }
     if (mc == SIM_MC_BINOMIAL) {
         while ((1 << o->d) < n) o->d++;
         o->have = calloc((size_t)n * o->C, 1);
@@ -590,7 +599,9 @@ static void scale_up(struct sim *s, const struct plan_action *a)
         s->pn[i].helper = s->p->live ? pick_helper(s, i) : -1;
         s->in[i].alloc_since = s->now;
         s->in[i].load_start = s->now;
+        s->pn[i].load.idle_since_ms = s->now * 1000; /* its keep-alive starts now */
         s->in[i].epoch++;
+        s->in[i].busy = 0;
         members[n++] = i;
     }
     if (n == 0) return;
@@ -608,7 +619,8 @@ static void release(struct sim *s, int i)
     s->pn[i].layers_resident = 0;
     s->pn[i].helper = -1;
     s->in[i].so = -1;
-    s->in[i].epoch++;
+    s->in[i].epoch++; /* a step in flight is void */
+    s->in[i].busy = 0;
 }
 
 static int do_actions(struct sim *s)
@@ -623,6 +635,13 @@ static int do_actions(struct sim *s)
     if (n < 0) return -1;
     for (int k = 0; k < n; k++) {
         const struct plan_action *a = &act[k];
+        if (s->trace_actions) {
+            static const char *kinds[] = {"scale-up", "scale-down", "replicate-host", "drop-host"};
+            fprintf(stderr, "sim: %s: t=%.3f %s source %d node %d chain", s->p->name, s->now,
+                    kinds[a->kind], a->source, a->node);
+            for (int j = 0; j < a->n_chain; j++) fprintf(stderr, " %d", a->chain[j]);
+            fprintf(stderr, "\n");
+        }
         switch (a->kind) {
         case PLAN_SCALE_UP:
             scale_up(s, a);
@@ -666,6 +685,8 @@ static void requeue_all(struct sim *s, int i)
 static void fail_inst(struct sim *s, int i)
 {
     if (i < 0 || i >= s->n_inst || !s->pn[i].alive) return;
+    if (s->trace_actions)
+        fprintf(stderr, "sim: %s: t=%.3f instance %d fails\n", s->p->name, s->now, i);
     s->r->failures_injected++;
     s->pn[i].alive = 0;
     s->in[i].busy = 0;
@@ -768,14 +789,15 @@ static void driver(void *arg)
             reroute_held(s);
             if (!all_done(s)) push(s, s->now + c->tick_s, EV_TICK, 0, 0);
             break;
-        case EV_FAIL: {
-            int i = c->failures[e.a].inst;
-            if (i < 0) /* the source of a scale-out in progress: a holder dying mid-stream */
-                for (int k = 0; k < s->n_so && i < 0; k++)
-                    if (s->so[k].active && s->so[k].src_inst >= 0) i = s->so[k].src_inst;
-            fail_inst(s, i);
+        case EV_FAIL:
+            if (c->failures[e.a].inst >= 0)
+                fail_inst(s, c->failures[e.a].inst);
+            else /* the source of the next scale-out from a holder dies in mid-stream */
+                s->holder_fail_pending++;
             break;
-        }
+        case EV_KILL:
+            fail_inst(s, e.a);
+            break;
         case EV_SAMPLE:
             sample(s, e.a);
             if (!all_done(s)) push(s, s->now + 1, EV_SAMPLE, e.a + 1, 0);
@@ -785,6 +807,14 @@ static void driver(void *arg)
         if (all_done(s) && !c->no_planner && s->heap_n == 0) break;
     }
     s->r->sim_end_s = s->now;
+    if (s->trace_actions) {
+        fprintf(stderr, "sim: %s: end t=%.3f held %d\n", s->p->name, s->now, s->held_n);
+        for (int i = 0; i < s->n_inst; i++)
+            fprintf(stderr,
+                    "sim:   instance %d alive %d engine %d k %d helper %d wait %d run %d busy %d\n",
+                    i, s->pn[i].alive, s->pn[i].engine_model, s->pn[i].layers_resident,
+                    s->pn[i].helper, s->in[i].wait_n, s->in[i].n_run, s->in[i].busy);
+    }
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -871,6 +901,7 @@ static int setup(struct sim *s, char *err)
                                           .domain = x->server,
                                           .link_Bps = c->tiers.nic_Bps * g,
                                           .nvlink_Bps = c->tiers.nvlink_Bps * g,
+                                          .host_Bps = c->tiers.pcie_Bps * g,
                                           .fail_prob = c->fail_prob,
                                           .engine_model = -1,
                                           .helper = -1,
@@ -904,12 +935,14 @@ static int setup(struct sim *s, char *err)
         if (s->tput[t] > s->tput[fastest]) fastest = t;
     s->tbt_slo_ms =
         c->tbt_slo_ms > 0 ? c->tbt_slo_ms : 5 * 1000 * step_model_predict(&s->step[fastest], 1, 1);
-    s->pm = (struct plan_model){.layers = s->L,
-                                .bytes = c->model.bytes,
-                                .ttft_slo_ms = fmax(c->ttft_floor_ms, c->ttft_per_tok_ms * mean_in),
-                                .tpot_slo_ms = s->tbt_slo_ms,
-                                .replicas_cached = s->p->replicas_cached,
-                                .keep_alive_ms = c->keep_alive_s * 1000};
+    s->pm =
+        (struct plan_model){.layers = s->L,
+                            .bytes = c->model.bytes,
+                            .ttft_slo_ms = fmax(c->ttft_floor_ms, c->ttft_per_tok_ms * mean_in),
+                            .tpot_slo_ms = s->tbt_slo_ms,
+                            /* a cache on every server is not managed by R */
+                            .replicas_cached = s->p->cache_all ? s->n_inst : s->p->replicas_cached,
+                            .keep_alive_ms = c->keep_alive_s * 1000};
     plan_config_default(&s->pcfg);
     s->pcfg.max_step_tokens = c->max_step_tokens;
     s->pcfg.max_joiners = c->max_joiners;
@@ -949,7 +982,12 @@ static int setup(struct sim *s, char *err)
             s->pn[x].layers_resident = s->L;
             s->in[x].alloc_since = 0;
         }
-        if (k < holders && k < s->p->replicas_cached) s->pn[x].host_cached = 1;
+        if (k < holders && k < s->p->replicas_cached) {
+            s->pn[x].host_cached = 1;
+            if (s->p->cache_on_load) /* a server-wide host cache: its neighbours see it too */
+                for (int j = 0; j < s->n_inst; j++)
+                    if (s->in[j].server == s->in[x].server) s->pn[j].host_cached = 1;
+        }
         if (s->p->cache_all) s->pn[x].host_cached = 1;
     }
     free(order);
@@ -1032,11 +1070,62 @@ int sim_run_here(const struct sim_config *c, const struct sim_policy *p, struct 
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     g_sim = s;
+    s->trace_actions = getenv("STRATA_SIM_TRACE") != NULL;
     sim_net_run(driver, s);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     if (s->failed) return errmsg_set(err, "sim: %s: %s", p->name, s->err);
     finish(s, timeline_csv);
     r->wall_s = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
+    return 0;
+}
+
+struct mcast {
+    struct sim *s;
+    int mc, n, members[PLAN_MAX_CHAIN];
+};
+
+static void mcast_main(void *arg)
+{
+    struct mcast *m = arg;
+    struct sim *s = m->s;
+    new_so(s, PLAN_SO_ENGINE, sim_net_host_inst(0), 0, m->members, m->n, m->mc);
+    while (sim_net_in_flight() > 0) {
+        sim_net_wait_until(sim_net_now() + 1e6);
+        s->now = sim_net_now();
+    }
+}
+
+int sim_multicast_here(const struct sim_config *c, int mc, int n, double *seconds, char *err)
+{
+    static struct sim_policy p = {.name = "multicast", .source = SIM_SRC_NET};
+    static struct sim_result r;
+    struct sim *s = calloc(1, sizeof *s);
+    if (!s) return errmsg_set(err, "sim: out of memory");
+    p.multicast = mc;
+    s->c = c;
+    s->p = &p;
+    s->r = &r;
+    if (setup(s, err)) return -1;
+    if (n < 1 || n >= s->n_inst || n > PLAN_MAX_CHAIN)
+        return errmsg_set(err, "sim: multicast to %d of %d instances", n, s->n_inst);
+    s->pn[0].engine_model = 0;
+    s->pn[0].layers_resident = s->L;
+    static struct mcast m;
+    m.s = s;
+    m.mc = mc;
+    m.n = n;
+    for (int j = 0; j < n; j++) {
+        m.members[j] = j + 1;
+        s->pn[j + 1].engine_model = 0;
+        s->pn[j + 1].layers_resident = 0;
+    }
+    g_sim = s;
+    sim_net_run(mcast_main, &m);
+    for (int j = 0; j < n; j++)
+        if (s->pn[j + 1].layers_resident != s->L)
+            return errmsg_set(err, "sim: multicast: instance %d got %d of %d layers", j + 1,
+                              s->pn[j + 1].layers_resident, s->L);
+    *seconds = r.so_max_s;
     return 0;
 }
 

@@ -4,7 +4,7 @@
  * for every GPU step, with SimGrid (sim_net.h) as the clock and the network.
  *
  * Model (docs/simulator.md): a GPU instance (one tensor-parallel group on one server) runs
- * iteration-level batching like serving/api/scheduler.c: each step decodes one token of every
+ * iteration-level batching like serving/sched/scheduler.c: each step decodes one token of every
  * running sequence and prefills waiting prompts in FIFO order up to a token budget that keeps
  * the running sequences within their TPOT; its duration is step_model_predict() of the instance's
  * GPU type. Loads move the model layer by layer (one chunk per layer) over the policy's tiers.
@@ -139,6 +139,11 @@ int sim_run(const struct sim_config *c, const struct sim_policy *p, struct sim_r
 /* The same in this process (SimGrid once per process: tests fork around it). */
 int sim_run_here(const struct sim_config *c, const struct sim_policy *p, struct sim_result *r,
                  const char *timeline_csv, char *err);
+
+/* Checks and docs: the time (s) for the simulator's own multicast code (mc = SIM_MC_CHAIN or
+ * SIM_MC_BINOMIAL) to bring the whole model from instance 0 to instances 1..n of cluster c, all
+ * starting at once. In this process (fork around it). */
+int sim_multicast_here(const struct sim_config *c, int mc, int n, double *seconds, char *err);
 
 /* key = value settings shared by --config files and command-line flags (docs/simulator.md lists
  * them). Returns 0, or -1 with err naming the key and the reason. */

@@ -19,8 +19,8 @@ static const struct sim_model_spec models[] = {
 };
 
 const char *const sim_policy_names[] = {
-    "stop-the-world", "serverlessllm",   "lambdascale", "blitzscale",
-    "strata",         "strata-nomatrix", NULL};
+    "stop-the-world", "serverlessllm", "serverlessllm-allcache", "lambdascale",
+    "blitzscale",     "strata",        "strata-nomatrix",        NULL};
 
 int sim_policy_by_name(const char *name, struct sim_policy *p)
 {
@@ -30,10 +30,12 @@ int sim_policy_by_name(const char *name, struct sim_policy *p)
     if (!strcmp(name, "stop-the-world")) {
         p->source = SIM_SRC_SSD;
         p->ignore_matrix = 1;
-    } else if (!strcmp(name, "serverlessllm")) {
-        p->source = SIM_SRC_HOST; /* host memory where cached, else SSD; keeps what it loaded */
+    } else if (!strcmp(name, "serverlessllm") || !strcmp(name, "serverlessllm-allcache")) {
+        /* host memory where cached, else the server's SSD; a server keeps what it loaded;
+         * -allcache: every server holds the model in host memory from the start */
+        p->source = SIM_SRC_HOST;
         p->cache_on_load = 1;
-        p->cache_all = 1;
+        p->cache_all = !strcmp(name, "serverlessllm-allcache");
         p->ignore_matrix = 1;
     } else if (!strcmp(name, "lambdascale")) {
         p->source = SIM_SRC_NET;

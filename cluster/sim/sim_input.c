@@ -40,6 +40,7 @@ static int set_gpus(struct sim_config *c, const char *v, char *err)
     strcpy(buf, v);
     int n = 0;
     for (char *save, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        while (*tok == ' ') tok++;
         char *colon = strchr(tok, ':');
         if (!colon) return errmsg_set(err, "sim: gpus: \"%s\": want TYPE:COUNT", tok);
         *colon = 0;

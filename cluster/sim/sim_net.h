@@ -2,12 +2,13 @@
  * network model without TCP factors or cross traffic, so one flow alone takes latency +
  * bytes / bandwidth exactly and flows sharing a link split it evenly).
  *
- * Topology: a star (SimGrid Floyd routing; its Dijkstra zones hung on this graph in 3.32). Each GPU instance i (a tensor-parallel group on one server) is a host
- * "g<i>" with a full-duplex NIC link to the switch (bandwidth nic_Bps) and, between instances of
- * one server, a direct NVLink edge (both instances' NVLink links). Each server s has a host
- * "mem<s>" (host memory, reaching its instances over each instance's PCIe link) and "ssd<s>"
- * (one SSD link shared by the server, then the instance's PCIe link). One host "remote" is the
- * remote storage, behind one link of remote_Bps to the switch (shared by every loader).
+ * Topology: a star (SimGrid Floyd routing; its Dijkstra zones hung on this graph in 3.32). Each GPU
+ * instance i (a tensor-parallel group on one server) is a host "g<i>" with a full-duplex NIC link
+ * to the switch (bandwidth nic_Bps) and, between instances of one server, a direct NVLink edge
+ * (both instances' NVLink links). Each server s has a host "mem<s>" (host memory, reaching its
+ * instances over each instance's PCIe link) and "ssd<s>" (one SSD link shared by the server, then
+ * the instance's PCIe link). One host "remote" is the remote storage, behind one link of remote_Bps
+ * to the switch (shared by every loader).
  *
  * SimGrid has one engine per process and it cannot be restarted, so a simulation runs in a
  * process of its own (callers fork; see sim_run). Hence this module's state is per process.

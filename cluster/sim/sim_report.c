@@ -11,12 +11,12 @@ extern char **environ;
 
 void sim_report_table(FILE *f, const struct sim_result *r, int n)
 {
-    fprintf(f, "%-16s %8s %8s %8s %6s %6s %6s %6s %8s %9s %8s %4s %4s %7s %7s\n", "policy",
+    fprintf(f, "%-22s %8s %8s %8s %6s %6s %6s %6s %8s %9s %8s %4s %4s %7s %7s\n", "policy",
             "TTFT-p50", "p90", "p99", "TBT50", "p90", "p99", "SLO%", "goodput", "GPU-s", "cost$",
             "cold", "SO", "SOmean", "SOmax");
     for (int i = 0; i < n; i++)
         fprintf(f,
-                "%-16s %8.0f %8.0f %8.0f %6.1f %6.1f %6.1f %6.1f %8.2f %9.0f %8.2f %4d %4d %7.2f "
+                "%-22s %8.0f %8.0f %8.0f %6.1f %6.1f %6.1f %6.1f %8.2f %9.0f %8.2f %4d %4d %7.2f "
                 "%7.2f\n",
                 r[i].policy, r[i].ttft_p50, r[i].ttft_p90, r[i].ttft_p99, r[i].tbt_p50,
                 r[i].tbt_p90, r[i].tbt_p99, 100 * r[i].attainment, r[i].goodput_rps, r[i].gpu_s,

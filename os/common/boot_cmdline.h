@@ -31,7 +31,7 @@ struct boot_config {
     int has_ip;        /* strata.ip=ADDR/PREFIX (PREFIX 0..32 or a dotted netmask): static */
     int ip_off;        /* strata.ip=off: the NIC comes up without an address */
     int ip_given;      /* some strata.ip= was on the line (the kernel's ip= then does not count) */
-    /* Neither (no strata.ip, or strata.ip=dhcp): DHCPv4 on the NIC (os/dhcp_client.h). */
+    /* Neither (no strata.ip, or strata.ip=dhcp): DHCPv4 on the NIC (os/common/dhcp_client.h). */
     uint32_t ip; /* host byte order */
     int prefix;
     int has_gw; /* strata.gw=ADDR */

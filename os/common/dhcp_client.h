@@ -1,10 +1,10 @@
 /* dhcp_client: DHCPv4 exchanges with a server over a packet socket (AF_PACKET, SOCK_DGRAM): the
  * client has no address to bind a UDP socket to while it asks for one, so it builds the IPv4/UDP
- * packets itself (os/dhcp_msg.h) and the kernel adds the Ethernet header.
+ * packets itself (os/common/dhcp_msg.h) and the kernel adds the Ethernet header.
  *
  * dhcp_acquire: DISCOVER, the first OFFER, REQUEST, ACK (a NAK starts over), retransmitting after
  * 1, 2, 4, 8, 8... s, until timeout_s has passed. The interface must be up; nothing is
- * configured on it (the caller applies the lease with os/net_config.h).
+ * configured on it (the caller applies the lease with os/common/net_config.h).
  * dhcp_renew: one renewal (RFC 2131 4.4.5): REQUEST with ciaddr = the leased address, unicast to
  * the server (to its IP and, at layer 2, to the MAC its ACK came from) or broadcast when
  * rebinding, retransmitted after 1, 2, 4 s within timeout_s. On ACK the lease is updated (address,

@@ -1,5 +1,6 @@
 /* dhcp_lease: a DHCPv4 lease, and the file that hands it from os/init (which obtains it before
- * the server exists) to the server (which renews it for as long as it runs, os/dhcp_renew.h).
+ * the server exists) to the server (which renews it for as long as it runs,
+ * os/runtime/dhcp_renew.h).
  *
  * The file is text, one KEY=VALUE a line, every key present:
  *   iface=eth0 ip=10.0.2.15/24 router=10.0.2.2 dns=10.0.2.3 server=10.0.2.2

@@ -10,7 +10,7 @@
  * not a well-formed BOOTREPLY is an error naming the field or option and the reason; unknown
  * options are skipped. dhcp_udp_wrap()/dhcp_udp_unwrap() add and check the IPv4 and UDP headers
  * (checksums included). Pure functions of their arguments, libc only: built into both os/init
- * (static musl) and the server. Addresses are host byte order, like os/boot_cmdline.h. */
+ * (static musl) and the server. Addresses are host byte order, like os/common/boot_cmdline.h. */
 #ifndef STRATA_DHCP_MSG_H
 #define STRATA_DHCP_MSG_H
 

@@ -1,7 +1,8 @@
 /* The network from the command line: a static strata.ip (with strata.gw/dns), no address
  * (strata.ip=off), or by default a DHCPv4 lease on the NIC (strata.iface, else the first one with
- * a link). Links, addresses and routes through rtnetlink (os/net_config.h), DHCP over a packet
- * socket (os/dhcp_client.h). The lease goes to DHCP_LEASE_FILE, from which the server renews it. */
+ * a link). Links, addresses and routes through rtnetlink (os/common/net_config.h), DHCP over a
+ * packet socket (os/common/dhcp_client.h). The lease goes to DHCP_LEASE_FILE, from which the server
+ * renews it. */
 #include "os/common/dhcp_client.h"
 #include "os/common/errmsg.h"
 #include "os/init/init.h"

@@ -19,7 +19,7 @@
 #define ACQUIRE_TIMEOUT 60
 
 /* One console line, "strata: " + the message (which starts with "dhcp: ", as errors from
- * os/dhcp_client.c and os/net_config.c are prefixed by the callers here). */
+ * os/common/dhcp_client.c and os/common/net_config.c are prefixed by the callers here). */
 static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void say(const char *fmt, ...)
 {

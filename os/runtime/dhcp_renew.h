@@ -2,7 +2,7 @@
  * runs, on a small thread of its own: it sleeps until T1, renews with the server that granted the
  * lease (unicast), from T2 rebinds with any server (broadcast), and when the lease has run out
  * (or a server said NAK) removes the address and asks for a new lease from scratch. A renewed
- * lease that differs (address, router, DNS) is applied through os/net_config.h, and the file is
+ * lease that differs (address, router, DNS) is applied through os/common/net_config.h, and the file is
  * rewritten. Each event is one console line, "strata: dhcp: ...".
  * dhcp_renew_start is called by os/pid1 (the appliance); dhcp_renew_once is one step of the
  * schedule (until the lease is extended or replaced once), for the thread and for tests. */

@@ -6,7 +6,7 @@
  * on /sys/firmware/efi/efivars when it is not yet): the ESP path of the entry that booted when that
  * entry is on trial; "" when the loader set none (no boot counting, or not booted by systemd-boot).
  * esp_bless_booted() is what the server calls once it serves: it marks the booted slot good
- * (os/boot_slots.h) and says what it did in one line. */
+ * (os/runtime/boot_slots.h) and says what it did in one line. */
 #ifndef STRATA_ESP_H
 #define STRATA_ESP_H
 

@@ -290,7 +290,8 @@ int pid1_init(void (*on_shutdown)(void *ctx), void *ctx, char *err)
              boot_on_error_name(P.on_error));
     say(line);
     if (P.watchdog_s > 0) {
-        if (watchdog_open(WATCHDOG_DEV, P.watchdog_s, err)) return -1;
+        if (watchdog_open(WATCHDOG_DEV, P.watchdog_s, err))
+            return errmsg_prefix(err, "strata.watchdog=%d: ", P.watchdog_s);
         snprintf(line, sizeof line,
                  "strata: watchdog: %s (%s) armed, %d s; petted from the main loop\n", WATCHDOG_DEV,
                  watchdog_identity(), watchdog_timeout());

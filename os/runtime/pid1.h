@@ -14,10 +14,10 @@
  *     strata.on_error on the kernel command line says (default halt). A crash (SIGSEGV, SIGBUS,
  *     SIGILL, SIGFPE, SIGABRT) takes the same path, its line naming the signal and the faulting
  *     address (the handlers run on an alternate stack, so a stack overflow is reported too);
- *   - with strata.watchdog=SECONDS, arms /dev/watchdog (os/watchdog.h), petted by pid1_tick()
+ *   - with strata.watchdog=SECONDS, arms /dev/watchdog (os/runtime/watchdog.h), petted by pid1_tick()
  *     from the server's main loop; closed with the magic close on a clean shutdown and before a
  *     halt or power off;
- *   - renews the DHCP lease os/init obtained, on a thread of its own (os/dhcp_renew.h).
+ *   - renews the DHCP lease os/init obtained, on a thread of its own (os/runtime/dhcp_renew.h).
  * pid1_init must be called before other threads exist: the signals it handles are blocked in the
  * caller and so in every thread created afterwards, and read on its own thread. */
 #ifndef STRATA_PID1_H

@@ -2,7 +2,7 @@
  * sp5100_tco on AMD, wdat_wdt where ACPI describes one). Once opened it resets the machine unless
  * it is petted within the timeout: the server pets it from its main loop, so a hung server -- a
  * deadlock, a loop that never returns to its poll -- reboots the appliance instead of sitting
- * there. strata.watchdog=SECONDS arms it (os/pid1.c); off by default.
+ * there. strata.watchdog=SECONDS arms it (os/runtime/pid1.c); off by default.
  *
  * watchdog_open sets the timeout (the driver may round it; watchdog_timeout() says what it took).
  * watchdog_pet is cheap enough for every loop iteration: it talks to the device at most once a

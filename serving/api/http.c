@@ -85,6 +85,115 @@ static int parse_request_line(const char *p, size_t n, struct http_request *req,
     return 0;
 }
 
+/* What the header lines say beyond what goes into the request itself. */
+struct head_state {
+    int connection_close, connection_keep, n_headers, have_te, te_other;
+};
+
+static int content_length(const char *v, size_t vn, struct http_request *req, int *status,
+                          char *err)
+{
+    if (vn == 0 || vn > 18) return fail(status, 400, err, "bad Content-Length");
+    long long cl = 0;
+    for (size_t k = 0; k < vn; k++) {
+        if (v[k] < '0' || v[k] > '9') return fail(status, 400, err, "bad Content-Length");
+        cl = cl * 10 + (v[k] - '0');
+    }
+    if (req->content_length >= 0 && req->content_length != cl)
+        return fail(status, 400, err, "conflicting Content-Length headers");
+    req->content_length = cl;
+    return 0;
+}
+
+/* Only "chunked", exactly once over all Transfer-Encoding lines: another coding (gzip, chunked)
+ * is not served, and chunked twice is malformed. */
+static int transfer_encoding(const char *v, size_t vn, struct http_request *req,
+                             struct head_state *h, int *status, char *err)
+{
+    h->have_te = 1;
+    size_t i = 0;
+    do {
+        size_t j = i;
+        while (j < vn && v[j] != ',') j++;
+        const char *t = v + i;
+        size_t tn = j - i;
+        trim(&t, &tn);
+        if (tn == 7 && strncasecmp(t, "chunked", 7) == 0) {
+            if (req->chunked++) return fail(status, 400, err, "chunked applied twice");
+        } else if (tn) {
+            h->te_other = 1;
+        }
+        i = j + 1;
+    } while (i < vn);
+    return 0;
+}
+
+static void authorization(const char *v, size_t vn, struct http_request *req)
+{
+    req->has_auth = 1;
+    if (vn <= 7 || strncasecmp(v, "Bearer ", 7) != 0) return;
+    const char *t = v + 7;
+    size_t tn = vn - 7;
+    trim(&t, &tn);
+    if (tn >= sizeof req->bearer) {
+        req->bearer_truncated = 1;
+        tn = sizeof req->bearer - 1;
+    }
+    memcpy(req->bearer, t, tn);
+    req->bearer[tn] = 0;
+}
+
+/* One header line p[0..ln) (no CRLF): syntax, then the headers the server acts on. */
+static int header_line(const char *p, size_t ln, struct http_request *req, struct head_state *h,
+                       int *status, char *err)
+{
+    if (++h->n_headers > HTTP_MAX_HEADERS) return fail(status, 431, err, "too many headers");
+    if (ln == 0) return fail(status, 400, err, "empty header line");
+    if (p[0] == ' ' || p[0] == '\t') return fail(status, 400, err, "folded header line");
+    const char *colon = memchr(p, ':', ln);
+    if (!colon || colon == p) return fail(status, 400, err, "header without name");
+    size_t nl = (size_t)(colon - p);
+    for (size_t k = 0; k < nl; k++)
+        if (!is_tchar((unsigned char)p[k])) return fail(status, 400, err, "bad header name");
+    const char *v = colon + 1;
+    size_t vn = ln - nl - 1;
+    trim(&v, &vn);
+    for (size_t k = 0; k < vn; k++) {
+        unsigned char c = (unsigned char)v[k];
+        if ((c < 0x20 && c != '\t') || c == 0x7f)
+            return fail(status, 400, err, "control character in header value");
+    }
+    if (name_is(p, nl, "content-length")) return content_length(v, vn, req, status, err);
+    if (name_is(p, nl, "transfer-encoding")) return transfer_encoding(v, vn, req, h, status, err);
+    if (name_is(p, nl, "connection")) {
+        if (has_token(v, vn, "close")) h->connection_close = 1;
+        if (has_token(v, vn, "keep-alive")) h->connection_keep = 1;
+    } else if (name_is(p, nl, "expect")) {
+        if (vn != 12 || strncasecmp(v, "100-continue", 12) != 0)
+            return fail(status, 417, err, "unsupported Expect");
+        req->expect_continue = 1;
+    } else if (name_is(p, nl, "authorization")) {
+        authorization(v, vn, req);
+    }
+    return 0;
+}
+
+/* After the last header: the framing rules of RFC 9112 and keep-alive. */
+static int finish_head(struct http_request *req, const struct head_state *h, int *status, char *err)
+{
+    if (h->have_te && req->content_length >= 0)
+        return fail(status, 400, err, "both Transfer-Encoding and Content-Length");
+    if (h->te_other) return fail(status, 501, err, "unsupported Transfer-Encoding");
+    if (h->have_te && !req->chunked) return fail(status, 400, err, "empty Transfer-Encoding");
+    if (h->have_te && req->minor == 0)
+        return fail(status, 400, err, "Transfer-Encoding in an HTTP/1.0 request");
+    if (req->minor == 1)
+        req->keep_alive = !h->connection_close;
+    else
+        req->keep_alive = h->connection_keep && !h->connection_close;
+    return 1;
+}
+
 int http_parse_head(const char *buf, size_t len, size_t max_head, struct http_request *req,
                     int *status, char *err)
 {
@@ -94,115 +203,28 @@ int http_parse_head(const char *buf, size_t len, size_t max_head, struct http_re
     /* Find the blank line that ends the head. Leading CRLFs before a request are allowed. */
     size_t start = 0;
     while (start + 1 < len && buf[start] == '\r' && buf[start + 1] == '\n') start += 2;
-    size_t end = 0;
-    int found = 0;
-    for (size_t i = start; i + 3 < len; i++) {
-        if (buf[i] == '\r' && buf[i + 1] == '\n' && buf[i + 2] == '\r' && buf[i + 3] == '\n') {
-            end = i;
-            found = 1;
-            break;
-        }
-    }
-    if (!found) {
-        if (len > max_head) return fail(status, 431, err, "request head too large");
-        return 0;
-    }
+    const char *blank = NULL;
+    for (size_t i = start; i + 3 < len && !blank; i++)
+        if (!memcmp(buf + i, "\r\n\r\n", 4)) blank = buf + i;
+    if (!blank) return len > max_head ? fail(status, 431, err, "request head too large") : 0;
+    size_t end = (size_t)(blank - buf);
     if (end + 4 > max_head) return fail(status, 431, err, "request head too large");
     req->head_len = end + 4;
 
     const char *p = buf + start;
     const char *stop = buf + end + 2; /* include the CRLF of the last header line */
     const char *eol = memchr(p, '\r', (size_t)(stop - p));
-    if (!eol || eol + 1 >= stop + 0 || eol[1] != '\n')
+    if (!eol || eol + 1 >= stop || eol[1] != '\n')
         return fail(status, 400, err, "malformed request line");
     if (parse_request_line(p, (size_t)(eol - p), req, status, err)) return -1;
-    p = eol + 2;
-
-    int connection_close = 0, connection_keep = 0, n_headers = 0, have_te = 0, te_other = 0;
-    while (p < stop) {
+    struct head_state h = {0};
+    for (p = eol + 2; p < stop; p = eol + 2) {
         eol = memchr(p, '\r', (size_t)(stop - p));
         if (!eol || eol + 1 >= buf + len || eol[1] != '\n')
             return fail(status, 400, err, "header line without CRLF");
-        size_t ln = (size_t)(eol - p);
-        if (++n_headers > HTTP_MAX_HEADERS) return fail(status, 431, err, "too many headers");
-        if (ln == 0) return fail(status, 400, err, "empty header line");
-        if (p[0] == ' ' || p[0] == '\t') return fail(status, 400, err, "folded header line");
-        const char *colon = memchr(p, ':', ln);
-        if (!colon || colon == p) return fail(status, 400, err, "header without name");
-        size_t nl = (size_t)(colon - p);
-        for (size_t k = 0; k < nl; k++)
-            if (!is_tchar((unsigned char)p[k])) return fail(status, 400, err, "bad header name");
-        const char *v = colon + 1;
-        size_t vn = ln - nl - 1;
-        trim(&v, &vn);
-        for (size_t k = 0; k < vn; k++) {
-            unsigned char c = (unsigned char)v[k];
-            if ((c < 0x20 && c != '\t') || c == 0x7f)
-                return fail(status, 400, err, "control character in header value");
-        }
-        if (name_is(p, nl, "content-length")) {
-            if (vn == 0 || vn > 18) return fail(status, 400, err, "bad Content-Length");
-            long long cl = 0;
-            for (size_t k = 0; k < vn; k++) {
-                if (v[k] < '0' || v[k] > '9') return fail(status, 400, err, "bad Content-Length");
-                cl = cl * 10 + (v[k] - '0');
-            }
-            if (req->content_length >= 0 && req->content_length != cl)
-                return fail(status, 400, err, "conflicting Content-Length headers");
-            req->content_length = cl;
-        } else if (name_is(p, nl, "transfer-encoding")) {
-            /* Only "chunked", exactly once over all Transfer-Encoding lines: another coding
-             * (gzip, chunked) is not served, and chunked twice is malformed. */
-            have_te = 1;
-            size_t i = 0;
-            do {
-                size_t j = i;
-                while (j < vn && v[j] != ',') j++;
-                const char *t = v + i;
-                size_t tn = j - i;
-                trim(&t, &tn);
-                if (tn == 7 && strncasecmp(t, "chunked", 7) == 0) {
-                    if (req->chunked++) return fail(status, 400, err, "chunked applied twice");
-                } else if (tn) {
-                    te_other = 1;
-                }
-                i = j + 1;
-            } while (i < vn);
-        } else if (name_is(p, nl, "connection")) {
-            if (has_token(v, vn, "close")) connection_close = 1;
-            if (has_token(v, vn, "keep-alive")) connection_keep = 1;
-        } else if (name_is(p, nl, "expect")) {
-            if (vn == 12 && strncasecmp(v, "100-continue", 12) == 0)
-                req->expect_continue = 1;
-            else
-                return fail(status, 417, err, "unsupported Expect");
-        } else if (name_is(p, nl, "authorization")) {
-            req->has_auth = 1;
-            if (vn > 7 && strncasecmp(v, "Bearer ", 7) == 0) {
-                const char *t = v + 7;
-                size_t tn = vn - 7;
-                trim(&t, &tn);
-                if (tn >= sizeof req->bearer) {
-                    req->bearer_truncated = 1;
-                    tn = sizeof req->bearer - 1;
-                }
-                memcpy(req->bearer, t, tn);
-                req->bearer[tn] = 0;
-            }
-        }
-        p = eol + 2;
+        if (header_line(p, (size_t)(eol - p), req, &h, status, err)) return -1;
     }
-    if (have_te && req->content_length >= 0)
-        return fail(status, 400, err, "both Transfer-Encoding and Content-Length");
-    if (te_other) return fail(status, 501, err, "unsupported Transfer-Encoding");
-    if (have_te && !req->chunked) return fail(status, 400, err, "empty Transfer-Encoding");
-    if (have_te && req->minor == 0)
-        return fail(status, 400, err, "Transfer-Encoding in an HTTP/1.0 request");
-    if (req->minor == 1)
-        req->keep_alive = !connection_close;
-    else
-        req->keep_alive = connection_keep && !connection_close;
-    return 1;
+    return finish_head(req, &h, status, err);
 }
 
 /* ---------------------------------------------------------------- chunked bodies */

@@ -33,6 +33,8 @@ struct front {
     _Atomic(const struct front_model *) model;
     struct front_model model_copy;
     _Atomic(struct scheduler *) sched;
+    _Atomic(const struct front_ext *) ext;
+    struct front_ext ext_copy;
     pthread_mutex_t mu; /* progress text and the notification list */
     char stage[64];
     double progress;
@@ -91,6 +93,12 @@ void front_set_ready(struct front *f, const struct front_model *model, struct sc
     front_set_progress(f, "ready", 1.0);
 }
 
+void front_set_ext(struct front *f, const struct front_ext *ext)
+{
+    f->ext_copy = *ext;
+    atomic_store(&f->ext, &f->ext_copy);
+}
+
 /* ---------------------------------------------------------------- responses */
 
 static void send_json(struct front *f, struct http_conn *c, int status, char *body,
@@ -138,6 +146,17 @@ static void handle_metrics(struct front *f, struct http_conn *c)
 {
     size_t len = 0;
     char *text = metrics_render(f->m, &len);
+    const struct front_ext *ext = atomic_load(&f->ext);
+    size_t xlen = 0;
+    char *extra = ext && ext->metrics && text ? ext->metrics(ext->ctx, &xlen) : NULL;
+    char *both = extra ? realloc(text, len + xlen + 1) : NULL;
+    if (both) {
+        memcpy(both + len, extra, xlen);
+        both[len + xlen] = 0;
+        text = both;
+        len += xlen;
+    }
+    free(extra);
     http_respond(c, 200, "text/plain; version=0.0.4; charset=utf-8", text ? text : "", len, NULL);
     free(text);
 }
@@ -441,6 +460,21 @@ static void on_request(void *ctx, struct http_conn *c, const struct http_request
     }
     int is_models = !strcmp(p, "/v1/models"), is_cmpl = !strcmp(p, "/v1/completions"),
         is_chat = !strcmp(p, "/v1/chat/completions");
+    const struct front_ext *ext = atomic_load(&f->ext);
+    if (!is_models && !is_cmpl && !is_chat && get && ext && ext->get) {
+        size_t xlen = 0;
+        e.status = 0;
+        char *x = check_auth(f, req, &e) ? NULL : ext->get(ext->ctx, p, &xlen);
+        if (x) {
+            http_respond(c, 200, "application/json", x, xlen, NULL);
+            free(x);
+            return;
+        }
+        if (e.status) {
+            send_error(f, c, &e);
+            return;
+        }
+    }
     if (!is_models && !is_cmpl && !is_chat) {
         api_error_set(&e, 404, "invalid_request_error", NULL, "Unknown request URL: %s %s.",
                       req->method, p);

@@ -1,12 +1,13 @@
 /* serve_front: the HTTP handlers of `strata serve` (run on the front thread).
  *
  * Routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health,
- * GET /metrics. A completion request is authenticated (optional bearer key), validated
- * (api_request), rendered (chat_template), tokenized, checked against the context, and submitted
- * to the scheduler; its output comes back through front_notify (scheduler thread: queue the
- * request, once) and front_wake (wake the front), and is sent as one JSON body or as server-sent
- * events ("data: {chunk}\n\n" ... "data: [DONE]\n\n"). A client that disconnects cancels its
- * request. Until front_set_ready(), completions get 503 and /health reports the load progress.
+ * GET /metrics, and GET routes of a front_ext (GET /v1/cluster). A completion request is
+ * authenticated (optional bearer key), validated (api_request), rendered (chat_template),
+ * tokenized, checked against the context, and submitted to the scheduler; its output comes back
+ * through front_notify (scheduler thread: queue the request, once) and front_wake (wake the front),
+ * and is sent as one JSON body or as server-sent events ("data: {chunk}\n\n" ... "data:
+ * [DONE]\n\n"). A client that disconnects cancels its request. Until front_set_ready(), completions
+ * get 503 and /health reports the load progress.
  *
  * /health always carries "pid" and "processes" (entries of /proc/[0-9]*): on the appliance the
  * server is PID 1 and alone, and the boot tests check that. */
@@ -48,6 +49,15 @@ void front_set_server(struct front *f, struct http_server *s);
 /* The model and scheduler become visible to the front thread; completions are served. */
 void front_set_ready(struct front *f, const struct front_model *model, struct scheduler *s);
 struct http_handler front_handler(struct front *f);
+/* Extensions served by other subsystems (the cluster's control plane): `get` answers GET routes
+ * the front does not know (malloc'd JSON, NULL: 404), `metrics` appends text to /metrics. Both run
+ * on the front thread and must be thread-safe. Set once; NULL fields are skipped. */
+struct front_ext {
+    void *ctx;
+    char *(*get)(void *ctx, const char *path, size_t *len);
+    char *(*metrics)(void *ctx, size_t *len);
+};
+void front_set_ext(struct front *f, const struct front_ext *ext);
 /* sched_ops.notify / sched_ops.wake */
 void front_notify(void *f, struct sreq *r);
 void front_wake(void *f);

@@ -220,58 +220,52 @@ static uint64_t align_up(uint64_t x, uint64_t a)
     return (x + a - 1) / a * a;
 }
 
-int model_plan(struct model *m, const struct gguf *g, const char *what, char *err)
-{
-    if (!what) what = "model";
-    memset(m, 0, sizeof *m);
-    m->gguf = g;
-    struct model_config *c = &m->cfg;
-    if (read_config(c, g, what, err) < 0) return -1;
-    const int L = c->n_layers;
+/* The architecture's tensors as the file names them; lt[l][kind] for the blocks. */
+struct found {
+    const struct gguf_tensor *embd, *out_norm, *out; /* out NULL: tied to embd */
+    const struct gguf_tensor *(*lt)[N_LAYER_KINDS];
+};
 
-    /* One pass over the file's tensors: each name must be one the architecture knows, once. */
-    const struct gguf_tensor *embd = NULL, *out_norm = NULL, *out = NULL;
-    const struct gguf_tensor *(*lt)[N_LAYER_KINDS] = calloc((size_t)L, sizeof *lt);
-    if (!lt) return errmsg_set(err, "%s: out of memory", what);
+/* One pass over the file's tensors: each name must be one the architecture knows (gguf_parse
+ * rejected duplicates), and every tensor it needs must be there. */
+static int find_tensors(struct found *f, const struct gguf *g, int L, const char *what, char *err)
+{
+    if (!(f->lt = calloc((size_t)L, sizeof *f->lt)))
+        return errmsg_set(err, "%s: out of memory", what);
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         const struct gguf_tensor *t = &g->tensors[i];
+        char name[80];
         int layer, kind;
         if (gguf_str_eq(t->name, "token_embd.weight"))
-            embd = t;
+            f->embd = t;
         else if (gguf_str_eq(t->name, "output_norm.weight"))
-            out_norm = t;
+            f->out_norm = t;
         else if (gguf_str_eq(t->name, "output.weight"))
-            out = t;
+            f->out = t;
         else if (parse_layer_name(t->name, &layer, &kind) == 0) {
-            if (layer >= L) {
-                char name[80];
-                errmsg_set(err, "%s: tensor %s: layer %d is beyond block_count %d", what,
-                           gguf_str_printable(t->name, name, sizeof name), layer, L);
-                goto fail;
-            }
-            lt[layer][kind] = t; /* gguf_parse rejected duplicate names */
+            if (layer >= L)
+                return errmsg_set(err, "%s: tensor %s: layer %d is beyond block_count %d", what,
+                                  gguf_str_printable(t->name, name, sizeof name), layer, L);
+            f->lt[layer][kind] = t;
         } else {
-            char name[80];
-            gguf_str_printable(t->name, name, sizeof name);
-            errmsg_set(err, "%s: tensor %s is not part of the llama architecture", what, name);
-            goto fail;
+            return errmsg_set(err, "%s: tensor %s is not part of the llama architecture", what,
+                              gguf_str_printable(t->name, name, sizeof name));
         }
     }
-    if (!embd) {
-        errmsg_set(err, "%s: missing tensor token_embd.weight", what);
-        goto fail;
-    }
-    if (!out_norm) {
-        errmsg_set(err, "%s: missing tensor output_norm.weight", what);
-        goto fail;
-    }
+    if (!f->embd) return errmsg_set(err, "%s: missing tensor token_embd.weight", what);
+    if (!f->out_norm) return errmsg_set(err, "%s: missing tensor output_norm.weight", what);
     for (int l = 0; l < L; l++)
         for (int k = 0; k < N_LAYER_KINDS; k++)
-            if (!lt[l][k]) {
-                errmsg_set(err, "%s: missing tensor blk.%d.%s.weight", what, l, layer_kind_name[k]);
-                goto fail;
-            }
+            if (!f->lt[l][k])
+                return errmsg_set(err, "%s: missing tensor blk.%d.%s.weight", what, l,
+                                  layer_kind_name[k]);
+    return 0;
+}
 
+/* Every tensor's type and shape against the config. */
+static int check_shapes(const struct found *f, const struct model_config *c, const char *what,
+                        char *err)
+{
     const uint64_t dim = (uint64_t)c->dim, hid = (uint64_t)c->hidden_dim, kv = (uint64_t)c->kv_dim,
                    voc = (uint64_t)c->vocab_size;
     const struct expect e_embd = {dim, voc, "dim", "vocab"}, e_norm = {dim, 0, "dim", "dim"};
@@ -286,25 +280,29 @@ int model_plan(struct model *m, const struct gguf *g, const char *what, char *er
         [K_FFN_DOWN] = {hid, dim, "hidden_dim", "dim"},
         [K_FFN_UP] = {dim, hid, "dim", "hidden_dim"},
     };
-    if (check_tensor(embd, e_embd, 0, what, err) < 0 ||
-        check_tensor(out_norm, e_norm, 1, what, err) < 0 ||
-        (out && check_tensor(out, e_embd, 0, what, err) < 0))
-        goto fail;
-    for (int l = 0; l < L; l++)
-        for (int k = 0; k < N_LAYER_KINDS; k++)
-            if (check_tensor(lt[l][k], e_layer[k], k == K_ATTN_NORM || k == K_FFN_NORM, what, err) <
-                0)
-                goto fail;
+    if (check_tensor(f->embd, e_embd, 0, what, err) < 0 ||
+        check_tensor(f->out_norm, e_norm, 1, what, err) < 0 ||
+        (f->out && check_tensor(f->out, e_embd, 0, what, err) < 0))
+        return -1;
+    for (int l = 0; l < c->n_layers; l++)
+        for (int k = 0; k < N_LAYER_KINDS; k++) {
+            int norm = k == K_ATTN_NORM || k == K_FFN_NORM;
+            if (check_tensor(f->lt[l][k], e_layer[k], norm, what, err) < 0) return -1;
+        }
+    return 0;
+}
 
-    /* Layout in execution order. */
-    m->tied_output = out == NULL;
+/* The weight image in execution order: span 0 the embedding, 1+l block l, L+1 the head; each
+ * span SPAN_ALIGNed, each tensor TENSOR_ALIGNed inside it. Also where each span lies in the file. */
+static int lay_out(struct model *m, const struct found *f, const struct gguf *g, const char *what,
+                   char *err)
+{
+    const int L = m->cfg.n_layers;
+    m->tied_output = f->out == NULL;
     m->n_spans = L + 2;
-    m->n_slots = 1 + L * N_LAYER_KINDS + 1 + (out != NULL);
-    m->slots = calloc((size_t)m->n_slots, sizeof *m->slots);
-    if (!m->slots) {
-        errmsg_set(err, "%s: out of memory", what);
-        goto fail;
-    }
+    m->n_slots = 1 + L * N_LAYER_KINDS + 1 + (f->out != NULL);
+    if (!(m->slots = calloc((size_t)m->n_slots, sizeof *m->slots)))
+        return errmsg_set(err, "%s: out of memory", what);
     uint64_t off = 0;
     int n = 0;
     for (int s = 0; s < m->n_spans; s++) {
@@ -313,12 +311,12 @@ int model_plan(struct model *m, const struct gguf *g, const char *what, char *er
         const struct gguf_tensor *list[N_LAYER_KINDS];
         int cnt = 0;
         if (s == 0)
-            list[cnt++] = embd;
+            list[cnt++] = f->embd;
         else if (s <= L)
-            for (int k = 0; k < N_LAYER_KINDS; k++) list[cnt++] = lt[s - 1][k];
+            for (int k = 0; k < N_LAYER_KINDS; k++) list[cnt++] = f->lt[s - 1][k];
         else {
-            list[cnt++] = out_norm;
-            if (out) list[cnt++] = out;
+            list[cnt++] = f->out_norm;
+            if (f->out) list[cnt++] = f->out;
         }
         uint64_t lo = UINT64_MAX, hi = 0;
         for (int i = 0; i < cnt; i++) {
@@ -341,23 +339,40 @@ int model_plan(struct model *m, const struct gguf *g, const char *what, char *er
         if (m->file_spans[s].offset < m->file_spans[s - 1].offset + m->file_spans[s - 1].size)
             m->file_in_order = 0;
     m->image_size = align_up(off, SPAN_ALIGN);
+    return 0;
+}
 
-    set_tensor(&m->token_embd, embd);
-    set_tensor(&m->output_norm, out_norm);
-    set_tensor(&m->output, out ? out : embd);
-    for (int l = 0; l < L; l++) {
+/* Shapes and types into the model's tensor structs (data comes with model_fill/model_bind). */
+static void describe_tensors(struct model *m, const struct found *f)
+{
+    set_tensor(&m->token_embd, f->embd);
+    set_tensor(&m->output_norm, f->out_norm);
+    set_tensor(&m->output, f->out ? f->out : f->embd);
+    for (int l = 0; l < m->cfg.n_layers; l++) {
         struct layer_weights *w = &m->layers[l];
         struct tensor *dst[N_LAYER_KINDS] = {&w->attn_norm, &w->wq,     &w->wk,     &w->wv,  &w->wo,
                                              &w->ffn_norm,  &w->w_gate, &w->w_down, &w->w_up};
-        for (int k = 0; k < N_LAYER_KINDS; k++) set_tensor(dst[k], lt[l][k]);
+        for (int k = 0; k < N_LAYER_KINDS; k++) set_tensor(dst[k], f->lt[l][k]);
     }
-    free(lt);
-    return 0;
-fail:
-    free(lt);
-    free(m->slots);
-    m->slots = NULL;
-    return -1;
+}
+
+int model_plan(struct model *m, const struct gguf *g, const char *what, char *err)
+{
+    if (!what) what = "model";
+    memset(m, 0, sizeof *m);
+    m->gguf = g;
+    if (read_config(&m->cfg, g, what, err) < 0) return -1;
+    struct found f = {0};
+    int rc = find_tensors(&f, g, m->cfg.n_layers, what, err);
+    if (!rc) rc = check_shapes(&f, &m->cfg, what, err);
+    if (!rc) rc = lay_out(m, &f, g, what, err);
+    if (!rc) describe_tensors(m, &f);
+    free(f.lt);
+    if (rc) {
+        free(m->slots);
+        m->slots = NULL;
+    }
+    return rc;
 }
 
 int model_fill(struct model *m, uint8_t *image, int s, char *err)

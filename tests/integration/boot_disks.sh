@@ -55,7 +55,12 @@ mib=$(awk -v b="$unpacked" 'BEGIN { printf "%.1f", b / 1048576 }')
 if [ "$unpacked" -le $((BUDGET_MIB * 1048576)) ]; then
     ok "initrd-base $mib MiB unpacked, $(awk -v b="$(stat -c %s "$BOOT_OUT/initrd-base.img")" 'BEGIN { printf "%.1f", b / 1048576 }') MiB compressed (budget $BUDGET_MIB MiB unpacked)"
 else
-    nok "initrd-base size budget" "$mib MiB unpacked, over $BUDGET_MIB MiB"
+    img=$(realpath "$BOOT_OUT/initrd-base.img")
+    big=$(mkdir -p "$QEMU_DIR/unpacked" && cd "$QEMU_DIR/unpacked" && rm -rf ./* &&
+        zstd -dc "$img" | cpio -idm --quiet 2>/dev/null &&
+        find . -type f -printf '%s %p\n' | sort -rn | head -n 5 |
+        awk '{ printf "%s %.1f MiB, ", substr($2, 2), $1 / 1048576 }')
+    nok "initrd-base size budget" "$mib MiB unpacked, over $BUDGET_MIB MiB; largest: $big"
 fi
 
 # --- two boots at once ----------------------------------------------------------------------------

@@ -5,15 +5,17 @@
 #   normal             DISCOVER, OFFER, REQUEST, ACK; then renewals unicast to the server at T1
 #   nak-first-renewal  a NAK makes the client drop the address and start over with a DISCOVER
 #   ignore-unicast     renewals go unanswered, so at T2 the client rebinds by broadcast
-# The client side is build/tools/dhcp_lease (os/dhcp_client.c, os/dhcp_renew.c, as the appliance
-# runs them). Needs root (namespaces, packet sockets).
+# The client side is build/tools/dhcp_lease (os/common/dhcp_client.c, os/runtime/dhcp_renew.c, as the appliance
+# runs them; DHCP_LEASE_TOOL=build/san/tools/dhcp_lease runs the sanitized build). Needs root
+# (namespaces, packet sockets).
 set -u
 cd "$(dirname "$0")/../.."
 fail=0
 ok() { echo "ok - $1"; }
 nok() { echo "not ok - $1: $2"; fail=1; }
 [ "$(id -u)" = 0 ] || { echo "skip - dhcp renew: needs root"; exit 0; }
-make -s build/tools/dhcp_lease || { nok "dhcp renew build" "make build/tools/dhcp_lease"; exit 1; }
+TOOL=${DHCP_LEASE_TOOL:-build/tools/dhcp_lease}
+make -s "$TOOL" || { nok "dhcp renew build" "make $TOOL"; exit 1; }
 ID=$$
 SRV=sdhcp${ID}s CLI=sdhcp${ID}c DIR=build/dhcp_renew
 mkdir -p "$DIR"
@@ -41,7 +43,7 @@ scenario() {
         "$DIR/$mode.srv" &
     SPID=$!
     for _ in $(seq 50); do grep -q listening "$DIR/$mode.srv" && break; sleep 0.1; done
-    timeout 90 ip netns exec "$CLI" build/tools/dhcp_lease veth-c "$DIR/$mode.lease" "$n" \
+    timeout 90 ip netns exec "$CLI" "$TOOL" veth-c "$DIR/$mode.lease" "$n" \
         >"$DIR/$mode.out" 2>"$DIR/$mode.err"
 }
 

@@ -25,7 +25,7 @@ expect() {
 }
 expect "without DPDK" "libdpdk-dev" PKG_CONFIG=false all
 expect "without pkg-config" "pkg-config libdpdk-dev" PKG_CONFIG=/nonexistent/pkg-config
-expect "without the headers" "libibverbs-dev libmicrohttpd-dev libcjson-dev libsodium-dev" \
+expect "without the headers" "libibverbs-dev libcjson-dev libsodium-dev" \
     DEPS_INCLUDE=/nonexistent SAN=1
 # The goals that install the packages themselves, or need none, are not stopped.
 if out=$(make -n PKG_CONFIG=false clean deps 2>&1) && ! grep -q "missing packages" <<<"$out"; then

@@ -1,7 +1,7 @@
 /* dhcp_lease: the appliance's DHCP path outside the appliance, for tests/integration/
- * dhcp_renew.sh: obtain a lease on IFACE (os/dhcp_client.h), apply the address and route
- * (os/net_config.h; resolv.conf is left alone: this runs on a test host), save it to LEASEFILE,
- * then run the server's renewal schedule (os/dhcp_renew.h) RENEWALS times. Prints "acquired: ..."
+ * dhcp_renew.sh: obtain a lease on IFACE (os/common/dhcp_client.h), apply the address and route
+ * (os/common/net_config.h; resolv.conf is left alone: this runs on a test host), save it to LEASEFILE,
+ * then run the server's renewal schedule (os/runtime/dhcp_renew.h) RENEWALS times. Prints "acquired: ..."
  * and "renewal N: ..." lines; the schedule's own lines ("strata: dhcp: ...") go to stderr.
  *
  *   dhcp_lease IFACE LEASEFILE RENEWALS */

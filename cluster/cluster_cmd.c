@@ -1,0 +1,317 @@
+#include "cluster/cluster_cmd.h"
+
+#include "os/common/errmsg.h"
+#include "transport/wire.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------- strings */
+
+void cl_put_str(struct wire_w *w, const char *s)
+{
+    size_t n = strnlen(s, CL_STR_LEN);
+    wire_put_u8(w, (uint8_t)n);
+    wire_put_bytes(w, s, n);
+}
+
+/* Printable ASCII, at most CL_STR_LEN bytes. Returns -1 (and marks r bad) otherwise. */
+int cl_get_str(struct wire_r *r, char out[CL_STR_LEN + 1])
+{
+    uint8_t n = wire_get_u8(r);
+    const uint8_t *p = r->bad ? NULL : wire_get_bytes(r, n);
+    out[0] = 0;
+    if (!p || n > CL_STR_LEN) {
+        r->bad = 1;
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (p[i] < 0x20 || p[i] > 0x7e) {
+            r->bad = 1;
+            return -1;
+        }
+    memcpy(out, p, n);
+    out[n] = 0;
+    return 0;
+}
+
+static int finite_f(float f)
+{
+    return isfinite(f);
+}
+
+/* ---------------------------------------------------------------- log commands */
+
+static void put_node_up(struct wire_w *w, const struct cl_node_up *u)
+{
+    wire_put_u64(w, u->id);
+    cl_put_str(w, u->addr);
+    cl_put_str(w, u->http);
+    cl_put_str(w, u->gpu);
+    wire_put_u8(w, u->role);
+    wire_put_f32(w, u->tok_s);
+}
+
+static int get_node_up(struct wire_r *r, struct cl_node_up *u, char *err)
+{
+    u->id = wire_get_u64(r);
+    cl_get_str(r, u->addr);
+    cl_get_str(r, u->http);
+    cl_get_str(r, u->gpu);
+    u->role = wire_get_u8(r);
+    u->tok_s = wire_get_f32(r);
+    if (r->bad) return errmsg_set(err, "node: truncated or bad string");
+    if (!u->id) return errmsg_set(err, "node: id 0");
+    if (u->role != ROLE_VOTER && u->role != ROLE_JOINER)
+        return errmsg_set(err, "node %llu: unknown role %u", (unsigned long long)u->id, u->role);
+    if (!finite_f(u->tok_s) || u->tok_s < 0)
+        return errmsg_set(err, "node %llu: tokens/s not a finite value >= 0",
+                          (unsigned long long)u->id);
+    return 0;
+}
+
+static void put_holding(struct wire_w *w, const struct cl_holding *h)
+{
+    wire_put_u64(w, h->node);
+    cl_put_str(w, h->model);
+    wire_put_u8(w, h->host);
+    wire_put_u8(w, h->engine);
+    wire_put_u16(w, h->layers_resident);
+    wire_put_u16(w, h->n_layers);
+}
+
+static int get_holding(struct wire_r *r, struct cl_holding *h, char *err)
+{
+    h->node = wire_get_u64(r);
+    cl_get_str(r, h->model);
+    h->host = wire_get_u8(r);
+    h->engine = wire_get_u8(r);
+    h->layers_resident = wire_get_u16(r);
+    h->n_layers = wire_get_u16(r);
+    if (r->bad) return errmsg_set(err, "holding: truncated or bad string");
+    if (!h->node || !h->model[0]) return errmsg_set(err, "holding: node 0 or empty model name");
+    if (h->host > 1 || h->engine > 1) return errmsg_set(err, "holding %s: flags not 0/1", h->model);
+    if (h->layers_resident > h->n_layers)
+        return errmsg_set(err, "holding %s: %u layers resident of %u", h->model, h->layers_resident,
+                          h->n_layers);
+    return 0;
+}
+
+size_t cl_cmd_encode(uint8_t *out, size_t cap, const struct cl_cmd *c)
+{
+    struct wire_w w = {out, cap, 0, 0};
+    wire_put_u8(&w, CL_CMD_VERSION);
+    wire_put_u8(&w, c->type);
+    wire_put_u64(&w, c->t_ms);
+    switch (c->type) {
+    case CMD_NODE_UP:
+        put_node_up(&w, &c->u.up);
+        break;
+    case CMD_NODE_DOWN:
+        wire_put_u64(&w, c->u.down);
+        break;
+    case CMD_HOLDING:
+        put_holding(&w, &c->u.hold);
+        break;
+    case CMD_SCALE: {
+        const struct cl_scale *s = &c->u.scale;
+        wire_put_u8(&w, s->kind);
+        cl_put_str(&w, s->model);
+        wire_put_u64(&w, s->source);
+        wire_put_u64(&w, s->node);
+        wire_put_u8(&w, s->n_chain);
+        for (int i = 0; i < s->n_chain && i < CL_MAX_CHAIN; i++) wire_put_u64(&w, s->chain[i]);
+        break;
+    }
+    case CMD_SCALE_DONE:
+        wire_put_u32(&w, c->u.done.scale_id);
+        wire_put_u8(&w, c->u.done.ok);
+        break;
+    default:
+        return 0;
+    }
+    return w.bad ? 0 : w.off;
+}
+
+int cl_cmd_decode(struct cl_cmd *c, const uint8_t *buf, size_t len, char *err)
+{
+    struct wire_r r = {buf, len, 0, 0};
+    memset(c, 0, sizeof *c);
+    uint8_t ver = wire_get_u8(&r);
+    c->type = wire_get_u8(&r);
+    c->t_ms = wire_get_u64(&r);
+    if (r.bad) return errmsg_set(err, "cluster command: %zu bytes, shorter than its header", len);
+    if (ver != CL_CMD_VERSION)
+        return errmsg_set(err, "cluster command: version %u, expected %u", ver, CL_CMD_VERSION);
+    switch (c->type) {
+    case CMD_NODE_UP:
+        if (get_node_up(&r, &c->u.up, err)) return errmsg_prefix(err, "NODE_UP: ");
+        break;
+    case CMD_NODE_DOWN:
+        c->u.down = wire_get_u64(&r);
+        if (!r.bad && !c->u.down) return errmsg_set(err, "NODE_DOWN: node id 0");
+        break;
+    case CMD_HOLDING:
+        if (get_holding(&r, &c->u.hold, err)) return errmsg_prefix(err, "HOLDING: ");
+        break;
+    case CMD_SCALE: {
+        struct cl_scale *s = &c->u.scale;
+        s->kind = wire_get_u8(&r);
+        cl_get_str(&r, s->model);
+        s->source = wire_get_u64(&r);
+        s->node = wire_get_u64(&r);
+        s->n_chain = wire_get_u8(&r);
+        if (r.bad) return errmsg_set(err, "SCALE: truncated");
+        if (s->kind < SCALE_UP || s->kind > SCALE_DROP_HOST)
+            return errmsg_set(err, "SCALE: unknown kind %u", s->kind);
+        if (s->n_chain > CL_MAX_CHAIN)
+            return errmsg_set(err, "SCALE: chain of %u nodes, at most %d", s->n_chain,
+                              CL_MAX_CHAIN);
+        for (int i = 0; i < s->n_chain; i++)
+            if (!(s->chain[i] = wire_get_u64(&r)) && !r.bad)
+                return errmsg_set(err, "SCALE: chain[%d] is node 0", i);
+        if (!r.bad && (!s->model[0] || !s->node))
+            return errmsg_set(err, "SCALE: empty model name or target node 0");
+        break;
+    }
+    case CMD_SCALE_DONE:
+        c->u.done.scale_id = wire_get_u32(&r);
+        c->u.done.ok = wire_get_u8(&r);
+        if (!r.bad && c->u.done.ok > 1) return errmsg_set(err, "SCALE_DONE: ok not 0/1");
+        break;
+    default:
+        return errmsg_set(err, "cluster command: unknown type %u", c->type);
+    }
+    if (r.bad) return errmsg_set(err, "cluster command type %u: truncated", c->type);
+    if (r.off != len)
+        return errmsg_set(err, "cluster command type %u: %zu trailing bytes", c->type, len - r.off);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- control messages */
+
+static void put_load(struct wire_w *w, const struct cl_load *l)
+{
+    wire_put_u32(w, (uint32_t)l->queue_len);
+    wire_put_u32(w, (uint32_t)l->running);
+    wire_put_u64(w, (uint64_t)l->queued_tokens);
+    const float f[] = {l->kv_used, l->idle_ms, l->ttft_pred_ms, l->tok_s,
+                       l->step_a,  l->step_b,  l->step_c,       l->step_corr};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) wire_put_f32(w, f[i]);
+}
+
+static int get_load(struct wire_r *r, struct cl_load *l, char *err)
+{
+    l->queue_len = (int32_t)wire_get_u32(r);
+    l->running = (int32_t)wire_get_u32(r);
+    l->queued_tokens = (int64_t)wire_get_u64(r);
+    float *f[] = {&l->kv_used, &l->idle_ms, &l->ttft_pred_ms, &l->tok_s,
+                  &l->step_a,  &l->step_b,  &l->step_c,       &l->step_corr};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) *f[i] = wire_get_f32(r);
+    if (r->bad) return errmsg_set(err, "load: truncated");
+    if (l->queue_len < 0 || l->running < 0 || l->queued_tokens < 0)
+        return errmsg_set(err, "load: negative queue, running or queued tokens");
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        if (!finite_f(*f[i])) return errmsg_set(err, "load: field %zu not finite", i);
+    if (l->kv_used < 0 || l->kv_used > 1) return errmsg_set(err, "load: KV use outside [0, 1]");
+    return 0;
+}
+
+size_t cl_msg_encode(uint8_t *out, size_t cap, const struct cl_msg *m)
+{
+    struct wire_w w = {out, cap, 0, 0};
+    wire_put_u8(&w, CL_CMD_VERSION);
+    wire_put_u8(&w, m->type);
+    switch (m->type) {
+    case MSGC_OPEN:
+        wire_put_u8(&w, m->u.open.channel);
+        wire_put_u64(&w, m->u.open.id);
+        cl_put_str(&w, m->u.open.addr);
+        break;
+    case MSGC_LOAD:
+        put_node_up(&w, &m->u.load.node);
+        put_load(&w, &m->u.load.load);
+        wire_put_u32(&w, m->u.load.seen_scales);
+        wire_put_u8(&w, m->u.load.n_hold);
+        for (int i = 0; i < m->u.load.n_hold && i < CL_MAX_HOLD; i++)
+            put_holding(&w, &m->u.load.hold[i]);
+        break;
+    case MSGC_JOIN:
+        wire_put_u64(&w, m->u.join.id);
+        cl_put_str(&w, m->u.join.addr);
+        break;
+    case MSGC_REDIRECT:
+        wire_put_u8(&w, m->u.redirect.status);
+        cl_put_str(&w, m->u.redirect.addr);
+        break;
+    case MSGC_STATE_REQ:
+        break;
+    case MSGC_STATE:
+        wire_put_u32(&w, m->u.state.len);
+        wire_put_bytes(&w, m->u.state.p, m->u.state.len);
+        break;
+    default:
+        return 0;
+    }
+    return w.bad ? 0 : w.off;
+}
+
+int cl_msg_decode(struct cl_msg *m, const uint8_t *buf, size_t len, char *err)
+{
+    struct wire_r r = {buf, len, 0, 0};
+    memset(m, 0, sizeof *m);
+    uint8_t ver = wire_get_u8(&r);
+    m->type = wire_get_u8(&r);
+    if (r.bad) return errmsg_set(err, "control message: %zu bytes, shorter than its header", len);
+    if (ver != CL_CMD_VERSION)
+        return errmsg_set(err, "control message: version %u, expected %u", ver, CL_CMD_VERSION);
+    switch (m->type) {
+    case MSGC_OPEN:
+        m->u.open.channel = wire_get_u8(&r);
+        m->u.open.id = wire_get_u64(&r);
+        cl_get_str(&r, m->u.open.addr);
+        if (!r.bad && m->u.open.channel != CHAN_RAFT && m->u.open.channel != CHAN_CTL)
+            return errmsg_set(err, "OPEN: unknown channel %u", m->u.open.channel);
+        if (!r.bad && !m->u.open.id) return errmsg_set(err, "OPEN: node id 0");
+        break;
+    case MSGC_LOAD:
+        if (get_node_up(&r, &m->u.load.node, err)) return errmsg_prefix(err, "LOAD: ");
+        if (get_load(&r, &m->u.load.load, err)) return errmsg_prefix(err, "LOAD: ");
+        m->u.load.seen_scales = wire_get_u32(&r);
+        m->u.load.n_hold = wire_get_u8(&r);
+        if (!r.bad && m->u.load.n_hold > CL_MAX_HOLD)
+            return errmsg_set(err, "LOAD: %u holdings, at most %d", m->u.load.n_hold, CL_MAX_HOLD);
+        for (int i = 0; i < m->u.load.n_hold && !r.bad; i++) {
+            if (get_holding(&r, &m->u.load.hold[i], err)) return errmsg_prefix(err, "LOAD: ");
+            if (m->u.load.hold[i].node != m->u.load.node.id)
+                return errmsg_set(err, "LOAD: node %llu reports a holding of node %llu",
+                                  (unsigned long long)m->u.load.node.id,
+                                  (unsigned long long)m->u.load.hold[i].node);
+        }
+        break;
+    case MSGC_JOIN:
+        m->u.join.id = wire_get_u64(&r);
+        cl_get_str(&r, m->u.join.addr);
+        if (!r.bad && (!m->u.join.id || !m->u.join.addr[0]))
+            return errmsg_set(err, "JOIN: node id 0 or empty address");
+        break;
+    case MSGC_REDIRECT:
+        m->u.redirect.status = wire_get_u8(&r);
+        cl_get_str(&r, m->u.redirect.addr);
+        if (!r.bad && m->u.redirect.status > 2)
+            return errmsg_set(err, "REDIRECT: unknown status %u", m->u.redirect.status);
+        break;
+    case MSGC_STATE_REQ:
+        break;
+    case MSGC_STATE:
+        m->u.state.len = wire_get_u32(&r);
+        m->u.state.p = r.bad ? NULL : wire_get_bytes(&r, m->u.state.len);
+        break;
+    default:
+        return errmsg_set(err, "control message: unknown type %u", m->type);
+    }
+    if (r.bad) return errmsg_set(err, "control message type %u: truncated", m->type);
+    if (r.off != len)
+        return errmsg_set(err, "control message type %u: %zu trailing bytes", m->type, len - r.off);
+    return 0;
+}

@@ -1,0 +1,144 @@
+/* cluster_cmd: the commands of the cluster's replicated log, and the control messages nodes send
+ * each other, encoded as explicit little-endian bytes (transport/wire.h's cursors).
+ *
+ * A log entry is one command: version u8 | type u8 | t_ms u64 | body. t_ms is the leader's wall
+ * clock when it proposed the command, so applying the log is deterministic on every node (the
+ * state machine never reads a clock). Strings are u8 length + bytes, printable ASCII only.
+ * Control messages (load reports, join requests, state reads) travel over the authenticated
+ * control channel (cluster/sealed_conn.h), never through the log; they share the encoding.
+ *
+ * Decoders take (buf, len), check every length before reading, reject unknown types, out-of-range
+ * values and trailing bytes, and return 0 or -1 with one line in err. */
+#ifndef STRATA_CLUSTER_CMD_H
+#define STRATA_CLUSTER_CMD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define CL_CMD_VERSION 1
+#define CL_STR_LEN     63 /* addresses, model names, GPU types */
+#define CL_MAX_CHAIN   16 /* joiners of one scale-out */
+#define CL_MAX_HOLD    8  /* models a node reports at once */
+#define CL_CMD_MAX     1024
+
+enum cl_cmd_type {
+    CMD_NODE_UP = 1,    /* a member is (back) alive: its identity and capabilities */
+    CMD_NODE_DOWN = 2,  /* the leader stopped hearing from a member */
+    CMD_HOLDING = 3,    /* what a node holds of one model: host copy, engine layers */
+    CMD_SCALE = 4,      /* a planner decision (scale up/down, replicate, drop a host copy) */
+    CMD_SCALE_DONE = 5, /* a scale-out finished (every joiner serves alone) or was abandoned */
+};
+
+enum cl_role { ROLE_VOTER = 1, ROLE_JOINER = 2 };
+
+enum cl_scale_kind { SCALE_UP = 1, SCALE_DOWN = 2, SCALE_REPLICATE = 3, SCALE_DROP_HOST = 4 };
+
+struct cl_node_up {
+    uint64_t id;
+    char addr[CL_STR_LEN + 1]; /* control (raft) address host:port */
+    char http[CL_STR_LEN + 1]; /* API address host:port */
+    char gpu[CL_STR_LEN + 1];  /* GPU type ("cpu" without one) */
+    uint8_t role;              /* enum cl_role */
+    float tok_s;               /* measured tokens/s for its model (0: not yet measured) */
+};
+
+struct cl_holding {
+    uint64_t node;
+    char model[CL_STR_LEN + 1];
+    uint8_t host;             /* whole model in host memory */
+    uint8_t engine;           /* model in the engine (layers_resident of n_layers) */
+    uint16_t layers_resident; /* k */
+    uint16_t n_layers;        /* L */
+};
+
+struct cl_scale {
+    uint8_t kind; /* enum cl_scale_kind */
+    char model[CL_STR_LEN + 1];
+    uint64_t source; /* 0: none */
+    uint64_t node;   /* target (chain[0] for a scale up) */
+    uint8_t n_chain;
+    uint64_t chain[CL_MAX_CHAIN];
+};
+
+struct cl_cmd {
+    uint8_t type; /* enum cl_cmd_type */
+    uint64_t t_ms;
+    union {
+        struct cl_node_up up;
+        uint64_t down; /* node id */
+        struct cl_holding hold;
+        struct cl_scale scale;
+        struct {
+            uint32_t scale_id; /* index of the CMD_SCALE event (its log order) */
+            uint8_t ok;
+        } done;
+    } u;
+};
+
+/* Returns bytes written, 0 if cap is too small. */
+size_t cl_cmd_encode(uint8_t *out, size_t cap, const struct cl_cmd *c);
+int cl_cmd_decode(struct cl_cmd *c, const uint8_t *buf, size_t len, char *err);
+
+/* ---------------------------------------------------------------- control messages */
+
+enum cl_msg_type {
+    MSGC_OPEN = 1,      /* first message on a connection: channel, sender id and address */
+    MSGC_LOAD = 2,      /* node -> leader, every heartbeat */
+    MSGC_JOIN = 3,      /* a new node asks to be added */
+    MSGC_REDIRECT = 4,  /* "not the leader; try this address" (or "added", status 0) */
+    MSGC_STATE_REQ = 5, /* read the replicated state */
+    MSGC_STATE = 6,     /* reply: the state snapshot (cluster_state encoding) */
+};
+
+enum cl_channel { CHAN_RAFT = 1, CHAN_CTL = 2 };
+
+struct cl_load {
+    int32_t queue_len, running;
+    int64_t queued_tokens;
+    float kv_used;      /* 0..1 */
+    float idle_ms;      /* time since queue and running were both empty; < 0 busy */
+    float ttft_pred_ms; /* predicted TTFT of a request arriving now (step model) */
+    float tok_s;        /* measured decode tokens/s */
+    float step_a, step_b, step_c, step_corr; /* the scheduler's step model (seconds) */
+};
+
+struct cl_msg {
+    uint8_t type;
+    union {
+        struct {
+            uint8_t channel; /* enum cl_channel */
+            uint64_t id;
+            char addr[CL_STR_LEN + 1];
+        } open;
+        struct {
+            struct cl_node_up node; /* identity as the node sees itself */
+            struct cl_load load;
+            uint32_t seen_scales; /* CMD_SCALEs the node had applied and acted on */
+            uint8_t n_hold;
+            struct cl_holding hold[CL_MAX_HOLD];
+        } load;
+        struct {
+            uint64_t id;
+            char addr[CL_STR_LEN + 1];
+        } join;
+        struct {
+            uint8_t status; /* 0 done, 1 not the leader (addr: the leader, may be ""), 2 failed */
+            char addr[CL_STR_LEN + 1];
+        } redirect;
+        struct {
+            const uint8_t *p; /* into the decoded buffer */
+            uint32_t len;
+        } state;
+    } u;
+};
+
+size_t cl_msg_encode(uint8_t *out, size_t cap, const struct cl_msg *m);
+int cl_msg_decode(struct cl_msg *m, const uint8_t *buf, size_t len, char *err);
+
+/* Shared by the state snapshot codec. */
+struct wire_w;
+struct wire_r;
+void cl_put_str(struct wire_w *w, const char *s);
+int cl_get_str(struct wire_r *r, char out[CL_STR_LEN + 1]);
+
+#endif

@@ -1,0 +1,315 @@
+#include "cluster/cluster_state.h"
+
+#include "os/common/errmsg.h"
+#include "transport/wire.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define CL_SNAP_MAGIC 0x50414e53u /* "SNAP" */
+
+void cl_state_init(struct cl_state *s)
+{
+    memset(s, 0, sizeof *s);
+}
+
+struct cl_member *cl_state_member(struct cl_state *s, uint64_t id)
+{
+    for (uint32_t i = 0; i < s->n_members; i++)
+        if (s->member[i].info.id == id) return &s->member[i];
+    return NULL;
+}
+
+const struct cl_member *cl_state_member_c(const struct cl_state *s, uint64_t id)
+{
+    return cl_state_member((struct cl_state *)s, id);
+}
+
+int cl_state_model(const struct cl_state *s, const char *name)
+{
+    for (uint32_t i = 0; i < s->n_models; i++)
+        if (!strcmp(s->model[i], name)) return (int)i;
+    return -1;
+}
+
+static int model_add(struct cl_state *s, const char *name)
+{
+    int m = cl_state_model(s, name);
+    if (m >= 0 || s->n_models == CL_MAX_MODELS) return m;
+    snprintf(s->model[s->n_models], sizeof s->model[0], "%s", name);
+    return (int)s->n_models++;
+}
+
+static void event_add(struct cl_state *s, const struct cl_cmd *c, uint8_t kind, uint64_t node,
+                      uint64_t source, const char *model)
+{
+    struct cl_event *e = &s->event[s->n_events % CL_MAX_EVENTS];
+    *e = (struct cl_event){.t_ms = c->t_ms,
+                           .seq = s->n_events,
+                           .type = c->type,
+                           .kind = kind,
+                           .node = node,
+                           .source = source};
+    snprintf(e->model, sizeof e->model, "%s", model ? model : "");
+    s->n_events++;
+}
+
+/* A decision changes what its targets should hold at once, so the next planner call sees it
+ * (joiners join with k = 0; a scaled-down engine is gone); their reports confirm or correct it. */
+static void set_desired(struct cl_state *s, const struct cl_scale *sc)
+{
+    int mi = cl_state_model(s, sc->model);
+    uint16_t L = 0;
+    for (uint32_t i = 0; i < s->n_members; i++)
+        if (s->member[i].hold[mi].n_layers) L = s->member[i].hold[mi].n_layers;
+    struct cl_member *m = cl_state_member(s, sc->node);
+    switch (sc->kind) {
+    case SCALE_UP:
+        for (int k = 0; k < sc->n_chain; k++) {
+            struct cl_member *j = cl_state_member(s, sc->chain[k]);
+            if (j && !j->hold[mi].engine) j->hold[mi] = (struct cl_hold){j->hold[mi].host, 1, 0, L};
+        }
+        break;
+    case SCALE_DOWN:
+        if (m) m->hold[mi].engine = 0, m->hold[mi].layers_resident = 0;
+        break;
+    case SCALE_DROP_HOST:
+        if (m) m->hold[mi].host = 0;
+        break;
+    }
+}
+
+static int apply(struct cl_state *s, const struct cl_cmd *c)
+{
+    switch (c->type) {
+    case CMD_NODE_UP: {
+        struct cl_member *m = cl_state_member(s, c->u.up.id);
+        if (!m) {
+            if (s->n_members == CL_MAX_NODES) return 1;
+            m = &s->member[s->n_members++];
+            memset(m, 0, sizeof *m);
+        }
+        int was_alive = m->alive;
+        m->info = c->u.up;
+        m->alive = 1;
+        if (!was_alive) {
+            m->since_ms = c->t_ms;
+            event_add(s, c, 0, c->u.up.id, 0, NULL);
+        }
+        return 0;
+    }
+    case CMD_NODE_DOWN: {
+        struct cl_member *m = cl_state_member(s, c->u.down);
+        if (!m || !m->alive) return 1;
+        m->alive = 0;
+        m->since_ms = c->t_ms;
+        event_add(s, c, 0, c->u.down, 0, NULL);
+        return 0;
+    }
+    case CMD_HOLDING: {
+        struct cl_member *m = cl_state_member(s, c->u.hold.node);
+        int mi = m ? model_add(s, c->u.hold.model) : -1;
+        if (mi < 0) return 1;
+        m->hold[mi] = (struct cl_hold){c->u.hold.host, c->u.hold.engine, c->u.hold.layers_resident,
+                                       c->u.hold.n_layers};
+        return 0;
+    }
+    case CMD_SCALE: {
+        const struct cl_scale *sc = &c->u.scale;
+        if (model_add(s, sc->model) < 0) return 1;
+        uint32_t id = s->n_scales++;
+        set_desired(s, sc);
+        if ((sc->kind == SCALE_UP || sc->kind == SCALE_REPLICATE) &&
+            s->n_scaleouts < CL_MAX_SCALEOUTS)
+            s->scaleout[s->n_scaleouts++] =
+                (struct cl_scaleout){.scale_id = id, .s = *sc, .started_ms = c->t_ms};
+        event_add(s, c, sc->kind, sc->node, sc->source, sc->model);
+        return 0;
+    }
+    case CMD_SCALE_DONE:
+        for (uint32_t i = 0; i < s->n_scaleouts; i++) {
+            if (s->scaleout[i].scale_id != c->u.done.scale_id) continue;
+            struct cl_scaleout so = s->scaleout[i];
+            s->scaleout[i] = s->scaleout[--s->n_scaleouts];
+            event_add(s, c, c->u.done.ok, so.s.node, so.s.source, so.s.model);
+            return 0;
+        }
+        return 1;
+    }
+    return 1;
+}
+
+int cl_state_apply(struct cl_state *s, const struct cl_cmd *c)
+{
+    int rc = apply(s, c);
+    s->applied++;
+    if (rc) s->rejected++;
+    return rc;
+}
+
+/* ---------------------------------------------------------------- snapshot */
+
+static void put_up(struct wire_w *w, const struct cl_node_up *u)
+{
+    wire_put_u64(w, u->id);
+    cl_put_str(w, u->addr);
+    cl_put_str(w, u->http);
+    cl_put_str(w, u->gpu);
+    wire_put_u8(w, u->role);
+    wire_put_f32(w, u->tok_s);
+}
+
+static void get_up(struct wire_r *r, struct cl_node_up *u)
+{
+    u->id = wire_get_u64(r);
+    cl_get_str(r, u->addr);
+    cl_get_str(r, u->http);
+    cl_get_str(r, u->gpu);
+    u->role = wire_get_u8(r);
+    u->tok_s = wire_get_f32(r);
+}
+
+static void put_scale(struct wire_w *w, const struct cl_scale *sc)
+{
+    wire_put_u8(w, sc->kind);
+    cl_put_str(w, sc->model);
+    wire_put_u64(w, sc->source);
+    wire_put_u64(w, sc->node);
+    wire_put_u8(w, sc->n_chain);
+    for (int i = 0; i < sc->n_chain; i++) wire_put_u64(w, sc->chain[i]);
+}
+
+static int get_scale(struct wire_r *r, struct cl_scale *sc)
+{
+    sc->kind = wire_get_u8(r);
+    cl_get_str(r, sc->model);
+    sc->source = wire_get_u64(r);
+    sc->node = wire_get_u64(r);
+    sc->n_chain = wire_get_u8(r);
+    if (r->bad || sc->n_chain > CL_MAX_CHAIN) return -1;
+    for (int i = 0; i < sc->n_chain; i++) sc->chain[i] = wire_get_u64(r);
+    return r->bad ? -1 : 0;
+}
+
+size_t cl_state_encoded_max(void)
+{
+    /* Every string at its longest, every table full. */
+    size_t up = 8 + 3 * (1 + CL_STR_LEN) + 1 + 4;
+    size_t member = up + 1 + 8 + CL_MAX_MODELS * 6;
+    size_t scale = 1 + 1 + CL_STR_LEN + 8 + 8 + 1 + 8 * CL_MAX_CHAIN;
+    return 4 + 6 * 4 + 2 * 8 + CL_MAX_NODES * member + CL_MAX_MODELS * (1 + CL_STR_LEN) +
+           CL_MAX_SCALEOUTS * (4 + scale + 8) + CL_MAX_EVENTS * (8 + 4 + 2 + 16 + 1 + CL_STR_LEN);
+}
+
+size_t cl_state_encode(const struct cl_state *s, uint8_t *out, size_t cap)
+{
+    struct wire_w w = {out, cap, 0, 0};
+    uint32_t n_ev = s->n_events < CL_MAX_EVENTS ? s->n_events : CL_MAX_EVENTS;
+    wire_put_u32(&w, CL_SNAP_MAGIC);
+    wire_put_u32(&w, s->n_members);
+    wire_put_u32(&w, s->n_models);
+    wire_put_u32(&w, s->n_scaleouts);
+    wire_put_u32(&w, s->n_events);
+    wire_put_u32(&w, s->n_scales);
+    wire_put_u32(&w, 0); /* reserved */
+    wire_put_u64(&w, s->applied);
+    wire_put_u64(&w, s->rejected);
+    for (uint32_t i = 0; i < s->n_members; i++) {
+        const struct cl_member *m = &s->member[i];
+        put_up(&w, &m->info);
+        wire_put_u8(&w, m->alive);
+        wire_put_u64(&w, m->since_ms);
+        for (int k = 0; k < CL_MAX_MODELS; k++) {
+            wire_put_u8(&w, m->hold[k].host);
+            wire_put_u8(&w, m->hold[k].engine);
+            wire_put_u16(&w, m->hold[k].layers_resident);
+            wire_put_u16(&w, m->hold[k].n_layers);
+        }
+    }
+    for (uint32_t i = 0; i < s->n_models; i++) cl_put_str(&w, s->model[i]);
+    for (uint32_t i = 0; i < s->n_scaleouts; i++) {
+        wire_put_u32(&w, s->scaleout[i].scale_id);
+        put_scale(&w, &s->scaleout[i].s);
+        wire_put_u64(&w, s->scaleout[i].started_ms);
+    }
+    for (uint32_t i = s->n_events - n_ev; i < s->n_events; i++) {
+        const struct cl_event *e = &s->event[i % CL_MAX_EVENTS];
+        wire_put_u64(&w, e->t_ms);
+        wire_put_u32(&w, e->seq);
+        wire_put_u8(&w, e->type);
+        wire_put_u8(&w, e->kind);
+        wire_put_u64(&w, e->node);
+        wire_put_u64(&w, e->source);
+        cl_put_str(&w, e->model);
+    }
+    return w.bad ? 0 : w.off;
+}
+
+int cl_state_decode(struct cl_state *s, const uint8_t *buf, size_t len, char *err)
+{
+    struct wire_r r = {buf, len, 0, 0};
+    cl_state_init(s);
+    uint32_t magic = wire_get_u32(&r);
+    s->n_members = wire_get_u32(&r);
+    s->n_models = wire_get_u32(&r);
+    s->n_scaleouts = wire_get_u32(&r);
+    s->n_events = wire_get_u32(&r);
+    s->n_scales = wire_get_u32(&r);
+    (void)wire_get_u32(&r);
+    s->applied = wire_get_u64(&r);
+    s->rejected = wire_get_u64(&r);
+    if (r.bad) return errmsg_set(err, "cluster snapshot: %zu bytes, shorter than its header", len);
+    if (magic != CL_SNAP_MAGIC) return errmsg_set(err, "cluster snapshot: bad magic");
+    if (s->n_members > CL_MAX_NODES || s->n_models > CL_MAX_MODELS ||
+        s->n_scaleouts > CL_MAX_SCALEOUTS) {
+        char e[ERRMSG_LEN];
+        snprintf(e, sizeof e, "%u members, %u models, %u scale-outs", s->n_members, s->n_models,
+                 s->n_scaleouts);
+        cl_state_init(s);
+        return errmsg_set(err, "cluster snapshot: %s exceed the tables", e);
+    }
+    for (uint32_t i = 0; i < s->n_members && !r.bad; i++) {
+        struct cl_member *m = &s->member[i];
+        get_up(&r, &m->info);
+        m->alive = wire_get_u8(&r);
+        m->since_ms = wire_get_u64(&r);
+        for (int k = 0; k < CL_MAX_MODELS; k++) {
+            m->hold[k].host = wire_get_u8(&r);
+            m->hold[k].engine = wire_get_u8(&r);
+            m->hold[k].layers_resident = wire_get_u16(&r);
+            m->hold[k].n_layers = wire_get_u16(&r);
+            if (m->hold[k].layers_resident > m->hold[k].n_layers) r.bad = 1;
+        }
+        if (!m->info.id || m->alive > 1) r.bad = 1;
+    }
+    for (uint32_t i = 0; i < s->n_models && !r.bad; i++) cl_get_str(&r, s->model[i]);
+    for (uint32_t i = 0; i < s->n_scaleouts && !r.bad; i++) {
+        s->scaleout[i].scale_id = wire_get_u32(&r);
+        if (get_scale(&r, &s->scaleout[i].s) || s->scaleout[i].s.kind < SCALE_UP ||
+            s->scaleout[i].s.kind > SCALE_DROP_HOST)
+            r.bad = 1;
+        s->scaleout[i].started_ms = wire_get_u64(&r);
+    }
+    uint32_t n_ev = s->n_events < CL_MAX_EVENTS ? s->n_events : CL_MAX_EVENTS;
+    for (uint32_t i = s->n_events - n_ev; i < s->n_events && !r.bad; i++) {
+        struct cl_event *e = &s->event[i % CL_MAX_EVENTS];
+        e->t_ms = wire_get_u64(&r);
+        e->seq = wire_get_u32(&r);
+        e->type = wire_get_u8(&r);
+        e->kind = wire_get_u8(&r);
+        e->node = wire_get_u64(&r);
+        e->source = wire_get_u64(&r);
+        cl_get_str(&r, e->model);
+        if (e->type < CMD_NODE_UP || e->type > CMD_SCALE_DONE ||
+            (e->type == CMD_SCALE && (e->kind < SCALE_UP || e->kind > SCALE_DROP_HOST)) ||
+            (e->type == CMD_SCALE_DONE && e->kind > 1))
+            r.bad = 1;
+    }
+    if (r.bad || r.off != len) {
+        int trailing = !r.bad;
+        cl_state_init(s);
+        return trailing ? errmsg_set(err, "cluster snapshot: %zu trailing bytes", len - r.off)
+                        : errmsg_set(err, "cluster snapshot: truncated or bad field");
+    }
+    return 0;
+}

@@ -1,0 +1,1322 @@
+#include "cluster/control.h"
+
+#include "cluster/cluster_state.h"
+#include "cluster/planner.h"
+#include "cluster/raft_transport.h"
+#include "os/common/errmsg.h"
+#include "os/runtime/log.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <raft.h>
+#include <raft/uv.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#define CTL_MAX_EXECUTED 64
+
+struct peer {
+    uint64_t id;
+    char addr[CL_STR_LEN + 1];
+};
+
+/* The latest load report of a node (the leader's table; every node keeps its own). */
+struct report {
+    uint64_t id;
+    uint64_t at_ms; /* monotonic, local */
+    uint32_t seen_scales;
+    struct cl_node_up node;
+    struct cl_load load;
+    int n_hold;
+    struct cl_holding hold[CL_MAX_HOLD];
+};
+
+struct proposal {
+    struct raft_apply req;
+    struct control *c;
+};
+
+struct control {
+    struct control_cfg cfg;
+    char peers_s[1024], addr[CL_STR_LEN + 1], dir[256], http[CL_STR_LEN + 1], gpu[CL_STR_LEN + 1],
+        model[CL_STR_LEN + 1];
+    struct peer peer[CL_MAX_NODES];
+    int n_peers, bootstrap_member;
+    struct cluster_key key;
+    struct control_serving sv;
+    struct cluster_exec ex;
+
+    pthread_t thread;
+    int thread_started;
+    uv_loop_t loop;
+    uv_async_t stop_async;
+    uv_timer_t tick;
+    struct raft_uv_transport transport;
+    struct raft_io io;
+    struct raft_fsm fsm;
+    struct raft raft;
+    int raft_open, stopping;
+
+    /* Guarded by mu: the replicated state (written by the FSM on the loop thread), this node's
+     * holdings (written by the executor), the report table and the counters below it. */
+    pthread_mutex_t mu;
+    struct cl_state st;
+    struct cl_holding my_hold[CL_MAX_HOLD];
+    int n_my_hold;
+    struct report rep[CL_MAX_NODES];
+    int n_rep;
+    int raft_state;
+    uint64_t leader_id, term, commit_index, applied_index;
+    char leader_addr[CL_STR_LEN + 1];
+    uint64_t decisions, refused, reports_in, proposals_failed, leaderships;
+
+    /* Loop thread only. */
+    int inflight, was_leader;
+    uint64_t leader_since, start_wall;
+    struct sconn *ctl; /* to the leader */
+    uint64_t ctl_leader;
+    int ctl_open;
+    int in_config;      /* this node is in raft's configuration */
+    struct sconn *join; /* a JOIN in flight */
+    int join_next;      /* next peer to ask */
+    uint32_t executed[CTL_MAX_EXECUTED];
+    int n_executed;
+    uint32_t events_seen;
+    uint32_t seen_scales; /* CMD_SCALEs this node has applied and acted on */
+};
+
+static uint64_t now_mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static uint64_t now_wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* ---------------------------------------------------------------- options */
+
+int control_enabled(const struct control_cfg *cfg)
+{
+    return cfg->peers != NULL;
+}
+
+static int parse_peers(struct control *c, char *err)
+{
+    snprintf(c->peers_s, sizeof c->peers_s, "%s", c->cfg.peers);
+    char *save = NULL;
+    for (char *tok = strtok_r(c->peers_s, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        char *at = strchr(tok, '@');
+        char *end;
+        unsigned long long id = at ? strtoull(tok, &end, 10) : 0;
+        if (!at || end != at || !id || strlen(at + 1) > CL_STR_LEN || !at[1])
+            return errmsg_set(err, "--cluster: '%s' is not ID@HOST:PORT", tok);
+        if (c->n_peers == CL_MAX_NODES)
+            return errmsg_set(err, "--cluster: more than %d peers", CL_MAX_NODES);
+        struct sockaddr_in sa;
+        if (sconn_parse_addr(at + 1, &sa, err)) return errmsg_prefix(err, "--cluster: ");
+        c->peer[c->n_peers].id = id;
+        snprintf(c->peer[c->n_peers].addr, sizeof c->peer[0].addr, "%s", at + 1);
+        if (id == c->cfg.id) {
+            snprintf(c->addr, sizeof c->addr, "%s", at + 1);
+            c->bootstrap_member = 1;
+        }
+        c->n_peers++;
+    }
+    if (!c->n_peers) return errmsg_set(err, "--cluster: no peers");
+    if (!c->bootstrap_member) {
+        if (!c->cfg.addr)
+            return errmsg_set(err,
+                              "--node-id %llu is not in --cluster: give --cluster-addr "
+                              "HOST:PORT to join",
+                              (unsigned long long)c->cfg.id);
+        snprintf(c->addr, sizeof c->addr, "%s", c->cfg.addr);
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- the state machine */
+
+static struct control *fsm_control(struct raft_fsm *fsm)
+{
+    return fsm->data;
+}
+
+/* A log entry: u32 length of the command, the command, zeros to a multiple of 8 bytes. raft's
+ * libuv I/O lays entries out 8-byte aligned in its batches; entries of other lengths arrived
+ * shifted at a node catching up on several entries in one AppendEntries, so every entry is padded
+ * here (as dqlite's are) and carries its own length. */
+static size_t entry_encode(const struct cl_cmd *cmd, uint8_t *out, size_t cap)
+{
+    if (cap < 8) return 0;
+    size_t n = cl_cmd_encode(out + 4, cap - 4, cmd);
+    size_t padded = (4 + n + 7) & ~(size_t)7;
+    if (!n || padded > cap) return 0;
+    for (int i = 0; i < 4; i++) out[i] = (uint8_t)(n >> (8 * i));
+    memset(out + 4 + n, 0, padded - 4 - n);
+    return padded;
+}
+
+static int entry_decode(struct cl_cmd *cmd, const uint8_t *p, size_t len, char *err)
+{
+    if (len < 4 || len % 8) return errmsg_set(err, "log entry of %zu bytes: not framed", len);
+    size_t n = (size_t)p[0] | (size_t)p[1] << 8 | (size_t)p[2] << 16 | (size_t)p[3] << 24;
+    if (n > len - 4 || len - 4 - n >= 8)
+        return errmsg_set(err, "log entry of %zu bytes claims a %zu-byte command", len, n);
+    return cl_cmd_decode(cmd, p + 4, n, err);
+}
+
+static int fsm_apply(struct raft_fsm *fsm, const struct raft_buffer *buf, void **result)
+{
+    struct control *c = fsm_control(fsm);
+    struct cl_cmd cmd;
+    char err[ERRMSG_LEN];
+    *result = NULL;
+    pthread_mutex_lock(&c->mu);
+    if (entry_decode(&cmd, buf->base, buf->len, err)) {
+        /* Every node rejects the same bytes the same way: the state stays identical. */
+        c->st.applied++;
+        c->st.rejected++;
+        pthread_mutex_unlock(&c->mu);
+        log_warn("cluster", "log entry not applied: %s", err);
+        return 0;
+    }
+    cl_state_apply(&c->st, &cmd);
+    pthread_mutex_unlock(&c->mu);
+    return 0;
+}
+
+static int fsm_snapshot(struct raft_fsm *fsm, struct raft_buffer *bufs[], unsigned *n_bufs)
+{
+    struct control *c = fsm_control(fsm);
+    size_t cap = cl_state_encoded_max();
+    struct raft_buffer *b = raft_malloc(sizeof *b);
+    uint8_t *p = raft_malloc(cap);
+    if (!b || !p) {
+        raft_free(b);
+        raft_free(p);
+        return RAFT_NOMEM;
+    }
+    pthread_mutex_lock(&c->mu);
+    size_t n = cl_state_encode(&c->st, p, cap);
+    pthread_mutex_unlock(&c->mu);
+    b->base = p;
+    b->len = n;
+    *bufs = b;
+    *n_bufs = 1;
+    return n ? 0 : RAFT_TOOBIG;
+}
+
+static int fsm_restore(struct raft_fsm *fsm, struct raft_buffer *buf)
+{
+    struct control *c = fsm_control(fsm);
+    struct cl_state *s = malloc(sizeof *s);
+    char err[ERRMSG_LEN];
+    if (!s) return RAFT_NOMEM;
+    if (cl_state_decode(s, buf->base, buf->len, err)) {
+        log_warn("cluster", "snapshot not restored: %s", err);
+        free(s);
+        return RAFT_CORRUPT;
+    }
+    pthread_mutex_lock(&c->mu);
+    c->st = *s;
+    pthread_mutex_unlock(&c->mu);
+    free(s);
+    raft_free(buf->base);
+    log_info("cluster", "restored a snapshot: %u members, %llu commands applied", c->st.n_members,
+             (unsigned long long)c->st.applied);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- proposing (leader) */
+
+static void proposed(struct raft_apply *req, int status, void *result)
+{
+    struct proposal *p = req->data;
+    struct control *c = p->c;
+    (void)result;
+    c->inflight--;
+    if (status) {
+        pthread_mutex_lock(&c->mu);
+        c->proposals_failed++;
+        pthread_mutex_unlock(&c->mu);
+        log_warn("cluster", "proposal not committed: %s", raft_strerror(status));
+    }
+    free(p);
+}
+
+static int propose(struct control *c, struct cl_cmd *cmd)
+{
+    cmd->t_ms = now_wall_ms();
+    uint8_t tmp[CL_CMD_MAX + 8];
+    size_t n = entry_encode(cmd, tmp, sizeof tmp);
+    struct proposal *p = calloc(1, sizeof *p);
+    struct raft_buffer b = {.base = n ? raft_malloc(n) : NULL, .len = n};
+    if (!p || !b.base) {
+        free(p);
+        raft_free(b.base);
+        return -1;
+    }
+    memcpy(b.base, tmp, n);
+    p->c = c;
+    p->req.data = p;
+    int rc = raft_apply(&c->raft, &p->req, &b, 1, proposed);
+    if (rc) {
+        raft_free(b.base);
+        free(p);
+        log_warn("cluster", "propose: %s", raft_strerror(rc));
+        return -1;
+    }
+    c->inflight++;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- reports */
+
+static struct report *report_slot(struct control *c, uint64_t id)
+{
+    for (int i = 0; i < c->n_rep; i++)
+        if (c->rep[i].id == id) return &c->rep[i];
+    if (c->n_rep == CL_MAX_NODES) return NULL;
+    struct report *r = &c->rep[c->n_rep++];
+    memset(r, 0, sizeof *r);
+    r->id = id;
+    return r;
+}
+
+/* This node's report (load from the serving process, holdings from the executor). */
+static void own_report(struct control *c, struct cl_msg *m)
+{
+    memset(m, 0, sizeof *m);
+    m->type = MSGC_LOAD;
+    struct cl_node_up *n = &m->u.load.node;
+    n->id = c->cfg.id;
+    snprintf(n->addr, sizeof n->addr, "%s", c->addr);
+    snprintf(n->http, sizeof n->http, "%s", c->http);
+    snprintf(n->gpu, sizeof n->gpu, "%s", c->gpu);
+    n->role = c->bootstrap_member ? ROLE_VOTER : ROLE_JOINER;
+    if (c->sv.load) c->sv.load(c->sv.ctx, &m->u.load.load);
+    n->tok_s = m->u.load.load.tok_s;
+    pthread_mutex_lock(&c->mu);
+    m->u.load.n_hold = (uint8_t)c->n_my_hold;
+    memcpy(m->u.load.hold, c->my_hold, sizeof c->my_hold);
+    pthread_mutex_unlock(&c->mu);
+    m->u.load.seen_scales = c->seen_scales;
+}
+
+static void store_report(struct control *c, const struct cl_msg *m)
+{
+    pthread_mutex_lock(&c->mu);
+    struct report *r = report_slot(c, m->u.load.node.id);
+    if (r) {
+        r->at_ms = now_mono_ms();
+        r->node = m->u.load.node;
+        r->load = m->u.load.load;
+        r->n_hold = m->u.load.n_hold;
+        r->seen_scales = m->u.load.seen_scales;
+        memcpy(r->hold, m->u.load.hold, sizeof r->hold);
+        c->reports_in++;
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* ---------------------------------------------------------------- control channel */
+
+static void send_msg(struct sconn *s, const struct cl_msg *m)
+{
+    static uint8_t buf[CL_CMD_MAX * 4];
+    size_t n = cl_msg_encode(buf, sizeof buf, m);
+    if (n) sconn_send(s, buf, n);
+}
+
+static void on_join_done(struct raft_change *req, int status);
+
+struct join_req {
+    struct raft_change req;
+    struct control *c;
+    uint64_t id;
+    int assigned;
+};
+
+static void start_join(struct control *c, uint64_t id, const char *addr)
+{
+    for (unsigned i = 0; i < c->raft.configuration.n; i++)
+        if (c->raft.configuration.servers[i].id == id &&
+            c->raft.configuration.servers[i].role == RAFT_VOTER)
+            return; /* already a voter */
+    struct join_req *j = calloc(1, sizeof *j);
+    if (!j) return;
+    j->c = c;
+    j->id = id;
+    j->req.data = j;
+    int rc = raft_add(&c->raft, &j->req, id, addr, on_join_done);
+    if (rc == RAFT_DUPLICATEID) {
+        j->assigned = 1;
+        rc = raft_assign(&c->raft, &j->req, id, RAFT_VOTER, on_join_done);
+    }
+    if (rc) {
+        log_warn("cluster", "adding node %llu (%s): %s", (unsigned long long)id, addr,
+                 raft_strerror(rc));
+        free(j);
+        return;
+    }
+    log_info("cluster", "adding node %llu at %s", (unsigned long long)id, addr);
+}
+
+static void on_join_done(struct raft_change *req, int status)
+{
+    struct join_req *j = req->data;
+    struct control *c = j->c;
+    if (status) {
+        log_warn("cluster", "adding node %llu: %s", (unsigned long long)j->id,
+                 raft_strerror(status));
+        free(j);
+        return;
+    }
+    if (!j->assigned && !c->stopping) {
+        j->assigned = 1;
+        int rc = raft_assign(&c->raft, &j->req, j->id, RAFT_VOTER, on_join_done);
+        if (!rc) return;
+        log_warn("cluster", "node %llu: assign voter: %s", (unsigned long long)j->id,
+                 raft_strerror(rc));
+    } else if (!status) {
+        log_info("cluster", "node %llu is a voter", (unsigned long long)j->id);
+    }
+    free(j);
+}
+
+/* A message on a control connection someone opened to us. */
+static void ctl_in_msg(struct sconn *s, const uint8_t *buf, size_t len)
+{
+    struct control *c = s->data;
+    struct cl_msg m, r;
+    char err[ERRMSG_LEN];
+    if (cl_msg_decode(&m, buf, len, err)) {
+        log_warn("cluster", "%s: %s", s->peer, err);
+        return sconn_close(s, "bad control message");
+    }
+    int leader = raft_state(&c->raft) == RAFT_LEADER;
+    switch (m.type) {
+    case MSGC_LOAD:
+        if (leader) store_report(c, &m);
+        break;
+    case MSGC_JOIN:
+        memset(&r, 0, sizeof r);
+        r.type = MSGC_REDIRECT;
+        if (leader) {
+            start_join(c, m.u.join.id, m.u.join.addr);
+        } else {
+            raft_id lid;
+            const char *laddr;
+            raft_leader(&c->raft, &lid, &laddr);
+            r.u.redirect.status = 1;
+            snprintf(r.u.redirect.addr, sizeof r.u.redirect.addr, "%s", laddr ? laddr : "");
+        }
+        send_msg(s, &r);
+        break;
+    case MSGC_STATE_REQ: {
+        size_t cap = cl_state_encoded_max();
+        uint8_t *snap = malloc(cap), *out = malloc(cap + 16);
+        if (snap && out) {
+            pthread_mutex_lock(&c->mu);
+            size_t n = cl_state_encode(&c->st, snap, cap);
+            pthread_mutex_unlock(&c->mu);
+            r = (struct cl_msg){.type = MSGC_STATE};
+            r.u.state.p = snap;
+            r.u.state.len = (uint32_t)n;
+            size_t k = cl_msg_encode(out, cap + 16, &r);
+            if (k) sconn_send(s, out, k);
+        }
+        free(snap);
+        free(out);
+        break;
+    }
+    default:
+        sconn_close(s, "unexpected control message");
+    }
+}
+
+static void on_ctl(void *ctx, struct sconn *s, uint64_t id, const char *addr)
+{
+    (void)id, (void)addr;
+    s->data = ctx;
+    s->cb.on_msg = ctl_in_msg;
+}
+
+static void on_refused(void *ctx, const char *peer, const char *why)
+{
+    struct control *c = ctx;
+    pthread_mutex_lock(&c->mu);
+    c->refused++;
+    pthread_mutex_unlock(&c->mu);
+    log_warn("cluster", "connection from %s refused: %s", peer, why);
+}
+
+/* Our outgoing control connection (to the leader, or to a peer for a JOIN). */
+static void out_ready(struct sconn *s, int status, const char *why)
+{
+    struct control *c = s->data;
+    if (status) {
+        log_warn("cluster", "control connection to %s: %s", s->peer, why);
+        return;
+    }
+    struct cl_msg m = {.type = MSGC_OPEN};
+    m.u.open.channel = CHAN_CTL;
+    m.u.open.id = c->cfg.id;
+    snprintf(m.u.open.addr, sizeof m.u.open.addr, "%s", c->addr);
+    send_msg(s, &m);
+    if (s == c->ctl) {
+        c->ctl_open = 1;
+    } else if (s == c->join) {
+        m = (struct cl_msg){.type = MSGC_JOIN};
+        m.u.join.id = c->cfg.id;
+        snprintf(m.u.join.addr, sizeof m.u.join.addr, "%s", c->addr);
+        send_msg(s, &m);
+    }
+}
+
+static void out_msg(struct sconn *s, const uint8_t *buf, size_t len)
+{
+    struct control *c = s->data;
+    struct cl_msg m;
+    char err[ERRMSG_LEN];
+    if (cl_msg_decode(&m, buf, len, err) || m.type != MSGC_REDIRECT) return;
+    if (s != c->join) return;
+    if (m.u.redirect.status == 0) {
+        log_info("cluster", "join accepted by %s", s->peer);
+    } else if (m.u.redirect.status == 1 && m.u.redirect.addr[0]) {
+        /* Ask the leader next. */
+        for (int i = 0; i < c->n_peers; i++)
+            if (!strcmp(c->peer[i].addr, m.u.redirect.addr)) c->join_next = i;
+    }
+    sconn_close(s, "join answered");
+}
+
+static void out_closed(struct sconn *s, const char *why)
+{
+    struct control *c = s->data;
+    (void)why;
+    if (s == c->ctl) {
+        c->ctl = NULL;
+        c->ctl_open = 0;
+    }
+    if (s == c->join) c->join = NULL;
+}
+
+static struct sconn *connect_out(struct control *c, const char *addr)
+{
+    struct sconn_cbs cbs = {.on_ready = out_ready, .on_msg = out_msg, .on_close = out_closed};
+    char err[ERRMSG_LEN];
+    struct sconn *s = sconn_connect(&c->loop, &c->key, addr, &cbs, c, err);
+    if (!s) log_warn("cluster", "%s", err);
+    return s;
+}
+
+/* ---------------------------------------------------------------- each heartbeat */
+
+static void send_report(struct control *c)
+{
+    struct cl_msg m;
+    own_report(c, &m);
+    raft_id lid = 0;
+    const char *laddr = NULL;
+    raft_leader(&c->raft, &lid, &laddr);
+    /* Every node keeps its own report (its /v1/cluster shows its load). */
+    store_report(c, &m);
+    if (!lid || lid == c->cfg.id || !laddr) return;
+    if (c->ctl && c->ctl_leader != lid) {
+        sconn_close(c->ctl, "the leader changed");
+        c->ctl = NULL;
+        c->ctl_open = 0;
+    }
+    if (!c->ctl) {
+        c->ctl_leader = lid;
+        c->ctl = connect_out(c, laddr);
+        return;
+    }
+    if (c->ctl_open) send_msg(c->ctl, &m);
+}
+
+static void join_tick(struct control *c)
+{
+    c->in_config = 0;
+    for (unsigned i = 0; i < c->raft.configuration.n; i++)
+        if (c->raft.configuration.servers[i].id == c->cfg.id &&
+            c->raft.configuration.servers[i].role == RAFT_VOTER)
+            c->in_config = 1;
+    if (c->in_config || c->join) return;
+    const char *addr = c->peer[c->join_next % c->n_peers].addr;
+    c->join_next = (c->join_next + 1) % c->n_peers;
+    c->join = connect_out(c, addr);
+}
+
+static int exec_done(struct control *c, uint32_t id)
+{
+    for (int i = 0; i < c->n_executed; i++)
+        if (c->executed[i] == id) return 1;
+    if (c->n_executed == CTL_MAX_EXECUTED) {
+        memmove(c->executed, c->executed + 1, sizeof c->executed - sizeof c->executed[0]);
+        c->n_executed--;
+    }
+    c->executed[c->n_executed++] = id;
+    return 0;
+}
+
+/* Carry out committed decisions that name this node. Scale-outs in progress are re-run after a
+ * restart (the work was lost with the process); scale-downs only if decided after we started. */
+static void exec_tick(struct control *c)
+{
+    char err[ERRMSG_LEN];
+    struct cl_scaleout todo[CL_MAX_SCALEOUTS];
+    struct cl_event ev[CL_MAX_EVENTS];
+    int n_todo = 0, n_ev = 0;
+    pthread_mutex_lock(&c->mu);
+    for (uint32_t i = 0; i < c->st.n_scaleouts; i++) todo[n_todo++] = c->st.scaleout[i];
+    uint32_t first = c->st.n_events > CL_MAX_EVENTS ? c->st.n_events - CL_MAX_EVENTS : 0;
+    if (c->events_seen > first) first = c->events_seen;
+    for (uint32_t i = first; i < c->st.n_events; i++) ev[n_ev++] = c->st.event[i % CL_MAX_EVENTS];
+    c->events_seen = c->st.n_events;
+    uint32_t n_scales = c->st.n_scales;
+    pthread_mutex_unlock(&c->mu);
+
+    for (int i = 0; i < n_todo; i++) {
+        const struct cl_scale *s = &todo[i].s;
+        int mine = s->node == c->cfg.id;
+        for (int k = 0; k < s->n_chain; k++) mine |= s->chain[k] == c->cfg.id;
+        if (!mine || exec_done(c, todo[i].scale_id)) continue;
+        int rc = 0;
+        if (s->kind == SCALE_UP && c->ex.scale_up)
+            rc = c->ex.scale_up(c->ex.ctx, s->model, s->source, s->chain, s->n_chain, err);
+        else if (s->kind == SCALE_REPLICATE && c->ex.replicate)
+            rc = c->ex.replicate(c->ex.ctx, s->model, s->source, err);
+        log_info("cluster", "executing %s of %s from node %llu%s%s",
+                 s->kind == SCALE_UP ? "scale-up" : "replication", s->model,
+                 (unsigned long long)s->source, rc ? ": " : "", rc ? err : "");
+    }
+    for (int i = 0; i < n_ev; i++) {
+        const struct cl_event *e = &ev[i];
+        if (e->type != CMD_SCALE || e->node != c->cfg.id || e->t_ms < c->start_wall) continue;
+        int rc = 0;
+        if (e->kind == SCALE_DOWN && c->ex.scale_down)
+            rc = c->ex.scale_down(c->ex.ctx, e->model, err);
+        else if (e->kind == SCALE_DROP_HOST && c->ex.drop_host)
+            rc = c->ex.drop_host(c->ex.ctx, e->model, err);
+        else
+            continue;
+        log_info("cluster", "executing %s of %s%s%s",
+                 e->kind == SCALE_DOWN ? "scale-down" : "host-copy drop", e->model, rc ? ": " : "",
+                 rc ? err : "");
+    }
+    c->seen_scales = n_scales;
+}
+
+/* ---------------------------------------------------------------- the leader's decisions */
+
+static int hold_differs(const struct cl_hold *h, const struct cl_holding *r)
+{
+    return h->host != r->host || h->engine != r->engine ||
+           h->layers_resident != r->layers_resident || h->n_layers != r->n_layers;
+}
+
+/* Membership and holdings from the reports; returns how many commands it proposed. */
+static int leader_membership(struct control *c, uint64_t now)
+{
+    struct cl_cmd cmd[CL_MAX_NODES * 2];
+    int n = 0;
+    pthread_mutex_lock(&c->mu);
+    for (uint32_t i = 0; i < c->st.n_members; i++) {
+        const struct cl_member *m = &c->st.member[i];
+        struct report *r = NULL;
+        for (int k = 0; k < c->n_rep; k++)
+            if (c->rep[k].id == m->info.id) r = &c->rep[k];
+        uint64_t last = r ? r->at_ms : 0;
+        if (last < c->leader_since) last = c->leader_since;
+        if (m->alive && now - last > (uint64_t)c->cfg.dead_ms) {
+            cmd[n] = (struct cl_cmd){.type = CMD_NODE_DOWN};
+            cmd[n++].u.down = m->info.id;
+            log_warn("cluster", "node %llu silent for %llu ms: down",
+                     (unsigned long long)m->info.id, (unsigned long long)(now - last));
+        }
+    }
+    for (int k = 0; k < c->n_rep && n < CL_MAX_NODES * 2 - 1; k++) {
+        const struct report *r = &c->rep[k];
+        if (now - r->at_ms > (uint64_t)c->cfg.dead_ms) continue;
+        const struct cl_member *m = cl_state_member_c(&c->st, r->id);
+        int tok_changed = m && (r->node.tok_s > 1.2f * m->info.tok_s + 1 ||
+                                r->node.tok_s < 0.8f * m->info.tok_s - 1);
+        if (!m || !m->alive || tok_changed || strcmp(m->info.http, r->node.http) ||
+            strcmp(m->info.addr, r->node.addr)) {
+            cmd[n] = (struct cl_cmd){.type = CMD_NODE_UP};
+            cmd[n++].u.up = r->node;
+            continue; /* holdings once it is a member */
+        }
+        /* A node that has not yet acted on the latest decisions may report stale holdings. */
+        if (r->seen_scales < c->st.n_scales) continue;
+        for (int h = 0; h < r->n_hold && n < CL_MAX_NODES * 2; h++) {
+            int mi = cl_state_model(&c->st, r->hold[h].model);
+            if (mi >= 0 && !hold_differs(&m->hold[mi], &r->hold[h])) continue;
+            cmd[n] = (struct cl_cmd){.type = CMD_HOLDING};
+            cmd[n++].u.hold = r->hold[h];
+            break; /* one per node per tick */
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    for (int i = 0; i < n; i++) propose(c, &cmd[i]);
+    return n;
+}
+
+/* Scale-outs whose joiners all serve alone (or that lost their source or a joiner) end. */
+static int leader_scaleouts(struct control *c)
+{
+    struct cl_cmd cmd[CL_MAX_SCALEOUTS];
+    int n = 0;
+    pthread_mutex_lock(&c->mu);
+    for (uint32_t i = 0; i < c->st.n_scaleouts; i++) {
+        const struct cl_scaleout *so = &c->st.scaleout[i];
+        int mi = cl_state_model(&c->st, so->s.model), done = mi >= 0, lost = 0;
+        const struct cl_member *src = cl_state_member_c(&c->st, so->s.source);
+        if (so->s.source && (!src || !src->alive)) lost = 1;
+        uint64_t targets[CL_MAX_CHAIN + 1];
+        int nt = 0;
+        if (so->s.kind == SCALE_UP)
+            for (int k = 0; k < so->s.n_chain; k++) targets[nt++] = so->s.chain[k];
+        else
+            targets[nt++] = so->s.node;
+        for (int k = 0; k < nt && mi >= 0; k++) {
+            const struct cl_member *m = cl_state_member_c(&c->st, targets[k]);
+            if (!m || !m->alive) {
+                lost = 1;
+                continue;
+            }
+            const struct cl_hold *h = &m->hold[mi];
+            if (so->s.kind == SCALE_UP
+                    ? !(h->engine && h->layers_resident == h->n_layers && h->n_layers)
+                    : !h->host)
+                done = 0;
+        }
+        if (done || lost) {
+            cmd[n] = (struct cl_cmd){.type = CMD_SCALE_DONE};
+            cmd[n].u.done.scale_id = so->scale_id;
+            cmd[n++].u.done.ok = !lost;
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    for (int i = 0; i < n; i++) propose(c, &cmd[i]);
+    return n;
+}
+
+/* The planner's view: the committed state plus the latest reports. */
+struct view_buf {
+    struct plan_node node[CL_MAX_NODES];
+    struct plan_model model[CL_MAX_MODELS];
+    struct plan_scaleout so[CL_MAX_SCALEOUTS];
+    char gpu[CL_MAX_NODES][CL_STR_LEN + 1];
+    double tput[CL_MAX_NODES * CL_MAX_MODELS];
+    struct step_model step[CL_MAX_NODES * CL_MAX_MODELS];
+    struct plan_view v;
+};
+
+static int gpu_index(struct view_buf *vb, const char *gpu)
+{
+    for (int i = 0; i < vb->v.n_gpu_types; i++)
+        if (!strcmp(vb->gpu[i], gpu)) return i;
+    snprintf(vb->gpu[vb->v.n_gpu_types], sizeof vb->gpu[0], "%s", gpu);
+    return vb->v.n_gpu_types++;
+}
+
+static void build_view(struct control *c, struct view_buf *vb, uint64_t now_mono)
+{
+    const struct cl_state *s = &c->st;
+    memset(vb, 0, sizeof *vb);
+    struct plan_view *v = &vb->v;
+    v->now_ms = (double)now_wall_ms();
+    v->n_models = (int)s->n_models;
+    for (uint32_t m = 0; m < s->n_models; m++) {
+        struct plan_model *pm = &vb->model[m];
+        pm->layers = 1;
+        for (uint32_t i = 0; i < s->n_members; i++)
+            if (s->member[i].hold[m].n_layers) pm->layers = s->member[i].hold[m].n_layers;
+        pm->bytes = !strcmp(s->model[m], c->model) ? c->cfg.model_bytes : 0;
+        pm->ttft_slo_ms = c->cfg.ttft_slo_ms;
+        pm->tpot_slo_ms = 0;
+        pm->replicas_cached = c->cfg.replicas_cached;
+        pm->keep_alive_ms = c->cfg.keep_alive_ms;
+    }
+    for (uint32_t i = 0; i < s->n_members; i++) {
+        const struct cl_member *m = &s->member[i];
+        struct plan_node *pn = &vb->node[v->n_nodes++];
+        pn->id = (int)m->info.id;
+        pn->alive = m->alive;
+        pn->gpu_type = gpu_index(vb, m->info.gpu);
+        pn->domain = (int)m->info.id;
+        pn->link_Bps = 1.25e9;
+        pn->fail_prob = 0.01;
+        pn->engine_model = -1;
+        pn->helper = -1;
+        for (uint32_t k = 0; k < s->n_models; k++) {
+            if (m->hold[k].host) pn->host_cached |= 1ull << k;
+            if (m->hold[k].engine && pn->engine_model < 0) {
+                pn->engine_model = (int)k;
+                pn->layers_resident = m->hold[k].layers_resident;
+            }
+        }
+        for (uint32_t k = 0; k < s->n_scaleouts; k++) {
+            const struct cl_scale *sc = &s->scaleout[k].s;
+            if ((int)sc->source == pn->id) pn->sources_busy++;
+            for (int j = 0; j < sc->n_chain; j++)
+                if (sc->chain[j] == m->info.id && pn->layers_resident < vb->model[0].layers)
+                    pn->helper = (int)sc->source;
+        }
+        pn->load.idle_since_ms = -1;
+        for (int k = 0; k < c->n_rep; k++) {
+            const struct report *r = &c->rep[k];
+            if (r->id != m->info.id || now_mono - r->at_ms > (uint64_t)c->cfg.dead_ms) continue;
+            pn->load.queue_len = r->load.queue_len;
+            pn->load.queued_tokens = (long)r->load.queued_tokens;
+            pn->load.running_seqs = r->load.running;
+            pn->load.kv_used = r->load.kv_used;
+            pn->load.idle_since_ms = r->load.idle_ms >= 0 ? v->now_ms - r->load.idle_ms : -1;
+            /* Requests queued at a node without the model in its engine wait for a replica:
+             * the planner counts them as held (a cold start if there is none). */
+            if (pn->engine_model < 0 && pn->host_cached) {
+                int hm = __builtin_ctzll(pn->host_cached);
+                vb->model[hm].held += r->load.queue_len + r->load.running;
+                vb->model[hm].held_tokens += (long)r->load.queued_tokens;
+            }
+            if (pn->engine_model >= 0) {
+                int cell = pn->gpu_type * CL_MAX_MODELS + pn->engine_model;
+                if (r->load.tok_s > vb->tput[cell]) vb->tput[cell] = r->load.tok_s;
+                if (r->load.step_a > 0 || r->load.step_c > 0)
+                    vb->step[cell] = (struct step_model){r->load.step_a, r->load.step_b,
+                                                         r->load.step_c, r->load.step_corr};
+            }
+        }
+    }
+    /* The matrix as the planner indexes it: [gpu_type * n_models + m]. */
+    static double tput[CL_MAX_NODES * CL_MAX_MODELS];
+    static struct step_model step[CL_MAX_NODES * CL_MAX_MODELS];
+    for (int g = 0; g < v->n_gpu_types; g++)
+        for (int m = 0; m < v->n_models; m++) {
+            tput[g * v->n_models + m] = vb->tput[g * CL_MAX_MODELS + m];
+            step[g * v->n_models + m] = vb->step[g * CL_MAX_MODELS + m];
+        }
+    memcpy(vb->tput, tput, sizeof tput);
+    memcpy(vb->step, step, sizeof step);
+    for (uint32_t k = 0; k < s->n_scaleouts; k++) {
+        const struct cl_scaleout *so = &s->scaleout[k];
+        struct plan_scaleout *ps = &vb->so[v->n_scaleouts++];
+        ps->kind = so->s.kind == SCALE_UP ? PLAN_SO_ENGINE : PLAN_SO_HOST;
+        ps->model = cl_state_model(s, so->s.model);
+        ps->source = (int)so->s.source;
+        ps->n_chain = so->s.n_chain;
+        for (int j = 0; j < so->s.n_chain; j++) ps->chain[j] = (int)so->s.chain[j];
+        if (so->s.kind != SCALE_UP) ps->chain[ps->n_chain++] = (int)so->s.node;
+        ps->started_ms = (double)so->started_ms;
+    }
+    v->nodes = vb->node;
+    v->models = vb->model;
+    v->scaleouts = vb->so;
+    v->tput = vb->tput;
+    v->step = vb->step;
+}
+
+static int leader_plan(struct control *c, uint64_t now_mono)
+{
+    static struct view_buf vb;
+    static struct plan_action act[16];
+    struct plan_config pc;
+    char err[ERRMSG_LEN];
+    plan_config_default(&pc);
+    pthread_mutex_lock(&c->mu);
+    build_view(c, &vb, now_mono);
+    int n = vb.v.n_models ? planner_step(&pc, &vb.v, act, 16, err) : 0;
+    struct cl_cmd cmd[16];
+    int nc = 0;
+    for (int i = 0; i < n; i++) {
+        const struct plan_action *a = &act[i];
+        if (a->model < 0 || a->model >= (int)c->st.n_models) continue;
+        struct cl_cmd *k = &cmd[nc++];
+        *k = (struct cl_cmd){.type = CMD_SCALE};
+        k->u.scale.kind = a->kind == PLAN_SCALE_UP         ? SCALE_UP
+                          : a->kind == PLAN_SCALE_DOWN     ? SCALE_DOWN
+                          : a->kind == PLAN_REPLICATE_HOST ? SCALE_REPLICATE
+                                                           : SCALE_DROP_HOST;
+        snprintf(k->u.scale.model, sizeof k->u.scale.model, "%s", c->st.model[a->model]);
+        k->u.scale.source = a->source > 0 ? (uint64_t)a->source : 0;
+        k->u.scale.node = (uint64_t)a->node;
+        for (int j = 0; j < a->n_chain && j < CL_MAX_CHAIN; j++)
+            k->u.scale.chain[k->u.scale.n_chain++] = (uint64_t)a->chain[j];
+        c->decisions++;
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (n < 0) log_warn("cluster", "planner: %s", err);
+    for (int i = 0; i < nc; i++) {
+        const struct cl_scale *s = &cmd[i].u.scale;
+        log_info("cluster", "decision: %s %s on node %llu (source %llu)",
+                 s->kind == SCALE_UP          ? "scale up"
+                 : s->kind == SCALE_DOWN      ? "scale down"
+                 : s->kind == SCALE_REPLICATE ? "replicate"
+                                              : "drop host copy",
+                 s->model, (unsigned long long)s->node, (unsigned long long)s->source);
+        propose(c, &cmd[i]);
+    }
+    return nc;
+}
+
+static void leader_tick(struct control *c)
+{
+    uint64_t now = now_mono_ms();
+    if (c->inflight) return; /* one batch at a time: decide on what committed */
+    if (raft_last_applied(&c->raft) < raft_last_index(&c->raft)) return;
+    if (leader_membership(c, now)) return;
+    if (leader_scaleouts(c)) return;
+    leader_plan(c, now);
+}
+
+static void publish(struct control *c)
+{
+    raft_id lid = 0;
+    const char *laddr = NULL;
+    raft_leader(&c->raft, &lid, &laddr);
+    pthread_mutex_lock(&c->mu);
+    c->raft_state = raft_state(&c->raft);
+    c->leader_id = lid;
+    snprintf(c->leader_addr, sizeof c->leader_addr, "%s", laddr ? laddr : "");
+    c->term = c->raft.current_term;
+    c->commit_index = c->raft.commit_index;
+    c->applied_index = raft_last_applied(&c->raft);
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void on_tick(uv_timer_t *t)
+{
+    struct control *c = t->data;
+    if (c->stopping) return;
+    publish(c);
+    int leader = raft_state(&c->raft) == RAFT_LEADER;
+    if (leader && !c->was_leader) {
+        c->leader_since = now_mono_ms();
+        pthread_mutex_lock(&c->mu);
+        c->leaderships++;
+        pthread_mutex_unlock(&c->mu);
+        log_info("cluster", "node %llu is the leader (term %llu)", (unsigned long long)c->cfg.id,
+                 (unsigned long long)c->raft.current_term);
+    }
+    c->was_leader = leader;
+    exec_tick(c);
+    send_report(c);
+    if (!c->bootstrap_member) join_tick(c);
+    if (leader) leader_tick(c);
+}
+
+/* ---------------------------------------------------------------- the thread */
+
+static void raft_closed(struct raft *r)
+{
+    struct control *c = r->data;
+    raft_uv_close(&c->io);
+    c->raft_open = 0;
+}
+
+static void close_walk(uv_handle_t *h, void *arg)
+{
+    (void)arg;
+    if (!uv_is_closing(h)) uv_close(h, NULL);
+}
+
+static void on_stop(uv_async_t *a)
+{
+    struct control *c = a->data;
+    c->stopping = 1;
+    uv_timer_stop(&c->tick);
+    uv_close((uv_handle_t *)&c->tick, NULL);
+    uv_close((uv_handle_t *)&c->stop_async, NULL);
+    if (c->ctl) sconn_close(c->ctl, "stopping");
+    if (c->join) sconn_close(c->join, "stopping");
+    if (c->raft_open) raft_close(&c->raft, raft_closed);
+}
+
+static void *control_main(void *arg)
+{
+    struct control *c = arg;
+    uv_run(&c->loop, UV_RUN_DEFAULT);
+    /* Connections raft handed back may still be open: close whatever is left. */
+    uv_walk(&c->loop, close_walk, NULL);
+    uv_run(&c->loop, UV_RUN_DEFAULT);
+    return NULL;
+}
+
+static int mkdir_p(const char *dir, char *err)
+{
+    char tmp[256];
+    snprintf(tmp, sizeof tmp, "%s", dir);
+    for (char *p = tmp + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            mkdir(tmp, 0700);
+            *p = '/';
+        }
+    if (mkdir(tmp, 0700) && errno != EEXIST) return errmsg_set(err, "mkdir %s: %m", dir);
+    return 0;
+}
+
+static int raft_setup(struct control *c, char *err)
+{
+    struct rtransport_cfg tc = {
+        .loop = &c->loop, .key = &c->key, .ctx = c, .on_ctl = on_ctl, .on_refused = on_refused};
+    if (rtransport_init(&c->transport, &tc, err)) return -1;
+    int rc = raft_uv_init(&c->io, &c->loop, c->dir, &c->transport);
+    if (rc) return errmsg_set(err, "raft data dir %s: %s", c->dir, c->io.errmsg);
+    raft_uv_set_connect_retry_delay(&c->io, (unsigned)c->cfg.heartbeat_ms);
+    c->fsm = (struct raft_fsm){.version = 1,
+                               .data = c,
+                               .apply = fsm_apply,
+                               .snapshot = fsm_snapshot,
+                               .restore = fsm_restore};
+    rc = raft_init(&c->raft, &c->io, &c->fsm, c->cfg.id, c->addr);
+    if (rc) return errmsg_set(err, "raft_init: %s", raft_errmsg(&c->raft));
+    c->raft.data = c;
+    raft_set_heartbeat_timeout(&c->raft, (unsigned)c->cfg.heartbeat_ms);
+    raft_set_election_timeout(&c->raft, (unsigned)(c->cfg.heartbeat_ms * 5));
+    raft_set_pre_vote(&c->raft, true);
+    raft_set_snapshot_threshold(&c->raft, 64);
+    raft_set_snapshot_trailing(&c->raft, 16);
+    if (c->bootstrap_member) {
+        struct raft_configuration conf;
+        raft_configuration_init(&conf);
+        for (int i = 0; i < c->n_peers; i++)
+            raft_configuration_add(&conf, c->peer[i].id, c->peer[i].addr, RAFT_VOTER);
+        rc = raft_bootstrap(&c->raft, &conf);
+        raft_configuration_close(&conf);
+        if (rc && rc != RAFT_CANTBOOTSTRAP)
+            return errmsg_set(err, "raft_bootstrap: %s", raft_errmsg(&c->raft));
+        if (rc == RAFT_CANTBOOTSTRAP)
+            log_info("cluster", "%s holds a log already: rejoining from it", c->dir);
+    }
+    rc = raft_start(&c->raft);
+    if (rc) return errmsg_set(err, "raft_start: %s", raft_errmsg(&c->raft));
+    c->raft_open = 1;
+    return 0;
+}
+
+struct control *control_start(const struct control_cfg *cfg, const struct control_serving *sv,
+                              const struct cluster_exec *ex, char *err)
+{
+    struct control *c = calloc(1, sizeof *c);
+    if (!c) {
+        errmsg_set(err, "cluster: out of memory");
+        return NULL;
+    }
+    c->cfg = *cfg;
+    if (!c->cfg.heartbeat_ms) c->cfg.heartbeat_ms = 200;
+    if (!c->cfg.dead_ms) c->cfg.dead_ms = 5 * c->cfg.heartbeat_ms;
+    if (!c->cfg.replicas_cached) c->cfg.replicas_cached = 1;
+    if (c->cfg.keep_alive_ms <= 0) c->cfg.keep_alive_ms = 10000;
+    if (c->cfg.ttft_slo_ms <= 0) c->cfg.ttft_slo_ms = 1000;
+    if (sv) c->sv = *sv;
+    if (ex) c->ex = *ex;
+    snprintf(c->http, sizeof c->http, "%s", cfg->http ? cfg->http : "");
+    snprintf(c->gpu, sizeof c->gpu, "%s", cfg->gpu ? cfg->gpu : "cpu");
+    snprintf(c->model, sizeof c->model, "%s", cfg->model ? cfg->model : "");
+    c->start_wall = now_wall_ms();
+    pthread_mutex_init(&c->mu, NULL);
+    cl_state_init(&c->st);
+    if (!cfg->id) {
+        errmsg_set(err, "cluster: --node-id is required with --cluster");
+        goto fail;
+    }
+    if (!cfg->key_file) {
+        errmsg_set(err, "cluster: --key-file is required with --cluster");
+        goto fail;
+    }
+    if (auth_init(err) || cluster_key_load(&c->key, cfg->key_file, err) || parse_peers(c, err))
+        goto fail;
+    if (cfg->dir)
+        snprintf(c->dir, sizeof c->dir, "%s", cfg->dir);
+    else
+        snprintf(c->dir, sizeof c->dir, "/run/strata-raft-%llu", (unsigned long long)cfg->id);
+    if (mkdir_p(c->dir, err)) goto fail;
+    if (c->model[0])
+        control_set_holding(c, c->model, 1, !cfg->standby, cfg->standby ? 0 : cfg->n_layers,
+                            cfg->n_layers);
+    if (uv_loop_init(&c->loop)) {
+        errmsg_set(err, "cluster: uv_loop_init failed");
+        goto fail;
+    }
+    if (raft_setup(c, err)) goto fail_loop;
+    uv_timer_init(&c->loop, &c->tick);
+    c->tick.data = c;
+    uv_timer_start(&c->tick, on_tick, (uint64_t)c->cfg.heartbeat_ms, (uint64_t)c->cfg.heartbeat_ms);
+    uv_async_init(&c->loop, &c->stop_async, on_stop);
+    c->stop_async.data = c;
+    if (pthread_create(&c->thread, NULL, control_main, c)) {
+        errmsg_set(err, "cluster: pthread_create failed");
+        goto fail_loop;
+    }
+    c->thread_started = 1;
+    log_info("cluster", "node %llu: control on %s, raft data in %s, %d peers, heartbeat %d ms",
+             (unsigned long long)cfg->id, c->addr, c->dir, c->n_peers, c->cfg.heartbeat_ms);
+    return c;
+fail_loop:
+    /* raft may hold handles on the loop: let the failure be fatal for the process instead of
+     * unwinding half a raft instance. */
+    return NULL;
+fail:
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+    return NULL;
+}
+
+void control_stop(struct control *c)
+{
+    if (!c) return;
+    if (c->thread_started) {
+        uv_async_send(&c->stop_async);
+        pthread_join(c->thread, NULL);
+    }
+    uv_loop_close(&c->loop);
+    rtransport_free(&c->transport);
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+}
+
+void control_set_holding(struct control *c, const char *model, int host, int engine,
+                         int layers_resident, int n_layers)
+{
+    pthread_mutex_lock(&c->mu);
+    int i = 0;
+    while (i < c->n_my_hold && strcmp(c->my_hold[i].model, model)) i++;
+    if (i == c->n_my_hold && c->n_my_hold < CL_MAX_HOLD) c->n_my_hold++;
+    if (i < CL_MAX_HOLD) {
+        struct cl_holding *h = &c->my_hold[i];
+        h->node = c->cfg.id;
+        snprintf(h->model, sizeof h->model, "%s", model);
+        h->host = host ? 1 : 0;
+        h->engine = engine ? 1 : 0;
+        h->n_layers = (uint16_t)n_layers;
+        h->layers_resident = (uint16_t)(layers_resident > n_layers ? n_layers : layers_resident);
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* ---------------------------------------------------------------- /v1/cluster and /metrics */
+
+static const char *raft_state_name(int s)
+{
+    return s == RAFT_LEADER      ? "leader"
+           : s == RAFT_CANDIDATE ? "candidate"
+           : s == RAFT_FOLLOWER  ? "follower"
+                                 : "unavailable";
+}
+
+static const char *event_name(const struct cl_event *e)
+{
+    switch (e->type) {
+    case CMD_NODE_UP:
+        return "node_up";
+    case CMD_NODE_DOWN:
+        return "node_down";
+    case CMD_SCALE:
+        return e->kind == SCALE_UP          ? "scale_up"
+               : e->kind == SCALE_DOWN      ? "scale_down"
+               : e->kind == SCALE_REPLICATE ? "replicate_host"
+                                            : "drop_host";
+    case CMD_SCALE_DONE:
+        return e->kind ? "scale_done" : "scale_abandoned";
+    }
+    return "?";
+}
+
+char *control_json(struct control *c, size_t *len)
+{
+    cJSON *root = cJSON_CreateObject();
+    pthread_mutex_lock(&c->mu);
+    const struct cl_state *s = &c->st;
+    cJSON_AddNumberToObject(root, "node_id", (double)c->cfg.id);
+    cJSON_AddStringToObject(root, "raft_state", raft_state_name(c->raft_state));
+    if (c->leader_id)
+        cJSON_AddNumberToObject(root, "leader", (double)c->leader_id);
+    else
+        cJSON_AddNullToObject(root, "leader");
+    cJSON_AddStringToObject(root, "leader_address", c->leader_addr);
+    cJSON_AddNumberToObject(root, "term", (double)c->term);
+    cJSON_AddNumberToObject(root, "commit_index", (double)c->commit_index);
+    cJSON_AddNumberToObject(root, "applied_index", (double)c->applied_index);
+    cJSON_AddNumberToObject(root, "commands_applied", (double)s->applied);
+    cJSON_AddNumberToObject(root, "decisions", (double)c->decisions);
+    cJSON_AddNumberToObject(root, "refused_connections", (double)c->refused);
+    cJSON *nodes = cJSON_AddArrayToObject(root, "nodes");
+    for (uint32_t i = 0; i < s->n_members; i++) {
+        const struct cl_member *m = &s->member[i];
+        cJSON *n = cJSON_CreateObject();
+        cJSON_AddNumberToObject(n, "id", (double)m->info.id);
+        cJSON_AddStringToObject(n, "address", m->info.addr);
+        cJSON_AddStringToObject(n, "http", m->info.http);
+        cJSON_AddStringToObject(n, "role",
+                                m->info.id == c->leader_id   ? "leader"
+                                : m->info.role == ROLE_VOTER ? "voter"
+                                                             : "joined");
+        cJSON_AddBoolToObject(n, "alive", m->alive);
+        cJSON_AddNumberToObject(n, "since_ms", (double)m->since_ms);
+        cJSON_AddStringToObject(n, "gpu", m->info.gpu);
+        cJSON_AddNumberToObject(n, "tokens_per_s", m->info.tok_s);
+        cJSON *models = cJSON_AddArrayToObject(n, "models");
+        for (uint32_t k = 0; k < s->n_models; k++) {
+            const struct cl_hold *h = &m->hold[k];
+            if (!h->host && !h->engine) continue;
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddStringToObject(o, "name", s->model[k]);
+            cJSON_AddBoolToObject(o, "host", h->host);
+            cJSON_AddBoolToObject(o, "engine", h->engine);
+            cJSON_AddNumberToObject(o, "layers_resident", h->layers_resident);
+            cJSON_AddNumberToObject(o, "layers", h->n_layers);
+            cJSON_AddItemToArray(models, o);
+        }
+        for (int k = 0; k < c->n_rep; k++) {
+            const struct report *r = &c->rep[k];
+            if (r->id != m->info.id) continue;
+            cJSON *l = cJSON_AddObjectToObject(n, "load");
+            cJSON_AddNumberToObject(l, "age_ms", (double)(now_mono_ms() - r->at_ms));
+            cJSON_AddNumberToObject(l, "queue", r->load.queue_len);
+            cJSON_AddNumberToObject(l, "queued_tokens", (double)r->load.queued_tokens);
+            cJSON_AddNumberToObject(l, "running", r->load.running);
+            cJSON_AddNumberToObject(l, "kv_used", r->load.kv_used);
+            cJSON_AddNumberToObject(l, "predicted_ttft_ms", r->load.ttft_pred_ms);
+            cJSON_AddNumberToObject(l, "tokens_per_s", r->load.tok_s);
+            cJSON_AddNumberToObject(l, "idle_ms", r->load.idle_ms);
+        }
+        cJSON_AddItemToArray(nodes, n);
+    }
+    cJSON *sos = cJSON_AddArrayToObject(root, "scaleouts");
+    for (uint32_t i = 0; i < s->n_scaleouts; i++) {
+        const struct cl_scaleout *so = &s->scaleout[i];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "id", so->scale_id);
+        cJSON_AddStringToObject(o, "kind", so->s.kind == SCALE_UP ? "engine" : "host");
+        cJSON_AddStringToObject(o, "model", so->s.model);
+        cJSON_AddNumberToObject(o, "source", (double)so->s.source);
+        cJSON *ch = cJSON_AddArrayToObject(o, "chain");
+        for (int k = 0; k < so->s.n_chain; k++)
+            cJSON_AddItemToArray(ch, cJSON_CreateNumber((double)so->s.chain[k]));
+        cJSON_AddNumberToObject(o, "started_ms", (double)so->started_ms);
+        cJSON_AddItemToArray(sos, o);
+    }
+    cJSON *evs = cJSON_AddArrayToObject(root, "events");
+    uint32_t first = s->n_events > CL_MAX_EVENTS ? s->n_events - CL_MAX_EVENTS : 0;
+    for (uint32_t i = first; i < s->n_events; i++) {
+        const struct cl_event *e = &s->event[i % CL_MAX_EVENTS];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "seq", e->seq);
+        cJSON_AddNumberToObject(o, "t_ms", (double)e->t_ms);
+        cJSON_AddStringToObject(o, "event", event_name(e));
+        cJSON_AddNumberToObject(o, "node", (double)e->node);
+        if (e->type == CMD_SCALE || e->type == CMD_SCALE_DONE) {
+            cJSON_AddStringToObject(o, "model", e->model);
+            cJSON_AddNumberToObject(o, "source", (double)e->source);
+        }
+        cJSON_AddItemToArray(evs, o);
+    }
+    pthread_mutex_unlock(&c->mu);
+    char *text = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    *len = text ? strlen(text) : 0;
+    return text;
+}
+
+struct mbuf {
+    char *p;
+    size_t len, cap;
+};
+
+static void mprintf(struct mbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void mprintf(struct mbuf *b, const char *fmt, ...)
+{
+    va_list ap;
+    for (;;) {
+        va_start(ap, fmt);
+        int n = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? b->cap - b->len : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0) return;
+        if (b->p && b->len + (size_t)n < b->cap) {
+            b->len += (size_t)n;
+            return;
+        }
+        size_t cap = (b->cap + (size_t)n + 1) * 2;
+        char *p = realloc(b->p, cap);
+        if (!p) return;
+        b->p = p;
+        b->cap = cap;
+    }
+}
+
+char *control_metrics(struct control *c, size_t *len)
+{
+    struct mbuf b = {0};
+    pthread_mutex_lock(&c->mu);
+    const struct cl_state *s = &c->st;
+    mprintf(&b, "# TYPE strata_cluster_leader gauge\nstrata_cluster_leader %llu\n",
+            (unsigned long long)c->leader_id);
+    mprintf(&b, "# TYPE strata_cluster_is_leader gauge\nstrata_cluster_is_leader %d\n",
+            c->raft_state == RAFT_LEADER);
+    mprintf(&b, "# TYPE strata_cluster_term gauge\nstrata_cluster_term %llu\n",
+            (unsigned long long)c->term);
+    mprintf(&b, "# TYPE strata_cluster_applied_index gauge\nstrata_cluster_applied_index %llu\n",
+            (unsigned long long)c->applied_index);
+    mprintf(&b,
+            "# TYPE strata_cluster_commands_applied_total counter\n"
+            "strata_cluster_commands_applied_total %llu\n",
+            (unsigned long long)s->applied);
+    mprintf(&b,
+            "# TYPE strata_cluster_decisions_total counter\nstrata_cluster_decisions_total "
+            "%llu\n",
+            (unsigned long long)c->decisions);
+    mprintf(&b, "# TYPE strata_cluster_refused_total counter\nstrata_cluster_refused_total %llu\n",
+            (unsigned long long)c->refused);
+    mprintf(&b,
+            "# TYPE strata_cluster_load_reports_total counter\n"
+            "strata_cluster_load_reports_total %llu\n",
+            (unsigned long long)c->reports_in);
+    mprintf(&b, "# TYPE strata_cluster_scaleouts gauge\nstrata_cluster_scaleouts %u\n",
+            s->n_scaleouts);
+    uint64_t kinds[5] = {0};
+    uint32_t first = s->n_events > CL_MAX_EVENTS ? s->n_events - CL_MAX_EVENTS : 0;
+    for (uint32_t i = first; i < s->n_events; i++)
+        if (s->event[i % CL_MAX_EVENTS].type == CMD_SCALE)
+            kinds[s->event[i % CL_MAX_EVENTS].kind]++;
+    mprintf(&b, "# TYPE strata_cluster_scale_events gauge\n");
+    const char *kn[] = {"", "up", "down", "replicate", "drop_host"};
+    for (int k = 1; k < 5; k++)
+        mprintf(&b, "strata_cluster_scale_events{kind=\"%s\"} %llu\n", kn[k],
+                (unsigned long long)kinds[k]);
+    mprintf(&b, "# TYPE strata_cluster_node_alive gauge\n");
+    for (uint32_t i = 0; i < s->n_members; i++)
+        mprintf(&b, "strata_cluster_node_alive{node=\"%llu\"} %d\n",
+                (unsigned long long)s->member[i].info.id, s->member[i].alive);
+    mprintf(&b, "# TYPE strata_cluster_layers_resident gauge\n");
+    for (uint32_t i = 0; i < s->n_members; i++)
+        for (uint32_t k = 0; k < s->n_models; k++)
+            if (s->member[i].hold[k].engine || s->member[i].hold[k].host)
+                mprintf(&b,
+                        "strata_cluster_layers_resident{node=\"%llu\",model=\"%s\",engine=\"%d\","
+                        "host=\"%d\"} %u\n",
+                        (unsigned long long)s->member[i].info.id, s->model[k],
+                        s->member[i].hold[k].engine, s->member[i].hold[k].host,
+                        s->member[i].hold[k].layers_resident);
+    mprintf(&b, "# TYPE strata_cluster_queue gauge\n");
+    for (int k = 0; k < c->n_rep; k++)
+        mprintf(&b, "strata_cluster_queue{node=\"%llu\"} %d\n", (unsigned long long)c->rep[k].id,
+                c->rep[k].load.queue_len);
+    pthread_mutex_unlock(&c->mu);
+    *len = b.len;
+    return b.p;
+}

@@ -1,0 +1,85 @@
+/* control: the cluster's control thread inside `strata serve` (membership, leadership, scaling).
+ *
+ * One thread runs a libuv loop with a raft instance (Canonical's C Raft, libuv I/O, data dir on
+ * tmpfs on the appliance) whose state machine is cluster/cluster_state.h, over the authenticated
+ * transport of cluster/raft_transport.h. The nodes of --cluster bootstrap the configuration; a
+ * node started with an id outside that list asks them to add it (the leader runs raft_add and
+ * raft_assign(VOTER)).
+ *
+ * Every heartbeat (cfg.heartbeat_ms) each node sends a load report (cluster/cluster_cmd.h
+ * MSGC_LOAD: queue, running, KV use, predicted TTFT, tokens/s, the step model, what it holds) to
+ * the leader over the sealed control channel. Only the leader decides, and only through the log:
+ * a member silent for cfg.dead_ms is committed down (and up again when it reports), holdings are
+ * committed when they change, and the pure planner (cluster/planner.h) runs on the committed view
+ * plus the latest reports; its actions are committed as CMD_SCALE, one batch at a time (the next
+ * planner call waits until the batch committed, so it sees its own decisions). A leader that
+ * loses its quorum stops deciding: raft no longer calls it leader. The node a committed decision
+ * names carries it out through the executor table (struct cluster_exec), filled in by the serving
+ * process (the live scale-out) or by a test's fake.
+ *
+ * control_json / control_metrics are called from the HTTP thread; they read a copy published
+ * under a mutex. */
+#ifndef STRATA_CLUSTER_CONTROL_H
+#define STRATA_CLUSTER_CONTROL_H
+
+#include "cluster/cluster_cmd.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct control_cfg {
+    uint64_t id;          /* --node-id */
+    const char *peers;    /* --cluster "1@10.0.0.1:7100,2@10.0.0.2:7100,..." */
+    const char *addr;     /* --cluster-addr: our control address when id is not in peers */
+    const char *key_file; /* --key-file: the cluster key (64 hex digits) */
+    const char *dir;      /* --raft-dir: raft's data (default /run/strata-raft-ID) */
+    const char *http;     /* our API host:port, advertised in /v1/cluster */
+    const char *gpu;      /* GPU type name ("cpu") */
+    const char *model;    /* model this node serves (name), NULL: none */
+    int n_layers;         /* its L */
+    double model_bytes;
+    int standby;          /* --cluster-standby: the model is on this node but not in its engine */
+    int heartbeat_ms;     /* H (default 200) */
+    int dead_ms;          /* silent this long: down (default 5 H) */
+    double ttft_slo_ms;   /* the planner's TTFT target for the model */
+    double keep_alive_ms; /* idle time before scale-down (default 10000) */
+    int replicas_cached;  /* R (default 1) */
+};
+
+/* What the serving process gives the control thread (called on the control thread; must be
+ * thread-safe and must not block). */
+struct control_serving {
+    void *ctx;
+    void (*load)(void *ctx, struct cl_load *out);
+};
+
+/* The executor: carries out a committed decision that names this node. Each call starts the work
+ * and returns (0, or -1 with err: the leader sees no progress and the planner decides again);
+ * progress comes back through control_set_holding. Called on the control thread. */
+struct cluster_exec {
+    void *ctx;
+    int (*scale_up)(void *ctx, const char *model, uint64_t source, const uint64_t *chain,
+                    int n_chain, char *err);
+    int (*scale_down)(void *ctx, const char *model, char *err);
+    int (*replicate)(void *ctx, const char *model, uint64_t source, char *err);
+    int (*drop_host)(void *ctx, const char *model, char *err);
+};
+
+struct control;
+
+/* Whether cfg asks for a cluster at all (--cluster given). */
+int control_enabled(const struct control_cfg *cfg);
+
+struct control *control_start(const struct control_cfg *cfg, const struct control_serving *sv,
+                              const struct cluster_exec *ex, char *err);
+void control_stop(struct control *c);
+
+/* This node's holding of a model (thread-safe; the next load report carries it). */
+void control_set_holding(struct control *c, const char *model, int host, int engine,
+                         int layers_resident, int n_layers);
+
+/* GET /v1/cluster (JSON) and the cluster part of /metrics: malloc'd text, *len its length. */
+char *control_json(struct control *c, size_t *len);
+char *control_metrics(struct control *c, size_t *len);
+
+#endif

@@ -1,0 +1,85 @@
+/* sealed_conn: an authenticated, sealed TCP connection in a libuv loop (the control plane's wire).
+ *
+ * It reuses the fabric's handshake and framing (transport/auth.h, transport/wire.h): the client
+ * sends HELLO (nonce, MAC under the cluster key), the server answers HELLO_ACK; a side without
+ * the key is refused there and the connection is closed. Every later byte travels inside sealed
+ * WIRE_MSG frames (ChaCha20-Poly1305 under per-direction session keys) whose sequence numbers
+ * must arrive in order, so a recorded HELLO replayed by a keyless peer gets it nothing: it cannot
+ * derive the session keys, so it can neither read nor forge a frame.
+ *
+ * Two ways to use an open connection:
+ * - messages: sconn_send() seals one message (<= WIRE_MAX_MSG bytes) per frame; each received
+ *   frame is handed to on_msg whole.
+ * - relay: sconn_relay() makes a socketpair, hands one end to the caller as a uv_pipe_t (raft's
+ *   libuv transport wants a uv_stream_t it reads and writes itself) and pumps bytes between the
+ *   other end and the TCP connection, sealing and opening on the way. Closing either end closes
+ *   the other.
+ * Everything runs on the loop's thread. on_close fires once, after which the sconn is freed. */
+#ifndef STRATA_SEALED_CONN_H
+#define STRATA_SEALED_CONN_H
+
+#include "transport/auth.h"
+
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+struct sconn;
+
+struct sconn_cbs {
+    /* Handshake finished (status 0) or failed (status < 0, why says what); on failure the
+     * connection closes right after. */
+    void (*on_ready)(struct sconn *c, int status, const char *why);
+    void (*on_msg)(struct sconn *c, const uint8_t *msg, size_t len);
+    void (*on_close)(struct sconn *c, const char *why);
+};
+
+struct sconn {
+    void *data;    /* the user's */
+    char peer[64]; /* host:port, for logs */
+    /* the rest is private to sealed_conn.c */
+    uv_loop_t *loop;
+    uv_tcp_t tcp;
+    uv_connect_t creq;
+    uv_pipe_t pipe; /* relay: our end of the socketpair */
+    const struct cluster_key *key;
+    struct sconn_cbs cb;
+    int is_client, state, piped, open_handles;
+    uint8_t nonce[WIRE_NONCE_LEN];
+    struct session s;
+    uint64_t tx_seq, rx_seq;
+    uint8_t *in, *pt;
+    size_t in_len;
+    char why[256];
+};
+
+/* Server side: listen on host:port ("0.0.0.0:7100"); on_accept gets each connection whose
+ * handshake succeeded (cbs to fill in for it; its on_ready is not called). */
+struct slisten {
+    void *data;
+    uv_tcp_t tcp;
+    const struct cluster_key *key;
+    void (*on_accept)(struct slisten *l, struct sconn *c);
+    void (*on_refused)(struct slisten *l, const char *peer, const char *why);
+};
+int slisten_start(struct slisten *l, uv_loop_t *loop, const char *hostport, char *err);
+/* Stops accepting; cb (may be NULL) once the handle is closed. */
+void slisten_stop(struct slisten *l, uv_close_cb cb);
+
+/* Client side: connect to host:port; cbs->on_ready reports the handshake. NULL on an immediate
+ * failure (bad address, out of memory), with err. */
+struct sconn *sconn_connect(uv_loop_t *loop, const struct cluster_key *key, const char *hostport,
+                            const struct sconn_cbs *cbs, void *data, char *err);
+/* Seal and send one message. Returns -1 if the connection is not open or len is too large. */
+int sconn_send(struct sconn *c, const void *msg, size_t len);
+/* Switch an open connection to relay mode; returns the caller's end as a uv_pipe_t allocated
+ * with alloc_fn (raft_malloc for raft) and initialised on the loop, or NULL with err. */
+uv_stream_t *sconn_relay(struct sconn *c, void *(*alloc_fn)(size_t), char *err);
+/* Close (idempotent); on_close fires once both handles are closed. */
+void sconn_close(struct sconn *c, const char *why);
+int sconn_is_open(const struct sconn *c);
+
+/* "host:port" -> sockaddr_in (IPv4 dotted quad). */
+int sconn_parse_addr(const char *hostport, struct sockaddr_in *sa, char *err);
+
+#endif

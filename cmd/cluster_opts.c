@@ -1,0 +1,20 @@
+#include "cmd/cluster_opts.h"
+
+#include <string.h>
+
+int cluster_options(struct control_cfg *c, struct opt *t)
+{
+    const struct opt table[CLUSTER_N_OPTS] = {
+        {"--cluster", OPT_STR, &c->peers, 0, 0, NULL, "ID@HOST:PORT,..."},
+        {"--cluster-addr", OPT_STR, &c->addr, 0, 0, NULL, "HOST:PORT"},
+        {"--raft-dir", OPT_STR, &c->dir, 0, 0, NULL, "DIR"},
+        {"--cluster-heartbeat-ms", OPT_INT, &c->heartbeat_ms, 10, 60000, NULL, "MS"},
+        {"--cluster-dead-ms", OPT_INT, &c->dead_ms, 20, 600000, NULL, "MS"},
+        {"--keep-alive-ms", OPT_DOUBLE, &c->keep_alive_ms, 0, 86400000, NULL, "MS"},
+        {"--replicas-cached", OPT_INT, &c->replicas_cached, 1, 64, NULL, "R"},
+        {"--gpu-type", OPT_STR, &c->gpu, 0, 0, NULL, "NAME"},
+        {"--cluster-standby", OPT_FLAG, &c->standby, 0, 0, NULL, NULL},
+    };
+    memcpy(t, table, sizeof table);
+    return CLUSTER_N_OPTS;
+}

@@ -1,0 +1,20 @@
+/* cluster_opts: the options of the cluster's control plane (cluster/control.h) for `strata serve`,
+ * in cmd/options.h's format, appended to serve's table like the fabric's:
+ *
+ *   --cluster ID@HOST:PORT,...  --cluster-addr HOST:PORT  --raft-dir DIR
+ *   --cluster-heartbeat-ms MS  --cluster-dead-ms MS  --keep-alive-ms MS  --replicas-cached R
+ *   --gpu-type NAME  --cluster-standby
+ *
+ * The node id and the cluster key are the fabric's (--node-id, --key-file: cmd/fabric_opts.h). */
+#ifndef STRATA_CLUSTER_OPTS_H
+#define STRATA_CLUSTER_OPTS_H
+
+#include "cluster/control.h"
+#include "cmd/options.h"
+
+#define CLUSTER_N_OPTS 9
+
+/* Writes CLUSTER_N_OPTS entries pointing into c at t; returns that count. */
+int cluster_options(struct control_cfg *c, struct opt *t);
+
+#endif

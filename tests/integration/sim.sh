@@ -1,0 +1,83 @@
+#!/bin/bash
+# sim: `strata sim` end to end: the Azure trace replayed under every policy writes the table, the
+# CSV files (one summary row per policy, a TTFT CDF, a timeline per policy) and three PNG charts
+# drawn by gnuplot; a holder failure during scale-outs is survived; a config file is read; bad
+# input ends with a message naming it.
+set -u
+cd "$(dirname "$0")/../.."
+BIN=${STRATA:-build/strata}
+OUT=$(mktemp -d /tmp/strata-sim-test.XXXXXX)
+trap 'rm -rf "$OUT"' EXIT
+fail=0
+ok() { echo "ok - $1"; }
+nok() { echo "not ok - $1: $2"; fail=1; }
+TRACE=../shared/traces/azure_llm_2023_conv.csv
+if [ ! -f "$TRACE" ]; then
+    echo "skip - sim: no $TRACE"
+    exit 0
+fi
+
+if "$BIN" sim --trace "$TRACE" --rate 8 --window 0:120 --gpus H100:16 --out "$OUT/run" --quiet \
+    >"$OUT/stdout" 2>"$OUT/stderr"; then
+    ok "sim: trace under every policy"
+else
+    nok "sim: trace under every policy" "$(tail -3 "$OUT/stderr")"
+fi
+n_pol=$(grep -cE '^(stop-the-world|serverlessllm|serverlessllm-allcache|lambdascale|blitzscale|strata|strata-nomatrix) +[0-9]' "$OUT/stdout")
+[ "$n_pol" = 7 ] && ok "sim: table has 7 policies" || nok "sim: table has 7 policies" "$n_pol rows"
+rows=$(($(wc -l <"$OUT/run/summary.csv" 2>/dev/null || echo 0) - 1))
+[ "$rows" = 7 ] && ok "sim: summary.csv has 7 rows" || nok "sim: summary.csv" "$rows rows"
+cdf=$(($(wc -l <"$OUT/run/ttft_cdf.csv" 2>/dev/null || echo 0) - 1))
+[ "$cdf" = 200 ] && ok "sim: ttft_cdf.csv has 200 quantiles" || nok "sim: ttft_cdf.csv" "$cdf rows"
+tl=$(ls "$OUT/run"/timeline_*.csv 2>/dev/null | wc -l)
+[ "$tl" = 7 ] && ok "sim: a timeline per policy" || nok "sim: timelines" "$tl files"
+for png in ttft_cdf slo_timeline gpu_time; do
+    f="$OUT/run/$png.png"
+    if [ -s "$f" ] && [ "$(head -c 8 "$f" | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ]; then
+        ok "sim: $png.png is a PNG"
+    else
+        nok "sim: $png.png is a PNG" "missing or not PNG"
+    fi
+done
+# attainment is a fraction, and the summary agrees with the table for strata
+att=$(awk -F, '$1=="strata"{print $12}' "$OUT/run/summary.csv")
+awk -v a="$att" 'BEGIN{exit !(a>0 && a<=1)}' && ok "sim: attainment $att in (0,1]" ||
+    nok "sim: attainment" "'$att'"
+
+# a config file describing a 3-node cluster, with a holder failing during a scale-out burst
+cat >"$OUT/three.conf" <<CONF
+# three single-GPU nodes on 100 Gb/s
+gpus = A100:3
+gpus_per_server = 1
+net = rdma100
+model = 7B
+keep_alive_s = 5
+fail = 5:holder
+CONF
+if "$BIN" sim --config "$OUT/three.conf" --synthetic rps=2,dur=40,burst=40,at=10,len=10,in=512,out=32 \
+    --policy strata --out "$OUT/three" --quiet >"$OUT/three.out" 2>&1; then
+    f=$(awk -F, '$1=="strata"{print $21}' "$OUT/three/summary.csv")
+    done_=$(awk -F, '$1=="strata"{print $3 "/" $2}' "$OUT/three/summary.csv")
+    n_done=${done_%/*} n_all=${done_#*/}
+    [ "$f" = 1 ] && [ "$n_done" = "$n_all" ] &&
+        ok "sim: holder dies mid-stream, R=2 keeps the model: $done_ requests done" ||
+        nok "sim: holder failure" "failures=$f, done $done_"
+else
+    nok "sim: config file run" "$(tail -3 "$OUT/three.out")"
+fi
+# same seed, same numbers
+"$BIN" sim --config "$OUT/three.conf" --synthetic rps=2,dur=40,burst=40,at=10,len=10,in=512,out=32 \
+    --policy strata --quiet 2>/dev/null | grep '^strata ' >"$OUT/a"
+"$BIN" sim --config "$OUT/three.conf" --synthetic rps=2,dur=40,burst=40,at=10,len=10,in=512,out=32 \
+    --policy strata --quiet 2>/dev/null | grep '^strata ' >"$OUT/b"
+[ -s "$OUT/a" ] && cmp -s "$OUT/a" "$OUT/b" && ok "sim: same seed, same table" ||
+    nok "sim: same seed, same table" "$(cat "$OUT/a" "$OUT/b")"
+# errors name the input
+msg=$("$BIN" sim --synthetic rps=1,dur=1 --gpus B200:8 2>&1)
+[ $? = 2 ] && echo "$msg" | grep -q B200 && ok "sim: unknown GPU type refused" ||
+    nok "sim: unknown GPU type" "$msg"
+printf 'TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.9,12\n' >"$OUT/bad.csv"
+msg=$("$BIN" sim --trace "$OUT/bad.csv" 2>&1)
+[ $? = 1 ] && echo "$msg" | grep -q "line 2" && ok "sim: bad trace line named" ||
+    nok "sim: bad trace" "$msg"
+exit $fail

@@ -1,0 +1,235 @@
+/* The control plane's wire (cluster/sealed_conn.h) over loopback TCP: a message crosses sealed
+ * both ways under the cluster key; a client with another key is refused at the handshake and
+ * delivers nothing; the relay carries a byte stream (what raft writes) unchanged in both
+ * directions. */
+#include "check.h"
+
+#include "cluster/sealed_conn.h"
+#include "os/common/errmsg.h"
+
+#include <arpa/inet.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+static uv_loop_t loop;
+static struct cluster_key key, other;
+static struct slisten lis;
+static char lis_addr[64];
+static int accepted, refused, ready_status = 99, got_msgs, closed;
+static char got[256];
+static struct sconn *srv_conn;
+
+/* ---------------------------------------------------------------- listener side */
+
+static void srv_msg(struct sconn *c, const uint8_t *m, size_t n)
+{
+    snprintf(got, sizeof got, "%.*s", (int)n, (const char *)m);
+    got_msgs++;
+    sconn_send(c, "pong", 4);
+}
+
+static void on_accept(struct slisten *l, struct sconn *c)
+{
+    (void)l;
+    accepted++;
+    srv_conn = c;
+    c->cb.on_msg = srv_msg;
+}
+
+static void on_refused(struct slisten *l, const char *peer, const char *why)
+{
+    (void)l, (void)peer, (void)why;
+    refused++;
+}
+
+static void listen_any(void)
+{
+    char err[ERRMSG_LEN];
+    lis = (struct slisten){.key = &key, .on_accept = on_accept, .on_refused = on_refused};
+    CHECKF(!slisten_start(&lis, &loop, "127.0.0.1:0", err), "%s", err);
+    struct sockaddr_in sa;
+    int len = sizeof sa;
+    uv_tcp_getsockname(&lis.tcp, (struct sockaddr *)&sa, &len);
+    snprintf(lis_addr, sizeof lis_addr, "127.0.0.1:%d", ntohs(sa.sin_port));
+}
+
+/* ---------------------------------------------------------------- client side */
+
+static char reply[64];
+
+static void cli_ready(struct sconn *c, int status, const char *why)
+{
+    (void)why;
+    ready_status = status;
+    if (!status) sconn_send(c, "ping", 4);
+}
+
+static void cli_msg(struct sconn *c, const uint8_t *m, size_t n)
+{
+    snprintf(reply, sizeof reply, "%.*s", (int)n, (const char *)m);
+    sconn_close(c, "done");
+}
+
+static void cli_closed(struct sconn *c, const char *why)
+{
+    (void)c, (void)why;
+    closed++;
+}
+
+static void run_until(int *flag, int want)
+{
+    for (int i = 0; i < 2000 && *flag < want; i++) uv_run(&loop, UV_RUN_NOWAIT), usleep(1000);
+}
+
+static void setup(void)
+{
+    char err[ERRMSG_LEN];
+    CHECK(!auth_init(err));
+    CHECK(!cluster_key_parse(
+        &key, "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff", err));
+    CHECK(!cluster_key_parse(
+        &other, "ffeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100", err));
+    uv_loop_init(&loop);
+    accepted = refused = got_msgs = closed = 0;
+    ready_status = 99;
+    got[0] = reply[0] = 0;
+    listen_any();
+}
+
+static void close_all(uv_handle_t *h, void *arg)
+{
+    (void)arg;
+    if (!uv_is_closing(h)) uv_close(h, NULL);
+}
+
+static void drain(void)
+{
+    uv_walk(&loop, close_all, NULL);
+    for (int i = 0; i < 100; i++) uv_run(&loop, UV_RUN_NOWAIT);
+    uv_loop_close(&loop);
+}
+
+TEST(message_both_ways_under_the_key)
+{
+    char err[ERRMSG_LEN];
+    setup();
+    struct sconn_cbs cbs = {.on_ready = cli_ready, .on_msg = cli_msg, .on_close = cli_closed};
+    CHECKF(sconn_connect(&loop, &key, lis_addr, &cbs, NULL, err) != NULL, "%s", err);
+    run_until(&closed, 1);
+    CHECK_EQ_INT(ready_status, 0);
+    CHECK_EQ_INT(accepted, 1);
+    CHECK_STR(got, "ping");
+    CHECK_STR(reply, "pong");
+    CHECK_EQ_INT(refused, 0);
+    drain();
+}
+
+TEST(other_key_refused_nothing_delivered)
+{
+    char err[ERRMSG_LEN];
+    setup();
+    struct sconn_cbs cbs = {.on_ready = cli_ready, .on_msg = cli_msg, .on_close = cli_closed};
+    CHECKF(sconn_connect(&loop, &other, lis_addr, &cbs, NULL, err) != NULL, "%s", err);
+    run_until(&closed, 1);
+    run_until(&refused, 1);
+    CHECK(ready_status < 0);
+    CHECK_EQ_INT(refused, 1);
+    CHECK_EQ_INT(accepted, 0);
+    CHECK_EQ_INT(got_msgs, 0);
+    drain();
+}
+
+/* ---------------------------------------------------------------- relay */
+
+#define STREAM_BYTES (3u << 20)
+static uint8_t *pattern, *recv_buf;
+static size_t recv_len;
+static uv_stream_t *cli_end, *srv_end;
+
+static void *plain_malloc(size_t n)
+{
+    return malloc(n);
+}
+
+static void pipe_alloc(uv_handle_t *h, size_t hint, uv_buf_t *b)
+{
+    (void)h, (void)hint;
+    static char tmp[70000];
+    b->base = tmp;
+    b->len = sizeof tmp;
+}
+
+static void pipe_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b)
+{
+    (void)s;
+    if (n <= 0) return;
+    if (recv_len + (size_t)n <= STREAM_BYTES) memcpy(recv_buf + recv_len, b->base, (size_t)n);
+    recv_len += (size_t)n;
+}
+
+static void relay_accept(struct slisten *l, struct sconn *c)
+{
+    char err[ERRMSG_LEN];
+    (void)l;
+    accepted++;
+    srv_end = sconn_relay(c, plain_malloc, err);
+    if (srv_end) uv_read_start(srv_end, pipe_alloc, pipe_read);
+}
+
+static void relay_ready(struct sconn *c, int status, const char *why)
+{
+    char err[ERRMSG_LEN];
+    (void)why;
+    ready_status = status;
+    if (!status) cli_end = sconn_relay(c, plain_malloc, err);
+}
+
+static void write_done(uv_write_t *w, int status)
+{
+    (void)status;
+    free(w);
+}
+
+TEST(relay_carries_a_stream_unchanged)
+{
+    char err[ERRMSG_LEN];
+    setup();
+    lis.on_accept = relay_accept;
+    pattern = malloc(STREAM_BYTES);
+    recv_buf = calloc(1, STREAM_BYTES);
+    recv_len = 0;
+    cli_end = srv_end = NULL;
+    srand(7);
+    for (size_t i = 0; i < STREAM_BYTES; i++) pattern[i] = (uint8_t)rand();
+    struct sconn_cbs cbs = {.on_ready = relay_ready, .on_close = cli_closed};
+    CHECKF(sconn_connect(&loop, &key, lis_addr, &cbs, NULL, err) != NULL, "%s", err);
+    for (int i = 0; i < 2000 && (!cli_end || !srv_end); i++)
+        uv_run(&loop, UV_RUN_NOWAIT), usleep(1000);
+    CHECK(cli_end && srv_end);
+    /* Writes of uneven sizes, as raft's messages are. */
+    for (size_t off = 0; off < STREAM_BYTES;) {
+        size_t n = 1 + (size_t)rand() % 100000;
+        if (n > STREAM_BYTES - off) n = STREAM_BYTES - off;
+        uv_write_t *w = malloc(sizeof *w);
+        uv_buf_t b = uv_buf_init((char *)pattern + off, (unsigned)n);
+        CHECK(!uv_write(w, cli_end, &b, 1, write_done));
+        off += n;
+    }
+    for (int i = 0; i < 20000 && recv_len < STREAM_BYTES; i++)
+        uv_run(&loop, UV_RUN_NOWAIT), usleep(200);
+    CHECK_EQ_INT(recv_len, STREAM_BYTES);
+    CHECK(!memcmp(recv_buf, pattern, STREAM_BYTES));
+    free(pattern);
+    free(recv_buf);
+    drain();
+    free(cli_end);
+    free(srv_end);
+}
+
+int main(void)
+{
+    RUN(message_both_ways_under_the_key);
+    RUN(other_key_refused_nothing_delivered);
+    RUN(relay_carries_a_stream_unchanged);
+    CHECK_DONE();
+}

@@ -1,0 +1,236 @@
+/* The simulator against closed forms: one transfer takes size / bandwidth; a chain of N costs one
+ * transfer plus N - 1 chunk times; the binomial pipeline takes C + log2 N chunk times; an M/D/1
+ * queue's mean wait is rho / (2 mu (1 - rho)); a seed gives the same run twice. Each simulation
+ * runs in a child process (SimGrid's engine is once per process). */
+#include "check.h"
+#include "cluster/sim/sim.h"
+#include "os/common/errmsg.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* Run the multicast in a child; the time comes back through a pipe. */
+static double multicast(const struct sim_config *c, int mc, int n)
+{
+    int fd[2];
+    if (pipe(fd)) return -1;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        char err[ERRMSG_LEN];
+        double t = -1;
+        if (sim_multicast_here(c, mc, n, &t, err)) fprintf(stderr, "%s\n", err);
+        if (write(fd[1], &t, sizeof t) != sizeof t) _exit(2);
+        _exit(0);
+    }
+    close(fd[1]);
+    double t = -1;
+    if (read(fd[0], &t, sizeof t) != sizeof t) t = -1;
+    close(fd[0]);
+    int st;
+    waitpid(pid, &st, 0);
+    return t;
+}
+
+/* One instance per server (no NVLink between them), no latency: every hop is the NIC. */
+static void flat_cluster(struct sim_config *c, int gpus)
+{
+    sim_config_default(c);
+    c->type_gpus[0] = gpus;
+    c->gpus_per_server = 1;
+    c->gpus_per_inst = 1;
+    c->tiers.latency_s = 0;
+    c->tiers.nic_Bps = 12.5e9; /* 100 Gb/s */
+}
+
+static int close_to(double got, double want, double rel)
+{
+    return fabs(got - want) <= rel * want;
+}
+
+TEST(one_transfer_takes_size_over_bandwidth)
+{
+    struct sim_config c;
+    flat_cluster(&c, 4);
+    double t = multicast(&c, SIM_MC_CHAIN, 1);
+    double want = c.model.bytes / c.tiers.nic_Bps; /* 13.5 GB at 12.5 GB/s = 1.08 s */
+    CHECKF(close_to(t, want, 1e-9), "%.9f s, want %.9f s", t, want);
+    /* with latency: each of the C chunks pays the two links' latency once */
+    c.tiers.latency_s = 5e-6;
+    t = multicast(&c, SIM_MC_CHAIN, 1);
+    want += c.model.layers * 2 * 5e-6;
+    CHECKF(close_to(t, want, 1e-9), "%.9f s, want %.9f s", t, want);
+}
+
+TEST(chain_costs_one_transfer_plus_chunk_times)
+{
+    struct sim_config c;
+    flat_cluster(&c, 16);
+    double chunk = c.model.bytes / c.model.layers / c.tiers.nic_Bps;
+    for (int n = 2; n <= 15; n += 13) {
+        double t = multicast(&c, SIM_MC_CHAIN, n);
+        double want = (c.model.layers + n - 1) * chunk;
+        CHECKF(close_to(t, want, 1e-9), "chain of %d: %.9f s, want %.9f s", n, t, want);
+        /* against N separate transfers from the source: about N times less */
+        CHECKF(t < 0.2 * n * c.model.bytes / c.tiers.nic_Bps || n < 5, "chain of %d: %.3f s", n, t);
+    }
+}
+
+TEST(binomial_pipeline_matches_formula)
+{
+    struct sim_config c;
+    flat_cluster(&c, 17);
+    double chunk = c.model.bytes / c.model.layers / c.tiers.nic_Bps;
+    for (int d = 1; d <= 4; d++) {
+        int n = 1 << d;
+        double t = multicast(&c, SIM_MC_BINOMIAL, n);
+        double want = (c.model.layers + d) * chunk;
+        CHECKF(close_to(t, want, 1e-9), "binomial to %d: %.9f s, want (C + %d) chunks = %.9f s", n,
+               t, d, want);
+    }
+}
+
+struct run_out {
+    int rc;
+    char err[ERRMSG_LEN];
+    struct sim_result r;
+};
+
+static void run_forked(const struct sim_config *c, const char *policy, struct run_out *o)
+{
+    struct sim_policy p;
+    memset(o, 0, sizeof *o);
+    if (sim_policy_by_name(policy, &p)) {
+        o->rc = -1;
+        snprintf(o->err, sizeof o->err, "no policy %s", policy);
+        return;
+    }
+    o->rc = sim_run(c, &p, &o->r, NULL, o->err);
+}
+
+/* One instance, one sequence at a time, every request one step of D: an M/D/1 queue. With
+ * 200,000 Poisson arrivals at rho = 0.5 the sample mean of the wait is within 3% of theory
+ * (its standard error there is about 0.6%, autocorrelation included). */
+TEST(md1_mean_wait_matches_theory)
+{
+    static struct sim_config c;
+    sim_config_default(&c);
+    c.type_gpus[0] = 1;
+    c.gpus_per_server = 1;
+    c.gpus_per_inst = 1;
+    c.no_planner = 1;
+    c.max_seqs = 1;
+    const double D = 0.010, lambda = 50; /* mu = 100/s, rho = 0.5 */
+    c.step_set[0] = 1;
+    c.step[0] = (struct step_model){1e-12, 0, D - 1e-12, 1};
+    char spec[128], err[ERRMSG_LEN];
+    snprintf(spec, sizeof spec, "rps=%g,dur=4000,in=1,out=1", lambda);
+    struct sim_request *req;
+    int n;
+    CHECKF(sim_synthetic(spec, 7, &req, &n, err) == 0, "%s", err);
+    c.req = req;
+    c.n_req = n;
+    c.horizon_s = 4000;
+    struct run_out o;
+    run_forked(&c, "strata", &o);
+    free(req);
+    CHECKF(o.rc == 0, "%s", o.err);
+    CHECK_EQ_INT(o.r.n_done, n);
+    double rho = lambda * D, mu = 1 / D, wq = rho / (2 * mu * (1 - rho));
+    double got = o.r.ttft_mean / 1000 - D;
+    CHECKF(close_to(got, wq, 0.03), "mean wait %.6f s, theory %.6f s (%d requests)", got, wq, n);
+}
+
+TEST(deterministic_for_a_seed)
+{
+    static struct sim_config c;
+    sim_config_default(&c);
+    c.type_gpus[0] = 16;
+    c.keep_alive_s = 5;
+    struct sim_request *req;
+    int n;
+    char err[ERRMSG_LEN];
+    CHECKF(sim_synthetic("rps=10,dur=40,burst=60,at=10,len=8,in=512,out=64", 3, &req, &n, err) == 0,
+           "%s", err);
+    c.req = req;
+    c.n_req = n;
+    c.horizon_s = 40;
+    c.failures[0] = (struct sim_failure){12, -1};
+    c.n_failures = 1;
+    struct run_out a, b;
+    run_forked(&c, "strata", &a);
+    run_forked(&c, "strata", &b);
+    CHECKF(a.rc == 0, "%s", a.err);
+    CHECKF(b.rc == 0, "%s", b.err);
+    CHECK(a.r.scaleouts > 0); /* the burst made it scale */
+    a.r.wall_s = b.r.wall_s = 0;
+    CHECK(memcmp(&a.r, &b.r, sizeof a.r) == 0);
+    /* another seed: other arrivals, other figures */
+    free(req);
+    CHECK(sim_synthetic("rps=10,dur=40,burst=60,at=10,len=8,in=512,out=64", 4, &req, &n, err) == 0);
+    c.req = req;
+    c.n_req = n;
+    run_forked(&c, "strata", &b);
+    free(req);
+    CHECK(b.rc == 0);
+    CHECK(b.r.ttft_p99 != a.r.ttft_p99 || b.r.n_req != a.r.n_req);
+}
+
+TEST(trace_parser_windows_and_rate)
+{
+    const char *t = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                    "2023-11-16 18:17:03.5,100,10\n"
+                    "2023-11-16 18:17:04.5,200,20\n"
+                    "2023-11-16 18:17:07.5,300,30\n"
+                    "2023-11-16 18:18:03.5,400,40\n";
+    struct sim_request *r;
+    int n;
+    char err[ERRMSG_LEN];
+    CHECKF(sim_trace_parse(t, strlen(t), 1, 0, 0, &r, &n, err) == 0, "%s", err);
+    CHECK_EQ_INT(n, 4);
+    CHECK(fabs(r[3].t - 60) < 1e-9 && r[3].in == 400 && r[3].out == 40);
+    free(r);
+    /* window from second 1, 3 simulated seconds at rate 2: trace seconds [1, 7) */
+    CHECKF(sim_trace_parse(t, strlen(t), 2, 1, 3, &r, &n, err) == 0, "%s", err);
+    CHECK_EQ_INT(n, 2);
+    CHECK(fabs(r[0].t - 0) < 1e-9 && r[0].in == 200);
+    CHECK(fabs(r[1].t - 1.5) < 1e-9 && r[1].in == 300);
+    free(r);
+    CHECK(sim_trace_parse("x,y\n1,2\n", 8, 1, 0, 0, &r, &n, err) == -1);
+    const char *bad = "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.5,100\n";
+    CHECK(sim_trace_parse(bad, strlen(bad), 1, 0, 0, &r, &n, err) == -1);
+    CHECK(strstr(err, "line 2") != NULL);
+}
+
+TEST(config_settings)
+{
+    static struct sim_config c;
+    char err[ERRMSG_LEN];
+    sim_config_default(&c);
+    CHECKF(sim_config_parse(&c,
+                            "# three nodes\ngpus = H100:2, A100:1\nmodel = 13B\nnet = rdma200\n"
+                            "step = A100:0.0001,0.0002,0.01\nfail = 30:holder\n",
+                            err) == 0,
+           "%s", err);
+    CHECK_EQ_INT(c.n_types, 2);
+    CHECK_EQ_INT(c.type_gpus[1], 1);
+    CHECK(c.tiers.nic_Bps == 25e9);
+    CHECK(c.step_set[1] && c.step[1].c == 0.01);
+    CHECK_EQ_INT(c.n_failures, 1);
+    CHECK_EQ_INT(c.failures[0].inst, -1);
+    CHECK(sim_config_parse(&c, "gpus = B200:3\n", err) == -1);
+    CHECK(strstr(err, "line 1") && strstr(err, "B200"));
+    CHECK(sim_config_parse(&c, "nic_gbps = -5\n", err) == -1);
+}
+
+int main(void)
+{
+    RUN(one_transfer_takes_size_over_bandwidth);
+    RUN(chain_costs_one_transfer_plus_chunk_times);
+    RUN(binomial_pipeline_matches_formula);
+    RUN(md1_mean_wait_matches_theory);
+    RUN(deterministic_for_a_seed);
+    RUN(trace_parser_windows_and_rate);
+    RUN(config_settings);
+    CHECK_DONE();
+}
