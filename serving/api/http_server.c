@@ -3,7 +3,6 @@
 #include "os/runtime/clock.h"
 #include "os/common/errmsg.h"
 #include "os/runtime/log.h"
-#include "serving/api/api_request.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -374,12 +373,14 @@ int http_conn_alive(const struct http_conn *c)
 }
 
 /* An error the server itself answers (bad head, too large, timeout), then closes. */
+static char *error_body(const struct http_server *s, int status, const char *msg)
+{
+    return s->h.error_body ? s->h.error_body(s->h.ctx, status, msg) : NULL;
+}
+
 static void respond_error(struct http_conn *c, int status, const char *msg, const char *extra)
 {
-    struct api_error e;
-    api_error_set(&e, status, status == 503 ? "server_error" : "invalid_request_error", NULL, "%s",
-                  msg);
-    char *body = api_error_json(&e);
+    char *body = error_body(c->srv, status, msg);
     c->keep_alive = 0;
     c->consumed = c->rlen;
     if (c->srv->m) metrics_request(c->srv->m, status == 503 ? OUTCOME_REJECTED : OUTCOME_INVALID);
@@ -479,11 +480,11 @@ static void on_accept(struct http_server *s)
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         if (s->n_conns >= s->cfg.max_conns) {
-            struct api_error e;
-            api_error_set(&e, 503, "server_error", NULL,
-                          "The server is handling %d connections, its limit; retry shortly.",
-                          s->n_conns);
-            char *body = api_error_json(&e);
+            char msg[96];
+            snprintf(msg, sizeof msg,
+                     "The server is handling %d connections, its limit; retry shortly.",
+                     s->n_conns);
+            char *body = error_body(s, 503, msg);
             char head[256];
             int hn = snprintf(head, sizeof head,
                               "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json"

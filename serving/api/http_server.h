@@ -45,6 +45,9 @@ struct http_handler {
                        const char *body, size_t len);
     void (*on_abort)(void *ctx, struct http_conn *c, void *user);
     void (*on_wake)(void *ctx);
+    /* The body of an error the server answers itself (a bad head, too many connections, a
+     * timeout): a malloc'd JSON document in the API's shape, or NULL for "{}". Optional. */
+    char *(*error_body)(void *ctx, int status, const char *message);
 };
 
 struct http_server;

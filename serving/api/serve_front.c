@@ -200,15 +200,12 @@ static void deliver(struct front *f, struct front_req *fr)
 {
     struct sreq *r = fr->r;
     const struct front_model *m = atomic_load(&f->model);
-    pthread_mutex_lock(&r->mu);
-    int finish = r->finish, n_gen = r->n_generated;
-    size_t len = r->text_len;
-    char *text = malloc(len + 1);
-    if (text) memcpy(text, r->text ? r->text : "", len), text[len] = 0;
-    char error[sizeof r->error];
-    memcpy(error, r->error, sizeof error);
-    pthread_mutex_unlock(&r->mu);
-    if (!text) return;
+    struct sreq_output out;
+    if (sreq_output(r, &out)) return;
+    int finish = out.finish, n_gen = out.n_generated;
+    size_t len = out.text_len;
+    char *text = out.text;
+    const char *error = out.error;
     struct api_reply rep = {.chat = fr->chat,
                             .id = fr->id,
                             .created = fr->created,
@@ -550,8 +547,21 @@ static void on_wake(void *ctx)
     }
 }
 
+/* The server's own errors in OpenAI's error shape, like every other error the API sends. */
+static char *error_body(void *ctx, int status, const char *message)
+{
+    (void)ctx;
+    struct api_error e;
+    api_error_set(&e, status, status == 503 ? "server_error" : "invalid_request_error", NULL, "%s",
+                  message);
+    return api_error_json(&e);
+}
+
 struct http_handler front_handler(struct front *f)
 {
-    return (struct http_handler){
-        .ctx = f, .on_request = on_request, .on_abort = on_abort, .on_wake = on_wake};
+    return (struct http_handler){.ctx = f,
+                                 .on_request = on_request,
+                                 .on_abort = on_abort,
+                                 .on_wake = on_wake,
+                                 .error_body = error_body};
 }

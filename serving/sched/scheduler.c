@@ -17,28 +17,78 @@
 
 /* ---------------------------------------------------------------- requests */
 
+/* The scheduler's side of a request (scheduler.h: struct sreq's st). */
+struct sreq_state {
+    pthread_mutex_t mu; /* guards the output below */
+    char *text;
+    size_t text_len, text_cap;
+    int n_generated;
+    int finish;
+    double t_first_token, t_done;
+    char error[ERRMSG_LEN];
+    atomic_int cancelled;    /* sched_cancel: seen at the next step boundary */
+    atomic_int refs;         /* front + scheduler + pending notification */
+    struct sreq *queue_next; /* submission queue */
+};
+
 struct sreq *sreq_new(void)
 {
-    struct sreq *r = calloc(1, sizeof *r);
+    struct sreq *r = calloc(1, sizeof *r + sizeof *r->st);
     if (!r) return NULL;
-    pthread_mutex_init(&r->mu, NULL);
-    atomic_init(&r->refs, 1);
+    r->st = (struct sreq_state *)(r + 1);
+    pthread_mutex_init(&r->st->mu, NULL);
+    atomic_init(&r->st->refs, 1);
     return r;
 }
 
 void sreq_get(struct sreq *r)
 {
-    atomic_fetch_add(&r->refs, 1);
+    atomic_fetch_add(&r->st->refs, 1);
 }
 
 void sreq_put(struct sreq *r)
 {
-    if (!r || atomic_fetch_sub(&r->refs, 1) != 1) return;
+    if (!r || atomic_fetch_sub(&r->st->refs, 1) != 1) return;
     free(r->prompt);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
-    free(r->text);
-    pthread_mutex_destroy(&r->mu);
+    free(r->st->text);
+    pthread_mutex_destroy(&r->st->mu);
     free(r);
+}
+
+int sreq_output(struct sreq *r, struct sreq_output *out)
+{
+    struct sreq_state *st = r->st;
+    pthread_mutex_lock(&st->mu);
+    out->finish = st->finish;
+    out->n_generated = st->n_generated;
+    out->text_len = st->text_len;
+    out->t_first_token = st->t_first_token;
+    out->t_done = st->t_done;
+    memcpy(out->error, st->error, sizeof out->error);
+    out->text = malloc(st->text_len + 1);
+    if (out->text) {
+        if (st->text_len) memcpy(out->text, st->text, st->text_len);
+        out->text[st->text_len] = 0;
+    }
+    pthread_mutex_unlock(&st->mu);
+    return out->text ? 0 : -1;
+}
+
+int sreq_finish(struct sreq *r)
+{
+    pthread_mutex_lock(&r->st->mu);
+    int f = r->st->finish;
+    pthread_mutex_unlock(&r->st->mu);
+    return f;
+}
+
+int sreq_n_generated(struct sreq *r)
+{
+    pthread_mutex_lock(&r->st->mu);
+    int n = r->st->n_generated;
+    pthread_mutex_unlock(&r->st->mu);
+    return n;
 }
 
 /* ---------------------------------------------------------------- sequences */
@@ -164,28 +214,28 @@ static void publish(struct scheduler *s, struct seq *q, int finish)
         upto = stop_safe_len(q->text, q->text_len, r->stop, r->n_stop);
         upto = utf8_complete_prefix(q->text, upto);
     }
-    pthread_mutex_lock(&r->mu);
+    pthread_mutex_lock(&r->st->mu);
     if (upto > q->sent) {
         size_t add = upto - q->sent;
-        if (r->text_len + add + 1 > r->text_cap) {
-            size_t cap = (r->text_len + add + 1) * 2;
-            char *p = realloc(r->text, cap);
-            if (p) r->text = p, r->text_cap = cap;
+        if (r->st->text_len + add + 1 > r->st->text_cap) {
+            size_t cap = (r->st->text_len + add + 1) * 2;
+            char *p = realloc(r->st->text, cap);
+            if (p) r->st->text = p, r->st->text_cap = cap;
         }
-        if (r->text_len + add + 1 <= r->text_cap) {
-            memcpy(r->text + r->text_len, q->text + q->sent, add);
-            r->text_len += add;
-            r->text[r->text_len] = 0;
+        if (r->st->text_len + add + 1 <= r->st->text_cap) {
+            memcpy(r->st->text + r->st->text_len, q->text + q->sent, add);
+            r->st->text_len += add;
+            r->st->text[r->st->text_len] = 0;
             q->sent = upto;
         }
     }
-    r->n_generated = q->n_gen;
-    if (q->n_gen && !r->t_first_token) r->t_first_token = q->t_first;
+    r->st->n_generated = q->n_gen;
+    if (q->n_gen && !r->st->t_first_token) r->st->t_first_token = q->t_first;
     if (finish) {
-        r->finish = finish;
-        r->t_done = clock_now();
+        r->st->finish = finish;
+        r->st->t_done = clock_now();
     }
-    pthread_mutex_unlock(&r->mu);
+    pthread_mutex_unlock(&r->st->mu);
     if (s->ops.notify) s->ops.notify(s->ops.notify_ctx, r);
 }
 
@@ -223,9 +273,9 @@ static void retire(struct scheduler *s, struct seq *q, int finish, const char *w
     free_blocks(s, q);
     kv_gauges(s); /* before the client can see its answer, so /metrics is never behind it */
     if (why) {
-        pthread_mutex_lock(&q->r->mu);
-        snprintf(q->r->error, sizeof q->r->error, "%s", why);
-        pthread_mutex_unlock(&q->r->mu);
+        pthread_mutex_lock(&q->r->st->mu);
+        snprintf(q->r->st->error, sizeof q->r->st->error, "%s", why);
+        pthread_mutex_unlock(&q->r->st->mu);
     }
     finish_metrics(s, q, finish);
     publish(s, q, finish);
@@ -356,7 +406,7 @@ void sched_free(struct scheduler *s)
     free(s->pads);
     struct sreq *r = s->inbox_head;
     while (r) {
-        struct sreq *n = r->queue_next;
+        struct sreq *n = r->st->queue_next;
         sreq_put(r);
         r = n;
     }
@@ -400,9 +450,9 @@ int sched_submit(struct scheduler *s, struct sreq *r, char *err)
     r->t_arrival = r->t_arrival ? r->t_arrival : clock_now();
     sreq_get(r);
     pthread_mutex_lock(&s->mu);
-    r->queue_next = NULL;
+    r->st->queue_next = NULL;
     if (s->inbox_tail)
-        s->inbox_tail->queue_next = r;
+        s->inbox_tail->st->queue_next = r;
     else
         s->inbox_head = r;
     s->inbox_tail = r;
@@ -426,7 +476,7 @@ int sched_resident(const struct scheduler *s)
 
 void sched_cancel(struct scheduler *s, struct sreq *r)
 {
-    atomic_store(&r->cancelled, 1);
+    atomic_store(&r->st->cancelled, 1);
     pthread_mutex_lock(&s->mu);
     pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&s->mu);
@@ -441,15 +491,15 @@ static void take_inbox(struct scheduler *s)
     s->inbox_head = s->inbox_tail = NULL;
     pthread_mutex_unlock(&s->mu);
     while (r) {
-        struct sreq *next = r->queue_next;
+        struct sreq *next = r->st->queue_next;
         char err[ERRMSG_LEN] = "out of memory";
         struct seq *q = seq_from(s, r, err);
         if (!q || push_waiting(s, q)) {
             struct seq tmp = {.r = r};
             if (q) seq_free(NULL, q);
-            pthread_mutex_lock(&r->mu);
-            snprintf(r->error, sizeof r->error, "%s", err);
-            pthread_mutex_unlock(&r->mu);
+            pthread_mutex_lock(&r->st->mu);
+            snprintf(r->st->error, sizeof r->st->error, "%s", err);
+            pthread_mutex_unlock(&r->st->mu);
             metrics_request(s->m, OUTCOME_ERROR);
             publish(s, &tmp, FINISH_ERROR);
             sreq_put(r);
@@ -462,14 +512,14 @@ static int drop_cancelled(struct scheduler *s)
 {
     int n = 0;
     for (int i = s->n_running - 1; i >= 0; i--) {
-        if (!atomic_load_explicit(&s->running[i]->r->cancelled, memory_order_relaxed)) continue;
+        if (!atomic_load_explicit(&s->running[i]->r->st->cancelled, memory_order_relaxed)) continue;
         struct seq *q = s->running[i];
         remove_at(s->running, &s->n_running, i);
         retire(s, q, FINISH_CANCELLED, NULL);
         n++;
     }
     for (int i = s->n_waiting - 1; i >= 0; i--) {
-        if (!atomic_load_explicit(&s->waiting[i]->r->cancelled, memory_order_relaxed)) continue;
+        if (!atomic_load_explicit(&s->waiting[i]->r->st->cancelled, memory_order_relaxed)) continue;
         struct seq *q = s->waiting[i];
         remove_at(s->waiting, &s->n_waiting, i);
         retire(s, q, FINISH_CANCELLED, NULL);

@@ -56,23 +56,32 @@ struct sreq {
     double ttft_ms, tpot_ms; /* 0: scheduler defaults */
     double t_arrival;        /* clock_now() */
 
-    /* Output: written by the scheduler under mu. */
-    pthread_mutex_t mu;
-    char *text; /* sendable text so far (stop strings cut, partial UTF-8 held back) */
-    size_t text_len, text_cap;
-    int n_generated;
+    /* The caller's. */
+    void *user;
+    /* The notifier's list link: serve_front strings the requests it must deliver through these
+     * (front_notify); nobody else touches them. */
+    struct sreq *notify_next;
+    atomic_int notify_pending;
+    /* The scheduler's: the output so far, its lock, the reference count (scheduler.c). Read the
+     * output with sreq_output() / sreq_finish() / sreq_n_generated(). */
+    struct sreq_state *st;
+};
+
+/* A consistent copy of what the scheduler produced for a request so far. */
+struct sreq_output {
     int finish; /* enum sreq_finish; final once set */
+    int n_generated;
+    char *text; /* sendable text so far (stop strings cut, partial UTF-8 held back): a malloc'd,
+                   NUL-terminated copy the caller frees */
+    size_t text_len;
     double t_first_token, t_done;
     char error[ERRMSG_LEN];
-
-    /* Front's side. */
-    void *user;
-    atomic_int cancelled;
-    atomic_int refs;
-    atomic_int notify_pending;
-    struct sreq *notify_next;
-    struct sreq *queue_next; /* submission queue */
 };
+
+/* Fills out under the request's lock; -1 when the text could not be copied (out of memory). */
+int sreq_output(struct sreq *r, struct sreq_output *out);
+int sreq_finish(struct sreq *r);      /* enum sreq_finish, FINISH_NONE while running */
+int sreq_n_generated(struct sreq *r); /* tokens generated so far */
 
 struct sreq *sreq_new(void); /* refs = 1 */
 void sreq_get(struct sreq *r);

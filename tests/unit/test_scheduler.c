@@ -57,11 +57,21 @@ static int run_until_done(struct rig *g, struct sreq **r, int n, int max_iters)
 {
     for (int it = 0; it < max_iters; it++) {
         int done = 1;
-        for (int i = 0; i < n; i++) done &= r[i]->finish != FINISH_NONE;
+        for (int i = 0; i < n; i++) done &= sreq_finish(r[i]) != FINISH_NONE;
         if (done) return it;
         sched_iterate(g->s);
     }
     return -1;
+}
+
+/* What the scheduler produced for r so far (the copy stays valid until the next call). */
+static struct sreq_output *out_of(struct sreq *r)
+{
+    static struct sreq_output o;
+    free(o.text);
+    o.text = NULL;
+    CHECK(sreq_output(r, &o) == 0);
+    return &o;
 }
 
 static void check_matches_oracle(struct sreq *r, int ctx)
@@ -69,10 +79,11 @@ static void check_matches_oracle(struct sreq *r, int ctx)
     char want[4096];
     int eos;
     int len = fake_oracle(r->prompt, r->n_prompt, r->max_tokens, ctx, want, &eos);
-    CHECKF(r->text_len == (size_t)len && (!len || !memcmp(r->text, want, (size_t)len)),
+    struct sreq_output *o = out_of(r);
+    CHECKF(o->text_len == (size_t)len && (!len || !memcmp(o->text, want, (size_t)len)),
            "prompt %d tokens: got \"%.*s\", alone \"%.200s\"", r->n_prompt,
-           (int)(r->text_len > 200 ? 200 : r->text_len), r->text ? r->text : "", want);
-    CHECK_EQ_INT(r->finish, eos ? FINISH_STOP : FINISH_LENGTH);
+           (int)(o->text_len > 200 ? 200 : o->text_len), o->text, want);
+    CHECK_EQ_INT(sreq_finish(r), eos ? FINISH_STOP : FINISH_LENGTH);
 }
 
 TEST(batched_equals_alone)
@@ -93,7 +104,7 @@ TEST(batched_equals_alone)
     CHECK_EQ_INT(
         atomic_load(&g.m.requests[OUTCOME_STOP]) + atomic_load(&g.m.requests[OUTCOME_LENGTH]), 20);
     unsigned long long gen = 0;
-    for (int i = 0; i < 20; i++) gen += (unsigned long long)r[i]->n_generated;
+    for (int i = 0; i < 20; i++) gen += (unsigned long long)sreq_n_generated(r[i]);
     CHECK_EQ_INT(atomic_load(&g.m.generated_tokens), gen);
     for (int i = 0; i < 20; i++) sreq_put(r[i]);
     rig_close(&g);
@@ -120,12 +131,13 @@ TEST(preemption_recomputes_exactly)
         int eos;
         int len = fake_oracle(r[i]->prompt, r[i]->n_prompt, 30, cfg.ctx, want, &eos);
         if (!eos) {
-            CHECKF(r[i]->text_len == (size_t)len && !memcmp(r[i]->text, want, (size_t)len),
+            struct sreq_output *o = out_of(r[i]);
+            CHECKF(o->text_len == (size_t)len && !memcmp(o->text, want, (size_t)len),
                    "req %d: got \"%.*s\" want \"%.200s\"", i,
-                   (int)(r[i]->text_len > 200 ? 200 : r[i]->text_len), r[i]->text, want);
+                   (int)(o->text_len > 200 ? 200 : o->text_len), o->text, want);
         }
-        CHECK_EQ_INT(r[i]->finish, FINISH_LENGTH);
-        CHECK_EQ_INT(r[i]->n_generated, 30);
+        CHECK_EQ_INT(sreq_finish(r[i]), FINISH_LENGTH);
+        CHECK_EQ_INT(sreq_n_generated(r[i]), 30);
     }
     CHECKF(atomic_load(&g.m.preemptions) > 0, "no preemption happened");
     CHECK_EQ_INT(g.kv.n_free, 12);
@@ -170,7 +182,7 @@ TEST(cancel_frees_blocks_at_once)
     CHECK(used >= 3 * 6);
     sched_cancel(g.s, r[1]);
     sched_iterate(g.s);
-    CHECK_EQ_INT(r[1]->finish, FINISH_CANCELLED);
+    CHECK_EQ_INT(sreq_finish(r[1]), FINISH_CANCELLED);
     CHECK(atomic_load(&g.m.kv_blocks_used) < used);
     CHECK_EQ_INT(atomic_load(&g.m.requests[OUTCOME_CANCELLED]), 1);
     CHECK(run_until_done(&g, r, 3, 10000) >= 0);
@@ -197,14 +209,15 @@ TEST(stop_string_cuts_and_holds_back)
     char err[ERRMSG_LEN];
     CHECK(sched_submit(g.s, r, err) == 0);
     /* While running, the outbox never shows any part of the stop string. */
-    for (int it = 0; it < 1000 && !r->finish; it++) {
+    for (int it = 0; it < 1000 && !sreq_finish(r); it++) {
         sched_iterate(g.s);
-        if (!r->finish) CHECK(r->text_len <= 8 || memcmp(r->text + 8, want + 8, 1));
+        struct sreq_output *o = out_of(r);
+        if (!o->finish) CHECK(o->text_len <= 8 || memcmp(o->text + 8, want + 8, 1));
     }
-    CHECK_EQ_INT(r->finish, FINISH_STOP);
+    CHECK_EQ_INT(sreq_finish(r), FINISH_STOP);
     size_t cut = (size_t)(strstr(want, r->stop[0]) - want);
-    CHECK_EQ_INT(r->text_len, cut);
-    CHECK(!memcmp(r->text, want, cut));
+    CHECK_EQ_INT(out_of(r)->text_len, cut);
+    CHECK(!memcmp(out_of(r)->text, want, cut));
     sreq_put(r);
     rig_close(&g);
 }
@@ -228,7 +241,7 @@ TEST(slo_admission_protects_running_requests)
         a->ignore_eos = 1;
         CHECK(sched_submit(g.s, a, err) == 0);
         for (int i = 0; i < 3; i++) sched_iterate(g.s);
-        CHECK(a->n_generated >= 1);
+        CHECK(sreq_n_generated(a) >= 1);
         struct sreq *b = make_req(2, 30, 5);
         CHECK(sched_submit(g.s, b, err) == 0);
         sched_iterate(g.s);
@@ -252,7 +265,7 @@ TEST(least_slack_first)
     CHECK(sched_submit(g.s, lax, err) == 0);
     CHECK(sched_submit(g.s, tight, err) == 0);
     sched_iterate(g.s);
-    CHECK(tight->n_generated == 1 && lax->n_generated == 0);
+    CHECK(sreq_n_generated(tight) == 1 && sreq_n_generated(lax) == 0);
     CHECK(run_until_done(&g, (struct sreq *[]){lax, tight}, 2, 1000) >= 0);
     sreq_put(lax);
     sreq_put(tight);
@@ -273,11 +286,11 @@ TEST(shed_late_rejects_requests_past_their_ttft)
     CHECK(sched_submit(g.s, b, err) == 0);
     usleep(5000); /* b's 1 ms TTFT passes while it waits */
     sched_iterate(g.s);
-    CHECK_EQ_INT(b->finish, FINISH_REJECTED);
-    CHECK(strstr(b->error, "TTFT"));
+    CHECK_EQ_INT(sreq_finish(b), FINISH_REJECTED);
+    CHECK(strstr(out_of(b)->error, "TTFT"));
     CHECK_EQ_INT(atomic_load(&g.m.requests[OUTCOME_REJECTED]), 1);
     CHECK(run_until_done(&g, &a, 1, 1000) >= 0);
-    CHECK_EQ_INT(a->finish, FINISH_LENGTH);
+    CHECK_EQ_INT(sreq_finish(a), FINISH_LENGTH);
     sreq_put(a);
     sreq_put(b);
     rig_close(&g);
@@ -302,13 +315,14 @@ TEST(static_batch_waits_for_its_batch)
     CHECK(sched_submit(g.s, r[2], err) == 0);
     CHECK(sched_submit(g.s, r[3], err) == 0);
     /* r[3] joins only after the whole batch of three finished */
-    for (int it = 0; it < 1000 && !r[3]->n_generated; it++) {
+    for (int it = 0; it < 1000 && !sreq_n_generated(r[3]); it++) {
         sched_iterate(g.s);
-        if (r[3]->n_generated) CHECK(r[0]->finish && r[1]->finish && r[2]->finish);
+        if (sreq_n_generated(r[3]))
+            CHECK(sreq_finish(r[0]) && sreq_finish(r[1]) && sreq_finish(r[2]));
         if (it > 100) break;
     }
-    CHECK(r[0]->finish && r[1]->finish && r[2]->finish);
-    CHECK_EQ_INT(r[3]->finish, FINISH_NONE); /* alone: waits for the timeout */
+    CHECK(sreq_finish(r[0]) && sreq_finish(r[1]) && sreq_finish(r[2]));
+    CHECK_EQ_INT(sreq_finish(r[3]), FINISH_NONE); /* alone: waits for the timeout */
     for (int i = 0; i < 4; i++) sreq_put(r[i]);
     rig_close(&g);
 }
@@ -333,15 +347,15 @@ static void static_padding_case(int shrink)
         CHECK(sched_submit(g.s, r[i], err) == 0);
     }
     int it = 0, padded_steps = 0, blocks_held_while_padding = 0;
-    for (; it < 200 && !r[0]->finish; it++) sched_iterate(g.s);
-    CHECK_EQ_INT(r[0]->finish, FINISH_LENGTH);
-    for (; it < 400 && !r[1]->finish; it++) {
+    for (; it < 200 && !sreq_finish(r[0]); it++) sched_iterate(g.s);
+    CHECK_EQ_INT(sreq_finish(r[0]), FINISH_LENGTH);
+    for (; it < 400 && !sreq_finish(r[1]); it++) {
         int free_before = g.kv.n_free;
         sched_iterate(g.s);
         if (g.fm.last_n == (shrink ? 1 : 2)) padded_steps++;
-        if (!r[1]->finish && free_before < 64 - 2) blocks_held_while_padding++;
+        if (!sreq_finish(r[1]) && free_before < 64 - 2) blocks_held_while_padding++;
     }
-    CHECK_EQ_INT(r[1]->finish, FINISH_LENGTH);
+    CHECK_EQ_INT(sreq_finish(r[1]), FINISH_LENGTH);
     CHECKF(padded_steps >= 9, "%d of the steps after the short request ended had %d rows",
            padded_steps, shrink ? 1 : 2);
     if (!shrink) CHECK(blocks_held_while_padding > 0);
@@ -380,8 +394,8 @@ TEST(sequence_longer_than_pool_ends_with_length)
     r->ignore_eos = 1;
     CHECK(sched_submit(g.s, r, err) == 0);
     CHECK(run_until_done(&g, &r, 1, 1000) >= 0);
-    CHECK_EQ_INT(r->finish, FINISH_LENGTH);
-    CHECK_EQ_INT(r->n_prompt + r->n_generated, 17); /* the last token needs no slot */
+    CHECK_EQ_INT(sreq_finish(r), FINISH_LENGTH);
+    CHECK_EQ_INT(r->n_prompt + sreq_n_generated(r), 17); /* the last token needs no slot */
     CHECK_EQ_INT(g.kv.n_free, 4);
     sreq_put(r);
     rig_close(&g);
