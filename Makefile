@@ -51,8 +51,11 @@ CFLAGS_BASE = -std=c11 -D_GNU_SOURCE -g $(OPT) -Wall -Wextra -Werror -pthread -I
 CFLAGS  ?=
 # The control plane's consensus (Canonical's C Raft) and its event loop.
 RAFT_LIBS   := $(shell $(PKG_CONFIG) --libs raft libuv 2>/dev/null || echo -lraft -luv)
-LDLIBS   = $(DPDK_LIBS) $(shell $(PKG_CONFIG) --libs simgrid 2>/dev/null) -libverbs -lcjson \
-           -lsodium $(RAFT_LIBS) -ldl -lm -pthread
+# SimGrid (C++, ~31 MiB with its closure) serves only `strata sim`: the appliance's binary,
+# build/strata-appliance, is the same program without that command and links none of it.
+SIMGRID_LIBS := $(shell $(PKG_CONFIG) --libs simgrid 2>/dev/null)
+BASE_LIBS = $(DPDK_LIBS) -libverbs -lcjson -lsodium $(RAFT_LIBS) -ldl -lm -pthread
+LDLIBS   = $(SIMGRID_LIBS) $(BASE_LIBS)
 LDFLAGS += $(SANFLAGS)
 
 LIB_DIRS := $(wildcard os/runtime os/common drivers serving transport cluster cmd)
@@ -66,7 +69,7 @@ BENCH_SRC := $(sort $(wildcard tests/bench/bench_*.c))
 BENCH_BIN := $(BENCH_SRC:tests/bench/%.c=$(BUILD)/bench/%)
 
 .PHONY: all test bench run image deps clean fuzz check-fabric check-cluster format
-all: $(BUILD)/strata $(TEST_BIN) $(TOOL_BIN)
+all: $(BUILD)/strata $(BUILD)/strata-appliance $(TEST_BIN) $(TOOL_BIN)
 
 # DPDK headers only where the NIC driver is compiled.
 $(BUILD)/obj/drivers/nic/%.o: CFLAGS_EXTRA = $(DPDK_CFLAGS) -Wno-error=cast-qual
@@ -81,6 +84,14 @@ $(BUILD)/libstrata.a: $(LIB_OBJ)
 
 $(BUILD)/strata: $(BUILD)/obj/cmd/main.o $(BUILD)/libstrata.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# The image's /bin/strata: every command but `sim` (cmd/commands.h, STRATA_NO_SIM), so the archive
+# contributes no simulator object and SimGrid stays out of the initrd.
+$(BUILD)/obj/cmd/main_appliance.o: cmd/main.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) -DSTRATA_NO_SIM -MMD -MP -c $< -o $@
+$(BUILD)/strata-appliance: $(BUILD)/obj/cmd/main_appliance.o $(BUILD)/libstrata.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(BASE_LIBS)
 
 # Programs track the headers they include (-MMD), like the library's objects.
 $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libstrata.a
@@ -137,7 +148,7 @@ endif
 $(BUILD)/tests/test_cuda: CFLAGS += -DSTRATA_NVCC_BUILD
 endif
 
--include $(LIB_OBJ:.o=.d) $(BUILD)/obj/cmd/main.d $(TEST_BIN:=.d) $(TOOL_BIN:=.d) $(BENCH_BIN:=.d)
+-include $(LIB_OBJ:.o=.d) $(BUILD)/obj/cmd/main.d $(BUILD)/obj/cmd/main_appliance.d $(TEST_BIN:=.d) $(TOOL_BIN:=.d) $(BENCH_BIN:=.d)
 
 # The fabric's unit tests and multi-node scenarios (network namespaces, QEMU), one line each.
 FABRIC_UNIT := test_wire test_auth test_weight_stream
@@ -215,7 +226,7 @@ build/init: $(INIT_SRC) $(INIT_HDR) build/musl-include/.links
 	    -isystem build/musl-include -o $@ $(INIT_SRC)
 # `make image`: out/vmlinuz, out/initrd.img, out/strata.efi, out/strata.img (image/build.sh;
 # NVIDIA=path adds NVIDIA's driver, image/README.md).
-image: $(BUILD)/strata build/init
+image: $(BUILD)/strata $(BUILD)/strata-appliance build/init
 	@image/build.sh out
 
 # `make run`: packages, image, then QEMU with the API on localhost:8080 (image/run.sh: PORT, ACCEL,

@@ -13,7 +13,15 @@ struct command {
     const char *usage;                 /* "NAME [options] (what it does)" */
 };
 
-#define STRATA_COMMANDS(X) X(generate) X(serve) X(node) X(convert) X(inspect) X(sim) X(update)
+/* The appliance's binary is built without the simulator (STRATA_NO_SIM): it would bring SimGrid. */
+#ifdef STRATA_NO_SIM
+#define STRATA_SIM_COMMAND(X)
+#else
+#define STRATA_SIM_COMMAND(X) X(sim)
+#endif
+
+#define STRATA_COMMANDS(X)                                                                         \
+    X(generate) X(serve) X(node) X(convert) X(inspect) X(update) STRATA_SIM_COMMAND(X)
 
 #define STRATA_DECLARE_COMMAND(name) extern const struct command cmd_##name;
 STRATA_COMMANDS(STRATA_DECLARE_COMMAND)

@@ -1,5 +1,6 @@
 #!/bin/bash
-# build.sh: the appliance image (`make image` runs it after building build/strata and build/init).
+# build.sh: the appliance image (`make image` runs it after building build/strata-appliance, the
+# server without the simulator, and build/init).
 #
 #   image/build.sh [OUT]     (OUT defaults to out/)
 # Environment:
@@ -67,21 +68,23 @@ cp -L "$KDIR/vmlinuz" "$OUT/vmlinuz"
 [ -f "$KDIR/vmlinux" ] && cp "$KDIR/vmlinux" "$OUT/vmlinux"
 
 step 2 "server and init"
-[ -x build/strata ] || die "build/strata missing (make)"
+# The appliance's server: build/strata-appliance (every command but `sim`, no SimGrid).
+SERVER=build/strata-appliance
+[ -x "$SERVER" ] || die "$SERVER missing (make)"
 [ -x build/init ] || die "build/init missing (make build/init; needs musl-tools)"
-BINS=(-b build/strata:/bin/strata)
+BINS=(-b "$SERVER:/bin/strata")
 # Objects the server dlopen()s, which ldd cannot see: the verbs providers of the RDMA NICs above
 # (libibverbs reads /etc/libibverbs.d/NAME.driver, then loads libNAME-rdmav*.so), and DPDK's
 # drivers for the same NICs with the PCI bus and the mempool driver (the EAL loads every object in
 # its plugin directory).
-if ldd build/strata | grep -q libibverbs; then
+if ldd "$SERVER" | grep -q libibverbs; then
     for p in rxe mlx5 irdma bnxt_re; do
         so=$(ls /usr/lib/x86_64-linux-gnu/libibverbs/lib$p-rdmav*.so 2>/dev/null | head -n 1 || true)
         [ -n "$so" ] || die "verbs provider $p missing (rdma-core / ibverbs-providers)"
         BINS+=(-b "$so" -f "/etc/libibverbs.d/$p.driver:/etc/libibverbs.d/$p.driver")
     done
 fi
-if ldd build/strata | grep -q librte_eal; then
+if ldd "$SERVER" | grep -q librte_eal; then
     pmds=$(ls -d /usr/lib/x86_64-linux-gnu/dpdk/pmds-* 2>/dev/null | head -n 1 || true)
     [ -n "$pmds" ] || die "no DPDK plugin directory (/usr/lib/x86_64-linux-gnu/dpdk/pmds-*)"
     for p in bus_pci mempool_ring net_mlx5 net_ice net_bnxt net_i40e net_ixgbe net_e1000; do

@@ -14,12 +14,14 @@ nok() { echo "not ok - $1: $2"; fail=1; }
 if ! msg=$(boot_image); then nok "cpu image" "$msg"; exit 1; fi
 LINE="strata-init: error: cpu: QEMU Virtual CPU version 2.5+ lacks SSSE3 SSE4.1 SSE4.2 POPCNT, which the server's libraries need (x86-64-v2: DPDK is built for -march=corei7); under QEMU use -cpu max or -cpu host"
 NET="-netdev user,id=n0 -device virtio-net-pci,netdev=n0,romfile="
+# no_timer_check: on a loaded host the emulated qemu64 guest can fail the kernel's IO-APIC timer
+# check ("IO-APIC + timer doesn't work!") before init runs; that is not what this test is about.
 
 # qemu64 END(halt|reboot)
 run() {
     local end=$1 name=qemu64-$1 log
     QEMU_CPU=qemu64 qemu_start "$name" -kernel "$(boot_kernel)" -initrd "$BOOT_OUT/initrd.img" \
-        -append "console=ttyS0 quiet strata.on_error=$end" $NET
+        -append "console=ttyS0 quiet no_timer_check strata.on_error=$end" $NET
     log=$(qemu_log "$name")
     if [ "$end" = halt ]; then qemu_wait "$name" "reboot: System halted" 60; else qemu_wait_exit "$name" 60; fi
     if ! grep -qaF "$LINE" "$log"; then

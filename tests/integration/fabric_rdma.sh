@@ -11,7 +11,7 @@ set -u
 cd "$(dirname "$0")/../.."
 . tests/lib/qemu.sh
 N=rdma_soft_roce_pull_in_qemu
-STRATA=${STRATA:-build/strata}
+STRATA=${STRATA:-build/strata-appliance} # the appliance's binary (no simulator)
 [ -x "$STRATA" ] || { echo "not ok - $N: $STRATA not built"; exit 1; }
 command -v "$QEMU_BIN" >/dev/null || { echo "skip - $N: $QEMU_BIN is not installed"; exit 0; }
 if [ ! -f build/kernel/vmlinuz ]; then

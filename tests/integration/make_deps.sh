@@ -2,7 +2,8 @@
 # make_deps: `make` on a machine without the build packages stops at once with one line naming
 # the missing Debian packages and `make deps`, not with "rte_eal.h: No such file or directory".
 # The machine here has them all, so their absence is simulated: a pkg-config that knows no
-# libdpdk, a header directory that holds nothing. Nothing is compiled (make -n).
+# libdpdk, a header directory that holds nothing (every header package is then named; the list
+# grows with the project, so only its start is fixed here). Nothing is compiled (make -n).
 set -u
 cd "$(dirname "$0")/../.."
 fail=0
@@ -25,7 +26,7 @@ expect() {
 }
 expect "without DPDK" "libdpdk-dev" PKG_CONFIG=false all
 expect "without pkg-config" "pkg-config libdpdk-dev" PKG_CONFIG=/nonexistent/pkg-config
-expect "without the headers" "libibverbs-dev libcjson-dev libsodium-dev" \
+expect "without the headers" "libibverbs-dev libcjson-dev libsodium-dev[a-z0-9 -]*" \
     DEPS_INCLUDE=/nonexistent SAN=1
 # The goals that install the packages themselves, or need none, are not stopped.
 if out=$(make -n PKG_CONFIG=false clean deps 2>&1) && ! grep -q "missing packages" <<<"$out"; then

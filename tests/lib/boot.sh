@@ -26,7 +26,7 @@ BOOT_KERNEL_ARGS='no_timer_check'
 
 boot_image() {
     local stamp=$BOOT_OUT/.built newest
-    newest=$(ls -t build/strata build/init image/*.sh boot/strata.ipxe boot/pxelinux.cfg/default \
+    newest=$(ls -t build/strata build/strata-appliance build/init image/*.sh boot/strata.ipxe boot/pxelinux.cfg/default \
         tests/lib/boot.sh 2>/dev/null | head -n 1)
     if [ -f "$stamp" ] && [ "$stamp" -nt "$newest" ] && [ -f "$BOOT_OUT/strata.img" ]; then return 0; fi
     mkdir -p "$BOOT_OUT"
