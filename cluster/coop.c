@@ -82,7 +82,10 @@ struct coop {
     pthread_mutex_t wmu;
     struct work *w_head, *w_tail;
     struct peer_state ps[FABRIC_MAX_NODE_PEERS]; /* fabric thread */
-    struct hseq *hs;                             /* compute thread */
+    uint32_t *v_seq, *v_pos, *v_tok;             /* fabric thread: validation scratch */
+    uint8_t *v_flags;
+    float *v_x;
+    struct hseq *hs; /* compute thread */
     int n_hs, cap_hs;
     float *hx, *logits;
     uint32_t *a_seq, *a_pos, *a_tok;
@@ -157,7 +160,7 @@ struct coop *coop_new(const struct coop_config *cfg, char *err)
     c->reply = malloc(WIRE_MAX_MSG);
     c->hx = malloc((size_t)rows * c->dim * sizeof *c->hx);
     c->logits = malloc((size_t)S * c->vocab * sizeof *c->logits);
-    c->a_seq = malloc(rows * sizeof *c->a_seq);
+    c->a_seq = malloc(WIRE_MAX_ACT_TOKENS * sizeof *c->a_seq); /* also a CLOSE's ids */
     c->a_pos = malloc(rows * sizeof *c->a_pos);
     c->a_tok = malloc(rows * sizeof *c->a_tok);
     c->a_flags = malloc(rows);
@@ -166,9 +169,14 @@ struct coop *coop_new(const struct coop_config *cfg, char *err)
     c->b_rows = malloc((size_t)T * sizeof *c->b_rows);
     c->b_blocks = malloc((size_t)T * sizeof *c->b_blocks);
     c->toks = malloc(WIRE_MAX_ACT_TOKENS * sizeof *c->toks);
+    c->v_seq = malloc(WIRE_MAX_ACT_TOKENS * sizeof *c->v_seq);
+    c->v_pos = malloc(rows * sizeof *c->v_pos);
+    c->v_tok = malloc(rows * sizeof *c->v_tok);
+    c->v_flags = malloc(rows);
+    c->v_x = malloc((size_t)rows * c->dim * sizeof *c->v_x);
     if (!c->x || !c->out || !c->reply || !c->hx || !c->logits || !c->a_seq || !c->a_pos ||
         !c->a_tok || !c->a_flags || !c->b_pos || !c->b_tok || !c->b_rows || !c->b_blocks ||
-        !c->toks) {
+        !c->toks || !c->v_seq || !c->v_pos || !c->v_tok || !c->v_flags || !c->v_x) {
         errmsg_set(err, "coop: out of memory for the step buffers");
         coop_free(c);
         return NULL;
@@ -203,6 +211,7 @@ void coop_free(struct coop *c)
     free(c->x), free(c->out), free(c->reply), free(c->hx), free(c->logits);
     free(c->a_seq), free(c->a_pos), free(c->a_tok), free(c->a_flags);
     free(c->b_pos), free(c->b_tok), free(c->b_rows), free(c->b_blocks), free(c->toks);
+    free(c->v_seq), free(c->v_pos), free(c->v_tok), free(c->v_flags), free(c->v_x);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);
     pthread_mutex_destroy(&c->wmu);
@@ -297,15 +306,15 @@ static int on_close(void *ctx, struct fabric_node *fn, int peer, const uint8_t *
     struct peer_state *p = &c->ps[peer];
     char err[ERRMSG_LEN];
     uint32_t n;
-    if (wire_coop_close_decode(msg, len, c->a_seq, c->hx_rows, &n, err)) {
+    if (wire_coop_close_decode(msg, len, c->v_seq, WIRE_MAX_ACT_TOKENS, &n, err)) {
         log_warn("coop", "peer %d (%s): %s", peer, fabric_node_peer_name(fn, peer), err);
         return -1;
     }
     for (uint32_t i = 0; i < n; i++) {
-        int at = ps_find(p, c->a_seq[i]);
+        int at = ps_find(p, c->v_seq[i]);
         if (at < 0) {
             log_warn("coop", "peer %d (%s): close of sequence %u, which it never opened", peer,
-                     fabric_node_peer_name(fn, peer), c->a_seq[i]);
+                     fabric_node_peer_name(fn, peer), c->v_seq[i]);
             return -1;
         }
         p->open[at] = p->open[--p->n_open];
@@ -323,22 +332,12 @@ static int on_activations(void *ctx, struct fabric_node *fn, int peer, const uin
     const char *who = fabric_node_peer_name(fn, peer);
     char err[ERRMSG_LEN];
     struct wire_activations a;
-    /* decoded into scratch that only this thread uses (a_*, hx are the compute thread's:
-     * validate with stack-light checks on the raw rows instead) */
-    static _Thread_local uint32_t seq[WIRE_MAX_ACT_TOKENS], pos[WIRE_MAX_ACT_TOKENS],
-        tok[WIRE_MAX_ACT_TOKENS];
-    static _Thread_local uint8_t flags[WIRE_MAX_ACT_TOKENS];
-    static _Thread_local float *x;
-    static _Thread_local size_t cap_x;
-    size_t need = (size_t)c->hx_rows * c->dim;
-    if (cap_x < need) {
-        free(x);
-        x = malloc(need * sizeof *x);
-        cap_x = x ? need : 0;
-        if (!x) return log_error("coop", "out of memory"), -1;
-    }
-    if (wire_activations_decode(&a, msg, len, seq, pos, tok, flags, x, WIRE_MAX_ACT_TOKENS, cap_x,
-                                err)) {
+    /* decoded into the fabric thread's own scratch (the compute thread decodes again) */
+    uint32_t *seq = c->v_seq, *pos = c->v_pos, *tok = c->v_tok;
+    uint8_t *flags = c->v_flags;
+    float *x = c->v_x;
+    size_t cap_x = (size_t)c->hx_rows * c->dim;
+    if (wire_activations_decode(&a, msg, len, seq, pos, tok, flags, x, c->hx_rows, cap_x, err)) {
         log_warn("coop", "peer %d (%s): %s", peer, who, err);
         return -1;
     }
@@ -847,7 +846,7 @@ static void do_close(struct coop *c, const struct work *w)
 {
     uint32_t n;
     char err[ERRMSG_LEN];
-    if (wire_coop_close_decode(w->msg, w->len, c->a_seq, c->hx_rows, &n, err)) return;
+    if (wire_coop_close_decode(w->msg, w->len, c->a_seq, WIRE_MAX_ACT_TOKENS, &n, err)) return;
     for (uint32_t i = 0; i < n; i++) {
         struct hseq *h = hs_find(c, w->peer, c->a_seq[i]);
         if (h) hs_drop(c, h);
