@@ -378,227 +378,253 @@ static int wait_servable(struct serve *sv, const struct serve_opts *o, char *err
     return 0;
 }
 
-static int run_serve(int argc, char **argv)
+/* A start-up step failed: as PID 1 that is strata.on_error; elsewhere one line on stderr, and the
+ * HTTP front (if it runs) stops so the process can exit. Returns -1. */
+static int serve_failed(struct serve *sv, const char *what, const char *err)
 {
-    struct serve_opts o;
-    if (parse_opts(argc, argv, &o)) return usage();
-    log_set_quiet(!o.verbose && !pid1_active());
-    char err[ERRMSG_LEN];
-    static struct serve sv;
-    metrics_init(&sv.metrics);
-    struct front_config fc = {.api_key = o.api_key};
-    sv.front = front_new(&fc, &sv.metrics, err);
-    if (!sv.front) pid1_fatal(err);
-    struct http_server_config hc = {.host = o.host,
-                                    .port = o.port,
-                                    .max_conns = o.max_conns,
+    char msg[ERRMSG_LEN + 64];
+    snprintf(msg, sizeof msg, "serve: %s%s", what, err);
+    if (pid1_active()) pid1_fatal(msg);
+    fprintf(stderr, "strata %s\n", msg);
+    if (sv->http) http_server_stop(sv->http);
+    return -1;
+}
+
+/* The HTTP front first, so /health answers 503 with the load progress at once; PID-1 duties
+ * before any other thread exists; then the front's thread. */
+static int start_front(struct serve *sv, struct serve_opts *o, pthread_t *thread, char *err)
+{
+    metrics_init(&sv->metrics);
+    struct front_config fc = {.api_key = o->api_key};
+    if (!(sv->front = front_new(&fc, &sv->metrics, err))) pid1_fatal(err);
+    struct http_server_config hc = {.host = o->host,
+                                    .port = o->port,
+                                    .max_conns = o->max_conns,
                                     .max_head = 16384,
-                                    .max_body = (size_t)o.max_body,
-                                    .read_timeout_ms = o.timeout_ms,
-                                    .idle_timeout_ms = o.idle_timeout_ms,
-                                    .write_timeout_ms = o.timeout_ms,
+                                    .max_body = (size_t)o->max_body,
+                                    .read_timeout_ms = o->timeout_ms,
+                                    .idle_timeout_ms = o->idle_timeout_ms,
+                                    .write_timeout_ms = o->timeout_ms,
                                     .max_pending_write = 8u << 20,
                                     .tick = serve_tick,
-                                    .tick_ctx = &o};
-    struct http_handler h = front_handler(sv.front);
-    sv.http = http_server_new(&hc, &h, &sv.metrics, err);
-    if (!sv.http) {
-        char msg[ERRMSG_LEN + 32];
-        snprintf(msg, sizeof msg, "serve: %s", err);
-        if (pid1_active()) pid1_fatal(msg);
-        fprintf(stderr, "strata %s\n", msg);
-        front_free(sv.front);
-        return 1;
-    }
-    front_set_server(sv.front, sv.http);
-    /* PID 1 duties before any thread exists; elsewhere plain signal handlers. */
-    if (pid1_init(on_shutdown, sv.http, err)) pid1_fatal(err);
+                                    .tick_ctx = o};
+    struct http_handler h = front_handler(sv->front);
+    if (!(sv->http = http_server_new(&hc, &h, &sv->metrics, err))) return serve_failed(sv, "", err);
+    front_set_server(sv->front, sv->http);
+    if (pid1_init(on_shutdown, sv->http, err)) pid1_fatal(err);
     signal(SIGPIPE, SIG_IGN);
     if (!pid1_active()) {
-        stop_target = sv.http;
+        stop_target = sv->http;
         struct sigaction sa = {.sa_handler = on_signal};
         sigaction(SIGINT, &sa, NULL);
         sigaction(SIGTERM, &sa, NULL);
     }
-    pthread_t http_thread;
-    if (pthread_create(&http_thread, NULL, http_main, &sv)) pid1_fatal("serve: pthread_create");
-    fprintf(stderr, "strata serve: listening on %s:%d, loading %s\n", o.host,
-            http_server_port(sv.http), o.model ? o.model : "the model from the fabric peers");
+    if (pthread_create(thread, NULL, http_main, sv)) pid1_fatal("serve: pthread_create");
+    fprintf(stderr, "strata serve: listening on %s:%d, loading %s\n", o->host,
+            http_server_port(sv->http), o->model ? o->model : "the model from the fabric peers");
+    return 0;
+}
 
-    int rc = 1;
-    struct scheduler *sched = NULL;
-    sv.lm = calloc(1, sizeof *sv.lm);
-    struct loader_opts lo = {.limits = {.max_tokens = o.step_tokens,
-                                        .max_seqs = o.static_batch ? o.static_batch : o.max_batch,
-                                        .ctx = o.ctx,
-                                        .kv_block_size = o.kv_block_size,
-                                        .kv_blocks = o.kv_blocks,
-                                        .kv_type = o.kv_type,
-                                        .threads = o.threads},
-                             .arena_flags = pid1_active() ? 0 : ARENA_NO_LOCK,
-                             .verbose = o.verbose,
-                             .progress = on_progress,
-                             .progress_ctx = &sv};
-    if (!sv.lm || load_model(&sv, &o, &lo, err)) {
-        char msg[ERRMSG_LEN + 32];
-        snprintf(msg, sizeof msg, "serve: %s", sv.lm ? err : "out of memory");
-        if (pid1_active()) pid1_fatal(msg);
-        fprintf(stderr, "strata %s\n", msg);
-        http_server_stop(sv.http);
-        goto out;
-    }
-    struct engine *e = &sv.lm->engine;
-    front_set_progress(sv.front, "calibrating the step-time model", 0.95);
+/* The model: from the file (-m), or pulled from the fabric peers into the arena. */
+static int start_model(struct serve *sv, const struct serve_opts *o, char *err)
+{
+    struct loader_opts lo = {
+        .limits = {.max_tokens = o->step_tokens,
+                   .max_seqs = o->static_batch ? o->static_batch : o->max_batch,
+                   .ctx = o->ctx,
+                   .kv_block_size = o->kv_block_size,
+                   .kv_blocks = o->kv_blocks,
+                   .kv_type = o->kv_type,
+                   .threads = o->threads},
+        .arena_flags = pid1_active() ? 0 : ARENA_NO_LOCK,
+        .verbose = o->verbose,
+        .progress = on_progress,
+        .progress_ctx = sv};
+    if (!(sv->lm = calloc(1, sizeof *sv->lm))) return serve_failed(sv, "", "out of memory");
+    if (load_model(sv, o, &lo, err)) return serve_failed(sv, "", err);
+    return 0;
+}
+
+/* On the fabric: cooperative execution. A node holding every layer helps peers that hold fewer; a
+ * joiner (pulling its weights, or told its resident layers for tests) runs [0, k) and the rest on
+ * its first peer. A pulling node starts the fabric now and waits until it can serve. */
+static int start_coop(struct serve *sv, const struct serve_opts *o, char *err)
+{
+    struct engine *e = &sv->lm->engine;
+    int L = sv->lm->model.cfg.n_layers, pulling = !o->model;
+    int joiner = o->resident_layers >= 0 || o->resident_schedule || pulling;
+    int resident = o->resident_layers >= 0 ? (o->resident_layers < L ? o->resident_layers : L)
+                   : o->resident_schedule  ? 0
+                   : pulling               ? weight_node_k(sv->weights)
+                                           : L;
+    struct coop_config cc = {.fabric = sv->fabric,
+                             .e = e,
+                             .m = &sv->metrics,
+                             .eos_id = sv->lm->tok.eos_id,
+                             .bos_id = sv->lm->tok.bos_id,
+                             .resident = resident,
+                             .schedule = o->resident_schedule,
+                             .helper_peer = joiner ? 0 : -1,
+                             .dtype = !strcmp(o->coop_dtype, "f16")    ? WIRE_F16
+                                      : !strcmp(o->coop_dtype, "bf16") ? WIRE_BF16
+                                                                       : WIRE_F32,
+                             .timeout_ms = o->coop_timeout_ms,
+                             .serve_remote = !joiner};
+    if (!(sv->coop = coop_new(&cc, err)) || coop_attach(sv->coop, err) ||
+        (pulling && fabric_node_start(sv->fabric, err)) || (pulling && wait_servable(sv, o, err)))
+        return serve_failed(sv, "fabric: ", err);
+    if (pulling) coop_set_resident(sv->coop, weight_node_k(sv->weights)); /* k so far */
+    if (joiner)
+        log_info("serve", "joiner: layers [0, %d) of %d here, the rest on %s (%s activations)",
+                 resident, L, o->fab.peers.v[0], o->coop_dtype);
+    else
+        log_info("serve", "all %d layers here: helping peers that hold fewer", L);
+    return 0;
+}
+
+/* The compute thread. A node whose weights are arriving does not time its step shapes first
+ * (seconds of full forward passes, before its first token, on a model it may not hold yet): it
+ * starts from the scheduler's default step model, which the steps it runs correct online. */
+static int start_scheduler(struct serve *sv, const struct serve_opts *o, struct scheduler **out,
+                           char *err)
+{
+    struct engine *e = &sv->lm->engine;
+    int pulling = !o->model;
     struct sched_config sc = {.max_seqs = e->lim.max_seqs,
                               .max_step_tokens = e->lim.max_tokens,
                               .ctx = e->lim.ctx,
-                              .static_batch = o.static_batch,
-                              .static_wait_ms = o.static_wait_ms,
-                              .ttft_ms = o.ttft_ms,
-                              .tpot_ms = o.tpot_ms,
-                              .no_slo_admission = o.no_slo,
-                              .shed_late = o.shed_late,
-                              .static_shrink = o.static_shrink,
-                              .step_delay_us = o.step_delay_us};
-    int pulling = !o.model; /* the weights are arriving over the fabric */
-    if (fabric_opts_given(&o.fab)) {
-        int L = sv.lm->model.cfg.n_layers;
-        int joiner = o.resident_layers >= 0 || o.resident_schedule || pulling;
-        int resident = o.resident_layers >= 0 ? (o.resident_layers < L ? o.resident_layers : L)
-                       : o.resident_schedule  ? 0
-                       : pulling              ? weight_node_k(sv.weights)
-                                              : L;
-        struct coop_config cc = {.e = e,
-                                 .m = &sv.metrics,
-                                 .eos_id = sv.lm->tok.eos_id,
-                                 .bos_id = sv.lm->tok.bos_id,
-                                 .resident = resident,
-                                 .schedule = o.resident_schedule,
-                                 .helper_peer = joiner ? 0 : -1,
-                                 .dtype = !strcmp(o.coop_dtype, "f16")    ? WIRE_F16
-                                          : !strcmp(o.coop_dtype, "bf16") ? WIRE_BF16
-                                                                          : WIRE_F32,
-                                 .timeout_ms = o.coop_timeout_ms,
-                                 .serve_remote = !joiner};
-        cc.fabric = sv.fabric;
-        if (!(sv.coop = coop_new(&cc, err)) || coop_attach(sv.coop, err) ||
-            (pulling && fabric_node_start(sv.fabric, err)) ||
-            (pulling && wait_servable(&sv, &o, err))) {
-            char msg[ERRMSG_LEN + 32];
-            snprintf(msg, sizeof msg, "serve: fabric: %s", err);
-            if (pid1_active()) pid1_fatal(msg);
-            fprintf(stderr, "strata %s\n", msg);
-            http_server_stop(sv.http);
-            goto out;
-        }
-        if (pulling) coop_set_resident(sv.coop, weight_node_k(sv.weights)); /* k so far */
-        if (joiner)
-            log_info("serve", "joiner: layers [0, %d) of %d here, the rest on %s (%s activations)",
-                     resident, L, o.fab.peers.v[0], o.coop_dtype);
-        else
-            log_info("serve", "all %d layers here: helping peers that hold fewer", L);
-    }
+                              .static_batch = o->static_batch,
+                              .static_wait_ms = o->static_wait_ms,
+                              .ttft_ms = o->ttft_ms,
+                              .tpot_ms = o->tpot_ms,
+                              .no_slo_admission = o->no_slo,
+                              .shed_late = o->shed_late,
+                              .static_shrink = o->static_shrink,
+                              .step_delay_us = o->step_delay_us};
     struct sched_ops ops = {.ctx = e,
-                            .vocab_size = sv.lm->model.cfg.vocab_size,
-                            .eos_id = sv.lm->tok.eos_id,
-                            .bos_id = sv.lm->tok.bos_id,
+                            .vocab_size = sv->lm->model.cfg.vocab_size,
+                            .eos_id = sv->lm->tok.eos_id,
+                            .bos_id = sv->lm->tok.bos_id,
                             .forward = engine_step,
-                            .decode_ctx = &sv.lm->tok,
+                            .decode_ctx = &sv->lm->tok,
                             .decode = decode_piece,
-                            .notify_ctx = sv.front,
+                            .notify_ctx = sv->front,
                             .notify = front_notify,
                             .wake = front_wake};
-    if (sv.coop) ops.coop = coop_sched_hooks(sv.coop);
-    sched = sched_new(&sc, &ops, &e->kv, &sv.metrics, err);
-    if (sched && sv.coop) coop_set_scheduler(sv.coop, sched);
-    /* A node whose weights are arriving does not time its step shapes first (seconds of full
-     * forward passes, before its first token, on a model it may not hold yet): it starts from the
-     * scheduler's default step model, which the steps it runs correct online (step_model.h). */
-    if (sched && pulling)
+    if (sv->coop) ops.coop = coop_sched_hooks(sv->coop);
+    struct scheduler *sched = *out = sched_new(&sc, &ops, &e->kv, &sv->metrics, err);
+    if (!sched) return serve_failed(sv, "", err);
+    if (sv->coop) coop_set_scheduler(sv->coop, sched);
+    if (pulling) {
         log_info("serve", "step model: the default, corrected online (weights still arriving)");
-    if (!sched || (!pulling && sched_calibrate(sched, err)) || sched_start(sched, err) ||
-        (sv.fabric && !pulling && fabric_node_start(sv.fabric, err))) {
-        char msg[ERRMSG_LEN + 32];
-        snprintf(msg, sizeof msg, "serve: %s", err);
-        if (pid1_active()) pid1_fatal(msg);
-        fprintf(stderr, "strata %s\n", msg);
-        http_server_stop(sv.http);
-        goto out;
+    } else {
+        front_set_progress(sv->front, "calibrating the step-time model", 0.95);
+        if (sched_calibrate(sched, err)) return serve_failed(sv, "", err);
     }
+    if (sched_start(sched, err) || (sv->fabric && !pulling && fabric_node_start(sv->fabric, err)))
+        return serve_failed(sv, "", err);
     const struct step_model *sm = sched_step_model(sched);
     log_info("serve", "step model: %.1f us/token + %.1f us/sequence + %.1f us", sm->a * 1e6,
              sm->b * 1e6, sm->c * 1e6);
+    return 0;
+}
+
+/* Requests are served from here on (/health 200). On the appliance, the boot slot that got us
+ * here is marked good, so systemd-boot stops counting its tries (os/runtime/esp.h). */
+static void announce_ready(struct serve *sv, const struct serve_opts *o, struct scheduler *sched,
+                           char *name_buf, size_t name_cap)
+{
+    const struct engine *e = &sv->lm->engine;
     struct gguf_str tmpl = {0};
-    gguf_get_str(&sv.lm->gguf, "tokenizer.chat_template", &tmpl, NULL);
-    char name_buf[128];
-    struct front_model fm = {.name = model_name(&o, sv.lm->path, name_buf, sizeof name_buf),
+    gguf_get_str(&sv->lm->gguf, "tokenizer.chat_template", &tmpl, NULL);
+    struct front_model fm = {.name = model_name(o, sv->lm->path, name_buf, name_cap),
                              .ctx = e->lim.ctx,
-                             .vocab_size = sv.lm->model.cfg.vocab_size,
+                             .vocab_size = sv->lm->model.cfg.vocab_size,
                              .tmpl = chat_template_detect(tmpl.p, tmpl.len),
-                             .tok = &sv.lm->tok,
+                             .tok = &sv->lm->tok,
                              .encode = encode_text,
                              .encode_chat = encode_chat};
-    front_set_ready(sv.front, &fm, sched);
+    front_set_ready(sv->front, &fm, sched);
     fprintf(stderr,
             "strata serve: ready: %s on %s:%d (ctx %d, max batch %d, %d tokens/step, %d %s KV "
             "blocks of %d, chat template %s%s)\n",
-            fm.name, o.host, http_server_port(sv.http), e->lim.ctx, e->lim.max_seqs,
+            fm.name, o->host, http_server_port(sv->http), e->lim.ctx, e->lim.max_seqs,
             e->lim.max_tokens, e->kv.n_blocks, kv_type_name(e->kv.type), e->kv.block_size,
-            chat_template_name(fm.tmpl), o.static_batch ? ", STATIC batching" : "");
+            chat_template_name(fm.tmpl), o->static_batch ? ", STATIC batching" : "");
     serve_ready = 1;
-    if (o.test_crash) test_crash(o.test_crash);
-    /* Serving: /health answers 200 from here on. On the appliance, mark the boot slot that got
-     * us here good, so that systemd-boot stops counting its tries (os/esp.h). */
+    if (o->test_crash) test_crash(o->test_crash);
     if (pid1_active()) {
-        char msg[ERRMSG_LEN + 64];
+        char msg[ERRMSG_LEN + 64], err[ERRMSG_LEN];
         if (esp_bless_booted(msg, sizeof msg, err))
             log_warn("serve", "boot slot: %s", err);
         else
             log_info("serve", "boot slot: %s", msg);
     }
-    rc = 0;
-    /* ---- the cluster's control thread (cluster/serve_cluster.h), with --cluster only */
+}
+
+/* The cluster's control thread (cluster/serve_cluster.h), with --cluster only. */
+static int start_control(struct serve *sv, struct serve_opts *o, struct scheduler *sched,
+                         const char *model, struct serve_cluster **out, char *err)
+{
+    *out = NULL;
+    if (!control_enabled(&o->cluster)) return 0;
+    static char http_addr[80];
+    snprintf(http_addr, sizeof http_addr, "%s:%d", o->host, http_server_port(sv->http));
+    o->cluster.http = http_addr;
+    o->cluster.id = (uint64_t)o->fab.node_id;
+    o->cluster.key_file = o->fab.key_file;
+    o->cluster.model = model;
+    o->cluster.n_layers = sv->lm->model.cfg.n_layers;
+    o->cluster.ttft_slo_ms = o->ttft_ms;
+    *out = serve_cluster_start(&o->cluster, sv->front, &sv->metrics, sched,
+                               sv->lm->engine.lim.max_tokens, err);
+    return *out ? 0 : serve_failed(sv, "", err);
+}
+
+static void serve_free(struct serve *sv, struct serve_opts *o, struct scheduler *sched)
+{
+    if (sched) sched_free(sched);
+    fabric_node_stop(sv->fabric); /* the weight stream's connections close before the transport */
+    weight_node_free(sv->weights);
+    fabric_node_free(sv->fabric);
+    coop_free(sv->coop);
+    fabric_opts_free(&o->fab);
+    fprintf(stderr, "strata serve: stopped\n");
+    http_server_free(sv->http);
+    front_free(sv->front);
+    if (sv->lm) {
+        loader_close(sv->lm);
+        free(sv->lm);
+    }
+}
+
+/* Start-up in order: the front, the model, cooperative execution (on the fabric), the compute
+ * thread, ready, the control plane; then serve until the front stops. */
+static int run_serve(int argc, char **argv)
+{
+    struct serve_opts o;
+    if (parse_opts(argc, argv, &o)) return usage();
+    log_set_quiet(!o.verbose && !pid1_active());
+    char err[ERRMSG_LEN], name[128];
+    static struct serve sv;
+    struct scheduler *sched = NULL;
     struct serve_cluster *cluster = NULL;
-    if (control_enabled(&o.cluster)) {
-        char http_addr[80];
-        snprintf(http_addr, sizeof http_addr, "%s:%d", o.host, http_server_port(sv.http));
-        o.cluster.http = http_addr;
-        o.cluster.id = (uint64_t)o.fab.node_id;
-        o.cluster.key_file = o.fab.key_file;
-        o.cluster.model = fm.name;
-        o.cluster.n_layers = sv.lm->model.cfg.n_layers;
-        o.cluster.ttft_slo_ms = o.ttft_ms;
-        cluster =
-            serve_cluster_start(&o.cluster, sv.front, &sv.metrics, sched, e->lim.max_tokens, err);
-        if (!cluster) {
-            char msg[ERRMSG_LEN + 32];
-            snprintf(msg, sizeof msg, "serve: %s", err);
-            if (pid1_active()) pid1_fatal(msg);
-            fprintf(stderr, "strata %s\n", msg);
-            http_server_stop(sv.http);
-            rc = 1;
-        }
+    pthread_t http_thread;
+    if (start_front(&sv, &o, &http_thread, err)) {
+        front_free(sv.front);
+        return 1;
+    }
+    int rc = start_model(&sv, &o, err);
+    if (!rc && fabric_opts_given(&o.fab)) rc = start_coop(&sv, &o, err);
+    if (!rc) rc = start_scheduler(&sv, &o, &sched, err);
+    if (!rc) {
+        announce_ready(&sv, &o, sched, name, sizeof name);
+        rc = start_control(&sv, &o, sched, name, &cluster, err);
     }
     pthread_join(http_thread, NULL);
     serve_cluster_stop(cluster);
-    goto done;
-out:
-    pthread_join(http_thread, NULL);
-done:
-    if (sched) sched_free(sched);
-    fabric_node_stop(sv.fabric); /* the weight stream's connections close before the transport */
-    weight_node_free(sv.weights);
-    fabric_node_free(sv.fabric);
-    coop_free(sv.coop);
-    fabric_opts_free(&o.fab);
-    fprintf(stderr, "strata serve: stopped\n");
-    http_server_free(sv.http);
-    front_free(sv.front);
-    if (sv.lm) {
-        loader_close(sv.lm);
-        free(sv.lm);
-    }
-    return rc;
+    serve_free(&sv, &o, sched);
+    return rc ? 1 : 0;
 }
 
 const struct command cmd_serve = {"serve", run_serve,
