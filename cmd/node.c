@@ -295,159 +295,183 @@ static void on_signal(int sig)
     stop_signal = sig;
 }
 
-static int run_node(int argc, char **argv)
-{
+/* One run of `strata node`: what it holds and streams. */
+struct node_run {
     struct node_opts o;
-    if (parse_opts(&o, argc, argv)) {
-        usage(stderr);
-        return 2;
-    }
-    if (o.quiet) log_set_quiet(1);
-    char err[ERRMSG_LEN];
-    int is_source = !strcmp(o.role, "source"), rc = 1;
-    struct node node = {0};
+    int is_source;
+    struct node node;
     struct weight_store store;
-    struct synth *sy = NULL;
-    struct gguf_source *gs = NULL;
+    struct synth *sy;
+    struct gguf_source *gs;
+    struct tp *t;
+    struct weight_stream *ws;
+    double t0, t_complete;
+};
+
+/* A source with a real model: the GGUF laid out in execution order in the arena. */
+static int source_from_model(struct node_run *r, char *err)
+{
+    const struct node_opts *o = &r->o;
+    struct gguf_source *gs = r->gs = calloc(1, sizeof *gs);
+    if (!gs) return errmsg_set(err, "out of memory");
+    if (gguf_open_model(gs, o->model, err)) return -1;
+    uint8_t *image = alloc_image(&r->node, gs->m.image_size, err);
+    if (!image) return -1;
+    for (int i = 0; i < gs->m.n_spans; i++)
+        if (model_fill(&gs->m, image, i, err)) return -1;
+    if (weight_store_init_full(&r->store, gs->name, gs->file, gs->g.data_offset, image,
+                               gs->m.image_size, gs->spans, (uint32_t)gs->m.n_spans,
+                               (uint32_t)o->chunk, err) ||
+        expose_arena(r->t, image, gs->m.image_size, err) ||
+        (o->image_out && write_file(o->image_out, image, gs->m.image_size, err)) ||
+        (o->header_out && write_file(o->header_out, gs->file, gs->g.data_offset, err)))
+        return -1;
+    log_info("fabric", "source: %s, %d spans, %llu-byte image, serving on %s", gs->name,
+             gs->m.n_spans, (unsigned long long)gs->m.image_size, o->fab.listen);
+    return 0;
+}
+
+/* A source with a synthetic image (--synthetic BYTES[:SPANS[:SEED]]). */
+static int source_synthetic(struct node_run *r, char *err)
+{
+    const struct node_opts *o = &r->o;
+    uint64_t seed;
+    struct synth *sy = r->sy = calloc(1, sizeof *sy);
+    if (!sy) return errmsg_set(err, "out of memory");
+    if (synth_plan(sy, o->synthetic, &seed, err)) return -1;
+    uint8_t *image = alloc_image(&r->node, sy->image_size, err);
+    if (!image) return -1;
+    synth_fill(image, sy->image_size, seed);
+    if (weight_store_init_full(&r->store, "synthetic", sy->header, sizeof sy->header, image,
+                               sy->image_size, sy->spans, sy->n_spans, (uint32_t)o->chunk, err) ||
+        expose_arena(r->t, image, sy->image_size, err) ||
+        (o->image_out && write_file(o->image_out, image, sy->image_size, err)))
+        return -1;
+    log_info("fabric", "source: %llu-byte synthetic image, %u spans, serving on %s",
+             (unsigned long long)sy->image_size, sy->n_spans, o->fab.listen);
+    return 0;
+}
+
+/* The stream's loop: until this node has everything and --exit-after peers have it too, a signal,
+ * or --timeout. */
+static int stream_until_done(struct node_run *r, char *err)
+{
+    const struct node_opts *o = &r->o;
     int header_checked = 0;
-    struct tp *t = NULL;
-    struct weight_stream *ws = NULL;
-    weight_store_init_empty(&store);
-
-    struct tp_config cfg;
-    if (auth_init(err) || fabric_opts_config(&o.fab, &cfg, err)) goto out;
-    t = tp_open(&cfg, err);
-    if (!t) goto out;
-
-    if (is_source) {
-        if (o.model) {
-            gs = calloc(1, sizeof *gs);
-            if (!gs) {
-                errmsg_set(err, "out of memory");
-                goto out;
-            }
-            if (gguf_open_model(gs, o.model, err)) goto out;
-            uint8_t *image = alloc_image(&node, gs->m.image_size, err);
-            if (!image) goto out;
-            for (int i = 0; i < gs->m.n_spans; i++)
-                if (model_fill(&gs->m, image, i, err)) goto out;
-            if (weight_store_init_full(&store, gs->name, gs->file, gs->g.data_offset, image,
-                                       gs->m.image_size, gs->spans, (uint32_t)gs->m.n_spans,
-                                       (uint32_t)o.chunk, err))
-                goto out;
-            if (expose_arena(t, image, gs->m.image_size, err)) goto out;
-            if (o.image_out && write_file(o.image_out, image, gs->m.image_size, err)) goto out;
-            if (o.header_out && write_file(o.header_out, gs->file, gs->g.data_offset, err))
-                goto out;
-            log_info("fabric", "source: %s, %d spans, %llu-byte image, serving on %s", gs->name,
-                     gs->m.n_spans, (unsigned long long)gs->m.image_size, o.fab.listen);
-        } else {
-            uint64_t seed;
-            sy = calloc(1, sizeof *sy);
-            if (!sy || synth_plan(sy, o.synthetic, &seed, err)) goto out;
-            uint8_t *image = alloc_image(&node, sy->image_size, err);
-            if (!image) goto out;
-            synth_fill(image, sy->image_size, seed);
-            if (weight_store_init_full(&store, "synthetic", sy->header, sizeof sy->header, image,
-                                       sy->image_size, sy->spans, sy->n_spans, (uint32_t)o.chunk,
-                                       err))
-                goto out;
-            if (expose_arena(t, image, sy->image_size, err)) goto out;
-            if (o.image_out && write_file(o.image_out, image, sy->image_size, err)) goto out;
-            log_info("fabric", "source: %llu-byte synthetic image, %u spans, serving on %s",
-                     (unsigned long long)sy->image_size, sy->n_spans, o.fab.listen);
-        }
-    } else {
-        store.alloc_image = alloc_image;
-        store.alloc_ctx = &node;
-    }
-
-    struct weight_stream_config wc = {
-        .t = t,
-        .store = &store,
-        .peers = o.fab.peers.v,
-        .n_peers = is_source ? 0 : o.fab.peers.n,
-        .chunk_size = (uint32_t)o.chunk,
-        .rate_bytes = o.rate_mbs * 1e6,
-        .corrupt_unit = o.corrupt_unit,
-    };
-    ws = weight_stream_new(&wc, err);
-    if (!ws) goto out;
-    signal(SIGTERM, on_signal);
-    signal(SIGINT, on_signal);
-
-    double t0 = clock_now(), t_complete = 0;
+    r->t0 = clock_now();
     for (;;) {
-        tp_poll(t, 1);
-        if (weight_stream_step(ws, err)) goto out;
-        if (!is_source && !header_checked && weight_store_header_ready(&store)) {
+        tp_poll(r->t, 1);
+        if (weight_stream_step(r->ws, err)) return -1;
+        if (!r->is_source && !header_checked && weight_store_header_ready(&r->store)) {
             header_checked = 1;
-            if (check_header(&store, err)) goto out;
+            if (check_header(&r->store, err)) return -1;
         }
-        if (!t_complete && weight_store_complete(&store) && !is_source) t_complete = clock_now();
-        int own_done = is_source || weight_stream_finished(ws);
-        if (own_done && weight_stream_served(ws) >= o.exit_after && weight_stream_active(ws) == 0 &&
-            (o.exit_after > 0 || !is_source))
-            break;
-        if (stop_signal) {
-            errmsg_set(err, "stopped by signal %d", (int)stop_signal);
-            goto out;
-        }
-        if (clock_now() - t0 > o.timeout_s) {
-            if (is_source && o.exit_after == 0) break;
-            const char *ue = weight_stream_upstream_error(ws);
-            errmsg_set(
+        if (!r->t_complete && weight_store_complete(&r->store) && !r->is_source)
+            r->t_complete = clock_now();
+        int own_done = r->is_source || weight_stream_finished(r->ws);
+        if (own_done && weight_stream_served(r->ws) >= o->exit_after &&
+            weight_stream_active(r->ws) == 0 && (o->exit_after > 0 || !r->is_source))
+            return 0;
+        if (stop_signal) return errmsg_set(err, "stopped by signal %d", (int)stop_signal);
+        if (clock_now() - r->t0 > o->timeout_s) {
+            if (r->is_source && o->exit_after == 0) return 0;
+            const char *ue = weight_stream_upstream_error(r->ws);
+            return errmsg_set(
                 err, "timed out after %.0f s: %d of %u spans verified, %d peers served%s%.300s",
-                o.timeout_s, weight_store_spans_ready(&store), store.man ? store.man->n_spans : 0,
-                weight_stream_served(ws), *ue ? "; last upstream error: " : "", ue);
-            goto out;
+                o->timeout_s, weight_store_spans_ready(&r->store),
+                r->store.man ? r->store.man->n_spans : 0, weight_stream_served(r->ws),
+                *ue ? "; last upstream error: " : "", ue);
         }
     }
-    const struct weight_stream_stats *st = weight_stream_stats(ws);
-    const struct tp_stats *ts = &t->stats;
-    /* Transport counters first; the result is always the last line. */
+}
+
+/* Transport counters first; the result is always the last line. A joiner writes its files. */
+static int report(struct node_run *r, char *err)
+{
+    const struct node_opts *o = &r->o;
+    const struct weight_stream_stats *st = weight_stream_stats(r->ws);
+    const struct tp_stats *ts = &r->t->stats;
+    const struct weight_store *store = &r->store;
     printf("stats: messages tx %llu rx %llu, retransmits %llu, dropped bad %llu, duplicates %llu, "
            "refused %llu\n",
            (unsigned long long)ts->frames_tx, (unsigned long long)ts->frames_rx,
            (unsigned long long)ts->retransmits, (unsigned long long)ts->dropped_bad,
            (unsigned long long)ts->dropped_dup, (unsigned long long)ts->refused);
-    if (is_source) {
+    if (r->is_source) {
         printf("complete: served %d peers, %llu bytes sent, %llu re-sent units\n",
-               weight_stream_served(ws), (unsigned long long)st->bytes_tx,
+               weight_stream_served(r->ws), (unsigned long long)st->bytes_tx,
                (unsigned long long)st->refetches);
-    } else {
-        double dt = t_complete - t0;
-        if (o.image_out && write_file(o.image_out, store.image, store.man->image_size, err))
-            goto out;
-        if (o.header_out && write_file(o.header_out, store.header, store.man->header_len, err))
-            goto out;
-        printf("complete: %llu-byte image, %u spans verified in %.3f s (%.1f MB/s), %llu resumes, "
-               "%llu refetches, %llu duplicate chunks, served %d peers\n",
-               (unsigned long long)store.man->image_size, store.man->n_spans, dt,
-               dt > 0 ? store.man->image_size / dt / 1e6 : 0.0, (unsigned long long)st->resumes,
-               (unsigned long long)st->refetches, (unsigned long long)st->dup_chunks,
-               weight_stream_served(ws));
+        return 0;
     }
-    rc = 0;
-out:
-    if (rc && t)
+    double dt = r->t_complete - r->t0;
+    if ((o->image_out && write_file(o->image_out, store->image, store->man->image_size, err)) ||
+        (o->header_out && write_file(o->header_out, store->header, store->man->header_len, err)))
+        return -1;
+    printf("complete: %llu-byte image, %u spans verified in %.3f s (%.1f MB/s), %llu resumes, "
+           "%llu refetches, %llu duplicate chunks, served %d peers\n",
+           (unsigned long long)store->man->image_size, store->man->n_spans, dt,
+           dt > 0 ? store->man->image_size / dt / 1e6 : 0.0, (unsigned long long)st->resumes,
+           (unsigned long long)st->refetches, (unsigned long long)st->dup_chunks,
+           weight_stream_served(r->ws));
+    return 0;
+}
+
+static int run_node(int argc, char **argv)
+{
+    static struct node_run r;
+    if (parse_opts(&r.o, argc, argv)) {
+        usage(stderr);
+        return 2;
+    }
+    const struct node_opts *o = &r.o;
+    if (o->quiet) log_set_quiet(1);
+    char err[ERRMSG_LEN];
+    r.is_source = !strcmp(o->role, "source");
+    weight_store_init_empty(&r.store);
+    struct tp_config cfg;
+    int rc =
+        auth_init(err) || fabric_opts_config(&o->fab, &cfg, err) || !(r.t = tp_open(&cfg, err));
+    if (!rc && r.is_source) rc = o->model ? source_from_model(&r, err) : source_synthetic(&r, err);
+    if (!rc && !r.is_source) {
+        r.store.alloc_image = alloc_image;
+        r.store.alloc_ctx = &r.node;
+    }
+    if (!rc) {
+        struct weight_stream_config wc = {
+            .t = r.t,
+            .store = &r.store,
+            .peers = o->fab.peers.v,
+            .n_peers = r.is_source ? 0 : o->fab.peers.n,
+            .chunk_size = (uint32_t)o->chunk,
+            .rate_bytes = o->rate_mbs * 1e6,
+            .corrupt_unit = o->corrupt_unit,
+        };
+        rc = !(r.ws = weight_stream_new(&wc, err));
+    }
+    if (!rc) {
+        signal(SIGTERM, on_signal);
+        signal(SIGINT, on_signal);
+        rc = stream_until_done(&r, err) || report(&r, err);
+    }
+    if (rc && r.t)
         fprintf(stderr, "strata node: retransmits %llu, dropped bad %llu, duplicates %llu\n",
-                (unsigned long long)t->stats.retransmits, (unsigned long long)t->stats.dropped_bad,
-                (unsigned long long)t->stats.dropped_dup);
+                (unsigned long long)r.t->stats.retransmits,
+                (unsigned long long)r.t->stats.dropped_bad,
+                (unsigned long long)r.t->stats.dropped_dup);
     if (rc) {
         printf("failed: %s\n", err);
         fprintf(stderr, "strata node: %s\n", err);
     }
     fflush(stdout);
-    weight_stream_free(ws);
-    tp_destroy(t);
-    weight_store_free(&store);
-    if (node.have_arena) arena_close(&node.arena);
-    free(sy);
-    if (gs) gguf_close_model(gs);
-    free(gs);
-    fabric_opts_free(&o.fab);
-    return rc;
+    weight_stream_free(r.ws);
+    tp_destroy(r.t);
+    weight_store_free(&r.store);
+    if (r.node.have_arena) arena_close(&r.node.arena);
+    free(r.sy);
+    if (r.gs) gguf_close_model(r.gs);
+    free(r.gs);
+    fabric_opts_free(&r.o.fab);
+    return rc ? 1 : 0;
 }
 
 const struct command cmd_node = {
