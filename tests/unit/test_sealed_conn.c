@@ -17,7 +17,7 @@ static struct slisten lis;
 static char lis_addr[64];
 static int accepted, refused, ready_status = 99, got_msgs, closed;
 static char got[256];
-static struct sconn *srv_conn;
+static struct sconn *srv_conn, *cli_conn; /* open connections, closed by drain() */
 
 /* ---------------------------------------------------------------- listener side */
 
@@ -28,12 +28,20 @@ static void srv_msg(struct sconn *c, const uint8_t *m, size_t n)
     sconn_send(c, "pong", 4);
 }
 
+/* An accepted connection frees itself when it closes: forget it then. */
+static void srv_closed(struct sconn *c, const char *why)
+{
+    (void)why;
+    if (c == srv_conn) srv_conn = NULL;
+}
+
 static void on_accept(struct slisten *l, struct sconn *c)
 {
     (void)l;
     accepted++;
     srv_conn = c;
     c->cb.on_msg = srv_msg;
+    c->cb.on_close = srv_closed;
 }
 
 static void on_refused(struct slisten *l, const char *peer, const char *why)
@@ -72,8 +80,9 @@ static void cli_msg(struct sconn *c, const uint8_t *m, size_t n)
 
 static void cli_closed(struct sconn *c, const char *why)
 {
-    (void)c, (void)why;
+    (void)why;
     closed++;
+    if (c == cli_conn) cli_conn = NULL;
 }
 
 static void run_until(int *flag, int want)
@@ -102,8 +111,13 @@ static void close_all(uv_handle_t *h, void *arg)
     if (!uv_is_closing(h)) uv_close(h, NULL);
 }
 
+/* Connections still open close through sconn_close (each frees itself once its handles have
+ * closed; a plain uv_close would leave it allocated), then every other handle. */
 static void drain(void)
 {
+    if (cli_conn) sconn_close(cli_conn, "done");
+    if (srv_conn) sconn_close(srv_conn, "done");
+    for (int i = 0; i < 100 && (cli_conn || srv_conn); i++) uv_run(&loop, UV_RUN_NOWAIT);
     uv_walk(&loop, close_all, NULL);
     for (int i = 0; i < 100; i++) uv_run(&loop, UV_RUN_NOWAIT);
     uv_loop_close(&loop);
@@ -172,6 +186,8 @@ static void relay_accept(struct slisten *l, struct sconn *c)
     char err[ERRMSG_LEN];
     (void)l;
     accepted++;
+    srv_conn = c;
+    c->cb.on_close = srv_closed;
     srv_end = sconn_relay(c, plain_malloc, err);
     if (srv_end) uv_read_start(srv_end, pipe_alloc, pipe_read);
 }
@@ -181,7 +197,7 @@ static void relay_ready(struct sconn *c, int status, const char *why)
     char err[ERRMSG_LEN];
     (void)why;
     ready_status = status;
-    if (!status) cli_end = sconn_relay(c, plain_malloc, err);
+    if (!status) cli_conn = c, cli_end = sconn_relay(c, plain_malloc, err);
 }
 
 static void write_done(uv_write_t *w, int status)
@@ -199,6 +215,7 @@ TEST(relay_carries_a_stream_unchanged)
     recv_buf = calloc(1, STREAM_BYTES);
     recv_len = 0;
     cli_end = srv_end = NULL;
+    cli_conn = srv_conn = NULL;
     srand(7);
     for (size_t i = 0; i < STREAM_BYTES; i++) pattern[i] = (uint8_t)rand();
     struct sconn_cbs cbs = {.on_ready = relay_ready, .on_close = cli_closed};
