@@ -578,7 +578,7 @@ static int hook_step(void *ctx, const struct batch *b, int k, const unsigned *se
     }
     /* Our layers. */
     if (engine_embed(c->e, b, c->x) || engine_layers(c->e, b, 0, k, c->x))
-        return errmsg_set(err, "the local layers [0, %d) failed", k);
+        return errmsg_set(err, "the local layers [0, %d) failed: %s", k, engine_error(c->e));
     for (int i = 0; i < b->n; i++)
         memcpy(js_find(c, seq[i])->x + (size_t)b->pos[i] * c->dim, c->x + (size_t)i * c->dim,
                (size_t)c->dim * sizeof(float));
@@ -656,8 +656,8 @@ static int hook_fill(void *ctx, unsigned seq, const int *blocks, int n, int k0, 
         }
         struct batch b = {.n = m, .token = c->b_tok, .pos = c->b_pos, .blocks = c->b_blocks};
         if (engine_layers(c->e, &b, k0, k1, j->x + (size_t)p0 * c->dim))
-            return errmsg_set(err, "coop: recomputing layers [%d, %d) of sequence %u failed", k0,
-                              k1, seq);
+            return errmsg_set(err, "coop: recomputing layers [%d, %d) of sequence %u failed: %s",
+                              k0, k1, seq, engine_error(c->e));
     }
     if (c->m)
         atomic_fetch_add_explicit(&c->m->coop_fill_layers, (unsigned long long)(k1 - k0),
@@ -814,7 +814,8 @@ static void do_activations(struct coop *c, const struct work *w)
                           .logit_rows = c->b_rows};
         float *x = c->hx + (size_t)r0 * c->dim;
         if (engine_layers(c->e, &b, (int)a.layer, c->L, x) || engine_head(c->e, &b, x, c->logits)) {
-            snprintf(err, sizeof err, "helper: layers [%u, %d) failed", a.layer, c->L);
+            snprintf(err, sizeof err, "helper: layers [%u, %d) failed: %.300s", a.layer, c->L,
+                     engine_error(c->e));
             return reply_error(c, w->peer, a.step, err);
         }
         int eos = c->cfg.eos_id, eos2 = c->cfg.bos_id;

@@ -191,9 +191,10 @@ static struct fabric_node *fabric_open(const struct serve_opts *o, char *err)
     return fabric_node_new(&fc, err);
 }
 
-static int engine_step(void *ctx, const struct batch *b, float *logits)
+static int engine_step(void *ctx, const struct batch *b, float *logits, char *err)
 {
-    return engine_forward(ctx, b, logits);
+    if (!engine_forward(ctx, b, logits)) return 0;
+    return errmsg_set(err, "%s", engine_error(ctx));
 }
 
 static const char *decode_piece(void *ctx, int prev, int id, char *scratch, size_t *len)

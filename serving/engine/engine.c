@@ -121,7 +121,9 @@ static int cpu_embed(struct engine *e, const struct batch *b, float *x)
     const struct model_config *c = e->cfg;
     for (int t = 0; t < b->n; t++) {
         int id = b->token[t];
-        if (id < 0 || id >= c->vocab_size) return -1;
+        if (id < 0 || id >= c->vocab_size)
+            return errmsg_set(e->err, "engine: token id %d is outside the vocabulary (%d)", id,
+                              c->vocab_size);
         tensor_get_row(&e->model->token_embd, id, x + (size_t)t * c->dim);
     }
     return 0;
@@ -350,11 +352,21 @@ void engine_free(struct engine *e)
     e->tp = NULL;
 }
 
+const char *engine_error(const struct engine *e)
+{
+    return e->err;
+}
+
 static int check_batch(struct engine *e, const struct batch *b)
 {
-    if (b->n <= 0 || b->n > e->lim.max_tokens || b->n_logits < 0 || b->n_logits > b->n) return -1;
+    if (b->n <= 0 || b->n > e->lim.max_tokens)
+        return errmsg_set(e->err, "engine: batch of %d tokens (1..%d)", b->n, e->lim.max_tokens);
+    if (b->n_logits < 0 || b->n_logits > b->n)
+        return errmsg_set(e->err, "engine: %d logit rows for %d tokens", b->n_logits, b->n);
     for (int t = 0; t < b->n; t++)
-        if (b->pos[t] < 0 || b->pos[t] >= e->lim.ctx) return -1;
+        if (b->pos[t] < 0 || b->pos[t] >= e->lim.ctx)
+            return errmsg_set(e->err, "engine: token %d at position %d, outside the context (%d)",
+                              t, b->pos[t], e->lim.ctx);
     return 0;
 }
 
@@ -366,7 +378,9 @@ int engine_embed(struct engine *e, const struct batch *b, float *x)
 
 int engine_layers(struct engine *e, const struct batch *b, int l0, int l1, float *x)
 {
-    if (check_batch(e, b) || l0 < 0 || l1 > e->cfg->n_layers || l0 > l1) return -1;
+    if (check_batch(e, b)) return -1;
+    if (l0 < 0 || l1 > e->cfg->n_layers || l0 > l1)
+        return errmsg_set(e->err, "engine: layers [%d, %d) of %d", l0, l1, e->cfg->n_layers);
     return e->be->layers(e, b, l0, l1, x);
 }
 
@@ -388,9 +402,8 @@ int engine_forward_sample(struct engine *e, const struct batch *b, struct sample
 {
     if (check_batch(e, b)) return -1;
     if (e->be->forward_sample && b->n_logits <= e->lim.max_seqs) {
-        char err[ERRMSG_LEN];
-        if (e->be->forward_sample(e, b, samplers, tokens, err) == 0) return 0;
-        log_error("engine", "%s", err);
+        if (e->be->forward_sample(e, b, samplers, tokens, e->err) == 0) return 0;
+        log_error("engine", "%s", e->err);
         return -1;
     }
     if (engine_forward(e, b, logits)) return -1;

@@ -17,6 +17,7 @@
 #ifndef STRATA_ENGINE_H
 #define STRATA_ENGINE_H
 
+#include "os/common/errmsg.h"
 #include "os/runtime/arena.h"
 #include "serving/engine/kv_cache.h"
 #include "serving/engine/matmul.h"
@@ -81,9 +82,10 @@ struct engine {
     const struct fwd_kernels *fwd; /* attention, SwiGLU: the ISA mm chose */
     /* activations, each max_tokens rows */
     float *xb, *xb2, *q, *k, *v, *att_out, *hb, *hb2,
-        *att_scores; /* att_scores: per thread n_heads x fwd_att_floats(ctx) */
-    float *hidden;   /* max_tokens x dim, for engine_forward */
-    float *rope_cs;  /* ctx x head_dim: (cos, sin) per position and pair */
+        *att_scores;      /* att_scores: per thread n_heads x fwd_att_floats(ctx) */
+    float *hidden;        /* max_tokens x dim, for engine_forward */
+    char err[ERRMSG_LEN]; /* why the last operation failed (engine_error) */
+    float *rope_cs;       /* ctx x head_dim: (cos, sin) per position and pair */
     void *backend_state;
 };
 
@@ -99,6 +101,9 @@ int engine_init(struct engine *e, struct model *m, const struct engine_limits *l
                 char *err);
 void engine_free(struct engine *e);
 
+/* The step operations return 0, or -1 with the reason in engine_error(e) ("engine: batch of 300
+ * tokens, the limit is 256"). One thread drives an engine, so the reason is that thread's. */
+const char *engine_error(const struct engine *e);
 int engine_embed(struct engine *e, const struct batch *b, float *x);
 int engine_layers(struct engine *e, const struct batch *b, int l0, int l1, float *x);
 int engine_head(struct engine *e, const struct batch *b, const float *x, float *logits);

@@ -946,7 +946,8 @@ static int run_step(struct scheduler *s)
         rc = co->step(co->ctx, &b, s->k, s->b_seq, s->b_smp, s->b_mask, s->b_out, s->step_err);
         if (rc) fail = s->step_err;
     } else {
-        rc = s->ops.forward(s->ops.ctx, &b, s->logits);
+        rc = s->ops.forward(s->ops.ctx, &b, s->logits, s->step_err);
+        if (rc) fail = s->step_err;
     }
     double t1 = clock_now();
     s->n_steps++;
@@ -1084,10 +1085,10 @@ int sched_calibrate(struct scheduler *s, char *err)
         double best = INFINITY;
         for (int rep = 0; rep < 4; rep++) {
             double t0 = clock_now();
-            if (s->ops.forward(s->ops.ctx, &b, s->logits)) {
+            if (s->ops.forward(s->ops.ctx, &b, s->logits, s->step_err)) {
                 for (int i = nb - 1; i >= 0; i--) kv_block_free(s->kv, table[i]);
                 free(table);
-                return errmsg_set(err, "calibration: the model step failed");
+                return errmsg_set(err, "calibration: %s", s->step_err);
             }
             double t = clock_now() - t0;
             if (rep > 0 && t < best) best = t; /* the first run warms caches */

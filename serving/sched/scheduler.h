@@ -123,7 +123,7 @@ struct sched_ops {
     int eos_id; /* ends a completion ("stop") */
     int bos_id; /* BOS: generating it ends a sequence too (llama2.c models emit it between
                    stories); -1 none */
-    int (*forward)(void *ctx, const struct batch *b, float *logits);
+    int (*forward)(void *ctx, const struct batch *b, float *logits, char *err); /* -1 + err */
     /* Bytes of token id following prev (tokenizer_decode). */
     void *decode_ctx;
     const char *(*decode)(void *decode_ctx, int prev, int id, char *scratch, size_t *len);

@@ -41,8 +41,9 @@ static inline int fake_pick(unsigned h, int len)
     return t;
 }
 
-static inline int fake_forward(void *ctx, const struct batch *b, float *logits)
+static inline int fake_forward(void *ctx, const struct batch *b, float *logits, char *err)
 {
+    (void)err; /* the fake never fails */
     struct fake_model *f = ctx;
     struct kv_cache *kv = f->kv;
     int bs = kv->block_size;

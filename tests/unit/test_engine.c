@@ -408,7 +408,17 @@ TEST(layer_range_split_equals_full)
         CHECKF(memcmp(full, split, sizeof(float) * V) == 0, "split at %d differs", k);
     }
     CHECK(engine_layers(e, &b, 2, 1, x) == -1);
+    CHECK_STR(engine_error(e), "engine: layers [2, 1) of 3");
     CHECK(engine_layers(e, &b, 0, gqa.layers + 1, x) == -1);
+    /* Errors are values with their reason: a bad batch names what is wrong. */
+    int far[4] = {0, 1, 2, 64};
+    struct batch bad = {n, toks, far, blocks, 1, rows};
+    CHECK(engine_forward(e, &bad, full) == -1);
+    CHECK_STR(engine_error(e), "engine: token 3 at position 64, outside the context (64)");
+    int unknown[4] = {1, 2, 3, V};
+    struct batch oov = {n, unknown, pos, blocks, 1, rows};
+    CHECK(engine_forward(e, &oov, full) == -1);
+    CHECKF(strstr(engine_error(e), "outside the vocabulary"), "%s", engine_error(e));
     free(full), free(split), free(x);
     close_model(lm);
     remove(path);
