@@ -15,6 +15,7 @@
 #include "os/runtime/log.h"
 #include "os/runtime/esp.h"
 #include "os/runtime/pid1.h"
+#include "os/runtime/watchdog.h"
 #include "serving/api/http_server.h"
 #include "serving/sched/scheduler.h"
 #include "serving/api/serve_front.h"
@@ -253,10 +254,26 @@ static volatile int serve_ready;
 
 /* The serve loop's heartbeat; with --test-hang S it stops beating S seconds after the model is
  * ready, as a deadlocked loop would (the watchdog test). */
+static struct scheduler *_Atomic tick_sched; /* for serve_tick, once the scheduler runs */
+
+/* The serve loop's tick (the front thread): PID-1 duties, and the watchdog is petted only while
+ * the compute thread is alive too: a step running for over half the watchdog's timeout is a hang,
+ * and the hardware then resets the machine (strata.watchdog). */
 static void serve_tick(void *ctx)
 {
     const struct serve_opts *o = ctx;
     static time_t hang_at;
+    static int said;
+    struct scheduler *sched = atomic_load(&tick_sched);
+    double stuck = sched && watchdog_active() ? sched_step_running_for(sched) : 0;
+    if (stuck > watchdog_timeout() / 2.0) {
+        if (!said++)
+            log_error("serve",
+                      "the compute thread has been in one step for %.0f s: no longer "
+                      "petting the watchdog",
+                      stuck);
+        return;
+    }
     pid1_tick();
     if (o->test_hang_s < 0 || !serve_ready) return;
     if (!hang_at) hang_at = time(NULL) + o->test_hang_s;
@@ -553,6 +570,7 @@ static void announce_ready(struct serve *sv, const struct serve_opts *o, struct 
             e->lim.max_tokens, e->kv.n_blocks, kv_type_name(e->kv.type), e->kv.block_size,
             chat_template_name(fm.tmpl), o->static_batch ? ", STATIC batching" : "");
     serve_ready = 1;
+    atomic_store(&tick_sched, sched);
     if (o->test_crash) test_crash(o->test_crash);
     if (pid1_active()) {
         char msg[ERRMSG_LEN + 64], err[ERRMSG_LEN];

@@ -125,6 +125,7 @@ struct pad {
 };
 
 struct scheduler {
+    _Atomic uint64_t step_started_ns; /* 0 between steps: sched_step_running_for() */
     struct sched_config cfg;
     struct sched_ops ops;
     struct kv_cache *kv;
@@ -929,6 +930,7 @@ static int run_step(struct scheduler *s)
                       .n_logits = n_logits,
                       .logit_rows = s->b_logit_rows};
     double t0 = clock_now();
+    atomic_store(&s->step_started_ns, clock_now_ns());
     int split = co->step && s->k < co->n_layers, rc;
     const char *fail = "the model step failed";
     if (split) {
@@ -950,6 +952,7 @@ static int run_step(struct scheduler *s)
         if (rc) fail = s->step_err;
     }
     double t1 = clock_now();
+    atomic_store(&s->step_started_ns, 0);
     s->n_steps++;
     step_model_observe(&s->model, n, s->n_plan + n_padded, t1 - t0);
     hist_observe(&s->m->step, t1 - t0);
@@ -1100,4 +1103,10 @@ int sched_calibrate(struct scheduler *s, char *err)
     if (step_model_fit(&s->model, samples, n_samples))
         return errmsg_set(err, "calibration: %d step timings do not determine a fit", n_samples);
     return 0;
+}
+
+double sched_step_running_for(struct scheduler *s)
+{
+    uint64_t t = atomic_load(&s->step_started_ns);
+    return t ? (double)(clock_now_ns() - t) * 1e-9 : 0;
 }

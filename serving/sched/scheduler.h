@@ -173,6 +173,10 @@ void sched_poke(struct scheduler *s);
 /* The layers the compute thread ran itself at its last step boundary (n_layers when alone). */
 int sched_resident(const struct scheduler *s);
 
+/* Seconds the model step now running has taken (0 between steps), from any thread: a step that
+ * never ends is a hung compute thread (serve stops petting the watchdog then). */
+double sched_step_running_for(struct scheduler *s);
+
 /* Without the thread (tests): take submissions, drop cancelled requests, run one step.
  * Returns 1 if a step ran or requests were retired, 0 when there was nothing to do. */
 int sched_iterate(struct scheduler *s);

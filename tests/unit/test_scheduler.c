@@ -401,6 +401,43 @@ TEST(sequence_longer_than_pool_ends_with_length)
     rig_close(&g);
 }
 
+/* The watchdog's hang test reads how long the running step has taken: > 0 inside a step (seen
+ * from the forward itself, as another thread would), 0 between steps. */
+static struct scheduler *timed_sched;
+static double seen_inside;
+static int timed_forward(void *ctx, const struct batch *b, float *logits, char *err)
+{
+    usleep(20000);
+    seen_inside = sched_step_running_for(timed_sched);
+    return fake_forward(ctx, b, logits, err);
+}
+
+TEST(step_running_for_is_the_current_step_only)
+{
+    struct rig g;
+    struct sched_config cfg = {.max_seqs = 2, .max_step_tokens = 16, .ctx = 64};
+    rig_open(&g, 16, 16, cfg);
+    char err[ERRMSG_LEN];
+    sched_free(g.s);
+    struct sched_ops ops = {.ctx = &g.fm,
+                            .vocab_size = FAKE_VOCAB,
+                            .eos_id = FAKE_EOS,
+                            .bos_id = -1,
+                            .forward = timed_forward,
+                            .decode = fake_decode};
+    timed_sched = g.s = sched_new(&cfg, &ops, &g.kv, &g.m, err);
+    CHECKF(g.s, "%s", err);
+    CHECK(sched_step_running_for(g.s) == 0);
+    struct sreq *r = make_req(1, 4, 2);
+    CHECK(sched_submit(g.s, r, err) == 0);
+    CHECK(sched_iterate(g.s) == 1);
+    CHECKF(seen_inside >= 0.015 && seen_inside < 10, "inside a step: %g s", seen_inside);
+    CHECK(sched_step_running_for(g.s) == 0);
+    CHECK(run_until_done(&g, &r, 1, 100) >= 0);
+    sreq_put(r);
+    rig_close(&g);
+}
+
 int main(void)
 {
     RUN(batched_equals_alone);
@@ -415,5 +452,6 @@ int main(void)
     RUN(static_batch_pads_finished_rows);
     RUN(prompt_too_large_for_pool_is_refused);
     RUN(sequence_longer_than_pool_ends_with_length);
+    RUN(step_running_for_is_the_current_step_only);
     CHECK_DONE();
 }
