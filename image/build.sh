@@ -77,14 +77,17 @@ BINS=(-b "$SERVER:/bin/strata")
 # (libibverbs reads /etc/libibverbs.d/NAME.driver, then loads libNAME-rdmav*.so), and DPDK's
 # drivers for the same NICs with the PCI bus and the mempool driver (the EAL loads every object in
 # its plugin directory).
-if ldd "$SERVER" | grep -q libibverbs; then
+# ldd's whole output first: `ldd | grep -q` under pipefail fails at random when grep stops reading
+# before ldd is done (SIGPIPE), which once left the DPDK drivers out of one of two builds.
+SERVER_LIBS=$(ldd "$SERVER")
+if grep -q libibverbs <<<"$SERVER_LIBS"; then
     for p in rxe mlx5 irdma bnxt_re; do
         so=$(ls /usr/lib/x86_64-linux-gnu/libibverbs/lib$p-rdmav*.so 2>/dev/null | head -n 1 || true)
         [ -n "$so" ] || die "verbs provider $p missing (rdma-core / ibverbs-providers)"
         BINS+=(-b "$so" -f "/etc/libibverbs.d/$p.driver:/etc/libibverbs.d/$p.driver")
     done
 fi
-if ldd "$SERVER" | grep -q librte_eal; then
+if grep -q librte_eal <<<"$SERVER_LIBS"; then
     pmds=$(ls -d /usr/lib/x86_64-linux-gnu/dpdk/pmds-* 2>/dev/null | head -n 1 || true)
     [ -n "$pmds" ] || die "no DPDK plugin directory (/usr/lib/x86_64-linux-gnu/dpdk/pmds-*)"
     for p in bus_pci mempool_ring net_mlx5 net_ice net_bnxt net_i40e net_ixgbe net_e1000; do
@@ -111,7 +114,7 @@ step 3 "model"
 MODEL=${MODEL:-build/models/stories260K.gguf}
 if [ ! -f "$MODEL" ] && [ "$MODEL" = build/models/stories260K.gguf ]; then
     mkdir -p build/models
-    if build/strata help 2>/dev/null | grep -q ' convert'; then
+    if grep -q ' convert' <<<"$(build/strata help 2>/dev/null)"; then
         build/strata convert --tokenizer ../shared/models/tok512.bin ../shared/models/stories260K.bin \
             "$MODEL" >&2 || die "strata convert failed"
     fi

@@ -44,7 +44,7 @@ boot_image() {
 boot_kernel() { if [ -f "$BOOT_OUT/vmlinux" ]; then echo "$BOOT_OUT/vmlinux"; else echo "$BOOT_OUT/vmlinuz"; fi; }
 
 # 1 when the server binary has a serve command (until it lands the tests stop at the exec marker).
-boot_have_serve() { build/strata help 2>/dev/null | grep -q ' serve'; }
+boot_have_serve() { grep -q ' serve' <<<"$(build/strata help 2>/dev/null)"; }
 
 boot_expected() {
     build/strata generate -m "$BOOT_MODEL" -p "$1" -n "$2" --temp 0 2>/dev/null
