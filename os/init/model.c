@@ -1,6 +1,7 @@
 /* Where the model comes from: a file in the initrd, or a GPT partition found by its name (the
  * disk image's "strata-model" partition, ext4, mounted read-only). */
 #include "os/common/errmsg.h"
+#include "os/common/block_partition.h"
 #include "os/init/init.h"
 
 #include <dirent.h>
@@ -12,32 +13,6 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-
-/* The block device whose uevent says PARTNAME=label (no udev, so no /dev/disk/by-partlabel). */
-static int find_partition(const char *label, char *dev, size_t cap)
-{
-    DIR *d = opendir("/sys/class/block");
-    if (!d) return -1;
-    int found = -1;
-    for (struct dirent *e; found && (e = readdir(d));) {
-        if (e->d_name[0] == '.') continue;
-        char path[300], buf[1024];
-        snprintf(path, sizeof path, "/sys/class/block/%s/uevent", e->d_name);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0) continue;
-        ssize_t n = read(fd, buf, sizeof buf - 1);
-        close(fd);
-        if (n <= 0) continue;
-        buf[n] = 0;
-        for (char *save = NULL, *l = strtok_r(buf, "\n", &save); l; l = strtok_r(NULL, "\n", &save))
-            if (!strncmp(l, "PARTNAME=", 9) && !strcmp(l + 9, label)) {
-                snprintf(dev, cap, "/dev/%s", e->d_name);
-                found = 0;
-            }
-    }
-    closedir(d);
-    return found;
-}
 
 /* Seconds to wait for the partition: disk drivers (nvme, ahci + sd_mod, virtio_blk) probe
  * asynchronously after their module loads and scan the partition table as they go; a SATA link
@@ -57,7 +32,7 @@ static int mount_partition(const char *label, char *err)
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     int said = 0;
-    while (find_partition(label, dev, sizeof dev)) {
+    while (block_find_partition(label, dev, sizeof dev)) {
         if (!said) {
             init_say("model", "waiting up to %d s for partition %s (disks probe asynchronously)",
                      PART_WAIT_S, label);

@@ -1,5 +1,6 @@
 /* esp: see esp.h. */
 #include "os/runtime/esp.h"
+#include "os/common/block_partition.h"
 
 #include "os/runtime/boot_slots.h"
 #include "os/common/errmsg.h"
@@ -16,35 +17,10 @@
 #define EFIVARS    "/sys/firmware/efi/efivars"
 #define LOADER_VAR "LoaderBootCountPath-4a67b082-0a4c-41cf-b6c7-440b29bb8c4f"
 
-static int find_partition(const char *label, char *dev, size_t cap)
-{
-    DIR *d = opendir("/sys/class/block");
-    if (!d) return -1;
-    int found = -1;
-    for (struct dirent *e; found && (e = readdir(d));) {
-        if (e->d_name[0] == '.') continue;
-        char path[300], buf[1024];
-        snprintf(path, sizeof path, "/sys/class/block/%s/uevent", e->d_name);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0) continue;
-        ssize_t n = read(fd, buf, sizeof buf - 1);
-        close(fd);
-        if (n <= 0) continue;
-        buf[n] = 0;
-        for (char *save = NULL, *l = strtok_r(buf, "\n", &save); l; l = strtok_r(NULL, "\n", &save))
-            if (!strncmp(l, "PARTNAME=", 9) && !strcmp(l + 9, label)) {
-                snprintf(dev, cap, "/dev/%s", e->d_name);
-                found = 0;
-            }
-    }
-    closedir(d);
-    return found;
-}
-
 int esp_mount(const char *dir, char *err)
 {
     char dev[300];
-    if (find_partition(ESP_PARTNAME, dev, sizeof dev))
+    if (block_find_partition(ESP_PARTNAME, dev, sizeof dev))
         return errmsg_set(err, "EFI system partition: no partition named %s", ESP_PARTNAME);
     if (mkdir(dir, 0755) && errno != EEXIST)
         return errmsg_set(err, "mkdir %s: %s", dir, strerror(errno));
