@@ -42,7 +42,7 @@ static int finite_f(float f)
 
 /* ---------------------------------------------------------------- log commands */
 
-static void put_node_up(struct wire_w *w, const struct cl_node_up *u)
+void cl_put_node_up(struct wire_w *w, const struct cl_node_up *u)
 {
     wire_put_u64(w, u->id);
     cl_put_str(w, u->addr);
@@ -52,7 +52,7 @@ static void put_node_up(struct wire_w *w, const struct cl_node_up *u)
     wire_put_f32(w, u->tok_s);
 }
 
-static int get_node_up(struct wire_r *r, struct cl_node_up *u, char *err)
+int cl_get_node_up(struct wire_r *r, struct cl_node_up *u, char *err)
 {
     u->id = wire_get_u64(r);
     cl_get_str(r, u->addr);
@@ -105,7 +105,7 @@ size_t cl_cmd_encode(uint8_t *out, size_t cap, const struct cl_cmd *c)
     wire_put_u64(&w, c->t_ms);
     switch (c->type) {
     case CMD_NODE_UP:
-        put_node_up(&w, &c->u.up);
+        cl_put_node_up(&w, &c->u.up);
         break;
     case CMD_NODE_DOWN:
         wire_put_u64(&w, c->u.down);
@@ -145,7 +145,7 @@ int cl_cmd_decode(struct cl_cmd *c, const uint8_t *buf, size_t len, char *err)
         return errmsg_set(err, "cluster command: version %u, expected %u", ver, CL_CMD_VERSION);
     switch (c->type) {
     case CMD_NODE_UP:
-        if (get_node_up(&r, &c->u.up, err)) return errmsg_prefix(err, "NODE_UP: ");
+        if (cl_get_node_up(&r, &c->u.up, err)) return errmsg_prefix(err, "NODE_UP: ");
         break;
     case CMD_NODE_DOWN:
         c->u.down = wire_get_u64(&r);
@@ -229,7 +229,7 @@ size_t cl_msg_encode(uint8_t *out, size_t cap, const struct cl_msg *m)
         cl_put_str(&w, m->u.open.addr);
         break;
     case MSGC_LOAD:
-        put_node_up(&w, &m->u.load.node);
+        cl_put_node_up(&w, &m->u.load.node);
         put_load(&w, &m->u.load.load);
         wire_put_u32(&w, m->u.load.seen_scales);
         wire_put_u8(&w, m->u.load.n_hold);
@@ -275,7 +275,7 @@ int cl_msg_decode(struct cl_msg *m, const uint8_t *buf, size_t len, char *err)
         if (!r.bad && !m->u.open.id) return errmsg_set(err, "OPEN: node id 0");
         break;
     case MSGC_LOAD:
-        if (get_node_up(&r, &m->u.load.node, err)) return errmsg_prefix(err, "LOAD: ");
+        if (cl_get_node_up(&r, &m->u.load.node, err)) return errmsg_prefix(err, "LOAD: ");
         if (get_load(&r, &m->u.load.load, err)) return errmsg_prefix(err, "LOAD: ");
         m->u.load.seen_scales = wire_get_u32(&r);
         m->u.load.n_hold = wire_get_u8(&r);

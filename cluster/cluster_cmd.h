@@ -140,5 +140,8 @@ struct wire_w;
 struct wire_r;
 void cl_put_str(struct wire_w *w, const char *s);
 int cl_get_str(struct wire_r *r, char out[CL_STR_LEN + 1]);
+/* A member's description, as log commands and snapshots both carry it; the reader checks it. */
+void cl_put_node_up(struct wire_w *w, const struct cl_node_up *u);
+int cl_get_node_up(struct wire_r *r, struct cl_node_up *u, char *err);
 
 #endif

@@ -149,26 +149,6 @@ int cl_state_apply(struct cl_state *s, const struct cl_cmd *c)
 
 /* ---------------------------------------------------------------- snapshot */
 
-static void put_up(struct wire_w *w, const struct cl_node_up *u)
-{
-    wire_put_u64(w, u->id);
-    cl_put_str(w, u->addr);
-    cl_put_str(w, u->http);
-    cl_put_str(w, u->gpu);
-    wire_put_u8(w, u->role);
-    wire_put_f32(w, u->tok_s);
-}
-
-static void get_up(struct wire_r *r, struct cl_node_up *u)
-{
-    u->id = wire_get_u64(r);
-    cl_get_str(r, u->addr);
-    cl_get_str(r, u->http);
-    cl_get_str(r, u->gpu);
-    u->role = wire_get_u8(r);
-    u->tok_s = wire_get_f32(r);
-}
-
 static void put_scale(struct wire_w *w, const struct cl_scale *sc)
 {
     wire_put_u8(w, sc->kind);
@@ -216,7 +196,7 @@ size_t cl_state_encode(const struct cl_state *s, uint8_t *out, size_t cap)
     wire_put_u64(&w, s->rejected);
     for (uint32_t i = 0; i < s->n_members; i++) {
         const struct cl_member *m = &s->member[i];
-        put_up(&w, &m->info);
+        cl_put_node_up(&w, &m->info);
         wire_put_u8(&w, m->alive);
         wire_put_u64(&w, m->since_ms);
         for (int k = 0; k < CL_MAX_MODELS; k++) {
@@ -270,7 +250,8 @@ int cl_state_decode(struct cl_state *s, const uint8_t *buf, size_t len, char *er
     }
     for (uint32_t i = 0; i < s->n_members && !r.bad; i++) {
         struct cl_member *m = &s->member[i];
-        get_up(&r, &m->info);
+        char why[ERRMSG_LEN];
+        if (cl_get_node_up(&r, &m->info, why)) r.bad = 1;
         m->alive = wire_get_u8(&r);
         m->since_ms = wire_get_u64(&r);
         for (int k = 0; k < CL_MAX_MODELS; k++) {
