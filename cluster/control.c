@@ -1135,6 +1135,23 @@ int control_node_fabric(struct control *c, uint64_t id, char out[CL_STR_LEN + 1]
     return ok ? 0 : -1;
 }
 
+int control_holders_fabric(struct control *c, const char *model, const uint64_t *skip, int n_skip,
+                           char (*out)[CL_STR_LEN + 1], int cap)
+{
+    int n = 0;
+    pthread_mutex_lock(&c->mu);
+    int mi = cl_state_model(&c->st, model);
+    for (uint32_t i = 0; mi >= 0 && i < c->st.n_members && n < cap; i++) {
+        const struct cl_member *m = &c->st.member[i];
+        int skipped = m->info.id == c->cfg.id;
+        for (int k = 0; k < n_skip; k++) skipped |= m->info.id == skip[k];
+        if (skipped || !m->alive || !m->hold[mi].host || !m->info.fabric[0]) continue;
+        snprintf(out[n++], CL_STR_LEN + 1, "%s", m->info.fabric);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return n;
+}
+
 /* ---------------------------------------------------------------- /v1/cluster and /metrics */
 
 static const char *raft_state_name(int s)

@@ -140,6 +140,8 @@ static int start_join(struct serve_cluster *sc, const char *model, uint64_t sour
     if (up && control_node_fabric(ctl, up, j->upstream_fabric))
         log_warn("cluster", "chain: node %llu has no fabric address: pulling from the source",
                  (unsigned long long)up);
+    uint64_t skip[2] = {source, up};
+    j->n_other = control_holders_fabric(ctl, model, skip, 2, j->other_fabric, SC_MAX_OTHERS);
     snprintf(sc->model, sizeof sc->model, "%s", model);
     sc->joining = 1;
     sc->engine = engine;
