@@ -676,7 +676,8 @@ static int leader_membership(struct control *c, uint64_t now)
     return n;
 }
 
-/* Scale-outs whose joiners all serve alone (or that lost their source or a joiner) end. */
+/* Scale-outs whose joiners all serve alone (or that lost their source or a joiner, or whose joiner
+ * refused) end. */
 static int leader_scaleouts(struct control *c)
 {
     struct cl_cmd cmd[CL_MAX_SCALEOUTS];
@@ -700,6 +701,9 @@ static int leader_scaleouts(struct control *c)
                 continue;
             }
             const struct cl_hold *h = &m->hold[mi];
+            /* The decision set the joiner's engine; its own report took it back: it refused or
+             * its join failed (its log says why). The planner decides again. */
+            if (so->s.kind == SCALE_UP && !h->engine) lost = 1;
             if (so->s.kind == SCALE_UP
                     ? !(h->engine && h->layers_resident == h->n_layers && h->n_layers)
                     : !h->host)

@@ -679,6 +679,10 @@ static void member_loop(struct serve *sv, struct serve_opts *o, struct scheduler
             serve_cluster_dropped(sv->cluster);
             continue;
         }
+        if (sv->lm && job.drop_first[0]) { /* a switch: the other model goes first */
+            tear_down(sv, sched, "switching models");
+            serve_cluster_switched(sv->cluster, &job);
+        }
         if (sv->lm) continue; /* a model is here already: the executor said so */
         o->model = NULL;
         o->name = job.model;
