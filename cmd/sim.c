@@ -190,6 +190,11 @@ static int run_sim(int argc, char **argv)
             fprintf(stderr, "strata sim: %s\n", err);
             return 1;
         }
+        if (n_req == 0) { /* scale-outs only (a requests file with none): nothing to chart */
+            printf("wrote %s/summary.csv, ttft_cdf.csv, timeline_*.csv (no requests: no charts)\n",
+                   out);
+            return 0;
+        }
         if (sim_report_plots(out, res, n_res, err)) {
             fprintf(stderr, "strata sim: %s\n", err);
             return 1;

@@ -72,6 +72,11 @@ struct sim {
     struct scaleout *so;
     int n_so, so_cap;
     double now, tbt_slo_ms;
+    /* chunk_bytes set: the transfer chunks, n_chunks of them; layers_after[k]: layers complete
+     * once chunks [0, k] are held. Else one chunk per layer. */
+    int n_chunks;
+    double *piece_bytes;
+    int *layers_after;
     long tbt_hist[TBT_BUCKETS];
     double so_sum;
     int so_count;
@@ -150,10 +155,16 @@ static int usable(const struct sim *s, int i)
            serving(s, n->helper);
 }
 
-/* Bytes of transfer unit k (a layer, or a span of model_spans). */
-static double chunk_bytes(const struct sim *s, int k)
+/* Bytes of layer k (a span of model_spans, or an equal share of the model). */
+static double layer_bytes(const struct sim *s, int k)
 {
     return s->c->n_spans ? s->c->span_bytes[k] : s->c->model.bytes / s->L;
+}
+
+/* Bytes of transfer chunk k: a layer, or a piece of at most chunk_bytes of one. */
+static double chunk_bytes(const struct sim *s, int k)
+{
+    return s->piece_bytes ? s->piece_bytes[k] : layer_bytes(s, k);
 }
 
 static void update_load(struct sim *s, int i)
@@ -414,8 +425,9 @@ static void so_maybe_end(struct sim *s, struct scaleout *o)
     o->have = NULL;
 }
 
-static void member_chunks(struct sim *s, struct scaleout *o, int j, int k)
+static void member_chunks(struct sim *s, struct scaleout *o, int j, int chunks)
 {
+    int k = chunks == 0 ? 0 : s->layers_after ? s->layers_after[chunks - 1] : chunks;
     int i = o->members[j];
     if (o->kind == PLAN_SO_ENGINE) {
         int was = usable(s, i);
@@ -552,7 +564,7 @@ static int new_so(struct sim *s, int kind, int src_host, int src_inst, const int
     o->src_host = src_host;
     o->src_inst = src_inst;
     o->n = n;
-    o->C = s->L;
+    o->C = s->n_chunks;
     o->mc = mc;
     o->started = s->now;
     for (int j = 0; j < n; j++) {
@@ -893,6 +905,26 @@ static int setup(struct sim *s, char *err)
 {
     const struct sim_config *c = s->c;
     s->L = c->model.layers;
+    s->n_chunks = s->L;
+    if (c->chunk_bytes > 0) { /* every layer in pieces of at most chunk_bytes, in order */
+        long n = 0;
+        for (int k = 0; k < s->L; k++) n += (long)ceil(layer_bytes(s, k) / c->chunk_bytes);
+        if (n > 1 << 24)
+            return errmsg_set(err, "sim: chunk_bytes %g: %ld chunks (at most %d)", c->chunk_bytes,
+                              n, 1 << 24);
+        s->piece_bytes = malloc(sizeof *s->piece_bytes * n);
+        s->layers_after = malloc(sizeof *s->layers_after * n);
+        if (!s->piece_bytes || !s->layers_after) abort();
+        s->n_chunks = 0;
+        for (int k = 0; k < s->L; k++) {
+            double b = layer_bytes(s, k);
+            long m = (long)ceil(b / c->chunk_bytes);
+            for (long q = 0; q < m; q++) {
+                s->piece_bytes[s->n_chunks] = q < m - 1 ? c->chunk_bytes : b - (m - 1) * c->chunk_bytes;
+                s->layers_after[s->n_chunks++] = q < m - 1 ? k : k + 1;
+            }
+        }
+    }
     int gps = c->gpus_per_server;
     /* instances: per type, servers of gps GPUs, groups of g GPUs */
     int g_of[SIM_MAX_TYPES];

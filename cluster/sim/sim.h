@@ -114,6 +114,8 @@ struct sim_config {
      * the order they are sent; 0: model.layers units of model.bytes / model.layers each */
     int n_spans;
     double span_bytes[SIM_MAX_SPANS];
+    double chunk_bytes; /* > 0: transfers move (and forward) pieces of at most this many bytes of
+                           a layer, the layer usable when its last piece lands; 0: whole layers */
     struct sim_scaleout_spec scaleouts[SIM_MAX_SCALEOUTS];
     int n_scaleouts;
     int step_set[SIM_MAX_TYPES];           /* 1: step[t] given (fitted), not derived */

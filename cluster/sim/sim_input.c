@@ -250,6 +250,7 @@ int sim_config_set(struct sim_config *c, const char *key, const char *v, char *e
         {"ssd_GBps", &t->ssd_Bps, 1e9, 0.001, 1e4},
         {"remote_GBps", &t->remote_Bps, 1e9, 0.001, 1e5},
         {"latency_us", &t->latency_s, 1e-6, 0, 1e6},
+        {"chunk_bytes", &c->chunk_bytes, 1, 0, 1e13},
         {"keep_alive_s", &c->keep_alive_s, 1, 0, 1e7},
         {"tick_ms", &c->tick_s, 1e-3, 1, 1e6},
         {"ttft_floor_ms", &c->ttft_floor_ms, 1, 1, 1e7},
