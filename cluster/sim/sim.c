@@ -430,7 +430,18 @@ static void member_chunks(struct sim *s, struct scaleout *o, int j, int chunks)
     int k = chunks == 0 ? 0 : s->layers_after ? s->layers_after[chunks - 1] : chunks;
     int i = o->members[j];
     if (o->kind == PLAN_SO_ENGINE) {
-        int was = usable(s, i);
+        int was = usable(s, i), old = s->pn[i].layers_resident;
+        if (s->c->kv_recompute && s->p->live && k > old) {
+            /* the KV of the layers that became local, recomputed from the saved inputs of every
+             * running sequence (docs/cluster.md): a prefill of those layers, on its next step */
+            struct inst *x = &s->in[i];
+            long pos = 0;
+            for (int r = 0; r < x->n_run; r++) {
+                const struct sreq *q = &s->q[x->run[r]];
+                pos += q->in - q->prefill_left + (q->gen > 0 ? q->gen - 1 : 0);
+            }
+            x->borrowed += x->sm.a * pos * (k - old) / s->L;
+        }
         s->pn[i].layers_resident = k;
         if (k >= s->L) {
             o->done[j] = 1;

@@ -110,6 +110,9 @@ struct sim_config {
     int send_to;    /* >= 0: every request goes to this instance (held until it can serve); -1:
                        planner_route places them */
     int live_min_layers; /* a live joiner serves from this many layers on (0: at once) */
+    int kv_recompute;    /* `kv_recompute = on`: when a live joiner's k rises, its next step also
+                            recomputes the new layers' KV of its running sequences (what the live
+                            joiner does); off (default): free, as the published designs' figures */
     /* `model_spans`: the model's transfer units (layers, embedding, head) with their sizes, in
      * the order they are sent; 0: model.layers units of model.bytes / model.layers each */
     int n_spans;

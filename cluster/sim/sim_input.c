@@ -205,6 +205,12 @@ int sim_config_set(struct sim_config *c, const char *key, const char *v, char *e
         c->no_planner = !strcmp(v, "off");
         return 0;
     }
+    if (!strcmp(key, "kv_recompute")) {
+        if (strcmp(v, "on") && strcmp(v, "off"))
+            return errmsg_set(err, "sim: kv_recompute = \"%s\": want on or off", v);
+        c->kv_recompute = !strcmp(v, "on");
+        return 0;
+    }
     if (!strcmp(key, "send_to")) return integer(key, v, -1, PLAN_MAX_NODES, &c->send_to, err);
     if (!strcmp(key, "live_min_layers"))
         return integer(key, v, 0, 4096, &c->live_min_layers, err);

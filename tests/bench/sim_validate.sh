@@ -99,6 +99,7 @@ def config(nodes, rate):
         "tbt_slo_ms = 100", "ttft_floor_ms = 1000", "ttft_per_tok_ms = 0",  # serve's defaults
         "planner = off", "initial = 1", "send_to = 1",
         "live_min_layers = 1",  # the joiner serves once its embedding (the first span) is in
+        "kv_recompute = on",  # and recomputes the KV of each layer that lands
         "scaleout = 0:0:" + ",".join(str(k) for k in range(1, nodes)),
     ]
     js = env.get("live_joiner_step_us")
