@@ -32,7 +32,7 @@ struct sreq {
 
 struct inst {
     int server, type, gpus, epoch, busy, so, member;
-    struct step_model sm, sm_admit; /* step time; the model its scheduler admits with */
+    struct step_model sm, sm_admit;         /* step time; the model its scheduler admits with */
     int *wait, wait_head, wait_n, wait_cap; /* FIFO ring of request indices */
     int *run, n_run;
     long kv_used, kv_cap, wait_tokens;
@@ -931,7 +931,8 @@ static int setup(struct sim *s, char *err)
             double b = layer_bytes(s, k);
             long m = (long)ceil(b / c->chunk_bytes);
             for (long q = 0; q < m; q++) {
-                s->piece_bytes[s->n_chunks] = q < m - 1 ? c->chunk_bytes : b - (m - 1) * c->chunk_bytes;
+                s->piece_bytes[s->n_chunks] =
+                    q < m - 1 ? c->chunk_bytes : b - (m - 1) * c->chunk_bytes;
                 s->layers_after[s->n_chunks++] = q < m - 1 ? k : k + 1;
             }
         }

@@ -72,8 +72,8 @@ struct sim_failure {
     int inst; /* instance to fail; -1: the source of a scale-out in progress then */
 };
 
-#define SIM_MAX_SCALEOUTS 8
-#define SIM_MAX_SPANS 512
+#define SIM_MAX_SCALEOUTS      8
+#define SIM_MAX_SPANS          512
 #define SIM_SCALEOUT_MAX_CHAIN 16
 
 /* A scale-out fixed in advance (config `scaleout = T:SRC:DST[,DST...]`): at time T the instance
@@ -121,7 +121,7 @@ struct sim_config {
                            a layer, the layer usable when its last piece lands; 0: whole layers */
     struct sim_scaleout_spec scaleouts[SIM_MAX_SCALEOUTS];
     int n_scaleouts;
-    int step_set[SIM_MAX_TYPES];           /* 1: step[t] given (fitted), not derived */
+    int step_set[SIM_MAX_TYPES]; /* 1: step[t] given (fitted), not derived */
     struct step_model step[SIM_MAX_TYPES];
     /* `admit_step = TYPE:a,b,c`: the step model the instance's scheduler admits prompt chunks
      * with (its TPOT guard), where it differs from the time steps take (a live joiner skips

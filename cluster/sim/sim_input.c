@@ -212,8 +212,7 @@ int sim_config_set(struct sim_config *c, const char *key, const char *v, char *e
         return 0;
     }
     if (!strcmp(key, "send_to")) return integer(key, v, -1, PLAN_MAX_NODES, &c->send_to, err);
-    if (!strcmp(key, "live_min_layers"))
-        return integer(key, v, 0, 4096, &c->live_min_layers, err);
+    if (!strcmp(key, "live_min_layers")) return integer(key, v, 0, 4096, &c->live_min_layers, err);
     if (!strcmp(key, "model")) {
         if (sim_model_by_name(v, &c->model))
             return errmsg_set(err, "sim: model \"%s\": want 7B, 13B or 70B", v);

@@ -284,8 +284,11 @@ TEST(requests_parser)
     CHECK_EQ_INT(n, 2);
     CHECK(r[1].t == 0.5 && r[1].in == 11 && r[1].out == 8);
     free(r);
-    const char *bad[] = {"", "t,in,out\n0,1,1\n", "seconds,in,out\n0,0,1\n",
-                         "seconds,in,out\n1,1,1\n0,1,1\n", "seconds,in,out\nnan,1,1\n",
+    const char *bad[] = {"",
+                         "t,in,out\n0,1,1\n",
+                         "seconds,in,out\n0,0,1\n",
+                         "seconds,in,out\n1,1,1\n0,1,1\n",
+                         "seconds,in,out\nnan,1,1\n",
                          "seconds,in,out\n0,1,1,1\n"};
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
         err[0] = 0;
@@ -319,8 +322,8 @@ TEST(config_settings)
     CHECK(sim_config_parse(&c, "scaleout = 0:0:\n", err) == -1);
     CHECK(sim_config_parse(&c, "planner = maybe\n", err) == -1);
     CHECK(sim_config_parse(&c, "model_spans = 100x0\n", err) == -1);
-    CHECK(sim_config_parse(&c, "model_spans = 10,20x3\nadmit_step = H100:0.0001,0,0.001\n",
-                           err) == 0);
+    CHECK(sim_config_parse(&c, "model_spans = 10,20x3\nadmit_step = H100:0.0001,0,0.001\n", err) ==
+          0);
     CHECK(c.n_spans == 4 && c.model.layers == 4 && c.model.bytes == 70 && c.admit_set[0]);
     CHECK(sim_config_parse(&c, "model = 7B\n", err) == 0 && c.n_spans == 0);
 }
