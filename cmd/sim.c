@@ -144,10 +144,8 @@ static int run_sim(int argc, char **argv)
     int gpus = 0;
     for (int t = 0; t < c.n_types; t++) gpus += c.type_gpus[t];
     printf("strata sim: %s, %d requests over %.0f s (%.2f req/s), %s on %d GPUs (",
-           trace  ? trace
-           : reqf ? reqf
-                  : synth,
-           n_req, c.horizon_s, n_req / (c.horizon_s > 0 ? c.horizon_s : 1), c.model.name, gpus);
+           trace ? trace : (reqf ? reqf : synth), n_req, c.horizon_s,
+           n_req / (c.horizon_s > 0 ? c.horizon_s : 1), c.model.name, gpus);
     for (int t = 0; t < c.n_types; t++)
         printf("%s%s x%d", t ? ", " : "", c.types[t].name, c.type_gpus[t]);
     printf("), NIC %.0f Gb/s/GPU, seed %u\n", c.tiers.nic_Bps * 8 / 1e9, c.seed);
