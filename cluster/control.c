@@ -873,6 +873,49 @@ static int leader_plan(struct control *c, uint64_t now_mono)
     return nc;
 }
 
+int control_route(struct control *c, const char *model, int prompt_tokens, char *http_out,
+                  size_t cap, uint64_t *node, char *err)
+{
+    struct view_buf *vb = malloc(sizeof *vb);
+    if (!vb) return errmsg_set(err, "route: out of memory");
+    struct plan_config pc;
+    plan_config_default(&pc);
+    struct plan_route rt = {.node = -1};
+    int rc = 0;
+    *node = 0;
+    snprintf(http_out, cap, "none");
+    pthread_mutex_lock(&c->mu);
+    const struct cl_state *s = &c->st;
+    int mi = model && model[0] ? cl_state_model(s, model) : -1;
+    if (mi < 0 && c->model[0]) mi = cl_state_model(s, c->model);
+    if (mi < 0 && s->n_models == 1) mi = 0;
+    if (mi >= 0) {
+        build_view(c, vb, now_mono_ms());
+        rc = planner_route(&pc, &vb->v, mi, prompt_tokens, &rt, err);
+    }
+    if (!rc && rt.node >= 0) {
+        /* Equal predictions: serve here rather than pay a hop. */
+        for (int i = 0; i < vb->v.n_nodes; i++) {
+            const struct plan_node *pn = &vb->node[i];
+            if ((uint64_t)pn->id != c->cfg.id || !pn->alive || pn->engine_model != mi) continue;
+            if (planner_predict_ttft_ms(&pc, &vb->v, pn, mi, prompt_tokens) <=
+                rt.predicted_ttft_ms)
+                rt.node = pn->id;
+        }
+        const struct cl_member *m = cl_state_member_c(s, (uint64_t)rt.node);
+        if ((uint64_t)rt.node == c->cfg.id) {
+            snprintf(http_out, cap, "local");
+            *node = c->cfg.id;
+        } else if (m && m->info.http[0]) {
+            snprintf(http_out, cap, "%s", m->info.http);
+            *node = (uint64_t)rt.node;
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    free(vb);
+    return rc;
+}
+
 static void leader_tick(struct control *c)
 {
     uint64_t now = now_mono_ms();

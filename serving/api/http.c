@@ -174,6 +174,8 @@ static int header_line(const char *p, size_t ln, struct http_request *req, struc
         req->expect_continue = 1;
     } else if (name_is(p, nl, "authorization")) {
         authorization(v, vn, req);
+    } else if (name_is(p, nl, "x-strata-forwarded")) {
+        req->forwarded = 1;
     }
     return 0;
 }
