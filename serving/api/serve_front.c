@@ -514,6 +514,11 @@ static void forward(struct front *f, struct http_conn *c, const struct http_requ
     if (f->relays) f->relays->relay_prev = fr;
     f->relays = fr;
     http_conn_set_user(c, fr);
+    if (addr) {
+        fr->node = node;
+        struct fwd_count *k = fwd_count(f, node);
+        if (k) k->forwarded++;
+    }
     if (addr)
         log_info("route", "%s (about %d prompt tokens): forwarded to node %llu at %s", req->path,
                  prompt_tokens, (unsigned long long)node, addr);
