@@ -145,6 +145,22 @@ static int parse_peers(struct control *c, char *err)
     return 0;
 }
 
+/* The API address other nodes forward requests to. An API bound to every address (the
+ * appliance's --host 0.0.0.0) is reached at the host of our control address. */
+static void advertise_http(struct control *c)
+{
+    const char *colon = strrchr(c->http, ':'), *ccolon = strrchr(c->addr, ':');
+    if (!colon || !ccolon) return;
+    size_t hl = (size_t)(colon - c->http);
+    int any = (hl == 7 && !strncmp(c->http, "0.0.0.0", 7)) ||
+              (hl == 2 && !strncmp(c->http, "::", 2)) ||
+              (hl == 4 && !strncmp(c->http, "[::]", 4)) || hl == 0;
+    if (!any) return;
+    char port[16];
+    snprintf(port, sizeof port, "%s", colon + 1);
+    snprintf(c->http, sizeof c->http, "%.*s:%s", (int)(ccolon - c->addr), c->addr, port);
+}
+
 /* ---------------------------------------------------------------- the state machine */
 
 static struct control *fsm_control(struct raft_fsm *fsm)
@@ -898,8 +914,7 @@ int control_route(struct control *c, const char *model, int prompt_tokens, char 
         for (int i = 0; i < vb->v.n_nodes; i++) {
             const struct plan_node *pn = &vb->node[i];
             if ((uint64_t)pn->id != c->cfg.id || !pn->alive || pn->engine_model != mi) continue;
-            if (planner_predict_ttft_ms(&pc, &vb->v, pn, mi, prompt_tokens) <=
-                rt.predicted_ttft_ms)
+            if (planner_predict_ttft_ms(&pc, &vb->v, pn, mi, prompt_tokens) <= rt.predicted_ttft_ms)
                 rt.node = pn->id;
         }
         const struct cl_member *m = cl_state_member_c(s, (uint64_t)rt.node);
@@ -1084,6 +1099,7 @@ struct control *control_start(const struct control_cfg *cfg, const struct contro
     }
     if (auth_init(err) || cluster_key_load(&c->key, cfg->key_file, err) || parse_peers(c, err))
         goto fail;
+    advertise_http(c);
     if (cfg->dir)
         snprintf(c->dir, sizeof c->dir, "%s", cfg->dir);
     else

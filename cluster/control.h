@@ -33,7 +33,8 @@ struct control_cfg {
     const char *addr;     /* --cluster-addr: our control address when id is not in peers */
     const char *key_file; /* --key-file: the cluster key (64 hex digits) */
     const char *dir;      /* --raft-dir: raft's data (default /run/strata-raft-ID) */
-    const char *http;     /* our API host:port, advertised in /v1/cluster */
+    const char *http;     /* our API host:port, advertised in /v1/cluster (0.0.0.0, ::: the
+                             host of our control address) */
     const char *gpu;      /* GPU type name ("cpu") */
     const char *model;    /* model this node serves (name), NULL: none */
     int n_layers;         /* its L */

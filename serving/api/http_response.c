@@ -55,8 +55,7 @@ static int status_line(struct http_response *r, const char *p, size_t n, char *e
     return 0;
 }
 
-static int header_line(struct http_response *r, const char *p, size_t ln, int *have_te,
-                       char *err)
+static int header_line(struct http_response *r, const char *p, size_t ln, int *have_te, char *err)
 {
     const char *colon = memchr(p, ':', ln);
     if (!colon || colon == p) return errmsg_set(err, "http response: header without a name");

@@ -64,7 +64,7 @@ struct relay_config {
 
 /* What the front takes from a relay; one call returns everything new since the last. */
 struct relay_out {
-    int head;     /* the head arrived (once): status, content_type, extra_headers, streamed */
+    int head; /* the head arrived (once): status, content_type, extra_headers, streamed */
     int status;
     char content_type[128];
     char extra_headers[192]; /* "Retry-After: 1\r\n" ... as the upstream sent them */

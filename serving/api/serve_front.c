@@ -184,7 +184,8 @@ static char *forward_metrics(struct front *f, size_t *len)
     n += (size_t)snprintf(t + n, cap - n, "# TYPE strata_forwarded_requests_total counter\n");
     for (int i = 0; i < f->n_fwd; i++)
         if (f->fwd[i].node)
-            n += (size_t)snprintf(t + n, cap - n, "strata_forwarded_requests_total{to=\"%llu\"} %llu\n",
+            n += (size_t)snprintf(t + n, cap - n,
+                                  "strata_forwarded_requests_total{to=\"%llu\"} %llu\n",
                                   (unsigned long long)f->fwd[i].node, f->fwd[i].forwarded);
     n += (size_t)snprintf(t + n, cap - n, "# TYPE strata_forward_failures_total counter\n");
     for (int i = 0; i < f->n_fwd; i++) {
@@ -624,8 +625,8 @@ static void handle_completion(struct front *f, struct http_conn *c, const struct
         /* Nothing here to serve it with: another node, or held until there is one. */
         int est = estimate_tokens(&cr);
         int rt = front_route(f, cr.model, est, addr, sizeof addr, &node);
-        forward(f, c, req, body, len, chat, cr.model, est,
-                rt == RELAY_ROUTE_REMOTE ? addr : NULL, node);
+        forward(f, c, req, body, len, chat, cr.model, est, rt == RELAY_ROUTE_REMOTE ? addr : NULL,
+                node);
         completion_request_free(&cr);
         return;
     }

@@ -2,7 +2,8 @@
 # Serving as one service: every node's API answers, a completion goes where the routing table
 # (planner_route) sends it and comes back through the node the client reached. Nodes, one per
 # network namespace (10.77.0.N, API on :8080, control on :7100), each `strata serve --cluster`:
-# node 1 serves the tiny model; node 2 holds it but keeps it out of its engine (--cluster-standby),
+# node 1 serves the tiny model, its API bound to 0.0.0.0 as on the appliance (advertised at the
+# host of its control address); node 2 holds it but keeps it out of its engine (--cluster-standby),
 # so its routing table names node 1; node 3, when this build can start an empty member (--cluster
 # without -m), has no model at all. Nodes are marked down only after 60 s here, so a killed
 # node stays the route target for the test's duration (what a client sees in that window).
@@ -73,7 +74,7 @@ metric() { # metric N NAME{LABELS}: the value, 0 when absent
 }
 
 # Node 1 serves (each step slowed, so long streams last seconds); node 2 stands by.
-fab_bg 1 "$W/n1" "$STRATA" serve -m "$MODEL" --host 10.77.0.1 --node-id 1 --raft-dir "$W/raft1" \
+fab_bg 1 "$W/n1" "$STRATA" serve -m "$MODEL" --host 0.0.0.0 --node-id 1 --raft-dir "$W/raft1" \
     --test-step-delay-us 40000 "${COMMON[@]}"
 PID[1]=$FAB_LAST
 fab_bg 2 "$W/n2" "$STRATA" serve -m "$MODEL" --host 10.77.0.2 --node-id 2 --raft-dir "$W/raft2" \
