@@ -35,6 +35,7 @@ struct control_cfg {
     const char *dir;      /* --raft-dir: raft's data (default /run/strata-raft-ID) */
     const char *http;     /* our API host:port, advertised in /v1/cluster (0.0.0.0, ::: the
                              host of our control address) */
+    const char *fabric;   /* our fabric address host:port (--listen): joiners pull from it */
     const char *gpu;      /* GPU type name ("cpu") */
     const char *model;    /* model this node serves (name), NULL: none */
     int n_layers;         /* its L */
@@ -90,6 +91,11 @@ void control_set_holding(struct control *c, const char *model, int host, int eng
  * address host:port, with *node its id. 0, or -1 with err (a view the planner refuses). */
 int control_route(struct control *c, const char *model, int prompt_tokens, char *http_out,
                   size_t cap, uint64_t *node, char *err);
+/* The model this node now serves (an empty member that joined one; thread-safe). */
+void control_set_model(struct control *c, const char *model, int n_layers, double bytes);
+uint64_t control_id(const struct control *c);
+/* A member's fabric address from the replicated state; -1 when unknown or it has none. */
+int control_node_fabric(struct control *c, uint64_t id, char out[CL_STR_LEN + 1]);
 
 /* GET /v1/cluster (JSON) and the cluster part of /metrics: malloc'd text, *len its length. */
 char *control_json(struct control *c, size_t *len);

@@ -32,6 +32,7 @@ struct front_req {
     int status;    /* the upstream's head */
     char content_type[128], extra_headers[192];
     int event_stream;
+    char model[128]; /* served here: the model's name (the front may go unready mid-request) */
     char id[40];
     long long created;
     int chat, stream, include_usage, first_sent;
@@ -53,6 +54,7 @@ struct front {
     double progress;
     const struct layer_progress *layers; /* NULL: not reported */
     struct sreq *notify_head;
+    atomic_uint wake_passes; /* on_wake calls: the front thread passed between two handlers */
     unsigned long long next_id;
     long long started;
     /* Front thread only: relayed requests in flight, and the forwarding counters. */
@@ -121,6 +123,21 @@ void front_set_ready(struct front *f, const struct front_model *model, struct sc
     atomic_store(&f->sched, s);
     atomic_store(&f->model, &f->model_copy);
     front_set_progress(f, "ready", 1.0);
+}
+
+void front_set_unready(struct front *f, const char *stage)
+{
+    atomic_store(&f->model, NULL);
+    atomic_store(&f->sched, NULL);
+    front_set_progress(f, stage, 0);
+    /* A handler that loaded the old pointers runs on the front thread, which calls on_wake only
+     * between handlers: once it has, nobody holds them. */
+    unsigned before = atomic_load(&f->wake_passes);
+    for (int i = 0; i < 2000 && atomic_load(&f->wake_passes) == before; i++) {
+        if (f->http) http_server_wake(f->http);
+        struct timespec ts = {0, 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
 }
 
 void front_set_ext(struct front *f, const struct front_ext *ext)
@@ -292,7 +309,6 @@ static void front_req_free(struct front_req *fr)
 static void deliver(struct front *f, struct front_req *fr)
 {
     struct sreq *r = fr->r;
-    const struct front_model *m = atomic_load(&f->model);
     struct sreq_output out;
     if (sreq_output(r, &out)) return;
     int finish = out.finish, n_gen = out.n_generated;
@@ -302,7 +318,7 @@ static void deliver(struct front *f, struct front_req *fr)
     struct api_reply rep = {.chat = fr->chat,
                             .id = fr->id,
                             .created = fr->created,
-                            .model = m->name,
+                            .model = fr->model,
                             .finish_reason = NULL,
                             .prompt_tokens = r->n_prompt,
                             .completion_tokens = n_gen};
@@ -696,6 +712,7 @@ static void handle_completion(struct front *f, struct http_conn *c, const struct
     fr->f = f;
     fr->conn = c;
     fr->r = r;
+    snprintf(fr->model, sizeof fr->model, "%s", m->name);
     fr->chat = chat;
     fr->stream = cr.stream;
     fr->include_usage = cr.include_usage;
@@ -842,6 +859,7 @@ static void on_wake(void *ctx)
         fnext = fr->relay_next;
         relay_deliver(f, fr);
     }
+    atomic_fetch_add(&f->wake_passes, 1);
 }
 
 /* The server's own errors in OpenAI's error shape, like every other error the API sends. */

@@ -4,8 +4,8 @@
 # network namespace (10.77.0.N, API on :8080, control on :7100), each `strata serve --cluster`:
 # node 1 serves the tiny model, its API bound to 0.0.0.0 as on the appliance (advertised at the
 # host of its control address); node 2 holds it but keeps it out of its engine (--cluster-standby),
-# so its routing table names node 1; node 3, when this build can start an empty member (--cluster
-# without -m), has no model at all. Nodes are marked down only after 60 s here, so a killed
+# so its routing table names node 1; node 3 is an empty member (--cluster --fabric --listen
+# without -m): no model at all. Nodes are marked down only after 60 s here, so a killed
 # node stays the route target for the test's duration (what a client sees in that window).
 # Scenarios, one line each:
 #   - through node 2: a plain and a streamed greedy completion (and a chat one), each equal to
@@ -14,7 +14,7 @@
 #     strata_forwarded_received_total and served them; node 2's verbose log says where they went;
 #   - a request with X-Strata-Forwarded is never forwarded again; a bad request is answered by
 #     node 2 itself (400), as one node would;
-#   - the empty member forwards (skipped where empty members are not in the build);
+#   - the empty member forwards, plain and streamed;
 #   - a client that goes away mid-stream cancels the upstream request (node 1 counts it cancelled);
 #   - node 1 killed in the middle of a stream relayed by node 2: the client gets an error event
 #     naming node 1, then [DONE], then the end of the stream; a request after that gets 502 with a
@@ -150,16 +150,20 @@ fi
 
 # ---- 4. an empty member (no model) answers by forwarding
 fab_bg 3 "$W/n3" "$STRATA" serve --host 10.77.0.3 --node-id 3 --raft-dir "$W/raft3" \
-    --cluster-addr 10.77.0.3:7100 "${COMMON[@]}"
+    --fabric tcp --listen 10.77.0.3:7200 --cluster-addr 10.77.0.3:7100 "${COMMON[@]}"
 PID[3]=$FAB_LAST
 if until_true 20 3 "node(3) is not None and node(3)['alive'] and engine(1)"; then
     c=$(post 3 /v1/completions "$CMPL" "$W/empty_plain")
-    if [ "$c" = 200 ] && python3 -c "
+    c=$c$(post 3 /v1/completions "$STRM" "$W/empty_stream" -N)
+    if [ "$c" = 200200 ] && python3 -c "
 import json, sys
 a = json.load(open('$W/empty_plain'))['choices'][0]['text']
 b = json.load(open('$W/own_plain'))['choices'][0]['text']
-assert a == b, (a, b)" && [ "$(metric 3 'strata_forwarded_requests_total{to="1"}')" -ge 1 ]; then
-        ok "cluster_forward: empty member node 3 (no model) forwards to node 1: the same text"
+ev = [e[6:] for e in open('$W/empty_stream').read().split('\n\n') if e.startswith('data: ')]
+s = ''.join(json.loads(e)['choices'][0]['text'] for e in ev[:-1])
+assert a == b == s and ev[-1] == '[DONE]', (a, b, s)" &&
+        [ "$(metric 3 'strata_forwarded_requests_total{to="1"}')" -ge 2 ]; then
+        ok "cluster_forward: empty member node 3 (no model) forwards to node 1: the same text, plain and streamed"
     else
         not_ok "cluster_forward: empty member node 3 answered $c: $(head -c 300 "$W/empty_plain")"
     fi
