@@ -692,7 +692,8 @@ static int leader_membership(struct control *c, uint64_t now)
     return n;
 }
 
-/* Scale-outs whose joiners all serve alone (or that lost their source or a joiner) end. */
+/* Scale-outs whose joiners all serve alone (or that lost their source or a joiner, or whose joiner
+ * refused) end. */
 static int leader_scaleouts(struct control *c)
 {
     struct cl_cmd cmd[CL_MAX_SCALEOUTS];
@@ -716,6 +717,9 @@ static int leader_scaleouts(struct control *c)
                 continue;
             }
             const struct cl_hold *h = &m->hold[mi];
+            /* The decision set the joiner's engine; its own report took it back: it refused or
+             * its join failed (its log says why). The planner decides again. */
+            if (so->s.kind == SCALE_UP && !h->engine) lost = 1;
             if (so->s.kind == SCALE_UP
                     ? !(h->engine && h->layers_resident == h->n_layers && h->n_layers)
                     : !h->host)
@@ -1192,6 +1196,23 @@ int control_node_fabric(struct control *c, uint64_t id, char out[CL_STR_LEN + 1]
     snprintf(out, CL_STR_LEN + 1, "%s", ok ? m->info.fabric : "");
     pthread_mutex_unlock(&c->mu);
     return ok ? 0 : -1;
+}
+
+int control_holders_fabric(struct control *c, const char *model, const uint64_t *skip, int n_skip,
+                           char (*out)[CL_STR_LEN + 1], int cap)
+{
+    int n = 0;
+    pthread_mutex_lock(&c->mu);
+    int mi = cl_state_model(&c->st, model);
+    for (uint32_t i = 0; mi >= 0 && i < c->st.n_members && n < cap; i++) {
+        const struct cl_member *m = &c->st.member[i];
+        int skipped = m->info.id == c->cfg.id;
+        for (int k = 0; k < n_skip; k++) skipped |= m->info.id == skip[k];
+        if (skipped || !m->alive || !m->hold[mi].host || !m->info.fabric[0]) continue;
+        snprintf(out[n++], CL_STR_LEN + 1, "%s", m->info.fabric);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return n;
 }
 
 /* ---------------------------------------------------------------- /v1/cluster and /metrics */

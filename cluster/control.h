@@ -97,6 +97,11 @@ uint64_t control_id(const struct control *c);
 /* A member's fabric address from the replicated state; -1 when unknown or it has none. */
 int control_node_fabric(struct control *c, uint64_t id, char out[CL_STR_LEN + 1]);
 
+/* Fabric addresses of the live members (not us, not those in skip) holding the whole model in
+ * host memory, in member order: where a joiner resumes when its source dies. Returns how many. */
+int control_holders_fabric(struct control *c, const char *model, const uint64_t *skip, int n_skip,
+                           char (*out)[CL_STR_LEN + 1], int cap);
+
 /* GET /v1/cluster (JSON) and the cluster part of /metrics: malloc'd text, *len its length. */
 char *control_json(struct control *c, size_t *len);
 char *control_metrics(struct control *c, size_t *len);

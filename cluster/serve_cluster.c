@@ -140,6 +140,12 @@ static int start_join(struct serve_cluster *sc, const char *model, uint64_t sour
     if (up && control_node_fabric(ctl, up, j->upstream_fabric))
         log_warn("cluster", "chain: node %llu has no fabric address: pulling from the source",
                  (unsigned long long)up);
+    if (sc->model[0] && strcmp(sc->model, model)) { /* a switch: the old model goes first */
+        snprintf(j->drop_first, sizeof j->drop_first, "%s", sc->model);
+        j->drop_layers = sc->n_layers;
+    }
+    uint64_t skip[2] = {source, up};
+    j->n_other = control_holders_fabric(ctl, model, skip, 2, j->other_fabric, SC_MAX_OTHERS);
     snprintf(sc->model, sizeof sc->model, "%s", model);
     sc->joining = 1;
     sc->engine = engine;
@@ -161,14 +167,31 @@ static int check_model(const struct serve_cluster *sc, const char *model, char *
     return 0;
 }
 
+/* A scale-up to another model than ours: only with ours out of the engine, not arriving, and
+ * cached on another live node (on the CPU engine the arena is our host copy: it goes). */
+static int check_switch(struct serve_cluster *sc, const char *model, char *err)
+{
+    if (!sc->model[0] || !strcmp(model, sc->model)) return 0;
+    if (sc->engine || sc->joining)
+        return errmsg_set(err, "this node serves %s: scale it down before switching to %s",
+                          sc->model, model);
+    char other[1][CL_STR_LEN + 1];
+    if (!control_holders_fabric(atomic_load(&sc->ctl), sc->model, NULL, 0, other, 1))
+        return errmsg_set(err, "this node holds the last host copy of %s: not switching to %s",
+                          sc->model, model);
+    return 0;
+}
+
 static int do_scale_up(void *ctx, const char *model, uint64_t source, const uint64_t *chain,
                        int n_chain, char *err)
 {
     struct serve_cluster *sc = ctx;
     if (!atomic_load(&sc->ctl)) return busy(err);
     pthread_mutex_lock(&sc->mu);
-    int rc = check_model(sc, model, err);
-    if (!rc && sc->fake)
+    int rc = sc->fake ? check_model(sc, model, err) : check_switch(sc, model, err);
+    if (!rc && sc->model[0] && strcmp(model, sc->model))
+        rc = start_join(sc, model, source, chain, n_chain, 1, err);
+    else if (!rc && sc->fake)
         rc = fake_scale_up(sc);
     else if (!rc && sc->host) /* the whole model is in host memory here: serve it at once */
         sc->engine = 1, sc->k = sc->n_layers;
@@ -294,6 +317,13 @@ void serve_cluster_join_failed(struct serve_cluster *sc, const char *why)
     sc->model[0] = 0;
     sc->n_layers = 0;
     pthread_mutex_unlock(&sc->mu);
+}
+
+void serve_cluster_switched(struct serve_cluster *sc, const struct sc_job *job)
+{
+    struct control *ctl = atomic_load(&sc->ctl);
+    log_info("cluster", "%s dropped from this node: switching to %s", job->drop_first, job->model);
+    control_set_holding(ctl, job->drop_first, 0, 0, 0, job->drop_layers);
 }
 
 void serve_cluster_detach(struct serve_cluster *sc)

@@ -12,6 +12,8 @@
  *              the source as its cooperative helper (the live scale-out, docs/cluster.md). A node
  *              that already holds the whole model in host memory (scaled down before) serves it
  *              again at once: on the CPU engine the arena is both the host copy and the engine's.
+ *              A node holding another model out of its engine switches: that model goes first
+ *              (SC_JOB_JOIN with drop_first), unless this node holds its last host copy.
  *   scale_down the node leaves the engine: it reports engine 0 and the routing sends it nothing;
  *              the weights stay as its host copy.
  *   replicate  as scale_up, but the node reports only the host copy it gains (engine 0).
@@ -35,15 +37,23 @@
 
 struct serve_cluster;
 
+#define SC_MAX_OTHERS 4
+
 enum sc_job_kind { SC_JOB_JOIN = 1, SC_JOB_DROP = 2 };
 
 struct sc_job {
-    int kind;                       /* enum sc_job_kind */
+    int kind;                       /* #define SC_MAX_OTHERS 4
+
+enum sc_job_kind */
     char model[CL_STR_LEN + 1];     /* the model's name */
     uint64_t source;                /* node holding the whole model: the helper */
     char source_fabric[CL_STR_LEN + 1];
     char upstream_fabric[CL_STR_LEN + 1]; /* the joiner before us in the chain, "" if none */
+    char other_fabric[SC_MAX_OTHERS][CL_STR_LEN + 1]; /* other holders: resume from these */
+    int n_other;
     int engine;                     /* 1: serve it (scale-up); 0: host copy only (replicate) */
+    char drop_first[CL_STR_LEN + 1]; /* a switch: this model's engine goes first, "" none */
+    int drop_layers;                 /* its L */
 };
 
 /* sched may be NULL (an empty member: no engine yet). */
@@ -66,5 +76,7 @@ void serve_cluster_join_failed(struct serve_cluster *sc, const char *why);
 void serve_cluster_detach(struct serve_cluster *sc);
 /* Main thread, after: the host copy is gone, the node is an empty member again. */
 void serve_cluster_dropped(struct serve_cluster *sc);
+/* Main thread, a switch: the old model (job->drop_first) is gone; the join goes on. */
+void serve_cluster_switched(struct serve_cluster *sc, const struct sc_job *job);
 
 #endif

@@ -668,7 +668,7 @@ static void tear_down(struct serve *sv, struct scheduler **sched, const char *st
 static void member_loop(struct serve *sv, struct serve_opts *o, struct scheduler **sched,
                         char *name, size_t name_cap)
 {
-    static char peer_buf[2][CL_STR_LEN + 1];
+    static char peer_buf[2 + SC_MAX_OTHERS][CL_STR_LEN + 1];
     char err[ERRMSG_LEN];
     struct sc_job job;
     while (!serve_cluster_wait_job(sv->cluster, &job, &stopping)) {
@@ -678,6 +678,10 @@ static void member_loop(struct serve *sv, struct serve_opts *o, struct scheduler
             tear_down(sv, sched, "empty: waiting for the planner");
             serve_cluster_dropped(sv->cluster);
             continue;
+        }
+        if (sv->lm && job.drop_first[0]) { /* a switch: the other model goes first */
+            tear_down(sv, sched, "switching models");
+            serve_cluster_switched(sv->cluster, &job);
         }
         if (sv->lm) continue; /* a model is here already: the executor said so */
         o->model = NULL;
@@ -691,6 +695,10 @@ static void member_loop(struct serve *sv, struct serve_opts *o, struct scheduler
         }
         snprintf(peer_buf[1], sizeof peer_buf[1], "%s", job.source_fabric);
         o->fab.peers.v[o->fab.peers.n++] = peer_buf[1];
+        for (int i = 0; i < job.n_other; i++) { /* the stream resumes from these */
+            snprintf(peer_buf[2 + i], sizeof peer_buf[2 + i], "%s", job.other_fabric[i]);
+            o->fab.peers.v[o->fab.peers.n++] = peer_buf[2 + i];
+        }
         log_info("serve", "cluster: pulling %s from %s, helper %s", job.model, o->fab.peers.v[0],
                  job.source_fabric);
         sv->member = 1;
