@@ -74,6 +74,7 @@ struct control {
     uint64_t leader_id, term, commit_index, applied_index;
     char leader_addr[CL_STR_LEN + 1];
     uint64_t decisions, refused, reports_in, proposals_failed, leaderships;
+    int outstanding[CL_MAX_NODES]; /* requests this node has relayed to member i, in flight */
 
     /* Loop thread only. */
     int inflight, was_leader;
@@ -894,6 +895,12 @@ static int leader_plan(struct control *c, uint64_t now_mono)
     return nc;
 }
 
+static int member_index(const struct cl_state *s, uint64_t id)
+{
+    const struct cl_member *m = cl_state_member_c(s, id);
+    return m ? (int)(m - s->member) : -1;
+}
+
 int control_route(struct control *c, const char *model, int prompt_tokens, char *http_out,
                   size_t cap, uint64_t *node, char *err)
 {
@@ -912,6 +919,17 @@ int control_route(struct control *c, const char *model, int prompt_tokens, char 
     if (mi < 0 && s->n_models == 1) mi = 0;
     if (mi >= 0) {
         build_view(c, vb, now_mono_ms());
+        /* What we relayed and is still in flight there, beyond what that node last reported
+         * (a follower has no one's report but its own): queued work of that size. */
+        for (int i = 0; i < vb->v.n_nodes; i++) {
+            struct plan_node *pn = &vb->node[i];
+            int k = member_index(s, (uint64_t)pn->id);
+            int o = k >= 0 ? c->outstanding[k] : 0, have = pn->load.queue_len + pn->load.running_seqs;
+            if ((uint64_t)pn->id == c->cfg.id || o <= have) continue;
+            pn->load.queue_len += o - have;
+            pn->load.queued_tokens += (long)(o - have) * (prompt_tokens > 16 ? prompt_tokens : 16);
+            pn->load.idle_since_ms = -1;
+        }
         rc = planner_route(&pc, &vb->v, mi, prompt_tokens, &rt, err);
     }
     if (!rc && rt.node >= 0) {
@@ -934,6 +952,17 @@ int control_route(struct control *c, const char *model, int prompt_tokens, char 
     pthread_mutex_unlock(&c->mu);
     free(vb);
     return rc;
+}
+
+void control_routed(struct control *c, uint64_t node, int delta)
+{
+    pthread_mutex_lock(&c->mu);
+    int k = member_index(&c->st, node);
+    if (k >= 0) {
+        c->outstanding[k] += delta;
+        if (c->outstanding[k] < 0) c->outstanding[k] = 0;
+    }
+    pthread_mutex_unlock(&c->mu);
 }
 
 static void leader_tick(struct control *c)

@@ -102,6 +102,10 @@ int control_node_fabric(struct control *c, uint64_t id, char out[CL_STR_LEN + 1]
 int control_holders_fabric(struct control *c, const char *model, const uint64_t *skip, int n_skip,
                            char (*out)[CL_STR_LEN + 1], int cap);
 
+/* A request relayed to node (+1) or ended there (-1): control_route counts what this node has in
+ * flight at each member beyond the member's last report (thread-safe). */
+void control_routed(struct control *c, uint64_t node, int delta);
+
 /* GET /v1/cluster (JSON) and the cluster part of /metrics: malloc'd text, *len its length. */
 char *control_json(struct control *c, size_t *len);
 char *control_metrics(struct control *c, size_t *len);

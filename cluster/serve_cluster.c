@@ -351,6 +351,12 @@ static char *get_route(void *ctx, const char *path, size_t *len)
     return control_json(atomic_load(&sc->ctl), len);
 }
 
+static void routed(void *ctx, uint64_t node, int delta)
+{
+    struct serve_cluster *sc = ctx;
+    control_routed(atomic_load(&sc->ctl), node, delta);
+}
+
 static int route(void *ctx, const char *model, int prompt_tokens, char *addr, size_t cap,
                  uint64_t *node, char *err)
 {
@@ -399,7 +405,7 @@ struct serve_cluster *serve_cluster_start(const struct control_cfg *cfg, struct 
     }
     atomic_store(&sc->ctl, ctl);
     struct front_ext fx = {
-        .ctx = sc, .get = get_route, .metrics = metrics, .route = route, .node_id = cfg->id};
+        .ctx = sc, .get = get_route, .metrics = metrics, .route = route, .routed = routed, .node_id = cfg->id};
     front_set_ext(f, &fx);
     return sc;
 }

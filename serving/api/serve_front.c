@@ -295,6 +295,8 @@ static void front_req_free(struct front_req *fr)
     if (fr->relay) {
         relay_cancel(fr->relay); /* closes the upstream connection: cancelled there too */
         struct front *f = fr->f;
+        const struct front_ext *ext = atomic_load(&f->ext);
+        if (fr->node && ext && ext->routed) ext->routed(ext->ctx, fr->node, -1);
         if (fr->relay_prev)
             fr->relay_prev->relay_next = fr->relay_next;
         else
@@ -535,6 +537,7 @@ static void forward(struct front *f, struct http_conn *c, const struct http_requ
         fr->node = node;
         struct fwd_count *k = fwd_count(f, node);
         if (k) k->forwarded++;
+        if (ext && ext->routed) ext->routed(ext->ctx, node, +1);
     }
     if (addr)
         log_info("route", "%s (about %d prompt tokens): forwarded to node %llu at %s", req->path,

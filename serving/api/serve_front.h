@@ -83,6 +83,9 @@ struct front_ext {
     int (*route)(void *ctx, const char *model, int prompt_tokens, char *addr, size_t cap,
                  uint64_t *node, char *err);
     uint64_t node_id; /* this node's id: X-Strata-Forwarded of what it relays */
+    /* A request was relayed to node (delta +1) or its relay ended (-1): what this node has in
+     * flight at each other node, for the route (front thread). */
+    void (*routed)(void *ctx, uint64_t node, int delta);
 };
 void front_set_ext(struct front *f, const struct front_ext *ext);
 /* sched_ops.notify / sched_ops.wake */
