@@ -89,8 +89,8 @@ struct coop {
     struct work *kv_head, *kv_tail;
     void *kv_k, *kv_v; /* one chunk's keys and values in host order (helper too) */
     /* the cost model (compute thread): measured KV transfer rate (bytes/s) and recompute time per
-     * layer x position (s); before the first of each, what the split steps showed */
-    double link_bps, link_prior_bps, lp_s, lp_prior_s;
+     * layer x position (s); before the first recompute, the local layers' time per row and layer */
+    double link_bps, lp_s, lp_prior_s;
     int logged_k0, logged_k1;
 
     /* helper */
@@ -732,15 +732,10 @@ static int hook_step(void *ctx, const struct batch *b, int k, const unsigned *se
         pthread_mutex_lock(&c->mu);
         c->have_reply = 0;
         pthread_mutex_unlock(&c->mu);
-        double sent = clock_now();
         if (fabric_node_send(c->cfg.fabric, c->cfg.helper_peer, c->out, len, err))
             return errmsg_prefix(err, "helper %s: ", helper);
         struct wire_coop_tokens t;
         if (wait_reply(c, step, session, &t, err)) return -1;
-        /* the link rate's prior: bytes over the round trip, a lower bound (the round trip
-         * includes the helper's compute) */
-        double rtt = clock_now() - sent;
-        if (rtt > 0 && (double)len / rtt > c->link_prior_bps) c->link_prior_bps = (double)len / rtt;
         if (t.status) return errmsg_set(err, "helper %s: %s", helper, t.error);
         if (t.n != (uint32_t)want)
             return errmsg_set(err, "helper %s sent %u tokens for %d rows", helper, t.n, want);
@@ -920,26 +915,34 @@ static int kv_transfer(struct coop *c, struct jseq *j, const int *blocks, int n,
     return rc;
 }
 
-/* auto: transfer when bytes / link rate < layer-positions x recompute time, each from what this
- * node measured (the first transfer and recompute; before them, the split steps' round trips and
- * local layers). With nothing measured for recompute (k was 0), transfer. */
+/* auto: transfer when bytes / link rate < layer-positions x recompute time, each as this node
+ * measured it (the last transfers and recomputes). The first transfer is the link's probe: the
+ * split steps' round trips include the helper's compute and say nothing useful about the link
+ * (on a 6-of-12-layer split they showed 2.6 MB/s where a KV transfer ran at 129 MB/s), while the
+ * local layers' time per row is a fair first estimate of recompute. */
 static int want_transfer(struct coop *c, struct jseq *j, int n, int k0, int k1)
 {
     const struct kv_cache *kv = &c->e->kv;
     double bytes = 2.0 * (k1 - k0) * n * kv->kv_dim * (double)kv->elt;
     long lp = recompute_work(j, n, k1);
-    double rate = c->link_bps > 0 ? c->link_bps : c->link_prior_bps;
     double per = c->lp_s > 0 ? c->lp_s : c->lp_prior_s;
-    double est_t = rate > 0 ? bytes / rate : -1, est_r = per > 0 ? (double)lp * per : -1;
-    int transfer = est_r < 0 ? 1 : est_t < 0 ? 0 : est_t < est_r;
+    double est_t = c->link_bps > 0 ? bytes / c->link_bps : -1;
+    double est_r = per > 0 ? (double)lp * per : -1;
+    int transfer = est_t < 0 || est_r < 0 || est_t < est_r;
     if (c->logged_k0 != k0 || c->logged_k1 != k1) {
+        char t[128];
         c->logged_k0 = k0, c->logged_k1 = k1;
+        if (est_t < 0)
+            snprintf(t, sizeof t, "%.2f MB, no transfer measured yet: this one measures the link",
+                     bytes / 1e6);
+        else
+            snprintf(t, sizeof t, "%.1f ms, %.2f MB at a measured %.1f MB/s", est_t * 1e3,
+                     bytes / 1e6, c->link_bps / 1e6);
         log_info("coop",
-                 "KV of layers [%d, %d): %s (estimates for sequence %u: transfer %.1f ms, %.2f MB "
-                 "at %.1f MB/s%s; recompute %.1f ms, %ld layer-positions at %.2f us%s)",
-                 k0, k1, transfer ? "transfer" : "recompute", j->id, est_t * 1e3, bytes / 1e6,
-                 rate / 1e6, c->link_bps > 0 ? " measured" : " from the steps' round trips",
-                 est_r * 1e3, lp, per * 1e6, c->lp_s > 0 ? " measured" : " from the local layers");
+                 "KV of layers [%d, %d): %s (sequence %u: transfer %s; recompute %.1f ms, %ld "
+                 "layer-positions at %.2f us %s)",
+                 k0, k1, transfer ? "transfer" : "recompute", j->id, t, est_r * 1e3, lp, per * 1e6,
+                 c->lp_s > 0 ? "measured" : "as the local layers ran");
     }
     return transfer;
 }
@@ -1014,6 +1017,7 @@ static int hook_fill(void *ctx, unsigned seq, const int *blocks, int n, int k0, 
         transfer = 0;
     }
     if (transfer && mode == COOP_KV_AUTO) transfer = want_transfer(c, j, n, k0, k1);
+    if (transfer && mode == COOP_KV_COMPARE) want_transfer(c, j, n, k0, k1); /* auto's estimate */
     double secs;
     if (transfer) {
         size_t bytes;

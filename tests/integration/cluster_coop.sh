@@ -109,13 +109,21 @@ fi
 SYN="$W/syn24.gguf"
 if build/tools/synth_model --shape 64,172,24,8,4,512,256 --type f32 --seed 5 -o "$SYN" >/dev/null 2>&1; then
     SERVE_MODEL=$SYN
-    # transfer, recompute, and compare (both on every handover: the same bytes, checked)
-    for kv in transfer recompute compare; do
+    # transfer, recompute, auto (the default: by measured costs), and compare (both on every
+    # handover: the same bytes, checked)
+    for kv in transfer recompute auto compare; do
         if helper_and_joiner "syn-$kv" --resident-schedule 0:1,2:2,4:3,6:5,9:8,13:12,18:16,25:20,33:23,50:24 --coop-kv $kv; then
             if out=$($CHECKS same "$HELPER_URL" "$JOINER_URL" --tokens 60 2>&1); then
                 ok "coop synthetic 24 layers, k 1->...->24 in 10 moves mid-request, KV $kv: $out"
             else
                 not_ok "coop synthetic 24 layers, KV $kv: $out"
+            fi
+            if [ $kv = auto ]; then
+                line=$(grep -m1 -o "KV of layers \[[0-9]*, [0-9]*): \(transfer\|recompute\) (.*" "$JOINER_LOG")
+                moved=$(metric "$JOINER_URL" strata_coop_kv_layers_total)
+                fills=$(metric "$JOINER_URL" strata_coop_fill_layers_total)
+                [ -n "$line" ] && ok "coop KV auto: $moved layer transfers, $fills layer recomputes (by timing, reported); first decision: $line" ||
+                    not_ok "coop KV auto: no decision in the joiner's log"
             fi
             if [ $kv = compare ]; then
                 same=$(grep -c "recompute .* ms: identical bytes" "$JOINER_LOG")
