@@ -874,8 +874,9 @@ static int kv_install(struct coop *c, const struct wire_coop_kv_req *q, const in
 }
 
 /* Fetch the KV of layers [k0, k1) at positions [0, n) of sequence j from the helper into our
- * blocks. 0 (bytes: what came), -1 refused or failed (err: why; the caller recomputes), -2 the
- * helper is gone. */
+ * blocks. 0 (bytes: what came), -1 refused or failed, or no helper to ask (err: why; the caller
+ * recomputes, and the scheduler's lost check fails what the helper took with it), -2 the helper
+ * went away during the transfer. */
 static int kv_transfer(struct coop *c, struct jseq *j, const int *blocks, int n, int k0, int k1,
                        size_t *bytes, char *err)
 {
@@ -884,7 +885,7 @@ static int kv_transfer(struct coop *c, struct jseq *j, const int *blocks, int n,
     int open = c->helper_open;
     pthread_mutex_unlock(&c->mu);
     if (!open || !j->opened || j->session != session)
-        return errmsg_set(err, "the helper is not connected (%s)", c->helper_why), -2;
+        return errmsg_set(err, "the helper is not connected (%s)", c->helper_why);
     struct wire_coop_kv_req q = {.req = ++c->kv_req_id,
                                  .seq = j->id,
                                  .layer0 = (uint32_t)k0,
@@ -1020,7 +1021,7 @@ static int hook_fill(void *ctx, unsigned seq, const int *blocks, int n, int k0, 
     if (transfer && mode == COOP_KV_COMPARE) want_transfer(c, j, n, k0, k1); /* auto's estimate */
     double secs;
     if (transfer) {
-        size_t bytes;
+        size_t bytes = 0;
         char why[ERRMSG_LEN];
         double t0 = clock_now();
         int rc = kv_transfer(c, j, blocks, n, k0, k1, &bytes, why);
@@ -1294,7 +1295,7 @@ static void do_kv_req(struct coop *c, const struct work *w)
             if (fault == KV_FAULT_SEQ) m.seq++;
             if (fault == KV_FAULT_LAYER) m.layer++;
             size_t len = wire_coop_kv_encode(c->out, WIRE_MAX_MSG, &m);
-            if (fault == KV_FAULT_SHORT) len -= 3;
+            if (fault == KV_FAULT_SHORT && len) len -= 3;
             if (!len || fabric_node_send(c->cfg.fabric, w->peer, c->out, len, err)) {
                 log_warn("coop", "peer %d: KV of sequence %u: a chunk was not sent: %s", w->peer,
                          q.seq, len ? err : "encoding failed");
