@@ -47,6 +47,7 @@ void cl_put_node_up(struct wire_w *w, const struct cl_node_up *u)
     wire_put_u64(w, u->id);
     cl_put_str(w, u->addr);
     cl_put_str(w, u->http);
+    cl_put_str(w, u->fabric);
     cl_put_str(w, u->gpu);
     wire_put_u8(w, u->role);
     wire_put_f32(w, u->tok_s);
@@ -57,6 +58,7 @@ int cl_get_node_up(struct wire_r *r, struct cl_node_up *u, char *err)
     u->id = wire_get_u64(r);
     cl_get_str(r, u->addr);
     cl_get_str(r, u->http);
+    cl_get_str(r, u->fabric);
     cl_get_str(r, u->gpu);
     u->role = wire_get_u8(r);
     u->tok_s = wire_get_f32(r);

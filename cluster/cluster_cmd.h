@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CL_CMD_VERSION 1
+#define CL_CMD_VERSION 2
 #define CL_STR_LEN     63 /* addresses, model names, GPU types */
 #define CL_MAX_CHAIN   16 /* joiners of one scale-out */
 #define CL_MAX_HOLD    8  /* models a node reports at once */
@@ -37,6 +37,7 @@ struct cl_node_up {
     uint64_t id;
     char addr[CL_STR_LEN + 1]; /* control (raft) address host:port */
     char http[CL_STR_LEN + 1]; /* API address host:port */
+    char fabric[CL_STR_LEN + 1]; /* fabric (weights, activations) address host:port, "" none */
     char gpu[CL_STR_LEN + 1];  /* GPU type ("cpu" without one) */
     uint8_t role;              /* enum cl_role */
     float tok_s;               /* measured tokens/s for its model (0: not yet measured) */

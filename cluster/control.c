@@ -44,7 +44,7 @@ struct proposal {
 struct control {
     struct control_cfg cfg;
     char peers_s[1024], addr[CL_STR_LEN + 1], dir[256], http[CL_STR_LEN + 1], gpu[CL_STR_LEN + 1],
-        model[CL_STR_LEN + 1];
+        model[CL_STR_LEN + 1], fabric[CL_STR_LEN + 1];
     struct peer peer[CL_MAX_NODES];
     int n_peers, bootstrap_member;
     struct cluster_key key;
@@ -303,6 +303,7 @@ static void own_report(struct control *c, struct cl_msg *m)
     n->id = c->cfg.id;
     snprintf(n->addr, sizeof n->addr, "%s", c->addr);
     snprintf(n->http, sizeof n->http, "%s", c->http);
+    snprintf(n->fabric, sizeof n->fabric, "%s", c->fabric);
     snprintf(n->gpu, sizeof n->gpu, "%s", c->gpu);
     n->role = c->bootstrap_member ? ROLE_VOTER : ROLE_JOINER;
     if (c->sv.load) c->sv.load(c->sv.ctx, &m->u.load.load);
@@ -655,7 +656,7 @@ static int leader_membership(struct control *c, uint64_t now)
         int tok_changed = m && (r->node.tok_s > 1.2f * m->info.tok_s + 1 ||
                                 r->node.tok_s < 0.8f * m->info.tok_s - 1);
         if (!m || !m->alive || tok_changed || strcmp(m->info.http, r->node.http) ||
-            strcmp(m->info.addr, r->node.addr)) {
+            strcmp(m->info.addr, r->node.addr) || strcmp(m->info.fabric, r->node.fabric)) {
             cmd[n] = (struct cl_cmd){.type = CMD_NODE_UP};
             cmd[n++].u.up = r->node;
             continue; /* holdings once it is a member */
@@ -675,7 +676,8 @@ static int leader_membership(struct control *c, uint64_t now)
     return n;
 }
 
-/* Scale-outs whose joiners all serve alone (or that lost their source or a joiner) end. */
+/* Scale-outs whose joiners all serve alone (or that lost their source or a joiner, or whose joiner
+ * refused) end. */
 static int leader_scaleouts(struct control *c)
 {
     struct cl_cmd cmd[CL_MAX_SCALEOUTS];
@@ -699,6 +701,9 @@ static int leader_scaleouts(struct control *c)
                 continue;
             }
             const struct cl_hold *h = &m->hold[mi];
+            /* The decision set the joiner's engine; its own report took it back: it refused or
+             * its join failed (its log says why). The planner decides again. */
+            if (so->s.kind == SCALE_UP && !h->engine) lost = 1;
             if (so->s.kind == SCALE_UP
                     ? !(h->engine && h->layers_resident == h->n_layers && h->n_layers)
                     : !h->host)
@@ -1028,6 +1033,7 @@ struct control *control_start(const struct control_cfg *cfg, const struct contro
     snprintf(c->http, sizeof c->http, "%s", cfg->http ? cfg->http : "");
     snprintf(c->gpu, sizeof c->gpu, "%s", cfg->gpu ? cfg->gpu : "cpu");
     snprintf(c->model, sizeof c->model, "%s", cfg->model ? cfg->model : "");
+    snprintf(c->fabric, sizeof c->fabric, "%s", cfg->fabric ? cfg->fabric : "");
     c->start_wall = now_wall_ms();
     pthread_mutex_init(&c->mu, NULL);
     cl_state_init(&c->st);
@@ -1109,6 +1115,47 @@ void control_set_holding(struct control *c, const char *model, int host, int eng
     pthread_mutex_unlock(&c->mu);
 }
 
+void control_set_model(struct control *c, const char *model, int n_layers, double bytes)
+{
+    pthread_mutex_lock(&c->mu);
+    snprintf(c->model, sizeof c->model, "%s", model);
+    c->cfg.n_layers = n_layers;
+    c->cfg.model_bytes = bytes;
+    pthread_mutex_unlock(&c->mu);
+}
+
+uint64_t control_id(const struct control *c)
+{
+    return c->cfg.id;
+}
+
+int control_node_fabric(struct control *c, uint64_t id, char out[CL_STR_LEN + 1])
+{
+    pthread_mutex_lock(&c->mu);
+    const struct cl_member *m = cl_state_member_c(&c->st, id);
+    int ok = m && m->info.fabric[0];
+    snprintf(out, CL_STR_LEN + 1, "%s", ok ? m->info.fabric : "");
+    pthread_mutex_unlock(&c->mu);
+    return ok ? 0 : -1;
+}
+
+int control_holders_fabric(struct control *c, const char *model, const uint64_t *skip, int n_skip,
+                           char (*out)[CL_STR_LEN + 1], int cap)
+{
+    int n = 0;
+    pthread_mutex_lock(&c->mu);
+    int mi = cl_state_model(&c->st, model);
+    for (uint32_t i = 0; mi >= 0 && i < c->st.n_members && n < cap; i++) {
+        const struct cl_member *m = &c->st.member[i];
+        int skipped = m->info.id == c->cfg.id;
+        for (int k = 0; k < n_skip; k++) skipped |= m->info.id == skip[k];
+        if (skipped || !m->alive || !m->hold[mi].host || !m->info.fabric[0]) continue;
+        snprintf(out[n++], CL_STR_LEN + 1, "%s", m->info.fabric);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return n;
+}
+
 /* ---------------------------------------------------------------- /v1/cluster and /metrics */
 
 static const char *raft_state_name(int s)
@@ -1162,6 +1209,7 @@ char *control_json(struct control *c, size_t *len)
         cJSON_AddNumberToObject(n, "id", (double)m->info.id);
         cJSON_AddStringToObject(n, "address", m->info.addr);
         cJSON_AddStringToObject(n, "http", m->info.http);
+        cJSON_AddStringToObject(n, "fabric", m->info.fabric);
         cJSON_AddStringToObject(n, "role",
                                 m->info.id == c->leader_id   ? "leader"
                                 : m->info.role == ROLE_VOTER ? "voter"

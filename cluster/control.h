@@ -34,6 +34,7 @@ struct control_cfg {
     const char *key_file; /* --key-file: the cluster key (64 hex digits) */
     const char *dir;      /* --raft-dir: raft's data (default /run/strata-raft-ID) */
     const char *http;     /* our API host:port, advertised in /v1/cluster */
+    const char *fabric;   /* our fabric address host:port (--listen): joiners pull from it */
     const char *gpu;      /* GPU type name ("cpu") */
     const char *model;    /* model this node serves (name), NULL: none */
     int n_layers;         /* its L */
@@ -77,6 +78,17 @@ void control_stop(struct control *c);
 /* This node's holding of a model (thread-safe; the next load report carries it). */
 void control_set_holding(struct control *c, const char *model, int host, int engine,
                          int layers_resident, int n_layers);
+
+/* The model this node now serves (an empty member that joined one; thread-safe). */
+void control_set_model(struct control *c, const char *model, int n_layers, double bytes);
+uint64_t control_id(const struct control *c);
+/* A member's fabric address from the replicated state; -1 when unknown or it has none. */
+int control_node_fabric(struct control *c, uint64_t id, char out[CL_STR_LEN + 1]);
+
+/* Fabric addresses of the live members (not us, not those in skip) holding the whole model in
+ * host memory, in member order: where a joiner resumes when its source dies. Returns how many. */
+int control_holders_fabric(struct control *c, const char *model, const uint64_t *skip, int n_skip,
+                           char (*out)[CL_STR_LEN + 1], int cap);
 
 /* GET /v1/cluster (JSON) and the cluster part of /metrics: malloc'd text, *len its length. */
 char *control_json(struct control *c, size_t *len);

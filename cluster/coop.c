@@ -330,6 +330,11 @@ static int on_open(void *ctx, struct fabric_node *fn, int peer, const uint8_t *m
         log_warn("coop", "peer %d (%s): %s", peer, fabric_node_peer_name(fn, peer), err);
         return -1;
     }
+    if (coop_resident(c) < c->L) { /* a joiner helps only once it holds every layer */
+        log_warn("coop", "peer %d (%s): asked to help with %d of %d layers here: refused", peer,
+                 fabric_node_peer_name(fn, peer), coop_resident(c), c->L);
+        return -1;
+    }
     if (ps_find(p, o.seq) >= 0) {
         log_warn("coop", "peer %d (%s): sequence %u opened twice", peer,
                  fabric_node_peer_name(fn, peer), o.seq);

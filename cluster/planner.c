@@ -392,7 +392,7 @@ static void restore_r(const struct plan_view *v, struct tick *t, int m, struct p
     emit(out, cap, n_out, &a);
 }
 
-static int is_helper_or_source(const struct plan_view *v, int id)
+static int in_scaleout(const struct plan_view *v, int id)
 {
     for (int i = 0; i < v->n_nodes; i++) {
         const struct plan_node *n = &v->nodes[i];
@@ -400,8 +400,11 @@ static int is_helper_or_source(const struct plan_view *v, int id)
             n->layers_resident < v->models[n->engine_model].layers && n->helper == id)
             return 1;
     }
-    for (int s = 0; s < v->n_scaleouts; s++)
+    for (int s = 0; s < v->n_scaleouts; s++) {
         if (v->scaleouts[s].source == id) return 1;
+        for (int j = 0; j < v->scaleouts[s].n_chain; j++)
+            if (v->scaleouts[s].chain[j] == id) return 1; /* still joining: not idle, new */
+    }
     return 0;
 }
 
@@ -424,7 +427,7 @@ static void scale_down(const struct plan_view *v, int m, struct plan_action *out
     for (int i = 0; i < v->n_nodes; i++) {
         const struct plan_node *n = &v->nodes[i];
         if (!n->alive || n->engine_model != m || !idle_for(v, n, pm->keep_alive_ms) ||
-            is_helper_or_source(v, n->id))
+            in_scaleout(v, n->id))
             continue;
         /* never the last copy: an engine replica that is the only whole copy stays */
         if (serves_alone(v, n, m) && holders == 0 && serving <= 1) continue;

@@ -36,7 +36,8 @@
  *   the holder serving the fewest scale-outs. Chain order: see planner.c (greedy, fastest link
  * next).
  * - Scale down: per model and tick at most one engine replica, one that has been idle (empty
- *   queue, nothing running) for the model's keep-alive; the model may go to zero engine replicas
+ *   queue, nothing running) for the model's keep-alive and is no helper, source or joiner of a
+ *   scale-out in progress; the model may go to zero engine replicas
  *   while host-cached. Host copies above R are dropped one per tick after the keep-alive; never
  *   the last host copy, never below R.
  * - Restore R: when fewer than R live nodes hold M in host memory (a holder died), copy M from a

@@ -4,7 +4,9 @@
 #include "os/common/errmsg.h"
 #include "os/runtime/log.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -12,16 +14,30 @@
 struct serve_cluster {
     _Atomic(struct control *) ctl; /* set once control_start returned */
     struct serve_metrics *m;
-    struct scheduler *sched;
-    int max_step_tokens;
-    char model[CL_STR_LEN + 1];
-    int n_layers;
+    _Atomic(struct scheduler *) sched; /* NULL while the node has no engine */
+    atomic_int max_step_tokens;
+    atomic_int fresh; /* an engine just came up: its keep-alive starts now */
+    int fake; /* --cluster-standby: the stand-in executor */
+    /* Guarded by mu: what this node holds, and the job for the main thread. */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    char model[CL_STR_LEN + 1]; /* "" : an empty member */
+    int n_layers, host, engine, k, joining;
+    int job_pending;
+    struct sc_job job;
     /* Control thread only: */
     double idle_start, last_t, tok_s;
     unsigned long long last_tokens;
-    int joining_k, joining; /* the stand-in executor's scale-up in progress */
-    int engine, host;
+    int joining_k, fake_joining; /* the stand-in executor's scale-up in progress */
 };
+
+/* Our holding to the control thread's next report (mu held). */
+static void publish(struct serve_cluster *sc)
+{
+    struct control *ctl = atomic_load(&sc->ctl);
+    if (ctl && sc->model[0])
+        control_set_holding(ctl, sc->model, sc->host, sc->engine, sc->k, sc->n_layers);
+}
 
 static double now_s(void)
 {
@@ -47,6 +63,7 @@ static void load(void *ctx, struct cl_load *out)
     out->queued_tokens = (int64_t)waiting * (int64_t)(reqs ? prompt / reqs : 16);
     out->kv_used = kv_total ? (float)atomic_load(&m->kv_blocks_used) / (float)kv_total : 0;
     if (out->kv_used > 1) out->kv_used = 1;
+    if (atomic_exchange(&sc->fresh, 0)) sc->idle_start = 0;
     if (!waiting && !running) {
         if (sc->idle_start <= 0) sc->idle_start = t;
         out->idle_ms = (float)((t - sc->idle_start) * 1e3);
@@ -61,7 +78,8 @@ static void load(void *ctx, struct cl_load *out)
     sc->last_t = t;
     sc->last_tokens = gen;
     out->tok_s = (float)sc->tok_s;
-    const struct step_model *sm = sc->sched ? sched_step_model(sc->sched) : NULL;
+    struct scheduler *sched = atomic_load(&sc->sched);
+    const struct step_model *sm = sched ? sched_step_model(sched) : NULL;
     if (sm) {
         struct step_model copy = *sm;
         out->step_a = (float)copy.a;
@@ -69,64 +87,259 @@ static void load(void *ctx, struct cl_load *out)
         out->step_c = (float)copy.c;
         out->step_corr = (float)copy.corr;
         out->ttft_pred_ms =
-            (float)planner_drain_ms(&copy, out->queued_tokens + 16, running, sc->max_step_tokens);
+            (float)planner_drain_ms(&copy, out->queued_tokens + 16, running,
+                                    atomic_load(&sc->max_step_tokens));
     }
     /* The stand-in executor's scale-up: k grows each heartbeat. */
-    if (sc->joining && sc->ctl) {
+    if (sc->fake_joining && atomic_load(&sc->ctl)) {
+        pthread_mutex_lock(&sc->mu);
         sc->joining_k += sc->n_layers / 4 ? sc->n_layers / 4 : 1;
-        if (sc->joining_k >= sc->n_layers) sc->joining_k = sc->n_layers, sc->joining = 0;
-        control_set_holding(sc->ctl, sc->model, sc->host, 1, sc->joining_k, sc->n_layers);
+        if (sc->joining_k >= sc->n_layers) sc->joining_k = sc->n_layers, sc->fake_joining = 0;
+        sc->k = sc->joining_k;
+        publish(sc);
+        pthread_mutex_unlock(&sc->mu);
     }
 }
 
 /* ---------------------------------------------------------------- the stand-in executor */
 
-static int fake_scale_up(void *ctx, const char *model, uint64_t source, const uint64_t *chain,
-                         int n_chain, char *err)
+static int fake_scale_up(struct serve_cluster *sc)
 {
-    struct serve_cluster *sc = ctx;
-    (void)source, (void)chain, (void)n_chain;
-    if (!sc->ctl) return errmsg_set(err, "the control thread is still starting");
-    if (strcmp(model, sc->model)) return errmsg_set(err, "model %s is not on this node", model);
-    sc->joining = 1;
-    sc->joining_k = 0;
+    sc->fake_joining = 1;
+    sc->joining_k = sc->k = 0;
     sc->engine = 1;
-    control_set_holding(sc->ctl, sc->model, sc->host, 1, 0, sc->n_layers);
     return 0;
 }
 
-static int fake_scale_down(void *ctx, const char *model, char *err)
+/* ---------------------------------------------------------------- the executor */
+
+static int busy(char *err)
 {
-    struct serve_cluster *sc = ctx;
-    if (!sc->ctl) return errmsg_set(err, "the control thread is still starting");
-    if (strcmp(model, sc->model)) return errmsg_set(err, "model %s is not on this node", model);
-    sc->joining = 0;
-    sc->engine = 0;
-    control_set_holding(sc->ctl, sc->model, sc->host, 0, 0, sc->n_layers);
-    return 0;
+    return errmsg_set(err, "the control thread is still starting");
 }
 
-static int fake_replicate(void *ctx, const char *model, uint64_t source, char *err)
+/* A join for the main thread (mu held): the source is the helper; the weights come from the
+ * joiner before us in the chain when there is one (it forwards what it verified), else from the
+ * source itself. */
+static int start_join(struct serve_cluster *sc, const char *model, uint64_t source,
+                      const uint64_t *chain, int n_chain, int engine, char *err)
 {
-    struct serve_cluster *sc = ctx;
-    (void)source;
-    if (!sc->ctl) return errmsg_set(err, "the control thread is still starting");
-    if (strcmp(model, sc->model)) return errmsg_set(err, "model %s is not on this node", model);
-    sc->host = 1;
-    control_set_holding(sc->ctl, sc->model, 1, sc->engine, sc->engine ? sc->n_layers : 0,
-                        sc->n_layers);
-    return 0;
-}
-
-static int fake_drop_host(void *ctx, const char *model, char *err)
-{
-    struct serve_cluster *sc = ctx;
-    if (!sc->ctl) return errmsg_set(err, "the control thread is still starting");
-    if (strcmp(model, sc->model)) return errmsg_set(err, "model %s is not on this node", model);
+    struct control *ctl = atomic_load(&sc->ctl);
+    struct sc_job *j = &sc->job;
+    memset(j, 0, sizeof *j);
+    j->kind = SC_JOB_JOIN;
+    j->engine = engine;
+    j->source = source;
+    snprintf(j->model, sizeof j->model, "%s", model);
+    if (control_node_fabric(ctl, source, j->source_fabric))
+        return errmsg_set(err, "source node %llu has no fabric address (--listen)",
+                          (unsigned long long)source);
+    uint64_t up = 0; /* the joiner before us in the chain */
+    for (int i = 1; i < n_chain; i++)
+        if (chain[i] == control_id(ctl)) up = chain[i - 1];
+    if (up && control_node_fabric(ctl, up, j->upstream_fabric))
+        log_warn("cluster", "chain: node %llu has no fabric address: pulling from the source",
+                 (unsigned long long)up);
+    if (sc->model[0] && strcmp(sc->model, model)) { /* a switch: the old model goes first */
+        snprintf(j->drop_first, sizeof j->drop_first, "%s", sc->model);
+        j->drop_layers = sc->n_layers;
+    }
+    uint64_t skip[2] = {source, up};
+    j->n_other = control_holders_fabric(ctl, model, skip, 2, j->other_fabric, SC_MAX_OTHERS);
+    snprintf(sc->model, sizeof sc->model, "%s", model);
+    sc->joining = 1;
+    sc->engine = engine;
     sc->host = 0;
-    control_set_holding(sc->ctl, sc->model, 0, sc->engine, sc->engine ? sc->n_layers : 0,
-                        sc->n_layers);
+    sc->k = 0;
+    sc->job_pending = 1;
+    pthread_cond_broadcast(&sc->cv);
+    log_info("cluster", "joining %s: helper node %llu (%s), weights from %s", model,
+             (unsigned long long)source, j->source_fabric,
+             j->upstream_fabric[0] ? j->upstream_fabric : j->source_fabric);
     return 0;
+}
+
+static int check_model(const struct serve_cluster *sc, const char *model, char *err)
+{
+    if (sc->model[0] && strcmp(model, sc->model))
+        return errmsg_set(err, "this node holds %s, not %s (its host copy goes first)", sc->model,
+                          model);
+    return 0;
+}
+
+/* A scale-up to another model than ours: only with ours out of the engine, not arriving, and
+ * cached on another live node (on the CPU engine the arena is our host copy: it goes). */
+static int check_switch(struct serve_cluster *sc, const char *model, char *err)
+{
+    if (!sc->model[0] || !strcmp(model, sc->model)) return 0;
+    if (sc->engine || sc->joining)
+        return errmsg_set(err, "this node serves %s: scale it down before switching to %s",
+                          sc->model, model);
+    char other[1][CL_STR_LEN + 1];
+    if (!control_holders_fabric(atomic_load(&sc->ctl), sc->model, NULL, 0, other, 1))
+        return errmsg_set(err, "this node holds the last host copy of %s: not switching to %s",
+                          sc->model, model);
+    return 0;
+}
+
+static int do_scale_up(void *ctx, const char *model, uint64_t source, const uint64_t *chain,
+                       int n_chain, char *err)
+{
+    struct serve_cluster *sc = ctx;
+    if (!atomic_load(&sc->ctl)) return busy(err);
+    pthread_mutex_lock(&sc->mu);
+    int rc = sc->fake ? check_model(sc, model, err) : check_switch(sc, model, err);
+    if (!rc && sc->model[0] && strcmp(model, sc->model))
+        rc = start_join(sc, model, source, chain, n_chain, 1, err);
+    else if (!rc && sc->fake)
+        rc = fake_scale_up(sc);
+    else if (!rc && sc->host) /* the whole model is in host memory here: serve it at once */
+        sc->engine = 1, sc->k = sc->n_layers;
+    else if (!rc && sc->joining)
+        sc->engine = 1; /* a replication in progress becomes a scale-up */
+    else if (!rc)
+        rc = start_join(sc, model, source, chain, n_chain, 1, err);
+    if (!rc) publish(sc);
+    pthread_mutex_unlock(&sc->mu);
+    return rc;
+}
+
+static int do_scale_down(void *ctx, const char *model, char *err)
+{
+    struct serve_cluster *sc = ctx;
+    if (!atomic_load(&sc->ctl)) return busy(err);
+    pthread_mutex_lock(&sc->mu);
+    int rc = check_model(sc, model, err);
+    if (!rc) {
+        sc->fake_joining = 0;
+        sc->engine = 0;
+        if (sc->fake) sc->k = 0;
+        publish(sc);
+    }
+    pthread_mutex_unlock(&sc->mu);
+    return rc;
+}
+
+static int do_replicate(void *ctx, const char *model, uint64_t source, char *err)
+{
+    struct serve_cluster *sc = ctx;
+    if (!atomic_load(&sc->ctl)) return busy(err);
+    pthread_mutex_lock(&sc->mu);
+    int rc = check_model(sc, model, err);
+    if (!rc && (sc->fake || sc->host || sc->joining))
+        sc->host = sc->fake ? 1 : sc->host;
+    else if (!rc)
+        rc = start_join(sc, model, source, NULL, 0, 0, err);
+    if (!rc) publish(sc);
+    pthread_mutex_unlock(&sc->mu);
+    return rc;
+}
+
+static int do_drop_host(void *ctx, const char *model, char *err)
+{
+    struct serve_cluster *sc = ctx;
+    if (!atomic_load(&sc->ctl)) return busy(err);
+    pthread_mutex_lock(&sc->mu);
+    int rc = check_model(sc, model, err);
+    if (!rc && sc->engine)
+        rc = errmsg_set(err, "%s is in this node's engine: scale it down first", model);
+    else if (!rc && sc->joining)
+        rc = errmsg_set(err, "%s is still arriving here", model);
+    else if (!rc && sc->fake) {
+        sc->host = 0;
+        publish(sc);
+    } else if (!rc && !sc->job_pending) {
+        memset(&sc->job, 0, sizeof sc->job);
+        sc->job.kind = SC_JOB_DROP;
+        snprintf(sc->job.model, sizeof sc->job.model, "%s", model);
+        sc->job_pending = 1;
+        pthread_cond_broadcast(&sc->cv);
+    }
+    pthread_mutex_unlock(&sc->mu);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- the serving process's side */
+
+int serve_cluster_wait_job(struct serve_cluster *sc, struct sc_job *job, atomic_int *stop)
+{
+    pthread_mutex_lock(&sc->mu);
+    while (!sc->job_pending && !atomic_load(stop)) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 50 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
+        pthread_cond_timedwait(&sc->cv, &sc->mu, &ts);
+    }
+    int rc = sc->job_pending ? 0 : -1;
+    if (!rc) *job = sc->job;
+    sc->job_pending = 0;
+    pthread_mutex_unlock(&sc->mu);
+    return rc;
+}
+
+void serve_cluster_attach(struct serve_cluster *sc, struct scheduler *s, const char *model,
+                          int n_layers, double bytes, int max_step_tokens)
+{
+    struct control *ctl = atomic_load(&sc->ctl);
+    control_set_model(ctl, model, n_layers, bytes);
+    atomic_store(&sc->max_step_tokens, max_step_tokens);
+    atomic_store(&sc->sched, s);
+    atomic_store(&sc->fresh, 1);
+    pthread_mutex_lock(&sc->mu);
+    sc->n_layers = n_layers;
+    publish(sc);
+    pthread_mutex_unlock(&sc->mu);
+}
+
+void serve_cluster_resident(struct serve_cluster *sc, int k)
+{
+    pthread_mutex_lock(&sc->mu);
+    if (sc->joining && k >= sc->k) {
+        sc->k = k;
+        if (sc->n_layers && k >= sc->n_layers) {
+            sc->host = 1; /* every layer verified: the arena is a whole host copy */
+            sc->joining = 0;
+            log_info("cluster", "%s: every layer here, serving alone", sc->model);
+        }
+        if (!sc->engine && sc->joining) sc->k = 0; /* a replication reports only the copy */
+        publish(sc);
+    }
+    pthread_mutex_unlock(&sc->mu);
+}
+
+void serve_cluster_join_failed(struct serve_cluster *sc, const char *why)
+{
+    pthread_mutex_lock(&sc->mu);
+    log_error("cluster", "joining %s failed: %s", sc->model, why);
+    sc->host = sc->engine = sc->k = sc->joining = 0;
+    publish(sc);
+    sc->model[0] = 0;
+    sc->n_layers = 0;
+    pthread_mutex_unlock(&sc->mu);
+}
+
+void serve_cluster_switched(struct serve_cluster *sc, const struct sc_job *job)
+{
+    struct control *ctl = atomic_load(&sc->ctl);
+    log_info("cluster", "%s dropped from this node: switching to %s", job->drop_first, job->model);
+    control_set_holding(ctl, job->drop_first, 0, 0, 0, job->drop_layers);
+}
+
+void serve_cluster_detach(struct serve_cluster *sc)
+{
+    atomic_store(&sc->sched, NULL);
+}
+
+void serve_cluster_dropped(struct serve_cluster *sc)
+{
+    pthread_mutex_lock(&sc->mu);
+    log_info("cluster", "%s: host copy dropped, this node is empty", sc->model);
+    sc->host = sc->engine = sc->k = sc->joining = 0;
+    publish(sc);
+    sc->model[0] = 0;
+    sc->n_layers = 0;
+    pthread_mutex_unlock(&sc->mu);
 }
 
 /* ---------------------------------------------------------------- routes */
@@ -135,13 +348,13 @@ static char *get_route(void *ctx, const char *path, size_t *len)
 {
     struct serve_cluster *sc = ctx;
     if (strcmp(path, "/v1/cluster")) return NULL;
-    return control_json(sc->ctl, len);
+    return control_json(atomic_load(&sc->ctl), len);
 }
 
 static char *metrics(void *ctx, size_t *len)
 {
     struct serve_cluster *sc = ctx;
-    return control_metrics(sc->ctl, len);
+    return control_metrics(atomic_load(&sc->ctl), len);
 }
 
 struct serve_cluster *serve_cluster_start(const struct control_cfg *cfg, struct front *f,
@@ -154,24 +367,30 @@ struct serve_cluster *serve_cluster_start(const struct control_cfg *cfg, struct 
         return NULL;
     }
     sc->m = m;
-    sc->sched = s;
-    sc->max_step_tokens = max_step_tokens;
+    atomic_store(&sc->sched, s);
+    atomic_store(&sc->max_step_tokens, max_step_tokens);
+    pthread_mutex_init(&sc->mu, NULL);
+    pthread_cond_init(&sc->cv, NULL);
     snprintf(sc->model, sizeof sc->model, "%s", cfg->model ? cfg->model : "");
     sc->n_layers = cfg->n_layers;
-    sc->host = 1;
-    sc->engine = !cfg->standby;
+    sc->fake = cfg->standby;
+    sc->host = sc->model[0] != 0;
+    sc->engine = sc->model[0] && !cfg->standby;
+    sc->k = sc->engine ? sc->n_layers : 0;
     struct control_serving sv = {.ctx = sc, .load = load};
     struct cluster_exec ex = {.ctx = sc,
-                              .scale_up = fake_scale_up,
-                              .scale_down = fake_scale_down,
-                              .replicate = fake_replicate,
-                              .drop_host = fake_drop_host};
+                              .scale_up = do_scale_up,
+                              .scale_down = do_scale_down,
+                              .replicate = do_replicate,
+                              .drop_host = do_drop_host};
     struct control *ctl = control_start(cfg, &sv, &ex, err);
     if (!ctl) {
+        pthread_mutex_destroy(&sc->mu);
+        pthread_cond_destroy(&sc->cv);
         free(sc);
         return NULL;
     }
-    sc->ctl = ctl;
+    atomic_store(&sc->ctl, ctl);
     struct front_ext fx = {.ctx = sc, .get = get_route, .metrics = metrics};
     front_set_ext(f, &fx);
     return sc;
@@ -180,6 +399,8 @@ struct serve_cluster *serve_cluster_start(const struct control_cfg *cfg, struct 
 void serve_cluster_stop(struct serve_cluster *sc)
 {
     if (!sc) return;
-    control_stop(sc->ctl);
+    control_stop(atomic_load(&sc->ctl));
+    pthread_mutex_destroy(&sc->mu);
+    pthread_cond_destroy(&sc->cv);
     free(sc);
 }

@@ -51,6 +51,7 @@ struct serve_opts {
     int coop_timeout_ms;
     int coop_kv;       /* enum coop_kv */
     int test_kv_fault; /* enum coop_kv_fault */
+    int helper_peer; /* the coop helper's index in fab.peers (a chained joiner pulls from 0) */
     struct control_cfg cluster; /* the control plane, with --cluster (cluster/control.h) */
 };
 
@@ -171,8 +172,14 @@ static int parse_opts(int argc, char **argv, struct serve_opts *o)
         fprintf(stderr, "strata serve: %s\n", err);
         return -1;
     }
-    if (!o->model && !o->fab.peers.n) {
-        fprintf(stderr, "strata serve: -m MODEL.gguf is required (or --peers to pull it from)\n");
+    if (!o->model && !o->fab.peers.n && !control_enabled(&o->cluster)) {
+        fprintf(stderr, "strata serve: -m MODEL.gguf is required (or --peers to pull it from, or "
+                        "--cluster to wait for the planner)\n");
+        return -1;
+    }
+    if (!o->model && !o->fab.peers.n && (!o->fab.kind || !o->fab.listen)) {
+        fprintf(stderr, "strata serve: a cluster member without a model needs --fabric and "
+                        "--listen (it pulls the model when the planner scales it up)\n");
         return -1;
     }
     int joiner = o->resident_layers >= 0 || o->resident_schedule;
@@ -204,6 +211,8 @@ struct serve {
     struct coop *coop;           /* with the fabric */
     struct weight_node *weights; /* the model offered to / pulled from peers (fabric) */
     struct layer_progress layers;
+    struct serve_cluster *cluster; /* with --cluster */
+    int member;                    /* an empty member's join: failures are not fatal */
 };
 
 /* The serving process's fabric node (cluster/fabric_node.h); its users (cooperative execution)
@@ -342,6 +351,7 @@ static void on_resident(void *ctx, int k)
 {
     struct serve *sv = ctx;
     if (sv->coop) coop_set_resident(sv->coop, k);
+    if (sv->cluster) serve_cluster_resident(sv->cluster, k);
     char stage[64];
     int L = atomic_load(&sv->layers.layers_total);
     snprintf(stage, sizeof stage, "pulling weights: %d/%d layers resident", k, L);
@@ -404,13 +414,15 @@ static int wait_servable(struct serve *sv, const struct serve_opts *o, char *err
         if (why) return errmsg_set(err, "fabric: weights: %.400s", why);
         if (atomic_load(&stopping)) return errmsg_set(err, "stopped while pulling the weights");
         if (!o->stop_the_world && weight_node_embedding_ready(sv->weights) &&
-            fabric_node_peer_open(sv->fabric, 0)) {
+            fabric_node_peer_open(sv->fabric, o->helper_peer)) {
             log_info("serve", "serving while partial: %d/%d layers here, the rest on %s",
-                     weight_node_k(sv->weights), sv->lm->model.cfg.n_layers, o->fab.peers.v[0]);
+                     weight_node_k(sv->weights), sv->lm->model.cfg.n_layers,
+                     o->fab.peers.v[o->helper_peer]);
             return 0;
         }
         if (!said && weight_node_embedding_ready(sv->weights) && !o->stop_the_world) {
-            log_info("serve", "waiting for the helper %s (or every layer)", o->fab.peers.v[0]);
+            log_info("serve", "waiting for the helper %s (or every layer)",
+                     o->fab.peers.v[o->helper_peer]);
             said = 1;
         }
         struct timespec ts = {0, 5 * 1000 * 1000};
@@ -426,6 +438,10 @@ static int serve_failed(struct serve *sv, const char *what, const char *err)
 {
     char msg[ERRMSG_LEN + 64];
     snprintf(msg, sizeof msg, "serve: %s%s", what, err);
+    if (sv->member) { /* the join failed; the node stays a member and says so */
+        log_error("serve", "%s", msg);
+        return -1;
+    }
     if (pid1_active()) pid1_fatal(msg);
     fprintf(stderr, "strata %s\n", msg);
     if (sv->http) http_server_stop(sv->http);
@@ -506,13 +522,14 @@ static int start_coop(struct serve *sv, const struct serve_opts *o, char *err)
                              .bos_id = sv->lm->tok.bos_id,
                              .resident = resident,
                              .schedule = o->resident_schedule,
-                             .helper_peer = joiner ? 0 : -1,
+                             .helper_peer = joiner ? o->helper_peer : -1,
                              .dtype = !strcmp(o->coop_dtype, "f16")    ? WIRE_F16
                                       : !strcmp(o->coop_dtype, "bf16") ? WIRE_BF16
                                                                        : WIRE_F32,
                              .timeout_ms = o->coop_timeout_ms,
                              .kv_mode = o->coop_kv,
-                             .serve_remote = !joiner,
+                             /* a cluster member that completes its join can help the next */
+                             .serve_remote = !joiner || control_enabled(&o->cluster),
                              .test_kv_fault = o->test_kv_fault};
     if (!(sv->coop = coop_new(&cc, err)) || coop_attach(sv->coop, err) ||
         (pulling && fabric_node_start(sv->fabric, err)) || (pulling && wait_servable(sv, o, err)))
@@ -520,7 +537,7 @@ static int start_coop(struct serve *sv, const struct serve_opts *o, char *err)
     if (pulling) coop_set_resident(sv->coop, weight_node_k(sv->weights)); /* k so far */
     if (joiner)
         log_info("serve", "joiner: layers [0, %d) of %d here, the rest on %s (%s activations)",
-                 resident, L, o->fab.peers.v[0], o->coop_dtype);
+                 resident, L, o->fab.peers.v[o->helper_peer], o->coop_dtype);
     else
         log_info("serve", "all %d layers here: helping peers that hold fewer", L);
     return 0;
@@ -607,23 +624,119 @@ static void announce_ready(struct serve *sv, const struct serve_opts *o, struct 
     }
 }
 
-/* The cluster's control thread (cluster/serve_cluster.h), with --cluster only. */
+/* The cluster's control thread (cluster/serve_cluster.h), with --cluster only; sched is NULL for
+ * an empty member (model NULL). */
 static int start_control(struct serve *sv, struct serve_opts *o, struct scheduler *sched,
-                         const char *model, struct serve_cluster **out, char *err)
+                         const char *model, char *err)
 {
-    *out = NULL;
     if (!control_enabled(&o->cluster)) return 0;
     static char http_addr[80];
     snprintf(http_addr, sizeof http_addr, "%s:%d", o->host, http_server_port(sv->http));
     o->cluster.http = http_addr;
+    o->cluster.fabric = o->fab.listen;
     o->cluster.id = (uint64_t)o->fab.node_id;
     o->cluster.key_file = o->fab.key_file;
     o->cluster.model = model;
-    o->cluster.n_layers = sv->lm->model.cfg.n_layers;
+    o->cluster.n_layers = sched ? sv->lm->model.cfg.n_layers : 0;
+    o->cluster.model_bytes = sched ? (double)sv->lm->model.image_size : 0;
     o->cluster.ttft_slo_ms = o->ttft_ms;
-    *out = serve_cluster_start(&o->cluster, sv->front, &sv->metrics, sched,
-                               sv->lm->engine.lim.max_tokens, err);
-    return *out ? 0 : serve_failed(sv, "", err);
+    sv->cluster = serve_cluster_start(&o->cluster, sv->front, &sv->metrics, sched,
+                                      sched ? sv->lm->engine.lim.max_tokens : 0, err);
+    return sv->cluster ? 0 : serve_failed(sv, "", err);
+}
+
+/* The model, cooperative execution (on the fabric), the compute thread, ready. */
+static int bring_up(struct serve *sv, struct serve_opts *o, struct scheduler **sched,
+                    char *name, size_t name_cap, char *err)
+{
+    int rc = start_model(sv, o, err);
+    if (!rc && fabric_opts_given(&o->fab)) rc = start_coop(sv, o, err);
+    if (!rc) rc = start_scheduler(sv, o, sched, err);
+    if (!rc) announce_ready(sv, o, *sched, name, name_cap);
+    return rc;
+}
+
+/* The engine goes (a cluster member's host copy is dropped, or its join failed): the front stops
+ * taking completions, those already running finish, then every part stops in the reverse order
+ * of bring_up. The HTTP front and the control thread stay. */
+static void tear_down(struct serve *sv, struct scheduler **sched, const char *stage)
+{
+    front_set_unready(sv->front, stage);
+    for (int i = 0; i < 3000 && (atomic_load(&sv->metrics.running) ||
+                                 atomic_load(&sv->metrics.waiting));
+         i++) {
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    front_set_unready(sv->front, stage); /* their last notifications are delivered */
+    if (sv->cluster) serve_cluster_detach(sv->cluster);
+    serve_ready = 0;
+    atomic_store(&tick_sched, NULL);
+    if (*sched) sched_free(*sched);
+    *sched = NULL;
+    fabric_node_stop(sv->fabric);
+    weight_node_free(sv->weights);
+    fabric_node_free(sv->fabric);
+    coop_free(sv->coop);
+    if (sv->lm) {
+        loader_close(sv->lm);
+        free(sv->lm);
+    }
+    sv->weights = NULL;
+    sv->fabric = NULL;
+    sv->coop = NULL;
+    sv->lm = NULL;
+}
+
+/* A cluster member: wait for the planner's decisions that need this thread. A join pulls the
+ * model from the source (or the joiner before us in the chain) and serves with the source's help
+ * while it arrives; a drop frees it. Runs until the front stops. */
+static void member_loop(struct serve *sv, struct serve_opts *o, struct scheduler **sched,
+                        char *name, size_t name_cap)
+{
+    static char peer_buf[2 + SC_MAX_OTHERS][CL_STR_LEN + 1];
+    char err[ERRMSG_LEN];
+    struct sc_job job;
+    while (!serve_cluster_wait_job(sv->cluster, &job, &stopping)) {
+        if (job.kind == SC_JOB_DROP) {
+            if (!sv->lm) continue;
+            log_info("serve", "cluster: dropping %s from this node", job.model);
+            tear_down(sv, sched, "empty: waiting for the planner");
+            serve_cluster_dropped(sv->cluster);
+            continue;
+        }
+        if (sv->lm && job.drop_first[0]) { /* a switch: the other model goes first */
+            tear_down(sv, sched, "switching models");
+            serve_cluster_switched(sv->cluster, &job);
+        }
+        if (sv->lm) continue; /* a model is here already: the executor said so */
+        o->model = NULL;
+        o->name = job.model;
+        o->fab.peers.n = 0;
+        o->helper_peer = 0;
+        if (job.upstream_fabric[0]) {
+            snprintf(peer_buf[0], sizeof peer_buf[0], "%s", job.upstream_fabric);
+            o->fab.peers.v[o->fab.peers.n++] = peer_buf[0];
+            o->helper_peer = 1;
+        }
+        snprintf(peer_buf[1], sizeof peer_buf[1], "%s", job.source_fabric);
+        o->fab.peers.v[o->fab.peers.n++] = peer_buf[1];
+        for (int i = 0; i < job.n_other; i++) { /* the stream resumes from these */
+            snprintf(peer_buf[2 + i], sizeof peer_buf[2 + i], "%s", job.other_fabric[i]);
+            o->fab.peers.v[o->fab.peers.n++] = peer_buf[2 + i];
+        }
+        log_info("serve", "cluster: pulling %s from %s, helper %s", job.model, o->fab.peers.v[0],
+                 job.source_fabric);
+        sv->member = 1;
+        if (bring_up(sv, o, sched, name, name_cap, err)) {
+            serve_cluster_join_failed(sv->cluster, err);
+            tear_down(sv, sched, "empty: the last join failed (see the log)");
+            continue;
+        }
+        serve_cluster_attach(sv->cluster, *sched, job.model, sv->lm->model.cfg.n_layers,
+                             (double)sv->lm->model.image_size, sv->lm->engine.lim.max_tokens);
+        serve_cluster_resident(sv->cluster, weight_node_k(sv->weights));
+    }
 }
 
 static void serve_free(struct serve *sv, struct serve_opts *o, struct scheduler *sched)
@@ -644,7 +757,8 @@ static void serve_free(struct serve *sv, struct serve_opts *o, struct scheduler 
 }
 
 /* Start-up in order: the front, the model, cooperative execution (on the fabric), the compute
- * thread, ready, the control plane; then serve until the front stops. */
+ * thread, ready, the control plane; then serve until the front stops. A cluster member started
+ * without a model starts the control plane first and loads one when the planner says so. */
 static int run_serve(int argc, char **argv)
 {
     struct serve_opts o;
@@ -653,21 +767,24 @@ static int run_serve(int argc, char **argv)
     char err[ERRMSG_LEN], name[128];
     static struct serve sv;
     struct scheduler *sched = NULL;
-    struct serve_cluster *cluster = NULL;
     pthread_t http_thread;
     if (start_front(&sv, &o, &http_thread, err)) {
         front_free(sv.front);
         return 1;
     }
-    int rc = start_model(&sv, &o, err);
-    if (!rc && fabric_opts_given(&o.fab)) rc = start_coop(&sv, &o, err);
-    if (!rc) rc = start_scheduler(&sv, &o, &sched, err);
-    if (!rc) {
-        announce_ready(&sv, &o, sched, name, sizeof name);
-        rc = start_control(&sv, &o, sched, name, &cluster, err);
+    int rc = 0;
+    if (o.model || o.fab.peers.n) {
+        rc = bring_up(&sv, &o, &sched, name, sizeof name, err);
+        if (!rc) rc = start_control(&sv, &o, sched, name, err);
+    } else {
+        front_set_progress(sv.front, "empty: waiting for the planner", 0);
+        rc = start_control(&sv, &o, NULL, NULL, err);
+        if (!rc) fprintf(stderr, "strata serve: cluster member without a model: waiting for "
+                                 "the planner\n");
     }
+    if (!rc && sv.cluster) member_loop(&sv, &o, &sched, name, sizeof name);
     pthread_join(http_thread, NULL);
-    serve_cluster_stop(cluster);
+    serve_cluster_stop(sv.cluster);
     serve_free(&sv, &o, sched);
     return rc ? 1 : 0;
 }

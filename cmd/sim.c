@@ -16,15 +16,18 @@ static void usage(void)
 {
     fprintf(
         stderr,
-        "usage: strata sim (--trace FILE | --synthetic SPEC) [--rate X] [--window START:DUR]\n"
+        "usage: strata sim (--trace FILE | --synthetic SPEC | --requests FILE) [--rate X]\n"
+        "                  [--window START:DUR]\n"
         "                  [--policy P]... [--config FILE] [--out DIR] [--quiet] [--KEY VALUE]...\n"
         "  --trace FILE      Azure LLM trace CSV (TIMESTAMP,ContextTokens,GeneratedTokens)\n"
         "  --synthetic SPEC  Poisson arrivals: rps=R,dur=S[,burst=R2,at=T,len=D][,in=N][,out=M]\n"
+        "  --requests FILE   exact arrivals: CSV \"seconds,in,out\", one request per line\n"
         "  --rate X          replay X times the trace's traffic (default 1)\n"
         "  --window S:D      D simulated seconds from trace second S (default 0:300)\n"
         "  --policy P        one of: stop-the-world serverlessllm serverlessllm-allcache\n"
         "                    lambdascale blitzscale\n"
-        "                    strata strata-nomatrix (default: all, side by side)\n"
+        "                    strata strata-nomatrix (default: all, side by side);\n"
+        "                    by name only: strata-stop-the-world (the chain, no live serving)\n"
         "  --config FILE     key = value lines (cluster, tiers, SLOs, step models, failures)\n"
         "  --out DIR         CSV files and PNG charts (gnuplot) there\n"
         "  --KEY VALUE       any config key, e.g. --gpus H100:128,A100:128 --model 70B\n"
@@ -52,7 +55,7 @@ static int run_sim(int argc, char **argv)
     static struct sim_config c; /* large; one per process */
     sim_config_default(&c);
     char err[ERRMSG_LEN];
-    const char *trace = NULL, *synth = NULL, *out = NULL, *pol[16];
+    const char *trace = NULL, *synth = NULL, *reqf = NULL, *out = NULL, *pol[16];
     int n_pol = 0, quiet = 0;
     double rate = 1, w_start = 0, w_dur = 300;
     for (int i = 1; i < argc; i++) {
@@ -75,6 +78,8 @@ static int run_sim(int argc, char **argv)
             trace = v;
         else if (!strcmp(a, "--synthetic"))
             synth = v;
+        else if (!strcmp(a, "--requests"))
+            reqf = v;
         else if (!strcmp(a, "--out"))
             out = v;
         else if (!strcmp(a, "--rate")) {
@@ -112,15 +117,17 @@ static int run_sim(int argc, char **argv)
             }
         }
     }
-    if (!!trace == !!synth) {
-        fprintf(stderr, "strata sim: give one of --trace FILE or --synthetic SPEC\n");
+    if (!!trace + !!synth + !!reqf != 1) {
+        fprintf(stderr,
+                "strata sim: give one of --trace FILE, --synthetic SPEC or --requests FILE\n");
         usage();
         return 2;
     }
     struct sim_request *req;
     int n_req;
-    if (trace ? sim_trace_load(trace, rate, w_start, w_dur, &req, &n_req, err)
-              : sim_synthetic(synth, c.seed, &req, &n_req, err)) {
+    if (trace  ? sim_trace_load(trace, rate, w_start, w_dur, &req, &n_req, err)
+        : reqf ? sim_requests_load(reqf, &req, &n_req, err)
+               : sim_synthetic(synth, c.seed, &req, &n_req, err)) {
         fprintf(stderr, "strata sim: %s\n", err);
         return 1;
     }
@@ -137,8 +144,8 @@ static int run_sim(int argc, char **argv)
     int gpus = 0;
     for (int t = 0; t < c.n_types; t++) gpus += c.type_gpus[t];
     printf("strata sim: %s, %d requests over %.0f s (%.2f req/s), %s on %d GPUs (",
-           trace ? trace : synth, n_req, c.horizon_s, n_req / (c.horizon_s > 0 ? c.horizon_s : 1),
-           c.model.name, gpus);
+           trace ? trace : (reqf ? reqf : synth), n_req, c.horizon_s,
+           n_req / (c.horizon_s > 0 ? c.horizon_s : 1), c.model.name, gpus);
     for (int t = 0; t < c.n_types; t++)
         printf("%s%s x%d", t ? ", " : "", c.types[t].name, c.type_gpus[t]);
     printf("), NIC %.0f Gb/s/GPU, seed %u\n", c.tiers.nic_Bps * 8 / 1e9, c.seed);
@@ -182,6 +189,11 @@ static int run_sim(int argc, char **argv)
         if (sim_report_csv(out, res, n_res, err)) {
             fprintf(stderr, "strata sim: %s\n", err);
             return 1;
+        }
+        if (n_req == 0) { /* scale-outs only (a requests file with none): nothing to chart */
+            printf("wrote %s/summary.csv, ttft_cdf.csv, timeline_*.csv (no requests: no charts)\n",
+                   out);
+            return 0;
         }
         if (sim_report_plots(out, res, n_res, err)) {
             fprintf(stderr, "strata sim: %s\n", err);

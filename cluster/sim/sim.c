@@ -17,7 +17,7 @@
 
 #define TBT_BUCKETS 1200 /* log buckets of 1% from 0.1 ms */
 
-enum { EV_STEP, EV_TICK, EV_FAIL, EV_SAMPLE, EV_KILL };
+enum { EV_STEP, EV_TICK, EV_FAIL, EV_SAMPLE, EV_KILL, EV_SCALEOUT };
 
 struct event {
     double t;
@@ -32,7 +32,7 @@ struct sreq {
 
 struct inst {
     int server, type, gpus, epoch, busy, so, member;
-    struct step_model sm;
+    struct step_model sm, sm_admit;         /* step time; the model its scheduler admits with */
     int *wait, wait_head, wait_n, wait_cap; /* FIFO ring of request indices */
     int *run, n_run;
     long kv_used, kv_cap, wait_tokens;
@@ -71,7 +71,12 @@ struct sim {
     long seq;
     struct scaleout *so;
     int n_so, so_cap;
-    double now, tbt_slo_ms, chunk_bytes;
+    double now, tbt_slo_ms;
+    /* chunk_bytes set: the transfer chunks, n_chunks of them; layers_after[k]: layers complete
+     * once chunks [0, k] are held. Else one chunk per layer. */
+    int n_chunks;
+    double *piece_bytes;
+    int *layers_after;
     long tbt_hist[TBT_BUCKETS];
     double so_sum;
     int so_count;
@@ -146,7 +151,20 @@ static int usable(const struct sim *s, int i)
     const struct plan_node *n = &s->pn[i];
     if (!n->alive || n->engine_model != 0) return 0;
     if (n->layers_resident >= s->L) return 1;
-    return s->p->live && n->helper >= 0 && serving(s, n->helper);
+    return s->p->live && n->layers_resident >= s->c->live_min_layers && n->helper >= 0 &&
+           serving(s, n->helper);
+}
+
+/* Bytes of layer k (a span of model_spans, or an equal share of the model). */
+static double layer_bytes(const struct sim *s, int k)
+{
+    return s->c->n_spans ? s->c->span_bytes[k] : s->c->model.bytes / s->L;
+}
+
+/* Bytes of transfer chunk k: a layer, or a piece of at most chunk_bytes of one. */
+static double chunk_bytes(const struct sim *s, int k)
+{
+    return s->piece_bytes ? s->piece_bytes[k] : layer_bytes(s, k);
 }
 
 static void update_load(struct sim *s, int i)
@@ -227,6 +245,13 @@ static struct plan_view view(struct sim *s, struct plan_scaleout *pso, int *n_ps
 
 static int route(struct sim *s, int r)
 {
+    if (s->c->send_to >= 0) { /* a fixed destination: it serves the request once it can */
+        if (usable(s, s->c->send_to))
+            enqueue(s, s->c->send_to, r);
+        else
+            hold(s, r);
+        return 0;
+    }
     struct plan_view v = view(s, NULL, NULL);
     struct plan_route rt;
     if (planner_route(&s->pcfg, &v, 0, s->q[r].prefill_left, &rt, s->err)) return -1;
@@ -258,7 +283,8 @@ static void start_step(struct sim *s, int i)
     int budget = c->max_step_tokens - decode;
     if (decode > 0) {
         /* the scheduler's TPOT guard: prompt chunks only as far as the decoders keep pace */
-        int lim = step_model_max_tokens(&x->sm, x->n_run + 1, s->tbt_slo_ms * 0.9 / 1000) - decode;
+        int lim =
+            step_model_max_tokens(&x->sm_admit, x->n_run + 1, s->tbt_slo_ms * 0.9 / 1000) - decode;
         if (lim < budget) budget = lim;
     }
     if (budget < 0) budget = 0;
@@ -399,11 +425,23 @@ static void so_maybe_end(struct sim *s, struct scaleout *o)
     o->have = NULL;
 }
 
-static void member_chunks(struct sim *s, struct scaleout *o, int j, int k)
+static void member_chunks(struct sim *s, struct scaleout *o, int j, int chunks)
 {
+    int k = chunks == 0 ? 0 : s->layers_after ? s->layers_after[chunks - 1] : chunks;
     int i = o->members[j];
     if (o->kind == PLAN_SO_ENGINE) {
-        int was = usable(s, i);
+        int was = usable(s, i), old = s->pn[i].layers_resident;
+        if (s->c->kv_recompute && s->p->live && k > old) {
+            /* the KV of the layers that became local, recomputed from the saved inputs of every
+             * running sequence (docs/cluster.md): a prefill of those layers, on its next step */
+            struct inst *x = &s->in[i];
+            long pos = 0;
+            for (int r = 0; r < x->n_run; r++) {
+                const struct sreq *q = &s->q[x->run[r]];
+                pos += q->in - q->prefill_left + (q->gen > 0 ? q->gen - 1 : 0);
+            }
+            x->borrowed += x->sm.a * pos * (k - old) / s->L;
+        }
         s->pn[i].layers_resident = k;
         if (k >= s->L) {
             o->done[j] = 1;
@@ -449,7 +487,8 @@ static void chain_hop(struct sim *s, int so, int h)
     if (!t) abort();
     *t = (struct xfer_ctx){so, h, o->hop_sent[h]};
     o->hop_busy[h] = 1;
-    sim_net_send(from, sim_net_host_inst(o->members[h]), s->chunk_bytes, on_chain_chunk, t);
+    sim_net_send(from, sim_net_host_inst(o->members[h]), chunk_bytes(s, o->hop_sent[h]),
+                 on_chain_chunk, t);
 }
 
 /* Binomial pipeline (λScale's multicast): receivers 0..n-1 form a hypercube of dimension
@@ -519,8 +558,8 @@ static void binomial_round(struct sim *s, int so)
         if (!t) abort();
         *t = (struct xfer_ctx){so, o->snd_to[k], o->snd_chunk[k]};
         int from = o->snd_from[k] < 0 ? o->src_host : sim_net_host_inst(o->members[o->snd_from[k]]);
-        sim_net_send(from, sim_net_host_inst(o->members[o->snd_to[k]]), s->chunk_bytes,
-                     on_binomial_chunk, t);
+        sim_net_send(from, sim_net_host_inst(o->members[o->snd_to[k]]),
+                     chunk_bytes(s, o->snd_chunk[k]), on_binomial_chunk, t);
     }
 }
 
@@ -536,7 +575,7 @@ static int new_so(struct sim *s, int kind, int src_host, int src_inst, const int
     o->src_host = src_host;
     o->src_inst = src_inst;
     o->n = n;
-    o->C = s->L;
+    o->C = s->n_chunks;
     o->mc = mc;
     o->started = s->now;
     for (int j = 0; j < n; j++) {
@@ -662,6 +701,23 @@ static int do_actions(struct sim *s)
     return 0;
 }
 
+/* A scale-out fixed by the config (struct sim_scaleout_spec), carried out like a planner's. */
+static void fixed_scaleout(struct sim *s, const struct sim_scaleout_spec *f)
+{
+    if (!serving(s, f->src)) {
+        s->failed = 1;
+        errmsg_set(s->err, "scaleout at %g s: instance %d does not hold the model then", f->t,
+                   f->src);
+        return;
+    }
+    struct plan_action a = {.kind = PLAN_SCALE_UP, .source = f->src, .n_chain = f->n};
+    for (int j = 0; j < f->n; j++) a.chain[j] = f->chain[j];
+    if (s->trace_actions)
+        fprintf(stderr, "sim: %s: t=%.3f fixed scale-out from %d to %d joiner(s)\n", s->p->name,
+                s->now, f->src, f->n);
+    scale_up(s, &a);
+}
+
 /* ---- failures ---- */
 
 static void requeue_all(struct sim *s, int i)
@@ -760,11 +816,20 @@ static void driver(void *arg)
     if (!c->no_planner) push(s, 0, EV_TICK, 0, 0);
     push(s, 0, EV_SAMPLE, 0, 0);
     for (int f = 0; f < c->n_failures; f++) push(s, c->failures[f].t, EV_FAIL, f, 0);
+    for (int f = 0; f < c->n_scaleouts; f++) push(s, c->scaleouts[f].t, EV_SCALEOUT, f, 0);
     while (!s->failed) {
         double ta = s->next_arrival < c->n_req ? c->req[s->next_arrival].t : INFINITY;
         double te = s->heap_n ? s->heap[0].t : INFINITY;
         double t = ta < te ? ta : te;
-        if (t == INFINITY || t > end) break;
+        /* without the planner nothing else ends a run: a transfer in flight still counts (held
+         * requests wait for its layers) */
+        int moving = c->no_planner && sim_net_in_flight() > 0;
+        if (t == INFINITY && moving) {
+            sim_net_wait_until(sim_net_now() + 1e6);
+            s->now = sim_net_now();
+            continue;
+        }
+        if (t == INFINITY || (t > end && !moving)) break;
         sim_net_wait_until(t);
         s->now = sim_net_now();
         if (s->now < t) continue; /* a transfer ended first; its callback has run */
@@ -797,6 +862,9 @@ static void driver(void *arg)
             break;
         case EV_KILL:
             fail_inst(s, e.a);
+            break;
+        case EV_SCALEOUT:
+            fixed_scaleout(s, &c->scaleouts[e.a]);
             break;
         case EV_SAMPLE:
             sample(s, e.a);
@@ -848,7 +916,27 @@ static int setup(struct sim *s, char *err)
 {
     const struct sim_config *c = s->c;
     s->L = c->model.layers;
-    s->chunk_bytes = c->model.bytes / s->L;
+    s->n_chunks = s->L;
+    if (c->chunk_bytes > 0) { /* every layer in pieces of at most chunk_bytes, in order */
+        long n = 0;
+        for (int k = 0; k < s->L; k++) n += (long)ceil(layer_bytes(s, k) / c->chunk_bytes);
+        if (n > 1 << 24)
+            return errmsg_set(err, "sim: chunk_bytes %g: %ld chunks (at most %d)", c->chunk_bytes,
+                              n, 1 << 24);
+        s->piece_bytes = malloc(sizeof *s->piece_bytes * n);
+        s->layers_after = malloc(sizeof *s->layers_after * n);
+        if (!s->piece_bytes || !s->layers_after) abort();
+        s->n_chunks = 0;
+        for (int k = 0; k < s->L; k++) {
+            double b = layer_bytes(s, k);
+            long m = (long)ceil(b / c->chunk_bytes);
+            for (long q = 0; q < m; q++) {
+                s->piece_bytes[s->n_chunks] =
+                    q < m - 1 ? c->chunk_bytes : b - (m - 1) * c->chunk_bytes;
+                s->layers_after[s->n_chunks++] = q < m - 1 ? k : k + 1;
+            }
+        }
+    }
     int gps = c->gpus_per_server;
     /* instances: per type, servers of gps GPUs, groups of g GPUs */
     int g_of[SIM_MAX_TYPES];
@@ -872,6 +960,20 @@ static int setup(struct sim *s, char *err)
         return errmsg_set(err, "sim: the cluster has no instance for %s", c->model.name);
     if (s->n_inst > PLAN_MAX_NODES)
         return errmsg_set(err, "sim: %d instances (at most %d)", s->n_inst, PLAN_MAX_NODES);
+    if (c->send_to >= s->n_inst)
+        return errmsg_set(err, "sim: send_to = %d: the cluster has instances 0..%d", c->send_to,
+                          s->n_inst - 1);
+    if (c->live_min_layers > s->L)
+        return errmsg_set(err, "sim: live_min_layers = %d: the model has %d", c->live_min_layers,
+                          s->L);
+    for (int f = 0; f < c->n_scaleouts; f++) {
+        const struct sim_scaleout_spec *so = &c->scaleouts[f];
+        int bad = so->src >= s->n_inst;
+        for (int j = 0; j < so->n; j++) bad |= so->chain[j] >= s->n_inst;
+        if (bad)
+            return errmsg_set(err, "sim: scaleout at %g s: the cluster has instances 0..%d", so->t,
+                              s->n_inst - 1);
+    }
     s->pn = calloc(s->n_inst, sizeof *s->pn);
     s->in = calloc(s->n_inst, sizeof *s->in);
     int *server = calloc(s->n_inst, sizeof(int));
@@ -888,6 +990,7 @@ static int setup(struct sim *s, char *err)
             x->type = t;
             x->gpus = g;
             x->sm = s->step[t];
+            x->sm_admit = c->admit_set[t] ? c->admit_step[t] : s->step[t];
             x->so = -1;
             x->alloc_since = -1;
             x->kv_cap = (long)((g * c->types[t].mem_GB * 1e9 * 0.9 - c->model.bytes) /
@@ -1033,6 +1136,10 @@ static void finish(struct sim *s, const char *timeline_csv)
     double span = c->horizon_s > 0 ? c->horizon_s : 1;
     r->goodput_rps = r->n_attained / span;
     r->so_mean_s = s->so_count ? s->so_sum / s->so_count : 0;
+    r->first_token_s = -1;
+    for (int k = 0; k < c->n_req; k++)
+        if (s->q[k].t_first >= 0 && (r->first_token_s < 0 || s->q[k].t_first < r->first_token_s))
+            r->first_token_s = s->q[k].t_first;
     if (!timeline_csv) return;
     FILE *f = fopen(timeline_csv, "w");
     if (!f) return;

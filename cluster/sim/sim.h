@@ -72,6 +72,18 @@ struct sim_failure {
     int inst; /* instance to fail; -1: the source of a scale-out in progress then */
 };
 
+#define SIM_MAX_SCALEOUTS      8
+#define SIM_MAX_SPANS          512
+#define SIM_SCALEOUT_MAX_CHAIN 16
+
+/* A scale-out fixed in advance (config `scaleout = T:SRC:DST[,DST...]`): at time T the instance
+ * SRC (holding the model) starts a chain SRC -> DST1 -> DST2 ... over the policy's data plane,
+ * whatever the planner says. For replaying a measured scenario. */
+struct sim_scaleout_spec {
+    double t;
+    int src, n, chain[SIM_SCALEOUT_MAX_CHAIN];
+};
+
 struct sim_config {
     int n_types;
     struct sim_gpu_type types[SIM_MAX_TYPES];
@@ -94,9 +106,28 @@ struct sim_config {
     int max_joiners;
     double ttft_floor_ms, ttft_per_tok_ms; /* SLO: max(floor, per_tok x input) */
     double tbt_slo_ms;                     /* 0: 5 x the unloaded decode step on the fastest type */
-    int no_planner;                        /* tests: fixed replicas, no ticks */
-    int step_set[SIM_MAX_TYPES];           /* 1: step[t] given (fitted), not derived */
+    int no_planner; /* `planner = off`: no ticks, no planner decisions (fixed scale-outs only) */
+    int send_to;    /* >= 0: every request goes to this instance (held until it can serve); -1:
+                       planner_route places them */
+    int live_min_layers; /* a live joiner serves from this many layers on (0: at once) */
+    int kv_recompute;    /* `kv_recompute = on`: when a live joiner's k rises, its next step also
+                            recomputes the new layers' KV of its running sequences (what the live
+                            joiner does); off (default): free, as the published designs' figures */
+    /* `model_spans`: the model's transfer units (layers, embedding, head) with their sizes, in
+     * the order they are sent; 0: model.layers units of model.bytes / model.layers each */
+    int n_spans;
+    double span_bytes[SIM_MAX_SPANS];
+    double chunk_bytes; /* > 0: transfers move (and forward) pieces of at most this many bytes of
+                           a layer, the layer usable when its last piece lands; 0: whole layers */
+    struct sim_scaleout_spec scaleouts[SIM_MAX_SCALEOUTS];
+    int n_scaleouts;
+    int step_set[SIM_MAX_TYPES]; /* 1: step[t] given (fitted), not derived */
     struct step_model step[SIM_MAX_TYPES];
+    /* `admit_step = TYPE:a,b,c`: the step model the instance's scheduler admits prompt chunks
+     * with (its TPOT guard), where it differs from the time steps take (a live joiner skips
+     * calibration and admits with the default model); unset: step[t] */
+    int admit_set[SIM_MAX_TYPES];
+    struct step_model admit_step[SIM_MAX_TYPES];
     struct sim_failure failures[16];
     int n_failures;
     int progress; /* progress lines on stderr */
@@ -115,6 +146,7 @@ struct sim_result {
     double gpu_s, cost_usd;
     int cold_starts, scaleouts, failures_injected, scaleouts_broken;
     double so_mean_s, so_max_s;
+    double first_token_s; /* the earliest first token of any request (simulated time), -1: none */
     int max_replicas;
     double sim_end_s, wall_s;
     long events;
@@ -159,6 +191,10 @@ int sim_trace_parse(const char *text, size_t len, double rate, double start_s, d
                     struct sim_request **out, int *n, char *err);
 int sim_trace_load(const char *path, double rate, double start_s, double dur_s,
                    struct sim_request **out, int *n, char *err);
+/* Exact arrivals: a CSV with the header "seconds,in,out" and one request per line (arrival time
+ * in seconds from 0, in time order; prompt and generated tokens >= 1); '#' starts a comment. */
+int sim_requests_parse(const char *text, size_t len, struct sim_request **out, int *n, char *err);
+int sim_requests_load(const char *path, struct sim_request **out, int *n, char *err);
 /* Synthetic Poisson arrivals: "rps=R,dur=S[,burst=R2,at=T,len=D][,in=N][,out=M]". */
 int sim_synthetic(const char *spec, unsigned seed, struct sim_request **out, int *n, char *err);
 

@@ -9,6 +9,9 @@ static const struct sim_gpu_type gpus[] = {
     {"H100", 989, 3350, 80, 4.0},
     {"A100", 312, 2039, 80, 2.0},
     {"L40S", 362, 864, 48, 1.2},
+    /* a CPU node (2 Zen 4 vCPUs: AVX-512 FMA at ~3.5 GHz, the ~28 GB/s streaming read measured
+     * by tests/bench/membw.c); meant to be given a fitted step model (`step = CPU:a,b,c`) */
+    {"CPU", 0.2, 28, 16, 0},
 };
 
 static const struct sim_model_spec models[] = {
@@ -21,6 +24,9 @@ static const struct sim_model_spec models[] = {
 const char *const sim_policy_names[] = {
     "stop-the-world", "serverlessllm", "serverlessllm-allcache", "lambdascale",
     "blitzscale",     "strata",        "strata-nomatrix",        NULL};
+/* Selectable by name, not run by default: strata-stop-the-world is the live cluster's
+ * `strata serve --stop-the-world` (the chain over the network, the joiner serving only at k = L),
+ * for replaying its measurements (tests/bench/sim_validate.sh). */
 
 int sim_policy_by_name(const char *name, struct sim_policy *p)
 {
@@ -47,6 +53,10 @@ int sim_policy_by_name(const char *name, struct sim_policy *p)
         p->multicast = SIM_MC_CHAIN;
         p->live = 1;
         p->ignore_matrix = 1;
+    } else if (!strcmp(name, "strata-stop-the-world")) {
+        p->source = SIM_SRC_NET;
+        p->multicast = SIM_MC_CHAIN;
+        p->replicas_cached = 2;
     } else if (!strcmp(name, "strata") || !strcmp(name, "strata-nomatrix")) {
         p->source = SIM_SRC_NET;
         p->multicast = SIM_MC_CHAIN;
@@ -117,4 +127,5 @@ void sim_config_default(struct sim_config *c)
     c->ttft_floor_ms = 300;
     c->ttft_per_tok_ms = 0.375;
     c->seed = 1;
+    c->send_to = -1;
 }

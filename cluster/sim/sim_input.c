@@ -2,6 +2,7 @@
  * trace CSV, synthetic arrivals. Every reader checks lengths and ranges before it uses a value. */
 #include "cluster/sim/sim.h"
 
+#include "cluster/planner.h"
 #include "os/common/errmsg.h"
 
 #include <errno.h>
@@ -47,9 +48,10 @@ static int set_gpus(struct sim_config *c, const char *v, char *err)
         if (n >= SIM_MAX_TYPES)
             return errmsg_set(err, "sim: gpus: at most %d GPU types", SIM_MAX_TYPES);
         if (sim_gpu_by_name(tok, &c->types[n]))
-            return errmsg_set(err, "sim: gpus: unknown GPU type \"%s\" (H100, A100, L40S)", tok);
+            return errmsg_set(err, "sim: gpus: unknown GPU type \"%s\" (H100, A100, L40S, CPU)",
+                              tok);
         if (integer("gpus", colon + 1, 1, 65536, &c->type_gpus[n], err)) return -1;
-        c->step_set[n] = 0;
+        c->step_set[n] = c->admit_set[n] = 0;
         n++;
     }
     if (n == 0) return errmsg_set(err, "sim: gpus: empty");
@@ -64,20 +66,26 @@ static int type_index(const struct sim_config *c, const char *name)
     return -1;
 }
 
-/* "H100:a,b,c" (seconds per token, per sequence, per step) */
-static int set_step(struct sim_config *c, const char *v, char *err)
+/* "H100:a,b,c" (seconds per token, per sequence, per step); admit: admit_step, else step */
+static int set_step(struct sim_config *c, const char *v, int admit, char *err)
 {
+    const char *key = admit ? "admit_step" : "step";
     char name[16];
     double a, b, cc;
     int used = 0;
     if (sscanf(v, "%15[^:]:%lf,%lf,%lf%n", name, &a, &b, &cc, &used) != 4 || v[used])
-        return errmsg_set(err, "sim: step = \"%s\": want TYPE:a,b,c", v);
+        return errmsg_set(err, "sim: %s = \"%s\": want TYPE:a,b,c", key, v);
     int t = type_index(c, name);
-    if (t < 0) return errmsg_set(err, "sim: step: GPU type %s is not in gpus", name);
+    if (t < 0) return errmsg_set(err, "sim: %s: GPU type %s is not in gpus", key, name);
     if (!(a > 0 && a < 1 && b >= 0 && b < 1 && cc >= 0 && cc < 10))
-        return errmsg_set(err, "sim: step: %s: coefficients out of range", name);
-    c->step[t] = (struct step_model){a, b, cc, 1};
-    c->step_set[t] = 1;
+        return errmsg_set(err, "sim: %s: %s: coefficients out of range", key, name);
+    if (admit) {
+        c->admit_step[t] = (struct step_model){a, b, cc, 1};
+        c->admit_set[t] = 1;
+    } else {
+        c->step[t] = (struct step_model){a, b, cc, 1};
+        c->step_set[t] = 1;
+    }
     return 0;
 }
 
@@ -101,16 +109,114 @@ static int set_fail(struct sim_config *c, const char *v, char *err)
     return 0;
 }
 
+/* "T:SRC:DST[,DST...]" */
+static int set_scaleout(struct sim_config *c, const char *v, char *err)
+{
+    if (c->n_scaleouts >= SIM_MAX_SCALEOUTS)
+        return errmsg_set(err, "sim: scaleout: at most %d", SIM_MAX_SCALEOUTS);
+    struct sim_scaleout_spec so = {0};
+    char list[256];
+    int used = 0;
+    if (strlen(v) >= sizeof list ||
+        sscanf(v, "%lf:%d:%255[0-9, ]%n", &so.t, &so.src, list, &used) != 3 || v[used] ||
+        !(so.t >= 0 && so.t < 1e7) || so.src < 0 || so.src > PLAN_MAX_NODES)
+        return errmsg_set(err, "sim: scaleout = \"%s\": want SECONDS:SOURCE:DEST[,DEST...]", v);
+    for (char *save, *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        int d;
+        if (so.n >= SIM_SCALEOUT_MAX_CHAIN)
+            return errmsg_set(err, "sim: scaleout: at most %d joiners", SIM_SCALEOUT_MAX_CHAIN);
+        if (integer("scaleout", tok, 0, PLAN_MAX_NODES, &d, err)) return -1;
+        if (d == so.src) return errmsg_set(err, "sim: scaleout: %d is its own source", d);
+        for (int j = 0; j < so.n; j++)
+            if (so.chain[j] == d) return errmsg_set(err, "sim: scaleout: %d twice in the chain", d);
+        so.chain[so.n++] = d;
+    }
+    if (so.n == 0) return errmsg_set(err, "sim: scaleout = \"%s\": no joiner", v);
+    c->scaleouts[c->n_scaleouts++] = so;
+    return 0;
+}
+
+/* "B1,B2xN,..." bytes of each span, "xN" repeating one N times */
+static int set_spans(struct sim_config *c, const char *v, char *err)
+{
+    char buf[1024];
+    if (strlen(v) >= sizeof buf) return errmsg_set(err, "sim: model_spans: value too long");
+    strcpy(buf, v);
+    int n = 0;
+    double sum = 0;
+    for (char *save, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        int rep = 1;
+        char *x = strchr(tok, 'x');
+        if (x) {
+            *x = 0;
+            if (integer("model_spans", x + 1, 1, SIM_MAX_SPANS, &rep, err)) return -1;
+        }
+        double b;
+        if (num("model_spans", tok, 1, 1e13, &b, err)) return -1;
+        if (n + rep > SIM_MAX_SPANS)
+            return errmsg_set(err, "sim: model_spans: more than %d spans", SIM_MAX_SPANS);
+        for (int k = 0; k < rep; k++) c->span_bytes[n++] = b;
+        sum += b * rep;
+    }
+    if (n == 0) return errmsg_set(err, "sim: model_spans: empty");
+    c->n_spans = n;
+    c->model.layers = n;
+    c->model.bytes = sum;
+    snprintf(c->model.name, sizeof c->model.name, "custom");
+    return 0;
+}
+
+/* model_bytes, model_layers, model_params, kv_bytes_tok: a model described by its figures */
+static int set_model_figure(struct sim_config *c, const char *key, const char *v, char *err)
+{
+    struct sim_model_spec *m = &c->model;
+    double x;
+    if (!strcmp(key, "model_layers") || !strcmp(key, "model_bytes")) c->n_spans = 0;
+    if (!strcmp(key, "model_layers")) {
+        if (integer(key, v, 1, 4096, &m->layers, err)) return -1;
+    } else if (!strcmp(key, "model_bytes")) {
+        if (num(key, v, 1e3, 1e14, &m->bytes, err)) return -1;
+    } else if (!strcmp(key, "model_params")) {
+        if (num(key, v, 1e3, 1e14, &m->params, err)) return -1;
+    } else {
+        if (num(key, v, 1, 1e9, &x, err)) return -1;
+        m->kv_bytes_tok = x;
+    }
+    snprintf(m->name, sizeof m->name, "custom");
+    return 0;
+}
+
 int sim_config_set(struct sim_config *c, const char *key, const char *v, char *err)
 {
     double x;
     struct sim_tiers *t = &c->tiers;
     if (!strcmp(key, "gpus")) return set_gpus(c, v, err);
-    if (!strcmp(key, "step")) return set_step(c, v, err);
+    if (!strcmp(key, "step")) return set_step(c, v, 0, err);
+    if (!strcmp(key, "admit_step")) return set_step(c, v, 1, err);
     if (!strcmp(key, "fail")) return set_fail(c, v, err);
+    if (!strcmp(key, "scaleout")) return set_scaleout(c, v, err);
+    if (!strcmp(key, "model_spans")) return set_spans(c, v, err);
+    if (!strcmp(key, "model_bytes") || !strcmp(key, "model_layers") ||
+        !strcmp(key, "model_params") || !strcmp(key, "kv_bytes_tok"))
+        return set_model_figure(c, key, v, err);
+    if (!strcmp(key, "planner")) {
+        if (strcmp(v, "on") && strcmp(v, "off"))
+            return errmsg_set(err, "sim: planner = \"%s\": want on or off", v);
+        c->no_planner = !strcmp(v, "off");
+        return 0;
+    }
+    if (!strcmp(key, "kv_recompute")) {
+        if (strcmp(v, "on") && strcmp(v, "off"))
+            return errmsg_set(err, "sim: kv_recompute = \"%s\": want on or off", v);
+        c->kv_recompute = !strcmp(v, "on");
+        return 0;
+    }
+    if (!strcmp(key, "send_to")) return integer(key, v, -1, PLAN_MAX_NODES, &c->send_to, err);
+    if (!strcmp(key, "live_min_layers")) return integer(key, v, 0, 4096, &c->live_min_layers, err);
     if (!strcmp(key, "model")) {
         if (sim_model_by_name(v, &c->model))
             return errmsg_set(err, "sim: model \"%s\": want 7B, 13B or 70B", v);
+        c->n_spans = 0;
         return 0;
     }
     if (!strcmp(key, "net")) { /* the compute fabric's tier, per GPU */
@@ -149,6 +255,7 @@ int sim_config_set(struct sim_config *c, const char *key, const char *v, char *e
         {"ssd_GBps", &t->ssd_Bps, 1e9, 0.001, 1e4},
         {"remote_GBps", &t->remote_Bps, 1e9, 0.001, 1e5},
         {"latency_us", &t->latency_s, 1e-6, 0, 1e6},
+        {"chunk_bytes", &c->chunk_bytes, 1, 0, 1e13},
         {"keep_alive_s", &c->keep_alive_s, 1, 0, 1e7},
         {"tick_ms", &c->tick_s, 1e-3, 1, 1e6},
         {"ttft_floor_ms", &c->ttft_floor_ms, 1, 1, 1e7},
@@ -344,6 +451,88 @@ int sim_trace_load(const char *path, double rate, double start_s, double dur_s,
     char *t = slurp(path, &len, err);
     if (!t) return -1;
     int rc = sim_trace_parse(t, len, rate, start_s, dur_s, out, n, err);
+    free(t);
+    return rc ? errmsg_prefix(err, "%s: ", path) : 0;
+}
+
+int sim_requests_parse(const char *text, size_t len, struct sim_request **out, int *n_out,
+                       char *err)
+{
+    const char *p = text, *end = text + len;
+    int cap = 64, n = 0, line = 0, header = 0;
+    struct sim_request *r = malloc(sizeof *r * cap);
+    if (!r) return errmsg_set(err, "requests: out of memory");
+    while (p < end) {
+        line++;
+        const char *e = memchr(p, '\n', (size_t)(end - p));
+        if (!e) e = end;
+        char buf[128];
+        size_t l = (size_t)(e - p);
+        const char *hash = memchr(p, '#', l);
+        if (hash) l = (size_t)(hash - p);
+        if (l >= sizeof buf) {
+            free(r);
+            return errmsg_set(err, "requests line %d: too long", line);
+        }
+        memcpy(buf, p, l);
+        buf[l] = 0;
+        p = e + 1;
+        char *s = trim(buf);
+        if (!*s) continue;
+        if (!header) {
+            if (strcmp(s, "seconds,in,out")) {
+                free(r);
+                return errmsg_set(err, "requests line %d: the header is not \"seconds,in,out\"",
+                                  line);
+            }
+            header = 1;
+            continue;
+        }
+        double t;
+        int in, gen, used = 0;
+        if (sscanf(s, "%lf,%d,%d%n", &t, &in, &gen, &used) != 3 || s[used] ||
+            !(t >= 0 && t < 1e7) || in < 1 || gen < 1 || in > 1 << 20 || gen > 1 << 20) {
+            free(r);
+            return errmsg_set(err,
+                              "requests line %d: \"%s\": want SECONDS,IN,OUT (seconds >= 0, "
+                              "tokens >= 1)",
+                              line, s);
+        }
+        if (n && t < r[n - 1].t) {
+            free(r);
+            return errmsg_set(err, "requests line %d: time goes backwards", line);
+        }
+        if (n == cap) {
+            if (cap >= 1 << 24) {
+                free(r);
+                return errmsg_set(err, "requests: too many");
+            }
+            struct sim_request *nr = realloc(r, sizeof *r * cap * 2);
+            if (!nr) {
+                free(r);
+                return errmsg_set(err, "requests: out of memory");
+            }
+            r = nr;
+            cap *= 2;
+        }
+        r[n++] = (struct sim_request){t, in, gen};
+    }
+    if (!header) {
+        free(r);
+        return errmsg_set(err, "requests: empty (want the header \"seconds,in,out\")");
+    }
+    *out = r;
+    *n_out = n;
+    return 0;
+}
+
+int sim_requests_load(const char *path, struct sim_request **out, int *n, char *err)
+{
+    size_t len;
+    char *t = slurp(path, &len, err);
+    if (!t) return -1;
+    int rc = memchr(t, 0, len) ? errmsg_set(err, "not a text file")
+                               : sim_requests_parse(t, len, out, n, err);
     free(t);
     return rc ? errmsg_prefix(err, "%s: ", path) : 0;
 }

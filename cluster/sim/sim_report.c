@@ -32,17 +32,17 @@ int sim_report_csv(const char *dir, const struct sim_result *r, int n, char *err
     fprintf(f, "policy,requests,done,attained,ttft_p50_ms,ttft_p90_ms,ttft_p99_ms,ttft_mean_ms,"
                "tbt_p50_ms,tbt_p90_ms,tbt_p99_ms,slo_attainment,goodput_rps,gpu_seconds,cost_usd,"
                "cold_starts,scaleouts,scaleout_mean_s,scaleout_max_s,max_gpus,failures,"
-               "scaleouts_broken,sim_end_s,wall_s,events\n");
+               "scaleouts_broken,sim_end_s,wall_s,events,first_token_s\n");
     for (int i = 0; i < n; i++)
         fprintf(f,
                 "%s,%d,%d,%d,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.5f,%.4f,%.1f,%.4f,%d,%d,%.4f,"
-                "%.4f,%d,%d,%d,%.3f,%.3f,%ld\n",
+                "%.4f,%d,%d,%d,%.3f,%.3f,%ld,%.4f\n",
                 r[i].policy, r[i].n_req, r[i].n_done, r[i].n_attained, r[i].ttft_p50, r[i].ttft_p90,
                 r[i].ttft_p99, r[i].ttft_mean, r[i].tbt_p50, r[i].tbt_p90, r[i].tbt_p99,
                 r[i].attainment, r[i].goodput_rps, r[i].gpu_s, r[i].cost_usd, r[i].cold_starts,
                 r[i].scaleouts, r[i].so_mean_s, r[i].so_max_s, r[i].max_replicas,
                 r[i].failures_injected, r[i].scaleouts_broken, r[i].sim_end_s, r[i].wall_s,
-                r[i].events);
+                r[i].events, r[i].first_token_s);
     if (fclose(f)) return errmsg_set(err, "%s: write failed", path);
     snprintf(path, sizeof path, "%s/ttft_cdf.csv", dir);
     f = fopen(path, "w");

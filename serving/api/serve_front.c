@@ -40,6 +40,7 @@ struct front {
     double progress;
     const struct layer_progress *layers; /* NULL: not reported */
     struct sreq *notify_head;
+    atomic_uint wake_passes; /* on_wake calls: the front thread passed between two handlers */
     unsigned long long next_id;
     long long started;
 };
@@ -97,6 +98,21 @@ void front_set_ready(struct front *f, const struct front_model *model, struct sc
     atomic_store(&f->sched, s);
     atomic_store(&f->model, &f->model_copy);
     front_set_progress(f, "ready", 1.0);
+}
+
+void front_set_unready(struct front *f, const char *stage)
+{
+    atomic_store(&f->model, NULL);
+    atomic_store(&f->sched, NULL);
+    front_set_progress(f, stage, 0);
+    /* A handler that loaded the old pointers runs on the front thread, which calls on_wake only
+     * between handlers: once it has, nobody holds them. */
+    unsigned before = atomic_load(&f->wake_passes);
+    for (int i = 0; i < 2000 && atomic_load(&f->wake_passes) == before; i++) {
+        if (f->http) http_server_wake(f->http);
+        struct timespec ts = {0, 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
 }
 
 void front_set_ext(struct front *f, const struct front_ext *ext)
@@ -563,6 +579,7 @@ static void on_wake(void *ctx)
         sreq_put(r);
         r = next;
     }
+    atomic_fetch_add(&f->wake_passes, 1);
 }
 
 /* The server's own errors in OpenAI's error shape, like every other error the API sends. */

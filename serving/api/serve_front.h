@@ -52,6 +52,10 @@ void front_set_server(struct front *f, struct http_server *s);
 void front_set_layers(struct front *f, const struct layer_progress *lp);
 /* The model and scheduler become visible to the front thread; completions are served. */
 void front_set_ready(struct front *f, const struct front_model *model, struct scheduler *s);
+/* The model goes away (its engine is about to be torn down): completions get 503 again and /health
+ * reports `stage`. Returns once the front thread holds no pointer to the old model or scheduler
+ * (at most 2 s). Not on the front thread. */
+void front_set_unready(struct front *f, const char *stage);
 struct http_handler front_handler(struct front *f);
 /* Extensions served by other subsystems (the cluster's control plane): `get` answers GET routes
  * the front does not know (malloc'd JSON, NULL: 404), `metrics` appends text to /metrics. Both run

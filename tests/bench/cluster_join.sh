@@ -16,6 +16,9 @@
 #      saw and the estimates --coop-kv auto decides with. CLUSTER_BENCH_ONLY=kv runs only this.
 # Never in CI (make bench). Noisy: 2 cores shared with builds; the pacing, not the machine, is
 # meant to be the bottleneck.
+# CLUSTER_BENCH_OUT=FILE also writes every figure and the setup's parameters (model bytes and
+# spans, rate, veth latency, the source's fitted step model, the burst's arrival and token counts)
+# there as key=value lines, for tests/bench/sim_validate.sh; CLUSTER_BENCH_KEEP=DIR keeps the logs.
 set -u
 cd "$(dirname "$0")/../.."
 . tests/lib/fabric_netns.sh
@@ -29,7 +32,11 @@ if [ -z "$ONLY" ] && [ ! -f "$MODEL" ]; then
     build/tools/synth_model --shape tinyllama --type q4_0 --seed 1 -o "$MODEL" >/dev/null || exit 1
 fi
 W=$(mktemp -d /tmp/cluster_bench.XXXXXX)
-trap 'fab_cleanup; rm -rf "$W"' EXIT
+KEEP=${CLUSTER_BENCH_KEEP:-}
+trap 'fab_cleanup; [ -n "$KEEP" ] && mkdir -p "$KEEP" && cp "$W"/*.err "$W"/*.json "$KEEP"/ 2>/dev/null; rm -rf "$W"' EXIT
+OUTF=${CLUSTER_BENCH_OUT:-}
+[ -n "$OUTF" ] && : >"$OUTF"
+emit() { [ -z "$OUTF" ] || echo "$1=$2" >>"$OUTF"; } # emit KEY VALUE
 fab_key "$W/key"
 SIZE=$(stat -c %s "$MODEL" 2>/dev/null || echo 0)
 CROSS_S=${CLUSTER_BENCH_SECONDS:-8}
@@ -89,7 +96,29 @@ if [ "$ONLY" = kv ]; then
 fi
 echo "cluster_join: $(basename "$MODEL") ($((SIZE >> 20)) MiB), link capped at $RATE MB/s (~${CROSS_S} s per copy),"
 echo "  burst of $N requests x $TOK tokens at the join; veth + kernel TCP; 2 shared cores: noisy"
+SPANS=$("$STRATA" inspect "$MODEL" 2>/dev/null | sed -n 's/.* in \([0-9]*\) spans.*/\1/p')
+emit model_bytes "$SIZE"
+emit model_spans "${SPANS:-24}"
+emit rate_MBps "$RATE"
+emit burst "$N"
+emit tokens "$TOK"
+emit max_batch "$N"
+emit step_tokens 64
 source_up || exit 1
+# the source's step-time model, fitted at start: "step model: A us/token + B us/sequence + C us"
+read -r SM_A SM_B SM_C <<<"$(sed -n 's/.*step model: \([0-9.]*\) us\/token + \([0-9.]*\) us\/sequence + \([0-9.]*\) us.*/\1 \2 \3/p' "$W/src.err" | tail -n 1)"
+emit step_us "$SM_A,$SM_B,$SM_C"
+# veth latency: half the median time of a TCP connect (SYN, SYN-ACK) from node 2 to the source
+emit latency_us "$(ip netns exec "$(fab_ns 2)" python3 -c '
+import socket, statistics, time
+t = []
+for _ in range(50):
+    s = socket.socket()
+    t0 = time.perf_counter()
+    s.connect(("10.77.0.1", 8080))
+    t.append(time.perf_counter() - t0)
+    s.close()
+print("%.1f" % (statistics.median(t) / 2 * 1e6))')"
 REF=""
 for mode in live stop-the-world; do
     extra=()
@@ -97,19 +126,32 @@ for mode in live stop-the-world; do
     ip netns exec "$(fab_ns 2)" python3 tests/bench/cluster_join_client.py 10.77.0.2 8080 "$N" "$TOK" \
         "$W/j-$mode.err" -- "$STRATA" serve --host 10.77.0.2 "${SERVE[@]}" "${FAB[@]}" \
         --listen 10.77.0.2:7000 --peers 10.77.0.1:7000 "${extra[@]}" >"$W/$mode.json"
-    read -r first full p50 p99 ok_text <<<"$(python3 - "$W/$mode.json" <<'PY'
+    read -r first full p50 p99 ok_text <<<"$(python3 - "$W/$mode.json" "$mode" "$OUTF" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
 t = sorted(x for x in d["ttft_s"] if x is not None)
 q = lambda p: t[min(len(t) - 1, int(round(p * (len(t) - 1))))] if t else None
 texts = set(d["texts"])
 print(d["first_token_s"], d["full_s"], q(0.5), q(0.99), len(texts) == 1 and "" not in texts)
+if sys.argv[3]:
+    m = sys.argv[2].replace("-", "_")
+    with open(sys.argv[3], "a") as f:
+        def kv(k, v):
+            f.write("%s_%s=%s\n" % (m, k, v))
+        kv("first_token_s", d["first_token_s"])
+        kv("full_s", d["full_s"])
+        kv("port_s", d["port_s"])
+        kv("ttft_s", ",".join("%.4f" % x if x is not None else "-" for x in d["ttft_s"]))
+        kv("prompt_tokens", ",".join(str(x) for x in d["prompt_tokens"]))
+        kv("completion_tokens", ",".join(str(x) for x in d["completion_tokens"]))
 PY
 )"
     printf "  %-15s join -> first token %s, -> every layer %s; burst TTFT P50 %s P99 %s%s\n" "$mode:" \
         "$(ms "$first")" "$(ms "$full")" "$(ms "$p50")" "$(ms "$p99")" \
         "$([ "$ok_text" = True ] || echo " (texts differ!)")"
     eval "FIRST_${mode//-/_}=$first; P99_${mode//-/_}=$p99"
+    # the joiner skips calibration: the step model its scheduler admits with
+    emit "${mode//-/_}_joiner_step_us" "$(sed -n 's/.*step model: \([0-9.]*\) us\/token + \([0-9.]*\) us\/sequence + \([0-9.]*\) us.*/\1,\2,\3/p' "$W/j-$mode.err" | tail -n 1)"
 done
 awk -v a="$P99_live" -v b="$P99_stop_the_world" 'BEGIN { if (a > 0) printf "  burst TTFT P99: stop-the-world / live = %.1fx\n", b / a }'
 # One layer's transfer time, for the target (first token within one layer + one step).
@@ -132,10 +174,12 @@ for n in 1 2 3; do
     if [ $n = 1 ]; then
         h=$(log_ts c1-2 'header verified')
         ONE=$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')
+        emit header_to_full_s "$(awk -v a="$h" -v b="$t1" 'BEGIN { print b - a }')"
         awk -v a="$h" -v b="$t1" -v s="$SIZE" -v r="$RATE" 'BEGIN {
             printf "  replica: %.1f MB/s = %.0f%% of the %.1f MB/s cap (%.2f s header -> every span)\n",
                 s / (b - a) / 1e6, 100 * s / (b - a) / 1e6 / r, r, b - a }'
     fi
+    emit chain${n}_s "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')"
     awk -v a="$t0" -v b="$t1" -v o="$ONE" -v n=$n 'BEGIN {
         printf "  chain of %d joiner(s): last one complete %.2f s after the first join = %.2fx one transfer\n", n, b - a, (b - a) / o }'
     for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done

@@ -5,7 +5,9 @@ Starts the joiner (argv after --), so that t_join is the moment its process star
 of N streaming completions as soon as its HTTP port accepts connections, each retried on 503 (not
 ready) every 20 ms; records each request's first token; polls /health until the state is "ready".
 Prints one JSON object: first_token_s (join -> first token served), full_s (join -> every layer),
-ttft_s (per request, from its first attempt), texts."""
+port_s (join -> the HTTP port accepts: the burst's arrival), ttft_s (per request, from its first
+attempt), first_token_at_s (per request, from the join), prompt_tokens and completion_tokens
+(per request, from the usage the last stream event carries), texts."""
 import http.client
 import json
 import subprocess
@@ -22,7 +24,8 @@ proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(sys.argv[5],
 
 
 def request(i, out):
-    body = json.dumps({"prompt": PROMPT, "max_tokens": tokens, "temperature": 0, "stream": True})
+    body = json.dumps({"prompt": PROMPT, "max_tokens": tokens, "temperature": 0, "stream": True,
+                       "stream_options": {"include_usage": True}})
     t_first_try = None
     while time.monotonic() - t_join < 600:
         try:
@@ -36,29 +39,37 @@ def request(i, out):
                 c.close()
                 time.sleep(0.02)
                 continue
-            text, t_tok = "", None
+            text, t_tok, prompt_tokens, gen_tokens = "", None, None, None
             for line in r:
                 line = line.strip()
                 if not line.startswith(b"data: ") or line == b"data: [DONE]":
                     continue
                 d = json.loads(line[6:])
+                if d.get("usage"):
+                    prompt_tokens = d["usage"].get("prompt_tokens")
+                    gen_tokens = d["usage"].get("completion_tokens")
+                if not d.get("choices"):
+                    continue
                 piece = d["choices"][0].get("text", "")
                 if piece and t_tok is None:
                     t_tok = time.monotonic()
                 text += piece
             out[i] = {"ttft": t_tok - t_first_try if t_tok else None,
                       "first_token_at": t_tok - t_join if t_tok else None, "text": text,
-                      "status": r.status}
+                      "status": r.status, "prompt_tokens": prompt_tokens,
+                      "completion_tokens": gen_tokens}
             return
         except (ConnectionError, OSError):
             time.sleep(0.02)
-    out[i] = {"ttft": None, "first_token_at": None, "text": "", "status": 0}
+    out[i] = {"ttft": None, "first_token_at": None, "text": "", "status": 0, "prompt_tokens": None,
+              "completion_tokens": None}
 
 
 # Wait for the port (the HTTP front comes up before the weights).
 while True:
     try:
         http.client.HTTPConnection(host, port, timeout=1).connect()
+        port_s = time.monotonic() - t_join
         break
     except OSError:
         time.sleep(0.01)
@@ -84,7 +95,11 @@ while full is None and time.monotonic() - t_join < 600:
 for t in threads:
     t.join()
 ft = [o["first_token_at"] for o in out if o and o["first_token_at"] is not None]
-print(json.dumps({"first_token_s": min(ft) if ft else None, "full_s": full,
-                  "ttft_s": [o["ttft"] for o in out], "texts": [o["text"] for o in out]}))
+print(json.dumps({"first_token_s": min(ft) if ft else None, "full_s": full, "port_s": port_s,
+                  "ttft_s": [o["ttft"] for o in out],
+                  "first_token_at_s": [o["first_token_at"] for o in out],
+                  "prompt_tokens": [o["prompt_tokens"] for o in out],
+                  "completion_tokens": [o["completion_tokens"] for o in out],
+                  "texts": [o["text"] for o in out]}))
 proc.terminate()
 proc.wait()

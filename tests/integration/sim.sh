@@ -72,6 +72,32 @@ fi
     --policy strata --quiet 2>/dev/null | grep '^strata ' >"$OUT/b"
 [ -s "$OUT/a" ] && cmp -s "$OUT/a" "$OUT/b" && ok "sim: same seed, same table" ||
     nok "sim: same seed, same table" "$(cat "$OUT/a" "$OUT/b")"
+# a fixed scenario (the live namespaces setup's shape, tests/bench/sim_validate.sh): one scale-out at
+# t = 0, a request sent to the joiner; its first token comes after the first span (live) or every
+# span (stop-the-world) at 10 MB/s, plus one step of 0.01 x 10 + 0.02 s
+cat >"$OUT/fixed.conf" <<CONF
+gpus = CPU:2
+gpus_per_server = 1
+gpus_per_inst = 1
+model_spans = 1000000x4
+nic_gbps = 0.08
+latency_us = 0
+step = CPU:0.01,0,0.02
+planner = off
+send_to = 1
+live_min_layers = 1
+scaleout = 0:0:1
+CONF
+printf 'seconds,in,out\n0,10,2\n' >"$OUT/fixed.csv"
+if "$BIN" sim --config "$OUT/fixed.conf" --requests "$OUT/fixed.csv" --policy strata \
+    --policy strata-stop-the-world --out "$OUT/fixed" --quiet >"$OUT/fixed.out" 2>&1; then
+    got=$(awk -F, 'NR>1{printf "%s=%s/%s ", $1, $26, $19}' "$OUT/fixed/summary.csv")
+    [ "$got" = "strata=0.2200/0.4000 strata-stop-the-world=0.5200/0.4000 " ] &&
+        ok "sim: fixed scale-out, first token after the first span (live) / every span" ||
+        nok "sim: fixed scale-out" "$got"
+else
+    nok "sim: fixed scale-out run" "$(tail -3 "$OUT/fixed.out")"
+fi
 # errors name the input
 msg=$("$BIN" sim --synthetic rps=1,dur=1 --gpus B200:8 2>&1)
 [ $? = 2 ] && echo "$msg" | grep -q B200 && ok "sim: unknown GPU type refused" ||
@@ -80,4 +106,8 @@ printf 'TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.9,12\n' >"$
 msg=$("$BIN" sim --trace "$OUT/bad.csv" 2>&1)
 [ $? = 1 ] && echo "$msg" | grep -q "line 2" && ok "sim: bad trace line named" ||
     nok "sim: bad trace" "$msg"
+printf 'seconds,in,out\n0,0,1\n' >"$OUT/bad_req.csv"
+msg=$("$BIN" sim --requests "$OUT/bad_req.csv" 2>&1)
+[ $? = 1 ] && echo "$msg" | grep -q "line 2" && ok "sim: bad requests line named" ||
+    nok "sim: bad requests" "$msg"
 exit $fail

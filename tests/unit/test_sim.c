@@ -1,6 +1,8 @@
 /* The simulator against closed forms: one transfer takes size / bandwidth; a chain of N costs one
  * transfer plus N - 1 chunk times; the binomial pipeline takes C + log2 N chunk times; an M/D/1
- * queue's mean wait is rho / (2 mu (1 - rho)); a seed gives the same run twice. Each simulation
+ * queue's mean wait is rho / (2 mu (1 - rho)); a seed gives the same run twice; the live
+ * namespaces setup (tests/bench/sim_validate.sh) as a config: a chunked chain costs one transfer
+ * plus a chunk per hop, a live joiner serves once its first span lands. Each simulation
  * runs in a child process (SimGrid's engine is once per process). */
 #include "check.h"
 #include "cluster/sim/sim.h"
@@ -202,6 +204,100 @@ TEST(trace_parser_windows_and_rate)
     CHECK(strstr(err, "line 2") != NULL);
 }
 
+/* The live namespaces setup of tests/bench/sim_validate.sh, as a config: two CPU nodes, the
+ * TinyLlama-shape spans (header with the embedding), 256 KiB chunks, no latency. */
+static const char *live_conf = "gpus = CPU:4\ngpus_per_server = 1\ngpus_per_inst = 1\n"
+                               "model_spans = 37516416,24788992x22,36872192\n"
+                               "chunk_bytes = 262144\nnic_gbps = 0.62\nlatency_us = 0\n"
+                               "step = CPU:0.0125,0.001,0.035\nmax_seqs = 8\n"
+                               "max_step_tokens = 64\nplanner = off\nsend_to = 1\n";
+
+/* A chain of N through chunked spans: every hop a link of the same rate, each chunk forwarded as
+ * it lands, so the last joiner completes one chunk per extra hop after one transfer:
+ * bytes / rate + (N - 1) x the largest chunk / rate. */
+TEST(chunked_chain_costs_one_transfer_plus_a_chunk_per_hop)
+{
+    static struct sim_config c;
+    char err[ERRMSG_LEN];
+    for (int n = 1; n <= 3; n++) {
+        sim_config_default(&c);
+        CHECKF(sim_config_parse(&c, live_conf, err) == 0, "%s", err);
+        char so[64];
+        snprintf(so, sizeof so, "scaleout = 0:0:%s\n", n == 1 ? "1" : n == 2 ? "1,2" : "1,2,3");
+        CHECKF(sim_config_parse(&c, so, err) == 0, "%s", err);
+        CHECK_EQ_INT(c.model.layers, 24);
+        CHECK(c.model.bytes == 37516416.0 + 22 * 24788992.0 + 36872192.0);
+        struct run_out o;
+        run_forked(&c, "strata-stop-the-world", &o);
+        CHECKF(o.rc == 0, "%s", o.err);
+        double rate = 0.62e9 / 8, want = (c.model.bytes + (n - 1) * 262144.0) / rate;
+        CHECKF(close_to(o.r.so_max_s, want, 1e-9), "chain of %d: %.9f s, want %.9f s", n,
+               o.r.so_max_s, want);
+    }
+}
+
+/* A fixed scale-out at t = 0 with a request held for the joiner: live, it is served once the
+ * first span (live_min_layers = 1) has landed, in one step of the step model; stop-the-world,
+ * once every span has. */
+TEST(fixed_scaleout_serves_from_the_first_span)
+{
+    static struct sim_config c;
+    char err[ERRMSG_LEN];
+    sim_config_default(&c);
+    CHECKF(sim_config_parse(&c, live_conf, err) == 0, "%s", err);
+    CHECKF(sim_config_parse(&c, "scaleout = 0:0:1\nlive_min_layers = 1\n", err) == 0, "%s", err);
+    const char *reqs = "seconds,in,out\n0.025,11,1 # the burst's arrival\n";
+    struct sim_request *req;
+    int n;
+    CHECKF(sim_requests_parse(reqs, strlen(reqs), &req, &n, err) == 0, "%s", err);
+    CHECK_EQ_INT(n, 1);
+    c.req = req;
+    c.n_req = n;
+    c.horizon_s = req[0].t;
+    double rate = 0.62e9 / 8, step = 0.0125 * 11 + 0.001 + 0.035;
+    struct run_out o;
+    run_forked(&c, "strata", &o);
+    CHECKF(o.rc == 0, "%s", o.err);
+    double want = 37516416.0 / rate + step;
+    CHECKF(close_to(o.r.first_token_s, want, 1e-9), "live: %.9f s, want %.9f s", o.r.first_token_s,
+           want);
+    CHECKF(close_to(o.r.ttft_p50, (want - 0.025) * 1000, 1e-9), "live TTFT %.6f ms", o.r.ttft_p50);
+    run_forked(&c, "strata-stop-the-world", &o);
+    CHECKF(o.rc == 0, "%s", o.err);
+    want = c.model.bytes / rate + step;
+    CHECKF(close_to(o.r.first_token_s, want, 1e-9), "stop-the-world: %.9f s, want %.9f s",
+           o.r.first_token_s, want);
+    free(req);
+    /* a source that does not hold the model is an error that says so */
+    CHECKF(sim_config_parse(&c, "scaleout = 1:2:3\n", err) == 0, "%s", err);
+    run_forked(&c, "strata", &o);
+    CHECK(o.rc == -1 && strstr(o.err, "instance 2 does not hold the model"));
+}
+
+TEST(requests_parser)
+{
+    struct sim_request *r;
+    int n;
+    char err[ERRMSG_LEN];
+    const char *ok = "# burst\nseconds,in,out\n0,5,8\n0.5,11,8\n\n";
+    CHECKF(sim_requests_parse(ok, strlen(ok), &r, &n, err) == 0, "%s", err);
+    CHECK_EQ_INT(n, 2);
+    CHECK(r[1].t == 0.5 && r[1].in == 11 && r[1].out == 8);
+    free(r);
+    const char *bad[] = {"",
+                         "t,in,out\n0,1,1\n",
+                         "seconds,in,out\n0,0,1\n",
+                         "seconds,in,out\n1,1,1\n0,1,1\n",
+                         "seconds,in,out\nnan,1,1\n",
+                         "seconds,in,out\n0,1,1,1\n"};
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        err[0] = 0;
+        CHECKF(sim_requests_parse(bad[k], strlen(bad[k]), &r, &n, err) == -1, "accepted %zu", k);
+        CHECK(err[0] != 0);
+    }
+    CHECK(strstr(err, "line 2") != NULL);
+}
+
 TEST(config_settings)
 {
     static struct sim_config c;
@@ -221,6 +317,15 @@ TEST(config_settings)
     CHECK(sim_config_parse(&c, "gpus = B200:3\n", err) == -1);
     CHECK(strstr(err, "line 1") && strstr(err, "B200"));
     CHECK(sim_config_parse(&c, "nic_gbps = -5\n", err) == -1);
+    CHECK(sim_config_parse(&c, "scaleout = 0:1:1\n", err) == -1 && strstr(err, "own source"));
+    CHECK(sim_config_parse(&c, "scaleout = 0:0:1,1\n", err) == -1 && strstr(err, "twice"));
+    CHECK(sim_config_parse(&c, "scaleout = 0:0:\n", err) == -1);
+    CHECK(sim_config_parse(&c, "planner = maybe\n", err) == -1);
+    CHECK(sim_config_parse(&c, "model_spans = 100x0\n", err) == -1);
+    CHECK(sim_config_parse(&c, "model_spans = 10,20x3\nadmit_step = H100:0.0001,0,0.001\n", err) ==
+          0);
+    CHECK(c.n_spans == 4 && c.model.layers == 4 && c.model.bytes == 70 && c.admit_set[0]);
+    CHECK(sim_config_parse(&c, "model = 7B\n", err) == 0 && c.n_spans == 0);
 }
 
 int main(void)
@@ -232,5 +337,8 @@ int main(void)
     RUN(deterministic_for_a_seed);
     RUN(trace_parser_windows_and_rate);
     RUN(config_settings);
+    RUN(requests_parser);
+    RUN(chunked_chain_costs_one_transfer_plus_a_chunk_per_hop);
+    RUN(fixed_scaleout_serves_from_the_first_span);
     CHECK_DONE();
 }

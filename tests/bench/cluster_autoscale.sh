@@ -1,0 +1,96 @@
+#!/bin/bash
+# Autoscaling against a fixed node (issue 14's figures), in one run, on the Azure conversation
+# trace (../shared/traces/azure_llm_2023_conv.csv) sped up.
+#   fixed      node 1 alone: `strata serve --cluster 1@...` (a cluster of one, the same code path)
+#   autoscale  node 1 plus EMPTY (default 2) empty members (--fabric tcp, no -m): the leader
+#              scales out to them when the predicted TTFT passes the SLO, they pull the model from
+#              node 1 (paced at RATE MB/s) and serve while it arrives, and node 1 forwards
+#              requests by the routing table
+# loadgen sends every request to node 1 in both runs. Each node's steps are padded to STEP_US
+# (--test-step-delay-us): on this 2-core machine that stands for the GPU time of a step, so a
+# replica adds capacity the way a GPU would (the compute itself is the tiny model's). Figures:
+# SLO attainment, goodput, TTFT P50/P99 (loadgen), and for each scale-up the time from the
+# leader's decision (its committed event) to the joiner's first generated token (polled on its
+# /metrics every 50 ms) and to k = L (the scale_done event).
+#   REQUESTS=150 SPEEDUP=4 STEP_US=40000 RATE=0.2 tests/bench/cluster_autoscale.sh
+set -u
+cd "$(dirname "$0")/../.."
+. tests/lib/cluster.sh
+. tests/lib/serve.sh
+W=$(mktemp -d /tmp/cluster_autoscale.XXXXXX)
+trap 'cl_cleanup; [ -n "${KEEP:-}" ] || rm -rf "$W"' EXIT
+REQUESTS=${REQUESTS:-150}
+SPEEDUP=${SPEEDUP:-4}
+STEP_US=${STEP_US:-40000}
+RATE=${RATE:-0.2}
+EMPTY=${EMPTY:-2}
+TTFT_MS=${TTFT_MS:-1000}
+TPOT_MS=${TPOT_MS:-200}
+LOADGEN=${LOADGEN:-build/tools/loadgen}
+TRACE=$SHARED/traces/azure_llm_2023_conv.csv
+[ -x "$LOADGEN" ] || { echo "cluster_autoscale: $LOADGEN not built (make)"; exit 1; }
+serve_model || { echo "cluster_autoscale: cannot convert the tiny model"; exit 1; }
+M=$(realpath "$SERVE_MODEL")
+cl_key "$W/key"
+HB=100
+now_ms() { date +%s%3N; }
+
+run() { # run LABEL N_NODES
+    local label=$1 nn=$2 n peers="" port
+    for ((n = 1; n <= nn; n++)); do peers="$peers${peers:+,}$n@127.0.0.1:$((CL_BASE + 10 + n))"; done
+    for ((n = 1; n <= nn; n++)); do
+        local extra=()
+        [ $n = 1 ] && extra=(-m "$M" --weight-rate "$RATE")
+        cl_serve "$label$n" --node-id $n --key-file "$W/key" --fabric tcp \
+            --listen "127.0.0.1:$((CL_BASE + n))" --raft-dir "$W/raft-$label$n" --cluster "$peers" \
+            --cluster-heartbeat-ms $HB --keep-alive-ms 20000 --ttft-ms "$TTFT_MS" --tpot-ms "$TPOT_MS" \
+            --max-batch 8 --test-step-delay-us "$STEP_US" "${extra[@]}" ||
+            { echo "cluster_autoscale: node $n did not start: $(tail -n 3 "$W/$label$n.log")"; return 1; }
+    done
+    cl_ready "${label}1" 30 || { echo "cluster_autoscale: node 1 not ready"; return 1; }
+    for ((i = 0; i < 300; i++)); do
+        [ "$(curl -s -m 2 "${CL_URL[${label}1]}/v1/cluster" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["leader"] is not None and sum(n["alive"] for n in d["nodes"]) == '"$nn"')' 2>/dev/null)" = True ] && break
+        sleep 0.1
+    done
+    # first generated token on each empty member, polled
+    (
+        for ((i = 0; i < 4000; i++)); do
+            for ((n = 2; n <= nn; n++)); do
+                [ -f "$W/$label-first$n" ] && continue
+                g=$(curl -s -m 1 "${CL_URL[$label$n]}/metrics" 2>/dev/null | sed -n 's/^strata_generated_tokens_total \([0-9]*\).*/\1/p')
+                [ "${g:-0}" -gt 0 ] && now_ms >"$W/$label-first$n"
+            done
+            sleep 0.05
+        done
+    ) &
+    local poller=$!
+    port=${CL_URL[${label}1]##*:}
+    "$LOADGEN" --url "http://127.0.0.1:$port" --trace "$TRACE" --requests "$REQUESTS" \
+        --speedup "$SPEEDUP" --ctx 512 --vocab 512 --ttft-ms "$TTFT_MS" --tpot-ms "$TPOT_MS" \
+        --label "$label" >"$W/$label.loadgen" 2>&1
+    grep RESULT "$W/$label.loadgen" | sed 's/^RESULT //'
+    curl -s -m 2 "${CL_URL[${label}1]}/v1/cluster" >"$W/$label.cluster"
+    kill $poller 2>/dev/null
+    wait $poller 2>/dev/null
+    for ((n = nn; n >= 1; n--)); do cl_kill "$label$n"; done
+}
+
+echo "cluster_autoscale: $REQUESTS requests of $TRACE at ${SPEEDUP}x; steps padded to $STEP_US us;" \
+    "weights paced at $RATE MB/s; SLO TTFT $TTFT_MS ms, TPOT $TPOT_MS ms; $(nproc) CPUs"
+run fixed 1
+run auto $((1 + EMPTY))
+python3 - "$W" <<'PY'
+import json, os, sys
+w = sys.argv[1]
+d = json.load(open(os.path.join(w, "auto.cluster")))
+ev = d["events"]
+for up in [e for e in ev if e["event"] == "scale_up"]:
+    done = [e for e in ev if e["event"] == "scale_done" and e["seq"] > up["seq"]]
+    first = os.path.join(w, "auto-first%d" % up["node"])
+    ft = int(open(first).read()) if os.path.exists(first) else None
+    print("scale-up to node %d: decision -> first token %s, -> k = L (scale_done) %s" % (
+        up["node"],
+        "%.2f s" % ((ft - up["t_ms"]) / 1e3) if ft else "n/a (no token on it)",
+        "%.2f s" % ((done[0]["t_ms"] - up["t_ms"]) / 1e3) if done else "n/a"))
+print("events:", ", ".join("%s(%s)" % (e["event"], e.get("node")) for e in ev))
+PY

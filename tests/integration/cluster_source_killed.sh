@@ -1,0 +1,100 @@
+#!/bin/bash
+# The source of a cluster scale-out dies mid-stream: three `strata serve --cluster` processes on
+# 127.0.0.1. Nodes 1 and 2 serve the tiny model (-m) and offer it on the fabric, paced so a copy
+# takes seconds; node 3 is an empty member. A burst on nodes 1 and 2 makes the leader scale out to
+# node 3 from node 1 (the first holder); once node 3 has some layers, node 1 (the source, and the
+# leader) is SIGKILLed.
+#   - source_killed: node 3 resumes the stream from node 2, the other holder the cluster state
+#     names, and completes; a new leader is elected; node 3 then answers node 1's exact greedy text
+#     serving alone.
+set -u
+cd "$(dirname "$0")/../.."
+. tests/lib/cluster.sh
+. tests/lib/serve.sh
+[ -x "$STRATA" ] || { echo "not ok - cluster_source_killed: $STRATA not built"; exit 1; }
+command -v python3 >/dev/null || { echo "skip - cluster_source_killed: needs python3"; exit 0; }
+W=$(mktemp -d /tmp/cluster_source_killed.XXXXXX)
+trap 'cl_cleanup; [ -n "${KEEP:-}" ] || rm -rf "$W"' EXIT
+serve_model || { echo "not ok - cluster_source_killed: cannot convert the tiny model"; exit 1; }
+M=$(realpath "$SERVE_MODEL")
+cl_key "$W/key"
+HB=100
+PEERS="1@127.0.0.1:$((CL_BASE + 11)),2@127.0.0.1:$((CL_BASE + 12)),3@127.0.0.1:$((CL_BASE + 13))"
+why() { tail -n 6 "$W/$1.log" | tr '\n' '|'; }
+node() { # node N ARGS...
+    local n=$1
+    shift
+    cl_serve "n$n" --node-id "$n" --key-file "$W/key" --fabric tcp \
+        --listen "127.0.0.1:$((CL_BASE + n))" --raft-dir "$W/raft$n" --cluster "$PEERS" \
+        --cluster-heartbeat-ms $HB --cluster-dead-ms $((10 * HB)) --keep-alive-ms 60000 \
+        --replicas-cached 1 --ttft-ms 300 --no-slo "$@"
+}
+q() { # q N PYEXPR over node N's /v1/cluster as d
+    curl -s -m 2 "${CL_URL[n$1]}/v1/cluster" | python3 -c "
+import json, sys
+try:
+    d = json.load(sys.stdin)
+except Exception:
+    sys.exit(0)
+events = lambda kind: [e for e in d['events'] if e['event'] == kind]
+print($2)" 2>/dev/null
+}
+
+P="Once upon a time"
+N=16
+for n in 1 2; do
+    node $n -m "$M" --weight-rate 0.1 --test-step-delay-us 100000 --max-batch 2 &&
+        cl_ready n$n 30 || { echo "not ok - cluster_source_killed: node $n did not start: $(why n$n)"; exit 1; }
+done
+REF=$(cl_complete n1 "$P" $N)
+[ -n "$REF" ] || { echo "not ok - cluster_source_killed: no reference text: $(why n1)"; exit 1; }
+node 3 || { echo "not ok - cluster_source_killed: node 3 did not start: $(why n3)"; exit 1; }
+LONG=$(printf 'Once upon a time there was a little girl who liked to play. %.0s' $(seq 1 20))
+BURST=()
+for i in $(seq 1 8); do
+    for n in 1 2; do
+        curl -s -m 120 -o /dev/null "${CL_URL[n$n]}/v1/completions" \
+            -d '{"prompt":"'"$LONG"'","max_tokens":24,"temperature":0}' &
+        BURST+=($!)
+    done
+done
+# node 3 has verified a few spans from node 1: kill node 1
+killed=0
+for ((i = 0; i < 1800; i++)); do
+    if grep -q "from 127.0.0.1:$((CL_BASE + 1))" "$W/n3.log" && grep -q "span 2/[0-9]* verified" "$W/n3.log"; then
+        cl_kill n1
+        killed=1
+        break
+    fi
+    sleep 0.05
+done
+if [ $killed = 0 ]; then
+    not_ok "source_killed: node 3 never pulled from node 1: $(why n3) | $(why n1)"
+    exit $fail
+fi
+complete=0
+for ((i = 0; i < 1200; i++)); do
+    grep -q "every layer here" "$W/n3.log" && { complete=1; break; }
+    sleep 0.05
+done
+leader=""
+for ((i = 0; i < 100; i++)); do
+    leader=$(q 2 "d['leader'] if d['leader'] in (2, 3) else ''")
+    [ -n "$leader" ] && break
+    sleep 0.1
+done
+TXT=$(cl_complete n3 "$P" $N)
+if [ $complete = 0 ]; then
+    not_ok "source_killed: node 3 never completed after node 1 died: $(why n3)"
+elif ! grep -q "resuming from 127.0.0.1:$((CL_BASE + 2))" "$W/n3.log"; then
+    not_ok "source_killed: node 3 did not resume from node 2: $(grep -E 'resum|joining from' "$W/n3.log" | tr '\n' '|')"
+elif [ -z "$leader" ]; then
+    not_ok "source_killed: no new leader after node 1 died: $(q 2 d)"
+elif [ "$TXT" != "$REF" ]; then
+    not_ok "source_killed: node 3's text differs: '$TXT' vs '$REF'"
+else
+    ok "source_killed: node 1 (source, leader) killed mid-stream; node 3 resumed from node 2 and completed ($(grep -c 'verified' "$W/n3.log") spans logged), node $leader leads, node 3 answers node 1's exact text"
+fi
+for p in "${BURST[@]}"; do kill "$p" 2>/dev/null; done
+wait "${BURST[@]}" 2>/dev/null
+exit $fail
