@@ -217,7 +217,8 @@ struct coop *coop_new(const struct coop_config *cfg, char *err)
     c->v_x = malloc((size_t)rows * c->dim * sizeof *c->v_x);
     if (!c->x || !c->out || !c->reply || !c->hx || !c->logits || !c->a_seq || !c->a_pos ||
         !c->a_tok || !c->a_flags || !c->b_pos || !c->b_tok || !c->b_rows || !c->b_blocks ||
-        !c->toks || !c->kv_k || !c->kv_v || !c->v_seq || !c->v_pos || !c->v_tok || !c->v_flags || !c->v_x) {
+        !c->toks || !c->kv_k || !c->kv_v || !c->v_seq || !c->v_pos || !c->v_tok || !c->v_flags ||
+        !c->v_x) {
         errmsg_set(err, "coop: out of memory for the step buffers");
         coop_free(c);
         return NULL;
@@ -794,8 +795,8 @@ static int kv_recompute(struct coop *c, struct jseq *j, const int *blocks, int n
         }
         struct batch b = {.n = m, .token = c->b_tok, .pos = c->b_pos, .blocks = c->b_blocks};
         if (l < k1 && engine_layers(c->e, &b, l, k1, j->x + (size_t)p0 * c->dim))
-            return errmsg_set(err, "coop: recomputing layers [%d, %d) of sequence %u failed: %s",
-                              l, k1, j->id, engine_error(c->e));
+            return errmsg_set(err, "coop: recomputing layers [%d, %d) of sequence %u failed: %s", l,
+                              k1, j->id, engine_error(c->e));
         for (int i = 0; i < m; i++) j->xl[p0 + i] = k1;
         p0 += m;
     }
@@ -857,8 +858,8 @@ static int kv_install(struct coop *c, const struct wire_coop_kv_req *q, const in
     uint32_t per = wire_coop_kv_max_rows((uint32_t)kv->kv_dim, dt);
     if (wire_coop_kv_decode(&m, w->msg, w->len, err)) return -1;
     if (m.req != q->req)
-        return errmsg_set(err, "a chunk of request %llu, we asked %llu",
-                          (unsigned long long)m.req, (unsigned long long)q->req);
+        return errmsg_set(err, "a chunk of request %llu, we asked %llu", (unsigned long long)m.req,
+                          (unsigned long long)q->req);
     if (m.seq != q->seq)
         return errmsg_set(err, "a chunk for sequence %u, we asked for sequence %u", m.seq, q->seq);
     if (m.status) return errmsg_set(err, "the helper could not send it: %s", m.error);
@@ -903,8 +904,7 @@ static int kv_transfer(struct coop *c, struct jseq *j, const int *blocks, int n,
     size_t len = wire_coop_kv_req_encode(c->out, WIRE_MAX_MSG, &q);
     int rc = 0;
     *bytes = 0;
-    if (!len || fabric_node_send(c->cfg.fabric, c->cfg.helper_peer, c->out, len, err))
-        rc = -1;
+    if (!len || fabric_node_send(c->cfg.fabric, c->cfg.helper_peer, c->out, len, err)) rc = -1;
     for (int layer = k0, pos = 0; !rc && layer < k1;) {
         struct work *w;
         if ((rc = kv_next(c, session, &w, err))) break;
@@ -958,8 +958,8 @@ static void kv_measured(double *ewma, double v)
     *ewma = *ewma > 0 ? 0.5 * *ewma + 0.5 * v : v;
 }
 
-static int recompute_timed(struct coop *c, struct jseq *j, const int *blocks, int n, int k0,
-                           int k1, double *secs, char *err)
+static int recompute_timed(struct coop *c, struct jseq *j, const int *blocks, int n, int k0, int k1,
+                           double *secs, char *err)
 {
     long lp = recompute_work(j, n, k1);
     double t0 = clock_now();
@@ -974,8 +974,8 @@ static int recompute_timed(struct coop *c, struct jseq *j, const int *blocks, in
 
 /* compare: the transferred rows of [k0, k1) are kept aside, recompute runs over them, and the two
  * are compared byte for byte. */
-static void compare_with_recompute(struct coop *c, struct jseq *j, const int *blocks, int n,
-                                   int k0, int k1, double t_x, size_t bytes)
+static void compare_with_recompute(struct coop *c, struct jseq *j, const int *blocks, int n, int k0,
+                                   int k1, double t_x, size_t bytes)
 {
     const struct kv_cache *kv = &c->e->kv;
     size_t row = (size_t)n * kv->kv_dim * kv->elt, lay = (size_t)(k1 - k0);
@@ -1040,7 +1040,8 @@ static int hook_fill(void *ctx, unsigned seq, const int *blocks, int n, int k0, 
                 atomic_fetch_add_explicit(&c->m->coop_kv_bytes, (unsigned long long)bytes,
                                           memory_order_relaxed);
             }
-            if (mode == COOP_KV_COMPARE) compare_with_recompute(c, j, blocks, n, k0, k1, secs, bytes);
+            if (mode == COOP_KV_COMPARE)
+                compare_with_recompute(c, j, blocks, n, k0, k1, secs, bytes);
             return 1;
         }
         /* the helper went away: the upper layers' KV went with it, unless none is left there */
@@ -1049,7 +1050,8 @@ static int hook_fill(void *ctx, unsigned seq, const int *blocks, int n, int k0, 
                               "helper %s failed during the KV transfer of layers [%d, %d) of "
                               "sequence %u: %s",
                               helper, k0, k1, seq, why);
-        log_warn("coop", "helper %s: KV of layers [%d, %d) of sequence %u refused: %s; recomputing it",
+        log_warn("coop",
+                 "helper %s: KV of layers [%d, %d) of sequence %u refused: %s; recomputing it",
                  helper, k0, k1, seq, why);
     }
     return recompute_timed(c, j, blocks, n, k0, k1, &secs, err) ? -1 : 0;

@@ -107,12 +107,11 @@ int main(int argc, char **argv)
     else if (!strcmp(mode, "badcrc"))
         send_step(t, c, 1, 1, dim, 0, 1);
     else if (!strcmp(mode, "badkvreq")) {
-        struct wire_coop_kv_req q = {.req = 1, .seq = 9, .layer0 = 0, .layer1 = 1, .n = 1,
-                                     .dtype = WIRE_F16};
+        struct wire_coop_kv_req q = {
+            .req = 1, .seq = 9, .layer0 = 0, .layer1 = 1, .n = 1, .dtype = WIRE_F16};
         len = wire_coop_kv_req_encode(buf, sizeof buf, &q);
         while (tp_send(c, buf, len) == TP_BUSY) tp_poll(t, 10);
-    }
-    else
+    } else
         send_step(t, c, 5, 1, dim, 0, 0);
     const uint8_t *m;
     size_t n;

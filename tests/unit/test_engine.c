@@ -460,7 +460,8 @@ static void kv_handover(int kv_type)
             kv_rows_write(&b->kv, l, tb, 11, N - 11, k + 11 * row, v + 11 * row);
         }
         /* the next token at position N on both */
-        struct batch da = {1, toks + N, pos + N, ba, 1, one}, db = {1, toks + N, pos + N, bb, 1, one};
+        struct batch da = {1, toks + N, pos + N, ba, 1, one},
+                     db = {1, toks + N, pos + N, bb, 1, one};
         CHECK(engine_forward(a, &da, la_out) == 0 && engine_forward(b, &db, lb_out) == 0);
         CHECKF(!memcmp(la_out, lb_out, sizeof(float) * gqa.vocab),
                "kv %s: the next token's logits differ after handing over layers [%d, %d)",

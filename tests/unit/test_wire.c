@@ -521,8 +521,8 @@ TEST(coop_kv_request_and_chunks)
     reseal(buf, len);
     CHECK(wire_coop_kv_decode(&d, buf, len, err) == -1);
     const float kf[3] = {1.5f, -0.0f, 3e-39f}, vf[3] = {2, 4, 8};
-    struct wire_coop_kv mf = {.req = 12, .seq = 1, .n = 1, .kv_dim = 3, .dtype = WIRE_F32,
-                              .k_src = kf, .v_src = vf};
+    struct wire_coop_kv mf = {
+        .req = 12, .seq = 1, .n = 1, .kv_dim = 3, .dtype = WIRE_F32, .k_src = kf, .v_src = vf};
     len = wire_coop_kv_encode(buf, sizeof buf, &mf);
     CHECK(wire_coop_kv_decode(&d, buf, len, err) == 0 && d.dtype == WIRE_F32);
     float kfd[3], vfd[3];
