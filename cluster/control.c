@@ -145,6 +145,22 @@ static int parse_peers(struct control *c, char *err)
     return 0;
 }
 
+/* The API address other nodes forward requests to. An API bound to every address (the
+ * appliance's --host 0.0.0.0) is reached at the host of our control address. */
+static void advertise_http(struct control *c)
+{
+    const char *colon = strrchr(c->http, ':'), *ccolon = strrchr(c->addr, ':');
+    if (!colon || !ccolon) return;
+    size_t hl = (size_t)(colon - c->http);
+    int any = (hl == 7 && !strncmp(c->http, "0.0.0.0", 7)) ||
+              (hl == 2 && !strncmp(c->http, "::", 2)) ||
+              (hl == 4 && !strncmp(c->http, "[::]", 4)) || hl == 0;
+    if (!any) return;
+    char port[16];
+    snprintf(port, sizeof port, "%s", colon + 1);
+    snprintf(c->http, sizeof c->http, "%.*s:%s", (int)(ccolon - c->addr), c->addr, port);
+}
+
 /* ---------------------------------------------------------------- the state machine */
 
 static struct control *fsm_control(struct raft_fsm *fsm)
@@ -878,6 +894,48 @@ static int leader_plan(struct control *c, uint64_t now_mono)
     return nc;
 }
 
+int control_route(struct control *c, const char *model, int prompt_tokens, char *http_out,
+                  size_t cap, uint64_t *node, char *err)
+{
+    struct view_buf *vb = malloc(sizeof *vb);
+    if (!vb) return errmsg_set(err, "route: out of memory");
+    struct plan_config pc;
+    plan_config_default(&pc);
+    struct plan_route rt = {.node = -1};
+    int rc = 0;
+    *node = 0;
+    snprintf(http_out, cap, "none");
+    pthread_mutex_lock(&c->mu);
+    const struct cl_state *s = &c->st;
+    int mi = model && model[0] ? cl_state_model(s, model) : -1;
+    if (mi < 0 && c->model[0]) mi = cl_state_model(s, c->model);
+    if (mi < 0 && s->n_models == 1) mi = 0;
+    if (mi >= 0) {
+        build_view(c, vb, now_mono_ms());
+        rc = planner_route(&pc, &vb->v, mi, prompt_tokens, &rt, err);
+    }
+    if (!rc && rt.node >= 0) {
+        /* Equal predictions: serve here rather than pay a hop. */
+        for (int i = 0; i < vb->v.n_nodes; i++) {
+            const struct plan_node *pn = &vb->node[i];
+            if ((uint64_t)pn->id != c->cfg.id || !pn->alive || pn->engine_model != mi) continue;
+            if (planner_predict_ttft_ms(&pc, &vb->v, pn, mi, prompt_tokens) <= rt.predicted_ttft_ms)
+                rt.node = pn->id;
+        }
+        const struct cl_member *m = cl_state_member_c(s, (uint64_t)rt.node);
+        if ((uint64_t)rt.node == c->cfg.id) {
+            snprintf(http_out, cap, "local");
+            *node = c->cfg.id;
+        } else if (m && m->info.http[0]) {
+            snprintf(http_out, cap, "%s", m->info.http);
+            *node = (uint64_t)rt.node;
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    free(vb);
+    return rc;
+}
+
 static void leader_tick(struct control *c)
 {
     uint64_t now = now_mono_ms();
@@ -1047,6 +1105,7 @@ struct control *control_start(const struct control_cfg *cfg, const struct contro
     }
     if (auth_init(err) || cluster_key_load(&c->key, cfg->key_file, err) || parse_peers(c, err))
         goto fail;
+    advertise_http(c);
     if (cfg->dir)
         snprintf(c->dir, sizeof c->dir, "%s", cfg->dir);
     else

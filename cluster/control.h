@@ -33,7 +33,8 @@ struct control_cfg {
     const char *addr;     /* --cluster-addr: our control address when id is not in peers */
     const char *key_file; /* --key-file: the cluster key (64 hex digits) */
     const char *dir;      /* --raft-dir: raft's data (default /run/strata-raft-ID) */
-    const char *http;     /* our API host:port, advertised in /v1/cluster */
+    const char *http;     /* our API host:port, advertised in /v1/cluster (0.0.0.0, ::: the
+                             host of our control address) */
     const char *fabric;   /* our fabric address host:port (--listen): joiners pull from it */
     const char *gpu;      /* GPU type name ("cpu") */
     const char *model;    /* model this node serves (name), NULL: none */
@@ -79,6 +80,17 @@ void control_stop(struct control *c);
 void control_set_holding(struct control *c, const char *model, int host, int engine,
                          int layers_resident, int n_layers);
 
+/* Where a completion request of `model` with prompt_tokens goes (the front's route; any thread):
+ * planner_route (least predicted TTFT; a joining node with its split point counts) on this node's
+ * copy of the committed state plus the load reports it holds. The leader holds every node's latest
+ * report; a follower holds only its own, so it routes on the committed replicas with the other
+ * nodes' loads unknown (taken as idle). Among replicas predicted equal, this node wins (no hop),
+ * then the lowest id. `model` names a model of the cluster; "" or an unknown name means this
+ * node's model, else the cluster's only model. http_out gets "local" (this node), "none" (no live
+ * replica: the caller holds the request or serves it here if it can), or the chosen node's API
+ * address host:port, with *node its id. 0, or -1 with err (a view the planner refuses). */
+int control_route(struct control *c, const char *model, int prompt_tokens, char *http_out,
+                  size_t cap, uint64_t *node, char *err);
 /* The model this node now serves (an empty member that joined one; thread-safe). */
 void control_set_model(struct control *c, const char *model, int n_layers, double bytes);
 uint64_t control_id(const struct control *c);

@@ -351,6 +351,13 @@ static char *get_route(void *ctx, const char *path, size_t *len)
     return control_json(atomic_load(&sc->ctl), len);
 }
 
+static int route(void *ctx, const char *model, int prompt_tokens, char *addr, size_t cap,
+                 uint64_t *node, char *err)
+{
+    struct serve_cluster *sc = ctx;
+    return control_route(atomic_load(&sc->ctl), model, prompt_tokens, addr, cap, node, err);
+}
+
 static char *metrics(void *ctx, size_t *len)
 {
     struct serve_cluster *sc = ctx;
@@ -391,7 +398,8 @@ struct serve_cluster *serve_cluster_start(const struct control_cfg *cfg, struct 
         return NULL;
     }
     atomic_store(&sc->ctl, ctl);
-    struct front_ext fx = {.ctx = sc, .get = get_route, .metrics = metrics};
+    struct front_ext fx = {
+        .ctx = sc, .get = get_route, .metrics = metrics, .route = route, .node_id = cfg->id};
     front_set_ext(f, &fx);
     return sc;
 }

@@ -174,6 +174,8 @@ static int header_line(const char *p, size_t ln, struct http_request *req, struc
         req->expect_continue = 1;
     } else if (name_is(p, nl, "authorization")) {
         authorization(v, vn, req);
+    } else if (name_is(p, nl, "x-strata-forwarded")) {
+        req->forwarded = 1;
     }
     return 0;
 }
@@ -425,8 +427,12 @@ const char *http_status_text(int s)
         return "Internal Server Error";
     case 501:
         return "Not Implemented";
+    case 502:
+        return "Bad Gateway";
     case 503:
         return "Service Unavailable";
+    case 504:
+        return "Gateway Timeout";
     case 505:
         return "HTTP Version Not Supported";
     default:

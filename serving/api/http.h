@@ -5,7 +5,8 @@
  * (req->head_len bytes), and -1 when the bytes can never become a valid request: *status is then
  * the HTTP status to answer (400, 414, 431, 501, 505) and err says why. It never reads past len.
  * Only what the API needs is kept: method, path (query string dropped), version, Content-Length,
- * chunked, keep-alive, Expect: 100-continue and the bearer token. Requests with both
+ * chunked, keep-alive, Expect: 100-continue, the bearer token and whether X-Strata-Forwarded is
+ * present (serving/api/relay.h). Requests with both
  * Content-Length and Transfer-Encoding, with conflicting Content-Lengths, with a transfer coding
  * other than a single "chunked" (501; twice: 400), or with Transfer-Encoding in HTTP/1.0 (400)
  * are rejected (request smuggling).
@@ -33,6 +34,7 @@ struct http_request {
     int has_auth;                /* an Authorization: Bearer header was present */
     char bearer[HTTP_MAX_TOKEN]; /* its token (truncated tokens never match a key) */
     int bearer_truncated;
+    int forwarded; /* X-Strata-Forwarded: another node's front relayed it (never forwarded again) */
     size_t head_len;
 };
 

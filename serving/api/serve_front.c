@@ -4,6 +4,8 @@
 #include "os/runtime/pid1.h"
 #include "serving/api/api_request.h"
 #include "serving/api/api_response.h"
+#include "serving/api/relay.h"
+#include "os/runtime/log.h"
 
 #include <cjson/cJSON.h>
 #include <pthread.h>
@@ -14,11 +16,23 @@
 #include <time.h>
 #include <unistd.h>
 
-/* The front's side of one completion request. */
+/* The front's side of one completion request: served here (r) or relayed (relay). */
 struct front_req {
     struct front *f;
     struct http_conn *conn;
     struct sreq *r;
+    /* relayed: the relay, and what serving it here after all (a held request whose route came
+     * to name this node) needs */
+    struct relay *relay;
+    struct front_req *relay_prev, *relay_next; /* f->relays */
+    struct http_request req;
+    char *body;
+    size_t body_len;
+    uint64_t node; /* where it went (0: not yet) */
+    int status;    /* the upstream's head */
+    char content_type[128], extra_headers[192];
+    int event_stream;
+    char model[128]; /* served here: the model's name (the front may go unready mid-request) */
     char id[40];
     long long created;
     int chat, stream, include_usage, first_sent;
@@ -43,6 +57,14 @@ struct front {
     atomic_uint wake_passes; /* on_wake calls: the front thread passed between two handlers */
     unsigned long long next_id;
     long long started;
+    /* Front thread only: relayed requests in flight, and the forwarding counters. */
+    struct front_req *relays;
+    struct fwd_count {
+        uint64_t node; /* 0: held requests that found no replica */
+        unsigned long long forwarded, failed;
+    } fwd[32];
+    int n_fwd;
+    unsigned long long forwarded_in; /* completions other nodes relayed to us */
 };
 
 struct front *front_new(const struct front_config *cfg, struct serve_metrics *m, char *err)
@@ -54,6 +76,9 @@ struct front *front_new(const struct front_config *cfg, struct serve_metrics *m,
     }
     f->cfg = *cfg;
     if (f->cfg.default_max_tokens_completion <= 0) f->cfg.default_max_tokens_completion = 16;
+    if (f->cfg.forward_connect_ms <= 0) f->cfg.forward_connect_ms = 3000;
+    if (f->cfg.forward_idle_ms <= 0) f->cfg.forward_idle_ms = 120000;
+    if (f->cfg.forward_hold_ms <= 0) f->cfg.forward_hold_ms = 20000;
     f->m = m;
     pthread_mutex_init(&f->mu, NULL);
     snprintf(f->stage, sizeof f->stage, "starting");
@@ -165,6 +190,35 @@ static void handle_health(struct front *f, struct http_conn *c)
     send_json(f, c, model ? 200 : 503, body, model ? NULL : "Retry-After: 1\r\n");
 }
 
+/* strata_forwarded_requests_total{to}, strata_forward_failures_total{to} (to="none": held
+ * without a replica until the hold ran out), strata_forwarded_received_total. */
+static char *forward_metrics(struct front *f, size_t *len)
+{
+    size_t cap = 512 + (size_t)f->n_fwd * 160;
+    char *t = malloc(cap);
+    if (!t) return NULL;
+    size_t n = 0;
+    n += (size_t)snprintf(t + n, cap - n, "# TYPE strata_forwarded_requests_total counter\n");
+    for (int i = 0; i < f->n_fwd; i++)
+        if (f->fwd[i].node)
+            n += (size_t)snprintf(t + n, cap - n,
+                                  "strata_forwarded_requests_total{to=\"%llu\"} %llu\n",
+                                  (unsigned long long)f->fwd[i].node, f->fwd[i].forwarded);
+    n += (size_t)snprintf(t + n, cap - n, "# TYPE strata_forward_failures_total counter\n");
+    for (int i = 0; i < f->n_fwd; i++) {
+        char to[24] = "none";
+        if (f->fwd[i].node) snprintf(to, sizeof to, "%llu", (unsigned long long)f->fwd[i].node);
+        n += (size_t)snprintf(t + n, cap - n, "strata_forward_failures_total{to=\"%s\"} %llu\n", to,
+                              f->fwd[i].failed);
+    }
+    n += (size_t)snprintf(t + n, cap - n,
+                          "# TYPE strata_forwarded_received_total counter\n"
+                          "strata_forwarded_received_total %llu\n",
+                          f->forwarded_in);
+    *len = n;
+    return t;
+}
+
 static void handle_metrics(struct front *f, struct http_conn *c)
 {
     size_t len = 0;
@@ -179,6 +233,16 @@ static void handle_metrics(struct front *f, struct http_conn *c)
             len += llen;
         }
         free(ltext);
+    }
+    char *ftext = text ? forward_metrics(f, &llen) : NULL;
+    if (ftext) {
+        char *both = realloc(text, len + llen + 1);
+        if (both) {
+            memcpy(both + len, ftext, llen + 1);
+            text = both;
+            len += llen;
+        }
+        free(ftext);
     }
     const struct front_ext *ext = atomic_load(&f->ext);
     size_t xlen = 0;
@@ -224,8 +288,20 @@ static void front_req_free(struct front_req *fr)
 {
     /* The connection may already carry the next (pipelined) request: clear only our own. */
     if (fr->conn && http_conn_user(fr->conn) == fr) http_conn_set_user(fr->conn, NULL);
-    fr->r->user = NULL;
-    sreq_put(fr->r);
+    if (fr->r) {
+        fr->r->user = NULL;
+        sreq_put(fr->r);
+    }
+    if (fr->relay) {
+        relay_cancel(fr->relay); /* closes the upstream connection: cancelled there too */
+        struct front *f = fr->f;
+        if (fr->relay_prev)
+            fr->relay_prev->relay_next = fr->relay_next;
+        else
+            f->relays = fr->relay_next;
+        if (fr->relay_next) fr->relay_next->relay_prev = fr->relay_prev;
+    }
+    free(fr->body);
     free(fr);
 }
 
@@ -233,7 +309,6 @@ static void front_req_free(struct front_req *fr)
 static void deliver(struct front *f, struct front_req *fr)
 {
     struct sreq *r = fr->r;
-    const struct front_model *m = atomic_load(&f->model);
     struct sreq_output out;
     if (sreq_output(r, &out)) return;
     int finish = out.finish, n_gen = out.n_generated;
@@ -243,7 +318,7 @@ static void deliver(struct front *f, struct front_req *fr)
     struct api_reply rep = {.chat = fr->chat,
                             .id = fr->id,
                             .created = fr->created,
-                            .model = m->name,
+                            .model = fr->model,
                             .finish_reason = NULL,
                             .prompt_tokens = r->n_prompt,
                             .completion_tokens = n_gen};
@@ -365,13 +440,191 @@ static int tokenize(const struct front_model *m, const struct completion_request
     return 0;
 }
 
-static void handle_completion(struct front *f, struct http_conn *c, const char *body, size_t len,
-                              int chat)
+/* ---------------------------------------------------------------- routing and relaying */
+
+static struct fwd_count *fwd_count(struct front *f, uint64_t node)
+{
+    for (int i = 0; i < f->n_fwd; i++)
+        if (f->fwd[i].node == node) return &f->fwd[i];
+    if (f->n_fwd == (int)(sizeof f->fwd / sizeof f->fwd[0])) return NULL;
+    f->fwd[f->n_fwd] = (struct fwd_count){.node = node};
+    return &f->fwd[f->n_fwd++];
+}
+
+/* Where a completion goes (enum relay_route). Front thread and relay threads: reads only atomics
+ * and the thread-safe ext->route. With the model loaded here, whatever is not another node is
+ * served here ("none": this node's queue is the demand the planner sees). */
+static int front_route(void *ctx, const char *model, int prompt_tokens, char *addr, size_t cap,
+                       uint64_t *node)
+{
+    struct front *f = ctx;
+    const struct front_ext *ext = atomic_load(&f->ext);
+    int here = atomic_load(&f->model) && atomic_load(&f->sched);
+    char err[ERRMSG_LEN];
+    *node = 0;
+    if (!ext || !ext->route) return here ? RELAY_ROUTE_LOCAL : RELAY_ROUTE_NONE;
+    if (ext->route(ext->ctx, model, prompt_tokens, addr, cap, node, err)) {
+        log_warn("route", "%s", err);
+        return here ? RELAY_ROUTE_LOCAL : RELAY_ROUTE_NONE;
+    }
+    if (strcmp(addr, "local") && strcmp(addr, "none") && addr[0]) return RELAY_ROUTE_REMOTE;
+    return here ? RELAY_ROUTE_LOCAL : RELAY_ROUTE_NONE;
+}
+
+/* A request that names no token ids is routed before a tokenizer saw it (this node may have
+ * none): about four bytes a token, the planner's prediction needs no more. */
+static int estimate_tokens(const struct completion_request *cr)
+{
+    if (cr->prompt_ids) return cr->n_prompt_ids;
+    size_t bytes = cr->prompt ? strlen(cr->prompt) : 0;
+    for (int i = 0; i < cr->n_messages; i++)
+        bytes += cr->messages[i].content ? strlen(cr->messages[i].content) + 8 : 8;
+    return (int)(bytes / 4 + 1);
+}
+
+/* Relay the request to addr (node), or hold it (addr NULL) until the route names a node. */
+static void forward(struct front *f, struct http_conn *c, const struct http_request *req,
+                    const char *body, size_t len, int chat, const char *model, int prompt_tokens,
+                    const char *addr, uint64_t node)
+{
+    const struct front_ext *ext = atomic_load(&f->ext);
+    struct api_error e;
+    char err[ERRMSG_LEN];
+    struct front_req *fr = calloc(1, sizeof *fr);
+    if (fr) fr->body = malloc(len + 1);
+    if (!fr || !fr->body) {
+        if (fr) free(fr);
+        api_error_set(&e, 500, "server_error", NULL, "out of memory");
+        send_error(f, c, &e);
+        return;
+    }
+    memcpy(fr->body, body, len);
+    fr->body_len = len;
+    fr->req = *req;
+    fr->f = f;
+    fr->conn = c;
+    fr->chat = chat;
+    struct relay_config rc = {.target = addr,
+                              .target_node = node,
+                              .path = req->path,
+                              .body = body,
+                              .body_len = len,
+                              .bearer = req->has_auth ? req->bearer : NULL,
+                              .self = ext ? ext->node_id : 0,
+                              .model = model,
+                              .prompt_tokens = prompt_tokens,
+                              .connect_timeout_ms = f->cfg.forward_connect_ms,
+                              .idle_timeout_ms = f->cfg.forward_idle_ms,
+                              .hold_ms = f->cfg.forward_hold_ms,
+                              .route = front_route,
+                              .route_ctx = f,
+                              .wake = front_wake,
+                              .wake_ctx = f};
+    if (!(fr->relay = relay_start(&rc, err))) {
+        free(fr->body);
+        free(fr);
+        api_error_set(&e, 500, "server_error", NULL, "%s", err);
+        send_error(f, c, &e);
+        return;
+    }
+    fr->relay_next = f->relays;
+    if (f->relays) f->relays->relay_prev = fr;
+    f->relays = fr;
+    http_conn_set_user(c, fr);
+    if (addr) {
+        fr->node = node;
+        struct fwd_count *k = fwd_count(f, node);
+        if (k) k->forwarded++;
+    }
+    if (addr)
+        log_info("route", "%s (about %d prompt tokens): forwarded to node %llu at %s", req->path,
+                 prompt_tokens, (unsigned long long)node, addr);
+    else
+        log_info("route", "%s: no replica of %s yet: held for up to %d ms", req->path,
+                 model[0] ? model : "the model", f->cfg.forward_hold_ms);
+}
+
+static void handle_completion(struct front *f, struct http_conn *c, const struct http_request *req,
+                              const char *body, size_t len, int chat, int may_route);
+
+/* What a relay queued since last time, written to its client. */
+static void relay_deliver(struct front *f, struct front_req *fr)
+{
+    struct relay_out o;
+    if (!relay_take(fr->relay, &o)) return;
+    struct http_conn *c = fr->conn;
+    if (o.node && !fr->node) {
+        fr->node = o.node;
+        struct fwd_count *k = fwd_count(f, o.node);
+        if (k) k->forwarded++;
+    }
+    if (o.local) {
+        /* Held, and this node can serve it now. */
+        log_info("route", "%s: held request served here", fr->req.path);
+        struct http_request req = fr->req;
+        char *body = fr->body;
+        size_t len = fr->body_len;
+        int chat = fr->chat;
+        fr->body = NULL;
+        front_req_free(fr);
+        handle_completion(f, c, &req, body, len, chat, 0);
+        free(body);
+        return;
+    }
+    if (o.head) {
+        fr->status = o.status;
+        snprintf(fr->content_type, sizeof fr->content_type, "%s", o.content_type);
+        snprintf(fr->extra_headers, sizeof fr->extra_headers, "%s", o.extra_headers);
+        fr->event_stream = !strncmp(o.content_type, "text/event-stream", 17);
+        if (o.streamed) {
+            http_stream_begin(c, o.status, o.content_type);
+            fr->began = 1;
+        }
+    }
+    if (o.data && fr->began) http_stream_write(c, o.data, o.len);
+    if (o.failed) {
+        struct fwd_count *k = fwd_count(f, fr->node);
+        if (k) k->failed++;
+        log_warn("route", "%s", o.error);
+        struct api_error e;
+        api_error_set(&e, o.fail_status, "server_error", NULL, "%s", o.error);
+        e.code = o.fail_status == 503 ? "no_replica" : "upstream_failed";
+        if (fr->began) {
+            /* The headers are out: report inside the stream, after the last whole event. */
+            if (fr->event_stream) {
+                char *j = api_error_json(&e);
+                if (j) sse(c, j);
+                free(j);
+                sse(c, "[DONE]");
+            }
+            http_stream_end(c);
+        } else {
+            send_json(f, c, e.status, api_error_json(&e),
+                      e.status == 503 ? "Retry-After: 1\r\n" : NULL);
+        }
+        front_req_free(fr);
+    } else if (o.done) {
+        if (fr->began)
+            http_stream_end(c);
+        else
+            http_respond(c, fr->status, fr->content_type, o.data ? o.data : "", o.len,
+                         fr->extra_headers[0] ? fr->extra_headers : NULL);
+        front_req_free(fr);
+    }
+    free(o.data);
+}
+
+/* ---------------------------------------------------------------- completions (here) */
+
+static void handle_completion(struct front *f, struct http_conn *c, const struct http_request *req,
+                              const char *body, size_t len, int chat, int may_route)
 {
     struct api_error e;
     const struct front_model *m = atomic_load(&f->model);
     struct scheduler *s = atomic_load(&f->sched);
-    if (!m || !s) {
+    const struct front_ext *ext = atomic_load(&f->ext);
+    int route = may_route && !req->forwarded && ext && ext->route;
+    if ((!m || !s) && !route) {
         api_error_set(&e, 503, "server_error", NULL,
                       "The model is still loading; retry shortly (see /health).");
         send_error(f, c, &e);
@@ -380,6 +633,17 @@ static void handle_completion(struct front *f, struct http_conn *c, const char *
     struct completion_request cr;
     if (completion_request_parse(body, len, chat, &cr, &e)) {
         send_error(f, c, &e);
+        return;
+    }
+    char addr[RELAY_ADDR_LEN];
+    uint64_t node = 0;
+    if (!m || !s) {
+        /* Nothing here to serve it with: another node, or held until there is one. */
+        int est = estimate_tokens(&cr);
+        int rt = front_route(f, cr.model, est, addr, sizeof addr, &node);
+        forward(f, c, req, body, len, chat, cr.model, est, rt == RELAY_ROUTE_REMOTE ? addr : NULL,
+                node);
+        completion_request_free(&cr);
         return;
     }
     int *ids = NULL, n = 0;
@@ -412,6 +676,12 @@ static void handle_completion(struct front *f, struct http_conn *c, const char *
                       max_tokens);
         goto fail;
     }
+    if (route && front_route(f, cr.model, n, addr, sizeof addr, &node) == RELAY_ROUTE_REMOTE) {
+        free(ids);
+        forward(f, c, req, body, len, chat, cr.model, n, addr, node);
+        completion_request_free(&cr);
+        return;
+    }
     struct sreq *r = sreq_new();
     struct front_req *fr = calloc(1, sizeof *fr);
     if (!r || !fr) {
@@ -442,6 +712,7 @@ static void handle_completion(struct front *f, struct http_conn *c, const char *
     fr->f = f;
     fr->conn = c;
     fr->r = r;
+    snprintf(fr->model, sizeof fr->model, "%s", m->name);
     fr->chat = chat;
     fr->stream = cr.stream;
     fr->include_usage = cr.include_usage;
@@ -528,7 +799,8 @@ static void on_request(void *ctx, struct http_conn *c, const struct http_request
         return;
     }
     if (!post) goto method;
-    handle_completion(f, c, body, len, is_chat);
+    if (req->forwarded) f->forwarded_in++;
+    handle_completion(f, c, req, body, len, is_chat, 1);
     return;
 method:
     api_error_set(&e, 405, "invalid_request_error", NULL, "Method %s is not allowed for %s.",
@@ -542,7 +814,10 @@ static void on_abort(void *ctx, struct http_conn *c, void *user)
     struct front_req *fr = user;
     (void)c;
     struct scheduler *s = atomic_load(&f->sched);
-    if (s) sched_cancel(s, fr->r);
+    if (fr->r && s) sched_cancel(s, fr->r);
+    if (fr->relay)
+        log_info("route", "client gone: the forward to node %llu is cancelled",
+                 (unsigned long long)fr->node);
     fr->conn = NULL;
     front_req_free(fr);
 }
@@ -578,6 +853,11 @@ static void on_wake(void *ctx)
         if (r->user) deliver(f, r->user);
         sreq_put(r);
         r = next;
+    }
+    struct front_req *fr = f->relays, *fnext;
+    for (; fr; fr = fnext) {
+        fnext = fr->relay_next;
+        relay_deliver(f, fr);
     }
     atomic_fetch_add(&f->wake_passes, 1);
 }

@@ -9,6 +9,16 @@
  * [DONE]\n\n"). A client that disconnects cancels its request. Until front_set_ready(), completions
  * get 503 and /health reports the load progress.
  *
+ * In a cluster (a front_ext with `route`), every completion asks the route where it goes before
+ * it is submitted here, and also when this node has no model at all (an empty or scaled-down
+ * member still answers): another node's API -> the request is relayed there (serving/api/relay.h)
+ * and its answer streamed back through this connection; "local" -> served here; "none" (no
+ * replica anywhere) -> served here when this node has the model loaded (its queue is the demand
+ * the planner sees), else held by the relay until a replica appears (503 with Retry-After after
+ * hold_ms). A request carrying X-Strata-Forwarded was relayed by another node and is never
+ * forwarded again. Requests the API rejects (bad JSON, auth, context length when the model is
+ * here) are answered by the node the client reached, as a single node would.
+ *
  * /health always carries "pid" and "processes" (entries of /proc/[0-9]*): on the appliance the
  * server is PID 1 and alone, and the boot tests check that. */
 #ifndef STRATA_SERVE_FRONT_H
@@ -21,6 +31,7 @@
 #include "serving/sched/scheduler.h"
 
 #include <stddef.h>
+#include <stdint.h>
 
 struct front_model {
     const char *name; /* model id in responses and /v1/models */
@@ -38,6 +49,8 @@ struct front_model {
 struct front_config {
     const char *api_key;               /* NULL: no authentication */
     int default_max_tokens_completion; /* OpenAI's legacy default is 16 */
+    /* forwarding (0: defaults 3000 ms, 120000 ms, 20000 ms; see serving/api/relay.h) */
+    int forward_connect_ms, forward_idle_ms, forward_hold_ms;
 };
 
 struct front;
@@ -58,12 +71,18 @@ void front_set_ready(struct front *f, const struct front_model *model, struct sc
 void front_set_unready(struct front *f, const char *stage);
 struct http_handler front_handler(struct front *f);
 /* Extensions served by other subsystems (the cluster's control plane): `get` answers GET routes
- * the front does not know (malloc'd JSON, NULL: 404), `metrics` appends text to /metrics. Both run
- * on the front thread and must be thread-safe. Set once; NULL fields are skipped. */
+ * the front does not know (malloc'd JSON, NULL: 404), `metrics` appends text to /metrics, `route`
+ * says where a completion of `model` (the request's "model", may be "") with prompt_tokens goes:
+ * addr = "local", "none", or the chosen node's API "host:port" with *node its id (0, or -1 with
+ * err). They run on the front thread, route also on relay threads: all must be thread-safe. Set
+ * once; NULL fields are skipped. */
 struct front_ext {
     void *ctx;
     char *(*get)(void *ctx, const char *path, size_t *len);
     char *(*metrics)(void *ctx, size_t *len);
+    int (*route)(void *ctx, const char *model, int prompt_tokens, char *addr, size_t cap,
+                 uint64_t *node, char *err);
+    uint64_t node_id; /* this node's id: X-Strata-Forwarded of what it relays */
 };
 void front_set_ext(struct front *f, const struct front_ext *ext);
 /* sched_ops.notify / sched_ops.wake */

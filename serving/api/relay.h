@@ -1,0 +1,95 @@
+/* relay: one API request forwarded to another node's API, its answer streamed back.
+ *
+ * The front (serving/api/serve_front.h) hands a completion request the routing table sends
+ * elsewhere to relay_start(). A thread of the relay's own connects to the chosen node's API over
+ * TCP, sends the same request (HTTP/1.1, the same path and body, the client's bearer token, and
+ * X-Strata-Forwarded: <this node's id>, which the receiving front honours by never forwarding it
+ * again: no loops), reads the answer with the http_response reader and queues what arrives. The
+ * front takes it on its own thread (relay_take, after the relay's wake callback woke the loop) and
+ * writes it to the client's connection as the server's framing requires: a Content-Length answer
+ * as one body, a chunked one (SSE) chunk by chunk as it arrives, whole events only (an event cut
+ * by a dying upstream never reaches the client).
+ *
+ * Why a thread per forwarded request and not non-blocking sockets in the front's loop: the loop
+ * (serving/api/http_server.h) owns client connections and knows nothing of outgoing ones; a
+ * blocking connect/poll/recv loop with timeouts is a page that reads top to bottom, a forwarded
+ * request is a few hundred bytes and lives as long as its answer, and the front already has the
+ * cross-thread path this needs (a mutex-guarded queue plus the loop's wake, as the scheduler
+ * uses). Threads cost a stack each; the connection limit of the front bounds them.
+ *
+ * Failures are answers, never hangs: the upstream unreachable within connect_timeout_ms, silent
+ * for idle_timeout_ms (TCP keepalive also notices a dead machine), closing mid-answer, or sending
+ * something that is not HTTP ends the relay with `failed` set, a status (502, or 504 for a
+ * timeout) and a message naming the node. A request with no target yet (the routing table has no
+ * replica) is held: the relay asks cfg->route again every RELAY_HOLD_POLL_MS for up to hold_ms,
+ * then fails with 503 (Retry-After) or ends with `local` set when the route names this node.
+ *
+ * relay_cancel() is the front's last call on a relay (the answer was delivered, or the client
+ * went away): it stops the thread (the upstream connection is closed, which cancels the request
+ * there too) and, once the thread is out, frees the relay. After relay_cancel returns the thread
+ * makes no more callbacks. */
+#ifndef STRATA_RELAY_H
+#define STRATA_RELAY_H
+
+#include "os/common/errmsg.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define RELAY_HOLD_POLL_MS 50
+#define RELAY_ADDR_LEN     64
+#define RELAY_MAX_PENDING  (16u << 20) /* bytes queued for a client that does not take them */
+
+enum relay_route { RELAY_ROUTE_LOCAL, RELAY_ROUTE_REMOTE, RELAY_ROUTE_NONE };
+
+struct relay_config {
+    const char *target;   /* the chosen node's API "host:port"; NULL or "": hold, ask route */
+    uint64_t target_node; /* its id (messages, metrics) */
+    const char *path;     /* "/v1/completions", "/v1/chat/completions" */
+    const char *body;
+    size_t body_len;
+    const char *bearer; /* the client's bearer token, NULL: none */
+    uint64_t self;      /* this node's id: the X-Strata-Forwarded value */
+    const char *model;  /* for route while held */
+    int prompt_tokens;
+    int connect_timeout_ms, idle_timeout_ms, hold_ms;
+    /* Thread-safe: where the request goes now (enum relay_route; addr and node for REMOTE). */
+    int (*route)(void *ctx, const char *model, int prompt_tokens, char *addr, size_t cap,
+                 uint64_t *node);
+    void *route_ctx;
+    /* Thread-safe, must not block: new output is queued (wakes the front's loop). */
+    void (*wake)(void *ctx);
+    void *wake_ctx;
+};
+
+/* What the front takes from a relay; one call returns everything new since the last. */
+struct relay_out {
+    int head; /* the head arrived (once): status, content_type, extra_headers, streamed */
+    int status;
+    char content_type[128];
+    char extra_headers[192]; /* "Retry-After: 1\r\n" ... as the upstream sent them */
+    int streamed;            /* chunked upstream: written to the client as it comes */
+    char *data;              /* malloc'd body bytes (streamed: since the last take; else the
+                                whole body, with done), NULL when none */
+    size_t len;
+    int done;   /* the answer is complete */
+    int failed; /* it failed: fail_status and error; nothing more comes */
+    int fail_status;
+    char error[ERRMSG_LEN];
+    int local;     /* held, and the route now names this node: serve it here */
+    uint64_t node; /* the node the request went to (0: none yet) */
+    char addr[RELAY_ADDR_LEN];
+};
+
+struct relay;
+
+/* Starts the relay's thread; NULL with err when it cannot. */
+struct relay *relay_start(const struct relay_config *cfg, char *err);
+/* Front thread: fills out with what is new; returns 1 when there was anything, else 0. */
+int relay_take(struct relay *r, struct relay_out *out);
+void relay_cancel(struct relay *r);
+
+/* The request bytes the relay sends (exposed for the unit test): malloc'd, *len its length. */
+char *relay_request_text(const struct relay_config *cfg, size_t *len);
+
+#endif
