@@ -1,6 +1,7 @@
 #include "cluster/coop.h"
 
 #include "os/common/errmsg.h"
+#include "os/runtime/clock.h"
 #include "os/runtime/log.h"
 #include "serving/engine/sampler.h"
 #include "transport/wire.h"
@@ -13,16 +14,20 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define MAX_SCHEDULE 64
 
 /* Joiner: a sequence some of whose layers run on the helper. x holds, for every computed position,
- * the hidden state at the input of layer k (what was sent): the input of a KV fill. */
+ * a hidden state saved at the input of layer xl[pos] (what was sent at the time, or where the last
+ * recompute left it): the input of a KV recompute. A transfer does not advance it, so after one
+ * the older positions' inputs are of a lower layer than the newer ones'. */
 struct jseq {
     unsigned id;
     unsigned session; /* the helper connection it was opened on */
     int opened;
     float *x; /* ctx x dim */
+    int *xl;  /* ctx */
 };
 
 /* Helper: another node's sequence; its KV blocks come from our pool. */
@@ -32,10 +37,13 @@ struct hseq {
     struct sampler smp;
     int *blocks;
     int n_blocks;
+    int n_pos;     /* positions [0, n_pos) computed here */
+    int max_layer; /* the highest first layer of any of its rows: layers [max_layer, L) of every
+                      computed position are in our KV */
 };
 
 /* Fabric thread -> compute thread. */
-enum { W_OPEN, W_ACT, W_CLOSE, W_GONE };
+enum { W_OPEN, W_ACT, W_CLOSE, W_GONE, W_KV_REQ };
 struct work {
     struct work *next;
     int kind, peer;
@@ -76,6 +84,14 @@ struct coop {
     unsigned session; /* bumped when the helper connection closes */
     int helper_open;
     char helper_why[256];
+    /* KV transfers: the request being answered (0: none) and its chunks, under mu */
+    uint64_t kv_want, kv_req_id;
+    struct work *kv_head, *kv_tail;
+    void *kv_k, *kv_v; /* one chunk's keys and values in host order (helper too) */
+    /* the cost model (compute thread): measured KV transfer rate (bytes/s) and recompute time per
+     * layer x position (s); before the first recompute, the local layers' time per row and layer */
+    double link_bps, lp_s, lp_prior_s;
+    int logged_k0, logged_k1;
 
     /* helper */
     struct scheduler *sched;
@@ -97,6 +113,24 @@ struct coop {
 };
 
 /* ---------------------------------------------------------------- set-up */
+
+int coop_kv_parse(const char *s)
+{
+    return !strcmp(s, "auto")        ? COOP_KV_AUTO
+           : !strcmp(s, "transfer")  ? COOP_KV_TRANSFER
+           : !strcmp(s, "recompute") ? COOP_KV_RECOMPUTE
+           : !strcmp(s, "compare")   ? COOP_KV_COMPARE
+                                     : -1;
+}
+
+int coop_kv_fault_parse(const char *s)
+{
+    return !strcmp(s, "seq")     ? KV_FAULT_SEQ
+           : !strcmp(s, "layer") ? KV_FAULT_LAYER
+           : !strcmp(s, "short") ? KV_FAULT_SHORT
+           : !strcmp(s, "die")   ? KV_FAULT_DIE
+                                 : -1;
+}
 
 static int parse_schedule(struct coop *c, const char *s, char *err)
 {
@@ -138,6 +172,11 @@ struct coop *coop_new(const struct coop_config *cfg, char *err)
         free(c);
         return NULL;
     }
+    if (cfg->kv_mode < COOP_KV_AUTO || cfg->kv_mode > COOP_KV_COMPARE) {
+        errmsg_set(err, "coop: KV mode %d unknown", cfg->kv_mode);
+        free(c);
+        return NULL;
+    }
     if (cfg->dtype != WIRE_F32 && cfg->dtype != WIRE_F16 && cfg->dtype != WIRE_BF16) {
         errmsg_set(err, "coop: activation dtype %d unknown", cfg->dtype);
         free(c);
@@ -169,6 +208,8 @@ struct coop *coop_new(const struct coop_config *cfg, char *err)
     c->b_rows = malloc((size_t)T * sizeof *c->b_rows);
     c->b_blocks = malloc((size_t)T * sizeof *c->b_blocks);
     c->toks = malloc(WIRE_MAX_ACT_TOKENS * sizeof *c->toks);
+    c->kv_k = malloc(WIRE_MAX_MSG / 2);
+    c->kv_v = malloc(WIRE_MAX_MSG / 2);
     c->v_seq = malloc(WIRE_MAX_ACT_TOKENS * sizeof *c->v_seq);
     c->v_pos = malloc(rows * sizeof *c->v_pos);
     c->v_tok = malloc(rows * sizeof *c->v_tok);
@@ -176,7 +217,8 @@ struct coop *coop_new(const struct coop_config *cfg, char *err)
     c->v_x = malloc((size_t)rows * c->dim * sizeof *c->v_x);
     if (!c->x || !c->out || !c->reply || !c->hx || !c->logits || !c->a_seq || !c->a_pos ||
         !c->a_tok || !c->a_flags || !c->b_pos || !c->b_tok || !c->b_rows || !c->b_blocks ||
-        !c->toks || !c->v_seq || !c->v_pos || !c->v_tok || !c->v_flags || !c->v_x) {
+        !c->toks || !c->kv_k || !c->kv_v || !c->v_seq || !c->v_pos || !c->v_tok || !c->v_flags ||
+        !c->v_x) {
         errmsg_set(err, "coop: out of memory for the step buffers");
         coop_free(c);
         return NULL;
@@ -199,8 +241,13 @@ static void hseq_free(struct coop *c, struct hseq *h)
 void coop_free(struct coop *c)
 {
     if (!c) return;
-    for (int i = 0; i < c->n_js; i++) free(c->js[i].x);
+    for (int i = 0; i < c->n_js; i++) free(c->js[i].x), free(c->js[i].xl);
     free(c->js);
+    for (struct work *w = c->kv_head, *n; w; w = n) {
+        n = w->next;
+        free(w);
+    }
+    free(c->kv_k), free(c->kv_v);
     for (int i = 0; i < c->n_hs; i++) hseq_free(c, &c->hs[i]);
     free(c->hs);
     for (struct work *w = c->w_head, *n; w; w = n) {
@@ -381,6 +428,61 @@ static int on_activations(void *ctx, struct fabric_node *fn, int peer, const uin
     return queue_work(c, W_ACT, peer, msg, len);
 }
 
+/* A KV request: the sequence must be this peer's, the layers and positions inside the model. */
+static int on_kv_req(void *ctx, struct fabric_node *fn, int peer, const uint8_t *msg, size_t len)
+{
+    struct coop *c = ctx;
+    const char *who = fabric_node_peer_name(fn, peer);
+    char err[ERRMSG_LEN];
+    struct wire_coop_kv_req q;
+    if (wire_coop_kv_req_decode(&q, msg, len, err)) {
+        log_warn("coop", "peer %d (%s): %s", peer, who, err);
+        return -1;
+    }
+    if (ps_find(&c->ps[peer], q.seq) < 0) {
+        log_warn("coop", "peer %d (%s): KV request for sequence %u, which it never opened", peer,
+                 who, q.seq);
+        return -1;
+    }
+    if (q.layer1 > (uint32_t)c->L || q.n > (uint32_t)c->ctx) {
+        log_warn("coop", "peer %d (%s): KV request for layers [%u, %u) of %d, %u positions of %d",
+                 peer, who, q.layer0, q.layer1, c->L, q.n, c->ctx);
+        return -1;
+    }
+    return queue_work(c, W_KV_REQ, peer, msg, len);
+}
+
+/* A KV chunk: queued for the compute thread if it answers the transfer under way; a chunk of a
+ * transfer given up (refused, timed out) is dropped. */
+static int on_kv(void *ctx, struct fabric_node *fn, int peer, const uint8_t *msg, size_t len)
+{
+    struct coop *c = ctx;
+    if (peer != c->cfg.helper_peer) {
+        log_warn("coop", "peer %d (%s): KV from a node that is not our helper", peer,
+                 fabric_node_peer_name(fn, peer));
+        return -1;
+    }
+    uint64_t req = 0;
+    for (size_t i = 0; i < 8 && 1 + i < len; i++) req |= (uint64_t)msg[1 + i] << (8 * i);
+    struct work *w = malloc(sizeof *w + len);
+    if (!w) return log_error("coop", "out of memory for a %zu-byte KV chunk", len), -1;
+    *w = (struct work){.kind = W_KV_REQ, .peer = peer, .len = len};
+    memcpy(w->msg, msg, len);
+    pthread_mutex_lock(&c->mu);
+    int want = c->kv_want && req == c->kv_want;
+    if (want) {
+        if (c->kv_tail)
+            c->kv_tail->next = w;
+        else
+            c->kv_head = w;
+        c->kv_tail = w;
+        pthread_cond_broadcast(&c->cv);
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (!want) free(w);
+    return 0;
+}
+
 static int on_tokens(void *ctx, struct fabric_node *fn, int peer, const uint8_t *msg, size_t len)
 {
     struct coop *c = ctx;
@@ -428,12 +530,15 @@ int coop_attach(struct coop *c, char *err)
 {
     struct fabric_node *fn = c->cfg.fabric;
     int bad = fabric_node_on_peer(fn, on_peer, c);
-    if (c->cfg.resident < c->L || c->n_sched)
+    if (c->cfg.resident < c->L || c->n_sched) {
         bad |= fabric_node_on(fn, MSG_COOP_TOKENS, on_tokens, c);
+        bad |= fabric_node_on(fn, MSG_COOP_KV, on_kv, c);
+    }
     if (c->cfg.serve_remote) {
         bad |= fabric_node_on(fn, MSG_ACTIVATIONS, on_activations, c);
         bad |= fabric_node_on(fn, MSG_COOP_OPEN, on_open, c);
         bad |= fabric_node_on(fn, MSG_COOP_CLOSE, on_close, c);
+        bad |= fabric_node_on(fn, MSG_COOP_KV_REQ, on_kv_req, c);
     }
     return bad ? errmsg_set(err, "coop: registering on the fabric node failed") : 0;
 }
@@ -461,14 +566,18 @@ static struct jseq *js_get(struct coop *c, unsigned id, char *err)
     j = &c->js[c->n_js];
     *j = (struct jseq){.id = id};
     j->x = malloc((size_t)c->ctx * c->dim * sizeof *j->x);
-    if (!j->x) return errmsg_set(err, "coop: out of memory for sequence %u's inputs", id), NULL;
+    j->xl = malloc((size_t)c->ctx * sizeof *j->xl);
+    if (!j->x || !j->xl) {
+        free(j->x), free(j->xl);
+        return errmsg_set(err, "coop: out of memory for sequence %u's inputs", id), NULL;
+    }
     c->n_js++;
     return j;
 }
 
 static void js_drop(struct coop *c, struct jseq *j)
 {
-    free(j->x);
+    free(j->x), free(j->xl);
     *j = c->js[--c->n_js];
 }
 
@@ -581,12 +690,22 @@ static int hook_step(void *ctx, const struct batch *b, int k, const unsigned *se
         j->opened = 1;
         j->session = session;
     }
-    /* Our layers. */
-    if (engine_embed(c->e, b, c->x) || engine_layers(c->e, b, 0, k, c->x))
+    /* Our layers (their time per row and layer: the recompute cost model's prior). */
+    if (engine_embed(c->e, b, c->x))
+        return errmsg_set(err, "the embedding failed: %s", engine_error(c->e));
+    double t0 = clock_now();
+    if (engine_layers(c->e, b, 0, k, c->x))
         return errmsg_set(err, "the local layers [0, %d) failed: %s", k, engine_error(c->e));
-    for (int i = 0; i < b->n; i++)
-        memcpy(js_find(c, seq[i])->x + (size_t)b->pos[i] * c->dim, c->x + (size_t)i * c->dim,
+    if (k > 0) {
+        double per = (clock_now() - t0) / ((double)b->n * k);
+        if (c->lp_prior_s <= 0 || per < c->lp_prior_s) c->lp_prior_s = per;
+    }
+    for (int i = 0; i < b->n; i++) {
+        struct jseq *j = js_find(c, seq[i]);
+        memcpy(j->x + (size_t)b->pos[i] * c->dim, c->x + (size_t)i * c->dim,
                (size_t)c->dim * sizeof(float));
+        j->xl[b->pos[i]] = k;
+    }
     /* The rest, in messages of at most WIRE_MAX_MSG bytes, each answered before the next. */
     uint32_t per = wire_activations_max_rows((uint32_t)c->dim, (uint8_t)c->cfg.dtype);
     int lr = 0; /* logit rows handled */
@@ -645,29 +764,297 @@ static int hook_step(void *ctx, const struct batch *b, int k, const unsigned *se
     return 0;
 }
 
-/* Recompute the KV of layers [k0, k1) of sequence `seq` from the saved inputs of layer k0, in
- * chunks of the engine's step size; the saved rows become the inputs of layer k1. */
+/* ---- the KV of layers that became local */
+
+static uint8_t kv_wire_dtype(const struct kv_cache *kv)
+{
+    return kv->type == KV_F32 ? WIRE_F32 : WIRE_F16;
+}
+
+/* Layers x positions a recompute of [xl[p], k1) at positions [0, n) runs. */
+static long recompute_work(const struct jseq *j, int n, int k1)
+{
+    long lp = 0;
+    for (int p = 0; p < n; p++) lp += k1 - j->xl[p];
+    return lp;
+}
+
+/* Bring the KV of layers [.., k1) of positions [0, n) up from the saved inputs: runs of positions
+ * whose inputs are of the same layer l go through engine_layers(l, k1) in chunks of the step size,
+ * in position order (a position's attention reads the earlier ones' KV, already done), which
+ * writes the KV of [l, k1) and leaves the inputs of layer k1. */
+static int kv_recompute(struct coop *c, struct jseq *j, const int *blocks, int n, int k1, char *err)
+{
+    int T = c->e->lim.max_tokens;
+    for (int p0 = 0; p0 < n;) {
+        int l = j->xl[p0], m = 0;
+        while (p0 + m < n && m < T && j->xl[p0 + m] == l) {
+            c->b_pos[m] = p0 + m;
+            c->b_blocks[m] = blocks;
+            m++;
+        }
+        struct batch b = {.n = m, .token = c->b_tok, .pos = c->b_pos, .blocks = c->b_blocks};
+        if (l < k1 && engine_layers(c->e, &b, l, k1, j->x + (size_t)p0 * c->dim))
+            return errmsg_set(err, "coop: recomputing layers [%d, %d) of sequence %u failed: %s", l,
+                              k1, j->id, engine_error(c->e));
+        for (int i = 0; i < m; i++) j->xl[p0 + i] = k1;
+        p0 += m;
+    }
+    return 0;
+}
+
+/* The next chunk of the transfer under way: 0, -1 timed out, -2 the helper is gone. */
+static int kv_next(struct coop *c, unsigned session, struct work **out, char *err)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += c->cfg.timeout_ms / 1000;
+    until.tv_nsec += (long)(c->cfg.timeout_ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+    int rc = 0;
+    pthread_mutex_lock(&c->mu);
+    while (!c->kv_head) {
+        if (c->session != session) {
+            rc = -2;
+            errmsg_set(err, "the connection failed: %s", c->helper_why);
+            break;
+        }
+        if (pthread_cond_timedwait(&c->cv, &c->mu, &until) == ETIMEDOUT) {
+            rc = -1;
+            errmsg_set(err, "no chunk within %d ms", c->cfg.timeout_ms);
+            break;
+        }
+    }
+    if (!rc) {
+        *out = c->kv_head;
+        c->kv_head = c->kv_head->next;
+        if (!c->kv_head) c->kv_tail = NULL;
+    }
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+/* Stop accepting chunks of the transfer under way; drop what came. */
+static void kv_forget(struct coop *c)
+{
+    pthread_mutex_lock(&c->mu);
+    struct work *w = c->kv_head;
+    c->kv_head = c->kv_tail = NULL;
+    c->kv_want = 0;
+    pthread_mutex_unlock(&c->mu);
+    for (struct work *n; w; w = n) {
+        n = w->next;
+        free(w);
+    }
+}
+
+/* Check one chunk against what we asked and where the transfer is; install its rows. */
+static int kv_install(struct coop *c, const struct wire_coop_kv_req *q, const int *blocks,
+                      const struct work *w, int layer, int pos, int *rows, char *err)
+{
+    struct wire_coop_kv m;
+    const struct kv_cache *kv = &c->e->kv;
+    uint8_t dt = kv_wire_dtype(kv);
+    uint32_t per = wire_coop_kv_max_rows((uint32_t)kv->kv_dim, dt);
+    if (wire_coop_kv_decode(&m, w->msg, w->len, err)) return -1;
+    if (m.req != q->req)
+        return errmsg_set(err, "a chunk of request %llu, we asked %llu", (unsigned long long)m.req,
+                          (unsigned long long)q->req);
+    if (m.seq != q->seq)
+        return errmsg_set(err, "a chunk for sequence %u, we asked for sequence %u", m.seq, q->seq);
+    if (m.status) return errmsg_set(err, "the helper could not send it: %s", m.error);
+    if (m.layer != (uint32_t)layer)
+        return errmsg_set(err, "a chunk for layer %u, we expect layer %d", m.layer, layer);
+    if (m.pos0 != (uint32_t)pos || m.n > q->n - (uint32_t)pos || m.n > per)
+        return errmsg_set(err, "a chunk of positions [%u, %u) of layer %d, we expect from %d to %u",
+                          m.pos0, m.pos0 + m.n, layer, pos, q->n);
+    if (m.kv_dim != (uint32_t)kv->kv_dim || m.dtype != dt)
+        return errmsg_set(err, "a chunk of kv_dim %u dtype %u, our cache has %d of dtype %u",
+                          m.kv_dim, m.dtype, kv->kv_dim, dt);
+    size_t count = (size_t)m.n * m.kv_dim;
+    wire_coop_kv_elems(c->kv_k, m.k, count, m.dtype);
+    wire_coop_kv_elems(c->kv_v, m.v, count, m.dtype);
+    kv_rows_write(&c->e->kv, layer, blocks, pos, (int)m.n, c->kv_k, c->kv_v);
+    *rows = (int)m.n;
+    return 0;
+}
+
+/* Fetch the KV of layers [k0, k1) at positions [0, n) of sequence j from the helper into our
+ * blocks. 0 (bytes: what came), -1 refused or failed, or no helper to ask (err: why; the caller
+ * recomputes, and the scheduler's lost check fails what the helper took with it), -2 the helper
+ * went away during the transfer. */
+static int kv_transfer(struct coop *c, struct jseq *j, const int *blocks, int n, int k0, int k1,
+                       size_t *bytes, char *err)
+{
+    pthread_mutex_lock(&c->mu);
+    unsigned session = c->session;
+    int open = c->helper_open;
+    pthread_mutex_unlock(&c->mu);
+    if (!open || !j->opened || j->session != session)
+        return errmsg_set(err, "the helper is not connected (%s)", c->helper_why);
+    struct wire_coop_kv_req q = {.req = ++c->kv_req_id,
+                                 .seq = j->id,
+                                 .layer0 = (uint32_t)k0,
+                                 .layer1 = (uint32_t)k1,
+                                 .n = (uint32_t)n,
+                                 .dtype = kv_wire_dtype(&c->e->kv)};
+    pthread_mutex_lock(&c->mu);
+    c->kv_want = q.req;
+    pthread_mutex_unlock(&c->mu);
+    size_t len = wire_coop_kv_req_encode(c->out, WIRE_MAX_MSG, &q);
+    int rc = 0;
+    *bytes = 0;
+    if (!len || fabric_node_send(c->cfg.fabric, c->cfg.helper_peer, c->out, len, err)) rc = -1;
+    for (int layer = k0, pos = 0; !rc && layer < k1;) {
+        struct work *w;
+        if ((rc = kv_next(c, session, &w, err))) break;
+        int rows = 0;
+        if (kv_install(c, &q, blocks, w, layer, pos, &rows, err)) {
+            rc = -1;
+        } else {
+            *bytes += w->len;
+            if ((pos += rows) == n) layer++, pos = 0;
+        }
+        free(w);
+    }
+    kv_forget(c);
+    return rc;
+}
+
+/* auto: transfer when bytes / link rate < layer-positions x recompute time, each as this node
+ * measured it (the last transfers and recomputes). The first transfer is the link's probe: the
+ * split steps' round trips include the helper's compute and say nothing useful about the link
+ * (on a 6-of-12-layer split they showed 2.6 MB/s where a KV transfer ran at 129 MB/s), while the
+ * local layers' time per row is a fair first estimate of recompute. */
+static int want_transfer(struct coop *c, struct jseq *j, int n, int k0, int k1)
+{
+    const struct kv_cache *kv = &c->e->kv;
+    double bytes = 2.0 * (k1 - k0) * n * kv->kv_dim * (double)kv->elt;
+    long lp = recompute_work(j, n, k1);
+    double per = c->lp_s > 0 ? c->lp_s : c->lp_prior_s;
+    double est_t = c->link_bps > 0 ? bytes / c->link_bps : -1;
+    double est_r = per > 0 ? (double)lp * per : -1;
+    int transfer = est_t < 0 || est_r < 0 || est_t < est_r;
+    if (c->logged_k0 != k0 || c->logged_k1 != k1) {
+        char t[128];
+        c->logged_k0 = k0, c->logged_k1 = k1;
+        if (est_t < 0)
+            snprintf(t, sizeof t, "%.2f MB, no transfer measured yet: this one measures the link",
+                     bytes / 1e6);
+        else
+            snprintf(t, sizeof t, "%.1f ms, %.2f MB at a measured %.1f MB/s", est_t * 1e3,
+                     bytes / 1e6, c->link_bps / 1e6);
+        log_info("coop",
+                 "KV of layers [%d, %d): %s (sequence %u: transfer %s; recompute %.1f ms, %ld "
+                 "layer-positions at %.2f us %s)",
+                 k0, k1, transfer ? "transfer" : "recompute", j->id, t, est_r * 1e3, lp, per * 1e6,
+                 c->lp_s > 0 ? "measured" : "as the local layers ran");
+    }
+    return transfer;
+}
+
+static void kv_measured(double *ewma, double v)
+{
+    *ewma = *ewma > 0 ? 0.5 * *ewma + 0.5 * v : v;
+}
+
+static int recompute_timed(struct coop *c, struct jseq *j, const int *blocks, int n, int k0, int k1,
+                           double *secs, char *err)
+{
+    long lp = recompute_work(j, n, k1);
+    double t0 = clock_now();
+    if (kv_recompute(c, j, blocks, n, k1, err)) return -1;
+    *secs = clock_now() - t0;
+    if (lp > 0) kv_measured(&c->lp_s, *secs / (double)lp);
+    if (c->m)
+        atomic_fetch_add_explicit(&c->m->coop_fill_layers, (unsigned long long)(k1 - k0),
+                                  memory_order_relaxed);
+    return 0;
+}
+
+/* compare: the transferred rows of [k0, k1) are kept aside, recompute runs over them, and the two
+ * are compared byte for byte. */
+static void compare_with_recompute(struct coop *c, struct jseq *j, const int *blocks, int n, int k0,
+                                   int k1, double t_x, size_t bytes)
+{
+    const struct kv_cache *kv = &c->e->kv;
+    size_t row = (size_t)n * kv->kv_dim * kv->elt, lay = (size_t)(k1 - k0);
+    uint8_t *saved = malloc(2 * lay * row), *now = malloc(2 * row);
+    char err[ERRMSG_LEN];
+    double t_r = 0;
+    if (!saved || !now) {
+        free(saved), free(now);
+        return log_warn("coop", "compare: out of memory for %zu bytes", 2 * lay * row);
+    }
+    for (size_t l = 0; l < lay; l++)
+        kv_rows_read(kv, k0 + (int)l, blocks, 0, n, saved + 2 * l * row, saved + (2 * l + 1) * row);
+    if (recompute_timed(c, j, blocks, n, k0, k1, &t_r, err)) {
+        free(saved), free(now);
+        return log_warn("coop", "compare: %s", err);
+    }
+    int differ = 0;
+    for (size_t l = 0; l < lay; l++) {
+        kv_rows_read(kv, k0 + (int)l, blocks, 0, n, now, now + row);
+        differ += memcmp(now, saved + 2 * l * row, 2 * row) != 0;
+    }
+    log_info("coop",
+             "KV of layers [%d, %d) x %d positions of sequence %u: transfer %.1f ms (%.2f MB, "
+             "%.1f MB/s), recompute %.1f ms: %s",
+             k0, k1, n, j->id, t_x * 1e3, (double)bytes / 1e6,
+             t_x > 0 ? (double)bytes / t_x / 1e6 : 0.0, t_r * 1e3,
+             differ ? "DIFFERENT bytes" : "identical bytes");
+    if (differ) log_warn("coop", "compare: %d of %zu layers differ", differ, lay);
+    free(saved), free(now);
+}
+
+/* k rose from k0 to k1: the KV of layers [k0, k1) of sequence `seq`, positions [0, n), into its
+ * blocks: transferred or recomputed (--coop-kv), a failed or refused transfer recomputed. 1
+ * transferred, 0 recomputed, -1 failed (err). */
 static int hook_fill(void *ctx, unsigned seq, const int *blocks, int n, int k0, int k1, char *err)
 {
     struct coop *c = ctx;
     struct jseq *j = js_find(c, seq);
     if (!j) return errmsg_set(err, "coop: sequence %u has no saved inputs of layer %d", seq, k0);
-    int T = c->e->lim.max_tokens;
-    for (int p0 = 0; p0 < n; p0 += T) {
-        int m = n - p0 < T ? n - p0 : T;
-        for (int i = 0; i < m; i++) {
-            c->b_pos[i] = p0 + i;
-            c->b_blocks[i] = blocks;
-        }
-        struct batch b = {.n = m, .token = c->b_tok, .pos = c->b_pos, .blocks = c->b_blocks};
-        if (engine_layers(c->e, &b, k0, k1, j->x + (size_t)p0 * c->dim))
-            return errmsg_set(err, "coop: recomputing layers [%d, %d) of sequence %u failed: %s",
-                              k0, k1, seq, engine_error(c->e));
+    int mode = c->cfg.kv_mode, transfer = mode != COOP_KV_RECOMPUTE;
+    if (transfer && c->e->be->kv_on_device) {
+        if (mode != COOP_KV_AUTO)
+            log_warn("coop", "--coop-kv %s: the %s backend keeps its KV on the device; recomputing",
+                     mode == COOP_KV_TRANSFER ? "transfer" : "compare", c->e->be->name);
+        transfer = 0;
     }
-    if (c->m)
-        atomic_fetch_add_explicit(&c->m->coop_fill_layers, (unsigned long long)(k1 - k0),
-                                  memory_order_relaxed);
-    return 0;
+    if (transfer && mode == COOP_KV_AUTO) transfer = want_transfer(c, j, n, k0, k1);
+    if (transfer && mode == COOP_KV_COMPARE) want_transfer(c, j, n, k0, k1); /* auto's estimate */
+    double secs;
+    if (transfer) {
+        size_t bytes = 0;
+        char why[ERRMSG_LEN];
+        double t0 = clock_now();
+        int rc = kv_transfer(c, j, blocks, n, k0, k1, &bytes, why);
+        secs = clock_now() - t0;
+        const char *helper = fabric_node_peer_name(c->cfg.fabric, c->cfg.helper_peer);
+        if (!rc) {
+            if (secs > 0) kv_measured(&c->link_bps, (double)bytes / secs);
+            if (c->m) {
+                atomic_fetch_add_explicit(&c->m->coop_kv_layers, (unsigned long long)(k1 - k0),
+                                          memory_order_relaxed);
+                atomic_fetch_add_explicit(&c->m->coop_kv_bytes, (unsigned long long)bytes,
+                                          memory_order_relaxed);
+            }
+            if (mode == COOP_KV_COMPARE)
+                compare_with_recompute(c, j, blocks, n, k0, k1, secs, bytes);
+            return 1;
+        }
+        /* the helper went away: the upper layers' KV went with it, unless none is left there */
+        if (rc == -2 && k1 < c->L)
+            return errmsg_set(err,
+                              "helper %s failed during the KV transfer of layers [%d, %d) of "
+                              "sequence %u: %s",
+                              helper, k0, k1, seq, why);
+        log_warn("coop",
+                 "helper %s: KV of layers [%d, %d) of sequence %u refused: %s; recomputing it",
+                 helper, k0, k1, seq, why);
+    }
+    return recompute_timed(c, j, blocks, n, k0, k1, &secs, err) ? -1 : 0;
 }
 
 static const char *hook_lost(void *ctx, unsigned seq)
@@ -786,6 +1173,8 @@ static void do_activations(struct coop *c, const struct work *w)
             snprintf(err, sizeof err, "sequence %u is not open here", c->a_seq[i]);
             return reply_error(c, w->peer, a.step, err);
         }
+        if ((int)c->a_pos[i] + 1 > h->n_pos) h->n_pos = (int)c->a_pos[i] + 1;
+        if ((int)a.layer > h->max_layer) h->max_layer = (int)a.layer;
         int need = kv_blocks_for(&c->e->kv, (int)c->a_pos[i] + 1);
         while (h->n_blocks < need) {
             int blk = kv_block_alloc(&c->e->kv);
@@ -848,6 +1237,88 @@ static void do_activations(struct coop *c, const struct work *w)
     }
 }
 
+static void kv_reply_error(struct coop *c, int peer, const struct wire_coop_kv_req *q,
+                           const char *why)
+{
+    struct wire_coop_kv m = {.req = q->req,
+                             .seq = q->seq,
+                             .status = 1,
+                             .layer = q->layer0,
+                             .kv_dim = (uint32_t)c->e->kv.kv_dim,
+                             .dtype = q->dtype};
+    snprintf(m.error, sizeof m.error, "%s", why);
+    size_t len = wire_coop_kv_encode(c->out, WIRE_MAX_MSG, &m);
+    char err[ERRMSG_LEN];
+    log_warn("coop", "peer %d: KV of layers [%u, %u) of sequence %u not sent: %s", peer, q->layer0,
+             q->layer1, q->seq, why);
+    if (len) fabric_node_send(c->cfg.fabric, peer, c->out, len, err);
+}
+
+/* A joiner raised its k: the KV rows of layers [layer0, layer1) at positions [0, n) of its
+ * sequence, read from our blocks between our steps and sent in chunks of at most WIRE_MAX_MSG. */
+static void do_kv_req(struct coop *c, const struct work *w)
+{
+    struct wire_coop_kv_req q;
+    char err[ERRMSG_LEN];
+    if (wire_coop_kv_req_decode(&q, w->msg, w->len, err)) return; /* checked on the fabric thread */
+    const struct kv_cache *kv = &c->e->kv;
+    uint8_t dt = kv->type == KV_F32 ? WIRE_F32 : WIRE_F16;
+    struct hseq *h = hs_find(c, w->peer, q.seq);
+    if (!h) return kv_reply_error(c, w->peer, &q, "the sequence is not open here");
+    if (c->e->be->kv_on_device) {
+        snprintf(err, sizeof err, "the helper's %s backend keeps its KV on the device",
+                 c->e->be->name);
+        return kv_reply_error(c, w->peer, &q, err);
+    }
+    if (q.dtype != dt) {
+        snprintf(err, sizeof err, "the helper's KV cache is %s, the request wants %s",
+                 kv_type_name(kv->type), q.dtype == WIRE_F32 ? "f32" : "f16");
+        return kv_reply_error(c, w->peer, &q, err);
+    }
+    if (q.n > (uint32_t)h->n_pos || q.layer0 < (uint32_t)h->max_layer) {
+        snprintf(err, sizeof err,
+                 "layers [%u, %u) of positions [0, %u) asked, layers [%d, %d) of positions [0, %d) "
+                 "are here",
+                 q.layer0, q.layer1, q.n, h->max_layer, c->L, h->n_pos);
+        return kv_reply_error(c, w->peer, &q, err);
+    }
+    uint32_t per = wire_coop_kv_max_rows((uint32_t)kv->kv_dim, dt);
+    unsigned long long sent = 0;
+    int chunks = 0;
+    for (uint32_t l = q.layer0; l < q.layer1; l++) {
+        for (uint32_t p0 = 0; p0 < q.n; p0 += per) {
+            uint32_t n = q.n - p0 < per ? q.n - p0 : per;
+            kv_rows_read(kv, (int)l, h->blocks, (int)p0, (int)n, c->kv_k, c->kv_v);
+            struct wire_coop_kv m = {.req = q.req,
+                                     .seq = q.seq,
+                                     .layer = l,
+                                     .pos0 = p0,
+                                     .n = n,
+                                     .kv_dim = (uint32_t)kv->kv_dim,
+                                     .dtype = dt,
+                                     .k_src = c->kv_k,
+                                     .v_src = c->kv_v};
+            int fault = chunks++ == 0 ? c->cfg.test_kv_fault : KV_FAULT_NONE;
+            if (fault == KV_FAULT_SEQ) m.seq++;
+            if (fault == KV_FAULT_LAYER) m.layer++;
+            size_t len = wire_coop_kv_encode(c->out, WIRE_MAX_MSG, &m);
+            if (fault == KV_FAULT_SHORT && len) len -= 3;
+            if (!len || fabric_node_send(c->cfg.fabric, w->peer, c->out, len, err)) {
+                log_warn("coop", "peer %d: KV of sequence %u: a chunk was not sent: %s", w->peer,
+                         q.seq, len ? err : "encoding failed");
+                return;
+            }
+            sent += len;
+            if (fault == KV_FAULT_DIE) {
+                log_warn("coop", "test: exiting during the KV transfer of sequence %u", q.seq);
+                usleep(300000); /* the first chunk leaves */
+                _exit(70);
+            }
+        }
+    }
+    if (c->m) atomic_fetch_add_explicit(&c->m->coop_kv_served_bytes, sent, memory_order_relaxed);
+}
+
 static void do_close(struct coop *c, const struct work *w)
 {
     uint32_t n;
@@ -878,6 +1349,9 @@ static int hook_serve(void *ctx)
             break;
         case W_CLOSE:
             do_close(c, w);
+            break;
+        case W_KV_REQ:
+            do_kv_req(c, w);
             break;
         case W_GONE: {
             int dropped = 0;

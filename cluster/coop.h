@@ -6,9 +6,12 @@
  * fabric (cluster/fabric_node.h). The helper runs [k, L) and the head on its own KV blocks for
  * those sequences, samples with the sequence's sampler (sent once in MSG_COOP_OPEN, its generator
  * state returned with every token) and answers MSG_COOP_TOKENS; the step completes when the reply
- * comes. k moves up only, between steps: the KV of the layers that became local is recomputed
- * from the saved inputs of layer k (docs/cluster.md says why not transferred); at k = L the joiner
- * serves alone and closes its sequences at the helper (MSG_COOP_CLOSE), which frees their KV.
+ * comes. k moves up only, between steps: the KV of the layers that became local is transferred
+ * from the helper (MSG_COOP_KV_REQ answered by MSG_COOP_KV chunks, read by the helper's compute
+ * thread between its steps) or recomputed from the saved inputs of layer k, whichever a cost
+ * estimate says is faster (--coop-kv; docs/cluster.md has the figures); a transfer that fails or
+ * is refused falls back to recompute. At k = L the joiner serves alone and closes its sequences
+ * at the helper (MSG_COOP_CLOSE), which frees their KV.
  *
  * Threads: the scheduler's compute thread calls the sched_coop hooks (serving/sched/scheduler.h);
  * the fabric thread runs the message handlers, which validate and queue and never block;
@@ -25,6 +28,27 @@
 #include "serving/sched/scheduler.h"
 #include "serving/engine/engine.h"
 
+/* How the KV of layers that became local arrives (--coop-kv). */
+enum coop_kv {
+    COOP_KV_AUTO = 0,  /* the faster of the two by the measured link rate and recompute cost */
+    COOP_KV_TRANSFER,  /* from the helper (recompute only when the transfer fails) */
+    COOP_KV_RECOMPUTE, /* from the saved inputs of the old k */
+    COOP_KV_COMPARE,   /* measuring: transfer, then recompute over it, log both times and whether
+                          the bytes are identical (tests and benchmarks) */
+};
+/* Tests: a helper that answers KV requests wrongly (--test-kv-fault). */
+enum coop_kv_fault {
+    KV_FAULT_NONE = 0,
+    KV_FAULT_SEQ,   /* the first chunk names another sequence */
+    KV_FAULT_LAYER, /* the first chunk names the next layer */
+    KV_FAULT_SHORT, /* the first chunk is cut 3 bytes short */
+    KV_FAULT_DIE,   /* the helper exits after sending the first chunk */
+};
+/* "auto" | "transfer" | "recompute" | "compare" -> enum coop_kv, -1 otherwise; likewise
+ * "seq" | "layer" | "short" | "die" -> enum coop_kv_fault. */
+int coop_kv_parse(const char *s);
+int coop_kv_fault_parse(const char *s);
+
 struct coop_config {
     struct fabric_node *fabric;
     struct engine *e;
@@ -36,8 +60,10 @@ struct coop_config {
     int helper_peer;      /* fabric peer that runs the rest (configured peers come first: 0) */
     int dtype;            /* enum wire_dtype of the activations (WIRE_F32: exact) */
     int timeout_ms;       /* a reply later than this fails the step (default 30000) */
+    int kv_mode;          /* enum coop_kv */
     /* helper: serve remote sequences (a node that holds the whole model) */
     int serve_remote;
+    int test_kv_fault; /* enum coop_kv_fault */
 };
 
 struct coop;

@@ -49,11 +49,29 @@ struct serve_opts {
     int resident_layers; /* -1: all (this node helps others) */
     const char *resident_schedule, *coop_dtype;
     int coop_timeout_ms;
+    int coop_kv;       /* enum coop_kv */
+    int test_kv_fault; /* enum coop_kv_fault */
     int helper_peer; /* the coop helper's index in fab.peers (a chained joiner pulls from 0) */
     struct control_cfg cluster; /* the control plane, with --cluster (cluster/control.h) */
 };
 
 #define MAX_OPTS 64
+
+static int parse_coop_kv(const char *v, void *dst, char *err)
+{
+    int m = coop_kv_parse(v);
+    if (m < 0) return errmsg_set(err, "--coop-kv %s: want transfer, recompute, auto or compare", v);
+    *(int *)dst = m;
+    return 0;
+}
+
+static int parse_kv_fault(const char *v, void *dst, char *err)
+{
+    int f = coop_kv_fault_parse(v);
+    if (f < 0) return errmsg_set(err, "--test-kv-fault %s: want seq, layer, short or die", v);
+    *(int *)dst = f;
+    return 0;
+}
 
 static int parse_test_crash(const char *v, void *dst, char *err)
 {
@@ -96,6 +114,9 @@ static int serve_options(struct serve_opts *o, struct opt *t)
         {"-v", OPT_FLAG, &o->verbose, 0, 0, NULL, NULL},
         {"--coop-dtype", OPT_STR, &o->coop_dtype, 0, 0, NULL, "f32|f16|bf16"},
         {"--coop-timeout-ms", OPT_INT, &o->coop_timeout_ms, 1, 3600000, NULL, "MS"},
+        {"--coop-kv", OPT_PARSE, &o->coop_kv, 0, 0, parse_coop_kv, "transfer|recompute|auto"},
+        {"--test-kv-fault", OPT_PARSE, &o->test_kv_fault, 0, 0, parse_kv_fault,
+         "seq|layer|short|die"},
         {"--weight-rate", OPT_DOUBLE, &o->weight_rate_mbs, 0, 1e6, NULL, "MB/s"},
         {"--stop-the-world", OPT_FLAG, &o->stop_the_world, 0, 0, NULL, NULL},
         {"--resident-layers", OPT_INT, &o->resident_layers, 0, 1 << 16, NULL, "K"},
@@ -117,7 +138,10 @@ static int usage(void)
             "  once ready, --test-hang hangs the serve loop S seconds after ready\n"
             "  (boot/cmdline.md); --resident-layers K, --resident-schedule STEP:K,...: a joiner\n"
             "  that runs layers [0, K) itself and the rest on its first --peers node;\n"
-            "  --coop-dtype: the activations it sends, f32 exact (docs/cluster.md)\n"
+            "  --coop-dtype: the activations it sends, f32 exact (docs/cluster.md);\n"
+            "  --coop-kv: how the KV of layers that become local arrives (auto: the faster by\n"
+            "  measured costs; compare: both, timed and checked, for benchmarks);\n"
+            "  --test-kv-fault: a helper that answers KV requests wrongly (tests)\n"
             "  without -m, with --peers: pull the model from the peers into the arena and serve\n"
             "  with the first peer's help while layers arrive (--stop-the-world: only once every\n"
             "  layer is here); --weight-rate paces the weights this node sends (docs/fabric.md)\n");
@@ -503,8 +527,10 @@ static int start_coop(struct serve *sv, const struct serve_opts *o, char *err)
                                       : !strcmp(o->coop_dtype, "bf16") ? WIRE_BF16
                                                                        : WIRE_F32,
                              .timeout_ms = o->coop_timeout_ms,
+                             .kv_mode = o->coop_kv,
                              /* a cluster member that completes its join can help the next */
-                             .serve_remote = !joiner || control_enabled(&o->cluster)};
+                             .serve_remote = !joiner || control_enabled(&o->cluster),
+                             .test_kv_fault = o->test_kv_fault};
     if (!(sv->coop = coop_new(&cc, err)) || coop_attach(sv->coop, err) ||
         (pulling && fabric_node_start(sv->fabric, err)) || (pulling && wait_servable(sv, o, err)))
         return serve_failed(sv, "fabric: ", err);

@@ -665,3 +665,150 @@ int wire_coop_close_decode(const uint8_t *buf, size_t len, uint32_t *seq, uint32
     wire_get_u32(&r);
     return r_done(&r, "coop close", err);
 }
+
+size_t wire_coop_kv_req_encode(uint8_t *out, size_t cap, const struct wire_coop_kv_req *q)
+{
+    struct wire_w w = {out, cap, 0, 0};
+    wire_put_u8(&w, MSG_COOP_KV_REQ);
+    wire_put_u64(&w, q->req);
+    wire_put_u32(&w, q->seq);
+    wire_put_u32(&w, q->layer0);
+    wire_put_u32(&w, q->layer1);
+    wire_put_u32(&w, q->n);
+    wire_put_u8(&w, q->dtype);
+    w_crc(&w);
+    return w.bad ? 0 : w.off;
+}
+
+int wire_coop_kv_req_decode(struct wire_coop_kv_req *q, const uint8_t *buf, size_t len, char *err)
+{
+    struct wire_r r = {buf, len, 0, 0};
+    if (r_type(&r, MSG_COOP_KV_REQ, "coop kv request", err)) return -1;
+    if (len != WIRE_COOP_KV_REQ_LEN)
+        return errmsg_set(err, "coop kv request: %zu bytes, expected %d", len,
+                          WIRE_COOP_KV_REQ_LEN);
+    if (r_crc(buf, len, "coop kv request", err)) return -1;
+    q->req = wire_get_u64(&r);
+    q->seq = wire_get_u32(&r);
+    q->layer0 = wire_get_u32(&r);
+    q->layer1 = wire_get_u32(&r);
+    q->n = wire_get_u32(&r);
+    q->dtype = wire_get_u8(&r);
+    wire_get_u32(&r);
+    if (r_done(&r, "coop kv request", err)) return -1;
+    if (q->layer0 >= q->layer1)
+        return errmsg_set(err, "coop kv request: sequence %u: layers [%u, %u) are empty", q->seq,
+                          q->layer0, q->layer1);
+    if (q->n == 0) return errmsg_set(err, "coop kv request: sequence %u: no positions", q->seq);
+    if (q->dtype != WIRE_F32 && q->dtype != WIRE_F16)
+        return errmsg_set(err, "coop kv request: dtype %u is not a KV type", q->dtype);
+    return 0;
+}
+
+static size_t kv_elt(uint8_t dtype)
+{
+    return dtype == WIRE_F32 ? 4 : dtype == WIRE_F16 ? 2 : 0;
+}
+
+size_t wire_coop_kv_size(uint32_t n, uint32_t kv_dim, uint8_t dtype, size_t error_len)
+{
+    return WIRE_COOP_KV_HDR_LEN + 2 * (size_t)n * kv_dim * kv_elt(dtype) + 2 + error_len + 4;
+}
+
+uint32_t wire_coop_kv_max_rows(uint32_t kv_dim, uint8_t dtype)
+{
+    size_t row = 2 * (size_t)kv_dim * kv_elt(dtype);
+    size_t n = (WIRE_MAX_MSG - WIRE_COOP_KV_HDR_LEN - 2 - 4) / (row ? row : 1);
+    return n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
+}
+
+static void put_elems(struct wire_w *w, const void *src, size_t count, uint8_t dtype)
+{
+    if (dtype == WIRE_F32) {
+        const float *f = src;
+        for (size_t i = 0; i < count; i++) wire_put_f32(w, f[i]);
+    } else {
+        const uint16_t *h = src;
+        for (size_t i = 0; i < count; i++) wire_put_u16(w, h[i]);
+    }
+}
+
+size_t wire_coop_kv_encode(uint8_t *out, size_t cap, const struct wire_coop_kv *m)
+{
+    size_t elen = m->status ? strnlen(m->error, WIRE_COOP_ERR_LEN) : 0;
+    if (!kv_elt(m->dtype) || m->kv_dim == 0 || m->kv_dim > WIRE_MAX_ACT_DIM || m->status > 1 ||
+        (m->status ? m->n != 0 : m->n == 0) ||
+        wire_coop_kv_size(m->n, m->kv_dim, m->dtype, elen) > cap)
+        return 0;
+    struct wire_w w = {out, cap, 0, 0};
+    wire_put_u8(&w, MSG_COOP_KV);
+    wire_put_u64(&w, m->req);
+    wire_put_u32(&w, m->seq);
+    wire_put_u8(&w, m->status);
+    wire_put_u32(&w, m->layer);
+    wire_put_u32(&w, m->pos0);
+    wire_put_u32(&w, m->n);
+    wire_put_u32(&w, m->kv_dim);
+    wire_put_u8(&w, m->dtype);
+    put_elems(&w, m->k_src, (size_t)m->n * m->kv_dim, m->dtype);
+    put_elems(&w, m->v_src, (size_t)m->n * m->kv_dim, m->dtype);
+    wire_put_u16(&w, (uint16_t)elen);
+    wire_put_bytes(&w, m->error, elen);
+    w_crc(&w);
+    return w.bad ? 0 : w.off;
+}
+
+int wire_coop_kv_decode(struct wire_coop_kv *m, const uint8_t *buf, size_t len, char *err)
+{
+    struct wire_r r = {buf, len, 0, 0};
+    if (r_type(&r, MSG_COOP_KV, "coop kv", err)) return -1;
+    m->req = wire_get_u64(&r);
+    m->seq = wire_get_u32(&r);
+    m->status = wire_get_u8(&r);
+    m->layer = wire_get_u32(&r);
+    m->pos0 = wire_get_u32(&r);
+    m->n = wire_get_u32(&r);
+    m->kv_dim = wire_get_u32(&r);
+    m->dtype = wire_get_u8(&r);
+    if (r.bad) return errmsg_set(err, "coop kv: truncated (%zu bytes)", len);
+    if (!kv_elt(m->dtype)) return errmsg_set(err, "coop kv: dtype %u is not a KV type", m->dtype);
+    if (m->kv_dim == 0 || m->kv_dim > WIRE_MAX_ACT_DIM)
+        return errmsg_set(err, "coop kv: kv_dim %u out of range", m->kv_dim);
+    /* the shape, before anything is read past the header (n is checked against the length
+     * without overflowing: at most WIRE_MAX_MSG bytes of rows) */
+    size_t row = 2 * (size_t)m->kv_dim * kv_elt(m->dtype);
+    if (len < WIRE_COOP_KV_HDR_LEN + 2 + 4 || m->n > (len - WIRE_COOP_KV_HDR_LEN - 2 - 4) / row)
+        return errmsg_set(err, "coop kv: %zu bytes, %u rows of kv_dim %u need more", len, m->n,
+                          m->kv_dim);
+    m->k = wire_get_bytes(&r, (size_t)m->n * row / 2);
+    m->v = wire_get_bytes(&r, (size_t)m->n * row / 2);
+    uint16_t elen = wire_get_u16(&r);
+    if (r.bad || len != wire_coop_kv_size(m->n, m->kv_dim, m->dtype, elen))
+        return errmsg_set(err, "coop kv: %zu bytes, not the %u rows of kv_dim %u it declares", len,
+                          m->n, m->kv_dim);
+    if (r_crc(buf, len, "coop kv", err)) return -1;
+    if (m->status > 1) return errmsg_set(err, "coop kv: status %u unknown", m->status);
+    if (m->status ? m->n != 0 : m->n == 0)
+        return errmsg_set(err, "coop kv: status %u with %u rows", m->status, m->n);
+    if (!m->status && elen) return errmsg_set(err, "coop kv: an error text with status 0");
+    if (elen > WIRE_COOP_ERR_LEN) return errmsg_set(err, "coop kv: %u-byte error", elen);
+    const uint8_t *e = wire_get_bytes(&r, elen);
+    for (uint16_t i = 0; i < elen; i++)
+        m->error[i] = e[i] >= 0x20 && e[i] < 0x7f ? (char)e[i] : '?';
+    m->error[elen] = 0;
+    m->k_src = m->v_src = NULL;
+    wire_get_u32(&r); /* the CRC, checked above */
+    return r_done(&r, "coop kv", err);
+}
+
+void wire_coop_kv_elems(void *dst, const uint8_t *src, size_t count, uint8_t dtype)
+{
+    struct wire_r r = {src, count * kv_elt(dtype), 0, 0};
+    if (dtype == WIRE_F32) {
+        float *f = dst;
+        for (size_t i = 0; i < count; i++) f[i] = wire_get_f32(&r);
+    } else if (dtype == WIRE_F16) {
+        uint16_t *h = dst;
+        for (size_t i = 0; i < count; i++) h[i] = wire_get_u16(&r);
+    }
+}

@@ -120,6 +120,8 @@ enum wire_msg {
     MSG_COOP_TOKENS = 23, /* coop: the tokens sampled for a MSG_ACTIVATIONS step, or an error */
     MSG_COOP_OPEN = 24,   /* coop: a sequence's sampler, before its first activations */
     MSG_COOP_CLOSE = 25,  /* coop: sequences the helper forgets (their KV blocks freed) */
+    MSG_COOP_KV_REQ = 26, /* coop: the joiner asks for the KV of some layers of a sequence */
+    MSG_COOP_KV = 27,     /* coop: one chunk of that KV (one layer, some positions), or an error */
 };
 
 struct wire_span {
@@ -267,6 +269,48 @@ int wire_coop_open_decode(struct wire_coop_open *o, const uint8_t *buf, size_t l
 size_t wire_coop_close_encode(uint8_t *out, size_t cap, const uint32_t *seq, uint32_t n);
 int wire_coop_close_decode(const uint8_t *buf, size_t len, uint32_t *seq, uint32_t cap_n,
                            uint32_t *n, char *err);
+
+/* MSG_COOP_KV_REQ: when k rises from a to b, the joiner asks for the keys and values of layers
+ * [a, b) at positions [0, n) of one sequence, in its KV cache's element type (WIRE_F32 or
+ * WIRE_F16; the helper refuses another type than its own rather than convert: exactness).
+ *   u8 type | u64 req | u32 seq | u32 layer0 | u32 layer1 | u32 n | u8 dtype | u32 crc
+ * Checks: layer0 < layer1, 1 <= n, dtype f32 or f16. */
+struct wire_coop_kv_req {
+    uint64_t req; /* the joiner's request id: every chunk of the answer repeats it */
+    uint32_t seq, layer0, layer1, n;
+    uint8_t dtype;
+};
+#define WIRE_COOP_KV_REQ_LEN (1 + 8 + 4 + 4 + 4 + 4 + 1 + 4)
+size_t wire_coop_kv_req_encode(uint8_t *out, size_t cap, const struct wire_coop_kv_req *q);
+int wire_coop_kv_req_decode(struct wire_coop_kv_req *q, const uint8_t *buf, size_t len, char *err);
+
+/* MSG_COOP_KV: the answer to a request, layer by layer in increasing order, each layer's positions
+ * in increasing chunks of at most wire_coop_kv_max_rows() rows; status 0: rows [pos0, pos0 + n)
+ * of `layer`, first n rows of kv_dim keys, then n rows of kv_dim values, each element f32 or f16
+ * bits (dtype), little-endian; status 1: no rows (n = 0) and a message (the joiner recomputes).
+ *   u8 type | u64 req | u32 seq | u8 status | u32 layer | u32 pos0 | u32 n | u32 kv_dim
+ *   | u8 dtype | n x kv_dim keys | n x kv_dim values | u16 error length | error | u32 crc
+ * Checks: lengths (exactly the declared shape), then the CRC, then ranges: dtype f32 or f16,
+ * kv_dim in [1, WIRE_MAX_ACT_DIM], status 0 with n >= 1 or status 1 with n = 0, no error text
+ * with status 0. The receiver checks req, seq, layer, pos0, n and kv_dim against what it asked. */
+struct wire_coop_kv {
+    uint64_t req;
+    uint32_t seq;
+    uint8_t status; /* 0 rows, 1 failed */
+    uint32_t layer, pos0, n, kv_dim;
+    uint8_t dtype;
+    const uint8_t *k, *v; /* decode: pointers into buf (wire bytes: wire_coop_kv_elems converts) */
+    const void *k_src, *v_src; /* encode: n x kv_dim host-order elements of dtype each */
+    char error[WIRE_COOP_ERR_LEN + 1];
+};
+#define WIRE_COOP_KV_HDR_LEN (1 + 8 + 4 + 1 + 4 + 4 + 4 + 4 + 1)
+size_t wire_coop_kv_size(uint32_t n, uint32_t kv_dim, uint8_t dtype, size_t error_len);
+/* Rows of kv_dim keys and values that fit in one message of at most WIRE_MAX_MSG bytes. */
+uint32_t wire_coop_kv_max_rows(uint32_t kv_dim, uint8_t dtype);
+size_t wire_coop_kv_encode(uint8_t *out, size_t cap, const struct wire_coop_kv *m);
+int wire_coop_kv_decode(struct wire_coop_kv *m, const uint8_t *buf, size_t len, char *err);
+/* count elements of a decoded chunk's k or v (wire bytes) into host-order elements of its dtype. */
+void wire_coop_kv_elems(void *dst, const uint8_t *src, size_t count, uint8_t dtype);
 
 /* The message type of an application message, or -1 if empty. */
 int wire_msg_type(const uint8_t *buf, size_t len);

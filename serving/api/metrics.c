@@ -160,6 +160,13 @@ char *metrics_render(struct serve_metrics *m, size_t *len)
     counter(&o, "strata_coop_fill_layers_total",
             "Layers x sequences whose KV was recomputed when layers became local.",
             &m->coop_fill_layers);
+    counter(&o, "strata_coop_kv_layers_total",
+            "Layers x sequences whose KV was transferred from the helper when layers became local.",
+            &m->coop_kv_layers);
+    counter(&o, "strata_coop_kv_bytes_total", "KV bytes received from a helper (joiner).",
+            &m->coop_kv_bytes);
+    counter(&o, "strata_coop_kv_served_bytes_total", "KV bytes sent to joiners (helper).",
+            &m->coop_kv_served_bytes);
     if (len) *len = o.n;
     return o.p;
 }

@@ -54,6 +54,9 @@ struct sampler;
 
 struct engine_backend {
     const char *name;
+    /* 1: the KV cache lives on the device, not in engine.kv (its rows cannot be read or written
+     * from the host: cooperative execution recomputes instead of transferring KV) */
+    int kv_on_device;
     int (*embed)(struct engine *e, const struct batch *b, float *x);
     int (*layers)(struct engine *e, const struct batch *b, int l0, int l1, float *x);
     int (*head)(struct engine *e, const struct batch *b, const float *x, float *logits);

@@ -77,3 +77,36 @@ int kv_blocks_for(const struct kv_cache *c, int n_positions)
 {
     return (n_positions + c->block_size - 1) / c->block_size;
 }
+
+/* Rows <-> the block layout, one element at a time: a handover moves at most a few MB, so the
+ * gather's simplicity wins over a vectorized transpose. */
+static void *key_at(const struct kv_cache *c, int layer, int block, int slot, int i)
+{
+    return (char *)kv_key_block(c, layer, block) + ((size_t)i * c->block_size + slot) * c->elt;
+}
+
+void kv_rows_read(const struct kv_cache *c, int layer, const int *blocks, int p0, int n, void *k,
+                  void *v)
+{
+    char *ko = k, *vo = v;
+    for (int r = 0; r < n; r++) {
+        int p = p0 + r, blk = blocks[p / c->block_size], slot = p % c->block_size;
+        for (int i = 0; i < c->kv_dim; i++, ko += c->elt, vo += c->elt) {
+            memcpy(ko, key_at(c, layer, blk, slot, i), c->elt);
+            memcpy(vo, kv_value_at(c, layer, blk, slot, i), c->elt);
+        }
+    }
+}
+
+void kv_rows_write(struct kv_cache *c, int layer, const int *blocks, int p0, int n, const void *k,
+                   const void *v)
+{
+    const char *ki = k, *vi = v;
+    for (int r = 0; r < n; r++) {
+        int p = p0 + r, blk = blocks[p / c->block_size], slot = p % c->block_size;
+        for (int i = 0; i < c->kv_dim; i++, ki += c->elt, vi += c->elt) {
+            memcpy(key_at(c, layer, blk, slot, i), ki, c->elt);
+            memcpy(kv_value_at(c, layer, blk, slot, i), vi, c->elt);
+        }
+    }
+}

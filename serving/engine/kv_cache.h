@@ -65,6 +65,15 @@ static inline void *kv_value_block(const struct kv_cache *c, int layer, int bloc
     return (char *)c->v +
            ((size_t)layer * c->n_blocks + block) * c->block_size * c->kv_dim * c->elt;
 }
+/* Keys and values of positions [p0, p0 + n) of one layer of the sequence whose block table is
+ * `blocks`, as n rows of kv_dim elements each (row i is position p0 + i, elements in dimension
+ * order, c->elt bytes each in the cache's type, host byte order): what a peer that ran those
+ * layers for the sequence hands over (cluster/coop.h). kv_rows_write stores such rows. */
+void kv_rows_read(const struct kv_cache *c, int layer, const int *blocks, int p0, int n, void *k,
+                  void *v);
+void kv_rows_write(struct kv_cache *c, int layer, const int *blocks, int p0, int n, const void *k,
+                   const void *v);
+
 /* Element i (0 <= i < kv_dim) of position slot's values, for code that walks them one by one. */
 static inline void *kv_value_at(const struct kv_cache *c, int layer, int block, int slot, int i)
 {

@@ -840,7 +840,7 @@ static void raise_k(struct scheduler *s, int k1)
 {
     const struct sched_coop *c = &s->ops.coop;
     double t0 = clock_now();
-    int n_seqs = 0;
+    int n_seqs = 0, moved = 0;
     long positions = 0;
     for (int i = s->n_running - 1; i >= 0; i--) {
         struct seq *q = s->running[i];
@@ -848,16 +848,18 @@ static void raise_k(struct scheduler *s, int k1)
         n_seqs++;
         positions += q->n_computed;
         char err[ERRMSG_LEN];
-        if (c->fill(c->ctx, q->id, q->blocks, q->n_computed, s->k, k1, err)) {
+        int rc = c->fill(c->ctx, q->id, q->blocks, q->n_computed, s->k, k1, err);
+        if (rc < 0) {
             remove_at(s->running, &s->n_running, i);
             retire(s, q, FINISH_ERROR, err);
         }
+        moved += rc > 0;
     }
     log_info("sched",
-             "layers [0, %d) of %d run here now%s (KV of layers [%d, %d) recomputed for %d "
-             "sequences, %ld positions, in %.1f ms)",
+             "layers [0, %d) of %d run here now%s (KV of layers [%d, %d) for %d sequences, %ld "
+             "positions: %d transferred, %d recomputed, in %.1f ms)",
              k1, c->n_layers, k1 == c->n_layers ? ": serving alone" : "", s->k, k1, n_seqs,
-             positions, (clock_now() - t0) * 1e3);
+             positions, moved, n_seqs - moved, (clock_now() - t0) * 1e3);
     s->k = k1;
     if (k1 == c->n_layers && c->all_local) c->all_local(c->ctx);
 }

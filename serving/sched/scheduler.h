@@ -99,7 +99,8 @@ struct sched_coop {
     /* 1 when a split step can run now (a helper is connected). */
     int (*ready)(void *ctx);
     /* k rose from k0 to k1: make layers [k0, k1) of the KV of sequence `seq`, whose positions
-     * [0, n) are computed, valid here (blocks: its block table). */
+     * [0, n) are computed, valid here (blocks: its block table). 1 transferred, 0 recomputed,
+     * -1 failed (err). */
     int (*fill)(void *ctx, unsigned seq, const int *blocks, int n, int k0, int k1, char *err);
     /* Run b with layers [0, k) here and [k, L) + head remote. Row i belongs to sequence seq[i]
      * whose sampler is smp[i]; tokens[j] is logit row j's token (its sampler's generator state

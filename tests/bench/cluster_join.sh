@@ -9,7 +9,11 @@
 #   2. TTFT P50/P99 of a burst of N requests sent to the joiner at the join, under both;
 #   3. the replica transfer rate as a share of the capped rate;
 #   4. 1, 2 and 3 chained joiners (source -> j1 -> j2 -> j3): time until the last one holds
-#      everything, against one transfer.
+#      everything, against one transfer;
+#   5. the KV handover when k rises for a running sequence (stories110M shape, Q8_0, layers
+#      [6, 12) of ~480 positions): transfer from the helper vs recompute, both run for the same
+#      handover (--coop-kv compare) and checked byte for byte, beside the link rate the transfer
+#      saw and the estimates --coop-kv auto decides with. CLUSTER_BENCH_ONLY=kv runs only this.
 # Never in CI (make bench). Noisy: 2 cores shared with builds; the pacing, not the machine, is
 # meant to be the bottleneck.
 # CLUSTER_BENCH_OUT=FILE also writes every figure and the setup's parameters (model bytes and
@@ -20,8 +24,9 @@ cd "$(dirname "$0")/../.."
 . tests/lib/fabric_netns.sh
 if [ "$(id -u)" != 0 ]; then echo "skip - cluster_join: needs root"; exit 0; fi
 make -s -j2 build/strata build/tools/synth_model >/dev/null || exit 1
+ONLY=${CLUSTER_BENCH_ONLY:-}
 MODEL=${CLUSTER_BENCH_MODEL:-build/bench-models/tinyllama-q4_0.gguf}
-if [ ! -f "$MODEL" ]; then
+if [ -z "$ONLY" ] && [ ! -f "$MODEL" ]; then
     mkdir -p "$(dirname "$MODEL")"
     echo "generating $MODEL (synthetic TinyLlama shape, Q4_0)..."
     build/tools/synth_model --shape tinyllama --type q4_0 --seed 1 -o "$MODEL" >/dev/null || exit 1
@@ -33,7 +38,7 @@ OUTF=${CLUSTER_BENCH_OUT:-}
 [ -n "$OUTF" ] && : >"$OUTF"
 emit() { [ -z "$OUTF" ] || echo "$1=$2" >>"$OUTF"; } # emit KEY VALUE
 fab_key "$W/key"
-SIZE=$(stat -c %s "$MODEL")
+SIZE=$(stat -c %s "$MODEL" 2>/dev/null || echo 0)
 CROSS_S=${CLUSTER_BENCH_SECONDS:-8}
 RATE=$(awk -v s="$SIZE" -v t="$CROSS_S" 'BEGIN { printf "%.1f", s / t / 1e6 }') # MB/s
 N=${CLUSTER_BENCH_BURST:-8}
@@ -56,9 +61,41 @@ source_up() { # source_up: the source on node 1; waits until it serves
 # log_ts NAME REGEX: the [monotonic] time stamp of the first log line matching REGEX
 log_ts() { grep -m1 -E "$2" "$W/$1.err" | sed -n 's/^\[ *\([0-9.]*\)\].*/\1/p'; }
 
+# kv_handover: a helper (node 4) and a joiner (node 5) at k = 5 of 12 that raises k to 6 (the
+# link's first measurement, for auto's estimate) and then to 12 after ~480 positions of one
+# request, transferring and recomputing the KV of layers [6, 12).
+kv_handover() {
+    local m=build/bench-models/stories110m-q8_0.gguf
+    [ -f "$m" ] || build/tools/synth_model --shape stories110M --type q8_0 --seed 1 -o "$m" >/dev/null || return 1
+    local kv=(--port 8090 --threads 1 --max-batch 1 --ctx 1024 --step-tokens 64 -v "${FAB[@]}")
+    fab_bg 4 "$W/kvh" "$STRATA" serve -m "$m" --host 10.77.0.4 "${kv[@]}" --listen 10.77.0.4:7100
+    local hp=$FAB_LAST
+    fab_bg 5 "$W/kvj" "$STRATA" serve -m "$m" --host 10.77.0.5 "${kv[@]}" --listen 10.77.0.5:7100 \
+        --peers 10.77.0.4:7100 --resident-schedule 0:5,20:6,40:12 --coop-kv compare
+    local jp=$FAB_LAST
+    fab_wait_line "$W/kvj.err" "coop: helper .* connected" 120 || { echo "  kv handover: the joiner never reached its helper"; return 1; }
+    local prompt
+    prompt=$(python3 -c 'print("Once upon a time there was a little girl named Lily. " * 15)')
+    ip netns exec "$(fab_ns 5)" curl -s -m 300 -o /dev/null http://10.77.0.5:8090/v1/completions \
+        -d "{\"prompt\":\"$prompt\",\"max_tokens\":60,\"temperature\":0,\"ignore_eos\":true}"
+    local line est
+    line=$(grep -m1 -o "KV of layers \[6, 12) x .*" "$W/kvj.err")
+    est=$(grep -m1 -o "KV of layers \[6, 12): .*" "$W/kvj.err" | sed 's/^KV of layers \[6, 12): //')
+    kill "$jp" "$hp" 2>/dev/null
+    wait "$jp" "$hp" 2>/dev/null
+    [ -n "$line" ] || { echo "  kv handover: no measurement in the joiner's log"; return 1; }
+    echo "$line" | sed -E 's/^KV of layers \[6, 12\) x ([0-9]+) positions of sequence [0-9]+: transfer ([0-9.]+) ms \(([0-9.]+) MB, ([0-9.]+) MB\/s\), recompute ([0-9.]+) ms: (.*)/  kv handover, stories110M Q8_0, layers [6, 12) x \1 positions: transfer \2 ms (\3 MB at \4 MB\/s link) vs recompute \5 ms; \6/'
+    echo "  --coop-kv auto would pick: $est"
+}
+
+fab_setup 5 9000 tcp || exit 1
+if [ "$ONLY" = kv ]; then
+    echo "cluster_join (kv only): veth + kernel TCP, uncapped; 2 shared cores: noisy"
+    kv_handover
+    exit
+fi
 echo "cluster_join: $(basename "$MODEL") ($((SIZE >> 20)) MiB), link capped at $RATE MB/s (~${CROSS_S} s per copy),"
 echo "  burst of $N requests x $TOK tokens at the join; veth + kernel TCP; 2 shared cores: noisy"
-fab_setup 5 9000 tcp || exit 1
 SPANS=$("$STRATA" inspect "$MODEL" 2>/dev/null | sed -n 's/.* in \([0-9]*\) spans.*/\1/p')
 emit model_bytes "$SIZE"
 emit model_spans "${SPANS:-24}"
@@ -147,3 +184,5 @@ for n in 1 2 3; do
         printf "  chain of %d joiner(s): last one complete %.2f s after the first join = %.2fx one transfer\n", n, b - a, (b - a) / o }'
     for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
 done
+
+kv_handover

@@ -1,6 +1,7 @@
 /* libFuzzer target for every fabric decoder: frame header and CRC check, sealed-frame opening,
  * handshake bodies, and each application message (the coop messages included: activations,
- * tokens, open, close). The first byte picks the decoder. */
+ * tokens, open, close, KV request and KV chunk). The first byte picks the decoder; the round-trip
+ * case (9) re-encodes whatever decodes and wants the same bytes. */
 #include "os/common/errmsg.h"
 #include "transport/auth.h"
 #include "transport/wire.h"
@@ -12,6 +13,17 @@
 static struct wire_manifest man;
 static struct wire_join join;
 static uint8_t pt[WIRE_MAX_MSG];
+static uint8_t kv_k[WIRE_MAX_MSG], kv_v[WIRE_MAX_MSG];
+
+/* A KV chunk's rows lie inside the message and convert; returns them ready to re-encode. */
+static void kv_rows(struct wire_coop_kv *c, const uint8_t *p, size_t n)
+{
+    size_t count = (size_t)c->n * c->kv_dim, elt = c->dtype == WIRE_F32 ? 4 : 2;
+    if (c->n && (c->k < p || c->v + count * elt > p + n || 2 * count * elt > sizeof kv_k)) abort();
+    wire_coop_kv_elems(kv_k, c->k, count, c->dtype);
+    wire_coop_kv_elems(kv_v, c->v, count, c->dtype);
+    c->k_src = kv_k, c->v_src = kv_v;
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -63,6 +75,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         wire_coop_open_decode(&o, p, n, err);
         uint32_t cn;
         wire_coop_close_decode(p, n, seq, WIRE_MAX_ACT_TOKENS, &cn, err);
+        struct wire_coop_kv_req q;
+        wire_coop_kv_req_decode(&q, p, n, err);
+        struct wire_coop_kv c;
+        if (wire_coop_kv_decode(&c, p, n, err) == 0) kv_rows(&c, p, n);
         break;
     }
     case 7: {
@@ -87,13 +103,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     default: {
         /* Round trip: whatever decodes must re-encode to the same bytes. */
-        static uint8_t out[1 << 17];
+        static uint8_t out[WIRE_MAX_MSG];
         if (wire_manifest_decode(&man, p, n, err) == 0) {
             size_t m = wire_manifest_encode(out, sizeof out, &man);
             if (m != n || memcmp(out, p, n)) abort();
         }
         if (wire_join_decode(&join, p, n, err) == 0) {
             size_t m = wire_join_encode(out, sizeof out, &join);
+            if (m != n || memcmp(out, p, n)) abort();
+        }
+        struct wire_coop_kv_req q;
+        if (wire_coop_kv_req_decode(&q, p, n, err) == 0) {
+            size_t m = wire_coop_kv_req_encode(out, sizeof out, &q);
+            if (m != n || memcmp(out, p, n)) abort();
+        }
+        struct wire_coop_kv c;
+        if (wire_coop_kv_decode(&c, p, n, err) == 0) {
+            kv_rows(&c, p, n);
+            size_t m = wire_coop_kv_encode(out, sizeof out, &c);
             if (m != n || memcmp(out, p, n)) abort();
         }
         break;

@@ -3,8 +3,10 @@
 # fabric (docs/cluster.md): a helper holding the whole model, and a joiner that runs only layers
 # [0, k) itself while k rises mid-request. Greedy and seeded output through the joiner must be
 # byte-identical to the helper serving alone, for the real tiny model and a 24-layer synthetic
-# one, with several concurrent requests; f16 activations are run and their divergence reported;
-# /metrics shows the split. One line per scenario.
+# one, with several concurrent requests, whether the KV of the layers that become local is
+# transferred from the helper or recomputed (--coop-kv transfer|recompute; compare checks the two
+# give the same bytes); f16 activations are run and their divergence reported; /metrics shows the
+# split. One line per scenario.
 set -u
 cd "$(dirname "$0")/../.."
 . tests/lib/serve.sh
@@ -40,34 +42,49 @@ stop_both() {
     SERVE_PID=$HELPER_PID SERVE_LOG=$HELPER_LOG serve_stop
 }
 
-# 1. tiny model, greedy, k = 0 -> 1 -> 2 -> 4 -> 5 during the requests (4 concurrent, 1 streamed)
-if helper_and_joiner tiny --resident-schedule 0:0,3:1,9:2,20:4,45:5; then
-    if out=$($CHECKS same "$HELPER_URL" "$JOINER_URL" 2>&1); then
-        ok "coop tiny greedy, k 0->1->2->4->5 mid-request, 4 concurrent: $out"
+# 1. tiny model, greedy, k = 0 -> 1 -> 2 -> 4 -> 5 during the requests (4 concurrent, 1 streamed),
+#    the KV of the layers that become local transferred, then recomputed
+for kv in transfer recompute; do
+    if helper_and_joiner "tiny-$kv" --resident-schedule 0:0,3:1,9:2,20:4,45:5 --coop-kv $kv; then
+        if out=$($CHECKS same "$HELPER_URL" "$JOINER_URL" 2>&1); then
+            ok "coop tiny greedy, k 0->1->2->4->5 mid-request, 4 concurrent, KV $kv: $out"
+        else
+            not_ok "coop tiny greedy, KV $kv: $out"
+        fi
+        steps=$(metric "$JOINER_URL" strata_coop_remote_steps_total)
+        fills=$(metric "$JOINER_URL" strata_coop_fill_layers_total)
+        moved=$(metric "$JOINER_URL" strata_coop_kv_layers_total)
+        kvb=$(metric "$JOINER_URL" strata_coop_kv_bytes_total)
+        sentb=$(metric "$HELPER_URL" strata_coop_kv_served_bytes_total)
+        partial=$(metric "$JOINER_URL" strata_coop_partial_tokens_total)
+        served=$(metric "$HELPER_URL" strata_coop_served_steps_total)
+        k=$(metric "$JOINER_URL" strata_coop_k)
+        left=$(metric "$HELPER_URL" strata_coop_remote_sequences)
+        if [ $kv = transfer ]; then
+            how="$moved layer transfers ($kvb bytes, = the helper's $sentb), $fills recomputes"
+            [ "${moved:-0}" -gt 0 ] && [ "${fills:-1}" = 0 ] && [ "${kvb:-0}" -gt 0 ] &&
+                [ "$kvb" = "$sentb" ]
+        else
+            how="$fills layer recomputes, $moved transfers"
+            [ "${fills:-0}" -gt 0 ] && [ "${moved:-1}" = 0 ]
+        fi
+        fine=$?
+        if [ $fine = 0 ] && [ "${steps:-0}" -gt 0 ] && [ "${partial:-0}" -gt 0 ] &&
+            [ "${served:-0}" = "$steps" ] && [ "$k" = 5 ] && [ "$left" = 0 ]; then
+            ok "coop metrics, KV $kv: $steps remote steps (= helper's served), $partial tokens while partial, $how, k=5, helper holds 0 sequences"
+        else
+            not_ok "coop metrics, KV $kv: remote steps $steps, served $served, partial $partial, $how, k $k, helper holds $left"
+        fi
+        stop_both
     else
-        not_ok "coop tiny greedy: $out"
+        not_ok "coop tiny, KV $kv: start"
     fi
-    steps=$(metric "$JOINER_URL" strata_coop_remote_steps_total)
-    fills=$(metric "$JOINER_URL" strata_coop_fill_layers_total)
-    partial=$(metric "$JOINER_URL" strata_coop_partial_tokens_total)
-    served=$(metric "$HELPER_URL" strata_coop_served_steps_total)
-    k=$(metric "$JOINER_URL" strata_coop_k)
-    left=$(metric "$HELPER_URL" strata_coop_remote_sequences)
-    if [ "${steps:-0}" -gt 0 ] && [ "${fills:-0}" -gt 0 ] && [ "${partial:-0}" -gt 0 ] &&
-        [ "${served:-0}" = "$steps" ] && [ "$k" = 5 ] && [ "$left" = 0 ]; then
-        ok "coop metrics: $steps remote steps (= helper's served), $partial tokens while partial, $fills layer fills, k=5, helper holds 0 sequences"
-    else
-        not_ok "coop metrics: remote steps $steps, served $served, partial $partial, fills $fills, k $k, helper holds $left"
-    fi
-    stop_both
-else
-    not_ok "coop tiny: start"
-fi
+done
 
 # 2. seeded sampling (temperature 0.9): the sampler's state travels with the tokens
-if helper_and_joiner seeded --resident-schedule 0:2,15:3,40:5; then
+if helper_and_joiner seeded --resident-schedule 0:2,15:3,40:5 --coop-kv transfer; then
     if out=$($CHECKS same "$HELPER_URL" "$JOINER_URL" --temp 0.9 --seed 11 2>&1); then
-        ok "coop seeded sampling (T=0.9), k 2->3->5 mid-request: $out"
+        ok "coop seeded sampling (T=0.9), k 2->3->5 mid-request, KV transferred: $out"
     else
         not_ok "coop seeded sampling: $out"
     fi
@@ -92,16 +109,34 @@ fi
 SYN="$W/syn24.gguf"
 if build/tools/synth_model --shape 64,172,24,8,4,512,256 --type f32 --seed 5 -o "$SYN" >/dev/null 2>&1; then
     SERVE_MODEL=$SYN
-    if helper_and_joiner syn --resident-schedule 0:1,2:2,4:3,6:5,9:8,13:12,18:16,25:20,33:23,50:24; then
-        if out=$($CHECKS same "$HELPER_URL" "$JOINER_URL" --tokens 60 2>&1); then
-            ok "coop synthetic 24 layers, k 1->...->24 in 10 moves mid-request: $out"
+    # transfer, recompute, auto (the default: by measured costs), and compare (both on every
+    # handover: the same bytes, checked)
+    for kv in transfer recompute auto compare; do
+        if helper_and_joiner "syn-$kv" --resident-schedule 0:1,2:2,4:3,6:5,9:8,13:12,18:16,25:20,33:23,50:24 --coop-kv $kv; then
+            if out=$($CHECKS same "$HELPER_URL" "$JOINER_URL" --tokens 60 2>&1); then
+                ok "coop synthetic 24 layers, k 1->...->24 in 10 moves mid-request, KV $kv: $out"
+            else
+                not_ok "coop synthetic 24 layers, KV $kv: $out"
+            fi
+            if [ $kv = auto ]; then
+                line=$(grep -m1 -o "KV of layers \[[0-9]*, [0-9]*): \(transfer\|recompute\) (.*" "$JOINER_LOG")
+                moved=$(metric "$JOINER_URL" strata_coop_kv_layers_total)
+                fills=$(metric "$JOINER_URL" strata_coop_fill_layers_total)
+                [ -n "$line" ] && ok "coop KV auto: $moved layer transfers, $fills layer recomputes (by timing, reported); first decision: $line" ||
+                    not_ok "coop KV auto: no decision in the joiner's log"
+            fi
+            if [ $kv = compare ]; then
+                same=$(grep -c "recompute .* ms: identical bytes" "$JOINER_LOG")
+                differ=$(grep -c "DIFFERENT bytes" "$JOINER_LOG")
+                [ "$same" -gt 0 ] && [ "$differ" = 0 ] &&
+                    ok "coop KV transferred = KV recomputed, byte for byte, on $same handovers x sequences" ||
+                    not_ok "coop KV compare: $same identical, $differ different"
+            fi
+            stop_both
         else
-            not_ok "coop synthetic 24 layers: $out"
+            not_ok "coop synthetic, KV $kv: start"
         fi
-        stop_both
-    else
-        not_ok "coop synthetic: start"
-    fi
+    done
     # bf16 activations (8 bits of mantissa) halfway up 24 layers: reported, must not fail
     if helper_and_joiner synbf16 --resident-layers 12 --coop-dtype bf16; then
         if out=$($CHECKS diverge "$HELPER_URL" "$JOINER_URL" --tokens 60 2>&1); then

@@ -6,7 +6,11 @@
 #   - a joiner without the cluster key is refused and never splits a step;
 #   - activation messages with a wrong length, an unopened sequence, a step going backwards or a
 #     bad CRC each get one clear log line at the helper and close that peer, while the helper
-#     goes on serving; a well-formed one gets its token.
+#     goes on serving; a well-formed one gets its token; so does a KV request for a sequence the
+#     peer never opened;
+#   - a helper whose KV answers are wrong (another sequence, another layer, cut short): the joiner
+#     refuses them with a log line naming the reason, recomputes, and its text stays exact; a
+#     helper that dies during a KV transfer fails the running requests with an error naming it.
 set -u
 cd "$(dirname "$0")/../.."
 . tests/lib/serve.sh
@@ -47,7 +51,7 @@ kill -9 "$NOKEY_PID" 2>/dev/null
 
 # 2. bad activation messages from a peer with the key
 DIM=64
-for mode in badlen badseq badstep badcrc; do
+for mode in badlen badseq badstep badcrc badkvreq; do
     out=$(build/tools/coop_inject --key-file "$W/key" --peer "127.0.0.1:$FP" --dim $DIM --mode $mode 2>&1)
     rc=$?
     case $mode in
@@ -55,6 +59,7 @@ for mode in badlen badseq badstep badcrc; do
     badseq) pat="sequence 77 was never opened" ;;
     badstep) pat="step 3 after step 5" ;;
     badcrc) pat="activations: CRC-32C" ;;
+    badkvreq) pat="KV request for sequence 9, which it never opened" ;;
     esac
     line=$(grep -m1 "coop: peer .*$pat" "$HELPER_LOG")
     if [ $rc = 0 ] && [ -n "$line" ]; then
@@ -129,4 +134,53 @@ code=$(cat "$W/late_code")
     ok "after the helper died: a new request waits for the joiner's own layers (no answer in 3 s, strata_requests_waiting $waiting)" ||
     not_ok "after the helper died: a new request got $code ($waiting waiting)"
 SERVE_PID=$JOINER_PID SERVE_LOG=$JOINER_LOG serve_stop
+
+# 4. wrong KV answers: refused with a log line, recomputed, the text exact
+for fault in seq layer short; do
+    FP=$(free_port)
+    serve_start "kv-$fault-helper" --fabric tcp --listen "127.0.0.1:$FP" --key-file "$W/key" -v \
+        --test-kv-fault $fault || { not_ok "KV fault $fault: start helper"; continue; }
+    H_URL=$SERVE_URL H_PID=$SERVE_PID H_LOG=$SERVE_LOG
+    serve_start "kv-$fault-joiner" --fabric tcp --peers "127.0.0.1:$FP" --key-file "$W/key" -v \
+        --resident-schedule 0:1,10:3,30:5 --coop-kv transfer || { not_ok "KV fault $fault: start joiner"; continue; }
+    J_URL=$SERVE_URL J_PID=$SERVE_PID J_LOG=$SERVE_LOG
+    wait_log "$J_LOG" "coop: helper .* connected" 5 || not_ok "KV fault $fault: the joiner never connected"
+    case $fault in
+    seq) pat="a chunk for sequence [0-9]*, we asked for sequence" ;;
+    layer) pat="a chunk for layer [0-9]*, we expect layer" ;;
+    short) pat="coop kv: [0-9]* bytes, [0-9]* rows of kv_dim" ;;
+    esac
+    out=$($CHECKS same "$H_URL" "$J_URL" 2>&1)
+    rc=$?
+    line=$(grep -m1 "KV of layers .* refused: .*$pat.*; recomputing it" "$J_LOG")
+    fills=$(metric "$J_URL" strata_coop_fill_layers_total)
+    moved=$(metric "$J_URL" strata_coop_kv_layers_total)
+    if [ $rc = 0 ] && [ -n "$line" ] && [ "${fills:-0}" -gt 0 ] && [ "${moved:-1}" = 0 ]; then
+        ok "KV answer broken ($fault) refused and recomputed ($fills layer recomputes), text exact ($out); joiner log: ${line#*coop: }"
+    else
+        not_ok "KV fault $fault: checks '$out', refused line '$line', recomputes $fills, transfers $moved"
+    fi
+    SERVE_PID=$J_PID SERVE_LOG=$J_LOG serve_stop
+    SERVE_PID=$H_PID SERVE_LOG=$H_LOG serve_stop
+done
+
+# 5. the helper dies during a KV transfer (k 1 -> 3 of 5: layers [3, 5) went with it)
+FP=$(free_port)
+serve_start kv-die-helper --fabric tcp --listen "127.0.0.1:$FP" --key-file "$W/key" -v \
+    --test-kv-fault die || { not_ok "KV die: start helper"; exit 1; }
+H_PID=$SERVE_PID H_LOG=$SERVE_LOG
+serve_start kv-die-joiner --fabric tcp --peers "127.0.0.1:$FP" --key-file "$W/key" -v \
+    --resident-schedule 0:1,10:3 --coop-kv transfer || { not_ok "KV die: start joiner"; exit 1; }
+J_URL=$SERVE_URL J_PID=$SERVE_PID J_LOG=$SERVE_LOG
+wait_log "$J_LOG" "coop: helper .* connected" 5 || not_ok "KV die: the joiner never connected"
+code=$(curl -s -m 60 -o "$W/kvdie" -w '%{http_code}' "$J_URL/v1/completions" \
+    -d '{"prompt":"Once upon a time","max_tokens":60,"temperature":0,"ignore_eos":true}')
+msg=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["error"]["message"])' "$W/kvdie" 2>/dev/null)
+if [ "$code" = 500 ] && echo "$msg" | grep -q "helper 127.0.0.1:$FP failed during the KV transfer of layers \[1, 3)" &&
+    grep -q "test: exiting during the KV transfer" "$H_LOG"; then
+    ok "helper died during a KV transfer: the request -> 500 ($msg)"
+else
+    not_ok "helper died during a KV transfer: $code $(head -c 300 "$W/kvdie")"
+fi
+SERVE_PID=$J_PID SERVE_LOG=$J_LOG serve_stop
 exit $fail

@@ -9,6 +9,7 @@
  *   badseq   a step with a row of a sequence that was never opened
  *   badstep  a good step 5, then a step 3 (steps only move forward)
  *   badcrc   a well-formed step with one value bit flipped after the CRC was computed
+ *   badkvreq a KV request (MSG_COOP_KV_REQ) for sequence 9, which it never opened
  * and waits (5 s) for the helper to close the connection. Prints one line: "reply: ..." (good)
  * or "closed: REASON", and exits 0 when the helper did what it should (answered / closed). */
 #include "os/common/errmsg.h"
@@ -105,7 +106,12 @@ int main(int argc, char **argv)
         send_step(t, c, 1, 1, dim, 5, 0);
     else if (!strcmp(mode, "badcrc"))
         send_step(t, c, 1, 1, dim, 0, 1);
-    else
+    else if (!strcmp(mode, "badkvreq")) {
+        struct wire_coop_kv_req q = {
+            .req = 1, .seq = 9, .layer0 = 0, .layer1 = 1, .n = 1, .dtype = WIRE_F16};
+        len = wire_coop_kv_req_encode(buf, sizeof buf, &q);
+        while (tp_send(c, buf, len) == TP_BUSY) tp_poll(t, 10);
+    } else
         send_step(t, c, 5, 1, dim, 0, 0);
     const uint8_t *m;
     size_t n;

@@ -424,6 +424,60 @@ TEST(layer_range_split_equals_full)
     remove(path);
 }
 
+/* Cooperative execution's KV handover (cluster/coop.h): node B holds layers [0, k) of a sequence
+ * computed on node A too; the rows of layers [k, L) read out of A's blocks (kv_rows_read) and
+ * written into B's (kv_rows_write, other block ids) make B's next token exactly A's. */
+static void kv_handover(int kv_type)
+{
+    const char *path = "build/test-engine-kvrows.gguf";
+    CHECK(synth_write(path, &gqa, GGML_F32, 5) == 0);
+    struct loaded_model *la = open_model_kv(path, 1, 64, kv_type);
+    struct loaded_model *lb = open_model_kv(path, 2, 64, kv_type); /* room for a spare block */
+    CHECK(la && lb);
+    if (!la || !lb) return close_model(la), close_model(lb), (void)remove(path);
+    struct engine *a = &la->engine, *b = &lb->engine;
+    enum { N = 37 }; /* three blocks of 16, the last one partial */
+    int toks[N + 1], pos[N + 1], ta[4], tb[4], last[1] = {N - 1}, one[1] = {0};
+    for (int i = 0; i <= N; i++) toks[i] = (i * 37 + 11) % gqa.vocab, pos[i] = i;
+    kv_block_alloc(&b->kv); /* B's blocks are not A's */
+    for (int i = 0; i < 4; i++) ta[i] = kv_block_alloc(&a->kv), tb[3 - i] = kv_block_alloc(&b->kv);
+    CHECK(ta[3] >= 0 && tb[0] >= 0);
+    const int *ba[N + 1], *bb[N + 1];
+    for (int i = 0; i <= N; i++) ba[i] = ta, bb[i] = tb;
+    float *la_out = malloc(sizeof(float) * gqa.vocab), *lb_out = malloc(sizeof(float) * gqa.vocab);
+    float *x = malloc(sizeof(float) * gqa.dim * N);
+    size_t row = (size_t)a->kv.kv_dim * a->kv.elt;
+    uint8_t *k = malloc(row * N), *v = malloc(row * N);
+    struct batch pa = {N, toks, pos, ba, 1, last};
+    CHECK(engine_forward(a, &pa, la_out) == 0);
+    for (int kk = 0; kk <= gqa.layers; kk++) {
+        struct batch pb = {N, toks, pos, bb, 0, NULL};
+        CHECK(engine_embed(b, &pb, x) == 0 && engine_layers(b, &pb, 0, kk, x) == 0);
+        for (int l = kk; l < gqa.layers; l++) {
+            kv_rows_read(&a->kv, l, ta, 0, 20, k, v); /* in two pieces, as chunks come */
+            kv_rows_read(&a->kv, l, ta, 20, N - 20, k + 20 * row, v + 20 * row);
+            kv_rows_write(&b->kv, l, tb, 0, 11, k, v);
+            kv_rows_write(&b->kv, l, tb, 11, N - 11, k + 11 * row, v + 11 * row);
+        }
+        /* the next token at position N on both */
+        struct batch da = {1, toks + N, pos + N, ba, 1, one},
+                     db = {1, toks + N, pos + N, bb, 1, one};
+        CHECK(engine_forward(a, &da, la_out) == 0 && engine_forward(b, &db, lb_out) == 0);
+        CHECKF(!memcmp(la_out, lb_out, sizeof(float) * gqa.vocab),
+               "kv %s: the next token's logits differ after handing over layers [%d, %d)",
+               kv_type_name(kv_type), kk, gqa.layers);
+    }
+    free(la_out), free(lb_out), free(x), free(k), free(v);
+    close_model(la), close_model(lb);
+    remove(path);
+}
+
+TEST(kv_rows_hand_over_exactly)
+{
+    kv_handover(KV_F16);
+    kv_handover(KV_F32);
+}
+
 TEST(sampler_seeded_and_filters)
 {
     int V = 50;
@@ -510,6 +564,7 @@ int main(void)
     RUN(prefill_matches_reference_q4_0);
     RUN(batched_decode_equals_one_by_one);
     RUN(layer_range_split_equals_full);
+    RUN(kv_rows_hand_over_exactly);
     RUN(sampler_seeded_and_filters);
     RUN(sampler_argmax_first_index);
     CHECK_DONE();

@@ -437,6 +437,126 @@ TEST(coop_tokens_open_close)
     CHECK(wire_coop_close_encode(buf, sizeof buf, seqs, 0) == 0);
 }
 
+/* Re-seal a coop message whose body was edited: the CRC of all bytes before it. */
+static void reseal(uint8_t *buf, size_t len)
+{
+    uint32_t c = crc32c(0, buf, len - 4);
+    for (int i = 0; i < 4; i++) buf[len - 4 + i] = (uint8_t)(c >> (8 * i));
+}
+
+TEST(coop_kv_request_and_chunks)
+{
+    static uint8_t buf[WIRE_MAX_MSG + 8];
+    struct wire_coop_kv_req q = {.req = 0x0102030405060708ull,
+                                 .seq = 7,
+                                 .layer0 = 2,
+                                 .layer1 = 5,
+                                 .n = 483,
+                                 .dtype = WIRE_F16},
+                            qd;
+    size_t len = wire_coop_kv_req_encode(buf, sizeof buf, &q);
+    CHECK(len == WIRE_COOP_KV_REQ_LEN);
+    CHECK(buf[0] == MSG_COOP_KV_REQ && buf[1] == 0x08 && buf[8] == 0x01 && buf[9] == 7 &&
+          buf[13] == 2 && buf[17] == 5 && buf[21] == 0xe3 && buf[22] == 0x01 && buf[25] == 1);
+    CHECK(wire_coop_kv_req_decode(&qd, buf, len, err) == 0);
+    CHECK(qd.req == q.req && qd.seq == 7 && qd.layer0 == 2 && qd.layer1 == 5 && qd.n == 483 &&
+          qd.dtype == WIRE_F16);
+    CHECK_STRICT(wire_coop_kv_req_decode(&qd, buf, L, err));
+    for (size_t i = 0; i < len; i++) {
+        buf[i] ^= 0x04;
+        CHECKF(wire_coop_kv_req_decode(&qd, buf, len, err) == -1, "byte %zu flipped was accepted",
+               i);
+        buf[i] ^= 0x04;
+    }
+    /* empty layer range, no positions, a type the KV cache never has: refused even when sealed */
+    struct wire_coop_kv_req bad = q;
+    bad.layer1 = 2;
+    len = wire_coop_kv_req_encode(buf, sizeof buf, &bad);
+    CHECK(wire_coop_kv_req_decode(&qd, buf, len, err) == -1 && strstr(err, "empty"));
+    bad = q, bad.n = 0;
+    len = wire_coop_kv_req_encode(buf, sizeof buf, &bad);
+    CHECK(wire_coop_kv_req_decode(&qd, buf, len, err) == -1);
+    bad = q, bad.dtype = WIRE_BF16;
+    len = wire_coop_kv_req_encode(buf, sizeof buf, &bad);
+    CHECK(wire_coop_kv_req_decode(&qd, buf, len, err) == -1);
+
+    /* A chunk: 2 rows of kv_dim 3, f16 (bits as stored) then f32. */
+    const uint16_t kh[6] = {0x3C00, 0xC000, 0x7BFF, 1, 2, 3}, vh[6] = {9, 8, 7, 6, 5, 0x8001};
+    struct wire_coop_kv m = {.req = 11,
+                             .seq = 7,
+                             .layer = 3,
+                             .pos0 = 16,
+                             .n = 2,
+                             .kv_dim = 3,
+                             .dtype = WIRE_F16,
+                             .k_src = kh,
+                             .v_src = vh},
+                        d;
+    len = wire_coop_kv_encode(buf, sizeof buf, &m);
+    CHECK(len == WIRE_COOP_KV_HDR_LEN + 2 * 12 + 2 + 4 && len == wire_coop_kv_size(2, 3, 1, 0));
+    CHECK(buf[0] == MSG_COOP_KV && buf[1] == 11 && buf[9] == 7 && buf[13] == 0 && buf[14] == 3 &&
+          buf[18] == 16 && buf[22] == 2 && buf[26] == 3 && buf[30] == WIRE_F16);
+    const uint8_t *p = buf + WIRE_COOP_KV_HDR_LEN;
+    CHECK(p[0] == 0x00 && p[1] == 0x3C && p[2] == 0x00 && p[3] == 0xC0 && p[12] == 9 &&
+          p[22] == 0x01 && p[23] == 0x80);
+    CHECK(wire_coop_kv_decode(&d, buf, len, err) == 0);
+    CHECK(d.req == 11 && d.seq == 7 && d.status == 0 && d.layer == 3 && d.pos0 == 16 && d.n == 2 &&
+          d.kv_dim == 3 && d.dtype == WIRE_F16 && d.error[0] == 0);
+    uint16_t kd[6], vd[6];
+    wire_coop_kv_elems(kd, d.k, 6, d.dtype);
+    wire_coop_kv_elems(vd, d.v, 6, d.dtype);
+    CHECK(!memcmp(kd, kh, sizeof kh) && !memcmp(vd, vh, sizeof vh));
+    CHECK_STRICT(wire_coop_kv_decode(&d, buf, L, err));
+    for (size_t i = 0; i < len; i++) {
+        buf[i] ^= 0x20;
+        CHECKF(wire_coop_kv_decode(&d, buf, len, err) == -1, "byte %zu flipped was accepted", i);
+        buf[i] ^= 0x20;
+    }
+    /* n claims a row more than the bytes hold (sealed): a length error, not a read past the end */
+    len = wire_coop_kv_encode(buf, sizeof buf, &m);
+    buf[22] = 3;
+    reseal(buf, len);
+    CHECK(wire_coop_kv_decode(&d, buf, len, err) == -1 && strstr(err, "need more"));
+    buf[22] = 0xff, buf[25] = 0xff; /* a huge n */
+    reseal(buf, len);
+    CHECK(wire_coop_kv_decode(&d, buf, len, err) == -1);
+    const float kf[3] = {1.5f, -0.0f, 3e-39f}, vf[3] = {2, 4, 8};
+    struct wire_coop_kv mf = {
+        .req = 12, .seq = 1, .n = 1, .kv_dim = 3, .dtype = WIRE_F32, .k_src = kf, .v_src = vf};
+    len = wire_coop_kv_encode(buf, sizeof buf, &mf);
+    CHECK(wire_coop_kv_decode(&d, buf, len, err) == 0 && d.dtype == WIRE_F32);
+    float kfd[3], vfd[3];
+    wire_coop_kv_elems(kfd, d.k, 3, d.dtype);
+    wire_coop_kv_elems(vfd, d.v, 3, d.dtype);
+    CHECK(!memcmp(kfd, kf, sizeof kf) && !memcmp(vfd, vf, sizeof vf));
+    /* An error answer: no rows, a message; rows with status 1 or none with status 0 never encode
+     * and are refused when forged and sealed. */
+    struct wire_coop_kv e = {.req = 13, .seq = 4, .status = 1, .kv_dim = 3, .dtype = WIRE_F16};
+    snprintf(e.error, sizeof e.error, "the sequence is not open here");
+    len = wire_coop_kv_encode(buf, sizeof buf, &e);
+    CHECK(wire_coop_kv_decode(&d, buf, len, err) == 0);
+    CHECK(d.status == 1 && d.n == 0 && !strcmp(d.error, "the sequence is not open here"));
+    CHECK_STRICT(wire_coop_kv_decode(&d, buf, L, err));
+    buf[13] = 0; /* status 0 with no rows and an error text */
+    reseal(buf, len);
+    CHECK(wire_coop_kv_decode(&d, buf, len, err) == -1);
+    e.n = 1;
+    CHECK(wire_coop_kv_encode(buf, sizeof buf, &e) == 0);
+    m.n = 0;
+    CHECK(wire_coop_kv_encode(buf, sizeof buf, &m) == 0);
+    m.n = 2, m.dtype = WIRE_BF16;
+    CHECK(wire_coop_kv_encode(buf, sizeof buf, &m) == 0);
+    m.dtype = WIRE_F16, m.kv_dim = 0;
+    CHECK(wire_coop_kv_encode(buf, sizeof buf, &m) == 0);
+    /* Chunks sized by max_rows fit one message; one row more does not. */
+    for (uint32_t kvd = 64; kvd <= 8192; kvd *= 4) {
+        uint32_t r = wire_coop_kv_max_rows(kvd, WIRE_F16);
+        CHECK(r > 0 && wire_coop_kv_size(r, kvd, WIRE_F16, 0) <= WIRE_MAX_MSG &&
+              wire_coop_kv_size(r + 1, kvd, WIRE_F16, 0) > WIRE_MAX_MSG);
+    }
+    CHECK(wire_coop_kv_max_rows(768, WIRE_F16) == 341);
+}
+
 int main(void)
 {
     RUN(crc32c_vectors);
@@ -450,5 +570,6 @@ int main(void)
     RUN(small_messages);
     RUN(activations_f32_f16_bf16);
     RUN(coop_tokens_open_close);
+    RUN(coop_kv_request_and_chunks);
     CHECK_DONE();
 }

@@ -950,6 +950,7 @@ static int be_span_ready(struct engine *e, int span)
 
 const struct engine_backend cuda_backend = {
     .name = "cuda",
+    .kv_on_device = 1,
     .embed = be_embed,
     .layers = be_layers,
     .head = be_head,
