@@ -129,6 +129,10 @@ size_t cl_cmd_encode(uint8_t *out, size_t cap, const struct cl_cmd *c)
         wire_put_u32(&w, c->u.done.scale_id);
         wire_put_u8(&w, c->u.done.ok);
         break;
+    case CMD_RAFT_CONF:
+        wire_put_u64(&w, c->u.conf.node);
+        wire_put_u8(&w, c->u.conf.change);
+        break;
     default:
         return 0;
     }
@@ -180,6 +184,13 @@ int cl_cmd_decode(struct cl_cmd *c, const uint8_t *buf, size_t len, char *err)
         c->u.done.scale_id = wire_get_u32(&r);
         c->u.done.ok = wire_get_u8(&r);
         if (!r.bad && c->u.done.ok > 1) return errmsg_set(err, "SCALE_DONE: ok not 0/1");
+        break;
+    case CMD_RAFT_CONF:
+        c->u.conf.node = wire_get_u64(&r);
+        c->u.conf.change = wire_get_u8(&r);
+        if (!r.bad && !c->u.conf.node) return errmsg_set(err, "RAFT_CONF: node id 0");
+        if (!r.bad && (c->u.conf.change < CONF_REMOVED || c->u.conf.change > CONF_VOTER))
+            return errmsg_set(err, "RAFT_CONF: unknown change %u", c->u.conf.change);
         break;
     default:
         return errmsg_set(err, "cluster command: unknown type %u", c->type);

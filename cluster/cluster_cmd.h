@@ -27,11 +27,15 @@ enum cl_cmd_type {
     CMD_HOLDING = 3,    /* what a node holds of one model: host copy, engine layers */
     CMD_SCALE = 4,      /* a planner decision (scale up/down, replicate, drop a host copy) */
     CMD_SCALE_DONE = 5, /* a scale-out finished (every joiner serves alone) or was abandoned */
+    CMD_RAFT_CONF = 6,  /* the leader changed raft's configuration (an event: the state records it) */
 };
 
 enum cl_role { ROLE_VOTER = 1, ROLE_JOINER = 2 };
 
 enum cl_scale_kind { SCALE_UP = 1, SCALE_DOWN = 2, SCALE_REPLICATE = 3, SCALE_DROP_HOST = 4 };
+
+/* CMD_RAFT_CONF: what happened to the node in raft's configuration. */
+enum cl_conf_change { CONF_REMOVED = 1, CONF_VOTER = 2 };
 
 struct cl_node_up {
     uint64_t id;
@@ -73,6 +77,10 @@ struct cl_cmd {
             uint32_t scale_id; /* index of the CMD_SCALE event (its log order) */
             uint8_t ok;
         } done;
+        struct {
+            uint64_t node;
+            uint8_t change; /* enum cl_conf_change */
+        } conf;
     } u;
 };
 

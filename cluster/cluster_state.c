@@ -135,6 +135,11 @@ static int apply(struct cl_state *s, const struct cl_cmd *c)
             return 0;
         }
         return 1;
+    case CMD_RAFT_CONF:
+        /* Raft's configuration is raft's; the state keeps the event so /v1/cluster shows when
+         * and why a node stopped (or started again) counting for the quorum. */
+        event_add(s, c, c->u.conf.change, c->u.conf.node, 0, NULL);
+        return 0;
     }
     return 1;
 }
@@ -281,9 +286,10 @@ int cl_state_decode(struct cl_state *s, const uint8_t *buf, size_t len, char *er
         e->node = wire_get_u64(&r);
         e->source = wire_get_u64(&r);
         cl_get_str(&r, e->model);
-        if (e->type < CMD_NODE_UP || e->type > CMD_SCALE_DONE ||
+        if (e->type < CMD_NODE_UP || e->type > CMD_RAFT_CONF ||
             (e->type == CMD_SCALE && (e->kind < SCALE_UP || e->kind > SCALE_DROP_HOST)) ||
-            (e->type == CMD_SCALE_DONE && e->kind > 1))
+            (e->type == CMD_SCALE_DONE && e->kind > 1) ||
+            (e->type == CMD_RAFT_CONF && (e->kind < CONF_REMOVED || e->kind > CONF_VOTER)))
             r.bad = 1;
     }
     if (r.bad || r.off != len) {

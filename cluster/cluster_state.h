@@ -46,7 +46,7 @@ struct cl_event {
     uint64_t t_ms;
     uint32_t seq; /* events applied before this one */
     uint8_t type; /* CMD_* of the command that made it */
-    uint8_t kind; /* CMD_SCALE: enum cl_scale_kind; CMD_SCALE_DONE: ok */
+    uint8_t kind; /* CMD_SCALE: enum cl_scale_kind; CMD_SCALE_DONE: ok; CMD_RAFT_CONF: change */
     uint64_t node, source;
     char model[CL_STR_LEN + 1];
 };

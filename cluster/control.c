@@ -3,6 +3,7 @@
 #include "cluster/cluster_state.h"
 #include "cluster/planner.h"
 #include "cluster/raft_transport.h"
+#include "cluster/voter_policy.h"
 #include "os/common/errmsg.h"
 #include "os/runtime/log.h"
 
@@ -73,12 +74,18 @@ struct control {
     int raft_state;
     uint64_t leader_id, term, commit_index, applied_index;
     char leader_addr[CL_STR_LEN + 1];
-    uint64_t decisions, refused, reports_in, proposals_failed, leaderships;
+    uint64_t decisions, refused, handshake_timeouts, reports_in, proposals_failed, leaderships;
+    struct vp_server conf[CL_MAX_NODES]; /* raft's configuration, as this node holds it */
+    int n_conf;
     int outstanding[CL_MAX_NODES]; /* requests this node has relayed to member i, in flight */
 
     /* Loop thread only. */
     int inflight, was_leader;
-    uint64_t leader_since, start_wall;
+    uint64_t leader_since, leader_since_wall, start_wall;
+    uint64_t leader_seen;  /* monotonic: the last tick raft knew a leader */
+    uint64_t join_last;    /* monotonic: the last JOIN this node sent while leaderless */
+    int conf_busy;         /* a change of raft's configuration of ours in flight */
+    uint64_t keep_logged;  /* the dead voter we last logged as kept */
     struct sconn *ctl; /* to the leader */
     uint64_t ctl_leader;
     int ctl_open;
@@ -359,6 +366,16 @@ static void send_msg(struct sconn *s, const struct cl_msg *m)
 
 static void on_join_done(struct raft_change *req, int status);
 
+/* A change of raft's configuration, recorded in the log so /v1/cluster shows when it happened. */
+static void conf_event(struct control *c, uint64_t id, int change)
+{
+    if (c->stopping || raft_state(&c->raft) != RAFT_LEADER) return;
+    struct cl_cmd cmd = {.type = CMD_RAFT_CONF};
+    cmd.u.conf.node = id;
+    cmd.u.conf.change = (uint8_t)change;
+    propose(c, &cmd);
+}
+
 struct join_req {
     struct raft_change req;
     struct control *c;
@@ -409,6 +426,7 @@ static void on_join_done(struct raft_change *req, int status)
                  raft_strerror(rc));
     } else if (!status) {
         log_info("cluster", "node %llu is a voter", (unsigned long long)j->id);
+        conf_event(c, j->id, CONF_VOTER);
     }
     free(j);
 }
@@ -471,11 +489,12 @@ static void on_ctl(void *ctx, struct sconn *s, uint64_t id, const char *addr)
     s->cb.on_msg = ctl_in_msg;
 }
 
-static void on_refused(void *ctx, const char *peer, const char *why)
+static void on_refused(void *ctx, const char *peer, const char *why, int timed_out)
 {
     struct control *c = ctx;
     pthread_mutex_lock(&c->mu);
     c->refused++;
+    c->handshake_timeouts += timed_out != 0;
     pthread_mutex_unlock(&c->mu);
     log_warn("cluster", "connection from %s refused: %s", peer, why);
 }
@@ -565,17 +584,109 @@ static void send_report(struct control *c)
     if (c->ctl_open) send_msg(c->ctl, &m);
 }
 
-static void join_tick(struct control *c)
+/* Ask a peer to add us (it redirects to the leader, which runs raft_add and assign VOTER).
+ * force: even though our own configuration lists us as a voter. A node the leader removed while
+ * it was away still holds the configuration it had: only the silence tells it (no leader
+ * replicates to a server outside the configuration). */
+static void join_tick(struct control *c, int force)
 {
     c->in_config = 0;
     for (unsigned i = 0; i < c->raft.configuration.n; i++)
         if (c->raft.configuration.servers[i].id == c->cfg.id &&
             c->raft.configuration.servers[i].role == RAFT_VOTER)
             c->in_config = 1;
-    if (c->in_config || c->join) return;
-    const char *addr = c->peer[c->join_next % c->n_peers].addr;
-    c->join_next = (c->join_next + 1) % c->n_peers;
-    c->join = connect_out(c, addr);
+    if ((c->in_config && !force) || c->join) return;
+    for (int tries = 0; tries < c->n_peers; tries++) {
+        const struct peer *p = &c->peer[c->join_next % c->n_peers];
+        c->join_next = (c->join_next + 1) % c->n_peers;
+        if (p->id == c->cfg.id) continue;
+        c->join = connect_out(c, p->addr);
+        return;
+    }
+}
+
+/* A bootstrap member that has known no leader for 20 heartbeats (4 election timeouts: an
+ * election normally ends within 2) may have been removed while it was down: it asks to join,
+ * at most once per election timeout. A voter of a cluster that lost its quorum asks too; the
+ * answer is "no leader" and nothing changes. */
+static void rejoin_tick(struct control *c, uint64_t now, int leader_known)
+{
+    uint64_t h = (uint64_t)c->cfg.heartbeat_ms;
+    if (leader_known || !c->leader_seen) {
+        c->leader_seen = now;
+        return;
+    }
+    if (now - c->leader_seen < 20 * h || now - c->join_last < 5 * h) return;
+    if (!c->join) log_info("cluster", "no leader for %llu ms: asking to (re)join",
+                           (unsigned long long)(now - c->leader_seen));
+    c->join_last = now;
+    join_tick(c, 1);
+}
+
+/* ---------------------------------------------------------------- raft's configuration (leader) */
+
+struct conf_req {
+    struct raft_change req;
+    struct control *c;
+    uint64_t id;
+    int kind; /* VP_REMOVE or VP_PROMOTE */
+};
+
+static void conf_done(struct raft_change *req, int status)
+{
+    struct conf_req *q = req->data;
+    struct control *c = q->c;
+    c->conf_busy = 0;
+    if (status) {
+        log_warn("cluster", "%s node %llu: %s", q->kind == VP_REMOVE ? "removing" : "promoting",
+                 (unsigned long long)q->id, raft_strerror(status));
+    } else {
+        log_info("cluster", "node %llu %s raft's configuration", (unsigned long long)q->id,
+                 q->kind == VP_REMOVE ? "removed from" : "promoted to a voter in");
+        conf_event(c, q->id, q->kind == VP_REMOVE ? CONF_REMOVED : CONF_VOTER);
+    }
+    free(q);
+}
+
+/* One change at a time, and none while raft has one uncommitted (a join's, say). */
+static void conf_tick(struct control *c)
+{
+    if (c->conf_busy || c->raft.configuration_uncommitted_index || c->raft.leader_state.change)
+        return;
+    pthread_mutex_lock(&c->mu);
+    struct vp_input in = {.st = &c->st,
+                          .conf = c->conf,
+                          .n_conf = c->n_conf,
+                          .self = c->cfg.id,
+                          .now_ms = now_wall_ms(),
+                          .leader_since = c->leader_since_wall,
+                          .remove_ms = c->cfg.remove_ms > 0 ? (uint64_t)c->cfg.remove_ms : 0};
+    struct vp_action a = voter_policy_step(&in);
+    pthread_mutex_unlock(&c->mu);
+    if (a.kind == VP_KEEP && a.node != c->keep_logged)
+        log_warn("cluster",
+                 "node %llu is down past --cluster-remove-ms but stays a voter: removing it "
+                 "would leave fewer than %d voters",
+                 (unsigned long long)a.node, VOTERS_MIN);
+    c->keep_logged = a.kind == VP_KEEP ? a.node : 0;
+    if (a.kind != VP_REMOVE && a.kind != VP_PROMOTE) return;
+    struct conf_req *q = calloc(1, sizeof *q);
+    if (!q) return;
+    *q = (struct conf_req){.c = c, .id = a.node, .kind = a.kind};
+    q->req.data = q;
+    int rc = a.kind == VP_REMOVE ? raft_remove(&c->raft, &q->req, a.node, conf_done)
+                                 : raft_assign(&c->raft, &q->req, a.node, RAFT_VOTER, conf_done);
+    if (rc) {
+        log_warn("cluster", "%s node %llu: %s", a.kind == VP_REMOVE ? "removing" : "promoting",
+                 (unsigned long long)a.node, raft_strerror(rc));
+        free(q);
+        return;
+    }
+    c->conf_busy = 1;
+    log_info("cluster", "%s node %llu (%s)", a.kind == VP_REMOVE ? "removing" : "promoting",
+             (unsigned long long)a.node,
+             a.kind == VP_REMOVE ? "down past --cluster-remove-ms"
+                                 : "a dead voter is to go and fewer than 3 would stay");
 }
 
 static int exec_done(struct control *c, uint32_t id)
@@ -987,6 +1098,11 @@ static void publish(struct control *c)
     c->term = c->raft.current_term;
     c->commit_index = c->raft.commit_index;
     c->applied_index = raft_last_applied(&c->raft);
+    c->n_conf = 0;
+    for (unsigned i = 0; i < c->raft.configuration.n && c->n_conf < CL_MAX_NODES; i++)
+        c->conf[c->n_conf++] =
+            (struct vp_server){.id = c->raft.configuration.servers[i].id,
+                               .voter = c->raft.configuration.servers[i].role == RAFT_VOTER};
     pthread_mutex_unlock(&c->mu);
 }
 
@@ -998,6 +1114,7 @@ static void on_tick(uv_timer_t *t)
     int leader = raft_state(&c->raft) == RAFT_LEADER;
     if (leader && !c->was_leader) {
         c->leader_since = now_mono_ms();
+        c->leader_since_wall = now_wall_ms();
         pthread_mutex_lock(&c->mu);
         c->leaderships++;
         pthread_mutex_unlock(&c->mu);
@@ -1007,7 +1124,12 @@ static void on_tick(uv_timer_t *t)
     c->was_leader = leader;
     exec_tick(c);
     send_report(c);
-    if (!c->bootstrap_member) join_tick(c);
+    if (!c->bootstrap_member) join_tick(c, 0);
+    raft_id lid = 0;
+    const char *laddr = NULL;
+    raft_leader(&c->raft, &lid, &laddr);
+    rejoin_tick(c, now_mono_ms(), lid != 0);
+    if (leader) conf_tick(c);
     if (leader) leader_tick(c);
 }
 
@@ -1064,8 +1186,12 @@ static int mkdir_p(const char *dir, char *err)
 
 static int raft_setup(struct control *c, char *err)
 {
-    struct rtransport_cfg tc = {
-        .loop = &c->loop, .key = &c->key, .ctx = c, .on_ctl = on_ctl, .on_refused = on_refused};
+    struct rtransport_cfg tc = {.loop = &c->loop,
+                                .key = &c->key,
+                                .ctx = c,
+                                .on_ctl = on_ctl,
+                                .on_refused = on_refused,
+                                .handshake_ms = c->cfg.handshake_ms};
     if (rtransport_init(&c->transport, &tc, err)) return -1;
     int rc = raft_uv_init(&c->io, &c->loop, c->dir, &c->transport);
     if (rc) return errmsg_set(err, "raft data dir %s: %s", c->dir, c->io.errmsg);
@@ -1268,6 +1394,8 @@ static const char *event_name(const struct cl_event *e)
                                             : "drop_host";
     case CMD_SCALE_DONE:
         return e->kind ? "scale_done" : "scale_abandoned";
+    case CMD_RAFT_CONF:
+        return e->kind == CONF_REMOVED ? "raft_removed" : "raft_voter";
     }
     return "?";
 }
@@ -1290,6 +1418,13 @@ char *control_json(struct control *c, size_t *len)
     cJSON_AddNumberToObject(root, "commands_applied", (double)s->applied);
     cJSON_AddNumberToObject(root, "decisions", (double)c->decisions);
     cJSON_AddNumberToObject(root, "refused_connections", (double)c->refused);
+    cJSON_AddNumberToObject(root, "handshake_timeouts", (double)c->handshake_timeouts);
+    /* raft's configuration as this node holds it (the latest, maybe not yet committed). */
+    cJSON *voters = cJSON_AddArrayToObject(root, "voters");
+    cJSON *others = cJSON_AddArrayToObject(root, "non_voters");
+    for (int i = 0; i < c->n_conf; i++)
+        cJSON_AddItemToArray(c->conf[i].voter ? voters : others,
+                             cJSON_CreateNumber((double)c->conf[i].id));
     cJSON *nodes = cJSON_AddArrayToObject(root, "nodes");
     for (uint32_t i = 0; i < s->n_members; i++) {
         const struct cl_member *m = &s->member[i];
@@ -1418,6 +1553,13 @@ char *control_metrics(struct control *c, size_t *len)
             (unsigned long long)c->decisions);
     mprintf(&b, "# TYPE strata_cluster_refused_total counter\nstrata_cluster_refused_total %llu\n",
             (unsigned long long)c->refused);
+    mprintf(&b,
+            "# TYPE strata_cluster_handshake_timeouts_total counter\n"
+            "strata_cluster_handshake_timeouts_total %llu\n",
+            (unsigned long long)c->handshake_timeouts);
+    int n_voters = 0;
+    for (int i = 0; i < c->n_conf; i++) n_voters += c->conf[i].voter;
+    mprintf(&b, "# TYPE strata_cluster_voters gauge\nstrata_cluster_voters %d\n", n_voters);
     mprintf(&b,
             "# TYPE strata_cluster_load_reports_total counter\n"
             "strata_cluster_load_reports_total %llu\n",

@@ -13,7 +13,10 @@
  * committed when they change, and the pure planner (cluster/planner.h) runs on the committed view
  * plus the latest reports; its actions are committed as CMD_SCALE, one batch at a time (the next
  * planner call waits until the batch committed, so it sees its own decisions). A leader that
- * loses its quorum stops deciding: raft no longer calls it leader. The node a committed decision
+ * loses its quorum stops deciding: raft no longer calls it leader. A member down for cfg.remove_ms
+ * leaves raft's configuration (cluster/voter_policy.h: never below 3 voters), so the quorum counts
+ * the nodes the rack still has; a removed node that comes back finds no leader (none talks to a
+ * server outside the configuration) and asks to join again. The node a committed decision
  * names carries it out through the executor table (struct cluster_exec), filled in by the serving
  * process (the live scale-out) or by a test's fake.
  *
@@ -26,6 +29,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#define CONTROL_REMOVE_MS 60000
 
 struct control_cfg {
     uint64_t id;          /* --node-id */
@@ -43,6 +48,9 @@ struct control_cfg {
     int standby;          /* --cluster-standby: the model is on this node but not in its engine */
     int heartbeat_ms;     /* H (default 200) */
     int dead_ms;          /* silent this long: down (default 5 H) */
+    int remove_ms;        /* down this long: out of raft's configuration (cluster/voter_policy.h;
+                             0: never; `strata serve` defaults to CONTROL_REMOVE_MS) */
+    int handshake_ms;     /* a connection's handshake deadline (0: SCONN_HANDSHAKE_MS) */
     double ttft_slo_ms;   /* the planner's TTFT target for the model */
     double keep_alive_ms; /* idle time before scale-down (default 10000) */
     int replicas_cached;  /* R (default 1) */

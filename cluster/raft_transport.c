@@ -64,10 +64,10 @@ static void on_accept(struct slisten *l, struct sconn *c)
     c->cb.on_msg = first_msg;
 }
 
-static void on_refused(struct slisten *l, const char *peer, const char *why)
+static void on_refused(struct slisten *l, const char *peer, const char *why, int timed_out)
 {
     struct rt *rt = l->data;
-    if (rt->cfg.on_refused) rt->cfg.on_refused(rt->cfg.ctx, peer, why);
+    if (rt->cfg.on_refused) rt->cfg.on_refused(rt->cfg.ctx, peer, why, timed_out);
 }
 
 /* ---------------------------------------------------------------- outgoing */
@@ -156,8 +156,11 @@ static int rt_listen(struct raft_uv_transport *t, raft_uv_accept_cb cb)
     struct rt *rt = t->impl;
     char err[ERRMSG_LEN];
     rt->accept_cb = cb;
-    rt->lis = (struct slisten){
-        .data = rt, .key = rt->cfg.key, .on_accept = on_accept, .on_refused = on_refused};
+    rt->lis = (struct slisten){.data = rt,
+                               .key = rt->cfg.key,
+                               .handshake_ms = rt->cfg.handshake_ms,
+                               .on_accept = on_accept,
+                               .on_refused = on_refused};
     if (slisten_start(&rt->lis, rt->cfg.loop, rt->bind, err)) {
         snprintf(t->errmsg, sizeof t->errmsg, "%.200s", err);
         return RAFT_IOERR;

@@ -25,8 +25,10 @@ struct rtransport_cfg {
     /* A control connection from node `id` (its first message was MSGC_OPEN CHAN_CTL). The
      * callee owns c from here: it sets c->cb and c->data. */
     void (*on_ctl)(void *ctx, struct sconn *c, uint64_t id, const char *addr);
-    /* A connection refused at the handshake (no or wrong key): for logs and counters. */
-    void (*on_refused)(void *ctx, const char *peer, const char *why);
+    /* A connection refused at the handshake (no or wrong key, or timed_out: no handshake within
+     * handshake_ms): for logs and counters. */
+    void (*on_refused)(void *ctx, const char *peer, const char *why, int timed_out);
+    int handshake_ms; /* 0: SCONN_HANDSHAKE_MS */
 };
 
 /* Fills t's methods; the state lives in t->impl (freed by rtransport_free after raft_uv_close). */

@@ -55,6 +55,7 @@ void sconn_close(struct sconn *c, const char *why)
     c->state = SC_CLOSED;
     snprintf(c->why, sizeof c->why, "%s", why ? why : "closed");
     if (was_handshake && c->is_client && c->cb.on_ready) c->cb.on_ready(c, -1, c->why);
+    uv_close((uv_handle_t *)&c->deadline, handle_closed);
     uv_close((uv_handle_t *)&c->tcp, handle_closed);
     if (c->piped) uv_close((uv_handle_t *)&c->pipe, handle_closed);
 }
@@ -207,6 +208,7 @@ static void handshake(struct sconn *c, const struct wire_hdr *h, const uint8_t *
         memcpy(&conn, scratch, sizeof conn);
         size_t an = auth_hello_ack(c->key, cn, conn ? conn : 1, &c->s, ack);
         c->state = SC_OPEN;
+        uv_timer_stop(&c->deadline);
         write_tcp(c, ack, an);
         return;
     }
@@ -216,6 +218,7 @@ static void handshake(struct sconn *c, const struct wire_hdr *h, const uint8_t *
         return sconn_close(c, why);
     }
     c->state = SC_OPEN;
+    uv_timer_stop(&c->deadline);
     if (c->cb.on_ready) c->cb.on_ready(c, 0, NULL);
 }
 
@@ -259,6 +262,24 @@ static void tcp_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 
 /* ---------------------------------------------------------------- setup */
 
+static void deadline_passed(uv_timer_t *t)
+{
+    struct sconn *c = t->data;
+    char why[96];
+    if (c->state != SC_HANDSHAKE) return;
+    snprintf(why, sizeof why, "no handshake within %llu ms (%zu bytes received)",
+             (unsigned long long)uv_timer_get_repeat(t), c->in_len);
+    c->timed_out = 1;
+    sconn_close(c, why);
+}
+
+/* The handshake must be over within ms; the repeat value only remembers ms for the log line. */
+static void deadline_start(struct sconn *c, int ms)
+{
+    uint64_t t = ms > 0 ? (uint64_t)ms : SCONN_HANDSHAKE_MS;
+    uv_timer_start(&c->deadline, deadline_passed, t, t);
+}
+
 static struct sconn *sconn_new(uv_loop_t *loop, const struct cluster_key *key)
 {
     struct sconn *c = calloc(1, sizeof *c);
@@ -275,7 +296,9 @@ static struct sconn *sconn_new(uv_loop_t *loop, const struct cluster_key *key)
     c->key = key;
     uv_tcp_init(loop, &c->tcp);
     c->tcp.data = c;
-    c->open_handles = 1;
+    uv_timer_init(loop, &c->deadline);
+    c->deadline.data = c;
+    c->open_handles = 2;
     return c;
 }
 
@@ -311,6 +334,7 @@ struct sconn *sconn_connect(uv_loop_t *loop, const struct cluster_key *key, cons
     c->data = data;
     snprintf(c->peer, sizeof c->peer, "%s", hostport);
     c->creq.data = c;
+    deadline_start(c, SCONN_HANDSHAKE_MS);
     int rc = uv_tcp_connect(&c->creq, &c->tcp, (const struct sockaddr *)&sa, connected);
     if (rc) {
         errmsg_set(err, "%s: connect: %s", hostport, uv_strerror(rc));
@@ -325,7 +349,7 @@ struct sconn *sconn_connect(uv_loop_t *loop, const struct cluster_key *key, cons
 static void accepted_close(struct sconn *c, const char *why)
 {
     struct slisten *l = c->data;
-    if (l && l->on_refused) l->on_refused(l, c->peer, why);
+    if (l && l->on_refused) l->on_refused(l, c->peer, why, c->timed_out);
 }
 
 static void accepted_msg(struct sconn *c, const uint8_t *m, size_t n)
@@ -379,6 +403,7 @@ static void on_connection(uv_stream_t *server, int status)
         snprintf(c->peer, sizeof c->peer, "%s:%d", ip, ntohs(sin->sin_port));
     }
     c->data = l;
+    deadline_start(c, l->handshake_ms);
     c->cb.on_msg = accepted_msg;
     c->cb.on_close = accepted_close;
     uv_tcp_nodelay(&c->tcp, 1);

@@ -14,6 +14,10 @@
  *   libuv transport wants a uv_stream_t it reads and writes itself) and pumps bytes between the
  *   other end and the TCP connection, sealing and opening on the way. Closing either end closes
  *   the other.
+ * A handshake must finish within a deadline (SCONN_HANDSHAKE_MS, or the listener's handshake_ms):
+ * a peer that connects and sends nothing, or half a HELLO, is closed then instead of holding a
+ * socket for as long as it likes; on the client side the same deadline covers connect and
+ * HELLO_ACK. Past the handshake the peer holds the key and is trusted.
  * Everything runs on the loop's thread. on_close fires once, after which the sconn is freed. */
 #ifndef STRATA_SEALED_CONN_H
 #define STRATA_SEALED_CONN_H
@@ -23,6 +27,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <uv.h>
+
+#define SCONN_HANDSHAKE_MS 5000
 
 struct sconn;
 
@@ -41,10 +47,11 @@ struct sconn {
     uv_loop_t *loop;
     uv_tcp_t tcp;
     uv_connect_t creq;
+    uv_timer_t deadline; /* the handshake's */
     uv_pipe_t pipe; /* relay: our end of the socketpair */
     const struct cluster_key *key;
     struct sconn_cbs cb;
-    int is_client, state, piped, open_handles;
+    int is_client, state, piped, open_handles, timed_out;
     uint8_t nonce[WIRE_NONCE_LEN];
     struct session s;
     uint64_t tx_seq, rx_seq;
@@ -54,13 +61,15 @@ struct sconn {
 };
 
 /* Server side: listen on host:port ("0.0.0.0:7100"); on_accept gets each connection whose
- * handshake succeeded (cbs to fill in for it; its on_ready is not called). */
+ * handshake succeeded (cbs to fill in for it; its on_ready is not called); on_refused each one
+ * closed before that (timed_out: it did not finish the handshake within handshake_ms). */
 struct slisten {
     void *data;
     uv_tcp_t tcp;
     const struct cluster_key *key;
+    int handshake_ms; /* 0: SCONN_HANDSHAKE_MS */
     void (*on_accept)(struct slisten *l, struct sconn *c);
-    void (*on_refused)(struct slisten *l, const char *peer, const char *why);
+    void (*on_refused)(struct slisten *l, const char *peer, const char *why, int timed_out);
 };
 int slisten_start(struct slisten *l, uv_loop_t *loop, const char *hostport, char *err);
 /* Stops accepting; cb (may be NULL) once the handle is closed. */

@@ -10,6 +10,8 @@ int cluster_options(struct control_cfg *c, struct opt *t)
         {"--raft-dir", OPT_STR, &c->dir, 0, 0, NULL, "DIR"},
         {"--cluster-heartbeat-ms", OPT_INT, &c->heartbeat_ms, 10, 60000, NULL, "MS"},
         {"--cluster-dead-ms", OPT_INT, &c->dead_ms, 20, 600000, NULL, "MS"},
+        {"--cluster-remove-ms", OPT_INT, &c->remove_ms, 0, 86400000, NULL, "MS"},
+        {"--cluster-handshake-ms", OPT_INT, &c->handshake_ms, 10, 600000, NULL, "MS"},
         {"--keep-alive-ms", OPT_DOUBLE, &c->keep_alive_ms, 0, 86400000, NULL, "MS"},
         {"--replicas-cached", OPT_INT, &c->replicas_cached, 1, 64, NULL, "R"},
         {"--gpu-type", OPT_STR, &c->gpu, 0, 0, NULL, "NAME"},

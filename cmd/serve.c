@@ -164,7 +164,8 @@ static int parse_opts(int argc, char **argv, struct serve_opts *o)
                              .test_hang_s = -1,
                              .max_body = 1 << 20,
                              .resident_layers = -1,
-                             .coop_dtype = "f32"};
+                             .coop_dtype = "f32",
+                             .cluster.remove_ms = CONTROL_REMOVE_MS};
     o->api_key = getenv("STRATA_API_KEY");
     struct opt t[MAX_OPTS];
     char err[ERRMSG_LEN];

@@ -1,21 +1,27 @@
 /* The control plane's wire (cluster/sealed_conn.h) over loopback TCP: a message crosses sealed
  * both ways under the cluster key; a client with another key is refused at the handshake and
- * delivers nothing; the relay carries a byte stream (what raft writes) unchanged in both
- * directions. */
+ * delivers nothing; a peer that connects and sends nothing, or half a HELLO, is closed at the
+ * handshake deadline and counted, while a connection whose handshake finished stays open past it;
+ * the relay carries a byte stream (what raft writes) unchanged in both directions. */
 #include "check.h"
 
 #include "cluster/sealed_conn.h"
 #include "os/common/errmsg.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
+#include <poll.h>
 #include <stdlib.h>
+#include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 static uv_loop_t loop;
 static struct cluster_key key, other;
 static struct slisten lis;
 static char lis_addr[64];
-static int accepted, refused, ready_status = 99, got_msgs, closed;
+static int accepted, refused, timeouts, ready_status = 99, got_msgs, closed;
+static char refused_why[256];
 static char got[256];
 static struct sconn *srv_conn, *cli_conn; /* open connections, closed by drain() */
 
@@ -44,10 +50,12 @@ static void on_accept(struct slisten *l, struct sconn *c)
     c->cb.on_close = srv_closed;
 }
 
-static void on_refused(struct slisten *l, const char *peer, const char *why)
+static void on_refused(struct slisten *l, const char *peer, const char *why, int timed_out)
 {
-    (void)l, (void)peer, (void)why;
+    (void)l, (void)peer;
     refused++;
+    timeouts += timed_out != 0;
+    snprintf(refused_why, sizeof refused_why, "%s", why);
 }
 
 static void listen_any(void)
@@ -99,7 +107,8 @@ static void setup(void)
     CHECK(!cluster_key_parse(
         &other, "ffeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100", err));
     uv_loop_init(&loop);
-    accepted = refused = got_msgs = closed = 0;
+    accepted = refused = timeouts = got_msgs = closed = 0;
+    refused_why[0] = 0;
     ready_status = 99;
     got[0] = reply[0] = 0;
     listen_any();
@@ -150,6 +159,92 @@ TEST(other_key_refused_nothing_delivered)
     CHECK_EQ_INT(refused, 1);
     CHECK_EQ_INT(accepted, 0);
     CHECK_EQ_INT(got_msgs, 0);
+    drain();
+}
+
+/* ---------------------------------------------------------------- handshake deadline */
+
+/* A plain TCP socket to the listener (the kernel completes the connect from its backlog). */
+static int raw_connect(void)
+{
+    struct sockaddr_in sa;
+    char err[ERRMSG_LEN];
+    CHECK(!sconn_parse_addr(lis_addr, &sa, err));
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    CHECK(fd >= 0);
+    CHECK(!connect(fd, (struct sockaddr *)&sa, sizeof sa));
+    return fd;
+}
+
+/* What the peer sees: 1 once the server closed the socket (EOF or reset). */
+static int raw_closed(int fd)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    char b[64];
+    if (poll(&p, 1, 0) <= 0) return 0;
+    ssize_t n = recv(fd, b, sizeof b, MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+static double mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+TEST(silent_and_partial_peers_closed_at_the_deadline)
+{
+    setup();
+    lis.handshake_ms = 300;
+    /* One peer sends nothing; the other the first 7 bytes of a HELLO frame's header. */
+    int silent = raw_connect(), partial = raw_connect();
+    static const uint8_t half[7] = {0x53, 0x54, 0x52, 0x41, 1, 0, 0}; /* "STRA", ... */
+    CHECK(send(partial, half, sizeof half, 0) == (ssize_t)sizeof half);
+    double t0 = mono_ms();
+    for (int i = 0; i < 5000 && refused < 2; i++) uv_run(&loop, UV_RUN_NOWAIT), usleep(1000);
+    double waited = mono_ms() - t0;
+    CHECK_EQ_INT(refused, 2);
+    CHECK_EQ_INT(timeouts, 2);
+    CHECK_EQ_INT(accepted, 0);
+    CHECKF(strstr(refused_why, "no handshake within 300 ms") != NULL, "%s", refused_why);
+    for (int i = 0; i < 100 && !(raw_closed(silent) && raw_closed(partial)); i++)
+        uv_run(&loop, UV_RUN_NOWAIT), usleep(1000);
+    CHECK(raw_closed(silent));
+    CHECK(raw_closed(partial));
+    printf("# both closed by the server after %.0f ms (deadline 300 ms): %s\n", waited,
+           refused_why);
+    close(silent);
+    close(partial);
+    drain();
+}
+
+static void keep_ready(struct sconn *c, int status, const char *why)
+{
+    (void)why;
+    ready_status = status;
+    if (!status) cli_conn = c;
+}
+
+TEST(finished_handshake_outlives_the_deadline)
+{
+    char err[ERRMSG_LEN];
+    setup();
+    lis.handshake_ms = 100;
+    cli_conn = srv_conn = NULL;
+    struct sconn_cbs cbs = {.on_ready = keep_ready, .on_msg = cli_msg, .on_close = cli_closed};
+    CHECKF(sconn_connect(&loop, &key, lis_addr, &cbs, NULL, err) != NULL, "%s", err);
+    for (int i = 0; i < 2000 && ready_status == 99; i++) uv_run(&loop, UV_RUN_NOWAIT), usleep(1000);
+    CHECK_EQ_INT(ready_status, 0);
+    CHECK_EQ_INT(accepted, 1);
+    /* Three deadlines later both ends are still open and a message still crosses. */
+    for (int i = 0; i < 300; i++) uv_run(&loop, UV_RUN_NOWAIT), usleep(1000);
+    CHECK(cli_conn && srv_conn && sconn_is_open(cli_conn) && sconn_is_open(srv_conn));
+    CHECK_EQ_INT(refused, 0);
+    CHECK_EQ_INT(timeouts, 0);
+    sconn_send(cli_conn, "ping", 4);
+    run_until(&got_msgs, 1);
+    CHECK_STR(got, "ping");
     drain();
 }
 
@@ -247,6 +342,8 @@ int main(void)
 {
     RUN(message_both_ways_under_the_key);
     RUN(other_key_refused_nothing_delivered);
+    RUN(silent_and_partial_peers_closed_at_the_deadline);
+    RUN(finished_handshake_outlives_the_deadline);
     RUN(relay_carries_a_stream_unchanged);
     CHECK_DONE();
 }

@@ -1,0 +1,42 @@
+#include "cluster/voter_policy.h"
+
+/* Down for at least remove_ms (by the state's clock), or never seen since this leader began. */
+static int gone(const struct vp_input *in, uint64_t id)
+{
+    if (id == in->self) return 0;
+    const struct cl_member *m = cl_state_member_c(in->st, id);
+    uint64_t since = m ? m->since_ms : in->leader_since;
+    if (m && m->alive) return 0;
+    return in->now_ms >= since && in->now_ms - since >= in->remove_ms;
+}
+
+static int live(const struct vp_input *in, uint64_t id)
+{
+    const struct cl_member *m = cl_state_member_c(in->st, id);
+    return id == in->self || (m && m->alive);
+}
+
+struct vp_action voter_policy_step(const struct vp_input *in)
+{
+    struct vp_action none = {VP_NONE, 0};
+    if (!in->remove_ms) return none;
+    int voters = 0;
+    for (int i = 0; i < in->n_conf; i++) voters += in->conf[i].voter != 0;
+    /* A dead non-voter holds nothing up: remove it first. */
+    for (int i = 0; i < in->n_conf; i++)
+        if (!in->conf[i].voter && gone(in, in->conf[i].id))
+            return (struct vp_action){VP_REMOVE, in->conf[i].id};
+    for (int i = 0; i < in->n_conf; i++) {
+        if (!in->conf[i].voter || !gone(in, in->conf[i].id)) continue;
+        if (voters - 1 >= VOTERS_MIN) return (struct vp_action){VP_REMOVE, in->conf[i].id};
+        for (int k = 0; k < in->n_conf; k++)
+            if (!in->conf[k].voter && live(in, in->conf[k].id))
+                return (struct vp_action){VP_PROMOTE, in->conf[k].id};
+        return (struct vp_action){VP_KEEP, in->conf[i].id};
+    }
+    /* Too few voters (a join cut short by a leader change leaves a spare): promote a live one. */
+    for (int k = 0; k < in->n_conf && voters < VOTERS_MIN; k++)
+        if (!in->conf[k].voter && live(in, in->conf[k].id))
+            return (struct vp_action){VP_PROMOTE, in->conf[k].id};
+    return none;
+}
