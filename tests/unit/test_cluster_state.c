@@ -1,10 +1,13 @@
 /* The cluster's replicated state: command and message codecs, the state machine, snapshots, and
  * the state machine under raft's deterministic fixture (elections, a dead leader, a partitioned
- * node that catches up). */
+ * node that catches up); the voter policy (cluster/voter_policy.h), and under the fixture: four
+ * voters lose one for good, the leader removes it, a second dies and the last two still commit
+ * (without the removal they cannot), and the removed node comes back as a voter. */
 #include "check.h"
 
 #include "cluster/cluster_cmd.h"
 #include "cluster/cluster_state.h"
+#include "cluster/voter_policy.h"
 #include "os/common/errmsg.h"
 
 #include <raft.h>
@@ -57,7 +60,8 @@ TEST(cmd_roundtrip_every_type)
                           scale(SCALE_UP, "llama", 1, 3),
                           scale(SCALE_DOWN, "llama", 0, 2),
                           {.type = CMD_NODE_DOWN, .t_ms = 9, .u.down = 3},
-                          {.type = CMD_SCALE_DONE, .t_ms = 10, .u.done = {4, 1}}};
+                          {.type = CMD_SCALE_DONE, .t_ms = 10, .u.done = {4, 1}},
+                          {.type = CMD_RAFT_CONF, .t_ms = 11, .u.conf = {3, CONF_REMOVED}}};
     for (size_t i = 0; i < sizeof in / sizeof in[0]; i++) {
         uint8_t buf[CL_CMD_MAX], buf2[CL_CMD_MAX];
         char err[ERRMSG_LEN];
@@ -103,6 +107,15 @@ TEST(cmd_rejects_bad_fields)
     buf[2 + 8 + 1 + 1 + 1 + 8 + 8] = CL_MAX_CHAIN + 1;
     CHECK(cl_cmd_decode(&out, buf, n, err));
     CHECK(strstr(err, "chain"));
+    c = (struct cl_cmd){.type = CMD_RAFT_CONF, .t_ms = 1, .u.conf = {3, CONF_VOTER}};
+    n = enc(&c, buf);
+    buf[n - 1] = 3; /* no such change */
+    CHECK(cl_cmd_decode(&out, buf, n, err));
+    CHECK(strstr(err, "unknown change"));
+    c.u.conf.node = 0;
+    n = enc(&c, buf);
+    CHECK(cl_cmd_decode(&out, buf, n, err));
+    CHECK(strstr(err, "node id 0"));
 }
 
 TEST(msg_roundtrip_and_rejects)
@@ -191,6 +204,88 @@ TEST(state_apply_membership_holdings_scaling)
     const struct cl_event *e = &s.event[(s.n_events - 1) % CL_MAX_EVENTS];
     CHECK_EQ_INT(e->type, CMD_NODE_DOWN);
     CHECK_EQ_INT(e->t_ms, 70);
+    /* A change of raft's configuration is an event, nothing else. */
+    uint32_t members = s.n_members;
+    c = (struct cl_cmd){.type = CMD_RAFT_CONF, .t_ms = 80, .u.conf = {3, CONF_REMOVED}};
+    CHECK_EQ_INT(cl_state_apply(&s, &c), 0);
+    e = &s.event[(s.n_events - 1) % CL_MAX_EVENTS];
+    CHECK(e->type == CMD_RAFT_CONF && e->kind == CONF_REMOVED && e->node == 3 && e->t_ms == 80);
+    CHECK_EQ_INT(s.n_members, members);
+    static uint8_t buf[1 << 16];
+    static struct cl_state t;
+    char err[ERRMSG_LEN];
+    size_t n = cl_state_encode(&s, buf, sizeof buf);
+    CHECKF(n && !cl_state_decode(&t, buf, n, err), "%s", err);
+    CHECK_EQ_INT(t.event[(t.n_events - 1) % CL_MAX_EVENTS].kind, CONF_REMOVED);
+}
+
+/* ---------------------------------------------------------------- the voter policy */
+
+/* A state whose members 1..n are up, those in down[] down since t_ms 1000. */
+static void policy_state(struct cl_state *s, int n, const uint64_t *down, int n_down)
+{
+    struct cl_cmd c;
+    cl_state_init(s);
+    for (int id = 1; id <= n; id++) cl_state_apply(s, (c = node_up((uint64_t)id, 10), &c));
+    for (int i = 0; i < n_down; i++) {
+        c = (struct cl_cmd){.type = CMD_NODE_DOWN, .t_ms = 1000, .u.down = down[i]};
+        cl_state_apply(s, &c);
+    }
+}
+
+static struct vp_action policy(const struct cl_state *s, const struct vp_server *conf, int n,
+                               uint64_t now, uint64_t remove_ms)
+{
+    struct vp_input in = {.st = s,
+                          .conf = conf,
+                          .n_conf = n,
+                          .self = 1,
+                          .now_ms = now,
+                          .leader_since = 500,
+                          .remove_ms = remove_ms};
+    return voter_policy_step(&in);
+}
+
+TEST(voter_policy_removes_promotes_keeps)
+{
+    static struct cl_state s;
+    struct vp_action a;
+    const struct vp_server four[] = {{1, 1}, {2, 1}, {3, 1}, {4, 1}};
+    /* Four voters, node 4 down at t = 1000: removed once down for remove_ms, not before. */
+    policy_state(&s, 4, (uint64_t[]){4}, 1);
+    a = policy(&s, four, 4, 1000 + 5999, 6000);
+    CHECK_EQ_INT(a.kind, VP_NONE);
+    a = policy(&s, four, 4, 1000 + 6000, 6000);
+    CHECK(a.kind == VP_REMOVE && a.node == 4);
+    /* remove_ms 0: never. */
+    CHECK_EQ_INT(policy(&s, four, 4, 1000000, 0).kind, VP_NONE);
+    /* Three voters, one dead: removing it leaves two (quorum 2 either way), so it stays. */
+    const struct vp_server three[] = {{1, 1}, {2, 1}, {4, 1}};
+    a = policy(&s, three, 3, 100000, 6000);
+    CHECK(a.kind == VP_KEEP && a.node == 4);
+    /* ... unless a live non-voter can take its place: promoted first, then the dead one goes. */
+    const struct vp_server spare[] = {{1, 1}, {2, 1}, {4, 1}, {3, 0}};
+    a = policy(&s, spare, 4, 100000, 6000);
+    CHECK(a.kind == VP_PROMOTE && a.node == 3);
+    const struct vp_server promoted[] = {{1, 1}, {2, 1}, {4, 1}, {3, 1}};
+    a = policy(&s, promoted, 4, 100000, 6000);
+    CHECK(a.kind == VP_REMOVE && a.node == 4);
+    /* A dead non-voter goes first, whatever the voters. */
+    const struct vp_server dead_spare[] = {{1, 1}, {2, 1}, {3, 1}, {4, 0}};
+    a = policy(&s, dead_spare, 4, 100000, 6000);
+    CHECK(a.kind == VP_REMOVE && a.node == 4);
+    /* A server the state never saw counts from the leader's election (t = 500); the leader
+     * itself is never removed, even if the state says it is down. */
+    const struct vp_server ghost[] = {{1, 1}, {2, 1}, {3, 1}, {4, 1}, {9, 1}};
+    policy_state(&s, 4, (uint64_t[]){1}, 1);
+    CHECK_EQ_INT(policy(&s, ghost, 5, 500 + 5999, 6000).kind, VP_NONE);
+    a = policy(&s, ghost, 5, 500 + 6000, 6000);
+    CHECK(a.kind == VP_REMOVE && a.node == 9);
+    /* Two voters and a live non-voter (a join cut short): promoted. */
+    policy_state(&s, 3, NULL, 0);
+    const struct vp_server two[] = {{1, 1}, {2, 1}, {3, 0}};
+    a = policy(&s, two, 3, 2000, 6000);
+    CHECK(a.kind == VP_PROMOTE && a.node == 3);
 }
 
 TEST(snapshot_roundtrip_and_rejects)
@@ -263,15 +358,15 @@ static int fx_restore(struct raft_fsm *fsm, struct raft_buffer *buf)
     return rc ? RAFT_CORRUPT : 0;
 }
 
-static struct fx_fsm fx[3];
+static struct fx_fsm fx[4];
 static struct raft_fixture F;
 
-static void fx_setup(void)
+static void fx_setup_n(unsigned n)
 {
     struct raft_configuration conf;
     memset(&F, 0, sizeof F);
     CHECK(!raft_fixture_initialize(&F));
-    for (int i = 0; i < 3; i++) {
+    for (unsigned i = 0; i < n; i++) {
         fx[i].fsm = (struct raft_fsm){.version = 1,
                                       .data = &fx[i],
                                       .apply = fx_apply,
@@ -280,14 +375,20 @@ static void fx_setup(void)
         cl_state_init(&fx[i].st);
         CHECK(!raft_fixture_grow(&F, &fx[i].fsm));
     }
-    CHECK(!raft_fixture_configuration(&F, 3, &conf));
+    CHECK(!raft_fixture_configuration(&F, n, &conf));
     CHECK(!raft_fixture_bootstrap(&F, &conf));
     raft_configuration_close(&conf);
-    for (unsigned i = 0; i < 3; i++) {
+    for (unsigned i = 0; i < n; i++) {
         raft_set_snapshot_threshold(raft_fixture_get(&F, i), 8);
         raft_set_snapshot_trailing(raft_fixture_get(&F, i), 2);
+        raft_set_pre_vote(raft_fixture_get(&F, i), true); /* as cluster/control.c runs raft */
     }
     CHECK(!raft_fixture_start(&F));
+}
+
+static void fx_setup(void)
+{
+    fx_setup_n(3);
 }
 
 static struct raft_apply reqs[64];
@@ -376,6 +477,140 @@ TEST(raft_fixture_partitioned_node_stops_then_catches_up)
     n_reqs = 0;
 }
 
+/* ---------------------------------------------------------------- removal under the fixture */
+
+static int change_status = -1;
+
+static void change_done(struct raft_change *req, int status)
+{
+    (void)req;
+    change_status = status;
+}
+
+/* Raft's configuration on server i, for the policy. */
+static int fx_conf(unsigned i, struct vp_server *out)
+{
+    const struct raft_configuration *c = &raft_fixture_get(&F, i)->configuration;
+    for (unsigned k = 0; k < c->n; k++)
+        out[k] = (struct vp_server){c->servers[k].id, c->servers[k].role == RAFT_VOTER};
+    return (int)c->n;
+}
+
+static bool change_finished(struct raft_fixture *f, void *arg)
+{
+    (void)f, (void)arg;
+    return change_status >= 0;
+}
+
+/* Run the policy on the leader and carry out what it says (as cluster/control.c's conf_tick). */
+static struct vp_action fx_policy_step(unsigned leader, uint64_t now)
+{
+    struct vp_server conf[8];
+    struct vp_input in = {.st = &fx[leader].st,
+                          .n_conf = fx_conf(leader, conf),
+                          .conf = conf,
+                          .self = leader + 1,
+                          .now_ms = now,
+                          .leader_since = 0,
+                          .remove_ms = 6000};
+    struct vp_action a = voter_policy_step(&in);
+    static struct raft_change req;
+    change_status = -1;
+    struct raft *r = raft_fixture_get(&F, leader);
+    if (a.kind == VP_REMOVE) CHECK(!raft_remove(r, &req, a.node, change_done));
+    if (a.kind == VP_PROMOTE) CHECK(!raft_assign(r, &req, a.node, RAFT_VOTER, change_done));
+    if (a.kind == VP_REMOVE || a.kind == VP_PROMOTE) {
+        CHECK(raft_fixture_step_until(&F, change_finished, NULL, 10000));
+        CHECK_EQ_INT(change_status, 0);
+    }
+    return a;
+}
+
+static int fx_voters(unsigned i)
+{
+    struct vp_server conf[8];
+    int n = fx_conf(i, conf), v = 0;
+    for (int k = 0; k < n; k++) v += conf[k].voter;
+    return v;
+}
+
+/* Four voters; node 4 dies for good and is committed down. Then node 3 dies too. */
+static void four_lose_two(int remove_first, raft_index *idx_out, int *committed)
+{
+    fx_setup_n(4);
+    raft_fixture_elect(&F, 0);
+    struct cl_cmd c;
+    raft_index idx = 0;
+    for (uint64_t id = 1; id <= 4; id++) idx = propose(0, (c = node_up(id, id), &c));
+    CHECK(raft_fixture_step_until_applied(&F, 4, idx, 5000));
+    raft_fixture_kill(&F, 3);
+    c = (struct cl_cmd){.type = CMD_NODE_DOWN, .t_ms = 1000, .u.down = 4};
+    idx = propose(0, &c);
+    CHECK(raft_fixture_step_until_applied(&F, 0, idx, 5000));
+    if (remove_first) {
+        /* Before remove_ms nothing; after, node 4 leaves the configuration. */
+        CHECK_EQ_INT(fx_policy_step(0, 1000 + 5999).kind, VP_NONE);
+        struct vp_action a = fx_policy_step(0, 1000 + 6000);
+        CHECK(a.kind == VP_REMOVE && a.node == 4);
+        CHECK_EQ_INT(fx_voters(0), 3);
+        c = (struct cl_cmd){.type = CMD_RAFT_CONF, .t_ms = 7000, .u.conf = {4, CONF_REMOVED}};
+        idx = propose(0, &c);
+        CHECK(raft_fixture_step_until_applied(&F, 1, idx, 5000));
+        CHECK(raft_fixture_step_until_applied(&F, 2, idx, 5000));
+        CHECK_EQ_INT(fx_voters(1), 3);
+        /* Three voters, all alive: the policy keeps the quorum at 3 from here. */
+        CHECK_EQ_INT(fx_policy_step(0, 100000).kind, VP_NONE);
+    }
+    /* Node 3 dies as well: the leader (node 1) proposes node 3 down. */
+    raft_fixture_kill(&F, 2);
+    c = (struct cl_cmd){.type = CMD_NODE_DOWN, .t_ms = 9000, .u.down = 3};
+    idx = propose(0, &c);
+    *committed = raft_fixture_step_until_applied(&F, 1, idx, 10000);
+    *idx_out = idx;
+}
+
+TEST(raft_fixture_dead_voter_removed_two_of_three_still_commit)
+{
+    raft_index idx;
+    int committed;
+    /* Without the removal: 2 live of 4 voters, below the quorum of 3: nothing commits. */
+    four_lose_two(0, &idx, &committed);
+    CHECK(!committed);
+    CHECK(raft_fixture_get(&F, 0)->commit_index < idx);
+    raft_fixture_close(&F);
+    n_reqs = 0;
+    /* With it: 2 live of 3 voters is a quorum: node 3's NODE_DOWN commits on both. */
+    four_lose_two(1, &idx, &committed);
+    CHECK(committed);
+    CHECK(raft_fixture_step_until_applied(&F, 0, idx, 5000));
+    CHECK(!cl_state_member_c(&fx[1].st, 3)->alive);
+    CHECK(same_state(0, 1));
+    /* Node 4 comes back: it learns nothing by itself (no one replicates to a server outside the
+     * configuration) and rejoins the way control.c's JOIN does: raft_add, then assign VOTER. */
+    raft_fixture_revive(&F, 3);
+    raft_fixture_step_until_elapsed(&F, 2000);
+    CHECK(fx[3].st.applied < fx[0].st.applied);
+    /* Nor does it disturb the leader (pre-vote; voters that hear their leader refuse it). */
+    CHECK(raft_state(raft_fixture_get(&F, 0)) == RAFT_LEADER);
+    CHECK(raft_state(raft_fixture_get(&F, 3)) != RAFT_LEADER);
+    static struct raft_change add;
+    change_status = -1;
+    CHECK(!raft_add(raft_fixture_get(&F, 0), &add, 4, "4", change_done));
+    CHECK(raft_fixture_step_until(&F, change_finished, NULL, 10000) && change_status == 0);
+    change_status = -1;
+    CHECK(!raft_assign(raft_fixture_get(&F, 0), &add, 4, RAFT_VOTER, change_done));
+    CHECK(raft_fixture_step_until(&F, change_finished, NULL, 10000) && change_status == 0);
+    CHECK_EQ_INT(fx_voters(0), 4);
+    struct cl_cmd c = node_up(4, 10000);
+    idx = propose(0, &c);
+    CHECK(raft_fixture_step_until_applied(&F, 3, idx, 10000));
+    CHECK(same_state(0, 3));
+    CHECK_EQ_INT(fx_voters(3), 4);
+    CHECK(cl_state_member_c(&fx[3].st, 4)->alive);
+    raft_fixture_close(&F);
+    n_reqs = 0;
+}
+
 int main(void)
 {
     RUN(cmd_roundtrip_every_type);
@@ -385,5 +620,7 @@ int main(void)
     RUN(snapshot_roundtrip_and_rejects);
     RUN(raft_fixture_leader_dies_state_survives);
     RUN(raft_fixture_partitioned_node_stops_then_catches_up);
+    RUN(voter_policy_removes_promotes_keeps);
+    RUN(raft_fixture_dead_voter_removed_two_of_three_still_commit);
     CHECK_DONE();
 }
