@@ -614,11 +614,13 @@ static void rejoin_tick(struct control *c, uint64_t now, int leader_known)
     uint64_t h = (uint64_t)c->cfg.heartbeat_ms;
     if (leader_known || !c->leader_seen) {
         c->leader_seen = now;
+        c->join_last = 0;
         return;
     }
     if (now - c->leader_seen < 20 * h || now - c->join_last < 5 * h) return;
-    if (!c->join) log_info("cluster", "no leader for %llu ms: asking to (re)join",
-                           (unsigned long long)(now - c->leader_seen));
+    if (!c->join_last)
+        log_info("cluster", "no leader for %llu ms: asking the peers to (re)join",
+                 (unsigned long long)(now - c->leader_seen));
     c->join_last = now;
     join_tick(c, 1);
 }

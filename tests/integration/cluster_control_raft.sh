@@ -10,7 +10,12 @@
 #     keep-alive the leader commits a scale-down; /metrics carries the same;
 #   - a node without the cluster key can neither join nor send load reports; with it, it joins;
 #   - a partitioned node stops deciding and, on heal, rejoins and catches up;
-#   - the leader's node is killed: a new leader within a few heartbeats, the state intact.
+#   - the leader's node is killed: a new leader within a few heartbeats, the state intact;
+#   - a peer that connects to the control port and sends nothing (or half a HELLO) is closed at
+#     the handshake deadline, logged and counted;
+#   - the killed node, down past --cluster-remove-ms, leaves raft's configuration (4 -> 3 voters);
+#     a second node dies and the two left still elect and commit: 2 of 3 voters is a quorum, 2 of
+#     4 (no removal) would not be; the removed node restarts and rejoins as a voter.
 set -u
 cd "$(dirname "$0")/../.."
 . tests/lib/fabric_netns.sh
@@ -23,18 +28,22 @@ trap 'fab_cleanup; rm -rf "$W"' EXIT
 serve_model || { echo "not ok - cluster_control: cannot convert the model"; exit 1; }
 MODEL=$(realpath "$SERVE_MODEL")
 HB=100
+REMOVE_MS=8000   # longer than the partition of scenario 4, so that only the dead node goes
+HS_MS=2000       # the handshake deadline
 PEERS="1@10.77.0.1:7100,2@10.77.0.2:7100,3@10.77.0.3:7100"
 fab_setup 4 || { echo "not ok - cluster_control: network namespaces"; exit 1; }
 fab_key "$W/key"
 fab_key "$W/other.key"
-declare -A PID
+declare -A PID ARGS
 
 start_node() { # start_node N [ARGS...]
     local n=$1
     shift
+    ARGS[$n]="$*"
     fab_bg "$n" "$W/n$n" "$STRATA" serve -m "$MODEL" --host "10.77.0.$n" --port 8080 --threads 1 \
         --no-slo -v --node-id "$n" --key-file "$W/key" --raft-dir "$W/raft$n" \
         --cluster-heartbeat-ms $HB --cluster-dead-ms $((15 * HB)) --keep-alive-ms 15000 \
+        --cluster-remove-ms $REMOVE_MS --cluster-handshake-ms $HS_MS \
         --replicas-cached 3 --cluster "$PEERS" "$@"
     PID[$n]=$FAB_LAST
 }
@@ -158,12 +167,46 @@ else
 fi
 fab_bg 4 "$W/n4" "$STRATA" serve -m "$MODEL" --host 10.77.0.4 --port 8080 --threads 1 -v \
     --node-id 4 --key-file "$W/key" --raft-dir "$W/raft4" --cluster-heartbeat-ms $HB \
+    --cluster-dead-ms $((15 * HB)) --cluster-remove-ms $REMOVE_MS --cluster-handshake-ms $HS_MS \
     --cluster-standby --cluster "$PEERS" --cluster-addr 10.77.0.4:7100
 PID[4]=$FAB_LAST
 if until_true 30 "$L" "alive(4)" && until_true 10 4 "alive(4) and d['leader'] == $L"; then
     ok "cluster_control: node 4 with the key joined (raft_add + assign voter) and follows leader $L"
 else
     not_ok "cluster_control: node 4 with the key did not join: $(cluster "$L")"
+fi
+
+# ---- 3b. handshake deadline: one peer connects and sends nothing, another half a HELLO header
+hs0=$(q "$L" "d['handshake_timeouts']")
+idle=$(ip netns exec "$(fab_ns 4)" python3 - "10.77.0.$L" <<'PY'
+import socket, sys, time
+socks = []
+for first in (b"", b"STRA\x01\x00\x00"):   # nothing; 7 of a 28-byte frame header
+    s = socket.create_connection((sys.argv[1], 7100), timeout=5)
+    if first:
+        s.sendall(first)
+    socks.append(s)
+t0 = time.monotonic()
+out = []
+for s in socks:
+    s.settimeout(30)              # a hang guard: the server is expected to close
+    try:
+        closed = s.recv(64) == b""
+    except ConnectionResetError:
+        closed = True
+    except socket.timeout:
+        closed = False
+    out.append("%s after %d ms" % ("closed" if closed else "OPEN", (time.monotonic() - t0) * 1000))
+print("; ".join(out))
+PY
+)
+hs1=$(q "$L" "d['handshake_timeouts']")
+if [ "$(grep -o closed <<<"$idle" | wc -l)" = 2 ] && [ -n "$hs1" ] && [ "$hs1" -ge $((${hs0:-0} + 2)) ] &&
+    grep -q "refused: no handshake within $HS_MS ms" "$W/n$L.err" &&
+    metrics "$L" | grep -qE "^strata_cluster_handshake_timeouts_total $hs1\$"; then
+    ok "cluster_control: idle and half-HELLO peers on node $L's control port: $idle (deadline $HS_MS ms); handshake_timeouts $hs0 -> $hs1, logged"
+else
+    not_ok "cluster_control: handshake deadline: peers $idle; handshake_timeouts $hs0 -> $hs1; log: $(grep -c 'no handshake' "$W/n$L.err")"
 fi
 
 # ---- 4. partition one follower: it stops deciding; on heal it rejoins and catches up
@@ -206,5 +249,46 @@ if [ -n "$NEW" ] && until_true 20 "$NEW" "not alive($L) and len(d['events']) >= 
     ok "cluster_control: leader $L killed: node $NEW leads after $(( (t1 - t0) / 1000000 )) ms (heartbeat $HB ms), $(q "$NEW" "len(d['events'])") events kept, node $L marked down"
 else
     not_ok "cluster_control: no new leader after killing $L: $(cluster "$P")"
+fi
+
+# ---- 6. node L stays dead: removed from raft's configuration; losing a second node keeps quorum
+DEAD=$L
+voters() { q "$1" "sorted(d['voters'])"; }
+removed="any(e['event'] == 'raft_removed' and e['node'] == $DEAD for e in d['events'])"
+if [ -n "$NEW" ] && until_true $((REMOVE_MS / 1000 + 30)) "$NEW" "$DEAD not in d['voters'] and len(d['voters']) == 3 and $removed"; then
+    ok "cluster_control: node $DEAD down past --cluster-remove-ms $REMOVE_MS: leader $NEW removed it from raft's configuration, voters $(voters "$NEW") (event raft_removed)"
+else
+    not_ok "cluster_control: node $DEAD not removed from raft's configuration: voters $(voters "${NEW:-$P}"): $(cluster "${NEW:-$P}")"
+fi
+# A second node of the original three dies (the leader if it is one of them). Without the removal
+# 2 of 4 voters would be left, under the quorum of 3: no leader, nothing committed. With it, 2 of
+# 3 voters elect a leader (if needed) and commit the second node's NODE_DOWN.
+K=""
+for n in 1 2 3; do [ "$n" != "$DEAD" ] && [ -z "$K" ] && K=$n; done
+for n in 1 2 3; do [ "$n" = "${NEW:-0}" ] && K=$n; done
+SURV=""
+for n in 1 2 3 4; do [ "$n" != "$DEAD" ] && [ "$n" != "$K" ] && SURV="$SURV $n"; done
+A=${SURV# }
+A=${A%% *}
+B=${SURV##* }
+until_true 20 "$A" "d['commands_applied'] == $(q "$B" "d['commands_applied']")" >/dev/null
+seq0=$(q "$A" "max([e['seq'] for e in d['events']] or [0])")
+kill -9 "${PID[$K]}"
+kdown="any(e['event'] == 'node_down' and e['node'] == $K and e['seq'] > ${seq0:-0} for e in d['events']) and not alive($K)"
+if until_true 30 "$A" "d['leader'] in ($A, $B) and $kdown" &&
+    until_true 20 "$B" "d['leader'] in ($A, $B) and $kdown"; then
+    ok "cluster_control: node $K killed too: nodes$SURV (2 of voters $(voters "$A")) have leader $(q "$A" "d['leader']") and committed node $K down; 2 of 4 voters could not have"
+else
+    not_ok "cluster_control: after losing $DEAD (removed) and $K: $(cluster "$A") | $(cluster "$B")"
+fi
+# The removed node restarts from its old raft data: no leader talks to it, so it asks to join and
+# the leader adds it back as a voter (raft_add + assign VOTER, event raft_voter).
+LEAD=$(q "$A" "d['leader']")
+start_node "$DEAD" ${ARGS[$DEAD]}
+back="$DEAD in d['voters'] and alive($DEAD) and any(e['event'] == 'raft_voter' and e['node'] == $DEAD for e in d['events'])"
+if [ -n "$LEAD" ] && until_true 60 "$LEAD" "$back" && until_true 20 "$DEAD" "d['leader'] == $LEAD and $DEAD in d['voters']"; then
+    ok "cluster_control: node $DEAD restarted: asked to rejoin, voter again under leader $LEAD (voters $(voters "$LEAD"))"
+else
+    not_ok "cluster_control: removed node $DEAD did not rejoin as a voter: $(cluster "${LEAD:-$A}") | $(cluster "$DEAD")"
 fi
 exit $fail
