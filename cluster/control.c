@@ -92,6 +92,7 @@ struct control {
     int in_config;      /* this node is in raft's configuration */
     struct sconn *join; /* a JOIN in flight */
     int join_next;      /* next peer to ask */
+    char join_to[CL_STR_LEN + 1]; /* the leader a peer named: asked next */
     uint32_t executed[CTL_MAX_EXECUTED];
     int n_executed;
     uint32_t events_seen;
@@ -532,9 +533,8 @@ static void out_msg(struct sconn *s, const uint8_t *buf, size_t len)
     if (m.u.redirect.status == 0) {
         log_info("cluster", "join accepted by %s", s->peer);
     } else if (m.u.redirect.status == 1 && m.u.redirect.addr[0]) {
-        /* Ask the leader next. */
-        for (int i = 0; i < c->n_peers; i++)
-            if (!strcmp(c->peer[i].addr, m.u.redirect.addr)) c->join_next = i;
+        /* Ask the leader next (it may be a node that joined after --cluster was written). */
+        snprintf(c->join_to, sizeof c->join_to, "%s", m.u.redirect.addr);
     }
     sconn_close(s, "join answered");
 }
@@ -596,6 +596,11 @@ static void join_tick(struct control *c, int force)
             c->raft.configuration.servers[i].role == RAFT_VOTER)
             c->in_config = 1;
     if ((c->in_config && !force) || c->join) return;
+    if (c->join_to[0]) {
+        c->join = connect_out(c, c->join_to);
+        c->join_to[0] = 0;
+        return;
+    }
     for (int tries = 0; tries < c->n_peers; tries++) {
         const struct peer *p = &c->peer[c->join_next % c->n_peers];
         c->join_next = (c->join_next + 1) % c->n_peers;
@@ -650,10 +655,14 @@ static void conf_done(struct raft_change *req, int status)
     free(q);
 }
 
-/* One change at a time, and none while raft has one uncommitted (a join's, say). */
+/* One change at a time, none while raft has one uncommitted or a promotion running (a join's),
+ * and, like every decision, only on a state that applied everything proposed (the raft_voter
+ * event of a node that just rejoined, say). */
 static void conf_tick(struct control *c)
 {
-    if (c->conf_busy || c->raft.configuration_uncommitted_index || c->raft.leader_state.change)
+    if (c->conf_busy || c->raft.configuration_uncommitted_index || c->raft.leader_state.change ||
+        c->raft.leader_state.promotee_id || c->inflight ||
+        raft_last_applied(&c->raft) < raft_last_index(&c->raft))
         return;
     pthread_mutex_lock(&c->mu);
     struct vp_input in = {.st = &c->st,

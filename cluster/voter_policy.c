@@ -1,12 +1,29 @@
 #include "cluster/voter_policy.h"
 
-/* Down for at least remove_ms (by the state's clock), or never seen since this leader began. */
+/* When raft last made id a voter again (its raft_voter event still in the ring), or 0. */
+static uint64_t readmitted(const struct cl_state *s, uint64_t id)
+{
+    uint32_t first = s->n_events > CL_MAX_EVENTS ? s->n_events - CL_MAX_EVENTS : 0;
+    uint64_t t = 0;
+    for (uint32_t i = first; i < s->n_events; i++) {
+        const struct cl_event *e = &s->event[i % CL_MAX_EVENTS];
+        if (e->type == CMD_RAFT_CONF && e->kind == CONF_VOTER && e->node == id && e->t_ms > t)
+            t = e->t_ms;
+    }
+    return t;
+}
+
+/* Down for at least remove_ms (by the state's clock), or never seen since this leader began. A
+ * node that rejoined is a voter before its first report commits NODE_UP: it gets remove_ms from
+ * its raft_voter event, or it would be removed again at once. */
 static int gone(const struct vp_input *in, uint64_t id)
 {
     if (id == in->self) return 0;
     const struct cl_member *m = cl_state_member_c(in->st, id);
     uint64_t since = m ? m->since_ms : in->leader_since;
     if (m && m->alive) return 0;
+    uint64_t back = readmitted(in->st, id);
+    if (back > since) since = back;
     return in->now_ms >= since && in->now_ms - since >= in->remove_ms;
 }
 

@@ -7,7 +7,8 @@
  * when the removal would leave fewer, it first promotes a live non-voter (raft_assign VOTER), and
  * when there is none it keeps the dead voter (removing it would not let one more node fail: with
  * 3 voters, 2 live, quorum is 2 either way). A dead non-voter is removed at once. A server raft
- * lists that the state has never seen report counts as down since this leader took office. With
+ * lists that the state has never seen report counts as down since this leader took office, and a
+ * node raft made a voter again (a raft_voter event) counts from then, until its NODE_UP. With
  * fewer than VOTERS_MIN voters and a live non-voter (a join cut short), the live one is promoted.
  *
  * Pure: the caller passes raft's configuration and the committed state, and carries out the

@@ -286,8 +286,13 @@ fi
 LEAD=$(q "$A" "d['leader']")
 start_node "$DEAD" ${ARGS[$DEAD]}
 back="$DEAD in d['voters'] and alive($DEAD) and any(e['event'] == 'raft_voter' and e['node'] == $DEAD for e in d['events'])"
-if [ -n "$LEAD" ] && until_true 60 "$LEAD" "$back" && until_true 20 "$DEAD" "d['leader'] == $LEAD and $DEAD in d['voters']"; then
-    ok "cluster_control: node $DEAD restarted: asked to rejoin, voter again under leader $LEAD (voters $(voters "$LEAD"))"
+# Once back, it stays: one raft_removed for it (a rejoined node is not taken for dead before its
+# first report commits NODE_UP).
+once="len([e for e in d['events'] if e['event'] == 'raft_removed' and e['node'] == $DEAD]) == 1"
+if [ -n "$LEAD" ] && until_true 60 "$LEAD" "$back" && until_true 20 "$DEAD" "d['leader'] == $LEAD and $DEAD in d['voters']" &&
+    sleep 2 && [ "$(q "$LEAD" "$DEAD in d['voters'] and $once")" = True ] &&
+    grep -q "asking the peers to (re)join" "$W/n$DEAD.err"; then
+    ok "cluster_control: node $DEAD restarted: asked to rejoin, voter again under leader $LEAD (voters $(voters "$LEAD")), removed once"
 else
     not_ok "cluster_control: removed node $DEAD did not rejoin as a voter: $(cluster "${LEAD:-$A}") | $(cluster "$DEAD")"
 fi

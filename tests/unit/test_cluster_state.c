@@ -257,6 +257,13 @@ TEST(voter_policy_removes_promotes_keeps)
     CHECK_EQ_INT(a.kind, VP_NONE);
     a = policy(&s, four, 4, 1000 + 6000, 6000);
     CHECK(a.kind == VP_REMOVE && a.node == 4);
+    /* Node 4 rejoined (raft_voter at t = 50000) and has not reported yet: remove_ms from then. */
+    struct cl_cmd back = {.type = CMD_RAFT_CONF, .t_ms = 50000, .u.conf = {4, CONF_VOTER}};
+    cl_state_apply(&s, &back);
+    CHECK_EQ_INT(policy(&s, four, 4, 50000 + 5999, 6000).kind, VP_NONE);
+    a = policy(&s, four, 4, 50000 + 6000, 6000);
+    CHECK(a.kind == VP_REMOVE && a.node == 4);
+    policy_state(&s, 4, (uint64_t[]){4}, 1);
     /* remove_ms 0: never. */
     CHECK_EQ_INT(policy(&s, four, 4, 1000000, 0).kind, VP_NONE);
     /* Three voters, one dead: removing it leaves two (quorum 2 either way), so it stays. */
