@@ -27,7 +27,7 @@ enum cl_cmd_type {
     CMD_HOLDING = 3,    /* what a node holds of one model: host copy, engine layers */
     CMD_SCALE = 4,      /* a planner decision (scale up/down, replicate, drop a host copy) */
     CMD_SCALE_DONE = 5, /* a scale-out finished (every joiner serves alone) or was abandoned */
-    CMD_RAFT_CONF = 6,  /* the leader changed raft's configuration (an event: the state records it) */
+    CMD_RAFT_CONF = 6,  /* the leader changed raft's configuration (an event in the state) */
 };
 
 enum cl_role { ROLE_VOTER = 1, ROLE_JOINER = 2 };

@@ -82,10 +82,10 @@ struct control {
     /* Loop thread only. */
     int inflight, was_leader;
     uint64_t leader_since, leader_since_wall, start_wall;
-    uint64_t leader_seen;  /* monotonic: the last tick raft knew a leader */
-    uint64_t join_last;    /* monotonic: the last JOIN this node sent while leaderless */
-    int conf_busy;         /* a change of raft's configuration of ours in flight */
-    uint64_t keep_logged;  /* the dead voter we last logged as kept */
+    uint64_t leader_seen; /* monotonic: the last tick raft knew a leader */
+    uint64_t join_last;   /* monotonic: the last JOIN this node sent while leaderless */
+    int conf_busy;        /* a change of raft's configuration of ours in flight */
+    uint64_t keep_logged; /* the dead voter we last logged as kept */
     struct sconn *ctl; /* to the leader */
     uint64_t ctl_leader;
     int ctl_open;

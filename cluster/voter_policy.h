@@ -42,7 +42,7 @@ struct vp_action {
 };
 
 struct vp_input {
-    const struct cl_state *st;   /* the committed state: alive and since_ms per member */
+    const struct cl_state *st;    /* the committed state: alive and since_ms per member */
     const struct vp_server *conf; /* raft's configuration, as the leader holds it */
     int n_conf;
     uint64_t self;         /* the leader: never removed */
