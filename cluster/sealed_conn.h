@@ -16,7 +16,7 @@
  *   the other.
  * A handshake must finish within a deadline (SCONN_HANDSHAKE_MS, or the listener's handshake_ms):
  * a peer that connects and sends nothing, or half a HELLO, is closed then instead of holding a
- * socket for as long as it likes; on the client side the same deadline covers connect and
+ * socket for as long as it likes; on the client side SCONN_HANDSHAKE_MS covers connect and
  * HELLO_ACK. Past the handshake the peer holds the key and is trusted.
  * Everything runs on the loop's thread. on_close fires once, after which the sconn is freed. */
 #ifndef STRATA_SEALED_CONN_H
