@@ -325,6 +325,12 @@ TEST(config_settings)
     CHECK(sim_config_parse(&c, "model_spans = 10,20x3\nadmit_step = H100:0.0001,0,0.001\n", err) ==
           0);
     CHECK(c.n_spans == 4 && c.model.layers == 4 && c.model.bytes == 70 && c.admit_set[0]);
+    CHECK(sim_config_parse(&c, "plan_step = H100:0.0002,0.00004,0\nreplicas_cached = 1\n", err) ==
+          0);
+    CHECK(c.plan_set[0] && c.plan_step[0].a == 0.0002 && c.plan_step[0].c == 0 &&
+          c.replicas_cached == 1);
+    CHECK(sim_config_parse(&c, "plan_step = CPU:0.0002,0,0\n", err) == -1 && strstr(err, "CPU"));
+    CHECK(sim_config_parse(&c, "replicas_cached = -1\n", err) == -1);
     CHECK(sim_config_parse(&c, "model = 7B\n", err) == 0 && c.n_spans == 0);
 }
 
