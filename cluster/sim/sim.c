@@ -1054,14 +1054,13 @@ static int setup(struct sim *s, char *err)
         if (s->tput[t] > s->tput[fastest]) fastest = t;
     s->tbt_slo_ms =
         c->tbt_slo_ms > 0 ? c->tbt_slo_ms : 5 * 1000 * step_model_predict(&s->step[fastest], 1, 1);
-    s->pm =
-        (struct plan_model){.layers = s->L,
-                            .bytes = c->model.bytes,
-                            .ttft_slo_ms = fmax(c->ttft_floor_ms, c->ttft_per_tok_ms * mean_in),
-                            .tpot_slo_ms = s->tbt_slo_ms,
-                            /* a cache on every server is not managed by R */
-                            .replicas_cached = s->p->cache_all ? s->n_inst : s->R,
-                            .keep_alive_ms = c->keep_alive_s * 1000};
+    s->pm = (struct plan_model){.layers = s->L,
+                                .bytes = c->model.bytes,
+                                .ttft_slo_ms = fmax(c->ttft_floor_ms, c->ttft_per_tok_ms * mean_in),
+                                .tpot_slo_ms = s->tbt_slo_ms,
+                                /* a cache on every server is not managed by R */
+                                .replicas_cached = s->p->cache_all ? s->n_inst : s->R,
+                                .keep_alive_ms = c->keep_alive_s * 1000};
     plan_config_default(&s->pcfg);
     s->pcfg.max_step_tokens = c->max_step_tokens;
     s->pcfg.max_joiners = c->max_joiners;
