@@ -78,6 +78,7 @@ struct control {
     struct vp_server conf[CL_MAX_NODES]; /* raft's configuration, as this node holds it */
     int n_conf;
     int outstanding[CL_MAX_NODES]; /* requests this node has relayed to member i, in flight */
+    uint64_t suspect_until[CL_MAX_NODES]; /* member i refused a relay: not routed to until then */
 
     /* Loop thread only. */
     int inflight, was_leader;
@@ -1047,6 +1048,7 @@ int control_route(struct control *c, const char *model, int prompt_tokens, char 
             struct plan_node *pn = &vb->node[i];
             int k = member_index(s, (uint64_t)pn->id);
             int o = k >= 0 ? c->outstanding[k] : 0, have = pn->load.queue_len + pn->load.running_seqs;
+            if (k >= 0 && c->suspect_until[k] > now_mono_ms()) pn->alive = 0;
             if ((uint64_t)pn->id == c->cfg.id || o <= have) continue;
             pn->load.queue_len += o - have;
             pn->load.queued_tokens += (long)(o - have) * (prompt_tokens > 16 ? prompt_tokens : 16);
@@ -1084,6 +1086,14 @@ void control_routed(struct control *c, uint64_t node, int delta)
         c->outstanding[k] += delta;
         if (c->outstanding[k] < 0) c->outstanding[k] = 0;
     }
+    pthread_mutex_unlock(&c->mu);
+}
+
+void control_unreachable(struct control *c, uint64_t node)
+{
+    pthread_mutex_lock(&c->mu);
+    int k = member_index(&c->st, node);
+    if (k >= 0) c->suspect_until[k] = now_mono_ms() + (uint64_t)c->cfg.dead_ms;
     pthread_mutex_unlock(&c->mu);
 }
 

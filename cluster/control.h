@@ -114,6 +114,10 @@ int control_holders_fabric(struct control *c, const char *model, const uint64_t 
  * flight at each member beyond the member's last report (thread-safe). */
 void control_routed(struct control *c, uint64_t node, int delta);
 
+/* A relay could not connect to node: routes avoid it for --cluster-dead-ms (by then the leader
+ * has committed it down, or it answered again). Thread-safe. */
+void control_unreachable(struct control *c, uint64_t node);
+
 /* GET /v1/cluster (JSON) and the cluster part of /metrics: malloc'd text, *len its length. */
 char *control_json(struct control *c, size_t *len);
 char *control_metrics(struct control *c, size_t *len);

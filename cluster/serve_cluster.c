@@ -357,6 +357,12 @@ static void routed(void *ctx, uint64_t node, int delta)
     control_routed(atomic_load(&sc->ctl), node, delta);
 }
 
+static void unreachable(void *ctx, uint64_t node)
+{
+    struct serve_cluster *sc = ctx;
+    control_unreachable(atomic_load(&sc->ctl), node);
+}
+
 static int route(void *ctx, const char *model, int prompt_tokens, char *addr, size_t cap,
                  uint64_t *node, char *err)
 {
@@ -405,7 +411,8 @@ struct serve_cluster *serve_cluster_start(const struct control_cfg *cfg, struct 
     }
     atomic_store(&sc->ctl, ctl);
     struct front_ext fx = {
-        .ctx = sc, .get = get_route, .metrics = metrics, .route = route, .routed = routed, .node_id = cfg->id};
+        .ctx = sc, .get = get_route, .metrics = metrics, .route = route, .routed = routed,
+        .unreachable = unreachable, .node_id = cfg->id};
     front_set_ext(f, &fx);
     return sc;
 }

@@ -134,7 +134,7 @@ static int usage(void)
     struct opt t[MAX_OPTS];
     opts_usage(stderr, "serve", t, serve_options(&o, t));
     fprintf(stderr,
-            "  tests only: --test-step-delay-us sleeps after every step; --test-crash crashes\n"
+            "  tests only: --test-step-delay-us sleeps in every step; --test-crash crashes\n"
             "  once ready, --test-hang hangs the serve loop S seconds after ready\n"
             "  (boot/cmdline.md); --resident-layers K, --resident-schedule STEP:K,...: a joiner\n"
             "  that runs layers [0, K) itself and the rest on its first --peers node;\n"
@@ -337,7 +337,10 @@ static void *http_main(void *arg)
 
 static const char *model_name(const struct serve_opts *o, const char *path, char *buf, size_t n)
 {
-    if (o->name) return o->name;
+    if (o->name) { /* into buf too: the caller may keep buf */
+        snprintf(buf, n, "%s", o->name);
+        return buf;
+    }
     const char *base = strrchr(path, '/');
     base = base ? base + 1 : path;
     snprintf(buf, n, "%s", base);

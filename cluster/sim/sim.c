@@ -32,6 +32,7 @@ struct sreq {
 
 struct inst {
     int server, type, gpus, epoch, busy, so, member;
+    int tokens_epoch; /* epoch + 1 once this allocation generated a token (the trace's line) */
     struct step_model sm, sm_admit;         /* step time; the model its scheduler admits with */
     int *wait, wait_head, wait_n, wait_cap; /* FIFO ring of request indices */
     int *run, n_run;
@@ -63,6 +64,8 @@ struct sim {
     int n_inst, n_servers, L;
     double tput[SIM_MAX_TYPES];
     struct step_model step[SIM_MAX_TYPES];
+    struct step_model plan_step[SIM_MAX_TYPES]; /* what the planner predicts with */
+    int R;                                      /* host copies to keep */
     struct sreq *q;
     int next_arrival, n_done;
     int *held, held_head, held_n, held_cap;
@@ -240,7 +243,7 @@ static struct plan_view view(struct sim *s, struct plan_scaleout *pso, int *n_ps
                               .n_scaleouts = n,
                               .n_gpu_types = s->c->n_types,
                               .tput = s->tput,
-                              .step = s->step};
+                              .step = s->plan_step};
 }
 
 static int route(struct sim *s, int r)
@@ -338,6 +341,8 @@ static void step_done(struct sim *s, int i)
 {
     struct inst *x = &s->in[i];
     x->busy = 0;
+    int gen_before = 0, gen_after = 0;
+    for (int j = 0; j < x->n_run; j++) gen_before += s->q[x->run[j]].gen;
     for (int j = 0; j < x->n_run;) {
         int r = x->run[j];
         struct sreq *q = &s->q[r];
@@ -360,6 +365,7 @@ static void step_done(struct sim *s, int i)
             }
         }
         q->step_decode = q->step_prefill = 0;
+        gen_after += q->gen;
         if (q->gen >= q->out) {
             q->t_done = s->now;
             x->kv_used -= q->in + q->out;
@@ -368,6 +374,11 @@ static void step_done(struct sim *s, int i)
             continue;
         }
         j++;
+    }
+    if (gen_after > gen_before && x->tokens_epoch != x->epoch + 1) {
+        x->tokens_epoch = x->epoch + 1;
+        if (s->trace_actions)
+            fprintf(stderr, "sim: %s: t=%.3f instance %d first token\n", s->p->name, s->now, i);
     }
     kick(s, i);
 }
@@ -403,6 +414,9 @@ static void joined(struct sim *s, int i)
         for (int j = 0; j < s->n_inst; j++)
             if (s->in[j].server == s->in[i].server && s->pn[j].alive) s->pn[j].host_cached |= 1;
     double t = s->now - s->in[i].load_start;
+    if (s->trace_actions)
+        fprintf(stderr, "sim: %s: t=%.3f instance %d holds every layer (k = L)\n", s->p->name,
+                s->now, i);
     s->so_sum += t;
     s->so_count++;
     if (t > s->r->so_max_s) s->r->so_max_s = t;
@@ -953,6 +967,7 @@ static int setup(struct sim *s, char *err)
             s->step[t] = c->step[t];
         else
             sim_step_model(&c->types[t], g, &c->model, &s->step[t]);
+        s->plan_step[t] = c->plan_set[t] ? c->plan_step[t] : s->step[t];
         /* Gavel's effective throughput: decode tokens/s at a batch of 64 */
         s->tput[t] = 64 / step_model_predict(&s->step[t], 64, 64);
     }
@@ -1029,6 +1044,7 @@ static int setup(struct sim *s, char *err)
     free(server), free(nic), free(nv), free(pcie);
     if (rc) return -1;
 
+    s->R = c->replicas_cached > 0 ? c->replicas_cached : s->p->replicas_cached;
     /* SLOs */
     double mean_in = 0;
     for (int r = 0; r < c->n_req; r++) mean_in += c->req[r].in;
@@ -1038,14 +1054,13 @@ static int setup(struct sim *s, char *err)
         if (s->tput[t] > s->tput[fastest]) fastest = t;
     s->tbt_slo_ms =
         c->tbt_slo_ms > 0 ? c->tbt_slo_ms : 5 * 1000 * step_model_predict(&s->step[fastest], 1, 1);
-    s->pm =
-        (struct plan_model){.layers = s->L,
-                            .bytes = c->model.bytes,
-                            .ttft_slo_ms = fmax(c->ttft_floor_ms, c->ttft_per_tok_ms * mean_in),
-                            .tpot_slo_ms = s->tbt_slo_ms,
-                            /* a cache on every server is not managed by R */
-                            .replicas_cached = s->p->cache_all ? s->n_inst : s->p->replicas_cached,
-                            .keep_alive_ms = c->keep_alive_s * 1000};
+    s->pm = (struct plan_model){.layers = s->L,
+                                .bytes = c->model.bytes,
+                                .ttft_slo_ms = fmax(c->ttft_floor_ms, c->ttft_per_tok_ms * mean_in),
+                                .tpot_slo_ms = s->tbt_slo_ms,
+                                /* a cache on every server is not managed by R */
+                                .replicas_cached = s->p->cache_all ? s->n_inst : s->R,
+                                .keep_alive_ms = c->keep_alive_s * 1000};
     plan_config_default(&s->pcfg);
     s->pcfg.max_step_tokens = c->max_step_tokens;
     s->pcfg.max_joiners = c->max_joiners;
@@ -1076,8 +1091,7 @@ static int setup(struct sim *s, char *err)
                 order[b] = order[b - 1];
                 order[b - 1] = x;
             }
-    int holders =
-        s->p->replicas_cached > c->initial_replicas ? s->p->replicas_cached : c->initial_replicas;
+    int holders = s->R > c->initial_replicas ? s->R : c->initial_replicas;
     for (int k = 0; k < s->n_inst; k++) {
         int x = order[k];
         if (k < c->initial_replicas) {
@@ -1085,7 +1099,7 @@ static int setup(struct sim *s, char *err)
             s->pn[x].layers_resident = s->L;
             s->in[x].alloc_since = 0;
         }
-        if (k < holders && k < s->p->replicas_cached) {
+        if (k < holders && k < s->R) {
             s->pn[x].host_cached = 1;
             if (s->p->cache_on_load) /* a server-wide host cache: its neighbours see it too */
                 for (int j = 0; j < s->n_inst; j++)

@@ -128,6 +128,12 @@ struct sim_config {
      * calibration and admits with the default model); unset: step[t] */
     int admit_set[SIM_MAX_TYPES];
     struct step_model admit_step[SIM_MAX_TYPES];
+    /* `plan_step = TYPE:a,b,c`: the step model the planner predicts TTFT with (what a live node
+     * reports), where it is not the time steps take (a live node whose steps are padded by
+     * --test-step-delay-us fits and reports the model without the pad); unset: step[t] */
+    int plan_set[SIM_MAX_TYPES];
+    struct step_model plan_step[SIM_MAX_TYPES];
+    int replicas_cached; /* `replicas_cached = R`: the policy's R overridden (0: the policy's) */
     struct sim_failure failures[16];
     int n_failures;
     int progress; /* progress lines on stderr */

@@ -51,7 +51,7 @@ static int set_gpus(struct sim_config *c, const char *v, char *err)
             return errmsg_set(err, "sim: gpus: unknown GPU type \"%s\" (H100, A100, L40S, CPU)",
                               tok);
         if (integer("gpus", colon + 1, 1, 65536, &c->type_gpus[n], err)) return -1;
-        c->step_set[n] = c->admit_set[n] = 0;
+        c->step_set[n] = c->admit_set[n] = c->plan_set[n] = 0;
         n++;
     }
     if (n == 0) return errmsg_set(err, "sim: gpus: empty");
@@ -66,10 +66,11 @@ static int type_index(const struct sim_config *c, const char *name)
     return -1;
 }
 
-/* "H100:a,b,c" (seconds per token, per sequence, per step); admit: admit_step, else step */
-static int set_step(struct sim_config *c, const char *v, int admit, char *err)
+/* "H100:a,b,c" (seconds per token, per sequence, per step); which: 0 step, 1 admit_step,
+ * 2 plan_step */
+static int set_step(struct sim_config *c, const char *v, int which, char *err)
 {
-    const char *key = admit ? "admit_step" : "step";
+    const char *key = which == 1 ? "admit_step" : which == 2 ? "plan_step" : "step";
     char name[16];
     double a, b, cc;
     int used = 0;
@@ -79,9 +80,12 @@ static int set_step(struct sim_config *c, const char *v, int admit, char *err)
     if (t < 0) return errmsg_set(err, "sim: %s: GPU type %s is not in gpus", key, name);
     if (!(a > 0 && a < 1 && b >= 0 && b < 1 && cc >= 0 && cc < 10))
         return errmsg_set(err, "sim: %s: %s: coefficients out of range", key, name);
-    if (admit) {
+    if (which == 1) {
         c->admit_step[t] = (struct step_model){a, b, cc, 1};
         c->admit_set[t] = 1;
+    } else if (which == 2) {
+        c->plan_step[t] = (struct step_model){a, b, cc, 1};
+        c->plan_set[t] = 1;
     } else {
         c->step[t] = (struct step_model){a, b, cc, 1};
         c->step_set[t] = 1;
@@ -193,6 +197,9 @@ int sim_config_set(struct sim_config *c, const char *key, const char *v, char *e
     if (!strcmp(key, "gpus")) return set_gpus(c, v, err);
     if (!strcmp(key, "step")) return set_step(c, v, 0, err);
     if (!strcmp(key, "admit_step")) return set_step(c, v, 1, err);
+    if (!strcmp(key, "plan_step")) return set_step(c, v, 2, err);
+    if (!strcmp(key, "replicas_cached"))
+        return integer(key, v, 0, PLAN_MAX_NODES, &c->replicas_cached, err);
     if (!strcmp(key, "fail")) return set_fail(c, v, err);
     if (!strcmp(key, "scaleout")) return set_scaleout(c, v, err);
     if (!strcmp(key, "model_spans")) return set_spans(c, v, err);

@@ -391,17 +391,31 @@ static int read_answer(struct relay *r, int fd, int *status, char *err)
     return rc;
 }
 
+static int cancelled(struct relay *r)
+{
+    pthread_mutex_lock(&r->mu);
+    int c = r->cancelled;
+    pthread_mutex_unlock(&r->mu);
+    return c;
+}
+
 static void *relay_main(void *arg)
 {
     struct relay *r = arg;
     char err[ERRMSG_LEN], msg[ERRMSG_LEN];
-    if (r->target[0] || !hold(r)) {
+    for (int tries = 1; r->target[0] || !hold(r); tries++) {
         pthread_mutex_lock(&r->mu);
         r->q.node = r->cfg.target_node;
         snprintf(r->q.addr, sizeof r->q.addr, "%s", r->target);
         pthread_mutex_unlock(&r->mu);
         int status = 502, rc = connect_target(r, err);
         int fd = rc;
+        if (fd == -1 && r->cfg.unreachable && tries < RELAY_MAX_TRIES && !cancelled(r)) {
+            /* nothing was sent: another node (or this one) may serve it */
+            r->cfg.unreachable(r->cfg.route_ctx, r->cfg.target_node);
+            r->target[0] = 0;
+            continue;
+        }
         if (fd >= 0) {
             struct relay_config c = r->cfg;
             c.target = r->target;
@@ -419,6 +433,7 @@ static void *relay_main(void *arg)
         } else if (rc == 0) {
             queue_end(r, 0, 0, NULL);
         }
+        break;
     }
     release(r);
     return NULL;

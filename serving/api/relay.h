@@ -20,7 +20,9 @@
  * Failures are answers, never hangs: the upstream unreachable within connect_timeout_ms, silent
  * for idle_timeout_ms (TCP keepalive also notices a dead machine), closing mid-answer, or sending
  * something that is not HTTP ends the relay with `failed` set, a status (502, or 504 for a
- * timeout) and a message naming the node. A request with no target yet (the routing table has no
+ * timeout) and a message naming the node; except that a node that cannot be connected to (nothing
+ * was sent) is reported unreachable and the route asked again, up to RELAY_MAX_TRIES targets, so
+ * a request that never started on a dead node is not lost. A request with no target yet (the routing table has no
  * replica) is held: the relay asks cfg->route again every RELAY_HOLD_POLL_MS for up to hold_ms,
  * then fails with 503 (Retry-After) or ends with `local` set when the route names this node.
  *
@@ -38,6 +40,7 @@
 
 #define RELAY_HOLD_POLL_MS 50
 #define RELAY_ADDR_LEN     64
+#define RELAY_MAX_TRIES    3
 #define RELAY_MAX_PENDING  (16u << 20) /* bytes queued for a client that does not take them */
 
 enum relay_route { RELAY_ROUTE_LOCAL, RELAY_ROUTE_REMOTE, RELAY_ROUTE_NONE };
@@ -57,6 +60,9 @@ struct relay_config {
     int (*route)(void *ctx, const char *model, int prompt_tokens, char *addr, size_t cap,
                  uint64_t *node);
     void *route_ctx;
+    /* Thread-safe (route_ctx): the target could not be reached, nothing was sent: the route
+     * should avoid it for a while. NULL: the relay fails instead of asking the route again. */
+    void (*unreachable)(void *ctx, uint64_t node);
     /* Thread-safe, must not block: new output is queued (wakes the front's loop). */
     void (*wake)(void *ctx);
     void *wake_ctx;

@@ -473,6 +473,15 @@ static int front_route(void *ctx, const char *model, int prompt_tokens, char *ad
     return here ? RELAY_ROUTE_LOCAL : RELAY_ROUTE_NONE;
 }
 
+static void front_unreachable(void *ctx, uint64_t node)
+{
+    struct front *f = ctx;
+    const struct front_ext *ext = atomic_load(&f->ext);
+    log_warn("route", "node %llu cannot be reached: asking the route again",
+             (unsigned long long)node);
+    if (ext && ext->unreachable) ext->unreachable(ext->ctx, node);
+}
+
 /* A request that names no token ids is routed before a tokenizer saw it (this node may have
  * none): about four bytes a token, the planner's prediction needs no more. */
 static int estimate_tokens(const struct completion_request *cr)
@@ -520,6 +529,7 @@ static void forward(struct front *f, struct http_conn *c, const struct http_requ
                               .hold_ms = f->cfg.forward_hold_ms,
                               .route = front_route,
                               .route_ctx = f,
+                              .unreachable = front_unreachable,
                               .wake = front_wake,
                               .wake_ctx = f};
     if (!(fr->relay = relay_start(&rc, err))) {

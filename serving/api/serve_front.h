@@ -86,6 +86,8 @@ struct front_ext {
     /* A request was relayed to node (delta +1) or its relay ended (-1): what this node has in
      * flight at each other node, for the route (front thread). */
     void (*routed)(void *ctx, uint64_t node, int delta);
+    /* A relay could not connect to node (nothing sent): route around it for a while. */
+    void (*unreachable)(void *ctx, uint64_t node);
 };
 void front_set_ext(struct front *f, const struct front_ext *ext);
 /* sched_ops.notify / sched_ops.wake */

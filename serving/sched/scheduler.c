@@ -953,6 +953,9 @@ static int run_step(struct scheduler *s)
         rc = s->ops.forward(s->ops.ctx, &b, s->logits, s->step_err);
         if (rc) fail = s->step_err;
     }
+    /* Tests: a slower device. Inside the step's time, so the step model learns it as a device's
+     * would (the cluster's planner predicts with it). */
+    if (s->cfg.step_delay_us > 0) usleep((useconds_t)s->cfg.step_delay_us);
     double t1 = clock_now();
     atomic_store(&s->step_started_ns, 0);
     s->n_steps++;
@@ -981,7 +984,6 @@ static int run_step(struct scheduler *s)
     }
     s->n_plan = 0;
     if (!s->n_running) drop_pads(s); /* the batch is done */
-    if (s->cfg.step_delay_us > 0) usleep((useconds_t)s->cfg.step_delay_us);
     return 1;
 }
 

@@ -150,7 +150,7 @@ struct sched_config {
     int shed_late;           /* reject (503) a waiting request whose TTFT deadline passed before it
                                 was ever admitted, instead of serving it late: under overload the
                                 capacity goes to requests that can still meet their SLO */
-    int step_delay_us; /* tests: sleep after each step so the tiny model is slow enough to cancel
+    int step_delay_us; /* tests: sleep in each step (its time) so the tiny model is slow enough to cancel
                           mid-stream and to overlap requests */
 };
 

@@ -13,11 +13,18 @@
 # leader's decision (its committed event) to the joiner's first generated token (polled on its
 # /metrics every 50 ms) and to k = L (the scale_done event).
 #   REQUESTS=150 SPEEDUP=4 STEP_US=40000 RATE=0.2 tests/bench/cluster_autoscale.sh
+# AUTOSCALE_DIR=DIR runs in DIR and keeps it (the logs, /v1/cluster's events, and loadgen's
+# requests as sent, LABEL.requests.csv: what tests/bench/sim_validate_autoscale.sh reads).
 set -u
 cd "$(dirname "$0")/../.."
 . tests/lib/cluster.sh
 . tests/lib/serve.sh
-W=$(mktemp -d /tmp/cluster_autoscale.XXXXXX)
+if [ -n "${AUTOSCALE_DIR:-}" ]; then
+    W=$AUTOSCALE_DIR KEEP=1
+    mkdir -p "$W" || exit 1
+else
+    W=$(mktemp -d /tmp/cluster_autoscale.XXXXXX)
+fi
 trap 'cl_cleanup; [ -n "${KEEP:-}" ] || rm -rf "$W"' EXIT
 REQUESTS=${REQUESTS:-150}
 SPEEDUP=${SPEEDUP:-4}
@@ -67,7 +74,7 @@ run() { # run LABEL N_NODES
     port=${CL_URL[${label}1]##*:}
     "$LOADGEN" --url "http://127.0.0.1:$port" --trace "$TRACE" --requests "$REQUESTS" \
         --speedup "$SPEEDUP" --ctx 512 --vocab 512 --ttft-ms "$TTFT_MS" --tpot-ms "$TPOT_MS" \
-        --label "$label" >"$W/$label.loadgen" 2>&1
+        --label "$label" --dump-requests "$W/$label.requests.csv" >"$W/$label.loadgen" 2>&1
     grep RESULT "$W/$label.loadgen" | sed 's/^RESULT //'
     curl -s -m 2 "${CL_URL[${label}1]}/v1/cluster" >"$W/$label.cluster"
     kill $poller 2>/dev/null
@@ -85,7 +92,8 @@ w = sys.argv[1]
 d = json.load(open(os.path.join(w, "auto.cluster")))
 ev = d["events"]
 for up in [e for e in ev if e["event"] == "scale_up"]:
-    done = [e for e in ev if e["event"] == "scale_done" and e["seq"] > up["seq"]]
+    done = [e for e in ev if e["event"] == "scale_done" and e["seq"] > up["seq"]
+            and e.get("node") == up["node"]]
     first = os.path.join(w, "auto-first%d" % up["node"])
     ft = int(open(first).read()) if os.path.exists(first) else None
     print("scale-up to node %d: decision -> first token %s, -> k = L (scale_done) %s" % (

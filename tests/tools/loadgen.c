@@ -3,7 +3,7 @@
  *
  *   loadgen --url http://127.0.0.1:8080 --trace ../shared/traces/azure_llm_2023_conv.csv
  *           [--requests N] [--skip N] [--speedup X] [--ctx N] [--scale F] [--vocab N]
- *           [--ttft-ms MS] [--tpot-ms MS] [--label NAME] [--seed S]
+ *           [--ttft-ms MS] [--tpot-ms MS] [--label NAME] [--seed S] [--dump-requests FILE]
  *
  * The trace (TIMESTAMP,ContextTokens,GeneratedTokens; the Azure LLM inference trace 2023) gives
  * arrival times and lengths; prompt text is not part of it, so each request sends ContextTokens
@@ -16,7 +16,12 @@
  * Per request: TTFT = first streamed chunk - send time; TPOT = (last - first) / (tokens - 1). A
  * request meets its SLO when TTFT <= --ttft-ms and TPOT <= --tpot-ms (also sent to the server
  * as the request's targets). Goodput = output tokens of requests that met their SLO per second of
- * the run. The last line is machine-readable: "RESULT label=... throughput=... goodput=...". */
+ * the run. The last line is machine-readable: "RESULT label=... throughput=... goodput=...".
+ *
+ * --dump-requests FILE writes what was sent, after the run, in the format of `strata sim
+ * --requests` (header "seconds,in,out"; per request its send time in seconds from the start of
+ * the replay, and its prompt and output tokens as sent; a comment line gives the start on the wall
+ * clock), so the simulator can replay exactly this load (tests/bench/sim_validate_autoscale.sh). */
 #include "os/runtime/clock.h"
 
 #include <arpa/inet.h>
@@ -82,7 +87,7 @@ static void usage(void)
     fprintf(stderr,
             "usage: loadgen --url http://HOST:PORT --trace FILE [--requests N] [--skip N]\n"
             "               [--speedup X] [--ctx N] [--scale F] [--vocab N] [--ttft-ms MS]\n"
-            "               [--tpot-ms MS] [--label NAME] [--seed S]\n");
+            "               [--tpot-ms MS] [--label NAME] [--seed S] [--dump-requests FILE]\n");
     exit(2);
 }
 
@@ -128,14 +133,14 @@ static void on_bytes(struct lreq *r, size_t from, double t)
 }
 
 struct opts {
-    const char *url, *trace, *label;
+    const char *url, *trace, *label, *dump;
     int n_req, skip, ctx, vocab;
     double speedup, scale, ttft_ms, tpot_ms;
 };
 
 static void parse_opts(int argc, char **argv, struct opts *o)
 {
-    *o = (struct opts){NULL, NULL, "run", 200, 0, 512, 512, 1, 0, 500, 50};
+    *o = (struct opts){NULL, NULL, "run", NULL, 200, 0, 512, 512, 1, 0, 500, 50};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) usage();
@@ -145,6 +150,8 @@ static void parse_opts(int argc, char **argv, struct opts *o)
             o->trace = v;
         else if (!strcmp(a, "--label"))
             o->label = v;
+        else if (!strcmp(a, "--dump-requests"))
+            o->dump = v;
         else if (!strcmp(a, "--requests"))
             o->n_req = atoi(v);
         else if (!strcmp(a, "--skip"))
@@ -319,10 +326,15 @@ static void on_done(struct replay *p, struct lreq *r)
 }
 
 /* Send every request at its arrival time and read every response; returns the makespan. */
-static double replay(struct lreq *rq, int n_req, const struct sockaddr_in *addr)
+static double replay(struct lreq *rq, int n_req, const struct sockaddr_in *addr, double *start,
+                     double *start_unix)
 {
     struct replay p = {rq, n_req, 0, 0, 0, epoll_create1(0), *addr, 0};
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
     p.start = clock_now();
+    *start = p.start;
+    *start_unix = (double)ts.tv_sec + ts.tv_nsec * 1e-9;
     struct epoll_event evs[256];
     while (p.finished < n_req) {
         send_due(&p, clock_now() - p.start);
@@ -339,6 +351,33 @@ static double replay(struct lreq *rq, int n_req, const struct sockaddr_in *addr)
     double makespan = clock_now() - p.start;
     close(p.ep);
     return makespan;
+}
+
+/* The requests as sent, as `strata sim --requests` reads them. Returns 0, -1 (with a message on
+ * stderr) when the file cannot be written. */
+static int dump_requests(const char *path, const struct lreq *rq, int n_req, double start,
+                         double start_unix, const char *label)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        perror(path);
+        return -1;
+    }
+    /* when 0 s was on the wall clock, to put the servers' logged events on the same time line */
+    fprintf(f, "# loadgen %s: 0 s = unix time %.3f s\nseconds,in,out\n", label, start_unix);
+    double t_prev = 0;
+    for (int i = 0; i < n_req; i++) {
+        /* a request never sent (it cannot be: replay sends all) keeps its planned time */
+        double t = rq[i].t_sent > 0 ? rq[i].t_sent - start : rq[i].t_arrival;
+        if (t < t_prev) t = t_prev; /* the file's times never go backwards */
+        t_prev = t;
+        fprintf(f, "%.6f,%d,%d\n", t, rq[i].prompt, rq[i].out);
+    }
+    if (fclose(f)) {
+        perror(path);
+        return -1;
+    }
+    return 0;
 }
 
 /* Per-request TTFT and TPOT against the SLO, percentiles, and the RESULT line. Returns the number
@@ -402,8 +441,10 @@ int main(int argc, char **argv)
             "tokens\n",
             o.label, n_req, rq[n_req - 1].t_arrival, n_req / (rq[n_req - 1].t_arrival + 1e-9),
             (double)sent_prompt / n_req, (double)sent_out / n_req);
-    double makespan = replay(rq, n_req, &addr);
+    double start, start_unix;
+    double makespan = replay(rq, n_req, &addr, &start, &start_unix);
     int n_fail = report(&o, rq, n_req, makespan);
+    if (o.dump && dump_requests(o.dump, rq, n_req, start, start_unix, o.label) < 0) n_fail++;
     for (int i = 0; i < n_req; i++) free(rq[i].wbuf), free(rq[i].rbuf);
     free(rq);
     return n_fail ? 1 : 0;

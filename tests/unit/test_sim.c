@@ -325,7 +325,54 @@ TEST(config_settings)
     CHECK(sim_config_parse(&c, "model_spans = 10,20x3\nadmit_step = H100:0.0001,0,0.001\n", err) ==
           0);
     CHECK(c.n_spans == 4 && c.model.layers == 4 && c.model.bytes == 70 && c.admit_set[0]);
+    CHECK(sim_config_parse(&c, "plan_step = H100:0.0002,0.00004,0\nreplicas_cached = 1\n", err) ==
+          0);
+    CHECK(c.plan_set[0] && c.plan_step[0].a == 0.0002 && c.plan_step[0].c == 0 &&
+          c.replicas_cached == 1);
+    CHECK(sim_config_parse(&c, "plan_step = CPU:0.0002,0,0\n", err) == -1 && strstr(err, "CPU"));
+    CHECK(sim_config_parse(&c, "replicas_cached = -1\n", err) == -1);
     CHECK(sim_config_parse(&c, "model = 7B\n", err) == 0 && c.n_spans == 0);
+}
+
+/* plan_step: the planner predicts with it while steps take `step` (a live node whose steps are
+ * padded after timing). 40 prompts of 100 tokens at t = 0 take 4 s to prefill at 1 ms a token,
+ * past the 1 s SLO: the planner scales out; told 0.1 ms a token it sees 0.4 s and does not, and
+ * the requests still wait the real steps. replicas_cached = 1: strata keeps no host copy on the
+ * empty node, so its scale-out crosses the 1 MB/s link (4 s), where R = 2 loads it from its own
+ * host memory. */
+TEST(planner_predicts_with_plan_step_and_keeps_r_copies)
+{
+    static struct sim_config c;
+    char err[ERRMSG_LEN];
+    static struct sim_request req[40];
+    for (int i = 0; i < 40; i++) req[i] = (struct sim_request){0, 100, 4};
+    const char *base =
+        "gpus = CPU:2\ngpus_per_server = 1\ngpus_per_inst = 1\n"
+        "model_spans = 1000000x4\nnic_gbps = 0.008\nlatency_us = 0\nstep = CPU:0.001,0,0.04\n"
+        "max_seqs = 8\nmax_step_tokens = 256\nttft_floor_ms = 1000\n"
+        "ttft_per_tok_ms = 0\ntbt_slo_ms = 200\ninitial = 1\n";
+    struct run_out o[4];
+    for (int k = 0; k < 4; k++) {
+        sim_config_default(&c);
+        CHECKF(sim_config_parse(&c, base, err) == 0, "%s", err);
+        if (k == 1)
+            CHECKF(sim_config_parse(&c, "plan_step = CPU:0.0001,0,0\n", err) == 0, "%s", err);
+        if (k == 2) CHECKF(sim_config_parse(&c, "replicas_cached = 1\n", err) == 0, "%s", err);
+        if (k == 3) CHECKF(sim_config_parse(&c, "replicas_cached = 2\n", err) == 0, "%s", err);
+        c.req = req;
+        c.n_req = 40;
+        c.horizon_s = 1;
+        run_forked(&c, "strata", &o[k]);
+        CHECKF(o[k].rc == 0, "%s", o[k].err);
+    }
+    CHECKF(o[0].r.scaleouts >= 1, "%d scale-outs at 1 ms a token", o[0].r.scaleouts);
+    CHECKF(o[1].r.scaleouts == 0, "%d scale-outs predicting 0.1 ms a token", o[1].r.scaleouts);
+    CHECKF(o[1].r.ttft_p99 > 3000, "TTFT P99 %.0f ms with one node", o[1].r.ttft_p99);
+    CHECKF(o[2].r.scaleouts >= 1 && close_to(o[2].r.so_max_s, 4.0, 1e-6),
+           "R = 1: %d scale-outs, the longest %.6f s, want 4 s over the link", o[2].r.scaleouts,
+           o[2].r.so_max_s);
+    CHECKF(o[3].r.scaleouts >= 1 && o[3].r.so_max_s < 0.1,
+           "R = 2: the longest scale-out %.6f s, want a host-memory load", o[3].r.so_max_s);
 }
 
 int main(void)
@@ -340,5 +387,6 @@ int main(void)
     RUN(requests_parser);
     RUN(chunked_chain_costs_one_transfer_plus_a_chunk_per_hop);
     RUN(fixed_scaleout_serves_from_the_first_span);
+    RUN(planner_predicts_with_plan_step_and_keeps_r_copies);
     CHECK_DONE();
 }
