@@ -828,6 +828,14 @@ static int leader_scaleouts(struct control *c)
         int mi = cl_state_model(&c->st, so->s.model), done = mi >= 0, lost = 0;
         const struct cl_member *src = cl_state_member_c(&c->st, so->s.source);
         if (so->s.source && (!src || !src->alive)) lost = 1;
+        /* A copy that never finishes (a target that refused a replication, a stream stuck
+         * below its pacing) must not hold the model's host-copy decisions forever. */
+        if (now_wall_ms() > so->started_ms + (uint64_t)c->cfg.scaleout_timeout_ms) {
+            if (!lost)
+                log_warn("cluster", "scale-out %u of %s: not done after %d ms: abandoned",
+                         so->scale_id, so->s.model, c->cfg.scaleout_timeout_ms);
+            lost = 1;
+        }
         uint64_t targets[CL_MAX_CHAIN + 1];
         int nt = 0;
         if (so->s.kind == SCALE_UP)
@@ -1261,6 +1269,7 @@ struct control *control_start(const struct control_cfg *cfg, const struct contro
     if (!c->cfg.dead_ms) c->cfg.dead_ms = 5 * c->cfg.heartbeat_ms;
     if (!c->cfg.replicas_cached) c->cfg.replicas_cached = 1;
     if (c->cfg.keep_alive_ms <= 0) c->cfg.keep_alive_ms = 10000;
+    if (c->cfg.scaleout_timeout_ms <= 0) c->cfg.scaleout_timeout_ms = 600000;
     if (c->cfg.ttft_slo_ms <= 0) c->cfg.ttft_slo_ms = 1000;
     if (sv) c->sv = *sv;
     if (ex) c->ex = *ex;

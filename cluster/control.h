@@ -53,6 +53,7 @@ struct control_cfg {
     int handshake_ms;     /* a connection's handshake deadline (0: SCONN_HANDSHAKE_MS) */
     double ttft_slo_ms;   /* the planner's TTFT target for the model */
     double keep_alive_ms; /* idle time before scale-down (default 10000) */
+    int scaleout_timeout_ms; /* a scale-out not done by then is abandoned (default 600000) */
     int replicas_cached;  /* R (default 1) */
 };
 

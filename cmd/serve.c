@@ -55,7 +55,7 @@ struct serve_opts {
     struct control_cfg cluster; /* the control plane, with --cluster (cluster/control.h) */
 };
 
-#define MAX_OPTS 64
+#define MAX_OPTS 96
 
 static int parse_coop_kv(const char *v, void *dst, char *err)
 {
