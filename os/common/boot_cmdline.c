@@ -96,6 +96,31 @@ static int check_peers(const char *s)
     }
 }
 
+/* ID@A.B.C.D[:PORT],... with ids 1..65535 */
+static int check_cluster(const char *s)
+{
+    if (!*s) return -1;
+    for (;;) {
+        char num[8];
+        size_t n = strcspn(s, "@,");
+        if (s[n] != '@' || n == 0 || n >= sizeof num) return -1;
+        memcpy(num, s, n);
+        num[n] = 0;
+        long id;
+        if (parse_long(num, 1, 65535, &id)) return -1;
+        s += n + 1;
+        size_t m = strcspn(s, ",");
+        char one[64];
+        if (m == 0 || m >= sizeof one) return -1;
+        memcpy(one, s, m);
+        one[m] = 0;
+        if (check_peers(one) || strchr(one, ',')) return -1;
+        s += m;
+        if (!*s) return 0;
+        if (*s++ != ',') return -1;
+    }
+}
+
 static int is_word(const char *s, size_t max)
 {
     size_t n = strlen(s);
@@ -146,6 +171,9 @@ static int apply_key(struct boot_config *c, const char *key, const char *val, ch
     } else if (!strcmp(key, "peers")) {
         if (check_peers(val) || copy_str(c->peers, sizeof c->peers, val))
             BAD("want A.B.C.D[:PORT][,A.B.C.D[:PORT]...]");
+    } else if (!strcmp(key, "cluster")) {
+        if (check_cluster(val) || copy_str(c->cluster, sizeof c->cluster, val))
+            BAD("want ID@A.B.C.D[:PORT][,ID@A.B.C.D[:PORT]...] (ids 1..65535)");
     } else if (!strcmp(key, "api_key")) {
         if (!*val || !is_printable(val, 0) || copy_str(c->api_key, sizeof c->api_key, val))
             BAD("want 1..127 printable characters without spaces");

@@ -23,9 +23,12 @@ enum boot_on_error { BOOT_ON_ERROR_HALT = 0, BOOT_ON_ERROR_REBOOT, BOOT_ON_ERROR
 struct boot_config {
     char model[256];   /* strata.model: /path in the initrd, or part:LABEL[/path]; "" = default */
     int node;          /* strata.node: 0..65535, -1 when absent */
-    char role[32];     /* strata.role: serve (holds a model) or join (pulls it from strata.peers);
+    char role[32];     /* strata.role: serve (holds a model), join (pulls it from strata.peers) or
+                          member (a cluster member with no model until the planner picks it);
                           another lower-case word is kept for the server; "" when absent */
     char peers[512];   /* strata.peers: ADDR[:PORT],... IPv4, checked; "" when absent */
+    char cluster[512]; /* strata.cluster: ID@ADDR[:PORT],... the control plane's voters (IPv4,
+                          ids 1..65535, checked); "" when absent */
     char api_key[128]; /* strata.api_key: printable, no spaces; "" when absent */
     int port;          /* strata.port: 1..65535, default 8080 */
     long hugepages;    /* strata.hugepages: 2 MiB pages to reserve, -1 when absent */

@@ -20,10 +20,34 @@ int init_is_joiner(const struct boot_config *cfg)
     return !strcmp(cfg->role, "join");
 }
 
+int init_is_member(const struct boot_config *cfg)
+{
+    return !strcmp(cfg->role, "member");
+}
+
 int init_on_fabric(const struct boot_config *cfg)
 {
     return cfg->fabric[0] || cfg->peers[0] || cfg->key[0] || cfg->key_file[0] ||
-           init_is_joiner(cfg);
+           cfg->cluster[0] || init_is_joiner(cfg) || init_is_member(cfg);
+}
+
+/* "ID@A.B.C.D[:PORT],..." with the control port (7100) added where none is given. */
+static int cluster_list(const struct boot_config *cfg, char *out, size_t cap, char *err)
+{
+    size_t o = 0;
+    const char *s = cfg->cluster;
+    while (*s) {
+        size_t n = strcspn(s, ",");
+        int has_port = memchr(s, ':', n) != NULL;
+        int k = snprintf(out + o, cap - o, "%s%.*s%s", o ? "," : "", (int)n, s,
+                         has_port ? "" : ":" INIT_CONTROL_PORT);
+        if (k < 0 || (size_t)k >= cap - o) return errmsg_set(err, "strata.cluster: too long");
+        o += (size_t)k;
+        s += n;
+        if (*s == ',') s++;
+    }
+    out[o] = 0;
+    return 0;
 }
 
 /* strata.key=HEX goes to a file only the server can read (tmpfs on /run). */
@@ -66,11 +90,17 @@ static int peer_list(const struct boot_config *cfg, char *out, size_t cap, char 
 
 int init_fabric_args(const struct boot_config *cfg, char **argv, int *n, int max, char *err)
 {
-    static char listen[32], node[16], peers[sizeof cfg->peers + 128], key_file[256];
+    static char listen[32], node[16], peers[sizeof cfg->peers + 128], key_file[256],
+        cluster[sizeof cfg->cluster + 128];
     if (!init_on_fabric(cfg)) return 0;
     if (init_is_joiner(cfg) && !cfg->peers[0])
         return errmsg_set(err, "strata.role=join: needs strata.peers (where to pull the model "
                                "from)");
+    if (init_is_member(cfg) && !cfg->cluster[0])
+        return errmsg_set(err, "strata.role=member: needs strata.cluster (the control plane's "
+                               "nodes)");
+    if (cfg->cluster[0] && cfg->node < 1)
+        return errmsg_set(err, "strata.cluster: needs strata.node (this node's id, 1..65535)");
     if (cfg->key[0]) {
         if (write_key(cfg->key, err)) return -1;
         snprintf(key_file, sizeof key_file, "%s", KEY_PATH);
@@ -92,7 +122,7 @@ int init_fabric_args(const struct boot_config *cfg, char **argv, int *n, int max
              : cfg->has_ip      ? boot_ip_str(cfg->ip, ip)
                                 : "0.0.0.0",
              cfg->fabric_port);
-    if (*n + 12 > max) return errmsg_set(err, "too many server arguments");
+    if (*n + 14 > max) return errmsg_set(err, "too many server arguments");
     argv[(*n)++] = "--fabric";
     argv[(*n)++] = (char *)(cfg->fabric[0] ? cfg->fabric : "tcp");
     argv[(*n)++] = "--listen";
@@ -108,6 +138,13 @@ int init_fabric_args(const struct boot_config *cfg, char **argv, int *n, int max
         if (peer_list(cfg, peers, sizeof peers, err)) return -1;
         argv[(*n)++] = "--peers";
         argv[(*n)++] = peers;
+    }
+    if (cfg->cluster[0]) {
+        if (cluster_list(cfg, cluster, sizeof cluster, err)) return -1;
+        argv[(*n)++] = "--cluster";
+        argv[(*n)++] = cluster;
+        init_say("cluster", "node %d of %s%s", cfg->node, cluster,
+                 init_is_member(cfg) ? "; no model until the planner picks this node" : "");
     }
     init_say("fabric", "%s on %s, key %s%s%s", cfg->fabric[0] ? cfg->fabric : "tcp", listen,
              cfg->key[0] ? "from strata.key" : key_file,

@@ -135,9 +135,10 @@ int main(void)
     if (init_nvidia_nodes(&nodes, err)) fail(cfg.on_error, err);
     if (nodes) init_say("nvidia", "%d device nodes (/dev/nvidiactl ...)", nodes);
     if (init_net(&cfg, err)) fail(cfg.on_error, err);
-    /* A joiner has no model: it pulls it from its peers (strata.model=part:... still mounts the
-     * partition, e.g. for its cluster.key). */
-    int joiner = init_is_joiner(&cfg);
+    /* A joiner has no model: it pulls it from its peers; a cluster member gets one when the
+     * planner picks it (strata.model=part:... still mounts the partition, e.g. for its
+     * cluster.key). */
+    int joiner = init_is_joiner(&cfg) || init_is_member(&cfg);
     if ((!joiner || cfg.model[0]) && init_model(&cfg, model, sizeof model, err))
         fail(cfg.on_error, err);
     exec_server(&cfg, joiner ? NULL : model, err);

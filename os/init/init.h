@@ -59,6 +59,9 @@ int init_model(const struct boot_config *cfg, char *path, size_t cap, char *err)
  * strata.key, /mnt/model/cluster.key on the model partition is used). */
 int init_on_fabric(const struct boot_config *cfg);
 int init_is_joiner(const struct boot_config *cfg); /* strata.role=join: no model, pull it */
+/* strata.role=member: a cluster member with no model until the planner scales it up */
+int init_is_member(const struct boot_config *cfg);
+#define INIT_CONTROL_PORT "7100" /* strata.cluster's default control port */
 int init_fabric_args(const struct boot_config *cfg, char **argv, int *n, int max, char *err);
 /* The command line for the console with the values of strata.key and strata.api_key as ***. */
 void init_mask_secrets(const char *line, char *out, size_t cap);

@@ -152,6 +152,12 @@ TEST(malformed_values)
         "strata.model=part:",
         "strata.peers=10.0.0.1:0",
         "strata.peers=10.0.0.1,,10.0.0.2",
+        "strata.cluster=10.0.0.1:7100",
+        "strata.cluster=0@10.0.0.1",
+        "strata.cluster=1@10.0.0.1:0",
+        "strata.cluster=1@10.0.0.1,,2@10.0.0.2",
+        "strata.cluster=1@10.0.0.1,2@",
+        "strata.cluster=65536@10.0.0.1",
         "strata.role=Serve",
         "strata.api_key=",
         "strata.console=ttyS0",
@@ -168,6 +174,11 @@ TEST(fabric_keys)
 {
     static const char hex[] = "00112233445566778899aabbccddeeff00112233445566778899AABBCCDDEEFF";
     char line[256];
+    CHECK_EQ_INT(parse("strata.role=member strata.node=3 "
+                       "strata.cluster=1@10.0.0.1:7100,2@10.0.0.2,3@10.0.0.3:7200"),
+                 0);
+    CHECK_STR(cfg.role, "member");
+    CHECK_STR(cfg.cluster, "1@10.0.0.1:7100,2@10.0.0.2,3@10.0.0.3:7200");
     CHECK_EQ_INT(parse("strata.role=join strata.peers=10.0.0.2"), 0);
     CHECK_STR(cfg.role, "join");
     CHECK_STR(cfg.fabric, "");

@@ -267,11 +267,11 @@ TEST(fixed_scaleout_serves_from_the_first_span)
     want = c.model.bytes / rate + step;
     CHECKF(close_to(o.r.first_token_s, want, 1e-9), "stop-the-world: %.9f s, want %.9f s",
            o.r.first_token_s, want);
-    free(req);
     /* a source that does not hold the model is an error that says so */
     CHECKF(sim_config_parse(&c, "scaleout = 1:2:3\n", err) == 0, "%s", err);
     run_forked(&c, "strata", &o);
     CHECK(o.rc == -1 && strstr(o.err, "instance 2 does not hold the model"));
+    free(req); /* the config points into it until here */
 }
 
 TEST(requests_parser)
