@@ -6,7 +6,8 @@
 # leader) is SIGKILLed.
 #   - source_killed: node 3 resumes the stream from node 2, the other holder the cluster state
 #     names, and completes; a new leader is elected; node 3 then answers node 1's exact greedy text
-#     serving alone.
+#     serving alone; the burst's requests to node 2 were each answered or failed with an error
+#     naming node 1 (those node 2 had relayed there and that had started).
 set -u
 cd "$(dirname "$0")/../.."
 . tests/lib/cluster.sh
@@ -53,8 +54,8 @@ LONG=$(printf 'Once upon a time there was a little girl who liked to play. %.0s'
 BURST=()
 for i in $(seq 1 8); do
     for n in 1 2; do
-        curl -s -m 120 -o /dev/null "${CL_URL[n$n]}/v1/completions" \
-            -d '{"prompt":"'"$LONG"'","max_tokens":24,"temperature":0}' &
+        curl -s -m 120 -o "$W/b$n-$i.json" -w '%{http_code}' "${CL_URL[n$n]}/v1/completions" \
+            -d '{"prompt":"'"$LONG"'","max_tokens":24,"temperature":0}' >"$W/b$n-$i.code" &
         BURST+=($!)
     done
 done
@@ -95,6 +96,37 @@ elif [ "$TXT" != "$REF" ]; then
 else
     ok "source_killed: node 1 (source, leader) killed mid-stream; node 3 resumed from node 2 and completed ($(grep -c 'verified' "$W/n3.log") spans logged), node $leader leads, node 3 answers node 1's exact text"
 fi
-for p in "${BURST[@]}"; do kill "$p" 2>/dev/null; done
+# The burst's requests sent to node 2 (alive throughout): each one answered, or, if node 2 had
+# relayed it to node 1 and it had started there, an error that names node 1; none hangs, none
+# gets wrong text (every answer is the same prompt's greedy text).
 wait "${BURST[@]}" 2>/dev/null
+verdict=$(python3 - "$W" <<'PY'
+import glob, json, os, sys
+w = sys.argv[1]
+ok = err = 0
+texts = set()
+for f in sorted(glob.glob(os.path.join(w, "b2-*.json"))):
+    code = open(f[:-5] + ".code").read().strip()
+    try:
+        body = json.load(open(f))
+    except Exception:
+        print("bad: %s: HTTP %s, not JSON" % (os.path.basename(f), code)); sys.exit()
+    if code == "200" and "choices" in body:
+        ok += 1
+        texts.add(body["choices"][0]["text"])
+    elif "node 1" in body.get("error", {}).get("message", ""):
+        err += 1
+    else:
+        print("bad: %s: HTTP %s %s" % (os.path.basename(f), code, json.dumps(body)[:200])); sys.exit()
+if len(texts) > 1:
+    print("bad: %d different texts for one prompt" % len(texts)); sys.exit()
+print("ok %d %d" % (ok, err))
+PY
+)
+if [[ "$verdict" == ok* ]]; then
+    read -r _ n_ok n_err <<<"$verdict"
+    ok "source_killed: the 8 requests sent to node 2 during the kill: $n_ok answered (one text), $n_err failed with an error naming node 1 (started there), none lost silently"
+else
+    not_ok "source_killed: requests sent to node 2: $verdict"
+fi
 exit $fail
