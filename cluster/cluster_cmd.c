@@ -259,6 +259,14 @@ size_t cl_msg_encode(uint8_t *out, size_t cap, const struct cl_msg *m)
         break;
     case MSGC_STATE_REQ:
         break;
+    case MSGC_LOADS:
+        wire_put_u8(&w, m->u.loads.n);
+        for (int i = 0; i < m->u.loads.n && i < CL_MAX_LOADS; i++) {
+            wire_put_u64(&w, m->u.loads.id[i]);
+            wire_put_u32(&w, m->u.loads.age_ms[i]);
+            put_load(&w, &m->u.loads.load[i]);
+        }
+        break;
     case MSGC_STATE:
         wire_put_u32(&w, m->u.state.len);
         wire_put_bytes(&w, m->u.state.p, m->u.state.len);
@@ -315,6 +323,17 @@ int cl_msg_decode(struct cl_msg *m, const uint8_t *buf, size_t len, char *err)
             return errmsg_set(err, "REDIRECT: unknown status %u", m->u.redirect.status);
         break;
     case MSGC_STATE_REQ:
+        break;
+    case MSGC_LOADS:
+        m->u.loads.n = wire_get_u8(&r);
+        if (!r.bad && m->u.loads.n > CL_MAX_LOADS)
+            return errmsg_set(err, "LOADS: %u loads, at most %d", m->u.loads.n, CL_MAX_LOADS);
+        for (int i = 0; i < m->u.loads.n && !r.bad; i++) {
+            m->u.loads.id[i] = wire_get_u64(&r);
+            m->u.loads.age_ms[i] = wire_get_u32(&r);
+            if (get_load(&r, &m->u.loads.load[i], err)) return errmsg_prefix(err, "LOADS: ");
+            if (!m->u.loads.id[i]) return errmsg_set(err, "LOADS: node id 0");
+        }
         break;
     case MSGC_STATE:
         m->u.state.len = wire_get_u32(&r);

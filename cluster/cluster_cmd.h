@@ -20,6 +20,7 @@
 #define CL_MAX_CHAIN   16 /* joiners of one scale-out */
 #define CL_MAX_HOLD    8  /* models a node reports at once */
 #define CL_CMD_MAX     1024
+#define CL_MAX_LOADS   32 /* loads in one MSGC_LOADS (the state's CL_MAX_NODES) */
 
 enum cl_cmd_type {
     CMD_NODE_UP = 1,    /* a member is (back) alive: its identity and capabilities */
@@ -97,6 +98,7 @@ enum cl_msg_type {
     MSGC_REDIRECT = 4,  /* "not the leader; try this address" (or "added", status 0) */
     MSGC_STATE_REQ = 5, /* read the replicated state */
     MSGC_STATE = 6,     /* reply: the state snapshot (cluster_state encoding) */
+    MSGC_LOADS = 7,     /* leader -> a reporting node: every node's latest load (for routing) */
 };
 
 enum cl_channel { CHAN_RAFT = 1, CHAN_CTL = 2 };
@@ -138,6 +140,12 @@ struct cl_msg {
             const uint8_t *p; /* into the decoded buffer */
             uint32_t len;
         } state;
+        struct {
+            uint8_t n;
+            uint64_t id[CL_MAX_LOADS];
+            uint32_t age_ms[CL_MAX_LOADS]; /* how old the leader's copy is */
+            struct cl_load load[CL_MAX_LOADS];
+        } loads;
     } u;
 };
 

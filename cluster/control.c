@@ -78,6 +78,12 @@ struct control {
     struct vp_server conf[CL_MAX_NODES]; /* raft's configuration, as this node holds it */
     int n_conf;
     int outstanding[CL_MAX_NODES]; /* requests this node has relayed to member i, in flight */
+    /* Loads the leader relayed to us (a follower's view of the others, for routing only). */
+    struct {
+        uint64_t id, at_ms; /* at_ms: local monotonic time the leader's copy was taken */
+        struct cl_load load;
+    } relayed[CL_MAX_NODES];
+    int n_relayed;
     uint64_t suspect_until[CL_MAX_NODES]; /* member i refused a relay: not routed to until then */
 
     /* Loop thread only. */
@@ -445,9 +451,24 @@ static void ctl_in_msg(struct sconn *s, const uint8_t *buf, size_t len)
     }
     int leader = raft_state(&c->raft) == RAFT_LEADER;
     switch (m.type) {
-    case MSGC_LOAD:
-        if (leader) store_report(c, &m);
+    case MSGC_LOAD: {
+        if (!leader) break;
+        store_report(c, &m);
+        /* Every node routes requests: it gets the others' loads back. */
+        r = (struct cl_msg){.type = MSGC_LOADS};
+        pthread_mutex_lock(&c->mu);
+        uint64_t now = now_mono_ms();
+        for (int i = 0; i < c->n_rep && r.u.loads.n < CL_MAX_LOADS; i++) {
+            const struct report *p = &c->rep[i];
+            if (p->id == m.u.load.node.id || now - p->at_ms > (uint64_t)c->cfg.dead_ms) continue;
+            r.u.loads.id[r.u.loads.n] = p->id;
+            r.u.loads.age_ms[r.u.loads.n] = (uint32_t)(now - p->at_ms);
+            r.u.loads.load[r.u.loads.n++] = p->load;
+        }
+        pthread_mutex_unlock(&c->mu);
+        send_msg(s, &r);
         break;
+    }
     case MSGC_JOIN:
         memset(&r, 0, sizeof r);
         r.type = MSGC_REDIRECT;
@@ -529,8 +550,24 @@ static void out_msg(struct sconn *s, const uint8_t *buf, size_t len)
     struct control *c = s->data;
     struct cl_msg m;
     char err[ERRMSG_LEN];
-    if (cl_msg_decode(&m, buf, len, err) || m.type != MSGC_REDIRECT) return;
-    if (s != c->join) return;
+    if (cl_msg_decode(&m, buf, len, err)) {
+        log_warn("cluster", "%s: %s", s->peer, err);
+        return;
+    }
+    if (m.type == MSGC_LOADS && s == c->ctl) {
+        pthread_mutex_lock(&c->mu);
+        uint64_t now = now_mono_ms();
+        c->n_relayed = 0;
+        for (int i = 0; i < m.u.loads.n && c->n_relayed < CL_MAX_NODES; i++) {
+            if (m.u.loads.id[i] == c->cfg.id) continue;
+            c->relayed[c->n_relayed].id = m.u.loads.id[i];
+            c->relayed[c->n_relayed].at_ms = now - m.u.loads.age_ms[i];
+            c->relayed[c->n_relayed++].load = m.u.loads.load[i];
+        }
+        pthread_mutex_unlock(&c->mu);
+        return;
+    }
+    if (m.type != MSGC_REDIRECT || s != c->join) return;
     if (m.u.redirect.status == 0) {
         log_info("cluster", "join accepted by %s", s->peer);
     } else if (m.u.redirect.status == 1 && m.u.redirect.addr[0]) {
@@ -931,28 +968,34 @@ static void build_view(struct control *c, struct view_buf *vb, uint64_t now_mono
                     pn->helper = (int)sc->source;
         }
         pn->load.idle_since_ms = -1;
-        for (int k = 0; k < c->n_rep; k++) {
-            const struct report *r = &c->rep[k];
-            if (r->id != m->info.id || now_mono - r->at_ms > (uint64_t)c->cfg.dead_ms) continue;
-            pn->load.queue_len = r->load.queue_len;
-            pn->load.queued_tokens = (long)r->load.queued_tokens;
-            pn->load.running_seqs = r->load.running;
-            pn->load.kv_used = r->load.kv_used;
-            pn->load.idle_since_ms = r->load.idle_ms >= 0 ? v->now_ms - r->load.idle_ms : -1;
-            /* Requests queued at a node without the model in its engine wait for a replica:
-             * the planner counts them as held (a cold start if there is none). */
-            if (pn->engine_model < 0 && pn->host_cached) {
-                int hm = __builtin_ctzll(pn->host_cached);
-                vb->model[hm].held += r->load.queue_len + r->load.running;
-                vb->model[hm].held_tokens += (long)r->load.queued_tokens;
-            }
-            if (pn->engine_model >= 0) {
-                int cell = pn->gpu_type * CL_MAX_MODELS + pn->engine_model;
-                if (r->load.tok_s > vb->tput[cell]) vb->tput[cell] = r->load.tok_s;
-                if (r->load.step_a > 0 || r->load.step_c > 0)
-                    vb->step[cell] = (struct step_model){r->load.step_a, r->load.step_b,
-                                                         r->load.step_c, r->load.step_corr};
-            }
+        /* Its own report (the leader has everyone's), else the copy the leader relayed. */
+        const struct cl_load *ld = NULL;
+        for (int k = 0; k < c->n_rep && !ld; k++)
+            if (c->rep[k].id == m->info.id && now_mono - c->rep[k].at_ms <= (uint64_t)c->cfg.dead_ms)
+                ld = &c->rep[k].load;
+        for (int k = 0; k < c->n_relayed && !ld; k++)
+            if (c->relayed[k].id == m->info.id &&
+                now_mono - c->relayed[k].at_ms <= (uint64_t)c->cfg.dead_ms)
+                ld = &c->relayed[k].load;
+        if (!ld) continue;
+        pn->load.queue_len = ld->queue_len;
+        pn->load.queued_tokens = (long)ld->queued_tokens;
+        pn->load.running_seqs = ld->running;
+        pn->load.kv_used = ld->kv_used;
+        pn->load.idle_since_ms = ld->idle_ms >= 0 ? v->now_ms - ld->idle_ms : -1;
+        /* Requests queued at a node without the model in its engine wait for a replica: the
+         * planner counts them as held (a cold start if there is none). */
+        if (pn->engine_model < 0 && pn->host_cached) {
+            int hm = __builtin_ctzll(pn->host_cached);
+            vb->model[hm].held += ld->queue_len + ld->running;
+            vb->model[hm].held_tokens += (long)ld->queued_tokens;
+        }
+        if (pn->engine_model >= 0) {
+            int cell = pn->gpu_type * CL_MAX_MODELS + pn->engine_model;
+            if (ld->tok_s > vb->tput[cell]) vb->tput[cell] = ld->tok_s;
+            if (ld->step_a > 0 || ld->step_c > 0)
+                vb->step[cell] =
+                    (struct step_model){ld->step_a, ld->step_b, ld->step_c, ld->step_corr};
         }
     }
     /* The matrix as the planner indexes it: [gpu_type * n_models + m]. */
@@ -1483,18 +1526,26 @@ char *control_json(struct control *c, size_t *len)
             cJSON_AddNumberToObject(o, "layers", h->n_layers);
             cJSON_AddItemToArray(models, o);
         }
-        for (int k = 0; k < c->n_rep; k++) {
-            const struct report *r = &c->rep[k];
-            if (r->id != m->info.id) continue;
+        /* Our own report of it (the leader has everyone's), else the leader's relayed copy. */
+        const struct cl_load *ld = NULL;
+        uint64_t at = 0;
+        int relayed = 0;
+        for (int k = 0; k < c->n_rep && !ld; k++)
+            if (c->rep[k].id == m->info.id) ld = &c->rep[k].load, at = c->rep[k].at_ms;
+        for (int k = 0; k < c->n_relayed && !ld; k++)
+            if (c->relayed[k].id == m->info.id)
+                ld = &c->relayed[k].load, at = c->relayed[k].at_ms, relayed = 1;
+        if (ld) {
             cJSON *l = cJSON_AddObjectToObject(n, "load");
-            cJSON_AddNumberToObject(l, "age_ms", (double)(now_mono_ms() - r->at_ms));
-            cJSON_AddNumberToObject(l, "queue", r->load.queue_len);
-            cJSON_AddNumberToObject(l, "queued_tokens", (double)r->load.queued_tokens);
-            cJSON_AddNumberToObject(l, "running", r->load.running);
-            cJSON_AddNumberToObject(l, "kv_used", r->load.kv_used);
-            cJSON_AddNumberToObject(l, "predicted_ttft_ms", r->load.ttft_pred_ms);
-            cJSON_AddNumberToObject(l, "tokens_per_s", r->load.tok_s);
-            cJSON_AddNumberToObject(l, "idle_ms", r->load.idle_ms);
+            cJSON_AddNumberToObject(l, "age_ms", (double)(now_mono_ms() - at));
+            cJSON_AddBoolToObject(l, "relayed", relayed);
+            cJSON_AddNumberToObject(l, "queue", ld->queue_len);
+            cJSON_AddNumberToObject(l, "queued_tokens", (double)ld->queued_tokens);
+            cJSON_AddNumberToObject(l, "running", ld->running);
+            cJSON_AddNumberToObject(l, "kv_used", ld->kv_used);
+            cJSON_AddNumberToObject(l, "predicted_ttft_ms", ld->ttft_pred_ms);
+            cJSON_AddNumberToObject(l, "tokens_per_s", ld->tok_s);
+            cJSON_AddNumberToObject(l, "idle_ms", ld->idle_ms);
         }
         cJSON_AddItemToArray(nodes, n);
     }

@@ -3,6 +3,8 @@
 # 127.0.0.1 (control on CL_BASE+10+N, fabric on CL_BASE+N). Node 1 holds the tiny model (-m) and
 # offers it on the fabric, paced (--weight-rate) so a copy takes seconds; nodes 2 and 3 are empty
 # members (no -m): they hold nothing until the planner picks them.
+#   - follower_loads: a follower's /v1/cluster holds every node's load (the leader relays them:
+#     every node routes requests);
 #   - scale_up: a burst on node 1 makes the leader commit a scale-up to an empty node; the node
 #     pulls the weights from node 1 (or from the joiner before it in the chain) into its arena and
 #     reaches k = L (scale_done committed), and /v1/cluster showed it with fewer than L layers;
@@ -68,6 +70,17 @@ for n in 2 3; do
 done
 until_true 60 1 "d['leader'] is not None and len([n for n in d['nodes'] if n['alive']]) == 3" ||
     { echo "not ok - cluster_scaleout: no leader with 3 members: $(why n1)"; exit 1; }
+
+# ---- follower_loads: every node routes requests, so a follower holds everyone's load too (the
+# leader answers each report with the others')
+LEAD=$(q 1 "d['leader']")
+F=1
+[ "$LEAD" = 1 ] && F=2
+if until_true 10 "$F" "all('load' in n for n in d['nodes']) and sum(1 for n in d['nodes'] if n['load']['relayed']) == 2"; then
+    ok "follower_loads: follower $F (leader $LEAD) holds all three loads, two relayed by the leader: $(q "$F" "[(n['id'], n['load']['relayed'], n['load']['age_ms']) for n in d['nodes']]")"
+else
+    not_ok "follower_loads: follower $F's view: $(q "$F" "[(n['id'], n.get('load')) for n in d['nodes']]")"
+fi
 
 # Long prompts, two at a time on node 1 (100 ms steps): its predicted TTFT passes 300 ms.
 LONG=$(printf 'Once upon a time there was a little girl who liked to play. %.0s' $(seq 1 20))

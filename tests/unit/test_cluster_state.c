@@ -162,6 +162,31 @@ TEST(msg_roundtrip_and_rejects)
     n = cl_msg_encode(buf, sizeof buf, &o);
     CHECK(cl_msg_decode(&out, buf, n, err));
     CHECK(strstr(err, "channel"));
+    /* LOADS: the leader's copy of every node's load, exact both ways; every truncation, more
+     * loads than fit, and node id 0 refused. */
+    struct cl_msg l = {.type = MSGC_LOADS};
+    l.u.loads.n = 2;
+    l.u.loads.id[0] = 1, l.u.loads.id[1] = 3;
+    l.u.loads.age_ms[0] = 40, l.u.loads.age_ms[1] = 95;
+    l.u.loads.load[0] = (struct cl_load){.queue_len = 3, .kv_used = 0.5f, .idle_ms = -1};
+    l.u.loads.load[1] = (struct cl_load){.queue_len = 9, .running = 4, .queued_tokens = 1234};
+    n = cl_msg_encode(buf, sizeof buf, &l);
+    CHECK(n);
+    CHECKF(!cl_msg_decode(&out, buf, n, err), "%s", err);
+    CHECK_EQ_INT(out.u.loads.n, 2);
+    CHECK_EQ_INT(out.u.loads.id[1], 3);
+    CHECK_EQ_INT(out.u.loads.age_ms[1], 95);
+    CHECK_EQ_INT(out.u.loads.load[1].queued_tokens, 1234);
+    CHECK_EQ_INT(cl_msg_encode(buf2, sizeof buf2, &out), n);
+    CHECK(!memcmp(buf, buf2, n));
+    for (size_t k = 0; k < n; k++) CHECK(cl_msg_decode(&out, buf, k, err));
+    buf[2] = CL_MAX_LOADS + 1; /* version, type, n */
+    CHECK(cl_msg_decode(&out, buf, n, err));
+    CHECK(strstr(err, "at most"));
+    l.u.loads.id[0] = 0;
+    n = cl_msg_encode(buf, sizeof buf, &l);
+    CHECK(cl_msg_decode(&out, buf, n, err));
+    CHECK(strstr(err, "node id 0"));
 }
 
 TEST(state_apply_membership_holdings_scaling)
