@@ -37,7 +37,8 @@ h="" c=""
 for ((i = 0; i < limit; i++)); do
     h=$(curl -s --max-time 2 "http://127.0.0.1:$port/health" || true)
     c=$(curl -s --max-time 2 "http://127.0.0.1:$port/v1/cluster" || true)
-    grep -q '"leader":1' <<<"$c" && grep -q 'empty: waiting for the planner' <<<"$h" && break
+    grep -q '"leader":1' <<<"$c" && grep -q '"models":\[\]' <<<"$c" &&
+        grep -q 'empty: waiting for the planner' <<<"$h" && break
     sleep 0.2
 done
 if grep -q '"leader":1' <<<"$c" && grep -q '"models":\[\]' <<<"$c" &&
