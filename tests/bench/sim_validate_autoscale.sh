@@ -116,11 +116,12 @@ def config(nodes, step, max_batch, step_tokens, link_Bps):
         "kv_bytes_tok = %d" % (2 * layers * kv_heads * head_dim * 2),  # f16 K and V
         "nic_gbps = %.9g" % (link_Bps * 8 / 1e9), "latency_us = 0",
         "chunk_bytes = 262144",  # the weight stream's chunk
-        # a step takes the fitted compute plus the padding (--test-step-delay-us, slept after
-        # the step is timed), while the node fits, admits with and reports to the planner the
-        # model without the padding
+        # a step takes the fitted compute plus the padding (--test-step-delay-us, slept inside
+        # the step's time): the node's online correction of its step model learns the padding,
+        # so it admits with and reports to the planner the padded model too
         "step = CPU:" + ser((a, b, c + step_us * 1e-6)),
-        "admit_step = CPU:" + ser(step), "plan_step = CPU:" + ser(step),
+        "admit_step = CPU:" + ser((a, b, c + step_us * 1e-6)),
+        "plan_step = CPU:" + ser((a, b, c + step_us * 1e-6)),
         "max_seqs = %d" % max_batch, "max_step_tokens = %d" % step_tokens,
         "ttft_floor_ms = %s" % E["TTFT_MS"], "ttft_per_tok_ms = 0", "tbt_slo_ms = %s" % E["TPOT_MS"],
         "initial = 1", "replicas_cached = 1",  # `strata serve --cluster`'s default R
