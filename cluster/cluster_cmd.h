@@ -40,12 +40,12 @@ enum cl_conf_change { CONF_REMOVED = 1, CONF_VOTER = 2 };
 
 struct cl_node_up {
     uint64_t id;
-    char addr[CL_STR_LEN + 1]; /* control (raft) address host:port */
-    char http[CL_STR_LEN + 1]; /* API address host:port */
+    char addr[CL_STR_LEN + 1];   /* control (raft) address host:port */
+    char http[CL_STR_LEN + 1];   /* API address host:port */
     char fabric[CL_STR_LEN + 1]; /* fabric (weights, activations) address host:port, "" none */
-    char gpu[CL_STR_LEN + 1];  /* GPU type ("cpu" without one) */
-    uint8_t role;              /* enum cl_role */
-    float tok_s;               /* measured tokens/s for its model (0: not yet measured) */
+    char gpu[CL_STR_LEN + 1];    /* GPU type ("cpu" without one) */
+    uint8_t role;                /* enum cl_role */
+    float tok_s;                 /* measured tokens/s for its model (0: not yet measured) */
 };
 
 struct cl_holding {

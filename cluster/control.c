@@ -93,12 +93,12 @@ struct control {
     uint64_t join_last;   /* monotonic: the last JOIN this node sent while leaderless */
     int conf_busy;        /* a change of raft's configuration of ours in flight */
     uint64_t keep_logged; /* the dead voter we last logged as kept */
-    struct sconn *ctl; /* to the leader */
+    struct sconn *ctl;    /* to the leader */
     uint64_t ctl_leader;
     int ctl_open;
-    int in_config;      /* this node is in raft's configuration */
-    struct sconn *join; /* a JOIN in flight */
-    int join_next;      /* next peer to ask */
+    int in_config;                /* this node is in raft's configuration */
+    struct sconn *join;           /* a JOIN in flight */
+    int join_next;                /* next peer to ask */
     char join_to[CL_STR_LEN + 1]; /* the leader a peer named: asked next */
     uint32_t executed[CTL_MAX_EXECUTED];
     int n_executed;
@@ -971,7 +971,8 @@ static void build_view(struct control *c, struct view_buf *vb, uint64_t now_mono
         /* Its own report (the leader has everyone's), else the copy the leader relayed. */
         const struct cl_load *ld = NULL;
         for (int k = 0; k < c->n_rep && !ld; k++)
-            if (c->rep[k].id == m->info.id && now_mono - c->rep[k].at_ms <= (uint64_t)c->cfg.dead_ms)
+            if (c->rep[k].id == m->info.id &&
+                now_mono - c->rep[k].at_ms <= (uint64_t)c->cfg.dead_ms)
                 ld = &c->rep[k].load;
         for (int k = 0; k < c->n_relayed && !ld; k++)
             if (c->relayed[k].id == m->info.id &&
@@ -1098,7 +1099,8 @@ int control_route(struct control *c, const char *model, int prompt_tokens, char 
         for (int i = 0; i < vb->v.n_nodes; i++) {
             struct plan_node *pn = &vb->node[i];
             int k = member_index(s, (uint64_t)pn->id);
-            int o = k >= 0 ? c->outstanding[k] : 0, have = pn->load.queue_len + pn->load.running_seqs;
+            int o = k >= 0 ? c->outstanding[k] : 0,
+                have = pn->load.queue_len + pn->load.running_seqs;
             if (k >= 0 && c->suspect_until[k] > now_mono_ms()) pn->alive = 0;
             if ((uint64_t)pn->id == c->cfg.id || o <= have) continue;
             pn->load.queue_len += o - have;

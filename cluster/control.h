@@ -54,7 +54,7 @@ struct control_cfg {
     double ttft_slo_ms;   /* the planner's TTFT target for the model */
     double keep_alive_ms; /* idle time before scale-down (default 10000) */
     int scaleout_timeout_ms; /* a scale-out not done by then is abandoned (default 600000) */
-    int replicas_cached;  /* R (default 1) */
+    int replicas_cached;     /* R (default 1) */
 };
 
 /* What the serving process gives the control thread (called on the control thread; must be

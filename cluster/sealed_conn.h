@@ -48,7 +48,7 @@ struct sconn {
     uv_tcp_t tcp;
     uv_connect_t creq;
     uv_timer_t deadline; /* the handshake's */
-    uv_pipe_t pipe; /* relay: our end of the socketpair */
+    uv_pipe_t pipe;      /* relay: our end of the socketpair */
     const struct cluster_key *key;
     struct sconn_cbs cb;
     int is_client, state, piped, open_handles, timed_out;

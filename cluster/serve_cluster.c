@@ -17,7 +17,7 @@ struct serve_cluster {
     _Atomic(struct scheduler *) sched; /* NULL while the node has no engine */
     atomic_int max_step_tokens;
     atomic_int fresh; /* an engine just came up: its keep-alive starts now */
-    int fake; /* --cluster-standby: the stand-in executor */
+    int fake;         /* --cluster-standby: the stand-in executor */
     /* Guarded by mu: what this node holds, and the job for the main thread. */
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -86,9 +86,8 @@ static void load(void *ctx, struct cl_load *out)
         out->step_b = (float)copy.b;
         out->step_c = (float)copy.c;
         out->step_corr = (float)copy.corr;
-        out->ttft_pred_ms =
-            (float)planner_drain_ms(&copy, out->queued_tokens + 16, running,
-                                    atomic_load(&sc->max_step_tokens));
+        out->ttft_pred_ms = (float)planner_drain_ms(&copy, out->queued_tokens + 16, running,
+                                                    atomic_load(&sc->max_step_tokens));
     }
     /* The stand-in executor's scale-up: k grows each heartbeat. */
     if (sc->fake_joining && atomic_load(&sc->ctl)) {
@@ -410,9 +409,13 @@ struct serve_cluster *serve_cluster_start(const struct control_cfg *cfg, struct 
         return NULL;
     }
     atomic_store(&sc->ctl, ctl);
-    struct front_ext fx = {
-        .ctx = sc, .get = get_route, .metrics = metrics, .route = route, .routed = routed,
-        .unreachable = unreachable, .node_id = cfg->id};
+    struct front_ext fx = {.ctx = sc,
+                           .get = get_route,
+                           .metrics = metrics,
+                           .route = route,
+                           .routed = routed,
+                           .unreachable = unreachable,
+                           .node_id = cfg->id};
     front_set_ext(f, &fx);
     return sc;
 }

@@ -42,16 +42,16 @@ struct serve_cluster;
 enum sc_job_kind { SC_JOB_JOIN = 1, SC_JOB_DROP = 2 };
 
 struct sc_job {
-    int kind;                       /* #define SC_MAX_OTHERS 4
+    int kind;                   /* #define SC_MAX_OTHERS 4
 
 enum sc_job_kind */
-    char model[CL_STR_LEN + 1];     /* the model's name */
-    uint64_t source;                /* node holding the whole model: the helper */
+    char model[CL_STR_LEN + 1]; /* the model's name */
+    uint64_t source;            /* node holding the whole model: the helper */
     char source_fabric[CL_STR_LEN + 1];
     char upstream_fabric[CL_STR_LEN + 1]; /* the joiner before us in the chain, "" if none */
     char other_fabric[SC_MAX_OTHERS][CL_STR_LEN + 1]; /* other holders: resume from these */
     int n_other;
-    int engine;                     /* 1: serve it (scale-up); 0: host copy only (replicate) */
+    int engine;                      /* 1: serve it (scale-up); 0: host copy only (replicate) */
     char drop_first[CL_STR_LEN + 1]; /* a switch: this model's engine goes first, "" none */
     int drop_layers;                 /* its L */
 };

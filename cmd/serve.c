@@ -51,7 +51,7 @@ struct serve_opts {
     int coop_timeout_ms;
     int coop_kv;       /* enum coop_kv */
     int test_kv_fault; /* enum coop_kv_fault */
-    int helper_peer; /* the coop helper's index in fab.peers (a chained joiner pulls from 0) */
+    int helper_peer;   /* the coop helper's index in fab.peers (a chained joiner pulls from 0) */
     struct control_cfg cluster; /* the control plane, with --cluster (cluster/control.h) */
 };
 
@@ -650,8 +650,8 @@ static int start_control(struct serve *sv, struct serve_opts *o, struct schedule
 }
 
 /* The model, cooperative execution (on the fabric), the compute thread, ready. */
-static int bring_up(struct serve *sv, struct serve_opts *o, struct scheduler **sched,
-                    char *name, size_t name_cap, char *err)
+static int bring_up(struct serve *sv, struct serve_opts *o, struct scheduler **sched, char *name,
+                    size_t name_cap, char *err)
 {
     int rc = start_model(sv, o, err);
     if (!rc && fabric_opts_given(&o->fab)) rc = start_coop(sv, o, err);
@@ -666,8 +666,8 @@ static int bring_up(struct serve *sv, struct serve_opts *o, struct scheduler **s
 static void tear_down(struct serve *sv, struct scheduler **sched, const char *stage)
 {
     front_set_unready(sv->front, stage);
-    for (int i = 0; i < 3000 && (atomic_load(&sv->metrics.running) ||
-                                 atomic_load(&sv->metrics.waiting));
+    for (int i = 0;
+         i < 3000 && (atomic_load(&sv->metrics.running) || atomic_load(&sv->metrics.waiting));
          i++) {
         struct timespec ts = {0, 10 * 1000 * 1000};
         nanosleep(&ts, NULL);
@@ -783,8 +783,9 @@ static int run_serve(int argc, char **argv)
     } else {
         front_set_progress(sv.front, "empty: waiting for the planner", 0);
         rc = start_control(&sv, &o, NULL, NULL, err);
-        if (!rc) fprintf(stderr, "strata serve: cluster member without a model: waiting for "
-                                 "the planner\n");
+        if (!rc)
+            fprintf(stderr, "strata serve: cluster member without a model: waiting for "
+                            "the planner\n");
     }
     if (!rc && sv.cluster) member_loop(&sv, &o, &sched, name, sizeof name);
     pthread_join(http_thread, NULL);

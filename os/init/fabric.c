@@ -27,8 +27,8 @@ int init_is_member(const struct boot_config *cfg)
 
 int init_on_fabric(const struct boot_config *cfg)
 {
-    return cfg->fabric[0] || cfg->peers[0] || cfg->key[0] || cfg->key_file[0] ||
-           cfg->cluster[0] || init_is_joiner(cfg) || init_is_member(cfg);
+    return cfg->fabric[0] || cfg->peers[0] || cfg->key[0] || cfg->key_file[0] || cfg->cluster[0] ||
+           init_is_joiner(cfg) || init_is_member(cfg);
 }
 
 /* "ID@A.B.C.D[:PORT],..." with the control port (7100) added where none is given. */

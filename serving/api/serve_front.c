@@ -308,6 +308,25 @@ static void front_req_free(struct front_req *fr)
 }
 
 /* Send what the scheduler produced for fr since last time. */
+/* A request that failed: its error as the JSON answer, or, once the headers are out, inside the
+ * stream (an error event and [DONE] when the stream carries server-sent events) and the end. */
+static void send_failure(struct front *f, struct http_conn *c, int began, int events,
+                         struct api_error *e)
+{
+    if (!began) {
+        send_json(f, c, e->status, api_error_json(e),
+                  e->status == 503 ? "Retry-After: 1\r\n" : NULL);
+        return;
+    }
+    if (events) {
+        char *j = api_error_json(e);
+        if (j) sse(c, j);
+        free(j);
+        sse(c, "[DONE]");
+    }
+    http_stream_end(c);
+}
+
 static void deliver(struct front *f, struct front_req *fr)
 {
     struct sreq *r = fr->r;
@@ -330,17 +349,7 @@ static void deliver(struct front *f, struct front_req *fr)
         api_error_set(&e, 500, "server_error", NULL, "%s",
                       error[0] ? error : "the request was cancelled");
         if (strstr(error, "shutting down") || finish == FINISH_REJECTED) e.status = 503;
-        if (fr->began) {
-            /* the headers are out: report inside the stream */
-            char *j = api_error_json(&e);
-            if (j) sse(c, j);
-            free(j);
-            sse(c, "[DONE]");
-            http_stream_end(c);
-        } else {
-            send_json(f, c, e.status, api_error_json(&e),
-                      e.status == 503 ? "Retry-After: 1\r\n" : NULL);
-        }
+        send_failure(f, c, fr->began, 1, &e);
         free(text);
         front_req_free(fr);
         return;
@@ -602,19 +611,7 @@ static void relay_deliver(struct front *f, struct front_req *fr)
         struct api_error e;
         api_error_set(&e, o.fail_status, "server_error", NULL, "%s", o.error);
         e.code = o.fail_status == 503 ? "no_replica" : "upstream_failed";
-        if (fr->began) {
-            /* The headers are out: report inside the stream, after the last whole event. */
-            if (fr->event_stream) {
-                char *j = api_error_json(&e);
-                if (j) sse(c, j);
-                free(j);
-                sse(c, "[DONE]");
-            }
-            http_stream_end(c);
-        } else {
-            send_json(f, c, e.status, api_error_json(&e),
-                      e.status == 503 ? "Retry-After: 1\r\n" : NULL);
-        }
+        send_failure(f, c, fr->began, fr->event_stream, &e); /* after the last whole event */
         front_req_free(fr);
     } else if (o.done) {
         if (fr->began)
