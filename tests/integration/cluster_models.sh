@@ -27,7 +27,6 @@ build/tools/synth_model --shape tiny-gqa --type f32 --seed 7 -o "$B" \
 cl_key "$W/key"
 HB=100
 PEERS="1@127.0.0.1:$((CL_BASE + 11)),2@127.0.0.1:$((CL_BASE + 12)),3@127.0.0.1:$((CL_BASE + 13))"
-why() { tail -n 6 "$W/$1.log" | tr '\n' '|'; }
 node() { # node N ARGS...
     local n=$1
     shift
@@ -36,25 +35,8 @@ node() { # node N ARGS...
         --cluster-heartbeat-ms $HB --cluster-dead-ms $((15 * HB)) --keep-alive-ms 8000 \
         --replicas-cached 1 --ttft-ms 300 --no-slo "$@"
 }
-q() { # q N PYEXPR over node N's /v1/cluster as d
-    curl -s -m 2 "${CL_URL[n$1]}/v1/cluster" | python3 -c "
-import json, sys
-try:
-    d = json.load(sys.stdin)
-except Exception:
-    sys.exit(0)
-events = lambda kind, m=None: [e for e in d['events'] if e['event'] == kind and (m is None or e.get('model') == m)]
-hold = lambda i, m: ([x for n in d['nodes'] if n['id'] == i for x in n['models'] if x['name'] == m] or [{}])[0]
-print($2)" 2>/dev/null
-}
-until_true() { # until_true SECONDS N PYEXPR
-    local end=$((SECONDS + $1))
-    while [ $SECONDS -lt $end ]; do
-        [ "$(q "$2" "$3")" = True ] && return 0
-        sleep 0.1
-    done
-    return 1
-}
+q() { cl_q "n$1" "$2"; } # q N PYEXPR: over node N's /v1/cluster
+until_true() { cl_until "$1" "n$2" "$3"; } # until_true SECONDS N PYEXPR
 ask() { # ask NODE MODEL PROMPT N: the greedy text
     curl -s -m 120 "${CL_URL[n$1]}/v1/completions" \
         -d "{\"model\":\"$2\",\"prompt\":\"$3\",\"max_tokens\":$4,\"temperature\":0}" |
@@ -64,10 +46,10 @@ ask() { # ask NODE MODEL PROMPT N: the greedy text
 P="Once upon a time"
 node 1 -m "$A" --weight-rate 0.2 --test-step-delay-us 30000 && cl_ready n1 30 &&
     node 2 -m "$B" --name gqa --weight-rate 1 --test-step-delay-us 100000 --max-batch 2 &&
-    cl_ready n2 30 || { echo "not ok - cluster_models: nodes 1, 2 did not start: $(why n1) $(why n2)"; exit 1; }
+    cl_ready n2 30 || { echo "not ok - cluster_models: nodes 1, 2 did not start: $(cl_why n1) $(cl_why n2)"; exit 1; }
 REF_A=$(ask 1 stories260K "$P" 16)
 REF_B=$(ask 2 gqa "$P" 8)
-node 3 || { echo "not ok - cluster_models: node 3 did not start: $(why n3)"; exit 1; }
+node 3 || { echo "not ok - cluster_models: node 3 did not start: $(cl_why n3)"; exit 1; }
 until_true 60 1 "d['leader'] is not None and len([n for n in d['nodes'] if n['alive']]) == 3 and hold(2, 'gqa').get('host') and hold(1, 'stories260K').get('host')" ||
     { echo "not ok - cluster_models: no leader with both models: $(q 1 d)"; exit 1; }
 
@@ -75,7 +57,7 @@ until_true 60 1 "d['leader'] is not None and len([n for n in d['nodes'] if n['al
 B_AT_1=$(ask 1 gqa "$P" 8)
 A_AT_2=$(ask 2 stories260K "$P" 16)
 if [ -z "$REF_A" ] || [ -z "$REF_B" ]; then
-    not_ok "by_name: no reference texts: $(why n1) $(why n2)"
+    not_ok "by_name: no reference texts: $(cl_why n1) $(cl_why n2)"
 elif [ "$B_AT_1" != "$REF_B" ] || [ "$A_AT_2" != "$REF_A" ]; then
     not_ok "by_name: '$B_AT_1' vs '$REF_B', '$A_AT_2' vs '$REF_A'"
 elif ! grep -q "forwarded to node 2" "$W/n1.log" || ! grep -q "forwarded to node 1" "$W/n2.log"; then
@@ -100,7 +82,7 @@ if until_true 90 1 "any(e['node'] == 3 for e in events('scale_up', 'gqa')) and a
     elif [ "$up_a" != 0 ]; then
         not_ok "each_scaled: stories260K was scaled up too ($up_a) though only gqa was loaded"
     elif ! grep -q "cluster: pulling gqa" "$W/n3.log"; then
-        not_ok "each_scaled: node 3 did not pull gqa: $(why n3)"
+        not_ok "each_scaled: node 3 did not pull gqa: $(cl_why n3)"
     else
         ok "each_scaled: a gqa burst scaled gqa out to node 3 (pulled from node 2, k = L, exact text); stories260K untouched"
     fi

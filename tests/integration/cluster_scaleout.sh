@@ -27,7 +27,6 @@ M=$(realpath "$SERVE_MODEL")
 cl_key "$W/key"
 HB=100
 PEERS="1@127.0.0.1:$((CL_BASE + 11)),2@127.0.0.1:$((CL_BASE + 12)),3@127.0.0.1:$((CL_BASE + 13))"
-why() { tail -n 6 "$W/$1.log" | tr '\n' '|'; }
 
 node() { # node N ARGS...
     local n=$1
@@ -38,38 +37,20 @@ node() { # node N ARGS...
         --replicas-cached 1 --ttft-ms 300 --no-slo "$@"
 }
 # q N PYEXPR: PYEXPR over node N's /v1/cluster as d ("" when it does not answer)
-q() {
-    curl -s -m 2 "${CL_URL[n$1]}/v1/cluster" | python3 -c "
-import json, sys
-try:
-    d = json.load(sys.stdin)
-except Exception:
-    sys.exit(0)
-events = lambda kind: [e for e in d['events'] if e['event'] == kind]
-node = lambda i: [n for n in d['nodes'] if n['id'] == i][0]
-hold = lambda i: (node(i)['models'] or [{}])[0]
-print($2)" 2>/dev/null
-}
-until_true() { # until_true SECONDS N PYEXPR
-    local end=$((SECONDS + $1))
-    while [ $SECONDS -lt $end ]; do
-        [ "$(q "$2" "$3")" = True ] && return 0
-        sleep 0.1
-    done
-    return 1
-}
+q() { cl_q "n$1" "$2"; } # q N PYEXPR: over node N's /v1/cluster
+until_true() { cl_until "$1" "n$2" "$3"; } # until_true SECONDS N PYEXPR
 
 P="Once upon a time"
 N=16
 node 1 -m "$M" --weight-rate 0.1 --test-step-delay-us 100000 --max-batch 2 &&
-    cl_ready n1 30 || { echo "not ok - cluster_scaleout: node 1 did not start: $(why n1)"; exit 1; }
+    cl_ready n1 30 || { echo "not ok - cluster_scaleout: node 1 did not start: $(cl_why n1)"; exit 1; }
 REF=$(cl_complete n1 "$P" $N)
-[ -n "$REF" ] || { echo "not ok - cluster_scaleout: no reference text: $(why n1)"; exit 1; }
+[ -n "$REF" ] || { echo "not ok - cluster_scaleout: no reference text: $(cl_why n1)"; exit 1; }
 for n in 2 3; do
-    node $n || { echo "not ok - cluster_scaleout: node $n did not start: $(why n$n)"; exit 1; }
+    node $n || { echo "not ok - cluster_scaleout: node $n did not start: $(cl_why n$n)"; exit 1; }
 done
 until_true 60 1 "d['leader'] is not None and len([n for n in d['nodes'] if n['alive']]) == 3" ||
-    { echo "not ok - cluster_scaleout: no leader with 3 members: $(why n1)"; exit 1; }
+    { echo "not ok - cluster_scaleout: no leader with 3 members: $(cl_why n1)"; exit 1; }
 
 # ---- follower_loads: every node routes requests, so a follower holds everyone's load too (the
 # leader answers each report with the others')
@@ -116,11 +97,11 @@ fi
 [ $asked != 0 ] && wait $asked
 done_expr="any(x['node'] == $J for x in events('scale_done'))"
 if [ -z "$J" ]; then
-    not_ok "scale_up: no scale-up to an empty node: $(q 2 d) $(why n1)"
+    not_ok "scale_up: no scale-up to an empty node: $(q 2 d) $(cl_why n1)"
 elif ! until_true 60 2 "$done_expr"; then
-    not_ok "scale_up: node $J never reached k = L (no scale_done): $(q 2 "hold($J)") $(why n$J)"
+    not_ok "scale_up: node $J never reached k = L (no scale_done): $(q 2 "hold($J)") $(cl_why n$J)"
 elif ! grep -q "cluster: pulling" "$W/n$J.log"; then
-    not_ok "scale_up: node $J did not pull the weights: $(why n$J)"
+    not_ok "scale_up: node $J did not pull the weights: $(cl_why n$J)"
 else
     ok "scale_up: burst on node 1: leader committed $(q 2 "[e for e in events('scale_up') if e['node'] == $J][0]"); node $J pulled the model over the fabric (served while partial at $partial_seen) and reached k = L (scale_done committed)"
 fi

@@ -21,7 +21,6 @@ M=$(realpath "$SERVE_MODEL")
 cl_key "$W/key"
 HB=100
 PEERS="1@127.0.0.1:$((CL_BASE + 11)),2@127.0.0.1:$((CL_BASE + 12)),3@127.0.0.1:$((CL_BASE + 13))"
-why() { tail -n 6 "$W/$1.log" | tr '\n' '|'; }
 node() { # node N ARGS...
     local n=$1
     shift
@@ -30,26 +29,17 @@ node() { # node N ARGS...
         --cluster-heartbeat-ms $HB --cluster-dead-ms $((10 * HB)) --keep-alive-ms 60000 \
         --replicas-cached 1 --ttft-ms 300 --no-slo "$@"
 }
-q() { # q N PYEXPR over node N's /v1/cluster as d
-    curl -s -m 2 "${CL_URL[n$1]}/v1/cluster" | python3 -c "
-import json, sys
-try:
-    d = json.load(sys.stdin)
-except Exception:
-    sys.exit(0)
-events = lambda kind: [e for e in d['events'] if e['event'] == kind]
-print($2)" 2>/dev/null
-}
+q() { cl_q "n$1" "$2"; } # q N PYEXPR: over node N's /v1/cluster
 
 P="Once upon a time"
 N=16
 for n in 1 2; do
     node $n -m "$M" --weight-rate 0.1 --test-step-delay-us 100000 --max-batch 2 &&
-        cl_ready n$n 30 || { echo "not ok - cluster_source_killed: node $n did not start: $(why n$n)"; exit 1; }
+        cl_ready n$n 30 || { echo "not ok - cluster_source_killed: node $n did not start: $(cl_why n$n)"; exit 1; }
 done
 REF=$(cl_complete n1 "$P" $N)
-[ -n "$REF" ] || { echo "not ok - cluster_source_killed: no reference text: $(why n1)"; exit 1; }
-node 3 || { echo "not ok - cluster_source_killed: node 3 did not start: $(why n3)"; exit 1; }
+[ -n "$REF" ] || { echo "not ok - cluster_source_killed: no reference text: $(cl_why n1)"; exit 1; }
+node 3 || { echo "not ok - cluster_source_killed: node 3 did not start: $(cl_why n3)"; exit 1; }
 LONG=$(printf 'Once upon a time there was a little girl who liked to play. %.0s' $(seq 1 20))
 BURST=()
 for i in $(seq 1 8); do
@@ -70,7 +60,7 @@ for ((i = 0; i < 1800; i++)); do
     sleep 0.05
 done
 if [ $killed = 0 ]; then
-    not_ok "source_killed: node 3 never pulled from node 1: $(why n3) | $(why n1)"
+    not_ok "source_killed: node 3 never pulled from node 1: $(cl_why n3) | $(cl_why n1)"
     exit $fail
 fi
 complete=0
@@ -86,7 +76,7 @@ for ((i = 0; i < 100; i++)); do
 done
 TXT=$(cl_complete n3 "$P" $N)
 if [ $complete = 0 ]; then
-    not_ok "source_killed: node 3 never completed after node 1 died: $(why n3)"
+    not_ok "source_killed: node 3 never completed after node 1 died: $(cl_why n3)"
 elif ! grep -q "resuming from 127.0.0.1:$((CL_BASE + 2))" "$W/n3.log"; then
     not_ok "source_killed: node 3 did not resume from node 2: $(grep -E 'resum|joining from' "$W/n3.log" | tr '\n' '|')"
 elif [ -z "$leader" ]; then

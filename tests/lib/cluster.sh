@@ -9,6 +9,11 @@
 # cl_complete NAME PROMPT N   prints the greedy completion text (N tokens)
 # cl_kill NAME            SIGKILL;  cl_stop NAME: SIGTERM and the exit status
 # cl_cleanup              (EXIT trap) kills what cl_serve started
+# cl_why NAME             the last lines of a node's log on one line (failure messages)
+# cl_q NAME PYEXPR        PYEXPR over the node's /v1/cluster as `d` ("" when it does not answer),
+#                         with events(kind[, model]), node(id), hold(id[, model]) (its first or
+#                         named model's holding, {} when none)
+# cl_until SECONDS NAME PYEXPR   polls until cl_q prints True
 STRATA=${STRATA:-build/strata}
 CL_BASE=${CL_BASE:-$((20000 + ($$ % 2000) * 10))}
 declare -A CL_PID CL_URL
@@ -68,4 +73,28 @@ cl_cleanup() {
     local n
     for n in "${!CL_PID[@]}"; do kill -9 "${CL_PID[$n]}" 2>/dev/null; done
     for n in "${!CL_PID[@]}"; do wait "${CL_PID[$n]}" 2>/dev/null; done
+}
+
+cl_why() { tail -n 6 "$W/$1.log" | tr '\n' '|'; }
+
+cl_q() { # cl_q NAME PYEXPR
+    curl -s -m 2 "${CL_URL[$1]}/v1/cluster" | python3 -c "
+import json, sys
+try:
+    d = json.load(sys.stdin)
+except Exception:
+    sys.exit(0)
+events = lambda kind, m=None: [e for e in d['events'] if e['event'] == kind and (m is None or e.get('model') == m)]
+node = lambda i: [n for n in d['nodes'] if n['id'] == i][0]
+hold = lambda i, m=None: ([x for x in node(i)['models'] if m is None or x['name'] == m] or [{}])[0]
+print($2)" 2>/dev/null
+}
+
+cl_until() { # cl_until SECONDS NAME PYEXPR
+    local end=$((SECONDS + $1))
+    while [ $SECONDS -lt $end ]; do
+        [ "$(cl_q "$2" "$3")" = True ] && return 0
+        sleep 0.1
+    done
+    return 1
 }
