@@ -15,7 +15,9 @@
 #                         named model's holding, {} when none)
 # cl_until SECONDS NAME PYEXPR   polls until cl_q prints True
 STRATA=${STRATA:-build/strata}
-CL_BASE=${CL_BASE:-$((20000 + ($$ % 2000) * 10))}
+# Below the kernel's ephemeral range (32768-60999 by default): a port we listen on must not be one
+# the kernel may already have given an outgoing connection (bind would fail at random).
+CL_BASE=${CL_BASE:-$((20000 + ($$ % 1200) * 10))}
 declare -A CL_PID CL_URL
 fail=0
 
