@@ -225,9 +225,9 @@ static int do_replicate(void *ctx, const char *model, uint64_t source, char *err
     if (!atomic_load(&sc->ctl)) return busy(err);
     pthread_mutex_lock(&sc->mu);
     int rc = check_model(sc, model, err);
-    if (!rc && (sc->fake || sc->host || sc->joining))
-        sc->host = sc->fake ? 1 : sc->host;
-    else if (!rc)
+    if (!rc && sc->fake)
+        sc->host = 1;
+    else if (!rc && !sc->host && !sc->joining) /* else it is here, or on its way */
         rc = start_join(sc, model, source, NULL, 0, 0, err);
     if (!rc) publish(sc);
     pthread_mutex_unlock(&sc->mu);
