@@ -152,31 +152,43 @@ static void relay_deliver(struct sconn *c, const uint8_t *p, size_t n)
     }
 }
 
-uv_stream_t *sconn_relay(struct sconn *c, void *(*alloc_fn)(size_t), char *err)
+int sconn_relay_fd(struct sconn *c, char *err)
 {
     int fd[2];
     if (c->state != SC_OPEN || c->piped) {
         errmsg_set(err, "%s: relay on a connection that is not open", c->peer);
-        return NULL;
+        return -1;
     }
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fd)) {
         errmsg_set(err, "%s: socketpair: %m", c->peer);
-        return NULL;
+        return -1;
     }
-    uv_pipe_t *theirs = alloc_fn(sizeof *theirs);
-    if (!theirs || uv_pipe_init(c->loop, &c->pipe, 0)) {
+    if (uv_pipe_init(c->loop, &c->pipe, 0)) {
         close(fd[0]);
         close(fd[1]);
-        errmsg_set(err, "%s: relay: out of memory", c->peer);
-        return NULL;
+        errmsg_set(err, "%s: relay: cannot set up its pipe", c->peer);
+        return -1;
     }
     c->pipe.data = c;
     c->piped = 1;
     c->open_handles++;
     uv_pipe_open(&c->pipe, fd[0]);
-    uv_pipe_init(c->loop, theirs, 0);
-    uv_pipe_open(theirs, fd[1]);
     uv_read_start((uv_stream_t *)&c->pipe, relay_alloc, relay_read);
+    return fd[1];
+}
+
+uv_stream_t *sconn_relay(struct sconn *c, void *(*alloc_fn)(size_t), char *err)
+{
+    int fd = sconn_relay_fd(c, err);
+    if (fd < 0) return NULL;
+    uv_pipe_t *theirs = alloc_fn(sizeof *theirs);
+    if (!theirs) {
+        close(fd); /* our end reads EOF: the connection closes */
+        errmsg_set(err, "%s: relay: out of memory", c->peer);
+        return NULL;
+    }
+    uv_pipe_init(c->loop, theirs, 0);
+    uv_pipe_open(theirs, fd);
     return (uv_stream_t *)theirs;
 }
 
