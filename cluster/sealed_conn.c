@@ -131,10 +131,43 @@ static void relay_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
     buf->len = RELAY_CHUNK;
 }
 
+struct shut {
+    uv_shutdown_t req;
+    struct sconn *c;
+    char why[64];
+};
+
+static void shut_done(uv_shutdown_t *req, int status)
+{
+    struct shut *sh = (struct shut *)req;
+    (void)status;
+    sconn_close(sh->c, sh->why);
+    free(sh);
+}
+
+/* A relay's source ended (EOF): what is still queued for the other side goes out first, then the
+ * connection closes. uv_close alone would drop writes the kernel has not taken yet (an answer's
+ * last bytes, with the server's Connection: close right behind them). */
+static void relay_finish(struct sconn *c, uv_stream_t *dest, const char *why)
+{
+    if (c->state == SC_CLOSED) return;
+    struct shut *sh = malloc(sizeof *sh);
+    if (sh) {
+        sh->c = c;
+        snprintf(sh->why, sizeof sh->why, "%s", why);
+        uv_read_stop(c->piped && dest == (uv_stream_t *)&c->tcp ? (uv_stream_t *)&c->pipe
+                                                                 : (uv_stream_t *)&c->tcp);
+        if (!uv_shutdown(&sh->req, dest, shut_done)) return;
+        free(sh);
+    }
+    sconn_close(c, why);
+}
+
 static void relay_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 {
     struct sconn *c = s->data;
-    if (n < 0) return sconn_close(c, n == UV_EOF ? "local end closed" : uv_strerror((int)n));
+    if (n == UV_EOF) return relay_finish(c, (uv_stream_t *)&c->tcp, "local end closed");
+    if (n < 0) return sconn_close(c, uv_strerror((int)n));
     if (n > 0 && c->state == SC_OPEN) seal_and_write(c, buf->base, (size_t)n);
 }
 
@@ -255,6 +288,7 @@ static void tcp_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 {
     (void)buf;
     struct sconn *c = s->data;
+    if (n == UV_EOF && c->piped) return relay_finish(c, (uv_stream_t *)&c->pipe, "peer closed");
     if (n < 0) return sconn_close(c, n == UV_EOF ? "peer closed" : uv_strerror((int)n));
     c->in_len += (size_t)n;
     size_t off = 0;

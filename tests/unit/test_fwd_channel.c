@@ -3,7 +3,8 @@
  *
  * A channel opened under the cluster key carries bytes both ways unchanged (a request, then an
  * answer), its OPEN names the channel CHAN_FWD and the sender's id, and closing the sender's end
- * ends the receiver's (that is how a client leaving cancels a forwarded request). A sender with
+ * ends the receiver's (that is how a client leaving cancels a forwarded request); an answer of
+ * 4 MiB written and closed at once, with nobody reading yet, arrives whole. A sender with
  * another key gets -1 naming the refusal, and the receiver hands nothing to its front. Nothing
  * listening: -1 at once. A peer that accepts and never answers the handshake: -1 after the
  * timeout, or -2 as soon as the relay is cancelled. Timing is never a pass criterion. */
@@ -14,6 +15,7 @@
 #include "os/common/errmsg.h"
 
 #include <arpa/inet.h>
+#include <stdlib.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -167,6 +169,39 @@ TEST(channel_carries_a_request_and_its_answer)
     CHECK_EQ_INT(atomic_load(&refused), 0);
 }
 
+/* A server answers and closes at once (Connection: close): every byte still queued in the loops
+ * arrives before the end, however much the reader lags. */
+TEST(an_answer_followed_by_the_close_arrives_whole)
+{
+    char err[ERRMSG_LEN];
+    int fd = fwd_channels_open(good, 1, lis_addr, 5000, -1, err);
+    CHECKF(fd >= 0, "%s", err);
+    int s = wait_srv_fd();
+    CHECK(s >= 0);
+    enum { BIG = 4 << 20 };
+    char *out = malloc(BIG), *in = malloc(BIG + 1);
+    for (size_t i = 0; i < BIG; i++) out[i] = (char)(i * 7 + i / 4093);
+    for (size_t off = 0; off < BIG;) { /* nobody reads fd meanwhile: the loops queue it */
+        ssize_t k = send(s, out + off, BIG - off, MSG_NOSIGNAL);
+        if (k <= 0) break;
+        off += (size_t)k;
+    }
+    close(s);
+    size_t got = 0;
+    for (;;) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, 10000) != 1) break;
+        ssize_t k = recv(fd, in + got, BIG + 1 - got, 0);
+        if (k <= 0) break;
+        got += (size_t)k;
+    }
+    CHECK_EQ_INT(got, BIG);
+    CHECK(got == BIG && !memcmp(in, out, BIG));
+    close(fd);
+    free(out);
+    free(in);
+}
+
 TEST(another_key_is_refused_and_delivers_nothing)
 {
     char err[ERRMSG_LEN] = "";
@@ -223,6 +258,7 @@ int main(void)
         return 1;
     }
     RUN(channel_carries_a_request_and_its_answer);
+    RUN(an_answer_followed_by_the_close_arrives_whole);
     RUN(another_key_is_refused_and_delivers_nothing);
     RUN(nothing_listening_fails_at_once);
     RUN(silent_peer_times_out_or_is_cancelled);
