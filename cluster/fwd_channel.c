@@ -6,7 +6,6 @@
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,7 +71,14 @@ static void chan_ready(struct sconn *s, int status, const char *why)
     s->data = NULL;
     s->cb = (struct sconn_cbs){0};
     if (!r) return;
-    if (status) return req_finish(r, -1, why);
+    if (status) {
+        /* The connect itself failing says so; anything later is the handshake: a node that
+         * does not hold our key closes on our HELLO, or we refuse its HELLO_ACK. */
+        char msg[ERRMSG_LEN];
+        snprintf(msg, sizeof msg, "%s%.200s%s", strncmp(why, "connect", 7) ? "handshake: " : "",
+                 why, strncmp(why, "connect", 7) ? " (is the cluster key the same?)" : "");
+        return req_finish(r, -1, msg);
+    }
     struct cl_msg m = {.type = MSGC_OPEN};
     m.u.open.channel = CHAN_FWD;
     m.u.open.id = r->f->self;
