@@ -8,8 +8,7 @@
  * request (HTTP/1.1, the same path and body, the client's bearer token, and X-Strata-Forwarded:
  * <this node's id>, which the receiving front honours, on a member's connection only, by never
  * forwarding it again: no loops), reads the answer with the http_response reader and queues what
- * arrives. The
- * front takes it on its own thread (relay_take, after the relay's wake callback woke the loop) and
+ * arrives. The front takes it on its own thread (relay_take, after the relay's wake callback woke the loop) and
  * writes it to the client's connection as the server's framing requires: a Content-Length answer
  * as one body, a chunked one (SSE) chunk by chunk as it arrives, whole events only (an event cut
  * by a dying upstream never reaches the client).
@@ -34,9 +33,13 @@
  * (relay_pool_new): a request whose answer ended cleanly (Content-Length or the last chunk, the
  * node not saying Connection: close) puts its channel back; the next takes it instead of paying
  * connect + handshake. A kept channel that the node closed meanwhile (its idle timeout) is seen
- * before use (readable: EOF) and dropped; one that dies between that check and the answer's first
- * byte is retried once on a fresh channel, since the node cannot have started it. A cancelled or
- * failed request's channel is closed, never kept (closing it cancels the request there).
+ * before use (readable: EOF) and dropped; one that closes before the answer's first byte is
+ * retried once on a fresh channel: a live front closes a kept connection only while it is idle
+ * (the race with its idle timeout), so either the node never saw the request or the node died,
+ * and then the fresh channel cannot be opened and the route is asked again as for any unreachable
+ * node (a non-streamed request that was running there is served elsewhere rather than failed).
+ * A cancelled or failed request's channel is closed, never kept (closing it cancels the request
+ * there).
  *
  * relay_cancel() is the front's last call on a relay (the answer was delivered, or the client
  * went away): it stops the thread (the upstream connection is closed, which cancels the request
