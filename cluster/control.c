@@ -529,8 +529,7 @@ static void on_fwd(void *ctx, struct sconn *s, uint64_t id, const char *addr)
     c->sv.forward_in(c->sv.ctx, fd, id);
 }
 
-int control_forward_open(struct control *c, uint64_t node, int timeout_ms, int cancel_fd,
-                         char *err)
+int control_forward_open(struct control *c, uint64_t node, int timeout_ms, int cancel_fd, char *err)
 {
     char addr[CL_STR_LEN + 1] = "";
     pthread_mutex_lock(&c->mu);

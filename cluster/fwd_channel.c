@@ -196,8 +196,8 @@ int fwd_channels_open(struct fwd_channels *f, uint64_t node, const char *addr, i
 
 /* ---------------------------------------------------------------- lifecycle */
 
-struct fwd_channels *fwd_channels_new(uv_loop_t *loop, const struct cluster_key *key,
-                                      uint64_t self, const char *self_addr, char *err)
+struct fwd_channels *fwd_channels_new(uv_loop_t *loop, const struct cluster_key *key, uint64_t self,
+                                      const char *self_addr, char *err)
 {
     struct fwd_channels *f = calloc(1, sizeof *f);
     if (!f) {

@@ -31,8 +31,8 @@ struct fwd_channels;
 
 /* Before the loop's thread runs: the async handle that takes requests onto the loop. self and
  * self_addr go into each channel's OPEN (who is forwarding: the receiver's logs). */
-struct fwd_channels *fwd_channels_new(uv_loop_t *loop, const struct cluster_key *key,
-                                      uint64_t self, const char *self_addr, char *err);
+struct fwd_channels *fwd_channels_new(uv_loop_t *loop, const struct cluster_key *key, uint64_t self,
+                                      const char *self_addr, char *err);
 /* Any thread but the loop's: a channel to the control address `addr` of member `node`, within
  * timeout_ms. The socket (blocking; the caller owns and closes it), or -1 with err (nothing was
  * sent: unreachable, refused at the handshake, timed out), or -2 when cancel_fd became readable

@@ -156,7 +156,7 @@ static void relay_finish(struct sconn *c, uv_stream_t *dest, const char *why)
         sh->c = c;
         snprintf(sh->why, sizeof sh->why, "%s", why);
         uv_read_stop(c->piped && dest == (uv_stream_t *)&c->tcp ? (uv_stream_t *)&c->pipe
-                                                                 : (uv_stream_t *)&c->tcp);
+                                                                : (uv_stream_t *)&c->tcp);
         if (!uv_shutdown(&sh->req, dest, shut_done)) return;
         free(sh);
     }

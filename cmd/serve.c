@@ -38,7 +38,7 @@ struct serve_opts {
     int port, max_batch, ctx, threads, step_tokens, kv_blocks, kv_block_size, kv_type, static_batch;
     int max_conns, timeout_ms, idle_timeout_ms, no_slo, verbose, step_delay_us, shed_late,
         static_shrink;
-    int forward_pool; /* idle forward channels kept per node (serving/api/relay.h) */
+    int forward_pool;       /* idle forward channels kept per node (serving/api/relay.h) */
     const char *test_crash; /* tests only: segv | panic, once ready */
     int test_hang_s;        /* tests only: the serve loop stops this long after ready; -1 never */
     double ttft_ms, tpot_ms, static_wait_ms;

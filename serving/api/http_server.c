@@ -486,8 +486,8 @@ static void conn_add(struct http_server *s, int fd, int from_cluster)
 {
     if (s->n_conns >= s->cfg.max_conns) {
         char msg[96];
-        snprintf(msg, sizeof msg, "The server is handling %d connections, its limit; retry shortly.",
-                 s->n_conns);
+        snprintf(msg, sizeof msg,
+                 "The server is handling %d connections, its limit; retry shortly.", s->n_conns);
         char *body = error_body(s, 503, msg);
         char head[256];
         int hn = snprintf(head, sizeof head,

@@ -17,8 +17,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define RBUF_CAP  65536
-#define POOL_CAP  256 /* idle channels, all nodes together */
+#define RBUF_CAP 65536
+#define POOL_CAP 256 /* idle channels, all nodes together */
 
 struct relay {
     struct relay_config cfg; /* strings below are our own copies */
@@ -522,8 +522,8 @@ static int take_channel(struct relay *r, int *reused, char *err)
     double t0 = clock_now();
     int fd;
     if (r->cfg.open_channel) {
-        fd = r->cfg.open_channel(r->cfg.channel_ctx, r->cfg.target_node,
-                                 r->cfg.connect_timeout_ms, r->cancel_fd, err);
+        fd = r->cfg.open_channel(r->cfg.channel_ctx, r->cfg.target_node, r->cfg.connect_timeout_ms,
+                                 r->cancel_fd, err);
         int fl = fd >= 0 ? fcntl(fd, F_GETFL) : 0;
         if (fd >= 0 && (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK))) {
             close(fd);

@@ -463,9 +463,9 @@ TEST(a_clients_forwarded_header_is_ignored)
     int up = upstream_accept(req, sizeof req);
     CHECK(up >= 0);
     /* routed like any request, and marked by this node, not by the client */
-    CHECKF(strstr(req, "\r\nX-Strata-Forwarded: 7\r\n") && !strstr(req, ": 3\r\n"), "%.600s",
-           req);
-    send_str(up, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}");
+    CHECKF(strstr(req, "\r\nX-Strata-Forwarded: 7\r\n") && !strstr(req, ": 3\r\n"), "%.600s", req);
+    send_str(up,
+             "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}");
     close(up);
     client_wait(&c);
     struct parsed p;
@@ -580,8 +580,10 @@ static int pooled_request(int *up, const char *answer)
     struct client c;
     char req[8192], resp[256];
     client_start(&c, BODY, NULL);
-    if (*up < 0) *up = upstream_accept(req, sizeof req);
-    else if (!upstream_read(*up, req, sizeof req)) return 0;
+    if (*up < 0)
+        *up = upstream_accept(req, sizeof req);
+    else if (!upstream_read(*up, req, sizeof req))
+        return 0;
     int ok = *up >= 0 && strstr(req, "\r\nConnection: keep-alive\r\n") != NULL;
     snprintf(resp, sizeof resp,
              "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
