@@ -561,6 +561,10 @@ int http_server_adopt(struct http_server *s, int fd)
 static void take_adopted(struct http_server *s)
 {
     pthread_mutex_lock(&s->adopt_mu);
+    if (!s->n_adopt) {
+        pthread_mutex_unlock(&s->adopt_mu);
+        return;
+    }
     int n = s->n_adopt;
     int fds[64];
     if (n > 64) n = 64;
