@@ -10,12 +10,15 @@
 #     arena), answers its source's exact greedy text;
 #   - restore: node 5 joins empty; the holder of a's copy is SIGKILLed; the leader commits it down
 #     and restores R = 2 from the survivor (node 1) onto node 5, whose copy answers a's exact text;
-#   - switch: a steady stream of b requests: b scales up on the node caching b, and then, with no
-#     free node left, on a node holding a in host memory only: it drops a (a stays cached on
-#     another node) and pulls b, answering b's exact text; the node left with a's last host copy
-#     is never switched;
+#   - switch: once a has idled out of every engine (nodes 1 and 5 hold it in host memory only), a
+#     steady stream of b requests: b scales up on the node caching b, and then, with no free node
+#     left, on one of the nodes caching a: it drops a (a stays cached on the other) and pulls b,
+#     answering b's exact text; the other, now a's last host copy, is never switched though b
+#     stays late;
 #   - r_after_switch: once the stream stops and the b replicas idle out (keep-alive), an extra
-#     copy of b is dropped and R of a is restored into the freed node.
+#     copy of b is dropped and R of a is restored into the freed node;
+#   - keep_alive: every scale-down comes at least the keep-alive after that node's scale-up (a
+#     replica brought back from its host copy is not scaled down on the next tick).
 set -u
 cd "$(dirname "$0")/../.."
 CL_BASE=${CL_BASE:-19400} # below every other cluster script's range (20000 + 10 * (pid % 1200))
