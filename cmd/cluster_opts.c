@@ -17,6 +17,7 @@ int cluster_options(struct control_cfg *c, struct opt *t)
         {"--replicas-cached", OPT_INT, &c->replicas_cached, 1, 64, NULL, "R"},
         {"--gpu-type", OPT_STR, &c->gpu, 0, 0, NULL, "NAME"},
         {"--cluster-standby", OPT_FLAG, &c->standby, 0, 0, NULL, NULL},
+        {"--cluster-recover", OPT_STR, &c->recover, 0, 0, NULL, "ID,..."},
     };
     memcpy(t, table, sizeof table);
     return CLUSTER_N_OPTS;
