@@ -75,7 +75,7 @@ struct control {
     struct report rep[CL_MAX_NODES];
     int n_rep;
     int raft_state;
-    uint64_t leader_id, term, commit_index, applied_index;
+    uint64_t leader_id, term, commit_index, applied_index, last_index;
     char leader_addr[CL_STR_LEN + 1];
     uint64_t decisions, refused, handshake_timeouts, reports_in, proposals_failed, leaderships;
     struct vp_server conf[CL_MAX_NODES]; /* raft's configuration, as this node holds it */
@@ -1220,6 +1220,7 @@ static void publish(struct control *c)
     c->term = c->raft.current_term;
     c->commit_index = c->raft.commit_index;
     c->applied_index = raft_last_applied(&c->raft);
+    c->last_index = raft_last_index(&c->raft);
     c->n_conf = 0;
     for (unsigned i = 0; i < c->raft.configuration.n && c->n_conf < CL_MAX_NODES; i++)
         c->conf[c->n_conf++] =
@@ -1790,6 +1791,7 @@ char *control_json(struct control *c, size_t *len)
     cJSON_AddNumberToObject(root, "term", (double)c->term);
     cJSON_AddNumberToObject(root, "commit_index", (double)c->commit_index);
     cJSON_AddNumberToObject(root, "applied_index", (double)c->applied_index);
+    cJSON_AddNumberToObject(root, "last_log_index", (double)c->last_index);
     cJSON_AddNumberToObject(root, "commands_applied", (double)s->applied);
     cJSON_AddNumberToObject(root, "decisions", (double)c->decisions);
     cJSON_AddNumberToObject(root, "refused_connections", (double)c->refused);
