@@ -119,8 +119,8 @@ struct control {
     char rq_msg[ERRMSG_LEN];
     struct peer recover_to[CL_MAX_NODES]; /* the new voters, at the addresses this node knows */
     int n_recover_to;
-    int recovering;     /* raft is closed for a recovery: the tick does nothing */
-    int recover_event;  /* a recovery to record in the log once this node leads */
+    int recovering;      /* raft is closed for a recovery: the tick does nothing */
+    int recover_event;   /* a recovery to record in the log once this node leads */
     uint64_t recoveries; /* guarded by mu, like last_recovery_ms */
     uint64_t last_recovery_ms;
 };
@@ -1554,7 +1554,8 @@ static int recover_at_start(struct control *c, char *err)
     struct recover_req rq;
     struct stat sb;
     char path[300];
-    if (recover_list_parse(&rq, c->cfg.recover, err)) return errmsg_prefix(err, "--cluster-recover: ");
+    if (recover_list_parse(&rq, c->cfg.recover, err))
+        return errmsg_prefix(err, "--cluster-recover: ");
     uint64_t known[CL_MAX_NODES + 1];
     int n = 0;
     for (int i = 0; i < c->n_peers; i++) known[n++] = c->peer[i].id;
@@ -1769,7 +1770,7 @@ static const char *event_name(const struct cl_event *e)
     case CMD_SCALE_DONE:
         return e->kind ? "scale_done" : "scale_abandoned";
     case CMD_RAFT_CONF:
-        return e->kind == CONF_REMOVED   ? "raft_removed"
+        return e->kind == CONF_REMOVED ? "raft_removed"
                : e->kind == CONF_VOTER ? "raft_voter"
                                        : "raft_recovered";
     }
