@@ -810,7 +810,9 @@ static void exec_tick(struct control *c)
     uint32_t first = c->st.n_events > CL_MAX_EVENTS ? c->st.n_events - CL_MAX_EVENTS : 0;
     if (c->events_seen > first) first = c->events_seen;
     for (uint32_t i = first; i < c->st.n_events; i++) ev[n_ev++] = c->st.event[i % CL_MAX_EVENTS];
-    c->events_seen = c->st.n_events;
+    /* Never backwards: after a recovery the state is rebuilt from the log, and the events it
+     * replays were carried out already. */
+    if (c->st.n_events > c->events_seen) c->events_seen = c->st.n_events;
     uint32_t n_scales = c->st.n_scales;
     pthread_mutex_unlock(&c->mu);
 

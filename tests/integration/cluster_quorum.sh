@@ -135,15 +135,33 @@ fi
 # ---- the start-up form
 cl_kill n2
 cl_stop n1 >/dev/null 2>&1
-node 1 --cluster-recover 2; sleep 1
-if kill -0 "${CL_PID[n1]}" 2>/dev/null || ! grep -q "cluster-recover: the voters do not name this node" "$W/n1.log"; then
-    not_ok "cluster_quorum: --cluster-recover 2 on node 1 was not refused: $(cl_why n1)"
-    cl_kill n1
+ST=$?
+cp "$W/n1.log" "$W/n1.first.log"
+if [ $ST = 0 ]; then
+    ok "cluster_quorum: after its recovery node 1 stops cleanly on SIGTERM"
+else
+    not_ok "cluster_quorum: node 1 exited $ST on SIGTERM after its recovery: $(cl_why n1)"
 fi
-node 1 --raft-dir "$W/empty" --cluster-recover 1; sleep 1
-if kill -0 "${CL_PID[n1]}" 2>/dev/null || ! grep -q "holds no raft log" "$W/n1.log"; then
+exited() { # exited NAME: waits (up to 120 s) for the process to end on its own; 0 if it did
+    local i
+    for ((i = 0; i < 1200; i++)); do
+        kill -0 "${CL_PID[$1]}" 2>/dev/null || return 0
+        sleep 0.1
+    done
+    cl_kill "$1"
+    return 1
+}
+node 1 --cluster-recover 2
+if ! exited n1 || ! grep -q "cluster-recover: the voters do not name this node" "$W/n1.log"; then
+    not_ok "cluster_quorum: --cluster-recover 2 on node 1 was not refused: $(cl_why n1)"
+else
+    ok "cluster_quorum: --cluster-recover 2 on node 1 is refused at start ($(grep -o 'cluster-recover: the voters do not name this node ([0-9]*)' "$W/n1.log"))"
+fi
+node 1 --raft-dir "$W/empty" --cluster-recover 1
+if ! exited n1 || ! grep -q "holds no raft log" "$W/n1.log"; then
     not_ok "cluster_quorum: --cluster-recover on an empty raft dir was not refused: $(cl_why n1)"
-    cl_kill n1
+else
+    ok "cluster_quorum: --cluster-recover on an empty raft dir is refused at start"
 fi
 node 1 --cluster-recover 1 && cl_ready n1 30
 if until_true 30 1 "d['leader'] == 1 and d['voters'] == [1] and d['recoveries'] == 1 and len(events('raft_recovered')) == 2 and len(events('node_down')) >= 2"; then
