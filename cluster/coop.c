@@ -1007,11 +1007,15 @@ static int want_transfer(struct coop *c, struct jseq *j, int n, int k0, int k1)
         else
             snprintf(t, sizeof t, "%.1f ms, %.2f MB at a measured %.1f MB/s", est_t * 1e3,
                      bytes / 1e6, c->link_bps / 1e6);
-        log_info("coop",
-                 "KV of layers [%d, %d): %s (sequence %u: transfer %s; recompute %.1f ms, %ld "
-                 "layer-positions at %.2f us %s)",
-                 k0, k1, transfer ? "transfer" : "recompute", j->id, t, est_r * 1e3, lp, per * 1e6,
-                 c->lp_s > 0 ? "measured" : "as the local layers ran");
+        char r[128];
+        if (est_r < 0) /* k was 0: no layer has run here yet (the embedding may not have) */
+            snprintf(r, sizeof r, "%ld layer-positions, no layer has run here yet to time them",
+                     lp);
+        else
+            snprintf(r, sizeof r, "%.1f ms, %ld layer-positions at %.2f us %s", est_r * 1e3, lp,
+                     per * 1e6, c->lp_s > 0 ? "measured" : "as the local layers ran");
+        log_info("coop", "KV of layers [%d, %d): %s (sequence %u: transfer %s; recompute %s)", k0,
+                 k1, transfer ? "transfer" : "recompute", j->id, t, r);
     }
     return transfer;
 }
