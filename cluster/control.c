@@ -951,6 +951,7 @@ static void build_view(struct control *c, struct view_buf *vb, uint64_t now_mono
         pn->domain = (int)m->info.id;
         pn->link_Bps = 1.25e9;
         pn->fail_prob = 0.01;
+        pn->model_slots = 1; /* the serving process holds one model (docs/control.md) */
         pn->engine_model = -1;
         pn->helper = -1;
         for (uint32_t k = 0; k < s->n_models; k++) {

@@ -198,6 +198,9 @@ static int do_scale_up(void *ctx, const char *model, uint64_t source, const uint
         sc->engine = 1; /* a replication in progress becomes a scale-up */
     else if (!rc)
         rc = start_join(sc, model, source, chain, n_chain, 1, err);
+    /* The engine replica is new: its keep-alive starts now, not when the host copy went idle
+     * (else the leader scales it down on the tick after it came up). */
+    if (!rc) atomic_store(&sc->fresh, 1);
     if (!rc) publish(sc);
     pthread_mutex_unlock(&sc->mu);
     return rc;
