@@ -38,6 +38,7 @@ struct serve_opts {
     int port, max_batch, ctx, threads, step_tokens, kv_blocks, kv_block_size, kv_type, static_batch;
     int max_conns, timeout_ms, idle_timeout_ms, no_slo, verbose, step_delay_us, shed_late,
         static_shrink;
+    int forward_pool;       /* idle forward channels kept per node (serving/api/relay.h) */
     const char *test_crash; /* tests only: segv | panic, once ready */
     int test_hang_s;        /* tests only: the serve loop stops this long after ready; -1 never */
     double ttft_ms, tpot_ms, static_wait_ms;
@@ -108,6 +109,7 @@ static int serve_options(struct serve_opts *o, struct opt *t)
         {"--max-body", OPT_LONG, &o->max_body, 1024, 1L << 40, NULL, "BYTES"},
         {"--timeout-ms", OPT_INT, &o->timeout_ms, 1, 3600000, NULL, "MS"},
         {"--idle-timeout-ms", OPT_INT, &o->idle_timeout_ms, 1, 3600000, NULL, "MS"},
+        {"--forward-pool", OPT_INT, &o->forward_pool, 0, 64, NULL, "N"},
         {"--test-step-delay-us", OPT_INT, &o->step_delay_us, 0, 1000000, NULL, "US"},
         {"--test-crash", OPT_PARSE, &o->test_crash, 0, 0, parse_test_crash, "segv|panic"},
         {"--test-hang", OPT_INT, &o->test_hang_s, 0, 3600, NULL, "S"},
@@ -160,6 +162,7 @@ static int parse_opts(int argc, char **argv, struct serve_opts *o)
                              .max_conns = 512,
                              .timeout_ms = 10000,
                              .idle_timeout_ms = 30000,
+                             .forward_pool = 4,
                              .ttft_ms = 1000,
                              .tpot_ms = 100,
                              .static_wait_ms = 50,
@@ -475,7 +478,11 @@ static int serve_failed(struct serve *sv, const char *what, const char *err)
 static int start_front(struct serve *sv, struct serve_opts *o, pthread_t *thread, char *err)
 {
     metrics_init(&sv->metrics);
-    struct front_config fc = {.api_key = o->api_key};
+    /* A kept channel is the other node's idle keep-alive connection: give it up well before that
+     * node's --idle-timeout-ms (the same on every node of a rack) closes it. */
+    struct front_config fc = {.api_key = o->api_key,
+                              .forward_pool = o->forward_pool,
+                              .forward_pool_idle_ms = o->idle_timeout_ms / 2};
     if (!(sv->front = front_new(&fc, &sv->metrics, err))) pid1_fatal(err);
     struct http_server_config hc = {.host = o->host,
                                     .port = o->port,
