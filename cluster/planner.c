@@ -21,6 +21,23 @@ double planner_loss_probability(const double *fail_prob, int n)
     return n > 0 ? p : 1;
 }
 
+double planner_loss_probability_racks(const double *fail_prob, const int *rack, int n,
+                                      double rack_fail)
+{
+    if (n <= 0) return 1;
+    double p = 1;
+    for (int i = 0; i < n; i++) {
+        int first = 1; /* each rack once: at its first holder */
+        for (int j = 0; j < i && first; j++) first = rack[j] != rack[i];
+        if (!first) continue;
+        double all = 1;
+        for (int j = i; j < n; j++)
+            if (rack[j] == rack[i]) all *= fail_prob[j];
+        p *= rack_fail + (1 - rack_fail) * all;
+    }
+    return p;
+}
+
 double planner_drain_ms(const struct step_model *sm, long tokens, int running, int max_step_tokens)
 {
     if (tokens <= 0) return 0;

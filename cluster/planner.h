@@ -181,4 +181,12 @@ double planner_drain_ms(const struct step_model *sm, long tokens, int running, i
 /* P(all n holders lost) = the product of their failure probabilities (independent failures). */
 double planner_loss_probability(const double *fail_prob, int n);
 
+/* The same with racks: holder i is in rack[i], and each rack fails as a whole (its switch, its
+ * power) with probability rack_fail, independently of the others and of the nodes. The copies
+ * of a rack are lost if the rack fails or, if it does not, all of them fail:
+ *   P(loss) = prod over racks r holding copies of (q + (1 - q) prod_{i in r} p_i),  q = rack_fail.
+ * All R copies in one rack: about q, whatever R; one copy per rack: about (q + p)^R. */
+double planner_loss_probability_racks(const double *fail_prob, const int *rack, int n,
+                                      double rack_fail);
+
 #endif

@@ -235,6 +235,18 @@ TEST(restores_r_after_holder_dies)
     double p[3] = {0.01, 0.02, 0.5};
     CHECK(fabs(planner_loss_probability(p, 3) - 1e-4) < 1e-15);
     CHECK(planner_loss_probability(p, 1) == 0.01);
+    /* Racks (README, docs/control.md): p = 1%, q = 0.1% a day. Two copies in one rack:
+     * q + (1 - q) p^2 = 1.0999e-3; in two racks: (q + (1 - q) p)^2 = 1.2078e-4; three in three
+     * racks: 1.3274e-6; three in two (2 + 1): 1.2088e-5. No rack failures: p^R again. */
+    double p1[3] = {0.01, 0.01, 0.01};
+    int one[3] = {7, 7, 7}, two[3] = {1, 2, 1}, three[3] = {1, 2, 3};
+    CHECK(fabs(planner_loss_probability_racks(p1, one, 2, 1e-3) - 1.0999e-3) < 1e-9);
+    CHECK(fabs(planner_loss_probability_racks(p1, three, 2, 1e-3) - 0.01099 * 0.01099) < 1e-12);
+    CHECK(fabs(planner_loss_probability_racks(p1, three, 3, 1e-3) - 0.01099 * 0.01099 * 0.01099) <
+          1e-15);
+    CHECK(fabs(planner_loss_probability_racks(p1, two, 3, 1e-3) - 1.0999e-3 * 0.01099) < 1e-12);
+    CHECK(fabs(planner_loss_probability_racks(p, three, 3, 0) - 1e-4) < 1e-15);
+    CHECK(fabs(planner_loss_probability_racks(p, one, 3, 0) - 1e-4) < 1e-15);
 }
 
 /* Racks: a rack's switch or power takes all its copies at once. Node 0 (rack 0) holds the only
