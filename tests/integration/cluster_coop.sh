@@ -5,8 +5,9 @@
 # byte-identical to the helper serving alone, for the real tiny model and a 24-layer synthetic
 # one, with several concurrent requests, whether the KV of the layers that become local is
 # transferred from the helper or recomputed (--coop-kv transfer|recompute; compare checks the two
-# give the same bytes); f16 activations are run and their divergence reported; /metrics shows the
-# split. One line per scenario.
+# give the same bytes), also when the joiner starts without its embedding (token ids to the
+# helper); f16 activations are run and their divergence reported; /metrics shows the split. One
+# line per scenario.
 set -u
 cd "$(dirname "$0")/../.."
 . tests/lib/serve.sh
@@ -81,6 +82,36 @@ for kv in transfer recompute; do
     fi
 done
 
+# 1b. the joiner serves before its embedding has arrived ("STEP:e" in the schedule): its first
+#    steps go to the helper as token ids (the helper embeds), then the embedding arrives and k
+#    rises mid-request; the positions sent as token ids get their KV recomputed from the saved
+#    ids (embedding first) or transferred; the same text as the helper alone
+for sched in "recompute 0:0,6:e,12:2,25:4,45:5" "transfer 0:0,10:e,10:3,30:5"; do
+    read -r kv plan <<<"$sched"
+    if helper_and_joiner "noemb-$kv" --resident-schedule "$plan" --coop-kv $kv; then
+        remote0=$(metric "$JOINER_URL" strata_coop_embedding_remote)
+        if out=$($CHECKS same "$HELPER_URL" "$JOINER_URL" 2>&1); then
+            ok "coop tiny greedy, no embedding at first, then $plan mid-request, KV $kv: $out"
+        else
+            not_ok "coop tiny greedy without the embedding, $plan, KV $kv: $out"
+        fi
+        remote1=$(metric "$JOINER_URL" strata_coop_embedding_remote)
+        k=$(metric "$JOINER_URL" strata_coop_k)
+        ids=$(metric "$JOINER_URL" strata_coop_token_rows_total)
+        rows=$(metric "$JOINER_URL" strata_coop_remote_rows_total)
+        here=$(grep -c "coop: the embedding is here" "$JOINER_LOG")
+        if [ "$remote0" = 1 ] && [ "$remote1" = 0 ] && [ "$k" = 5 ] && [ "$here" = 1 ] &&
+            [ "${ids:-0}" -gt 0 ] && [ "${rows:-0}" -gt "${ids:-0}" ]; then
+            ok "coop embedding remote, KV $kv: /metrics said so (1) before the requests, 0 after; $ids of $rows remote rows sent as token ids; k=5"
+        else
+            not_ok "coop embedding remote, KV $kv: embedding_remote $remote0 then $remote1, $ids of $rows rows as token ids, k $k, 'the embedding is here' logged $here times"
+        fi
+        stop_both
+    else
+        not_ok "coop tiny without the embedding, KV $kv: start"
+    fi
+done
+
 # 2. seeded sampling (temperature 0.9): the sampler's state travels with the tokens
 if helper_and_joiner seeded --resident-schedule 0:2,15:3,40:5 --coop-kv transfer; then
     if out=$($CHECKS same "$HELPER_URL" "$JOINER_URL" --temp 0.9 --seed 11 2>&1); then
@@ -137,6 +168,23 @@ if build/tools/synth_model --shape 64,172,24,8,4,512,256 --type f32 --seed 5 -o 
             not_ok "coop synthetic, KV $kv: start"
         fi
     done
+    # no embedding at first: KV of positions sent as token ids, transferred and recomputed (the
+    # embedding run here from the saved ids) on every handover, the same bytes
+    if helper_and_joiner syn-noemb --resident-schedule 0:0,4:e,9:3,18:12,33:24 --coop-kv compare; then
+        if out=$($CHECKS same "$HELPER_URL" "$JOINER_URL" --tokens 60 2>&1); then
+            ok "coop synthetic 24 layers, no embedding until step 4, k 0->3->12->24, KV compare: $out"
+        else
+            not_ok "coop synthetic 24 layers without the embedding: $out"
+        fi
+        same=$(grep -c "recompute .* ms: identical bytes" "$JOINER_LOG")
+        differ=$(grep -c "DIFFERENT bytes" "$JOINER_LOG")
+        [ "$same" -gt 0 ] && [ "$differ" = 0 ] &&
+            ok "coop KV of token-id positions: transferred = embedded and recomputed here, byte for byte, on $same handovers x sequences" ||
+            not_ok "coop KV compare without the embedding: $same identical, $differ different"
+        stop_both
+    else
+        not_ok "coop synthetic without the embedding: start"
+    fi
     # bf16 activations (8 bits of mantissa) halfway up 24 layers: reported, must not fail
     if helper_and_joiner synbf16 --resident-layers 12 --coop-dtype bf16; then
         if out=$($CHECKS diverge "$HELPER_URL" "$JOINER_URL" --tokens 60 2>&1); then
