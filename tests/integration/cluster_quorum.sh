@@ -13,7 +13,10 @@
 #   - node 2 restarts with an empty raft dir: it joins through JOIN and becomes a voter;
 #   - the start-up form: all stopped, node 1 restarts with --cluster-recover 1 on its raft dir and
 #     leads alone with the state it had; --cluster-recover naming another node alone, or on an
-#     empty raft dir, is refused at start.
+#     empty raft dir, is refused at start;
+#   - two live voters named: five nodes (ids 11-15), three killed at once; {"voters":[11,14]} on
+#     node 11 makes it the leader of [11, 14], node 14 (alive, its old configuration) votes for it
+#     and takes the new configuration from its log, and both commit the three down.
 set -u
 cd "$(dirname "$0")/../.."
 CL_BASE=${CL_BASE:-19300} # below cluster_replicas.sh's 19400 and the default 20000 + 10 * (pid % 1200)
@@ -66,6 +69,17 @@ recover() {
     echo " $(cat "$W/rec.out")"
 }
 KEYH=(-H "Authorization: Bearer $API")
+# recover_stuck N BODY: recover, asked again while the node has not yet been without a leader
+# for the 20 heartbeats a recovery waits for (409 "no leader for only"); at most 60 s
+recover_stuck() {
+    local end=$((SECONDS + 60)) r
+    while :; do
+        r=$(recover "$1" "$2" "${KEYH[@]}")
+        [[ "$r" == 409*"no leader for only"* ]] && [ $SECONDS -lt $end ] || break
+        sleep 0.2
+    done
+    echo "$r"
+}
 
 node 1 && cl_ready n1 30 && node 2 --cluster-standby && node 3 --cluster-standby ||
     { echo "not ok - cluster_quorum: nodes did not start: $(cl_why n1) $(cl_why n2) $(cl_why n3)"; exit 1; }
@@ -108,7 +122,7 @@ case "$R1|$R2|$R3|$R4|$R5" in
 esac
 
 # ---- recovery with voters [1]
-R=$(recover 1 '{"voters":[1]}' "${KEYH[@]}")
+R=$(recover_stuck 1 '{"voters":[1]}')
 if [[ "$R" == 200*'"status":"recovered"'* ]] &&
     until_true 20 1 "d['leader'] == 1 and d['raft_state'] == 'leader' and d['voters'] == [1] and not alive(2) and not alive(3) and d['commit_index'] > $C0 and len(events('raft_recovered')) == 1 and d['recoveries'] == 1"; then
     MET=$(curl -s -m 2 "${KEYH[@]}" "${CL_URL[n1]}/metrics" | grep -c '^strata_cluster_recoveries_total 1$')
@@ -168,5 +182,40 @@ if until_true 30 1 "d['leader'] == 1 and d['voters'] == [1] and d['recoveries'] 
     ok "cluster_quorum: --cluster-recover 1 at start: node 1 leads alone on the log it had ($(q 1 "len(events('node_down'))") node_down events kept)"
 else
     not_ok "cluster_quorum: --cluster-recover 1: $(q 1 d) | $(cl_why n1)"
+fi
+cl_kill n1
+
+# ---- two live voters named (a second cluster: ids 11-15, ports CL_BASE + 20 + i and + 30 + i)
+PEERS5=""
+for i in 1 2 3 4 5; do PEERS5="$PEERS5${PEERS5:+,}1$i@127.0.0.1:$((CL_BASE + 30 + i))"; done
+node5() { # node5 I ARGS...: node 1I
+    local i=$1
+    shift
+    cl_serve "n1$i" -m "$M" --api-key "$API" --node-id "1$i" --key-file "$W/key" --fabric tcp \
+        --listen "127.0.0.1:$((CL_BASE + 20 + i))" --raft-dir "$W/raft1$i" --cluster "$PEERS5" \
+        --cluster-heartbeat-ms $HB --cluster-dead-ms $((10 * HB)) --keep-alive-ms 600000 \
+        --cluster-remove-ms 60000 --no-slo "$@"
+}
+node5 1 && cl_ready n11 30 && for i in 2 3 4 5; do node5 $i --cluster-standby || break; done ||
+    { echo "not ok - cluster_quorum: five nodes did not start: $(cl_why n11)"; exit 1; }
+ALL5="all(alive(i) for i in (11, 12, 13, 14, 15)) and sorted(d['voters']) == [11, 12, 13, 14, 15]"
+# A quiet cluster: 11 and 14 hold the same log, so 14 votes for 11's recovered one (longer by the
+# configuration entry).
+if until_true 60 11 "d['leader'] is not None and $ALL5" && until_true 30 14 "d['leader'] is not None and $ALL5" &&
+    end=$((SECONDS + 30)) && while [ $SECONDS -lt $end ] &&
+        [ "$(q 11 "d['last_log_index'], d['commit_index']")" != "$(q 14 "d['last_log_index'], d['commit_index']")" ]; do sleep 0.1; done &&
+    [ "$(q 11 "d['last_log_index']")" = "$(q 14 "d['last_log_index']")" ]; then
+    for i in 2 3 5; do cl_kill "n1$i"; done
+    until_true 20 11 "d['leader'] is None" && until_true 20 14 "d['leader'] is None"
+    R=$(recover_stuck 11 '{"voters":[11,14]}')
+    if [[ "$R" == 200*'"voters":[11,14]'* ]] &&
+        until_true 30 11 "d['leader'] == 11 and sorted(d['voters']) == [11, 14] and not any(alive(i) for i in (12, 13, 15)) and len(events('raft_recovered')) == 1" &&
+        until_true 30 14 "d['leader'] == 11 and sorted(d['voters']) == [11, 14] and not any(alive(i) for i in (12, 13, 15)) and len(events('raft_recovered')) == 1 and d['recoveries'] == 0"; then
+        ok "cluster_quorum: 3 of 5 dead, {\"voters\":[11,14]} on node 11: 11 leads [11, 14], node 14 followed it without a call of its own"
+    else
+        not_ok "cluster_quorum: recovery with voters [11, 14]: $R | $(q 11 d) | $(q 14 d) | $(cl_why n11) | $(cl_why n14)"
+    fi
+else
+    not_ok "cluster_quorum: five nodes did not settle: $(q 11 d) | $(q 14 d)"
 fi
 exit $fail
