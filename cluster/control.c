@@ -117,8 +117,10 @@ struct control {
     int rq_state, rq_status;
     struct recover_req rq;
     char rq_msg[ERRMSG_LEN];
-    struct peer recover_to[CL_MAX_NODES]; /* the new voters, at the addresses this node knows */
+    struct peer recover_to[CL_MAX_NODES]; /* the named voters, at the addresses this node knows */
     int n_recover_to;
+    struct peer recover_add[CL_MAX_NODES]; /* the others: added back as voters once we lead */
+    int n_recover_add;
     int recovering;      /* raft is closed for a recovery: the tick does nothing */
     int recover_event;   /* a recovery to record in the log once this node leads */
     uint64_t recoveries; /* guarded by mu, like last_recovery_ms */
@@ -1239,6 +1241,21 @@ static void publish(struct control *c)
     pthread_mutex_unlock(&c->mu);
 }
 
+/* The other voters a recovery named, one change at a time: raft_add and assign VOTER, the join
+ * path (a live node catches up from our log and counts; a dead one stays a non-voter until it
+ * comes back, and we still commit alone meanwhile). 1 when it started one. */
+static int recover_add_tick(struct control *c)
+{
+    if (!c->n_recover_add || c->conf_busy || c->raft.configuration_uncommitted_index ||
+        c->raft.leader_state.change || c->raft.leader_state.promotee_id)
+        return 0;
+    struct peer p = c->recover_add[--c->n_recover_add];
+    log_info("cluster", "node %llu was named in the recovery: adding it back as a voter",
+             (unsigned long long)p.id);
+    start_join(c, p.id, p.addr);
+    return 1;
+}
+
 static void on_tick(uv_timer_t *t)
 {
     struct control *c = t->data;
@@ -1268,6 +1285,7 @@ static void on_tick(uv_timer_t *t)
         conf_event(c, c->cfg.id, CONF_RECOVERED);
         return;
     }
+    if (leader && recover_add_tick(c)) return;
     if (leader) conf_tick(c);
     if (leader) leader_tick(c);
 }
@@ -1333,6 +1351,41 @@ static int mkdir_p(const char *dir, char *err)
     return 0;
 }
 
+/* After raft_recover: the term on disk + 1. A lone voter elects itself without a new term, so
+ * the recovered node would lead in the term of the leader that died; a node still holding that
+ * leader's later entries (same index, same term, other commands) would then pass raft's log
+ * check against ours. In a new term no entry of ours can look like one of theirs. (The forced
+ * configuration entry itself has term 1, which only the bootstrap entry at index 1 shares.) */
+static int bump_term(struct control *c, raft_term *term_out, char *err)
+{
+    raft_term term = 0;
+    raft_id vote = 0;
+    struct raft_snapshot *snap = NULL;
+    raft_index start = 0;
+    struct raft_entry *ents = NULL;
+    size_t n = 0;
+    int rc = c->io.load(&c->io, &term, &vote, &snap, &start, &ents, &n);
+    if (rc) return errmsg_set(err, "raft data dir %s: load: %s", c->dir, c->io.errmsg);
+    void *batch = NULL;
+    for (size_t i = 0; i < n; i++) {
+        if (!ents[i].batch)
+            raft_free(ents[i].buf.base);
+        else if (ents[i].batch != batch)
+            raft_free(batch = ents[i].batch);
+    }
+    raft_free(ents);
+    if (snap) {
+        raft_configuration_close(&snap->configuration);
+        for (unsigned i = 0; i < snap->n_bufs; i++) raft_free(snap->bufs[i].base);
+        raft_free(snap->bufs);
+        raft_free(snap);
+    }
+    rc = c->io.set_term(&c->io, term + 1);
+    if (rc) return errmsg_set(err, "raft data dir %s: set term: %s", c->dir, c->io.errmsg);
+    *term_out = term + 1;
+    return 0;
+}
+
 static int raft_setup(struct control *c, char *err)
 {
     struct rtransport_cfg tc = {.loop = &c->loop,
@@ -1360,14 +1413,20 @@ static int raft_setup(struct control *c, char *err)
     raft_set_snapshot_threshold(&c->raft, 64);
     raft_set_snapshot_trailing(&c->raft, 16);
     if (c->n_recover_to) {
-        /* Recovery: the new configuration is appended to the log as it stands; no bootstrap. */
+        /* Recovery: the configuration "this node alone" is appended to the log as it stands (no
+         * bootstrap); the other named voters are added once it leads (recover_add_tick). raft
+         * 0.15 writes the forced entry with term 1, so a configuration of several voters would
+         * need the others' votes with a log that looks older than theirs: it could never elect. */
         struct raft_configuration conf;
         raft_configuration_init(&conf);
-        for (int i = 0; i < c->n_recover_to; i++)
-            raft_configuration_add(&conf, c->recover_to[i].id, c->recover_to[i].addr, RAFT_VOTER);
+        raft_configuration_add(&conf, c->cfg.id, c->addr, RAFT_VOTER);
         rc = raft_recover(&c->raft, &conf);
         raft_configuration_close(&conf);
         if (rc) return errmsg_set(err, "raft_recover: %s", raft_errmsg(&c->raft));
+        raft_term term = 0;
+        if (bump_term(c, &term, err)) return -1;
+        log_info("cluster", "%s: configuration forced, term now %llu", c->dir,
+                 (unsigned long long)term);
     } else if (c->bootstrap_member) {
         struct raft_configuration conf;
         raft_configuration_init(&conf);
@@ -1433,6 +1492,15 @@ static void recover_voters_str(const struct control *c, char *out, size_t cap)
                               (unsigned long long)c->recover_to[i].id, c->recover_to[i].addr);
 }
 
+/* The named voters other than this node wait for it to lead (recover_add_tick). */
+static void recover_queue_others(struct control *c)
+{
+    c->n_recover_add = 0;
+    for (int i = 0; i < c->n_recover_to; i++)
+        if (c->recover_to[i].id != c->cfg.id) c->recover_add[c->n_recover_add++] = c->recover_to[i];
+    c->n_recover_to = 0;
+}
+
 /* raft is closed and its libuv I/O freed: open it again on the same data dir with the new
  * configuration appended (raft_setup sees n_recover_to), from the next loop iteration. */
 static void on_recover_timer(uv_timer_t *t)
@@ -1460,13 +1528,15 @@ static void on_recover_timer(uv_timer_t *t)
     c->last_recovery_ms = now_wall_ms();
     pthread_mutex_unlock(&c->mu);
     log_warn("cluster",
-             "node %llu: raft recovered with voters %s (term %llu, last index %llu); the "
-             "others rejoin",
+             "node %llu: raft recovered as its only voter, named %s (term %llu, last index %llu); "
+             "the other named voters are added back, the rest rejoin",
              (unsigned long long)c->cfg.id, voters, (unsigned long long)c->raft.current_term,
              (unsigned long long)raft_last_index(&c->raft));
-    snprintf(msg, sizeof msg, "raft restarted on node %llu with voters %.400s",
+    snprintf(msg, sizeof msg,
+             "raft restarted on node %llu as its only voter; the others named (%.300s) are added "
+             "back as voters once it leads",
              (unsigned long long)c->cfg.id, voters);
-    c->n_recover_to = 0;
+    recover_queue_others(c);
     recover_answer(c, 0, msg);
 }
 
@@ -1649,14 +1719,14 @@ struct control *control_start(const struct control_cfg *cfg, const struct contro
         char voters[512];
         recover_voters_str(c, voters, sizeof voters);
         log_warn("cluster",
-                 "node %llu: raft recovered with voters %s from --cluster-recover (term %llu, "
-                 "last index %llu); drop the option before the next start",
+                 "node %llu: raft recovered as its only voter, named %s, from --cluster-recover "
+                 "(term %llu, last index %llu); drop the option before the next start",
                  (unsigned long long)c->cfg.id, voters, (unsigned long long)c->raft.current_term,
                  (unsigned long long)raft_last_index(&c->raft));
         c->recoveries = 1;
         c->last_recovery_ms = now_wall_ms();
         c->recover_event = 1;
-        c->n_recover_to = 0;
+        recover_queue_others(c);
     }
     uv_timer_init(&c->loop, &c->tick);
     c->tick.data = c;

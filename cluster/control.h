@@ -135,8 +135,9 @@ int control_forward_open(struct control *c, uint64_t node, int timeout_ms, int c
 /* Recovery from a lost quorum (POST /v1/cluster/recover; any thread but the control thread).
  * The control thread checks r (recover_check: r names this node and only known members; unless
  * r->force, no leader seen for 20 heartbeats), closes raft, opens it again on the same data dir,
- * appends the configuration "these voters" with raft_recover and starts it: a list of this node
- * alone makes it the leader at once; the others rejoin through JOIN. Blocks until that is done
+ * appends the configuration "this node alone" with raft_recover, moves the term on and starts
+ * it: it leads at once, adds the other nodes r names back as voters (raft_add + assign), and the
+ * rest rejoin through JOIN. Blocks until raft runs again
  * (at most 10 s). 0 with msg saying what was done, or an HTTP status (400 a bad list, 409 refused
  * in this state or another recovery running, 500 raft did not start again, 503 stopping, 504 no
  * answer in time) with msg the reason. Committed entries only the other old voters had are lost
