@@ -35,6 +35,13 @@ int cl_get_str(struct wire_r *r, char out[CL_STR_LEN + 1])
     return 0;
 }
 
+void cl_str_printable(char out[CL_STR_LEN + 1], const char *s)
+{
+    size_t n = strnlen(s, CL_STR_LEN);
+    for (size_t i = 0; i < n; i++) out[i] = s[i] >= 0x20 && s[i] <= 0x7e ? s[i] : '?';
+    out[n] = 0;
+}
+
 static int finite_f(float f)
 {
     return isfinite(f);
@@ -144,6 +151,8 @@ size_t cl_cmd_encode(uint8_t *out, size_t cap, const struct cl_cmd *c)
     case CMD_SCALE_DONE:
         wire_put_u32(&w, c->u.done.scale_id);
         wire_put_u8(&w, c->u.done.ok);
+        wire_put_u64(&w, c->u.done.node);
+        cl_put_str(&w, c->u.done.reason);
         break;
     case CMD_RAFT_CONF:
         wire_put_u64(&w, c->u.conf.node);
@@ -199,7 +208,12 @@ int cl_cmd_decode(struct cl_cmd *c, const uint8_t *buf, size_t len, char *err)
     case CMD_SCALE_DONE:
         c->u.done.scale_id = wire_get_u32(&r);
         c->u.done.ok = wire_get_u8(&r);
+        c->u.done.node = wire_get_u64(&r);
+        cl_get_str(&r, c->u.done.reason);
         if (!r.bad && c->u.done.ok > 1) return errmsg_set(err, "SCALE_DONE: ok not 0/1");
+        if (!r.bad && c->u.done.ok && (c->u.done.node || c->u.done.reason[0]))
+            return errmsg_set(err, "SCALE_DONE: a finished scale-out names a refusing node or a "
+                                   "reason");
         break;
     case CMD_RAFT_CONF:
         c->u.conf.node = wire_get_u64(&r);
@@ -264,6 +278,13 @@ size_t cl_msg_encode(uint8_t *out, size_t cap, const struct cl_msg *m)
         wire_put_u8(&w, m->u.load.n_hold);
         for (int i = 0; i < m->u.load.n_hold && i < CL_MAX_HOLD; i++)
             put_holding(&w, &m->u.load.hold[i]);
+        wire_put_u32(&w, (uint32_t)m->u.load.load.held);
+        wire_put_u64(&w, (uint64_t)m->u.load.load.held_tokens);
+        wire_put_u8(&w, m->u.load.n_refused);
+        for (int i = 0; i < m->u.load.n_refused && i < CL_MAX_REFUSED; i++) {
+            wire_put_u32(&w, m->u.load.refused[i].scale_id);
+            cl_put_str(&w, m->u.load.refused[i].reason);
+        }
         break;
     case MSGC_JOIN:
         wire_put_u64(&w, m->u.join.id);
@@ -325,6 +346,21 @@ int cl_msg_decode(struct cl_msg *m, const uint8_t *buf, size_t len, char *err)
                 return errmsg_set(err, "LOAD: node %llu reports a holding of node %llu",
                                   (unsigned long long)m->u.load.node.id,
                                   (unsigned long long)m->u.load.hold[i].node);
+        }
+        m->u.load.load.held = (int32_t)wire_get_u32(&r);
+        m->u.load.load.held_tokens = (int64_t)wire_get_u64(&r);
+        if (!r.bad && (m->u.load.load.held < 0 || m->u.load.load.held_tokens < 0))
+            return errmsg_set(err, "LOAD: negative held requests or tokens");
+        m->u.load.n_refused = wire_get_u8(&r);
+        if (!r.bad && m->u.load.n_refused > CL_MAX_REFUSED)
+            return errmsg_set(err, "LOAD: %u refusals, at most %d", m->u.load.n_refused,
+                              CL_MAX_REFUSED);
+        for (int i = 0; i < m->u.load.n_refused && !r.bad; i++) {
+            m->u.load.refused[i].scale_id = wire_get_u32(&r);
+            cl_get_str(&r, m->u.load.refused[i].reason);
+            if (!r.bad && !m->u.load.refused[i].reason[0])
+                return errmsg_set(err, "LOAD: refusal of decision %u without a reason",
+                                  m->u.load.refused[i].scale_id);
         }
         break;
     case MSGC_JOIN:

@@ -15,12 +15,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CL_CMD_VERSION 3 /* 3: a member's rack (cl_node_up.rack) */
+#define CL_CMD_VERSION 4 /* 3: a member's rack (cl_node_up.rack); 4: refusals (SCALE_DONE's node
+                          * and reason, LOAD's refused decisions and held requests) */
 #define CL_STR_LEN     63 /* addresses, model names, GPU types */
 #define CL_MAX_CHAIN   16 /* joiners of one scale-out */
 #define CL_MAX_HOLD    8  /* models a node reports at once */
 #define CL_CMD_MAX     1024
 #define CL_MAX_LOADS   32 /* loads in one MSGC_LOADS (the state's CL_MAX_NODES) */
+#define CL_MAX_REFUSED 4  /* refused decisions a node reports at once */
 
 enum cl_cmd_type {
     CMD_NODE_UP = 1,    /* a member is (back) alive: its identity and capabilities */
@@ -80,6 +82,8 @@ struct cl_cmd {
         struct {
             uint32_t scale_id; /* index of the CMD_SCALE event (its log order) */
             uint8_t ok;
+            uint64_t node;                /* abandoned: the node that refused or failed, 0 none */
+            char reason[CL_STR_LEN + 1]; /* abandoned: why ("" when ok) */
         } done;
         struct {
             uint64_t node;
@@ -116,6 +120,19 @@ struct cl_load {
     float ttft_pred_ms; /* predicted TTFT of a request arriving now (step model) */
     float tok_s;        /* measured decode tokens/s */
     float step_a, step_b, step_c, step_corr; /* the scheduler's step model (seconds) */
+    /* Requests this node took while no replica of its model existed (the route said "none":
+     * it serves them itself, or holds them), and their prompt tokens not yet prefilled: the
+     * demand the planner counts as held. They travel in the node's own MSGC_LOAD only (the
+     * leader plans; MSGC_LOADS, for routing, leaves them out). */
+    int32_t held;
+    int64_t held_tokens;
+};
+
+/* A decision the node's executor refused, or whose work failed (the join gave up): reported in
+ * every MSGC_LOAD until the scale-out is no longer in the committed state. */
+struct cl_refusal {
+    uint32_t scale_id;           /* the CMD_SCALE's id (cl_scaleout.scale_id) */
+    char reason[CL_STR_LEN + 1]; /* printable, cut to CL_STR_LEN */
 };
 
 struct cl_msg {
@@ -132,6 +149,8 @@ struct cl_msg {
             uint32_t seen_scales; /* CMD_SCALEs the node had applied and acted on */
             uint8_t n_hold;
             struct cl_holding hold[CL_MAX_HOLD];
+            uint8_t n_refused;
+            struct cl_refusal refused[CL_MAX_REFUSED];
         } load;
         struct {
             uint64_t id;
@@ -166,6 +185,8 @@ struct wire_w;
 struct wire_r;
 void cl_put_str(struct wire_w *w, const char *s);
 int cl_get_str(struct wire_r *r, char out[CL_STR_LEN + 1]);
+/* s into out as cl_get_str accepts it: cut to CL_STR_LEN, bytes outside printable ASCII as '?'. */
+void cl_str_printable(char out[CL_STR_LEN + 1], const char *s);
 /* A member's description, as log commands and snapshots both carry it; the reader checks it. */
 void cl_put_node_up(struct wire_w *w, const struct cl_node_up *u);
 int cl_get_node_up(struct wire_r *r, struct cl_node_up *u, char *err);

@@ -41,7 +41,7 @@ static int model_add(struct cl_state *s, const char *name)
 }
 
 static void event_add(struct cl_state *s, const struct cl_cmd *c, uint8_t kind, uint64_t node,
-                      uint64_t source, const char *model)
+                      uint64_t source, const char *model, const char *reason)
 {
     struct cl_event *e = &s->event[s->n_events % CL_MAX_EVENTS];
     *e = (struct cl_event){.t_ms = c->t_ms,
@@ -51,6 +51,7 @@ static void event_add(struct cl_state *s, const struct cl_cmd *c, uint8_t kind, 
                            .node = node,
                            .source = source};
     snprintf(e->model, sizeof e->model, "%s", model ? model : "");
+    snprintf(e->reason, sizeof e->reason, "%s", reason ? reason : "");
     s->n_events++;
 }
 
@@ -94,7 +95,7 @@ static int apply(struct cl_state *s, const struct cl_cmd *c)
         m->alive = 1;
         if (!was_alive) {
             m->since_ms = c->t_ms;
-            event_add(s, c, 0, c->u.up.id, 0, NULL);
+            event_add(s, c, 0, c->u.up.id, 0, NULL, NULL);
         }
         return 0;
     }
@@ -103,7 +104,7 @@ static int apply(struct cl_state *s, const struct cl_cmd *c)
         if (!m || !m->alive) return 1;
         m->alive = 0;
         m->since_ms = c->t_ms;
-        event_add(s, c, 0, c->u.down, 0, NULL);
+        event_add(s, c, 0, c->u.down, 0, NULL, NULL);
         return 0;
     }
     case CMD_HOLDING: {
@@ -123,7 +124,7 @@ static int apply(struct cl_state *s, const struct cl_cmd *c)
             s->n_scaleouts < CL_MAX_SCALEOUTS)
             s->scaleout[s->n_scaleouts++] =
                 (struct cl_scaleout){.scale_id = id, .s = *sc, .started_ms = c->t_ms};
-        event_add(s, c, sc->kind, sc->node, sc->source, sc->model);
+        event_add(s, c, sc->kind, sc->node, sc->source, sc->model, NULL);
         return 0;
     }
     case CMD_SCALE_DONE:
@@ -131,14 +132,16 @@ static int apply(struct cl_state *s, const struct cl_cmd *c)
             if (s->scaleout[i].scale_id != c->u.done.scale_id) continue;
             struct cl_scaleout so = s->scaleout[i];
             s->scaleout[i] = s->scaleout[--s->n_scaleouts];
-            event_add(s, c, c->u.done.ok, so.s.node, so.s.source, so.s.model);
+            /* Abandoned because a node refused (or failed) it: the event names that node. */
+            event_add(s, c, c->u.done.ok, c->u.done.node ? c->u.done.node : so.s.node,
+                      so.s.source, so.s.model, c->u.done.reason);
             return 0;
         }
         return 1;
     case CMD_RAFT_CONF:
         /* Raft's configuration is raft's; the state keeps the event so /v1/cluster shows when
          * and why a node stopped (or started again) counting for the quorum. */
-        event_add(s, c, c->u.conf.change, c->u.conf.node, 0, NULL);
+        event_add(s, c, c->u.conf.change, c->u.conf.node, 0, NULL, NULL);
         return 0;
     }
     return 1;
@@ -183,7 +186,7 @@ size_t cl_state_encoded_max(void)
     size_t member = up + 1 + 8 + CL_MAX_MODELS * 6;
     size_t scale = 1 + 1 + CL_STR_LEN + 8 + 8 + 1 + 8 * CL_MAX_CHAIN;
     return 4 + 6 * 4 + 2 * 8 + CL_MAX_NODES * member + CL_MAX_MODELS * (1 + CL_STR_LEN) +
-           CL_MAX_SCALEOUTS * (4 + scale + 8) + CL_MAX_EVENTS * (8 + 4 + 2 + 16 + 1 + CL_STR_LEN);
+           CL_MAX_SCALEOUTS * (4 + scale + 8) + CL_MAX_EVENTS * (8 + 4 + 2 + 16 + 2 * (1 + CL_STR_LEN));
 }
 
 size_t cl_state_encode(const struct cl_state *s, uint8_t *out, size_t cap)
@@ -226,6 +229,7 @@ size_t cl_state_encode(const struct cl_state *s, uint8_t *out, size_t cap)
         wire_put_u64(&w, e->node);
         wire_put_u64(&w, e->source);
         cl_put_str(&w, e->model);
+        cl_put_str(&w, e->reason);
     }
     return w.bad ? 0 : w.off;
 }
@@ -291,6 +295,7 @@ int cl_state_decode(struct cl_state *s, const uint8_t *buf, size_t len, char *er
         e->node = wire_get_u64(&r);
         e->source = wire_get_u64(&r);
         cl_get_str(&r, e->model);
+        cl_get_str(&r, e->reason);
         if (e->type < CMD_NODE_UP || e->type > CMD_RAFT_CONF ||
             (e->type == CMD_SCALE && (e->kind < SCALE_UP || e->kind > SCALE_DROP_HOST)) ||
             (e->type == CMD_SCALE_DONE && e->kind > 1) ||

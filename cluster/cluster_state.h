@@ -48,8 +48,9 @@ struct cl_event {
     uint32_t seq; /* events applied before this one */
     uint8_t type; /* CMD_* of the command that made it */
     uint8_t kind; /* CMD_SCALE: enum cl_scale_kind; CMD_SCALE_DONE: ok; CMD_RAFT_CONF: change */
-    uint64_t node, source;
+    uint64_t node, source; /* CMD_SCALE_DONE abandoned by a refusal: node is the one that refused */
     char model[CL_STR_LEN + 1];
+    char reason[CL_STR_LEN + 1]; /* CMD_SCALE_DONE abandoned: why; "" otherwise */
 };
 
 struct cl_state {

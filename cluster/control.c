@@ -37,7 +37,17 @@ struct report {
     struct cl_load load;
     int n_hold;
     struct cl_holding hold[CL_MAX_HOLD];
+    int n_refused;
+    struct cl_refusal refused[CL_MAX_REFUSED];
 };
+
+/* The leader's memory of a node that refused (or failed) a scale-out of a model: no new copy or
+ * joiner of that model goes there until `until` (monotonic; --scaleout-timeout-ms later). */
+struct refuser {
+    uint64_t node, until;
+    char model[CL_STR_LEN + 1];
+};
+#define CTL_MAX_REFUSERS 16
 
 struct proposal {
     struct raft_apply req;
@@ -72,6 +82,10 @@ struct control {
     struct cl_state st;
     struct cl_holding my_hold[CL_MAX_HOLD];
     int n_my_hold;
+    struct cl_refusal my_refused[CL_MAX_REFUSED]; /* decisions this node refused or failed */
+    int n_my_refused;
+    struct refuser refuser[CTL_MAX_REFUSERS]; /* the leader's, see struct refuser */
+    int n_refusers;
     struct report rep[CL_MAX_NODES];
     int n_rep;
     int raft_state;
@@ -347,6 +361,34 @@ static struct report *report_slot(struct control *c, uint64_t id)
     return r;
 }
 
+static const struct cl_scaleout *scaleout_of(const struct cl_state *s, uint32_t scale_id)
+{
+    for (uint32_t i = 0; i < s->n_scaleouts; i++)
+        if (s->scaleout[i].scale_id == scale_id) return &s->scaleout[i];
+    return NULL;
+}
+
+static int scaleout_names(const struct cl_scaleout *so, uint64_t id)
+{
+    int mine = so->s.node == id;
+    for (int k = 0; k < so->s.n_chain; k++) mine |= so->s.chain[k] == id;
+    return mine;
+}
+
+/* A decision this node refused or failed, for its next reports (mu held). */
+static void add_refusal(struct control *c, uint32_t scale_id, const char *why)
+{
+    for (int i = 0; i < c->n_my_refused; i++)
+        if (c->my_refused[i].scale_id == scale_id) return;
+    if (c->n_my_refused == CL_MAX_REFUSED) {
+        memmove(c->my_refused, c->my_refused + 1, sizeof c->my_refused - sizeof c->my_refused[0]);
+        c->n_my_refused--;
+    }
+    struct cl_refusal *r = &c->my_refused[c->n_my_refused++];
+    r->scale_id = scale_id;
+    cl_str_printable(r->reason, why && why[0] ? why : "refused");
+}
+
 /* This node's report (load from the serving process, holdings from the executor). */
 static void own_report(struct control *c, struct cl_msg *m)
 {
@@ -365,6 +407,13 @@ static void own_report(struct control *c, struct cl_msg *m)
     pthread_mutex_lock(&c->mu);
     m->u.load.n_hold = (uint8_t)c->n_my_hold;
     memcpy(m->u.load.hold, c->my_hold, sizeof c->my_hold);
+    /* A refusal is reported until the leader has ended its scale-out (committed). */
+    int k = 0;
+    for (int i = 0; i < c->n_my_refused; i++)
+        if (scaleout_of(&c->st, c->my_refused[i].scale_id)) c->my_refused[k++] = c->my_refused[i];
+    c->n_my_refused = k;
+    m->u.load.n_refused = (uint8_t)k;
+    memcpy(m->u.load.refused, c->my_refused, sizeof c->my_refused);
     pthread_mutex_unlock(&c->mu);
     m->u.load.seen_scales = c->seen_scales;
 }
@@ -380,6 +429,8 @@ static void store_report(struct control *c, const struct cl_msg *m)
         r->n_hold = m->u.load.n_hold;
         r->seen_scales = m->u.load.seen_scales;
         memcpy(r->hold, m->u.load.hold, sizeof r->hold);
+        r->n_refused = m->u.load.n_refused;
+        memcpy(r->refused, m->u.load.refused, sizeof r->refused);
         c->reports_in++;
     }
     pthread_mutex_unlock(&c->mu);
@@ -821,17 +872,25 @@ static void exec_tick(struct control *c)
 
     for (int i = 0; i < n_todo; i++) {
         const struct cl_scale *s = &todo[i].s;
-        int mine = s->node == c->cfg.id;
-        for (int k = 0; k < s->n_chain; k++) mine |= s->chain[k] == c->cfg.id;
-        if (!mine || exec_done(c, todo[i].scale_id)) continue;
+        if (!scaleout_names(&todo[i], c->cfg.id) || exec_done(c, todo[i].scale_id)) continue;
         int rc = 0;
         if (s->kind == SCALE_UP && c->ex.scale_up)
             rc = c->ex.scale_up(c->ex.ctx, s->model, s->source, s->chain, s->n_chain, err);
         else if (s->kind == SCALE_REPLICATE && c->ex.replicate)
             rc = c->ex.replicate(c->ex.ctx, s->model, s->source, err);
-        log_info("cluster", "executing %s of %s from node %llu%s%s",
+        if (rc) {
+            /* The leader hears it with the next report and abandons the scale-out. */
+            log_warn("cluster", "refused decision %u (%s of %s from node %llu): %s",
+                     todo[i].scale_id, s->kind == SCALE_UP ? "scale-up" : "replication",
+                     s->model, (unsigned long long)s->source, err);
+            pthread_mutex_lock(&c->mu);
+            add_refusal(c, todo[i].scale_id, err);
+            pthread_mutex_unlock(&c->mu);
+            continue;
+        }
+        log_info("cluster", "executing %s of %s from node %llu",
                  s->kind == SCALE_UP ? "scale-up" : "replication", s->model,
-                 (unsigned long long)s->source, rc ? ": " : "", rc ? err : "");
+                 (unsigned long long)s->source);
     }
     for (int i = 0; i < n_ev; i++) {
         const struct cl_event *e = &ev[i];
@@ -908,22 +967,55 @@ static int leader_membership(struct control *c, uint64_t now)
 
 /* Scale-outs whose joiners all serve alone (or that lost their source or a joiner, or whose joiner
  * refused) end. */
+/* A report's refusal of scale-out scale_id, or NULL (mu held). */
+static const char *refusal_of(struct control *c, uint64_t node, uint32_t scale_id)
+{
+    for (int k = 0; k < c->n_rep; k++) {
+        if (c->rep[k].id != node) continue;
+        for (int j = 0; j < c->rep[k].n_refused; j++)
+            if (c->rep[k].refused[j].scale_id == scale_id) return c->rep[k].refused[j].reason;
+    }
+    return NULL;
+}
+
+static void refuser_add(struct control *c, uint64_t node, const char *model, uint64_t now)
+{
+    struct refuser *r = NULL;
+    for (int i = 0; i < c->n_refusers && !r; i++)
+        if (c->refuser[i].node == node && !strcmp(c->refuser[i].model, model)) r = &c->refuser[i];
+    for (int i = 0; i < c->n_refusers && !r; i++)
+        if (c->refuser[i].until <= now) r = &c->refuser[i];
+    if (!r && c->n_refusers < CTL_MAX_REFUSERS) r = &c->refuser[c->n_refusers++];
+    if (!r) r = &c->refuser[0];
+    r->node = node;
+    r->until = now + (uint64_t)c->cfg.scaleout_timeout_ms;
+    snprintf(r->model, sizeof r->model, "%s", model);
+}
+
 static int leader_scaleouts(struct control *c)
 {
     struct cl_cmd cmd[CL_MAX_SCALEOUTS];
     int n = 0;
+    uint64_t now = now_mono_ms();
     pthread_mutex_lock(&c->mu);
     for (uint32_t i = 0; i < c->st.n_scaleouts; i++) {
         const struct cl_scaleout *so = &c->st.scaleout[i];
         int mi = cl_state_model(&c->st, so->s.model), done = mi >= 0, lost = 0;
+        uint64_t who = 0; /* the node that refused or failed it */
+        char why[CL_STR_LEN + 1] = "";
         const struct cl_member *src = cl_state_member_c(&c->st, so->s.source);
-        if (so->s.source && (!src || !src->alive)) lost = 1;
-        /* A copy that never finishes (a target that refused a replication, a stream stuck
-         * below its pacing) must not hold the model's host-copy decisions forever. */
+        if (so->s.source && (!src || !src->alive)) {
+            lost = 1;
+            snprintf(why, sizeof why, "source node %llu is down", (unsigned long long)so->s.source);
+        }
+        /* A copy that never finishes (a stream stuck below its pacing, a target that stopped
+         * reporting its refusal) must not hold the model's host-copy decisions forever. */
         if (now_wall_ms() > so->started_ms + (uint64_t)c->cfg.scaleout_timeout_ms) {
-            if (!lost)
+            if (!lost) {
                 log_warn("cluster", "scale-out %u of %s: not done after %d ms: abandoned",
                          so->scale_id, so->s.model, c->cfg.scaleout_timeout_ms);
+                snprintf(why, sizeof why, "not done after %d ms", c->cfg.scaleout_timeout_ms);
+            }
             lost = 1;
         }
         uint64_t targets[CL_MAX_CHAIN + 1];
@@ -935,13 +1027,39 @@ static int leader_scaleouts(struct control *c)
         for (int k = 0; k < nt && mi >= 0; k++) {
             const struct cl_member *m = cl_state_member_c(&c->st, targets[k]);
             if (!m || !m->alive) {
+                if (!lost) {
+                    who = targets[k];
+                    snprintf(why, sizeof why, "node %llu is down", (unsigned long long)who);
+                }
                 lost = 1;
+                continue;
+            }
+            /* The target refused the decision or its work failed, and says so in its report:
+             * abandoned now, and the planner leaves that node out for this model. */
+            const char *refused = refusal_of(c, targets[k], so->scale_id);
+            if (refused) {
+                if (!lost || !who) {
+                    who = targets[k];
+                    snprintf(why, sizeof why, "%s", refused);
+                }
+                lost = 1;
+                refuser_add(c, targets[k], so->s.model, now);
+                log_warn("cluster", "node %llu refused decision %u (%s of %s): %s: abandoned",
+                         (unsigned long long)targets[k], so->scale_id,
+                         so->s.kind == SCALE_UP ? "scale-up" : "replication", so->s.model, refused);
                 continue;
             }
             const struct cl_hold *h = &m->hold[mi];
             /* The decision set the joiner's engine; its own report took it back: it refused or
              * its join failed (its log says why). The planner decides again. */
-            if (so->s.kind == SCALE_UP && !h->engine) lost = 1;
+            if (so->s.kind == SCALE_UP && !h->engine) {
+                if (!lost) {
+                    who = targets[k];
+                    snprintf(why, sizeof why, "node %llu took it out of its engine",
+                             (unsigned long long)who);
+                }
+                lost = 1;
+            }
             if (so->s.kind == SCALE_UP
                     ? !(h->engine && h->layers_resident == h->n_layers && h->n_layers)
                     : !h->host)
@@ -950,7 +1068,12 @@ static int leader_scaleouts(struct control *c)
         if (done || lost) {
             cmd[n] = (struct cl_cmd){.type = CMD_SCALE_DONE};
             cmd[n].u.done.scale_id = so->scale_id;
-            cmd[n++].u.done.ok = !lost;
+            cmd[n].u.done.ok = !lost;
+            if (lost) {
+                cmd[n].u.done.node = who;
+                cl_str_printable(cmd[n].u.done.reason, why[0] ? why : "abandoned");
+            }
+            n++;
         }
     }
     pthread_mutex_unlock(&c->mu);
@@ -1011,6 +1134,11 @@ static void build_view(struct control *c, struct view_buf *vb, uint64_t now_mono
         pn->link_Bps = 1.25e9;
         pn->fail_prob = 0.01;
         pn->model_slots = 1; /* the serving process holds one model (docs/control.md) */
+        for (int k = 0; k < c->n_refusers; k++) {
+            int rm = cl_state_model(s, c->refuser[k].model);
+            if (c->refuser[k].node == m->info.id && rm >= 0 && c->refuser[k].until > now_mono)
+                pn->refused |= 1ull << rm;
+        }
         pn->engine_model = -1;
         pn->helper = -1;
         for (uint32_t k = 0; k < s->n_models; k++) {
@@ -1044,12 +1172,18 @@ static void build_view(struct control *c, struct view_buf *vb, uint64_t now_mono
         pn->load.running_seqs = ld->running;
         pn->load.kv_used = ld->kv_used;
         pn->load.idle_since_ms = ld->idle_ms >= 0 ? v->now_ms - ld->idle_ms : -1;
-        /* Requests queued at a node without the model in its engine wait for a replica: the
-         * planner counts them as held (a cold start if there is none). */
-        if (pn->engine_model < 0 && pn->host_cached) {
-            int hm = __builtin_ctzll(pn->host_cached);
-            vb->model[hm].held += ld->queue_len + ld->running;
-            vb->model[hm].held_tokens += (long)ld->queued_tokens;
+        /* Requests the node took while its route found no replica wait for one: the planner
+         * counts them as held (a cold start if there is none). Not the rest of its queue: a
+         * host copy answering a request sent to it (X-Strata-Forwarded, or routed to it before
+         * it left the engine) waits for nothing. */
+        if (ld->held > 0) {
+            int hm = pn->engine_model >= 0 ? pn->engine_model
+                     : pn->host_cached     ? __builtin_ctzll(pn->host_cached)
+                                           : -1;
+            if (hm >= 0) {
+                vb->model[hm].held += ld->held;
+                vb->model[hm].held_tokens += (long)ld->held_tokens;
+            }
         }
         if (pn->engine_model >= 0) {
             int cell = pn->gpu_type * CL_MAX_MODELS + pn->engine_model;
@@ -1667,6 +1801,12 @@ struct control *control_start(const struct control_cfg *cfg, const struct contro
         return NULL;
     }
     c->cfg = *cfg;
+    if (cfg->test_refuse && strcmp(cfg->test_refuse, "replicate") &&
+        strcmp(cfg->test_refuse, "scale-up")) {
+        errmsg_set(err, "--test-refuse %s: not replicate or scale-up", cfg->test_refuse);
+        free(c);
+        return NULL;
+    }
     if (!c->cfg.heartbeat_ms) c->cfg.heartbeat_ms = 200;
     if (!c->cfg.dead_ms) c->cfg.dead_ms = 5 * c->cfg.heartbeat_ms;
     if (!c->cfg.replicas_cached) c->cfg.replicas_cached = 1;
@@ -1769,6 +1909,17 @@ void control_stop(struct control *c)
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->recover_cv);
     free(c);
+}
+
+void control_exec_failed(struct control *c, const char *model, const char *why)
+{
+    if (!c) return;
+    pthread_mutex_lock(&c->mu);
+    for (uint32_t i = 0; i < c->st.n_scaleouts; i++)
+        if (!strcmp(c->st.scaleout[i].s.model, model) &&
+            scaleout_names(&c->st.scaleout[i], c->cfg.id))
+            add_refusal(c, c->st.scaleout[i].scale_id, why);
+    pthread_mutex_unlock(&c->mu);
 }
 
 void control_set_holding(struct control *c, const char *model, int host, int engine,
@@ -1939,6 +2090,7 @@ char *control_json(struct control *c, size_t *len)
             cJSON_AddNumberToObject(l, "queue", ld->queue_len);
             cJSON_AddNumberToObject(l, "queued_tokens", (double)ld->queued_tokens);
             cJSON_AddNumberToObject(l, "running", ld->running);
+            cJSON_AddNumberToObject(l, "held", ld->held);
             cJSON_AddNumberToObject(l, "kv_used", ld->kv_used);
             cJSON_AddNumberToObject(l, "predicted_ttft_ms", ld->ttft_pred_ms);
             cJSON_AddNumberToObject(l, "tokens_per_s", ld->tok_s);
@@ -1973,6 +2125,7 @@ char *control_json(struct control *c, size_t *len)
             cJSON_AddStringToObject(o, "model", e->model);
             cJSON_AddNumberToObject(o, "source", (double)e->source);
         }
+        if (e->reason[0]) cJSON_AddStringToObject(o, "reason", e->reason);
         cJSON_AddItemToArray(evs, o);
     }
     pthread_mutex_unlock(&c->mu);

@@ -58,6 +58,8 @@ struct control_cfg {
     int replicas_cached;     /* R (default 1) */
     const char *recover;     /* --cluster-recover "1,3": force this raft configuration at start
                                 (cluster/recover_req.h); NULL: none */
+    const char *test_refuse; /* --test-refuse KIND (tests only): the executor refuses every
+                                "replicate" or "scale-up" decision; NULL: none */
 };
 
 /* What the serving process gives the control thread (called on the control thread; must be
@@ -72,8 +74,11 @@ struct control_serving {
 };
 
 /* The executor: carries out a committed decision that names this node. Each call starts the work
- * and returns (0, or -1 with err: the leader sees no progress and the planner decides again);
- * progress comes back through control_set_holding. Called on the control thread. */
+ * and returns 0, or -1 with err: a refusal, which this node's next load reports carry ("refused
+ * decision N: err") until the leader has abandoned that scale-out (SCALE_DONE ok = 0 naming this
+ * node and the reason; the planner decides again without this node for that model). Work that
+ * fails after it started goes the same way through control_exec_failed. Progress comes back
+ * through control_set_holding. Called on the control thread. */
 struct cluster_exec {
     void *ctx;
     int (*scale_up)(void *ctx, const char *model, uint64_t source, const uint64_t *chain,
@@ -95,6 +100,11 @@ void control_stop(struct control *c);
 /* This node's holding of a model (thread-safe; the next load report carries it). */
 void control_set_holding(struct control *c, const char *model, int host, int engine,
                          int layers_resident, int n_layers);
+
+/* The work of a decision that names this node and `model` (a scale-up or replication in
+ * progress) failed after the executor had started it (the join gave up): reported like a refusal,
+ * with why (thread-safe). */
+void control_exec_failed(struct control *c, const char *model, const char *why);
 
 /* Where a completion request of `model` with prompt_tokens goes (the front's route; any thread):
  * planner_route (least predicted TTFT; a joining node with its split point counts) on this node's

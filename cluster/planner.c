@@ -385,7 +385,7 @@ static void scale_up(const struct plan_config *cfg, const struct plan_view *v, s
         int best = -1;
         for (int i = 0; i < v->n_nodes; i++) {
             const struct plan_node *c = &v->nodes[i];
-            if (!c->alive || c->engine_model >= 0 || t->taken[i] ||
+            if (!c->alive || c->engine_model >= 0 || t->taken[i] || (c->refused >> m & 1) ||
                 in_progress_chain(v, c->id, -1, -1) ||
                 (!has_slot(v, c, m) && !can_switch(v, t, i, m)))
                 continue;
@@ -475,7 +475,8 @@ static void restore_r(const struct plan_view *v, struct tick *t, int m, struct p
         for (int i = 0; i < v->n_nodes; i++) {
             const struct plan_node *c = &v->nodes[i];
             if (!c->alive || host_holds(c, m) || i == src || t->taken[i] ||
-                in_progress_chain(v, c->id, PLAN_SO_HOST, m) || !has_slot(v, c, m))
+                (c->refused >> m & 1) || in_progress_chain(v, c->id, PLAN_SO_HOST, m) ||
+                !has_slot(v, c, m))
                 continue;
             int is_new = !rack_in(racks, n_racks, c->rack);
             const struct plan_node *b = best >= 0 ? &v->nodes[best] : NULL;

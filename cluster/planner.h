@@ -26,7 +26,7 @@
  *   (a cold start). How many: enough replicas that the queued work, spread evenly, drains within
  *   the SLO, minus the replicas serving and joining; at most cfg->max_joiners per tick.
  * - Placement: a joiner is a live node with no model in its engine, in no scale-out in progress,
- *   and with a free model slot (plan_node.model_slots) or else a switch: it holds other models in
+ *   that has not refused M lately (plan_node.refused), and with a free model slot (plan_node.model_slots) or else a switch: it holds other models in
  *   host memory only, each with another live host copy (one not itself switching away); the
  *   scale-up drops them first (never a model's last host copy). With the matrix (default) the
  *   candidates are ranked by effective throughput of M on their GPU type (tokens/s, Gavel's
@@ -47,11 +47,11 @@
  *   the last host copy, never below R. Of the idle copies, one whose rack holds another copy goes
  *   first (the copies stay in as many racks), then the highest failure probability, then id.
  * - Restore R: when fewer than R live nodes hold M in host memory (a holder died), copy M from a
- *   live holder to the live non-holder with a free model slot (nothing is evicted for it; a model
- *   on its way there takes a slot): one in a rack that holds no copy of M yet (finished, on its
- *   way, or picked this tick) first, then the lowest failure probability, then id. With no such
- *   node R waits until one frees up (an idle extra copy of another model is dropped, a node
- *   joins). Copies already in one rack are not moved (only new copies and drops spread them).
+ *   live holder to the live non-holder with a free model slot that has not refused M lately
+ *   (nothing is evicted for it; a model on its way there takes a slot): one in a rack that holds
+ *   no copy of M yet (finished, on its way, or picked this tick) first, then the lowest failure
+ *   probability, then id. With no such node R waits until one frees up (an idle extra copy of
+ *   another model is dropped, a node joins). Copies already in one rack are not moved (only new copies and drops spread them).
  * - Routing (planner_route): the replica of M with the least predicted TTFT, ties by id. */
 #ifndef STRATA_PLANNER_H
 #define STRATA_PLANNER_H
@@ -102,6 +102,8 @@ struct plan_node {
     int sources_busy;     /* scale-outs this node is the source of right now */
     int model_slots;      /* models it can hold at once, host copies and engine together (the
                            * serving process: 1); 0: no limit (the simulator's servers) */
+    uint64_t refused;     /* bit m: it refused (or failed) a scale-out of m lately: no joiner or
+                           * new host copy of m goes there */
     struct plan_load load;
 };
 

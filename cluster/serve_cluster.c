@@ -22,6 +22,7 @@ struct serve_cluster {
     atomic_int max_step_tokens;
     atomic_int fresh; /* an engine just came up: its keep-alive starts now */
     int fake;         /* --cluster-standby: the stand-in executor */
+    char test_refuse[16]; /* --test-refuse: "replicate" or "scale-up" decisions are refused */
     /* Guarded by mu: what this node holds, and the job for the main thread. */
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -63,6 +64,10 @@ static void load(void *ctx, struct cl_load *out)
     memset(out, 0, sizeof *out);
     out->queue_len = waiting;
     out->running = running;
+    out->held = atomic_load(&m->no_replica);
+    out->held_tokens = atomic_load(&m->no_replica_tokens);
+    if (out->held < 0) out->held = 0;
+    if (out->held_tokens < 0) out->held_tokens = 0;
     /* The queue's prompt tokens are not counted separately: the mean prompt so far stands in. */
     out->queued_tokens = (int64_t)waiting * (int64_t)(reqs ? prompt / reqs : 16);
     out->kv_used = kv_total ? (float)atomic_load(&m->kv_blocks_used) / (float)kv_total : 0;
@@ -185,11 +190,19 @@ static int check_switch(struct serve_cluster *sc, const char *model, char *err)
     return 0;
 }
 
+static int test_refused(const struct serve_cluster *sc, const char *kind, const char *model,
+                        char *err)
+{
+    if (strcmp(sc->test_refuse, kind)) return 0;
+    return errmsg_set(err, "--test-refuse %s: not taking %s", kind, model);
+}
+
 static int do_scale_up(void *ctx, const char *model, uint64_t source, const uint64_t *chain,
                        int n_chain, char *err)
 {
     struct serve_cluster *sc = ctx;
     if (!atomic_load(&sc->ctl)) return busy(err);
+    if (test_refused(sc, "scale-up", model, err)) return -1;
     pthread_mutex_lock(&sc->mu);
     int rc = sc->fake ? check_model(sc, model, err) : check_switch(sc, model, err);
     if (!rc && sc->model[0] && strcmp(model, sc->model))
@@ -230,6 +243,7 @@ static int do_replicate(void *ctx, const char *model, uint64_t source, char *err
 {
     struct serve_cluster *sc = ctx;
     if (!atomic_load(&sc->ctl)) return busy(err);
+    if (test_refused(sc, "replicate", model, err)) return -1;
     pthread_mutex_lock(&sc->mu);
     int rc = check_model(sc, model, err);
     if (!rc && sc->fake)
@@ -318,6 +332,9 @@ void serve_cluster_join_failed(struct serve_cluster *sc, const char *why)
 {
     pthread_mutex_lock(&sc->mu);
     log_error("cluster", "joining %s failed: %s", sc->model, why);
+    char e[CL_STR_LEN + 1];
+    snprintf(e, sizeof e, "join failed: %s", why);
+    control_exec_failed(atomic_load(&sc->ctl), sc->model, e); /* the leader abandons it now */
     sc->host = sc->engine = sc->k = sc->joining = 0;
     publish(sc);
     sc->model[0] = 0;
@@ -444,6 +461,7 @@ struct serve_cluster *serve_cluster_start(const struct control_cfg *cfg, struct 
     snprintf(sc->model, sizeof sc->model, "%s", cfg->model ? cfg->model : "");
     sc->n_layers = cfg->n_layers;
     sc->fake = cfg->standby;
+    snprintf(sc->test_refuse, sizeof sc->test_refuse, "%s", cfg->test_refuse ? cfg->test_refuse : "");
     sc->host = sc->model[0] != 0;
     sc->engine = sc->model[0] && !cfg->standby;
     sc->k = sc->engine ? sc->n_layers : 0;

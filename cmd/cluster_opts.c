@@ -19,6 +19,7 @@ int cluster_options(struct control_cfg *c, struct opt *t)
         {"--rack", OPT_STR, &c->rack, 0, 0, NULL, "NAME"},
         {"--cluster-standby", OPT_FLAG, &c->standby, 0, 0, NULL, NULL},
         {"--cluster-recover", OPT_STR, &c->recover, 0, 0, NULL, "ID,..."},
+        {"--test-refuse", OPT_STR, &c->test_refuse, 0, 0, NULL, "replicate|scale-up"},
     };
     memcpy(t, table, sizeof table);
     return CLUSTER_N_OPTS;

@@ -37,6 +37,8 @@ struct front_req {
     long long created;
     int chat, stream, include_usage, first_sent;
     int began;   /* stream headers sent (at the first token, so a rejection can still be a 503) */
+    int no_replica;          /* served here because the route found no replica (counted) */
+    long no_replica_tokens;  /* its prompt tokens, counted until its first token */
     size_t sent; /* bytes of r->text already sent (streaming) */
 };
 
@@ -306,8 +308,20 @@ static const char *finish_name(int finish)
     return finish == FINISH_LENGTH ? "length" : "stop";
 }
 
+/* A request that no longer waits for a replica: out of serve_metrics' no_replica counts. */
+static void no_replica_done(struct front_req *fr, int tokens_only)
+{
+    struct serve_metrics *m = fr->f->m;
+    if (fr->no_replica_tokens) atomic_fetch_sub(&m->no_replica_tokens, fr->no_replica_tokens);
+    fr->no_replica_tokens = 0;
+    if (tokens_only || !fr->no_replica) return;
+    atomic_fetch_sub(&m->no_replica, 1);
+    fr->no_replica = 0;
+}
+
 static void front_req_free(struct front_req *fr)
 {
+    no_replica_done(fr, 0);
     /* The connection may already carry the next (pipelined) request: clear only our own. */
     if (fr->conn && http_conn_user(fr->conn) == fr) http_conn_set_user(fr->conn, NULL);
     if (fr->r) {
@@ -366,6 +380,7 @@ static void deliver(struct front *f, struct front_req *fr)
                             .prompt_tokens = r->n_prompt,
                             .completion_tokens = n_gen};
     struct http_conn *c = fr->conn;
+    if (n_gen > 0) no_replica_done(fr, 1); /* prefilled: its prompt is no longer queued */
     if (finish == FINISH_ERROR || finish == FINISH_CANCELLED || finish == FINISH_REJECTED) {
         struct api_error e;
         api_error_set(&e, 500, "server_error", NULL, "%s",
@@ -487,21 +502,29 @@ static struct fwd_count *fwd_count(struct front *f, uint64_t node)
 /* Where a completion goes (enum relay_route). Front thread and relay threads: reads only atomics
  * and the thread-safe ext->route. With the model loaded here, whatever is not another node is
  * served here ("none": this node's queue is the demand the planner sees). */
-static int front_route(void *ctx, const char *model, int prompt_tokens, char *addr, size_t cap,
-                       uint64_t *node)
+static int route_ex(struct front *f, const char *model, int prompt_tokens, char *addr, size_t cap,
+                    uint64_t *node, int *none)
 {
-    struct front *f = ctx;
     const struct front_ext *ext = atomic_load(&f->ext);
     int here = atomic_load(&f->model) && atomic_load(&f->sched);
     char err[ERRMSG_LEN];
     *node = 0;
+    *none = 0;
     if (!ext || !ext->route) return here ? RELAY_ROUTE_LOCAL : RELAY_ROUTE_NONE;
     if (ext->route(ext->ctx, model, prompt_tokens, addr, cap, node, err)) {
         log_warn("route", "%s", err);
         return here ? RELAY_ROUTE_LOCAL : RELAY_ROUTE_NONE;
     }
     if (strcmp(addr, "local") && strcmp(addr, "none") && addr[0]) return RELAY_ROUTE_REMOTE;
+    *none = !strcmp(addr, "none");
     return here ? RELAY_ROUTE_LOCAL : RELAY_ROUTE_NONE;
+}
+
+static int front_route(void *ctx, const char *model, int prompt_tokens, char *addr, size_t cap,
+                       uint64_t *node)
+{
+    int none;
+    return route_ex(ctx, model, prompt_tokens, addr, cap, node, &none);
 }
 
 /* A channel to node for a relay: the cluster's sealed forward channel (relay threads). */
@@ -729,7 +752,8 @@ static void handle_completion(struct front *f, struct http_conn *c, const struct
                       max_tokens);
         goto fail;
     }
-    if (route && front_route(f, cr.model, n, addr, sizeof addr, &node) == RELAY_ROUTE_REMOTE) {
+    int none = 0; /* no replica anywhere: this node serves it, and it counts as waiting for one */
+    if (route && route_ex(f, cr.model, n, addr, sizeof addr, &node, &none) == RELAY_ROUTE_REMOTE) {
         free(ids);
         forward(f, c, req, body, len, chat, cr.model, n, addr, node);
         completion_request_free(&cr);
@@ -779,6 +803,12 @@ static void handle_completion(struct front *f, struct http_conn *c, const struct
         free(fr);
         sreq_put(r);
         goto fail;
+    }
+    if (none) {
+        fr->no_replica = 1;
+        fr->no_replica_tokens = n;
+        atomic_fetch_add(&f->m->no_replica, 1);
+        atomic_fetch_add(&f->m->no_replica_tokens, n);
     }
     completion_request_free(&cr);
     http_conn_set_user(c, fr);

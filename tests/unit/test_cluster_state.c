@@ -62,6 +62,9 @@ TEST(cmd_roundtrip_every_type)
                           scale(SCALE_DOWN, "llama", 0, 2),
                           {.type = CMD_NODE_DOWN, .t_ms = 9, .u.down = 3},
                           {.type = CMD_SCALE_DONE, .t_ms = 10, .u.done = {4, 1}},
+                          {.type = CMD_SCALE_DONE,
+                           .t_ms = 10,
+                           .u.done = {5, 0, 3, "this node holds b, not a (its host copy goes)"}},
                           {.type = CMD_RAFT_CONF, .t_ms = 11, .u.conf = {3, CONF_REMOVED}},
                           {.type = CMD_RAFT_CONF, .t_ms = 12, .u.conf = {1, CONF_RECOVERED}}};
     for (size_t i = 0; i < sizeof in / sizeof in[0]; i++) {
@@ -130,6 +133,18 @@ TEST(cmd_rejects_bad_fields)
     n = enc(&c, buf);
     CHECK(cl_cmd_decode(&out, buf, n, err));
     CHECK(strstr(err, "node id 0"));
+    /* A finished scale-out names no refusing node and no reason; an abandoned one may. */
+    c = (struct cl_cmd){.type = CMD_SCALE_DONE, .t_ms = 1, .u.done = {2, 1, 4, ""}};
+    n = enc(&c, buf);
+    CHECK(cl_cmd_decode(&out, buf, n, err));
+    CHECKF(strstr(err, "finished"), "%s", err);
+    c.u.done.ok = 0;
+    snprintf(c.u.done.reason, sizeof c.u.done.reason, "refused");
+    n = enc(&c, buf);
+    CHECKF(!cl_cmd_decode(&out, buf, n, err), "%s", err);
+    CHECK(out.u.done.node == 4 && !strcmp(out.u.done.reason, "refused"));
+    buf[n - 2] = 0x7f; /* a reason byte that is not printable */
+    CHECK(cl_cmd_decode(&out, buf, n, err));
 }
 
 TEST(msg_roundtrip_and_rejects)
@@ -151,16 +166,46 @@ TEST(msg_roundtrip_and_rejects)
     m.u.load.seen_scales = 7;
     m.u.load.n_hold = 1;
     m.u.load.hold[0] = holding(2, "llama", 1, 1, 22, 22).u.hold;
+    /* requests waiting for a replica, and two decisions this node refused */
+    m.u.load.load.held = 2;
+    m.u.load.load.held_tokens = 77;
+    m.u.load.n_refused = 2;
+    m.u.load.refused[0] = (struct cl_refusal){5, "--test-refuse replicate: not taking a"};
+    m.u.load.refused[1] = (struct cl_refusal){9, "join failed: source gone"};
     size_t n = cl_msg_encode(buf, sizeof buf, &m);
     CHECK(n);
     CHECKF(!cl_msg_decode(&out, buf, n, err), "%s", err);
     CHECK_EQ_INT(out.u.load.seen_scales, 7);
+    CHECK_EQ_INT(out.u.load.load.held, 2);
+    CHECK_EQ_INT(out.u.load.load.held_tokens, 77);
+    CHECK_EQ_INT(out.u.load.n_refused, 2);
+    CHECK_EQ_INT(out.u.load.refused[1].scale_id, 9);
+    CHECK_STR(out.u.load.refused[0].reason, "--test-refuse replicate: not taking a");
     /* the rack travels in the report */
     CHECKF(!strcmp(out.u.load.node.rack, "row1.rack-2_B"), "%s", out.u.load.node.rack);
     CHECK_EQ_INT(out.u.load.load.queued_tokens, 300);
     CHECK_EQ_INT(cl_msg_encode(buf2, sizeof buf2, &out), n);
     CHECK(!memcmp(buf, buf2, n));
     for (size_t k = 0; k < n; k++) CHECK(cl_msg_decode(&out, buf, k, err));
+    buf[n] = 0;
+    CHECK(cl_msg_decode(&out, buf, n + 1, err));
+    CHECK(strstr(err, "trailing"));
+    /* More refusals than fit, one without a reason, negative held requests: refused. */
+    m.u.load.n_refused = 1;
+    n = cl_msg_encode(buf, sizeof buf, &m);
+    buf[n - 1 - 1 - strlen(m.u.load.refused[0].reason) - 4] = CL_MAX_REFUSED + 1;
+    CHECK(cl_msg_decode(&out, buf, n, err));
+    CHECKF(strstr(err, "refusals"), "%s", err);
+    m.u.load.refused[0].reason[0] = 0;
+    n = cl_msg_encode(buf, sizeof buf, &m);
+    CHECK(cl_msg_decode(&out, buf, n, err));
+    CHECKF(strstr(err, "without a reason"), "%s", err);
+    m.u.load.n_refused = 0;
+    m.u.load.load.held = -1;
+    n = cl_msg_encode(buf, sizeof buf, &m);
+    CHECK(cl_msg_decode(&out, buf, n, err));
+    CHECKF(strstr(err, "held"), "%s", err);
+    m.u.load.load.held = 0;
     /* A report about another node's holding is refused. */
     m.u.load.hold[0].node = 3;
     n = cl_msg_encode(buf, sizeof buf, &m);
@@ -240,6 +285,17 @@ TEST(state_apply_membership_holdings_scaling)
     CHECK_EQ_INT(s.n_scaleouts, 0);
     /* Done twice: no-op. */
     CHECK_EQ_INT(cl_state_apply(&s, &c), 1);
+    /* A replication onto node 3 that node 3 refused: abandoned, the event names node 3 and why. */
+    CHECK_EQ_INT(cl_state_apply(&s, (c = scale(SCALE_REPLICATE, "llama", 1, 3), &c)), 0);
+    c = (struct cl_cmd){.type = CMD_SCALE_DONE,
+                        .t_ms = 65,
+                        .u.done = {s.scaleout[0].scale_id, 0, 3, "its slot is taken"}};
+    CHECK_EQ_INT(cl_state_apply(&s, &c), 0);
+    CHECK_EQ_INT(s.n_scaleouts, 0);
+    const struct cl_event *ab = &s.event[(s.n_events - 1) % CL_MAX_EVENTS];
+    CHECK(ab->type == CMD_SCALE_DONE && ab->kind == 0 && ab->node == 3 && ab->source == 1);
+    CHECK_STR(ab->reason, "its slot is taken");
+    CHECK_STR(ab->model, "llama");
     /* Scale down node 1: its engine is gone at once, the host copy stays. */
     CHECK_EQ_INT(cl_state_apply(&s, (c = scale(SCALE_DOWN, "llama", 0, 1), &c)), 0);
     const struct cl_member *m1 = cl_state_member_c(&s, 1);
@@ -396,6 +452,8 @@ TEST(snapshot_roundtrip_and_rejects)
     for (int i = 0; i < 40; i++) /* wraps the event ring */
         cl_state_apply(&s, (c = scale(i % 2 ? SCALE_DOWN : SCALE_UP, "m", 1, 2 + i % 3), &c));
     cl_state_apply(&s, (c = holding(4, "other", 1, 0, 0, 30), &c));
+    c = (struct cl_cmd){.type = CMD_SCALE_DONE, .t_ms = 90, .u.done = {s.scaleout[0].scale_id, 0, 2, "no"}};
+    CHECK_EQ_INT(cl_state_apply(&s, &c), 0);
     CHECK(cl_state_encoded_max() <= sizeof buf);
     size_t n = cl_state_encode(&s, buf, sizeof buf);
     CHECK(n);
@@ -405,6 +463,7 @@ TEST(snapshot_roundtrip_and_rejects)
     CHECK_EQ_INT(t.n_events, s.n_events);
     CHECK_EQ_INT(t.n_scaleouts, s.n_scaleouts);
     CHECKF(!strcmp(t.member[3].info.rack, "row1.rack-1_B"), "%s", t.member[3].info.rack);
+    CHECK_STR(t.event[(t.n_events - 1) % CL_MAX_EVENTS].reason, "no"); /* the abandon's reason */
     for (size_t k = 0; k < n; k += 7) CHECK(cl_state_decode(&t, buf, k, err));
     CHECK(cl_state_decode(&t, buf, n - 1, err));
     buf[n] = 0;
@@ -413,7 +472,7 @@ TEST(snapshot_roundtrip_and_rejects)
     CHECK(cl_state_decode(&t, buf, n, err));
     CHECK(strstr(err, "exceed"));
     buf[4] = 5;
-    buf[24] = CL_CMD_VERSION - 1; /* a snapshot of the encoding before racks */
+    buf[24] = CL_CMD_VERSION - 1; /* a snapshot of the encoding before refusals */
     CHECK(cl_state_decode(&t, buf, n, err));
     CHECKF(strstr(err, "version"), "%s", err);
 }

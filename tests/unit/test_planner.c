@@ -249,6 +249,40 @@ TEST(restores_r_after_holder_dies)
     CHECK(fabs(planner_loss_probability_racks(p, one, 3, 0) - 1e-4) < 1e-15);
 }
 
+/* A node that refused (or failed) a scale-out of model 0 lately (plan_node.refused) gets no new
+ * copy of it and no joiner of it: the restore goes to the next node, a scale-up too; model 1
+ * still may go there. */
+TEST(refusing_node_left_out_for_that_model)
+{
+    struct rig g;
+    struct plan_action a[8];
+    rig_init(&g, 4);
+    g.models[0].replicas_cached = 2;
+    g.nodes[0].host_cached = 1;
+    int n = step(&g, a, 8);
+    CHECK_EQ_INT(n, 1);
+    CHECK(a[0].kind == PLAN_REPLICATE_HOST && a[0].node == 1);
+    g.nodes[1].refused = 1; /* node 1 refused that copy */
+    n = step(&g, a, 8);
+    CHECK_EQ_INT(n, 1);
+    CHECK(a[0].kind == PLAN_REPLICATE_HOST && a[0].node == 2 && a[0].n_chain == 1);
+    g.nodes[2].refused = g.nodes[3].refused = 1; /* nobody left: R waits */
+    CHECK_EQ_INT(step(&g, a, 8), 0);
+    /* A cold start of model 0 with held requests: never onto a node that refused it. */
+    rig_init(&g, 3);
+    g.nodes[0].host_cached = 1;
+    g.nodes[0].refused = 1; /* it caches 0, but refused a scale-up of it */
+    g.models[0].held = 1;
+    g.models[0].held_tokens = 100;
+    n = step(&g, a, 8);
+    CHECK_EQ_INT(n, 1);
+    CHECK(a[0].kind == PLAN_SCALE_UP && a[0].source == 0 && a[0].node == 1);
+    g.nodes[1].refused = g.nodes[2].refused = 2; /* refused model 1 only: still joiners of 0 */
+    g.nodes[0].refused = 0;
+    n = step(&g, a, 8);
+    CHECK(n == 1 && a[0].kind == PLAN_SCALE_UP && a[0].node == 0);
+}
+
 /* Racks: a rack's switch or power takes all its copies at once. Node 0 (rack 0) holds the only
  * copy, R = 3; nodes 1, 2 are in rack 0 too and more reliable, 3 and 4 in racks 1 and 2. The two
  * new copies go to racks 1 and 2 (one each), not to the reliable nodes beside the source; with
@@ -561,5 +595,6 @@ int main(void)
     RUN(prefers_faster_of_two_unequal_nodes);
     RUN(deterministic_and_order_independent);
     RUN(rejects_inconsistent_view);
+    RUN(refusing_node_left_out_for_that_model);
     CHECK_DONE();
 }
