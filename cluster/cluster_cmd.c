@@ -280,6 +280,7 @@ size_t cl_msg_encode(uint8_t *out, size_t cap, const struct cl_msg *m)
             put_holding(&w, &m->u.load.hold[i]);
         wire_put_u32(&w, (uint32_t)m->u.load.load.held);
         wire_put_u64(&w, (uint64_t)m->u.load.load.held_tokens);
+        cl_put_str(&w, m->u.load.load.held_model);
         wire_put_u8(&w, m->u.load.n_refused);
         for (int i = 0; i < m->u.load.n_refused && i < CL_MAX_REFUSED; i++) {
             wire_put_u32(&w, m->u.load.refused[i].scale_id);
@@ -349,6 +350,7 @@ int cl_msg_decode(struct cl_msg *m, const uint8_t *buf, size_t len, char *err)
         }
         m->u.load.load.held = (int32_t)wire_get_u32(&r);
         m->u.load.load.held_tokens = (int64_t)wire_get_u64(&r);
+        cl_get_str(&r, m->u.load.load.held_model);
         if (!r.bad && (m->u.load.load.held < 0 || m->u.load.load.held_tokens < 0))
             return errmsg_set(err, "LOAD: negative held requests or tokens");
         m->u.load.n_refused = wire_get_u8(&r);

@@ -120,12 +120,13 @@ struct cl_load {
     float ttft_pred_ms; /* predicted TTFT of a request arriving now (step model) */
     float tok_s;        /* measured decode tokens/s */
     float step_a, step_b, step_c, step_corr; /* the scheduler's step model (seconds) */
-    /* Requests this node took while no replica of its model existed (the route said "none":
-     * it serves them itself, or holds them), and their prompt tokens not yet prefilled: the
-     * demand the planner counts as held. They travel in the node's own MSGC_LOAD only (the
-     * leader plans; MSGC_LOADS, for routing, leaves them out). */
+    /* Requests this node holds for lack of a replica (relays waiting for the route to name a
+     * node: it cannot serve them itself), their prompt tokens, and their model: the demand the
+     * planner counts as held (a cold start). Not the requests it answers itself. They travel in
+     * the node's own MSGC_LOAD only (the leader plans; MSGC_LOADS, for routing, leave them out). */
     int32_t held;
     int64_t held_tokens;
+    char held_model[CL_STR_LEN + 1]; /* "" : none held */
 };
 
 /* A decision the node's executor refused, or whose work failed (the join gave up): reported in

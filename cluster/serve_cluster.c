@@ -68,6 +68,11 @@ static void load(void *ctx, struct cl_load *out)
     out->held_tokens = atomic_load(&m->no_replica_tokens);
     if (out->held < 0) out->held = 0;
     if (out->held_tokens < 0) out->held_tokens = 0;
+    if (out->held && sc->front) {
+        char model[128];
+        front_held_model(sc->front, model, sizeof model);
+        cl_str_printable(out->held_model, model);
+    }
     /* The queue's prompt tokens are not counted separately: the mean prompt so far stands in. */
     out->queued_tokens = (int64_t)waiting * (int64_t)(reqs ? prompt / reqs : 16);
     out->kv_used = kv_total ? (float)atomic_load(&m->kv_blocks_used) / (float)kv_total : 0;

@@ -37,8 +37,8 @@ struct front_req {
     long long created;
     int chat, stream, include_usage, first_sent;
     int began;   /* stream headers sent (at the first token, so a rejection can still be a 503) */
-    int no_replica;          /* served here because the route found no replica (counted) */
-    long no_replica_tokens;  /* its prompt tokens, counted until its first token */
+    int no_replica;         /* held in its relay for lack of a replica (counted) */
+    long no_replica_tokens; /* its prompt tokens, counted while held */
     size_t sent; /* bytes of r->text already sent (streaming) */
 };
 
@@ -51,7 +51,8 @@ struct front {
     _Atomic(struct scheduler *) sched;
     _Atomic(const struct front_ext *) ext;
     struct front_ext ext_copy;
-    pthread_mutex_t mu; /* progress text and the notification list */
+    pthread_mutex_t mu; /* progress text, the notification list and held_model */
+    char held_model[128]; /* the model of the latest request held for lack of a replica */
     char stage[64];
     double progress;
     const struct layer_progress *layers; /* NULL: not reported */
@@ -308,20 +309,18 @@ static const char *finish_name(int finish)
     return finish == FINISH_LENGTH ? "length" : "stop";
 }
 
-/* A request that no longer waits for a replica: out of serve_metrics' no_replica counts. */
-static void no_replica_done(struct front_req *fr, int tokens_only)
+/* A held request that no longer waits for a replica: out of serve_metrics' no_replica counts. */
+static void no_replica_done(struct front_req *fr)
 {
-    struct serve_metrics *m = fr->f->m;
-    if (fr->no_replica_tokens) atomic_fetch_sub(&m->no_replica_tokens, fr->no_replica_tokens);
-    fr->no_replica_tokens = 0;
-    if (tokens_only || !fr->no_replica) return;
-    atomic_fetch_sub(&m->no_replica, 1);
+    if (!fr->no_replica) return;
+    atomic_fetch_sub(&fr->f->m->no_replica, 1);
+    atomic_fetch_sub(&fr->f->m->no_replica_tokens, fr->no_replica_tokens);
     fr->no_replica = 0;
 }
 
 static void front_req_free(struct front_req *fr)
 {
-    no_replica_done(fr, 0);
+    no_replica_done(fr);
     /* The connection may already carry the next (pipelined) request: clear only our own. */
     if (fr->conn && http_conn_user(fr->conn) == fr) http_conn_set_user(fr->conn, NULL);
     if (fr->r) {
@@ -380,7 +379,6 @@ static void deliver(struct front *f, struct front_req *fr)
                             .prompt_tokens = r->n_prompt,
                             .completion_tokens = n_gen};
     struct http_conn *c = fr->conn;
-    if (n_gen > 0) no_replica_done(fr, 1); /* prefilled: its prompt is no longer queued */
     if (finish == FINISH_ERROR || finish == FINISH_CANCELLED || finish == FINISH_REJECTED) {
         struct api_error e;
         api_error_set(&e, 500, "server_error", NULL, "%s",
@@ -502,29 +500,21 @@ static struct fwd_count *fwd_count(struct front *f, uint64_t node)
 /* Where a completion goes (enum relay_route). Front thread and relay threads: reads only atomics
  * and the thread-safe ext->route. With the model loaded here, whatever is not another node is
  * served here ("none": this node's queue is the demand the planner sees). */
-static int route_ex(struct front *f, const char *model, int prompt_tokens, char *addr, size_t cap,
-                    uint64_t *node, int *none)
+static int front_route(void *ctx, const char *model, int prompt_tokens, char *addr, size_t cap,
+                       uint64_t *node)
 {
+    struct front *f = ctx;
     const struct front_ext *ext = atomic_load(&f->ext);
     int here = atomic_load(&f->model) && atomic_load(&f->sched);
     char err[ERRMSG_LEN];
     *node = 0;
-    *none = 0;
     if (!ext || !ext->route) return here ? RELAY_ROUTE_LOCAL : RELAY_ROUTE_NONE;
     if (ext->route(ext->ctx, model, prompt_tokens, addr, cap, node, err)) {
         log_warn("route", "%s", err);
         return here ? RELAY_ROUTE_LOCAL : RELAY_ROUTE_NONE;
     }
     if (strcmp(addr, "local") && strcmp(addr, "none") && addr[0]) return RELAY_ROUTE_REMOTE;
-    *none = !strcmp(addr, "none");
     return here ? RELAY_ROUTE_LOCAL : RELAY_ROUTE_NONE;
-}
-
-static int front_route(void *ctx, const char *model, int prompt_tokens, char *addr, size_t cap,
-                       uint64_t *node)
-{
-    int none;
-    return route_ex(ctx, model, prompt_tokens, addr, cap, node, &none);
 }
 
 /* A channel to node for a relay: the cluster's sealed forward channel (relay threads). */
@@ -534,6 +524,13 @@ static int front_open_channel(void *ctx, uint64_t node, int timeout_ms, int canc
     const struct front_ext *ext = atomic_load(&f->ext);
     if (!ext || !ext->forward_open) return errmsg_set(err, "no forward channels here");
     return ext->forward_open(ext->ctx, node, timeout_ms, cancel_fd, err);
+}
+
+void front_held_model(struct front *f, char *out, size_t cap)
+{
+    pthread_mutex_lock(&f->mu);
+    snprintf(out, cap, "%s", f->held_model);
+    pthread_mutex_unlock(&f->mu);
 }
 
 int front_adopt(struct front *f, int fd)
@@ -627,9 +624,18 @@ static void forward(struct front *f, struct http_conn *c, const struct http_requ
     if (addr)
         log_info("route", "%s (about %d prompt tokens): forwarded to node %llu at %s", req->path,
                  prompt_tokens, (unsigned long long)node, addr);
-    else
+    else {
         log_info("route", "%s: no replica of %s yet: held for up to %d ms", req->path,
                  model[0] ? model : "the model", f->cfg.forward_hold_ms);
+        /* It waits for a replica: demand the planner counts as held (a cold start). */
+        fr->no_replica = 1;
+        fr->no_replica_tokens = prompt_tokens;
+        atomic_fetch_add(&f->m->no_replica, 1);
+        atomic_fetch_add(&f->m->no_replica_tokens, prompt_tokens);
+        pthread_mutex_lock(&f->mu);
+        snprintf(f->held_model, sizeof f->held_model, "%s", model);
+        pthread_mutex_unlock(&f->mu);
+    }
 }
 
 static void handle_completion(struct front *f, struct http_conn *c, const struct http_request *req,
@@ -640,6 +646,7 @@ static void relay_deliver(struct front *f, struct front_req *fr)
 {
     struct relay_out o;
     if (!relay_take(fr->relay, &o)) return;
+    if (o.node || o.local || o.failed || o.done) no_replica_done(fr); /* it waits no more */
     struct http_conn *c = fr->conn;
     if (o.node && !fr->node) {
         fr->node = o.node;
@@ -752,8 +759,7 @@ static void handle_completion(struct front *f, struct http_conn *c, const struct
                       max_tokens);
         goto fail;
     }
-    int none = 0; /* no replica anywhere: this node serves it, and it counts as waiting for one */
-    if (route && route_ex(f, cr.model, n, addr, sizeof addr, &node, &none) == RELAY_ROUTE_REMOTE) {
+    if (route && front_route(f, cr.model, n, addr, sizeof addr, &node) == RELAY_ROUTE_REMOTE) {
         free(ids);
         forward(f, c, req, body, len, chat, cr.model, n, addr, node);
         completion_request_free(&cr);
@@ -803,12 +809,6 @@ static void handle_completion(struct front *f, struct http_conn *c, const struct
         free(fr);
         sreq_put(r);
         goto fail;
-    }
-    if (none) {
-        fr->no_replica = 1;
-        fr->no_replica_tokens = n;
-        atomic_fetch_add(&f->m->no_replica, 1);
-        atomic_fetch_add(&f->m->no_replica_tokens, n);
     }
     completion_request_free(&cr);
     http_conn_set_user(c, fr);

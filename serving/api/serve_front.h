@@ -107,6 +107,9 @@ void front_set_ext(struct front *f, const struct front_ext *ext);
 /* Any thread: fd, a forward channel from a cluster member, becomes a connection of the front's
  * server (http_server_adopt): X-Strata-Forwarded counts on it. The front owns fd. */
 int front_adopt(struct front *f, int fd);
+/* The model of the latest request held for lack of a replica ("" : none yet); any thread. The
+ * count and prompt tokens of those held now are serve_metrics' no_replica, no_replica_tokens. */
+void front_held_model(struct front *f, char *out, size_t cap);
 /* sched_ops.notify / sched_ops.wake */
 void front_notify(void *f, struct sreq *r);
 void front_wake(void *f);

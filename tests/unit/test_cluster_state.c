@@ -169,6 +169,7 @@ TEST(msg_roundtrip_and_rejects)
     /* requests waiting for a replica, and two decisions this node refused */
     m.u.load.load.held = 2;
     m.u.load.load.held_tokens = 77;
+    snprintf(m.u.load.load.held_model, sizeof m.u.load.load.held_model, "llama");
     m.u.load.n_refused = 2;
     m.u.load.refused[0] = (struct cl_refusal){5, "--test-refuse replicate: not taking a"};
     m.u.load.refused[1] = (struct cl_refusal){9, "join failed: source gone"};
@@ -178,6 +179,7 @@ TEST(msg_roundtrip_and_rejects)
     CHECK_EQ_INT(out.u.load.seen_scales, 7);
     CHECK_EQ_INT(out.u.load.load.held, 2);
     CHECK_EQ_INT(out.u.load.load.held_tokens, 77);
+    CHECK_STR(out.u.load.load.held_model, "llama");
     CHECK_EQ_INT(out.u.load.n_refused, 2);
     CHECK_EQ_INT(out.u.load.refused[1].scale_id, 9);
     CHECK_STR(out.u.load.refused[0].reason, "--test-refuse replicate: not taking a");
