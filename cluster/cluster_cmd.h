@@ -15,8 +15,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CL_CMD_VERSION 4 /* 3: a member's rack (cl_node_up.rack); 4: refusals (SCALE_DONE's node
-                          * and reason, LOAD's refused decisions and held requests) */
+/* 3: a member's rack (cl_node_up.rack); 4: refusals (SCALE_DONE's node and reason, LOAD's refused
+ * decisions and held requests) */
+#define CL_CMD_VERSION 4
 #define CL_STR_LEN     63 /* addresses, model names, GPU types */
 #define CL_MAX_CHAIN   16 /* joiners of one scale-out */
 #define CL_MAX_HOLD    8  /* models a node reports at once */
@@ -82,7 +83,7 @@ struct cl_cmd {
         struct {
             uint32_t scale_id; /* index of the CMD_SCALE event (its log order) */
             uint8_t ok;
-            uint64_t node;                /* abandoned: the node that refused or failed, 0 none */
+            uint64_t node;               /* abandoned: the node that refused or failed, 0 none */
             char reason[CL_STR_LEN + 1]; /* abandoned: why ("" when ok) */
         } done;
         struct {

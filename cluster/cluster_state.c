@@ -133,8 +133,8 @@ static int apply(struct cl_state *s, const struct cl_cmd *c)
             struct cl_scaleout so = s->scaleout[i];
             s->scaleout[i] = s->scaleout[--s->n_scaleouts];
             /* Abandoned because a node refused (or failed) it: the event names that node. */
-            event_add(s, c, c->u.done.ok, c->u.done.node ? c->u.done.node : so.s.node,
-                      so.s.source, so.s.model, c->u.done.reason);
+            event_add(s, c, c->u.done.ok, c->u.done.node ? c->u.done.node : so.s.node, so.s.source,
+                      so.s.model, c->u.done.reason);
             return 0;
         }
         return 1;
@@ -186,7 +186,8 @@ size_t cl_state_encoded_max(void)
     size_t member = up + 1 + 8 + CL_MAX_MODELS * 6;
     size_t scale = 1 + 1 + CL_STR_LEN + 8 + 8 + 1 + 8 * CL_MAX_CHAIN;
     return 4 + 6 * 4 + 2 * 8 + CL_MAX_NODES * member + CL_MAX_MODELS * (1 + CL_STR_LEN) +
-           CL_MAX_SCALEOUTS * (4 + scale + 8) + CL_MAX_EVENTS * (8 + 4 + 2 + 16 + 2 * (1 + CL_STR_LEN));
+           CL_MAX_SCALEOUTS * (4 + scale + 8) +
+           CL_MAX_EVENTS * (8 + 4 + 2 + 16 + 2 * (1 + CL_STR_LEN));
 }
 
 size_t cl_state_encode(const struct cl_state *s, uint8_t *out, size_t cap)

@@ -881,8 +881,8 @@ static void exec_tick(struct control *c)
         if (rc) {
             /* The leader hears it with the next report and abandons the scale-out. */
             log_warn("cluster", "refused decision %u (%s of %s from node %llu): %s",
-                     todo[i].scale_id, s->kind == SCALE_UP ? "scale-up" : "replication",
-                     s->model, (unsigned long long)s->source, err);
+                     todo[i].scale_id, s->kind == SCALE_UP ? "scale-up" : "replication", s->model,
+                     (unsigned long long)s->source, err);
             pthread_mutex_lock(&c->mu);
             add_refusal(c, todo[i].scale_id, err);
             pthread_mutex_unlock(&c->mu);

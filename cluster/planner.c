@@ -474,9 +474,8 @@ static void restore_r(const struct plan_view *v, struct tick *t, int m, struct p
         int best = -1, best_new = 0;
         for (int i = 0; i < v->n_nodes; i++) {
             const struct plan_node *c = &v->nodes[i];
-            if (!c->alive || host_holds(c, m) || i == src || t->taken[i] ||
-                (c->refused >> m & 1) || in_progress_chain(v, c->id, PLAN_SO_HOST, m) ||
-                !has_slot(v, c, m))
+            if (!c->alive || host_holds(c, m) || i == src || t->taken[i] || (c->refused >> m & 1) ||
+                in_progress_chain(v, c->id, PLAN_SO_HOST, m) || !has_slot(v, c, m))
                 continue;
             int is_new = !rack_in(racks, n_racks, c->rack);
             const struct plan_node *b = best >= 0 ? &v->nodes[best] : NULL;

@@ -20,8 +20,8 @@ struct serve_cluster {
     struct front *front;               /* forward channels from members become its connections */
     _Atomic(struct scheduler *) sched; /* NULL while the node has no engine */
     atomic_int max_step_tokens;
-    atomic_int fresh; /* an engine just came up: its keep-alive starts now */
-    int fake;         /* --cluster-standby: the stand-in executor */
+    atomic_int fresh;     /* an engine just came up: its keep-alive starts now */
+    int fake;             /* --cluster-standby: the stand-in executor */
     char test_refuse[16]; /* --test-refuse: "replicate" or "scale-up" decisions are refused */
     /* Guarded by mu: what this node holds, and the job for the main thread. */
     pthread_mutex_t mu;
@@ -466,7 +466,8 @@ struct serve_cluster *serve_cluster_start(const struct control_cfg *cfg, struct 
     snprintf(sc->model, sizeof sc->model, "%s", cfg->model ? cfg->model : "");
     sc->n_layers = cfg->n_layers;
     sc->fake = cfg->standby;
-    snprintf(sc->test_refuse, sizeof sc->test_refuse, "%s", cfg->test_refuse ? cfg->test_refuse : "");
+    snprintf(sc->test_refuse, sizeof sc->test_refuse, "%s",
+             cfg->test_refuse ? cfg->test_refuse : "");
     sc->host = sc->model[0] != 0;
     sc->engine = sc->model[0] && !cfg->standby;
     sc->k = sc->engine ? sc->n_layers : 0;

@@ -36,10 +36,10 @@ struct front_req {
     char id[40];
     long long created;
     int chat, stream, include_usage, first_sent;
-    int began;   /* stream headers sent (at the first token, so a rejection can still be a 503) */
+    int began; /* stream headers sent (at the first token, so a rejection can still be a 503) */
     int no_replica;         /* held in its relay for lack of a replica (counted) */
     long no_replica_tokens; /* its prompt tokens, counted while held */
-    size_t sent; /* bytes of r->text already sent (streaming) */
+    size_t sent;            /* bytes of r->text already sent (streaming) */
 };
 
 struct front {
@@ -51,7 +51,7 @@ struct front {
     _Atomic(struct scheduler *) sched;
     _Atomic(const struct front_ext *) ext;
     struct front_ext ext_copy;
-    pthread_mutex_t mu; /* progress text, the notification list and held_model */
+    pthread_mutex_t mu;   /* progress text, the notification list and held_model */
     char held_model[128]; /* the model of the latest request held for lack of a replica */
     char stage[64];
     double progress;

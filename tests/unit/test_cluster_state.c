@@ -454,7 +454,8 @@ TEST(snapshot_roundtrip_and_rejects)
     for (int i = 0; i < 40; i++) /* wraps the event ring */
         cl_state_apply(&s, (c = scale(i % 2 ? SCALE_DOWN : SCALE_UP, "m", 1, 2 + i % 3), &c));
     cl_state_apply(&s, (c = holding(4, "other", 1, 0, 0, 30), &c));
-    c = (struct cl_cmd){.type = CMD_SCALE_DONE, .t_ms = 90, .u.done = {s.scaleout[0].scale_id, 0, 2, "no"}};
+    c = (struct cl_cmd){
+        .type = CMD_SCALE_DONE, .t_ms = 90, .u.done = {s.scaleout[0].scale_id, 0, 2, "no"}};
     CHECK_EQ_INT(cl_state_apply(&s, &c), 0);
     CHECK(cl_state_encoded_max() <= sizeof buf);
     size_t n = cl_state_encode(&s, buf, sizeof buf);
