@@ -17,6 +17,11 @@
 #include <unistd.h>
 
 #define MAX_SCHEDULE 64
+/* A helper sends at most this many bytes of KV answers between two of its steps (kv_pump): about
+ * 4 ms of copying, CRC and queueing at ~1 GB/s, the delay a transfer may add to one of its steps.
+ * A request of more (a 22-layer model's rise of 11 layers over 8 sequences of 1000 positions of
+ * 256-wide f16 KV is 90 MB) takes several windows, with our steps between them. */
+#define KV_WINDOW_BYTES (4u << 20)
 
 /* Joiner: a sequence some of whose layers run on the helper. x holds, for every computed position,
  * a hidden state saved at the input of layer xl[pos] (what was sent at the time, or where the last
@@ -93,6 +98,7 @@ struct coop {
     uint64_t kv_want, kv_req_id;
     struct work *kv_head, *kv_tail;
     void *kv_k, *kv_v; /* one chunk's keys and values in host order (helper too) */
+    uint32_t *kq_seq, *kq_n; /* a request's sequences and position counts */
     /* the cost model (compute thread): measured KV transfer rate (bytes/s) and recompute time per
      * layer x position (s); before the first recompute, the local layers' time per row and layer */
     double link_bps, lp_s, lp_prior_s;
@@ -106,6 +112,8 @@ struct coop {
     uint32_t *v_seq, *v_pos, *v_tok;             /* fabric thread: validation scratch */
     uint8_t *v_flags;
     float *v_x;
+    uint32_t *vq_seq, *vq_n; /* fabric thread: a KV request's sequences */
+    struct kvjob *kv_jobs;   /* compute thread: KV answers under way (kv_pump) */
     struct hseq *hs; /* compute thread */
     int n_hs, cap_hs;
     float *hx, *logits;
@@ -116,6 +124,8 @@ struct coop {
     struct wire_coop_token *toks;
     uint32_t hx_rows;
 };
+
+static void kv_jobs_drop(struct coop *c, int peer); /* -1: all */
 
 /* ---------------------------------------------------------------- set-up */
 
@@ -231,6 +241,10 @@ struct coop *coop_new(const struct coop_config *cfg, char *err)
     c->toks = malloc(WIRE_MAX_ACT_TOKENS * sizeof *c->toks);
     c->kv_k = malloc(WIRE_MAX_MSG / 2);
     c->kv_v = malloc(WIRE_MAX_MSG / 2);
+    c->kq_seq = malloc(WIRE_COOP_KV_MAX_SEQS * sizeof *c->kq_seq);
+    c->kq_n = malloc(WIRE_COOP_KV_MAX_SEQS * sizeof *c->kq_n);
+    c->vq_seq = malloc(WIRE_COOP_KV_MAX_SEQS * sizeof *c->vq_seq);
+    c->vq_n = malloc(WIRE_COOP_KV_MAX_SEQS * sizeof *c->vq_n);
     c->v_seq = malloc(WIRE_MAX_ACT_TOKENS * sizeof *c->v_seq);
     c->v_pos = malloc(rows * sizeof *c->v_pos);
     c->v_tok = malloc(rows * sizeof *c->v_tok);
@@ -239,7 +253,7 @@ struct coop *coop_new(const struct coop_config *cfg, char *err)
     if (!c->x || !c->out || !c->reply || !c->hx || !c->logits || !c->a_seq || !c->a_pos ||
         !c->a_tok || !c->a_flags || !c->b_pos || !c->b_tok || !c->b_rows || !c->b_blocks ||
         !c->toks || !c->kv_k || !c->kv_v || !c->v_seq || !c->v_pos || !c->v_tok || !c->v_flags ||
-        !c->v_x) {
+        !c->v_x || !c->kq_seq || !c->kq_n || !c->vq_seq || !c->vq_n) {
         errmsg_set(err, "coop: out of memory for the step buffers");
         coop_free(c);
         return NULL;
@@ -270,6 +284,8 @@ void coop_free(struct coop *c)
         free(w);
     }
     free(c->kv_k), free(c->kv_v);
+    free(c->kq_seq), free(c->kq_n), free(c->vq_seq), free(c->vq_n);
+    kv_jobs_drop(c, -1);
     for (int i = 0; i < c->n_hs; i++) hseq_free(c, &c->hs[i]);
     free(c->hs);
     for (struct work *w = c->w_head, *n; w; w = n) {
@@ -460,26 +476,33 @@ static int on_activations(void *ctx, struct fabric_node *fn, int peer, const uin
     return queue_work(c, W_ACT, peer, msg, len);
 }
 
-/* A KV request: the sequence must be this peer's, the layers and positions inside the model. */
+/* A KV request: every sequence must be this peer's, the layers and positions inside the model. */
 static int on_kv_req(void *ctx, struct fabric_node *fn, int peer, const uint8_t *msg, size_t len)
 {
     struct coop *c = ctx;
     const char *who = fabric_node_peer_name(fn, peer);
     char err[ERRMSG_LEN];
     struct wire_coop_kv_req q;
-    if (wire_coop_kv_req_decode(&q, msg, len, err)) {
+    if (wire_coop_kv_req_decode(&q, msg, len, c->vq_seq, c->vq_n, WIRE_COOP_KV_MAX_SEQS, err)) {
         log_warn("coop", "peer %d (%s): %s", peer, who, err);
         return -1;
     }
-    if (ps_find(&c->ps[peer], q.seq) < 0) {
-        log_warn("coop", "peer %d (%s): KV request for sequence %u, which it never opened", peer,
-                 who, q.seq);
+    if (q.layer1 > (uint32_t)c->L) {
+        log_warn("coop", "peer %d (%s): KV request for layers [%u, %u) of %d", peer, who, q.layer0,
+                 q.layer1, c->L);
         return -1;
     }
-    if (q.layer1 > (uint32_t)c->L || q.n > (uint32_t)c->ctx) {
-        log_warn("coop", "peer %d (%s): KV request for layers [%u, %u) of %d, %u positions of %d",
-                 peer, who, q.layer0, q.layer1, c->L, q.n, c->ctx);
-        return -1;
+    for (uint32_t i = 0; i < q.count; i++) {
+        if (ps_find(&c->ps[peer], q.seq[i]) < 0) {
+            log_warn("coop", "peer %d (%s): KV request for sequence %u, which it never opened",
+                     peer, who, q.seq[i]);
+            return -1;
+        }
+        if (q.n[i] > (uint32_t)c->ctx) {
+            log_warn("coop", "peer %d (%s): KV request for %u positions of sequence %u of %d", peer,
+                     who, q.n[i], q.seq[i], c->ctx);
+            return -1;
+        }
     }
     return queue_work(c, W_KV_REQ, peer, msg, len);
 }
@@ -826,6 +849,15 @@ static uint8_t kv_wire_dtype(const struct kv_cache *kv)
     return kv->type == KV_F32 ? WIRE_F32 : WIRE_F16;
 }
 
+/* The sequences of one rise of k (hook_fill): the saved inputs, block tables and computed
+ * positions of each, and what became of it. */
+struct fillset {
+    int m;
+    struct jseq **js;
+    const int *const *blocks;
+    const int *n;
+};
+
 /* Layers x positions a recompute of [xl[p], k1) at positions [0, n) runs. */
 static long recompute_work(const struct jseq *j, int n, int k1)
 {
@@ -834,36 +866,71 @@ static long recompute_work(const struct jseq *j, int n, int k1)
     return lp;
 }
 
-/* Bring the KV of layers [.., k1) of positions [0, n) up from the saved inputs: runs of positions
- * whose inputs are of the same layer l go through engine_layers(l, k1) in chunks of the step size,
- * in position order (a position's attention reads the earlier ones' KV, already done), which
- * writes the KV of [l, k1) and leaves the inputs of layer k1. A run sent as token ids (l = -1)
- * is embedded first from its saved tokens (the embedding is here: k1 > 0 needs it). */
-static int kv_recompute(struct coop *c, struct jseq *j, const int *blocks, int n, int k1, char *err)
+/* Bring the KV of layers [.., k1) of positions [0, n[i]) of every sequence of f up from the saved
+ * inputs, all sequences in the same engine calls: each call takes, from every sequence whose next
+ * position's input is of layer l (the first such sequence's), that sequence's run of positions of
+ * layer l, up to the step size in all, gathers their inputs into one batch, runs
+ * engine_layers(l, k1) (the embedding first where l = -1: positions sent as token ids) and puts
+ * the inputs of layer k1 back. A sequence's positions go in position order (a position's attention
+ * reads the earlier ones' KV, already written); rows of different sequences never interact. */
+static int kv_recompute(struct coop *c, const struct fillset *f, int k1, char *err)
 {
-    int T = c->e->lim.max_tokens;
-    for (int p0 = 0; p0 < n;) {
-        int l = j->xl[p0], m = 0;
-        while (p0 + m < n && m < T && j->xl[p0 + m] == l) {
-            c->b_pos[m] = p0 + m;
-            c->b_tok[m] = j->tok[p0 + m];
-            c->b_blocks[m] = blocks;
-            m++;
+    int T = c->e->lim.max_tokens, D = c->dim;
+    int *at = calloc((size_t)f->m, sizeof *at);   /* next position of each sequence */
+    int *take = malloc((size_t)f->m * sizeof *take); /* rows of each in this call */
+    if (!at || !take) {
+        free(at), free(take);
+        return errmsg_set(err, "coop: out of memory recomputing the KV of %d sequences", f->m);
+    }
+    int rc = 0;
+    for (;;) {
+        int l = 0, any = 0;
+        for (int i = 0; i < f->m && !any; i++)
+            if (at[i] < f->n[i]) l = f->js[i]->xl[at[i]], any = 1;
+        if (!any) break;
+        int rows = 0;
+        for (int i = 0; i < f->m; i++) {
+            const struct jseq *j = f->js[i];
+            int t = 0;
+            while (rows < T && at[i] + t < f->n[i] && j->xl[at[i] + t] == l) {
+                int p = at[i] + t;
+                c->b_pos[rows] = p;
+                c->b_tok[rows] = j->tok[p];
+                c->b_blocks[rows] = f->blocks[i];
+                if (l >= 0)
+                    memcpy(c->x + (size_t)rows * D, j->x + (size_t)p * D, (size_t)D * sizeof *c->x);
+                rows++, t++;
+            }
+            take[i] = t;
         }
-        struct batch b = {.n = m, .token = c->b_tok, .pos = c->b_pos, .blocks = c->b_blocks};
+        struct batch b = {.n = rows, .token = c->b_tok, .pos = c->b_pos, .blocks = c->b_blocks};
+        int l0 = l;
         if (l < 0) {
-            if (engine_embed(c->e, &b, j->x + (size_t)p0 * c->dim))
-                return errmsg_set(err, "coop: embedding positions [%d, %d) of sequence %u: %s", p0,
-                                  p0 + m, j->id, engine_error(c->e));
+            if (engine_embed(c->e, &b, c->x)) {
+                rc = errmsg_set(err, "coop: embedding %d saved positions of %d sequences: %s", rows,
+                                f->m, engine_error(c->e));
+                break;
+            }
             l = 0;
         }
-        if (l < k1 && engine_layers(c->e, &b, l, k1, j->x + (size_t)p0 * c->dim))
-            return errmsg_set(err, "coop: recomputing layers [%d, %d) of sequence %u failed: %s", l,
-                              k1, j->id, engine_error(c->e));
-        for (int i = 0; i < m; i++) j->xl[p0 + i] = k1;
-        p0 += m;
+        if (l < k1 && engine_layers(c->e, &b, l, k1, c->x)) {
+            rc = errmsg_set(err, "coop: recomputing layers [%d, %d) of %d sequences failed: %s", l,
+                            k1, f->m, engine_error(c->e));
+            break;
+        }
+        (void)l0;
+        for (int i = 0, r = 0; i < f->m; i++) {
+            struct jseq *j = f->js[i];
+            for (int t = 0; t < take[i]; t++, r++) {
+                int p = at[i] + t;
+                memcpy(j->x + (size_t)p * D, c->x + (size_t)r * D, (size_t)D * sizeof *c->x);
+                j->xl[p] = k1;
+            }
+            at[i] += take[i];
+        }
     }
-    return 0;
+    free(at), free(take);
+    return rc;
 }
 
 /* The next chunk of the transfer under way: 0, -1 timed out, -2 the helper is gone. */
@@ -911,8 +978,10 @@ static void kv_forget(struct coop *c)
     }
 }
 
-/* Check one chunk against what we asked and where the transfer is; install its rows. */
-static int kv_install(struct coop *c, const struct wire_coop_kv_req *q, const int *blocks,
+/* Check one chunk against what we asked (request `req`, sequence `seq` of n positions) and where
+ * the transfer is (layer, pos); install its rows. 0 installed (rows), 1 the helper refused this
+ * sequence (why in err), -1 a wrong chunk (err). */
+static int kv_install(struct coop *c, uint64_t req, unsigned seq, uint32_t n, const int *blocks,
                       const struct work *w, int layer, int pos, int *rows, char *err)
 {
     struct wire_coop_kv m;
@@ -920,17 +989,17 @@ static int kv_install(struct coop *c, const struct wire_coop_kv_req *q, const in
     uint8_t dt = kv_wire_dtype(kv);
     uint32_t per = wire_coop_kv_max_rows((uint32_t)kv->kv_dim, dt);
     if (wire_coop_kv_decode(&m, w->msg, w->len, err)) return -1;
-    if (m.req != q->req)
+    if (m.req != req)
         return errmsg_set(err, "a chunk of request %llu, we asked %llu", (unsigned long long)m.req,
-                          (unsigned long long)q->req);
-    if (m.seq != q->seq)
-        return errmsg_set(err, "a chunk for sequence %u, we asked for sequence %u", m.seq, q->seq);
-    if (m.status) return errmsg_set(err, "the helper could not send it: %s", m.error);
+                          (unsigned long long)req);
+    if (m.seq != seq)
+        return errmsg_set(err, "a chunk for sequence %u, we asked for sequence %u", m.seq, seq);
+    if (m.status) return errmsg_set(err, "the helper could not send it: %s", m.error), 1;
     if (m.layer != (uint32_t)layer)
         return errmsg_set(err, "a chunk for layer %u, we expect layer %d", m.layer, layer);
-    if (m.pos0 != (uint32_t)pos || m.n > q->n - (uint32_t)pos || m.n > per)
+    if (m.pos0 != (uint32_t)pos || m.n > n - (uint32_t)pos || m.n > per)
         return errmsg_set(err, "a chunk of positions [%u, %u) of layer %d, we expect from %d to %u",
-                          m.pos0, m.pos0 + m.n, layer, pos, q->n);
+                          m.pos0, m.pos0 + m.n, layer, pos, n);
     if (m.kv_dim != (uint32_t)kv->kv_dim || m.dtype != dt)
         return errmsg_set(err, "a chunk of kv_dim %u dtype %u, our cache has %d of dtype %u",
                           m.kv_dim, m.dtype, kv->kv_dim, dt);
@@ -942,58 +1011,87 @@ static int kv_install(struct coop *c, const struct wire_coop_kv_req *q, const in
     return 0;
 }
 
-/* Fetch the KV of layers [k0, k1) at positions [0, n) of sequence j from the helper into our
- * blocks. 0 (bytes: what came), -1 refused or failed, or no helper to ask (err: why; the caller
- * recomputes, and the scheduler's lost check fails what the helper took with it), -2 the helper
- * went away during the transfer. */
-static int kv_transfer(struct coop *c, struct jseq *j, const int *blocks, int n, int k0, int k1,
-                       size_t *bytes, char *err)
+/* Fetch the KV of layers [k0, k1) of every sequence of f from the helper into our blocks: one
+ * request naming them all (WIRE_COOP_KV_MAX_SEQS at a time), its chunks installed as they arrive,
+ * in the request's order. got[i]: 1 installed, -1 refused by the helper (why at
+ * errs + i * ERRMSG_LEN), 0 not (yet). Returns 0 (every sequence answered), -1 a wrong chunk, a
+ * timeout, or no helper to ask (err: why; the caller recomputes what did not come, and the
+ * scheduler's lost check fails what the helper took with it), -2 the helper went away during the
+ * transfer. *bytes: what came. */
+static int kv_transfer(struct coop *c, const struct fillset *f, int k0, int k1, int *got,
+                       char *errs, size_t *bytes, char *err)
 {
     pthread_mutex_lock(&c->mu);
     unsigned session = c->session;
     int open = c->helper_open;
     pthread_mutex_unlock(&c->mu);
-    if (!open || !j->opened || j->session != session)
-        return errmsg_set(err, "the helper is not connected (%s)", c->helper_why);
-    struct wire_coop_kv_req q = {.req = ++c->kv_req_id,
-                                 .seq = j->id,
-                                 .layer0 = (uint32_t)k0,
-                                 .layer1 = (uint32_t)k1,
-                                 .n = (uint32_t)n,
-                                 .dtype = kv_wire_dtype(&c->e->kv)};
-    pthread_mutex_lock(&c->mu);
-    c->kv_want = q.req;
-    pthread_mutex_unlock(&c->mu);
-    size_t len = wire_coop_kv_req_encode(c->out, WIRE_MAX_MSG, &q);
-    int rc = 0;
     *bytes = 0;
-    if (!len || fabric_node_send(c->cfg.fabric, c->cfg.helper_peer, c->out, len, err)) rc = -1;
-    for (int layer = k0, pos = 0; !rc && layer < k1;) {
-        struct work *w;
-        if ((rc = kv_next(c, session, &w, err))) break;
-        int rows = 0;
-        if (kv_install(c, &q, blocks, w, layer, pos, &rows, err)) {
-            rc = -1;
-        } else {
-            *bytes += w->len;
-            if ((pos += rows) == n) layer++, pos = 0;
+    if (!open) return errmsg_set(err, "the helper is not connected (%s)", c->helper_why);
+    for (int i = 0; i < f->m; i++)
+        if (!f->js[i]->opened || f->js[i]->session != session)
+            return errmsg_set(err, "sequence %u is not open at the helper (%s)", f->js[i]->id,
+                              c->helper_why);
+    int rc = 0;
+    for (int g0 = 0; !rc && g0 < f->m; g0 += WIRE_COOP_KV_MAX_SEQS) {
+        int gm = f->m - g0 < WIRE_COOP_KV_MAX_SEQS ? f->m - g0 : WIRE_COOP_KV_MAX_SEQS;
+        for (int i = 0; i < gm; i++) {
+            c->kq_seq[i] = f->js[g0 + i]->id;
+            c->kq_n[i] = (uint32_t)f->n[g0 + i];
         }
-        free(w);
+        struct wire_coop_kv_req q = {.req = ++c->kv_req_id,
+                                     .layer0 = (uint32_t)k0,
+                                     .layer1 = (uint32_t)k1,
+                                     .dtype = kv_wire_dtype(&c->e->kv),
+                                     .count = (uint32_t)gm,
+                                     .seq = c->kq_seq,
+                                     .n = c->kq_n};
+        pthread_mutex_lock(&c->mu);
+        c->kv_want = q.req;
+        pthread_mutex_unlock(&c->mu);
+        size_t len = wire_coop_kv_req_encode(c->out, WIRE_MAX_MSG, &q);
+        if (!len || fabric_node_send(c->cfg.fabric, c->cfg.helper_peer, c->out, len, err))
+            rc = len ? -1 : errmsg_set(err, "the request for %d sequences did not encode", gm);
+        for (int i = 0, layer = k0, pos = 0; !rc && i < gm;) {
+            struct work *w;
+            if ((rc = kv_next(c, session, &w, err))) break;
+            int rows = 0, s = g0 + i;
+            int r = kv_install(c, q.req, q.seq[i], q.n[i], f->blocks[s], w, layer, pos, &rows,
+                               errs + (size_t)s * ERRMSG_LEN);
+            if (r < 0) {
+                snprintf(err, ERRMSG_LEN, "sequence %u: %s", q.seq[i],
+                         errs + (size_t)s * ERRMSG_LEN);
+                rc = -1;
+            } else if (r > 0) { /* this one refused: the answer goes on with the next */
+                got[s] = -1;
+                i++, layer = k0, pos = 0;
+            } else {
+                *bytes += w->len;
+                if ((pos += rows) == (int)q.n[i]) layer++, pos = 0;
+                if (layer == k1) got[s] = 1, i++, layer = k0;
+            }
+            free(w);
+        }
+        kv_forget(c);
     }
-    kv_forget(c);
     return rc;
 }
 
 /* auto: transfer when bytes / link rate < layer-positions x recompute time, each as this node
- * measured it (the last transfers and recomputes). The first transfer is the link's probe: the
- * split steps' round trips include the helper's compute and say nothing useful about the link
- * (on a 6-of-12-layer split they showed 2.6 MB/s where a KV transfer ran at 129 MB/s), while the
- * local layers' time per row is a fair first estimate of recompute. */
-static int want_transfer(struct coop *c, struct jseq *j, int n, int k0, int k1)
+ * measured it (the last transfers and recomputes), summed over the rise's sequences (one request,
+ * one batched recompute). The first transfer is the link's probe: the split steps' round trips
+ * include the helper's compute and say nothing useful about the link (on a 6-of-12-layer split
+ * they showed 2.6 MB/s where a KV transfer ran at 129 MB/s), while the local layers' time per row
+ * is a fair first estimate of recompute. */
+static int want_transfer(struct coop *c, const struct fillset *f, int k0, int k1)
 {
     const struct kv_cache *kv = &c->e->kv;
-    double bytes = 2.0 * (k1 - k0) * n * kv->kv_dim * (double)kv->elt;
-    long lp = recompute_work(j, n, k1);
+    double bytes = 0;
+    long lp = 0, pos = 0;
+    for (int i = 0; i < f->m; i++) {
+        bytes += 2.0 * (k1 - k0) * f->n[i] * kv->kv_dim * (double)kv->elt;
+        lp += recompute_work(f->js[i], f->n[i], k1);
+        pos += f->n[i];
+    }
     double per = c->lp_s > 0 ? c->lp_s : c->lp_prior_s;
     double est_t = c->link_bps > 0 ? bytes / c->link_bps : -1;
     double est_r = per > 0 ? (double)lp * per : -1;
@@ -1014,8 +1112,10 @@ static int want_transfer(struct coop *c, struct jseq *j, int n, int k0, int k1)
         else
             snprintf(r, sizeof r, "%.1f ms, %ld layer-positions at %.2f us %s", est_r * 1e3, lp,
                      per * 1e6, c->lp_s > 0 ? "measured" : "as the local layers ran");
-        log_info("coop", "KV of layers [%d, %d): %s (sequence %u: transfer %s; recompute %s)", k0,
-                 k1, transfer ? "transfer" : "recompute", j->id, t, r);
+        log_info("coop",
+                 "KV of layers [%d, %d): %s (%d sequences, %ld positions: transfer %s; "
+                 "recompute %s)",
+                 k0, k1, transfer ? "transfer" : "recompute", f->m, pos, t, r);
     }
     return transfer;
 }
@@ -1025,63 +1125,103 @@ static void kv_measured(double *ewma, double v)
     *ewma = *ewma > 0 ? 0.5 * *ewma + 0.5 * v : v;
 }
 
-static int recompute_timed(struct coop *c, struct jseq *j, const int *blocks, int n, int k0, int k1,
-                           double *secs, char *err)
+static int recompute_timed(struct coop *c, const struct fillset *f, int k0, int k1, double *secs,
+                           char *err)
 {
-    long lp = recompute_work(j, n, k1);
+    long lp = 0;
+    for (int i = 0; i < f->m; i++) lp += recompute_work(f->js[i], f->n[i], k1);
     double t0 = clock_now();
-    if (kv_recompute(c, j, blocks, n, k1, err)) return -1;
+    if (kv_recompute(c, f, k1, err)) return -1;
     *secs = clock_now() - t0;
     if (lp > 0) kv_measured(&c->lp_s, *secs / (double)lp);
     if (c->m)
-        atomic_fetch_add_explicit(&c->m->coop_fill_layers, (unsigned long long)(k1 - k0),
+        atomic_fetch_add_explicit(&c->m->coop_fill_layers, (unsigned long long)(k1 - k0) * f->m,
                                   memory_order_relaxed);
     return 0;
 }
 
-/* compare: the transferred rows of [k0, k1) are kept aside, recompute runs over them, and the two
- * are compared byte for byte. */
-static void compare_with_recompute(struct coop *c, struct jseq *j, const int *blocks, int n, int k0,
-                                   int k1, double t_x, size_t bytes)
+/* compare: the transferred rows of [k0, k1) of the sequences of f are kept aside, one batched
+ * recompute runs over them, and the two are compared byte for byte. */
+static void compare_with_recompute(struct coop *c, const struct fillset *f, int k0, int k1,
+                                   double t_x, size_t bytes)
 {
     const struct kv_cache *kv = &c->e->kv;
-    size_t row = (size_t)n * kv->kv_dim * kv->elt, lay = (size_t)(k1 - k0);
-    uint8_t *saved = malloc(2 * lay * row), *now = malloc(2 * row);
+    size_t lay = (size_t)(k1 - k0), total = 0, most = 0;
+    long pos = 0;
+    for (int i = 0; i < f->m; i++) {
+        size_t row = (size_t)f->n[i] * kv->kv_dim * kv->elt;
+        total += 2 * lay * row, pos += f->n[i];
+        if (row > most) most = row;
+    }
+    uint8_t *saved = malloc(total ? total : 1), *now = malloc(2 * most + 1);
     char err[ERRMSG_LEN];
     double t_r = 0;
     if (!saved || !now) {
         free(saved), free(now);
-        return log_warn("coop", "compare: out of memory for %zu bytes", 2 * lay * row);
+        return log_warn("coop", "compare: out of memory for %zu bytes", total);
     }
-    for (size_t l = 0; l < lay; l++)
-        kv_rows_read(kv, k0 + (int)l, blocks, 0, n, saved + 2 * l * row, saved + (2 * l + 1) * row);
-    if (recompute_timed(c, j, blocks, n, k0, k1, &t_r, err)) {
+    for (int i = 0, off = 0; i < f->m; i++) {
+        size_t row = (size_t)f->n[i] * kv->kv_dim * kv->elt;
+        for (size_t l = 0; l < lay; l++, off += (int)(2 * row))
+            kv_rows_read(kv, k0 + (int)l, f->blocks[i], 0, f->n[i], saved + off, saved + off + row);
+    }
+    if (recompute_timed(c, f, k0, k1, &t_r, err)) {
         free(saved), free(now);
         return log_warn("coop", "compare: %s", err);
     }
     int differ = 0;
-    for (size_t l = 0; l < lay; l++) {
-        kv_rows_read(kv, k0 + (int)l, blocks, 0, n, now, now + row);
-        differ += memcmp(now, saved + 2 * l * row, 2 * row) != 0;
+    size_t off = 0;
+    for (int i = 0; i < f->m; i++) {
+        size_t row = (size_t)f->n[i] * kv->kv_dim * kv->elt;
+        for (size_t l = 0; l < lay; l++, off += 2 * row) {
+            kv_rows_read(kv, k0 + (int)l, f->blocks[i], 0, f->n[i], now, now + row);
+            differ += memcmp(now, saved + off, 2 * row) != 0;
+        }
     }
     log_info("coop",
-             "KV of layers [%d, %d) x %d positions of sequence %u: transfer %.1f ms (%.2f MB, "
+             "KV of layers [%d, %d) x %ld positions of %d sequences: transfer %.1f ms (%.2f MB, "
              "%.1f MB/s), recompute %.1f ms: %s",
-             k0, k1, n, j->id, t_x * 1e3, (double)bytes / 1e6,
+             k0, k1, pos, f->m, t_x * 1e3, (double)bytes / 1e6,
              t_x > 0 ? (double)bytes / t_x / 1e6 : 0.0, t_r * 1e3,
              differ ? "DIFFERENT bytes" : "identical bytes");
-    if (differ) log_warn("coop", "compare: %d of %zu layers differ", differ, lay);
+    if (differ) log_warn("coop", "compare: %d of %zu layers x sequences differ", differ, lay * f->m);
     free(saved), free(now);
 }
 
-/* k rose from k0 to k1: the KV of layers [k0, k1) of sequence `seq`, positions [0, n), into its
- * blocks: transferred or recomputed (--coop-kv), a failed or refused transfer recomputed. 1
- * transferred, 0 recomputed, -1 failed (err). */
-static int hook_fill(void *ctx, unsigned seq, const int *blocks, int n, int k0, int k1, char *err)
+/* k rose from k0 to k1: the KV of layers [k0, k1) of the rise's sequences, transferred in one
+ * request or recomputed in one batch (--coop-kv); the sequences a transfer did not bring (refused,
+ * a wrong chunk) recomputed together. rc[i]: 1 transferred, 0 recomputed, -1 failed (errs). */
+static void hook_fill(void *ctx, int n_seqs, const unsigned *seq, const int *const *blocks,
+                      const int *n, int k0, int k1, int *rc, char *errs)
 {
     struct coop *c = ctx;
-    struct jseq *j = js_find(c, seq);
-    if (!j) return errmsg_set(err, "coop: sequence %u has no saved inputs of layer %d", seq, k0);
+    struct jseq **js = malloc((size_t)n_seqs * sizeof *js);
+    const int **bl = malloc((size_t)n_seqs * sizeof *bl);
+    int *nn = malloc((size_t)n_seqs * sizeof *nn), *idx = malloc((size_t)n_seqs * sizeof *idx);
+    int *got = calloc((size_t)n_seqs, sizeof *got);
+    if (!js || !bl || !nn || !idx || !got) {
+        for (int i = 0; i < n_seqs; i++) {
+            rc[i] = -1;
+            errmsg_set(errs + (size_t)i * ERRMSG_LEN, "coop: out of memory for %d sequences' KV",
+                       n_seqs);
+        }
+        goto out;
+    }
+    /* the sequences with saved inputs; f: their view for the transfer and the recompute */
+    struct fillset f = {.js = js, .blocks = bl, .n = nn};
+    for (int i = 0; i < n_seqs; i++) {
+        struct jseq *j = js_find(c, seq[i]);
+        rc[i] = 0;
+        if (!j) {
+            rc[i] = -1;
+            errmsg_set(errs + (size_t)i * ERRMSG_LEN,
+                       "coop: sequence %u has no saved inputs of layer %d", seq[i], k0);
+            continue;
+        }
+        js[f.m] = j, bl[f.m] = blocks[i], nn[f.m] = n[i], idx[f.m] = i;
+        f.m++;
+    }
+    if (!f.m) goto out;
     int mode = c->cfg.kv_mode, transfer = mode != COOP_KV_RECOMPUTE;
     if (transfer && c->e->be->kv_on_device) {
         if (mode != COOP_KV_AUTO)
@@ -1089,39 +1229,89 @@ static int hook_fill(void *ctx, unsigned seq, const int *blocks, int n, int k0, 
                      mode == COOP_KV_TRANSFER ? "transfer" : "compare", c->e->be->name);
         transfer = 0;
     }
-    if (transfer && mode == COOP_KV_AUTO) transfer = want_transfer(c, j, n, k0, k1);
-    if (transfer && mode == COOP_KV_COMPARE) want_transfer(c, j, n, k0, k1); /* auto's estimate */
-    double secs;
+    if (transfer && mode == COOP_KV_AUTO) transfer = want_transfer(c, &f, k0, k1);
+    if (transfer && mode == COOP_KV_COMPARE) want_transfer(c, &f, k0, k1); /* auto's estimate */
+    const char *helper = fabric_node_peer_name(c->cfg.fabric, c->cfg.helper_peer);
+    /* per-sequence scratch for the transfer's refusals (in f's order) */
+    char *why = transfer ? malloc((size_t)f.m * ERRMSG_LEN) : NULL;
+    if (transfer && !why) transfer = 0;
     if (transfer) {
         size_t bytes = 0;
-        char why[ERRMSG_LEN];
+        char whyall[ERRMSG_LEN];
+        long pos = 0;
+        for (int i = 0; i < f.m; i++) pos += nn[i];
         double t0 = clock_now();
-        int rc = kv_transfer(c, j, blocks, n, k0, k1, &bytes, why);
-        secs = clock_now() - t0;
-        const char *helper = fabric_node_peer_name(c->cfg.fabric, c->cfg.helper_peer);
-        if (!rc) {
-            if (secs > 0) kv_measured(&c->link_bps, (double)bytes / secs);
-            if (c->m) {
-                atomic_fetch_add_explicit(&c->m->coop_kv_layers, (unsigned long long)(k1 - k0),
-                                          memory_order_relaxed);
-                atomic_fetch_add_explicit(&c->m->coop_kv_bytes, (unsigned long long)bytes,
-                                          memory_order_relaxed);
-            }
-            if (mode == COOP_KV_COMPARE)
-                compare_with_recompute(c, j, blocks, n, k0, k1, secs, bytes);
-            return 1;
+        int r = kv_transfer(c, &f, k0, k1, got, why, &bytes, whyall);
+        double secs = clock_now() - t0;
+        int moved = 0, refused = 0;
+        for (int i = 0; i < f.m; i++) moved += got[i] > 0, refused += got[i] < 0;
+        if (moved && secs > 0) kv_measured(&c->link_bps, (double)bytes / secs);
+        if (c->m && moved) {
+            atomic_fetch_add_explicit(&c->m->coop_kv_layers, (unsigned long long)(k1 - k0) * moved,
+                                      memory_order_relaxed);
+            atomic_fetch_add_explicit(&c->m->coop_kv_bytes, (unsigned long long)bytes,
+                                      memory_order_relaxed);
         }
+        log_info("coop",
+                 "KV of layers [%d, %d) of %d sequences (%ld positions) in one request: %d "
+                 "transferred (%.2f MB in %.1f ms), %d refused%s",
+                 k0, k1, f.m, pos, moved, (double)bytes / 1e6, secs * 1e3, refused,
+                 r ? ", the rest not sent" : "");
         /* the helper went away: the upper layers' KV went with it, unless none is left there */
-        if (rc == -2 && k1 < c->L)
-            return errmsg_set(err,
-                              "helper %s failed during the KV transfer of layers [%d, %d) of "
-                              "sequence %u: %s",
-                              helper, k0, k1, seq, why);
-        log_warn("coop",
-                 "helper %s: KV of layers [%d, %d) of sequence %u refused: %s; recomputing it",
-                 helper, k0, k1, seq, why);
+        if (r == -2 && k1 < c->L) {
+            for (int i = 0; i < f.m; i++) {
+                if (got[i] > 0) {
+                    rc[idx[i]] = 1;
+                    continue;
+                }
+                rc[idx[i]] = -1;
+                errmsg_set(errs + (size_t)idx[i] * ERRMSG_LEN,
+                           "helper %s failed during the KV transfer of layers [%d, %d) of "
+                           "sequence %u: %s",
+                           helper, k0, k1, js[i]->id, whyall);
+            }
+            goto out_why;
+        }
+        /* what came stays (compare recomputes over it); the rest is recomputed below */
+        struct fillset moved_set = {.js = js, .blocks = bl, .n = nn};
+        int m = 0;
+        for (int i = 0; i < f.m; i++) {
+            if (got[i] > 0) {
+                rc[idx[i]] = 1;
+                continue;
+            }
+            const char *reason = got[i] < 0 ? why + (size_t)i * ERRMSG_LEN : whyall;
+            log_warn("coop",
+                     "helper %s: KV of layers [%d, %d) of sequence %u refused: %s; recomputing it",
+                     helper, k0, k1, js[i]->id, reason);
+            /* compact the ones to recompute to the front (idx along) */
+            struct jseq *tj = js[m];
+            const int *tb = bl[m];
+            int tn = nn[m], ti = idx[m], tg = got[m];
+            js[m] = js[i], bl[m] = bl[i], nn[m] = nn[i], idx[m] = idx[i], got[m] = got[i];
+            js[i] = tj, bl[i] = tb, nn[i] = tn, idx[i] = ti, got[i] = tg;
+            m++;
+        }
+        if (mode == COOP_KV_COMPARE && moved) {
+            moved_set.js = js + m, moved_set.blocks = bl + m, moved_set.n = nn + m;
+            moved_set.m = f.m - m;
+            compare_with_recompute(c, &moved_set, k0, k1, secs, bytes);
+        }
+        f.m = m; /* the rest */
     }
-    return recompute_timed(c, j, blocks, n, k0, k1, &secs, err) ? -1 : 0;
+    if (f.m) {
+        double secs;
+        char err[ERRMSG_LEN];
+        if (recompute_timed(c, &f, k0, k1, &secs, err))
+            for (int i = 0; i < f.m; i++) {
+                rc[idx[i]] = -1;
+                snprintf(errs + (size_t)idx[i] * ERRMSG_LEN, ERRMSG_LEN, "%s", err);
+            }
+    }
+out_why:
+    free(why);
+out:
+    free(js), free(bl), free(nn), free(idx), free(got);
 }
 
 static const char *hook_lost(void *ctx, unsigned seq)
@@ -1308,86 +1498,195 @@ static void do_activations(struct coop *c, const struct work *w)
     }
 }
 
-static void kv_reply_error(struct coop *c, int peer, const struct wire_coop_kv_req *q,
+/* A KV answer under way (helper, compute thread): request q of `peer`, at sequence q.seq[i],
+ * layer, pos. Sent in between-step windows of at most KV_WINDOW_BYTES (kv_pump). */
+struct kvjob {
+    struct kvjob *next;
+    int peer;
+    struct wire_coop_kv_req q;
+    uint32_t i, layer, pos;
+    int chunks, windows;
+    unsigned long long sent;
+    double t0;
+};
+
+static void kv_reply_error(struct coop *c, int peer, const struct wire_coop_kv_req *q, uint32_t i,
                            const char *why)
 {
     struct wire_coop_kv m = {.req = q->req,
-                             .seq = q->seq,
+                             .seq = q->seq[i],
                              .status = 1,
                              .layer = q->layer0,
                              .kv_dim = (uint32_t)c->e->kv.kv_dim,
                              .dtype = q->dtype};
-    snprintf(m.error, sizeof m.error, "%s", why);
+    snprintf(m.error, sizeof m.error, "%.*s", WIRE_COOP_ERR_LEN, why);
     size_t len = wire_coop_kv_encode(c->out, WIRE_MAX_MSG, &m);
     char err[ERRMSG_LEN];
     log_warn("coop", "peer %d: KV of layers [%u, %u) of sequence %u not sent: %s", peer, q->layer0,
-             q->layer1, q->seq, why);
+             q->layer1, q->seq[i], why);
     if (len) fabric_node_send(c->cfg.fabric, peer, c->out, len, err);
 }
 
-/* A joiner raised its k: the KV rows of layers [layer0, layer1) at positions [0, n) of its
- * sequence, read from our blocks between our steps and sent in chunks of at most WIRE_MAX_MSG. */
+static void kvjob_free(struct coop *c, struct kvjob *j)
+{
+    if (c->m) atomic_fetch_add_explicit(&c->m->coop_kv_served_bytes, j->sent, memory_order_relaxed);
+    free(j->q.seq), free(j->q.n), free(j);
+}
+
+/* A joiner raised its k: the KV rows of layers [layer0, layer1) of the request's sequences, read
+ * from our blocks and sent by kv_pump. A newer request of the same peer replaces an older one
+ * still under way (the joiner gave that one up). */
 static void do_kv_req(struct coop *c, const struct work *w)
 {
-    struct wire_coop_kv_req q;
+    struct kvjob *j = calloc(1, sizeof *j);
+    uint32_t *seq = malloc(WIRE_COOP_KV_MAX_SEQS * sizeof *seq);
+    uint32_t *n = malloc(WIRE_COOP_KV_MAX_SEQS * sizeof *n);
     char err[ERRMSG_LEN];
-    if (wire_coop_kv_req_decode(&q, w->msg, w->len, err)) return; /* checked on the fabric thread */
+    if (!j || !seq || !n ||
+        wire_coop_kv_req_decode(&j->q, w->msg, w->len, seq, n, WIRE_COOP_KV_MAX_SEQS, err)) {
+        if (!j || !seq || !n) log_error("coop", "peer %d: out of memory for a KV request", w->peer);
+        free(j), free(seq), free(n); /* a bad one was refused on the fabric thread */
+        return;
+    }
+    j->peer = w->peer;
+    j->layer = j->q.layer0;
+    j->t0 = clock_now();
+    struct kvjob **link = &c->kv_jobs;
+    while (*link) {
+        if ((*link)->peer == w->peer) {
+            struct kvjob *old = *link;
+            *link = old->next;
+            log_warn("coop", "peer %d: KV request %llu replaces %llu, not finished", w->peer,
+                     (unsigned long long)j->q.req, (unsigned long long)old->q.req);
+            kvjob_free(c, old);
+            continue;
+        }
+        link = &(*link)->next;
+    }
+    *link = j;
+}
+
+/* Why sequence i of job j cannot be sent (NULL: it can). */
+static const char *kv_refusal(struct coop *c, const struct kvjob *j, const struct hseq *h,
+                              char *err)
+{
     const struct kv_cache *kv = &c->e->kv;
     uint8_t dt = kv->type == KV_F32 ? WIRE_F32 : WIRE_F16;
-    struct hseq *h = hs_find(c, w->peer, q.seq);
-    if (!h) return kv_reply_error(c, w->peer, &q, "the sequence is not open here");
+    const struct wire_coop_kv_req *q = &j->q;
+    if (!h) return "the sequence is not open here";
     if (c->e->be->kv_on_device) {
-        snprintf(err, sizeof err, "the helper's %s backend keeps its KV on the device",
+        snprintf(err, ERRMSG_LEN, "the helper's %s backend keeps its KV on the device",
                  c->e->be->name);
-        return kv_reply_error(c, w->peer, &q, err);
+        return err;
     }
-    if (q.dtype != dt) {
-        snprintf(err, sizeof err, "the helper's KV cache is %s, the request wants %s",
-                 kv_type_name(kv->type), q.dtype == WIRE_F32 ? "f32" : "f16");
-        return kv_reply_error(c, w->peer, &q, err);
+    if (q->dtype != dt) {
+        snprintf(err, ERRMSG_LEN, "the helper's KV cache is %s, the request wants %s",
+                 kv_type_name(kv->type), q->dtype == WIRE_F32 ? "f32" : "f16");
+        return err;
     }
-    if (q.n > (uint32_t)h->n_pos || q.layer0 < (uint32_t)h->max_layer) {
-        snprintf(err, sizeof err,
+    if (q->n[j->i] > (uint32_t)h->n_pos || q->layer0 < (uint32_t)h->max_layer) {
+        snprintf(err, ERRMSG_LEN,
                  "layers [%u, %u) of positions [0, %u) asked, layers [%d, %d) of positions [0, %d) "
                  "are here",
-                 q.layer0, q.layer1, q.n, h->max_layer, c->L, h->n_pos);
-        return kv_reply_error(c, w->peer, &q, err);
+                 q->layer0, q->layer1, q->n[j->i], h->max_layer, c->L, h->n_pos);
+        return err;
     }
+    return NULL;
+}
+
+/* One between-step window of job j: chunks of at most WIRE_MAX_MSG bytes, sequence by sequence,
+ * layer by layer, until the job ends or *budget bytes are spent. 1 when the job is done (or its
+ * peer is gone), 0 when it goes on in the next window. */
+static int kv_window(struct coop *c, struct kvjob *j, size_t *budget)
+{
+    const struct kv_cache *kv = &c->e->kv;
+    uint8_t dt = kv->type == KV_F32 ? WIRE_F32 : WIRE_F16;
     uint32_t per = wire_coop_kv_max_rows((uint32_t)kv->kv_dim, dt);
-    unsigned long long sent = 0;
-    int chunks = 0;
-    for (uint32_t l = q.layer0; l < q.layer1; l++) {
-        for (uint32_t p0 = 0; p0 < q.n; p0 += per) {
-            uint32_t n = q.n - p0 < per ? q.n - p0 : per;
-            kv_rows_read(kv, (int)l, h->blocks, (int)p0, (int)n, c->kv_k, c->kv_v);
-            struct wire_coop_kv m = {.req = q.req,
-                                     .seq = q.seq,
-                                     .layer = l,
-                                     .pos0 = p0,
-                                     .n = n,
-                                     .kv_dim = (uint32_t)kv->kv_dim,
-                                     .dtype = dt,
-                                     .k_src = c->kv_k,
-                                     .v_src = c->kv_v};
-            int fault = chunks++ == 0 ? c->cfg.test_kv_fault : KV_FAULT_NONE;
-            if (fault == KV_FAULT_SEQ) m.seq++;
-            if (fault == KV_FAULT_LAYER) m.layer++;
-            size_t len = wire_coop_kv_encode(c->out, WIRE_MAX_MSG, &m);
-            if (fault == KV_FAULT_SHORT && len) len -= 3;
-            if (!len || fabric_node_send(c->cfg.fabric, w->peer, c->out, len, err)) {
-                log_warn("coop", "peer %d: KV of sequence %u: a chunk was not sent: %s", w->peer,
-                         q.seq, len ? err : "encoding failed");
-                return;
+    const struct wire_coop_kv_req *q = &j->q;
+    char err[ERRMSG_LEN];
+    j->windows++;
+    while (j->i < q->count) {
+        if (*budget == 0) return 0;
+        struct hseq *h = hs_find(c, j->peer, q->seq[j->i]);
+        if (j->layer == q->layer0 && j->pos == 0) {
+            const char *why = kv_refusal(c, j, h, err);
+            if (why) {
+                kv_reply_error(c, j->peer, q, j->i, why);
+                j->i++;
+                continue;
             }
-            sent += len;
-            if (fault == KV_FAULT_DIE) {
-                log_warn("coop", "test: exiting during the KV transfer of sequence %u", q.seq);
-                usleep(300000); /* the first chunk leaves */
-                _exit(70);
-            }
+        } else if (!h) { /* closed while we sent it: the joiner gave the transfer up */
+            return 1;
+        }
+        uint32_t total = q->n[j->i], n = total - j->pos < per ? total - j->pos : per;
+        kv_rows_read(kv, (int)j->layer, h->blocks, (int)j->pos, (int)n, c->kv_k, c->kv_v);
+        struct wire_coop_kv m = {.req = q->req,
+                                 .seq = q->seq[j->i],
+                                 .layer = j->layer,
+                                 .pos0 = j->pos,
+                                 .n = n,
+                                 .kv_dim = (uint32_t)kv->kv_dim,
+                                 .dtype = dt,
+                                 .k_src = c->kv_k,
+                                 .v_src = c->kv_v};
+        int fault = j->chunks++ == 0 ? c->cfg.test_kv_fault : KV_FAULT_NONE;
+        if (fault == KV_FAULT_SEQ) m.seq++;
+        if (fault == KV_FAULT_LAYER) m.layer++;
+        size_t len = wire_coop_kv_encode(c->out, WIRE_MAX_MSG, &m);
+        if (fault == KV_FAULT_SHORT && len) len -= 3;
+        if (!len || fabric_node_send(c->cfg.fabric, j->peer, c->out, len, err)) {
+            log_warn("coop", "peer %d: KV of sequence %u: a chunk was not sent: %s", j->peer,
+                     m.seq, len ? err : "encoding failed");
+            return 1;
+        }
+        j->sent += len;
+        *budget = len < *budget ? *budget - len : 0;
+        if (fault == KV_FAULT_DIE) {
+            log_warn("coop", "test: exiting during the KV transfer of sequence %u", m.seq);
+            usleep(300000); /* the first chunk leaves */
+            _exit(70);
+        }
+        if ((j->pos += n) == total) {
+            j->pos = 0;
+            if (++j->layer == q->layer1) j->layer = q->layer0, j->i++;
         }
     }
-    if (c->m) atomic_fetch_add_explicit(&c->m->coop_kv_served_bytes, sent, memory_order_relaxed);
+    return 1;
+}
+
+/* Between two of our steps: the KV answers under way, at most KV_WINDOW_BYTES in all, so that a
+ * transfer delays our next step by at most that much reading and sending (see KV_WINDOW_BYTES).
+ * 1 if any work was done (the scheduler comes back without sleeping while a job is left). */
+static int kv_pump(struct coop *c)
+{
+    size_t budget = KV_WINDOW_BYTES;
+    int did = c->kv_jobs != NULL;
+    for (struct kvjob **link = &c->kv_jobs; *link && budget;) {
+        struct kvjob *j = *link;
+        if (!kv_window(c, j, &budget)) break; /* the budget is spent: the rest next window */
+        *link = j->next;
+        log_info("coop",
+                 "peer %d: KV of layers [%u, %u) of %u sequences sent: %.2f MB in %d chunks, %d "
+                 "between-step windows, %.1f ms",
+                 j->peer, j->q.layer0, j->q.layer1, j->q.count, (double)j->sent / 1e6, j->chunks,
+                 j->windows, (clock_now() - j->t0) * 1e3);
+        kvjob_free(c, j);
+    }
+    return did;
+}
+
+/* A peer left: its answers under way are dropped. */
+static void kv_jobs_drop(struct coop *c, int peer)
+{
+    for (struct kvjob **link = &c->kv_jobs; *link;) {
+        struct kvjob *j = *link;
+        if (peer >= 0 && j->peer != peer) {
+            link = &j->next;
+            continue;
+        }
+        *link = j->next;
+        kvjob_free(c, j);
+    }
 }
 
 static void do_close(struct coop *c, const struct work *w)
@@ -1428,6 +1727,7 @@ static int hook_serve(void *ctx)
             int dropped = 0;
             for (int i = c->n_hs - 1; i >= 0; i--)
                 if (c->hs[i].peer == w->peer) hs_drop(c, &c->hs[i]), dropped++;
+            kv_jobs_drop(c, w->peer);
             if (dropped)
                 log_info("coop", "peer %d left: its %d sequences' KV freed", w->peer, dropped);
             break;
@@ -1436,7 +1736,7 @@ static int hook_serve(void *ctx)
         free(w);
         w = next;
     }
-    return did;
+    return kv_pump(c) | did;
 }
 
 struct sched_coop coop_sched_hooks(struct coop *c)
