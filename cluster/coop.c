@@ -144,6 +144,7 @@ int coop_kv_fault_parse(const char *s)
            : !strcmp(s, "layer") ? KV_FAULT_LAYER
            : !strcmp(s, "short") ? KV_FAULT_SHORT
            : !strcmp(s, "die")   ? KV_FAULT_DIE
+           : !strcmp(s, "refuse") ? KV_FAULT_REFUSE
                                  : -1;
 }
 
@@ -1254,8 +1255,8 @@ static void hook_fill(void *ctx, int n_seqs, const unsigned *seq, const int *con
         }
         log_info("coop",
                  "KV of layers [%d, %d) of %d sequences (%ld positions) in one request: %d "
-                 "transferred (%.2f MB in %.1f ms), %d refused%s",
-                 k0, k1, f.m, pos, moved, (double)bytes / 1e6, secs * 1e3, refused,
+                 "transferred (%zu bytes in %.1f ms), %d refused%s",
+                 k0, k1, f.m, pos, moved, bytes, secs * 1e3, refused,
                  r ? ", the rest not sent" : "");
         /* the helper went away: the upper layers' KV went with it, unless none is left there */
         if (r == -2 && k1 < c->L) {
@@ -1574,6 +1575,8 @@ static const char *kv_refusal(struct coop *c, const struct kvjob *j, const struc
     uint8_t dt = kv->type == KV_F32 ? WIRE_F32 : WIRE_F16;
     const struct wire_coop_kv_req *q = &j->q;
     if (!h) return "the sequence is not open here";
+    if (c->cfg.test_kv_fault == KV_FAULT_REFUSE && j->i == 1 && q->count > 1)
+        return "test: the second sequence of a request is refused";
     if (c->e->be->kv_on_device) {
         snprintf(err, ERRMSG_LEN, "the helper's %s backend keeps its KV on the device",
                  c->e->be->name);
@@ -1654,21 +1657,22 @@ static int kv_window(struct coop *c, struct kvjob *j, size_t *budget)
     return 1;
 }
 
-/* Between two of our steps: the KV answers under way, at most KV_WINDOW_BYTES in all, so that a
- * transfer delays our next step by at most that much reading and sending (see KV_WINDOW_BYTES).
+/* Between two of our steps: the KV answers under way, at most kv_window (KV_WINDOW_BYTES) bytes
+ * in all, so that a transfer delays our next step by at most that much reading and sending; a
+ * window always sends at least one chunk (at most WIRE_MAX_MSG).
  * 1 if any work was done (the scheduler comes back without sleeping while a job is left). */
 static int kv_pump(struct coop *c)
 {
-    size_t budget = KV_WINDOW_BYTES;
+    size_t budget = c->cfg.kv_window ? c->cfg.kv_window : KV_WINDOW_BYTES;
     int did = c->kv_jobs != NULL;
     for (struct kvjob **link = &c->kv_jobs; *link && budget;) {
         struct kvjob *j = *link;
         if (!kv_window(c, j, &budget)) break; /* the budget is spent: the rest next window */
         *link = j->next;
         log_info("coop",
-                 "peer %d: KV of layers [%u, %u) of %u sequences sent: %.2f MB in %d chunks, %d "
+                 "peer %d: KV of layers [%u, %u) of %u sequences sent: %llu bytes in %d chunks, %d "
                  "between-step windows, %.1f ms",
-                 j->peer, j->q.layer0, j->q.layer1, j->q.count, (double)j->sent / 1e6, j->chunks,
+                 j->peer, j->q.layer0, j->q.layer1, j->q.count, j->sent, j->chunks,
                  j->windows, (clock_now() - j->t0) * 1e3);
         kvjob_free(c, j);
     }

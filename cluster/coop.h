@@ -7,10 +7,12 @@
  * those sequences, samples with the sequence's sampler (sent once in MSG_COOP_OPEN, its generator
  * state returned with every token) and answers MSG_COOP_TOKENS; the step completes when the reply
  * comes. k moves up only, between steps: the KV of the layers that became local is transferred
- * from the helper (MSG_COOP_KV_REQ answered by MSG_COOP_KV chunks, read by the helper's compute
- * thread between its steps) or recomputed from the saved inputs of layer k, whichever a cost
- * estimate says is faster (--coop-kv; docs/cluster.md has the figures); a transfer that fails or
- * is refused falls back to recompute. At k = L the joiner serves alone and closes its sequences
+ * from the helper (one MSG_COOP_KV_REQ naming every running sequence, answered by MSG_COOP_KV
+ * chunks that the helper's compute thread reads out between its steps, at most kv_window bytes
+ * (4 MiB) per between-step window, and that the joiner installs as they arrive) or recomputed from
+ * the saved inputs of layer k (all sequences' rows in the same engine calls), whichever a cost
+ * estimate says is faster (--coop-kv; docs/cluster.md has the figures); a sequence whose transfer
+ * fails or is refused is recomputed. At k = L the joiner serves alone and closes its sequences
  * at the helper (MSG_COOP_CLOSE), which frees their KV.
  *
  * Before the embedding: a pulling joiner serves as soon as its header has verified and its helper
@@ -54,9 +56,10 @@ enum coop_kv_fault {
     KV_FAULT_LAYER, /* the first chunk names the next layer */
     KV_FAULT_SHORT, /* the first chunk is cut 3 bytes short */
     KV_FAULT_DIE,   /* the helper exits after sending the first chunk */
+    KV_FAULT_REFUSE, /* the second sequence of a request is refused (status 1), the rest sent */
 };
 /* "auto" | "transfer" | "recompute" | "compare" -> enum coop_kv, -1 otherwise; likewise
- * "seq" | "layer" | "short" | "die" -> enum coop_kv_fault. */
+ * "seq" | "layer" | "short" | "die" | "refuse" -> enum coop_kv_fault. */
 int coop_kv_parse(const char *s);
 int coop_kv_fault_parse(const char *s);
 
@@ -75,6 +78,7 @@ struct coop_config {
     int kv_mode;          /* enum coop_kv */
     /* helper: serve remote sequences (a node that holds the whole model) */
     int serve_remote;
+    size_t kv_window;  /* KV answer bytes sent between two of our steps (0: KV_WINDOW_BYTES) */
     int test_kv_fault; /* enum coop_kv_fault */
 };
 

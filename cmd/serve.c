@@ -52,6 +52,7 @@ struct serve_opts {
     int coop_timeout_ms;
     int coop_kv;       /* enum coop_kv */
     int test_kv_fault; /* enum coop_kv_fault */
+    long coop_kv_window; /* bytes of KV answers a helper sends between two of its steps (0: 4 MiB) */
     int helper_peer;   /* the coop helper's index in fab.peers (a chained joiner pulls from 0) */
     struct control_cfg cluster; /* the control plane, with --cluster (cluster/control.h) */
 };
@@ -69,7 +70,7 @@ static int parse_coop_kv(const char *v, void *dst, char *err)
 static int parse_kv_fault(const char *v, void *dst, char *err)
 {
     int f = coop_kv_fault_parse(v);
-    if (f < 0) return errmsg_set(err, "--test-kv-fault %s: want seq, layer, short or die", v);
+    if (f < 0) return errmsg_set(err, "--test-kv-fault %s: want seq, layer, short, die or refuse", v);
     *(int *)dst = f;
     return 0;
 }
@@ -117,8 +118,9 @@ static int serve_options(struct serve_opts *o, struct opt *t)
         {"--coop-dtype", OPT_STR, &o->coop_dtype, 0, 0, NULL, "f32|f16|bf16"},
         {"--coop-timeout-ms", OPT_INT, &o->coop_timeout_ms, 1, 3600000, NULL, "MS"},
         {"--coop-kv", OPT_PARSE, &o->coop_kv, 0, 0, parse_coop_kv, "transfer|recompute|auto"},
+        {"--coop-kv-window", OPT_LONG, &o->coop_kv_window, 1, 1L << 30, NULL, "BYTES"},
         {"--test-kv-fault", OPT_PARSE, &o->test_kv_fault, 0, 0, parse_kv_fault,
-         "seq|layer|short|die"},
+         "seq|layer|short|die|refuse"},
         {"--weight-rate", OPT_DOUBLE, &o->weight_rate_mbs, 0, 1e6, NULL, "MB/s"},
         {"--stop-the-world", OPT_FLAG, &o->stop_the_world, 0, 0, NULL, NULL},
         {"--resident-layers", OPT_INT, &o->resident_layers, 0, 1 << 16, NULL, "K"},
@@ -144,6 +146,8 @@ static int usage(void)
             "  --coop-dtype: the activations it sends, f32 exact (docs/cluster.md);\n"
             "  --coop-kv: how the KV of layers that become local arrives (auto: the faster by\n"
             "  measured costs; compare: both, timed and checked, for benchmarks);\n"
+            "  --coop-kv-window: bytes of KV answers a helper sends between two of its steps\n"
+            "  (default 4 MiB: what a transfer may add to one of its steps);\n"
             "  --test-kv-fault: a helper that answers KV requests wrongly (tests)\n"
             "  without -m, with --peers: pull the model from the peers into the arena and serve\n"
             "  with the first peer's help as soon as the header has verified and the peer is\n"
@@ -563,6 +567,7 @@ static int start_coop(struct serve *sv, const struct serve_opts *o, char *err)
                              .kv_mode = o->coop_kv,
                              /* a cluster member that completes its join can help the next */
                              .serve_remote = !joiner || control_enabled(&o->cluster),
+                             .kv_window = (size_t)o->coop_kv_window,
                              .test_kv_fault = o->test_kv_fault};
     if (!(sv->coop = coop_new(&cc, err)) || coop_attach(sv->coop, err) ||
         (pulling && fabric_node_start(sv->fabric, err)) || (pulling && wait_servable(sv, o, err)))

@@ -5,7 +5,7 @@
 # byte-identical to the helper serving alone, for the real tiny model and a 24-layer synthetic
 # one, with several concurrent requests, whether the KV of the layers that become local is
 # transferred from the helper or recomputed (--coop-kv transfer|recompute; compare checks the two
-# give the same bytes), also when the joiner starts without its embedding (token ids to the
+# give the same bytes; all the running sequences' KV in one request, or one batched recompute), also when the joiner starts without its embedding (token ids to the
 # helper); f16 activations are run and their divergence reported; /metrics shows the split. One
 # line per scenario.
 set -u
@@ -19,14 +19,15 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 metric() { curl -s "$1/metrics" | awk -v n="$2" '$1 == n {print $2}'; }
 CHECKS="python3 tests/lib/cluster_checks.py"
 
-# helper_and_joiner NAME JOINER-ARGS...: a helper (all layers, listening on the fabric) and a
-# joiner peered with it; sets HELPER_URL, JOINER_URL, HELPER_PID, JOINER_PID.
+# helper_and_joiner NAME JOINER-ARGS...: a helper (all layers, listening on the fabric, with
+# $HELPER_ARGS) and a joiner peered with it; sets HELPER_URL, JOINER_URL, HELPER_PID, JOINER_PID.
 helper_and_joiner() {
     local name=$1
     shift
     FP=$(free_port)
+    # shellcheck disable=SC2086 # HELPER_ARGS: extra helper options, split on spaces
     serve_start "$name-helper" --fabric tcp --listen "127.0.0.1:$FP" --key-file "$W/key" -v \
-        || return 1
+        ${HELPER_ARGS:-} || return 1
     HELPER_URL=$SERVE_URL HELPER_PID=$SERVE_PID HELPER_LOG=$SERVE_LOG
     serve_start "$name-joiner" --fabric tcp --peers "127.0.0.1:$FP" --key-file "$W/key" -v "$@" \
         || return 1
@@ -62,6 +63,16 @@ for kv in transfer recompute; do
         k=$(metric "$JOINER_URL" strata_coop_k)
         left=$(metric "$HELPER_URL" strata_coop_remote_sequences)
         if [ $kv = transfer ]; then
+            # several sequences handed over in one batch: one request, every one transferred, the
+            # helper's answer in between-step windows
+            batch=$(grep -o "KV of layers \[[0-9]*, [0-9]*) of [2-9] sequences ([0-9]* positions) in one request: [2-9] transferred.*" "$JOINER_LOG" | head -1)
+            nb=$(echo "$batch" | sed -E 's/.* of ([0-9]) sequences .*/\1/')
+            sent=$(grep -o "KV of layers \[[0-9]*, [0-9]*) of $nb sequences sent: .*" "$HELPER_LOG" | head -1)
+            if [ -n "$batch" ] && [ -n "$sent" ] && echo "$batch" | grep -q ": $nb transferred.*0 refused$"; then
+                ok "coop KV of $nb sequences handed over in one batch: joiner: $batch; helper: $sent"
+            else
+                not_ok "coop KV batch: joiner '$batch', helper '$sent'"
+            fi
             how="$moved layer transfers ($kvb bytes, = the helper's $sentb), $fills recomputes"
             [ "${moved:-0}" -gt 0 ] && [ "${fills:-1}" = 0 ] && [ "${kvb:-0}" -gt 0 ] &&
                 [ "$kvb" = "$sentb" ]
@@ -81,6 +92,27 @@ for kv in transfer recompute; do
         not_ok "coop tiny, KV $kv: start"
     fi
 done
+
+# 1a. the batched handover spread over many of the helper's between-step windows: a window of one
+#    byte (--coop-kv-window 1) lets one chunk out per window; still one request per rise, every
+#    sequence transferred, the text exact
+if HELPER_ARGS="--coop-kv-window 1" helper_and_joiner "tiny-window" --resident-schedule 0:1,10:3,30:5 --coop-kv transfer; then
+    out=$($CHECKS same "$HELPER_URL" "$JOINER_URL" 2>&1)
+    rc=$?
+    sent=$(grep -o "KV of layers \[[0-9]*, [0-9]*) of [2-9] sequences sent: [0-9]* bytes in [0-9]* chunks, [0-9]* between-step windows.*" "$HELPER_LOG" | head -1)
+    chunks=$(echo "$sent" | sed -E 's/.* in ([0-9]+) chunks.*/\1/')
+    windows=$(echo "$sent" | sed -E 's/.* chunks, ([0-9]+) between-step.*/\1/')
+    fills=$(metric "$JOINER_URL" strata_coop_fill_layers_total)
+    if [ $rc = 0 ] && [ -n "$sent" ] && [ "${windows:-0}" -gt 1 ] && [ "$windows" -ge "$chunks" ] &&
+        [ "${fills:-1}" = 0 ]; then
+        ok "coop KV batch in one-chunk windows: $out; helper: $sent"
+    else
+        not_ok "coop KV one-chunk windows: '$out', helper '$sent', $fills recomputes"
+    fi
+    stop_both
+else
+    not_ok "coop KV one-chunk windows: start"
+fi
 
 # 1b. the joiner serves before its embedding has arrived ("STEP:e" in the schedule): its first
 #    steps go to the helper as token ids (the helper embeds), then the embedding arrives and k
@@ -160,7 +192,7 @@ if build/tools/synth_model --shape 64,172,24,8,4,512,256 --type f32 --seed 5 -o 
                 same=$(grep -c "recompute .* ms: identical bytes" "$JOINER_LOG")
                 differ=$(grep -c "DIFFERENT bytes" "$JOINER_LOG")
                 [ "$same" -gt 0 ] && [ "$differ" = 0 ] &&
-                    ok "coop KV transferred = KV recomputed, byte for byte, on $same handovers x sequences" ||
+                    ok "coop KV transferred = KV recomputed, byte for byte, on $same handovers (each of all the running sequences, batched)" ||
                     not_ok "coop KV compare: $same identical, $differ different"
             fi
             stop_both
@@ -179,7 +211,7 @@ if build/tools/synth_model --shape 64,172,24,8,4,512,256 --type f32 --seed 5 -o 
         same=$(grep -c "recompute .* ms: identical bytes" "$JOINER_LOG")
         differ=$(grep -c "DIFFERENT bytes" "$JOINER_LOG")
         [ "$same" -gt 0 ] && [ "$differ" = 0 ] &&
-            ok "coop KV of token-id positions: transferred = embedded and recomputed here, byte for byte, on $same handovers x sequences" ||
+            ok "coop KV of token-id positions: transferred = embedded and recomputed here, byte for byte, on $same batched handovers" ||
             not_ok "coop KV compare without the embedding: $same identical, $differ different"
         stop_both
     else
