@@ -32,6 +32,7 @@
 struct jseq {
     unsigned id;
     unsigned session; /* the helper connection it was opened on */
+    int helper;       /* that helper's fabric peer */
     int opened;
     float *x; /* ctx x dim */
     int *xl;  /* ctx */
@@ -93,6 +94,7 @@ struct coop {
     int have_reply;
     unsigned session; /* bumped when the helper connection closes */
     int helper_open;
+    atomic_int helper; /* the helper's fabric peer: cfg.helper_peer, or an alternative */
     char helper_why[256];
     /* KV transfers: the request being answered (0: none) and its chunks, under mu */
     uint64_t kv_want, kv_req_id;
@@ -216,6 +218,7 @@ struct coop *coop_new(const struct coop_config *cfg, char *err)
         free(c);
         return NULL;
     }
+    atomic_init(&c->helper, cfg->helper_peer);
     atomic_init(&c->target, cfg->resident);
     atomic_init(&c->k_now, cfg->resident);
     atomic_init(&c->emb_target, !c->cfg.embedding_remote);
@@ -513,7 +516,7 @@ static int on_kv_req(void *ctx, struct fabric_node *fn, int peer, const uint8_t 
 static int on_kv(void *ctx, struct fabric_node *fn, int peer, const uint8_t *msg, size_t len)
 {
     struct coop *c = ctx;
-    if (peer != c->cfg.helper_peer) {
+    if (peer != atomic_load(&c->helper)) {
         log_warn("coop", "peer %d (%s): KV from a node that is not our helper", peer,
                  fabric_node_peer_name(fn, peer));
         return -1;
@@ -542,7 +545,7 @@ static int on_kv(void *ctx, struct fabric_node *fn, int peer, const uint8_t *msg
 static int on_tokens(void *ctx, struct fabric_node *fn, int peer, const uint8_t *msg, size_t len)
 {
     struct coop *c = ctx;
-    if (peer != c->cfg.helper_peer) {
+    if (peer != atomic_load(&c->helper)) {
         log_warn("coop", "peer %d (%s): tokens from a node that is not our helper", peer,
                  fabric_node_peer_name(fn, peer));
         return -1;
@@ -556,22 +559,49 @@ static int on_tokens(void *ctx, struct fabric_node *fn, int peer, const uint8_t 
     return 0;
 }
 
+/* 1 when peer may be our helper: the configured one or an alternative. */
+static int helper_candidate(const struct coop *c, int peer)
+{
+    if (c->cfg.helper_peer < 0) return 0;
+    if (peer == c->cfg.helper_peer) return 1;
+    for (int i = 0; i < c->cfg.n_alt_helpers; i++)
+        if (c->cfg.alt_helpers[i] == peer) return 1;
+    return 0;
+}
+
 static void on_peer(void *ctx, struct fabric_node *fn, int peer, int state, const char *why)
 {
     struct coop *c = ctx;
-    if (peer == c->cfg.helper_peer) {
+    if (helper_candidate(c, peer)) {
+        int cur = atomic_load(&c->helper), took = -1;
         pthread_mutex_lock(&c->mu);
-        if (state == TP_OPEN) {
+        if (peer == cur && state == TP_OPEN) {
             c->helper_open = 1;
-        } else {
+        } else if (peer == cur) {
             c->helper_open = 0;
             c->session++;
             snprintf(c->helper_why, sizeof c->helper_why, "%s", why && *why ? why : "closed");
             pthread_cond_broadcast(&c->cv);
+            /* another node that serves the model, connected already, takes over */
+            for (int i = 0; i < c->cfg.n_alt_helpers && took < 0; i++)
+                if (c->cfg.alt_helpers[i] != peer && fabric_node_peer_open(fn, c->cfg.alt_helpers[i]))
+                    took = c->cfg.alt_helpers[i];
+        } else if (state == TP_OPEN && !c->helper_open && c->cfg.n_alt_helpers) {
+            took = peer; /* ours is gone: the first candidate to connect takes over */
+        }
+        if (took >= 0) {
+            atomic_store(&c->helper, took);
+            c->helper_open = 1;
         }
         pthread_mutex_unlock(&c->mu);
-        if (state == TP_OPEN)
+        if (peer == cur && state == TP_OPEN)
             log_info("coop", "helper %s connected", fabric_node_peer_name(fn, peer));
+        if (took >= 0)
+            log_info("coop",
+                     "helper %s is gone (%s): %s serves the model too and is the helper from now "
+                     "on (the sequences open at %s fail)",
+                     fabric_node_peer_name(fn, cur), c->helper_why, fabric_node_peer_name(fn, took),
+                     fabric_node_peer_name(fn, cur));
     }
     if (state == TP_CLOSED && c->cfg.serve_remote) {
         struct peer_state *p = &c->ps[peer];
@@ -638,13 +668,13 @@ static void js_drop(struct coop *c, struct jseq *j)
     *j = c->js[--c->n_js];
 }
 
-static int send_close(struct coop *c, const uint32_t *ids, uint32_t n)
+static int send_close(struct coop *c, int helper, const uint32_t *ids, uint32_t n)
 {
     char err[ERRMSG_LEN];
     while (n) {
         uint32_t m = n > 4096 ? 4096 : n;
         size_t len = wire_coop_close_encode(c->out, WIRE_MAX_MSG, ids, m);
-        if (!len || fabric_node_send(c->cfg.fabric, c->cfg.helper_peer, c->out, len, err))
+        if (!len || fabric_node_send(c->cfg.fabric, helper, c->out, len, err))
             return -1;
         ids += m, n -= m;
     }
@@ -684,15 +714,15 @@ static int hook_ready(void *ctx)
 }
 
 /* Wait for the reply to step `step`; the helper leaving or the timeout fail it. */
-static int wait_reply(struct coop *c, uint64_t step, unsigned session, struct wire_coop_tokens *t,
-                      char *err)
+static int wait_reply(struct coop *c, int helper_peer, uint64_t step, unsigned session,
+                      struct wire_coop_tokens *t, char *err)
 {
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
     until.tv_sec += c->cfg.timeout_ms / 1000;
     until.tv_nsec += (long)(c->cfg.timeout_ms % 1000) * 1000000L;
     if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
-    const char *helper = fabric_node_peer_name(c->cfg.fabric, c->cfg.helper_peer);
+    const char *helper = fabric_node_peer_name(c->cfg.fabric, helper_peer);
     pthread_mutex_lock(&c->mu);
     for (;;) {
         if (c->session != session) {
@@ -731,9 +761,9 @@ static int hook_step(void *ctx, const struct batch *b, int k, const unsigned *se
     struct coop *c = ctx;
     pthread_mutex_lock(&c->mu);
     unsigned session = c->session;
-    int open = c->helper_open;
+    int open = c->helper_open, hp = atomic_load(&c->helper);
     pthread_mutex_unlock(&c->mu);
-    const char *helper = fabric_node_peer_name(c->cfg.fabric, c->cfg.helper_peer);
+    const char *helper = fabric_node_peer_name(c->cfg.fabric, hp);
     if (!open) return errmsg_set(err, "helper %s is not connected", helper);
     /* Sequences new to the helper are opened with their sampler as it is now. */
     for (int i = 0; i < b->n; i++) {
@@ -743,7 +773,7 @@ static int hook_step(void *ctx, const struct batch *b, int k, const unsigned *se
             if (b->pos[i] != 0)
                 return errmsg_set(err,
                                   "helper %s was lost: sequence %u's upper-layer KV went with it",
-                                  helper, seq[i]);
+                                  fabric_node_peer_name(c->cfg.fabric, j->helper), seq[i]);
             j->opened = 0; /* recomputed from its start (preempted): open it again */
         }
         if (j->opened) continue;
@@ -754,10 +784,11 @@ static int hook_step(void *ctx, const struct batch *b, int k, const unsigned *se
                                    .min_p = smp[i]->p.min_p,
                                    .rng = smp[i]->rng};
         size_t len = wire_coop_open_encode(c->out, WIRE_MAX_MSG, &o);
-        if (!len || fabric_node_send(c->cfg.fabric, c->cfg.helper_peer, c->out, len, err))
+        if (!len || fabric_node_send(c->cfg.fabric, hp, c->out, len, err))
             return errmsg_prefix(err, "helper %s: opening sequence %u: ", helper, seq[i]);
         j->opened = 1;
         j->session = session;
+        j->helper = hp;
     }
     /* Our layers (their time per row and layer: the recompute cost model's prior); without the
      * embedding, none: the rows go as token ids (WIRE_TOKENS) and the helper embeds them. */
@@ -814,10 +845,10 @@ static int hook_step(void *ctx, const struct batch *b, int k, const unsigned *se
         pthread_mutex_lock(&c->mu);
         c->have_reply = 0;
         pthread_mutex_unlock(&c->mu);
-        if (fabric_node_send(c->cfg.fabric, c->cfg.helper_peer, c->out, len, err))
+        if (fabric_node_send(c->cfg.fabric, hp, c->out, len, err))
             return errmsg_prefix(err, "helper %s: ", helper);
         struct wire_coop_tokens t;
-        if (wait_reply(c, step, session, &t, err)) return -1;
+        if (wait_reply(c, hp, step, session, &t, err)) return -1;
         if (t.status) return errmsg_set(err, "helper %s: %s", helper, t.error);
         if (t.n != (uint32_t)want)
             return errmsg_set(err, "helper %s sent %u tokens for %d rows", helper, t.n, want);
@@ -1014,7 +1045,7 @@ static int kv_install(struct coop *c, uint64_t req, unsigned seq, uint32_t n, co
 
 /* Fetch the KV of layers [k0, k1) of every sequence of f from the helper into our blocks: one
  * request naming them all (WIRE_COOP_KV_MAX_SEQS at a time), its chunks installed as they arrive,
- * in the request's order. got[i]: 1 installed, -1 refused by the helper (why at
+ * in the request's order. got[i]: 1 installed, -1 refused by the helper or opened at one that is gone (why at
  * errs + i * ERRMSG_LEN), 0 not (yet). Returns 0 (every sequence answered), -1 a wrong chunk, a
  * timeout, or no helper to ask (err: why; the caller recomputes what did not come, and the
  * scheduler's lost check fails what the helper took with it), -2 the helper went away during the
@@ -1024,20 +1055,28 @@ static int kv_transfer(struct coop *c, const struct fillset *f, int k0, int k1, 
 {
     pthread_mutex_lock(&c->mu);
     unsigned session = c->session;
-    int open = c->helper_open;
+    int open = c->helper_open, hp = atomic_load(&c->helper);
     pthread_mutex_unlock(&c->mu);
     *bytes = 0;
     if (!open) return errmsg_set(err, "the helper is not connected (%s)", c->helper_why);
-    for (int i = 0; i < f->m; i++)
-        if (!f->js[i]->opened || f->js[i]->session != session)
-            return errmsg_set(err, "sequence %u is not open at the helper (%s)", f->js[i]->id,
-                              c->helper_why);
+    /* sequences opened at a helper that is gone (we took another) are not asked for */
+    int *ask = malloc((size_t)f->m * sizeof *ask), n_ask = 0;
+    if (!ask) return errmsg_set(err, "out of memory for a request of %d sequences", f->m);
+    for (int i = 0; i < f->m; i++) {
+        if (f->js[i]->opened && f->js[i]->session == session) {
+            ask[n_ask++] = i;
+            continue;
+        }
+        got[i] = -1;
+        errmsg_set(errs + (size_t)i * ERRMSG_LEN, "sequence %u is not open at helper %s",
+                   f->js[i]->id, fabric_node_peer_name(c->cfg.fabric, hp));
+    }
     int rc = 0;
-    for (int g0 = 0; !rc && g0 < f->m; g0 += WIRE_COOP_KV_MAX_SEQS) {
-        int gm = f->m - g0 < WIRE_COOP_KV_MAX_SEQS ? f->m - g0 : WIRE_COOP_KV_MAX_SEQS;
+    for (int g0 = 0; !rc && g0 < n_ask; g0 += WIRE_COOP_KV_MAX_SEQS) {
+        int gm = n_ask - g0 < WIRE_COOP_KV_MAX_SEQS ? n_ask - g0 : WIRE_COOP_KV_MAX_SEQS;
         for (int i = 0; i < gm; i++) {
-            c->kq_seq[i] = f->js[g0 + i]->id;
-            c->kq_n[i] = (uint32_t)f->n[g0 + i];
+            c->kq_seq[i] = f->js[ask[g0 + i]]->id;
+            c->kq_n[i] = (uint32_t)f->n[ask[g0 + i]];
         }
         struct wire_coop_kv_req q = {.req = ++c->kv_req_id,
                                      .layer0 = (uint32_t)k0,
@@ -1050,12 +1089,12 @@ static int kv_transfer(struct coop *c, const struct fillset *f, int k0, int k1, 
         c->kv_want = q.req;
         pthread_mutex_unlock(&c->mu);
         size_t len = wire_coop_kv_req_encode(c->out, WIRE_MAX_MSG, &q);
-        if (!len || fabric_node_send(c->cfg.fabric, c->cfg.helper_peer, c->out, len, err))
+        if (!len || fabric_node_send(c->cfg.fabric, hp, c->out, len, err))
             rc = len ? -1 : errmsg_set(err, "the request for %d sequences did not encode", gm);
         for (int i = 0, layer = k0, pos = 0; !rc && i < gm;) {
             struct work *w;
             if ((rc = kv_next(c, session, &w, err))) break;
-            int rows = 0, s = g0 + i;
+            int rows = 0, s = ask[g0 + i];
             int r = kv_install(c, q.req, q.seq[i], q.n[i], f->blocks[s], w, layer, pos, &rows,
                                errs + (size_t)s * ERRMSG_LEN);
             if (r < 0) {
@@ -1074,6 +1113,7 @@ static int kv_transfer(struct coop *c, const struct fillset *f, int k0, int k1, 
         }
         kv_forget(c);
     }
+    free(ask);
     return rc;
 }
 
@@ -1232,7 +1272,7 @@ static void hook_fill(void *ctx, int n_seqs, const unsigned *seq, const int *con
     }
     if (transfer && mode == COOP_KV_AUTO) transfer = want_transfer(c, &f, k0, k1);
     if (transfer && mode == COOP_KV_COMPARE) want_transfer(c, &f, k0, k1); /* auto's estimate */
-    const char *helper = fabric_node_peer_name(c->cfg.fabric, c->cfg.helper_peer);
+    const char *helper = fabric_node_peer_name(c->cfg.fabric, js[0]->helper);
     /* per-sequence scratch for the transfer's refusals (in f's order) */
     char *why = transfer ? malloc((size_t)f.m * ERRMSG_LEN) : NULL;
     if (transfer && !why) transfer = 0;
@@ -1325,7 +1365,7 @@ static const char *hook_lost(void *ctx, unsigned seq)
     int lost = j->session != c->session;
     if (lost)
         snprintf(why, sizeof why, "helper %s failed: %s; the KV of layers [%d, %d) went with it",
-                 fabric_node_peer_name(c->cfg.fabric, c->cfg.helper_peer), c->helper_why,
+                 fabric_node_peer_name(c->cfg.fabric, j->helper), c->helper_why,
                  atomic_load(&c->k_now), c->L);
     pthread_mutex_unlock(&c->mu);
     return lost ? why : NULL;
@@ -1338,11 +1378,11 @@ static void hook_all_local(void *ctx)
     uint32_t n = 0;
     pthread_mutex_lock(&c->mu);
     unsigned session = c->session;
-    int open = c->helper_open;
+    int open = c->helper_open, hp = atomic_load(&c->helper);
     pthread_mutex_unlock(&c->mu);
     for (int i = 0; i < c->n_js; i++)
         if (ids && c->js[i].opened && c->js[i].session == session) ids[n++] = c->js[i].id;
-    if (open && n && send_close(c, ids, n))
+    if (open && n && send_close(c, hp, ids, n))
         log_warn("coop", "could not tell the helper to drop %u sequences", n);
     else if (n)
         log_info("coop", "all layers local: the helper drops %u sequences", n);
@@ -1357,9 +1397,10 @@ static void hook_seq_end(void *ctx, unsigned seq)
     if (!j) return;
     pthread_mutex_lock(&c->mu);
     int live = c->helper_open && j->opened && j->session == c->session;
+    int hp = atomic_load(&c->helper);
     pthread_mutex_unlock(&c->mu);
     uint32_t id = seq;
-    if (live) send_close(c, &id, 1);
+    if (live) send_close(c, hp, &id, 1);
     js_drop(c, j);
 }
 

@@ -24,6 +24,11 @@
  * layers. coop_set_embedding_local says the table is here; the scheduler picks it up at its next
  * step boundary, from which steps embed here and send hidden states as above.
  *
+ * Another helper: a joiner given alt_helpers (cluster mode: the other nodes that serve the model)
+ * takes one of them as its helper when its helper's connection closes. The sequences that were
+ * open at the dead helper fail as before (their upper layers' KV went with it; the error names the
+ * dead helper); new sequences are opened at the new helper and served while partial.
+ *
  * Threads: the scheduler's compute thread calls the sched_coop hooks (serving/sched/scheduler.h);
  * the fabric thread runs the message handlers, which validate and queue and never block;
  * coop_set_resident may be called from any thread.
@@ -73,6 +78,11 @@ struct coop_config {
     int embedding_remote; /* the embedding table is not here yet: resident must be 0 */
     const char *schedule; /* tests: "STEP:K,STEP:K,..." (at scheduler step STEP, k becomes K) */
     int helper_peer;      /* fabric peer that runs the rest (configured peers come first: 0) */
+    /* other fabric peers that serve the whole model in their engine (a cluster's other holders):
+     * when the helper's connection closes, the first of them that is connected (or the first to
+     * connect) becomes the helper for the steps from then on */
+    const int *alt_helpers;
+    int n_alt_helpers;
     int dtype;            /* enum wire_dtype of the activations (WIRE_F32: exact) */
     int timeout_ms;       /* a reply later than this fails the step (default 30000) */
     int kv_mode;          /* enum coop_kv */

@@ -54,6 +54,8 @@ struct serve_opts {
     int test_kv_fault; /* enum coop_kv_fault */
     long coop_kv_window; /* bytes of KV answers a helper sends between two of its steps (0: 4 MiB) */
     int helper_peer;   /* the coop helper's index in fab.peers (a chained joiner pulls from 0) */
+    int alt_helpers[SC_MAX_OTHERS]; /* cluster: peers that serve the model too: helpers if ours dies */
+    int n_alt_helpers;
     struct control_cfg cluster; /* the control plane, with --cluster (cluster/control.h) */
 };
 
@@ -560,6 +562,8 @@ static int start_coop(struct serve *sv, const struct serve_opts *o, char *err)
                                  pulling && !weight_node_embedding_ready(sv->weights),
                              .schedule = o->resident_schedule,
                              .helper_peer = joiner ? o->helper_peer : -1,
+                             .alt_helpers = o->alt_helpers,
+                             .n_alt_helpers = joiner ? o->n_alt_helpers : 0,
                              .dtype = !strcmp(o->coop_dtype, "f16")    ? WIRE_F16
                                       : !strcmp(o->coop_dtype, "bf16") ? WIRE_BF16
                                                                        : WIRE_F32,
@@ -752,6 +756,7 @@ static void member_loop(struct serve *sv, struct serve_opts *o, struct scheduler
         o->name = job.model;
         o->fab.peers.n = 0;
         o->helper_peer = 0;
+        o->n_alt_helpers = 0;
         if (job.upstream_fabric[0]) {
             snprintf(peer_buf[0], sizeof peer_buf[0], "%s", job.upstream_fabric);
             o->fab.peers.v[o->fab.peers.n++] = peer_buf[0];
@@ -761,6 +766,7 @@ static void member_loop(struct serve *sv, struct serve_opts *o, struct scheduler
         o->fab.peers.v[o->fab.peers.n++] = peer_buf[1];
         for (int i = 0; i < job.n_other; i++) { /* the stream resumes from these */
             snprintf(peer_buf[2 + i], sizeof peer_buf[2 + i], "%s", job.other_fabric[i]);
+            if (job.other_serves[i]) o->alt_helpers[o->n_alt_helpers++] = o->fab.peers.n;
             o->fab.peers.v[o->fab.peers.n++] = peer_buf[2 + i];
         }
         log_info("serve", "cluster: pulling %s from %s, helper %s", job.model, o->fab.peers.v[0],
