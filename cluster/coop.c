@@ -47,6 +47,7 @@ enum { W_OPEN, W_ACT, W_CLOSE, W_GONE, W_KV_REQ };
 struct work {
     struct work *next;
     int kind, peer;
+    uint32_t layer, rows, wants; /* W_ACT: first layer, rows, rows that want a token */
     size_t len;
     uint8_t msg[];
 };
@@ -103,7 +104,15 @@ struct coop {
     float *v_x;
     struct hseq *hs; /* compute thread */
     int n_hs, cap_hs;
+    struct work *held_head, *held_tail; /* taken from the queue, not run yet (hook_serve) */
     float *hx, *logits;
+    /* a fused step (hook_forward): our rows first, then the remote ones by first layer; fx is
+     * max_tokens x dim, flogits (2 max_seqs) x vocab: our logit rows, then theirs */
+    float *fx, *flogits;
+    int *f_tok, *f_pos, *f_first, *f_rows;
+    const int **f_blocks;
+    struct hseq **f_hs;
+    uint8_t *f_flags;
     uint32_t *a_seq, *a_pos, *a_tok;
     uint8_t *a_flags;
     int *b_pos, *b_tok, *b_rows;
@@ -186,6 +195,12 @@ struct coop *coop_new(const struct coop_config *cfg, char *err)
         free(c);
         return NULL;
     }
+    if (c->cfg.serve_remote && c->cfg.fuse && !c->e->be->batch_invariant) {
+        log_info("coop", "remote steps run apart from ours: the %s backend's rows depend on their "
+                         "batch, so fusing them would change their bits",
+                 c->e->be->name);
+        c->cfg.fuse = 0;
+    }
     atomic_init(&c->target, cfg->resident);
     atomic_init(&c->k_now, cfg->resident);
     pthread_mutex_init(&c->mu, NULL);
@@ -215,10 +230,24 @@ struct coop *coop_new(const struct coop_config *cfg, char *err)
     c->v_tok = malloc(rows * sizeof *c->v_tok);
     c->v_flags = malloc(rows);
     c->v_x = malloc((size_t)rows * c->dim * sizeof *c->v_x);
+    if (c->cfg.serve_remote && c->cfg.fuse) {
+        c->fx = malloc((size_t)T * c->dim * sizeof *c->fx);
+        c->flogits = malloc((size_t)2 * S * c->vocab * sizeof *c->flogits);
+        c->f_tok = calloc((size_t)T, sizeof *c->f_tok);
+        c->f_pos = malloc((size_t)T * sizeof *c->f_pos);
+        c->f_first = malloc((size_t)T * sizeof *c->f_first);
+        c->f_rows = malloc((size_t)T * sizeof *c->f_rows);
+        c->f_blocks = malloc((size_t)T * sizeof *c->f_blocks);
+        c->f_hs = malloc((size_t)T * sizeof *c->f_hs);
+        c->f_flags = malloc((size_t)T);
+    }
+    int fuse_ok = !c->cfg.serve_remote || !c->cfg.fuse ||
+                  (c->fx && c->flogits && c->f_tok && c->f_pos && c->f_first && c->f_rows &&
+                   c->f_blocks && c->f_hs && c->f_flags);
     if (!c->x || !c->out || !c->reply || !c->hx || !c->logits || !c->a_seq || !c->a_pos ||
         !c->a_tok || !c->a_flags || !c->b_pos || !c->b_tok || !c->b_rows || !c->b_blocks ||
         !c->toks || !c->kv_k || !c->kv_v || !c->v_seq || !c->v_pos || !c->v_tok || !c->v_flags ||
-        !c->v_x) {
+        !c->v_x || !fuse_ok) {
         errmsg_set(err, "coop: out of memory for the step buffers");
         coop_free(c);
         return NULL;
@@ -254,7 +283,13 @@ void coop_free(struct coop *c)
         n = w->next;
         free(w);
     }
+    for (struct work *w = c->held_head, *n; w; w = n) {
+        n = w->next;
+        free(w);
+    }
     for (int i = 0; i < FABRIC_MAX_NODE_PEERS; i++) free(c->ps[i].open);
+    free(c->fx), free(c->flogits), free(c->f_tok), free(c->f_pos), free(c->f_first);
+    free(c->f_rows), free(c->f_blocks), free(c->f_hs), free(c->f_flags);
     free(c->x), free(c->out), free(c->reply), free(c->hx), free(c->logits);
     free(c->a_seq), free(c->a_pos), free(c->a_tok), free(c->a_flags);
     free(c->b_pos), free(c->b_tok), free(c->b_rows), free(c->b_blocks), free(c->toks);
@@ -298,13 +333,16 @@ static int ps_find(const struct peer_state *p, unsigned id)
     return -1;
 }
 
-static int queue_work(struct coop *c, int kind, int peer, const uint8_t *msg, size_t len)
+/* Queue a message for the compute thread; act: for activations, their shape as decoded here. */
+static int queue_work(struct coop *c, int kind, int peer, const uint8_t *msg, size_t len,
+                      const struct work *act)
 {
     struct work *w = malloc(sizeof *w + len);
     if (!w) {
         log_error("coop", "out of memory queueing a %zu-byte message from peer %d", len, peer);
         return -1;
     }
+    *w = act ? *act : (struct work){0};
     w->next = NULL;
     w->kind = kind;
     w->peer = peer;
@@ -349,7 +387,7 @@ static int on_open(void *ctx, struct fabric_node *fn, int peer, const uint8_t *m
         p->cap_open = cap;
     }
     p->open[p->n_open++] = o.seq;
-    return queue_work(c, W_OPEN, peer, msg, len);
+    return queue_work(c, W_OPEN, peer, msg, len, NULL);
 }
 
 static int on_close(void *ctx, struct fabric_node *fn, int peer, const uint8_t *msg, size_t len)
@@ -371,7 +409,7 @@ static int on_close(void *ctx, struct fabric_node *fn, int peer, const uint8_t *
         }
         p->open[at] = p->open[--p->n_open];
     }
-    return queue_work(c, W_CLOSE, peer, msg, len);
+    return queue_work(c, W_CLOSE, peer, msg, len, NULL);
 }
 
 /* Everything the compute thread will trust is checked here: shape, layer, positions, that every
@@ -425,7 +463,9 @@ static int on_activations(void *ctx, struct fabric_node *fn, int peer, const uin
         }
     }
     p->last_step = a.step;
-    return queue_work(c, W_ACT, peer, msg, len);
+    struct work shape = {.layer = a.layer, .rows = a.n};
+    for (uint32_t i = 0; i < a.n; i++) shape.wants += (flags[i] & WIRE_ROW_LOGITS) != 0;
+    return queue_work(c, W_ACT, peer, msg, len, &shape);
 }
 
 /* A KV request: the sequence must be this peer's, the layers and positions inside the model. */
@@ -449,7 +489,7 @@ static int on_kv_req(void *ctx, struct fabric_node *fn, int peer, const uint8_t 
                  peer, who, q.layer0, q.layer1, c->L, q.n, c->ctx);
         return -1;
     }
-    return queue_work(c, W_KV_REQ, peer, msg, len);
+    return queue_work(c, W_KV_REQ, peer, msg, len, NULL);
 }
 
 /* A KV chunk: queued for the compute thread if it answers the transfer under way; a chunk of a
@@ -522,7 +562,7 @@ static void on_peer(void *ctx, struct fabric_node *fn, int peer, int state, cons
         int had = p->n_open;
         p->n_open = 0;
         p->last_step = 0;
-        if (had) queue_work(c, W_GONE, peer, NULL, 0);
+        if (had) queue_work(c, W_GONE, peer, NULL, 0, NULL);
     }
 }
 
@@ -1159,6 +1199,55 @@ static void do_open(struct coop *c, const struct work *w)
     if (c->m) atomic_store(&c->m->coop_remote_seqs, c->n_hs);
 }
 
+/* Rows of another node's step: every row's sequence open here, KV blocks for its position. 0, or
+ * -1 (err: why; the step is answered with it). */
+static int remote_rows_ready(struct coop *c, int peer, uint32_t layer, const uint32_t *seq,
+                             const uint32_t *pos, uint32_t n, char *err)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        struct hseq *h = hs_find(c, peer, seq[i]);
+        if (!h) return errmsg_set(err, "sequence %u is not open here", seq[i]);
+        if ((int)pos[i] + 1 > h->n_pos) h->n_pos = (int)pos[i] + 1;
+        if ((int)layer > h->max_layer) h->max_layer = (int)layer;
+        int need = kv_blocks_for(&c->e->kv, (int)pos[i] + 1);
+        while (h->n_blocks < need) {
+            int blk = kv_block_alloc(&c->e->kv);
+            if (blk < 0) return errmsg_set(err, "helper out of KV blocks for sequence %u", h->id);
+            h->blocks[h->n_blocks++] = blk;
+        }
+    }
+    return 0;
+}
+
+/* A remote row's token from its logits (lg, clobbered): end-of-sequence masked where the joiner
+ * asks, drawn with the sequence's sampler, whose generator state goes back with it. */
+static struct wire_coop_token remote_token(struct coop *c, struct hseq *h, uint8_t flags, float *lg)
+{
+    int eos = c->cfg.eos_id, eos2 = c->cfg.bos_id;
+    if (flags & WIRE_ROW_MASK_EOS) {
+        if (eos >= 0 && eos < c->vocab) lg[eos] = -INFINITY;
+        if (eos2 >= 0 && eos2 < c->vocab) lg[eos2] = -INFINITY;
+    }
+    int t = sampler_sample(&h->smp, lg);
+    return (struct wire_coop_token){h->id, (uint32_t)t, h->smp.rng};
+}
+
+/* Answer `peer`'s step with the first n_tok tokens of c->toks; count the step's rows served. */
+static void reply_tokens(struct coop *c, int peer, uint64_t step, uint32_t n_tok, uint32_t rows)
+{
+    char err[ERRMSG_LEN];
+    struct wire_coop_tokens t = {.step = step, .n = n_tok, .tok = c->toks};
+    size_t len = wire_coop_tokens_encode(c->out, WIRE_MAX_MSG, &t);
+    if (!len || fabric_node_send(c->cfg.fabric, peer, c->out, len, err))
+        log_warn("coop", "peer %d: step %llu: the reply was not sent", peer,
+                 (unsigned long long)step);
+    if (c->m) {
+        atomic_fetch_add_explicit(&c->m->coop_served_steps, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&c->m->coop_served_rows, rows, memory_order_relaxed);
+    }
+}
+
+/* Another node's step on its own: layers [layer, L) and the head, in chunks the engine takes. */
 static void do_activations(struct coop *c, const struct work *w)
 {
     struct wire_activations a;
@@ -1166,26 +1255,8 @@ static void do_activations(struct coop *c, const struct work *w)
     if (wire_activations_decode(&a, w->msg, w->len, c->a_seq, c->a_pos, c->a_tok, c->a_flags, c->hx,
                                 c->hx_rows, (size_t)c->hx_rows * c->dim, err))
         return reply_error(c, w->peer, 0, err);
-    /* KV blocks for every row's position */
-    for (uint32_t i = 0; i < a.n; i++) {
-        struct hseq *h = hs_find(c, w->peer, c->a_seq[i]);
-        if (!h) {
-            snprintf(err, sizeof err, "sequence %u is not open here", c->a_seq[i]);
-            return reply_error(c, w->peer, a.step, err);
-        }
-        if ((int)c->a_pos[i] + 1 > h->n_pos) h->n_pos = (int)c->a_pos[i] + 1;
-        if ((int)a.layer > h->max_layer) h->max_layer = (int)a.layer;
-        int need = kv_blocks_for(&c->e->kv, (int)c->a_pos[i] + 1);
-        while (h->n_blocks < need) {
-            int blk = kv_block_alloc(&c->e->kv);
-            if (blk < 0) {
-                snprintf(err, sizeof err, "helper out of KV blocks for sequence %u", h->id);
-                return reply_error(c, w->peer, a.step, err);
-            }
-            h->blocks[h->n_blocks++] = blk;
-        }
-    }
-    /* Layers [layer, L) and the head, in chunks the engine takes. */
+    if (remote_rows_ready(c, w->peer, a.layer, c->a_seq, c->a_pos, a.n, err))
+        return reply_error(c, w->peer, a.step, err);
     int T = c->e->lim.max_tokens, S = c->e->lim.max_seqs;
     uint32_t n_tok = 0;
     for (uint32_t r0 = 0; r0 < a.n;) {
@@ -1212,29 +1283,14 @@ static void do_activations(struct coop *c, const struct work *w)
                      engine_error(c->e));
             return reply_error(c, w->peer, a.step, err);
         }
-        int eos = c->cfg.eos_id, eos2 = c->cfg.bos_id;
         for (int l = 0; l < nl; l++) {
             uint32_t i = r0 + (uint32_t)b.logit_rows[l];
             struct hseq *h = hs_find(c, w->peer, c->a_seq[i]);
-            float *lg = c->logits + (size_t)l * c->vocab;
-            if (c->a_flags[i] & WIRE_ROW_MASK_EOS) {
-                if (eos >= 0 && eos < c->vocab) lg[eos] = -INFINITY;
-                if (eos2 >= 0 && eos2 < c->vocab) lg[eos2] = -INFINITY;
-            }
-            int t = sampler_sample(&h->smp, lg);
-            c->toks[n_tok++] = (struct wire_coop_token){h->id, (uint32_t)t, h->smp.rng};
+            c->toks[n_tok++] = remote_token(c, h, c->a_flags[i], c->logits + (size_t)l * c->vocab);
         }
         r0 += (uint32_t)m;
     }
-    struct wire_coop_tokens t = {.step = a.step, .n = n_tok, .tok = c->toks};
-    size_t len = wire_coop_tokens_encode(c->out, WIRE_MAX_MSG, &t);
-    if (!len || fabric_node_send(c->cfg.fabric, w->peer, c->out, len, err))
-        log_warn("coop", "peer %d: step %llu: the reply was not sent", w->peer,
-                 (unsigned long long)a.step);
-    if (c->m) {
-        atomic_fetch_add_explicit(&c->m->coop_served_steps, 1, memory_order_relaxed);
-        atomic_fetch_add_explicit(&c->m->coop_served_rows, a.n, memory_order_relaxed);
-    }
+    reply_tokens(c, w->peer, a.step, n_tok, a.n);
 }
 
 static void kv_reply_error(struct coop *c, int peer, const struct wire_coop_kv_req *q,
@@ -1330,42 +1386,199 @@ static void do_close(struct coop *c, const struct work *w)
     }
 }
 
-static int hook_serve(void *ctx)
+static void run_work(struct coop *c, const struct work *w)
+{
+    switch (w->kind) {
+    case W_OPEN:
+        do_open(c, w);
+        break;
+    case W_ACT:
+        do_activations(c, w);
+        break;
+    case W_CLOSE:
+        do_close(c, w);
+        break;
+    case W_KV_REQ:
+        do_kv_req(c, w);
+        break;
+    case W_GONE: {
+        int dropped = 0;
+        for (int i = c->n_hs - 1; i >= 0; i--)
+            if (c->hs[i].peer == w->peer) hs_drop(c, &c->hs[i]), dropped++;
+        if (dropped) log_info("coop", "peer %d left: its %d sequences' KV freed", w->peer, dropped);
+        break;
+    }
+    }
+}
+
+/* The queue's work, in order per peer. With hold, a peer's activations wait for our next step
+ * (hook_forward), and so does all that came after them from that peer. */
+static int hook_serve(void *ctx, int hold)
 {
     struct coop *c = ctx;
     pthread_mutex_lock(&c->wmu);
-    struct work *w = c->w_head;
+    struct work *w = c->w_head, *tail = c->w_tail;
     c->w_head = c->w_tail = NULL;
     pthread_mutex_unlock(&c->wmu);
-    int did = w != NULL;
-    while (w) {
-        struct work *next = w->next;
-        switch (w->kind) {
-        case W_OPEN:
-            do_open(c, w);
-            break;
-        case W_ACT:
-            do_activations(c, w);
-            break;
-        case W_CLOSE:
-            do_close(c, w);
-            break;
-        case W_KV_REQ:
-            do_kv_req(c, w);
-            break;
-        case W_GONE: {
-            int dropped = 0;
-            for (int i = c->n_hs - 1; i >= 0; i--)
-                if (c->hs[i].peer == w->peer) hs_drop(c, &c->hs[i]), dropped++;
-            if (dropped)
-                log_info("coop", "peer %d left: its %d sequences' KV freed", w->peer, dropped);
-            break;
+    if (w) {
+        if (c->held_tail)
+            c->held_tail->next = w;
+        else
+            c->held_head = w;
+        c->held_tail = tail;
+    }
+    unsigned char blocked[FABRIC_MAX_NODE_PEERS] = {0};
+    int did = 0;
+    struct work **link = &c->held_head, *kept = NULL;
+    while ((w = *link)) {
+        if (blocked[w->peer] || (hold && w->kind == W_ACT)) {
+            blocked[w->peer] = 1;
+            kept = w;
+            link = &w->next;
+            continue;
         }
+        *link = w->next;
+        run_work(c, w);
+        free(w);
+        did = 1;
+    }
+    c->held_tail = kept;
+    return did;
+}
+
+/* A remote step inside a fused one: its rows [r0, r0 + n) of the batch, its logit rows
+ * [l0, l0 + nl) of the head's. */
+struct fused_step {
+    struct work *w;
+    uint64_t step;
+    int r0, n, l0, nl;
+};
+
+/* Our own step b with the held remote steps fused in. Our rows come first and run the embedding
+ * and every layer; the remote rows follow, grouped by the layer they start at, lowest first, and
+ * join at that layer (engine_layers_fused): layers [0, k_min) run our rows alone, then each
+ * group's rows come in, and the rest of the layers and the head run for all of them, so the
+ * weights of every layer a remote step needs are read once for both. Our logits go to `logits`
+ * for the scheduler to sample; each remote row's token is drawn here and answered per step. A
+ * remote step that does not fit beside ours (rows over max_tokens, logit rows over max_seqs)
+ * runs apart, first. */
+static int hook_forward(void *ctx, const struct batch *b, float *logits, char *err)
+{
+    struct coop *c = ctx;
+    int T = c->e->lim.max_tokens, S = c->e->lim.max_seqs;
+    /* each peer's first held message, when it is activations */
+    struct work *cand[FABRIC_MAX_NODE_PEERS];
+    int n_cand = 0;
+    unsigned char seen[FABRIC_MAX_NODE_PEERS] = {0};
+    struct work **link = &c->held_head, *w, *kept = NULL;
+    while ((w = *link)) {
+        int first = !seen[w->peer];
+        seen[w->peer] = 1;
+        if (first && w->kind == W_ACT) {
+            *link = w->next;
+            w->next = NULL;
+            cand[n_cand++] = w;
+            continue;
+        }
+        kept = w;
+        link = &w->next;
+    }
+    c->held_tail = kept;
+    if (!n_cand) return 1;
+    for (int i = 1; i < n_cand; i++) /* by first layer, stable */
+        for (int j = i; j > 0 && cand[j - 1]->layer > cand[j]->layer; j--) {
+            struct work *t = cand[j];
+            cand[j] = cand[j - 1];
+            cand[j - 1] = t;
+        }
+    int rows = b->n, wants = b->n_logits, n_fuse = 0;
+    for (int i = 0; i < n_cand; i++) {
+        w = cand[i];
+        if (rows + (int)w->rows <= T && wants + (int)w->wants <= S) {
+            rows += (int)w->rows, wants += (int)w->wants;
+            cand[n_fuse++] = w;
+        } else {
+            do_activations(c, w);
+            free(w);
+        }
+    }
+
+    /* the fused batch: our rows, then each remote step's */
+    struct fused_step grp[FABRIC_MAX_NODE_PEERS];
+    int n_grp = 0, n = b->n, nl = b->n_logits;
+    for (int i = 0; i < n; i++) {
+        c->f_tok[i] = b->token[i];
+        c->f_pos[i] = b->pos[i];
+        c->f_blocks[i] = b->blocks[i];
+        c->f_first[i] = 0;
+    }
+    memcpy(c->f_rows, b->logit_rows, (size_t)nl * sizeof *c->f_rows);
+    for (int g = 0; g < n_fuse; g++) {
+        w = cand[g];
+        struct wire_activations a;
+        char why[ERRMSG_LEN];
+        if (wire_activations_decode(&a, w->msg, w->len, c->a_seq, c->a_pos, c->a_tok, c->a_flags,
+                                    c->fx + (size_t)n * c->dim, c->hx_rows,
+                                    (size_t)(T - n) * c->dim, why)) {
+            reply_error(c, w->peer, 0, why);
+            free(w);
+            continue;
+        }
+        if (remote_rows_ready(c, w->peer, a.layer, c->a_seq, c->a_pos, a.n, why)) {
+            reply_error(c, w->peer, a.step, why);
+            free(w);
+            continue;
+        }
+        grp[n_grp] = (struct fused_step){.w = w, .step = a.step, .r0 = n, .n = (int)a.n, .l0 = nl};
+        for (uint32_t i = 0; i < a.n; i++, n++) {
+            struct hseq *h = hs_find(c, w->peer, c->a_seq[i]);
+            c->f_tok[n] = (int)c->a_tok[i];
+            c->f_pos[n] = (int)c->a_pos[i];
+            c->f_blocks[n] = h->blocks;
+            c->f_first[n] = (int)a.layer;
+            c->f_hs[n] = h;
+            c->f_flags[n] = c->a_flags[i];
+            if (c->a_flags[i] & WIRE_ROW_LOGITS) c->f_rows[nl++] = n;
+        }
+        grp[n_grp].nl = nl - grp[n_grp].l0;
+        n_grp++;
+    }
+    if (!n_grp) return 1;
+
+    struct batch fb = {.n = n,
+                       .token = c->f_tok,
+                       .pos = c->f_pos,
+                       .blocks = c->f_blocks,
+                       .n_logits = nl,
+                       .logit_rows = c->f_rows};
+    int rc = engine_embed(c->e, b, c->fx) ||
+             engine_layers_fused(c->e, &fb, c->f_first, c->L, c->fx) ||
+             engine_head(c->e, &fb, c->fx, c->flogits);
+    if (rc) errmsg_set(err, "%s", engine_error(c->e));
+    else
+        memcpy(logits, c->flogits, (size_t)b->n_logits * c->vocab * sizeof *logits);
+    for (int g = 0; g < n_grp; g++) {
+        w = grp[g].w;
+        if (rc) {
+            char why[ERRMSG_LEN];
+            snprintf(why, sizeof why, "helper: the fused step failed: %.300s", err);
+            reply_error(c, w->peer, grp[g].step, why);
+        } else {
+            for (int l = 0; l < grp[g].nl; l++) {
+                int at = grp[g].l0 + l, row = c->f_rows[at];
+                c->toks[l] = remote_token(c, c->f_hs[row], c->f_flags[row],
+                                          c->flogits + (size_t)at * c->vocab);
+            }
+            reply_tokens(c, w->peer, grp[g].step, (uint32_t)grp[g].nl, (uint32_t)grp[g].n);
+            if (c->m) {
+                atomic_fetch_add_explicit(&c->m->coop_fused_steps, 1, memory_order_relaxed);
+                atomic_fetch_add_explicit(&c->m->coop_fused_rows, (unsigned long long)grp[g].n,
+                                          memory_order_relaxed);
+            }
         }
         free(w);
-        w = next;
     }
-    return did;
+    return rc ? -1 : 0;
 }
 
 struct sched_coop coop_sched_hooks(struct coop *c)
@@ -1381,5 +1594,6 @@ struct sched_coop coop_sched_hooks(struct coop *c)
         h.lost = hook_lost;
     }
     if (c->cfg.serve_remote) h.serve = hook_serve;
+    if (c->cfg.serve_remote && c->cfg.fuse) h.forward = hook_forward;
     return h;
 }

@@ -63,6 +63,8 @@ struct coop_config {
     int kv_mode;          /* enum coop_kv */
     /* helper: serve remote sequences (a node that holds the whole model) */
     int serve_remote;
+    int fuse; /* 1: remote steps run inside our own steps (--coop-fuse on, the default), on a
+                 backend whose rows do not depend on their batch; 0: between them */
     int test_kv_fault; /* enum coop_kv_fault */
 };
 

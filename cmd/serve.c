@@ -50,6 +50,7 @@ struct serve_opts {
     const char *resident_schedule, *coop_dtype;
     int coop_timeout_ms;
     int coop_kv;       /* enum coop_kv */
+    int coop_fuse;     /* helper: 1 remote steps inside our own (default), 0 between them */
     int test_kv_fault; /* enum coop_kv_fault */
     int helper_peer;   /* the coop helper's index in fab.peers (a chained joiner pulls from 0) */
     struct control_cfg cluster; /* the control plane, with --cluster (cluster/control.h) */
@@ -62,6 +63,13 @@ static int parse_coop_kv(const char *v, void *dst, char *err)
     int m = coop_kv_parse(v);
     if (m < 0) return errmsg_set(err, "--coop-kv %s: want transfer, recompute, auto or compare", v);
     *(int *)dst = m;
+    return 0;
+}
+
+static int parse_on_off(const char *v, void *dst, char *err)
+{
+    if (strcmp(v, "on") && strcmp(v, "off")) return errmsg_set(err, "%s: want on or off", v);
+    *(int *)dst = !strcmp(v, "on");
     return 0;
 }
 
@@ -115,6 +123,7 @@ static int serve_options(struct serve_opts *o, struct opt *t)
         {"--coop-dtype", OPT_STR, &o->coop_dtype, 0, 0, NULL, "f32|f16|bf16"},
         {"--coop-timeout-ms", OPT_INT, &o->coop_timeout_ms, 1, 3600000, NULL, "MS"},
         {"--coop-kv", OPT_PARSE, &o->coop_kv, 0, 0, parse_coop_kv, "transfer|recompute|auto"},
+        {"--coop-fuse", OPT_PARSE, &o->coop_fuse, 0, 0, parse_on_off, "on|off"},
         {"--test-kv-fault", OPT_PARSE, &o->test_kv_fault, 0, 0, parse_kv_fault,
          "seq|layer|short|die"},
         {"--weight-rate", OPT_DOUBLE, &o->weight_rate_mbs, 0, 1e6, NULL, "MB/s"},
@@ -141,6 +150,8 @@ static int usage(void)
             "  --coop-dtype: the activations it sends, f32 exact (docs/cluster.md);\n"
             "  --coop-kv: how the KV of layers that become local arrives (auto: the faster by\n"
             "  measured costs; compare: both, timed and checked, for benchmarks);\n"
+            "  --coop-fuse: a helper runs a joiner's steps inside its own (on, the default) or\n"
+            "  between them (off: the baseline)\n"
             "  --test-kv-fault: a helper that answers KV requests wrongly (tests)\n"
             "  without -m, with --peers: pull the model from the peers into the arena and serve\n"
             "  with the first peer's help while layers arrive (--stop-the-world: only once every\n"
@@ -165,6 +176,7 @@ static int parse_opts(int argc, char **argv, struct serve_opts *o)
                              .max_body = 1 << 20,
                              .resident_layers = -1,
                              .coop_dtype = "f32",
+                             .coop_fuse = 1,
                              .cluster.remove_ms = CONTROL_REMOVE_MS};
     o->api_key = getenv("STRATA_API_KEY");
     struct opt t[MAX_OPTS];
@@ -534,6 +546,7 @@ static int start_coop(struct serve *sv, const struct serve_opts *o, char *err)
                              .kv_mode = o->coop_kv,
                              /* a cluster member that completes its join can help the next */
                              .serve_remote = !joiner || control_enabled(&o->cluster),
+                             .fuse = o->coop_fuse,
                              .test_kv_fault = o->test_kv_fault};
     if (!(sv->coop = coop_new(&cc, err)) || coop_attach(sv->coop, err) ||
         (pulling && fabric_node_start(sv->fabric, err)) || (pulling && wait_servable(sv, o, err)))

@@ -157,6 +157,11 @@ char *metrics_render(struct serve_metrics *m, size_t *len)
             &m->coop_served_steps);
     counter(&o, "strata_coop_served_rows_total", "Token rows run for other nodes (helper).",
             &m->coop_served_rows);
+    counter(&o, "strata_coop_fused_steps_total",
+            "Of the steps run for other nodes, those fused into one of our own (helper).",
+            &m->coop_fused_steps);
+    counter(&o, "strata_coop_fused_rows_total", "Token rows of those fused steps (helper).",
+            &m->coop_fused_rows);
     counter(&o, "strata_coop_fill_layers_total",
             "Layers x sequences whose KV was recomputed when layers became local.",
             &m->coop_fill_layers);
