@@ -48,6 +48,7 @@ struct work {
     struct work *next;
     int kind, peer;
     uint32_t layer, rows, wants; /* W_ACT: first layer, rows, rows that want a token */
+    uint64_t step;               /* W_ACT: the sender's step id */
     size_t len;
     uint8_t msg[];
 };
@@ -106,10 +107,10 @@ struct coop {
     int n_hs, cap_hs;
     struct work *held_head, *held_tail; /* taken from the queue, not run yet (hook_serve) */
     float *hx, *logits;
-    /* a fused step (hook_forward): our rows first, then the remote ones by first layer; fx is
+    /* a fused step (hook_forward): our rows first, then the remote ones as they join; fx is
      * max_tokens x dim, flogits (2 max_seqs) x vocab: our logit rows, then theirs */
     float *fx, *flogits;
-    int *f_tok, *f_pos, *f_first, *f_rows;
+    int *f_tok, *f_pos, *f_rows;
     const int **f_blocks;
     struct hseq **f_hs;
     uint8_t *f_flags;
@@ -235,14 +236,13 @@ struct coop *coop_new(const struct coop_config *cfg, char *err)
         c->flogits = malloc((size_t)2 * S * c->vocab * sizeof *c->flogits);
         c->f_tok = calloc((size_t)T, sizeof *c->f_tok);
         c->f_pos = malloc((size_t)T * sizeof *c->f_pos);
-        c->f_first = malloc((size_t)T * sizeof *c->f_first);
         c->f_rows = malloc((size_t)T * sizeof *c->f_rows);
         c->f_blocks = malloc((size_t)T * sizeof *c->f_blocks);
         c->f_hs = malloc((size_t)T * sizeof *c->f_hs);
         c->f_flags = malloc((size_t)T);
     }
     int fuse_ok = !c->cfg.serve_remote || !c->cfg.fuse ||
-                  (c->fx && c->flogits && c->f_tok && c->f_pos && c->f_first && c->f_rows &&
+                  (c->fx && c->flogits && c->f_tok && c->f_pos && c->f_rows &&
                    c->f_blocks && c->f_hs && c->f_flags);
     if (!c->x || !c->out || !c->reply || !c->hx || !c->logits || !c->a_seq || !c->a_pos ||
         !c->a_tok || !c->a_flags || !c->b_pos || !c->b_tok || !c->b_rows || !c->b_blocks ||
@@ -288,7 +288,7 @@ void coop_free(struct coop *c)
         free(w);
     }
     for (int i = 0; i < FABRIC_MAX_NODE_PEERS; i++) free(c->ps[i].open);
-    free(c->fx), free(c->flogits), free(c->f_tok), free(c->f_pos), free(c->f_first);
+    free(c->fx), free(c->flogits), free(c->f_tok), free(c->f_pos);
     free(c->f_rows), free(c->f_blocks), free(c->f_hs), free(c->f_flags);
     free(c->x), free(c->out), free(c->reply), free(c->hx), free(c->logits);
     free(c->a_seq), free(c->a_pos), free(c->a_tok), free(c->a_flags);
@@ -463,7 +463,7 @@ static int on_activations(void *ctx, struct fabric_node *fn, int peer, const uin
         }
     }
     p->last_step = a.step;
-    struct work shape = {.layer = a.layer, .rows = a.n};
+    struct work shape = {.layer = a.layer, .rows = a.n, .step = a.step};
     for (uint32_t i = 0; i < a.n; i++) shape.wants += (flags[i] & WIRE_ROW_LOGITS) != 0;
     return queue_work(c, W_ACT, peer, msg, len, &shape);
 }
@@ -1446,137 +1446,202 @@ static int hook_serve(void *ctx, int hold)
     return did;
 }
 
-/* A remote step inside a fused one: its rows [r0, r0 + n) of the batch, its logit rows
- * [l0, l0 + nl) of the head's. */
-struct fused_step {
-    struct work *w;
-    uint64_t step;
-    int r0, n, l0, nl;
+/* A fused step under way (hook_forward). Rows [0, n) of the batch are in it, all at the layer the
+ * pass has reached; our own come first; each remote step's rows [r0, r0 + n) follow, its logit
+ * rows [l0, l0 + nl) of the head's. Remote steps taken but not joined yet wait in `pending`, by
+ * first layer. */
+struct fused {
+    const struct batch *own;
+    int n, nl, rows, wants; /* rows and logit rows joined; rows and logit rows taken */
+    struct fused_step {
+        struct work *w;
+        uint64_t step;
+        int r0, n, l0, nl;
+    } grp[FABRIC_MAX_NODE_PEERS];
+    int n_grp;
+    struct work *pending[FABRIC_MAX_NODE_PEERS];
+    int n_pending;
+    unsigned char taken[FABRIC_MAX_NODE_PEERS]; /* peers with a step in this one */
 };
 
-/* Our own step b with the held remote steps fused in. Our rows come first and run the embedding
- * and every layer; the remote rows follow, grouped by the layer they start at, lowest first, and
- * join at that layer (engine_layers_fused): layers [0, k_min) run our rows alone, then each
- * group's rows come in, and the rest of the layers and the head run for all of them, so the
- * weights of every layer a remote step needs are read once for both. Our logits go to `logits`
- * for the scheduler to sample; each remote row's token is drawn here and answered per step. A
- * remote step that does not fit beside ours (rows over max_tokens, logit rows over max_seqs)
- * runs apart, first. */
-static int hook_forward(void *ctx, const struct batch *b, float *logits, char *err)
+/* Take the activations that can join the step: each peer's first held message, when it is
+ * activations and fits beside what the step holds (rows up to max_tokens, logit rows up to
+ * max_seqs), in the order they came. At the start (`start`), one that could never fit beside our
+ * own rows runs apart at once; later, one that does not fit waits for our next step. */
+static void fused_take(struct coop *c, struct fused *f, int start)
 {
-    struct coop *c = ctx;
     int T = c->e->lim.max_tokens, S = c->e->lim.max_seqs;
-    /* each peer's first held message, when it is activations */
-    struct work *cand[FABRIC_MAX_NODE_PEERS];
-    int n_cand = 0;
+    pthread_mutex_lock(&c->wmu);
+    struct work *w = c->w_head, *tail = c->w_tail;
+    c->w_head = c->w_tail = NULL;
+    pthread_mutex_unlock(&c->wmu);
+    if (w) {
+        if (c->held_tail)
+            c->held_tail->next = w;
+        else
+            c->held_head = w;
+        c->held_tail = tail;
+    }
     unsigned char seen[FABRIC_MAX_NODE_PEERS] = {0};
-    struct work **link = &c->held_head, *w, *kept = NULL;
+    struct work **link = &c->held_head, *kept = NULL;
     while ((w = *link)) {
         int first = !seen[w->peer];
         seen[w->peer] = 1;
-        if (first && w->kind == W_ACT) {
-            *link = w->next;
-            w->next = NULL;
-            cand[n_cand++] = w;
-            continue;
+        if (first && w->kind == W_ACT && !f->taken[w->peer]) {
+            int fits = f->rows + (int)w->rows <= T && f->wants + (int)w->wants <= S;
+            int never = f->own->n + (int)w->rows > T || f->own->n_logits + (int)w->wants > S;
+            if (fits || (start && never)) {
+                *link = w->next;
+                w->next = NULL;
+                if (!fits) {
+                    do_activations(c, w);
+                    free(w);
+                    continue;
+                }
+                f->taken[w->peer] = 1;
+                f->rows += (int)w->rows, f->wants += (int)w->wants;
+                int at = f->n_pending++; /* by first layer, after equal ones */
+                for (; at > 0 && f->pending[at - 1]->layer > w->layer; at--)
+                    f->pending[at] = f->pending[at - 1];
+                f->pending[at] = w;
+                continue;
+            }
         }
         kept = w;
         link = &w->next;
     }
     c->held_tail = kept;
-    if (!n_cand) return 1;
-    for (int i = 1; i < n_cand; i++) /* by first layer, stable */
-        for (int j = i; j > 0 && cand[j - 1]->layer > cand[j]->layer; j--) {
-            struct work *t = cand[j];
-            cand[j] = cand[j - 1];
-            cand[j - 1] = t;
-        }
-    int rows = b->n, wants = b->n_logits, n_fuse = 0;
-    for (int i = 0; i < n_cand; i++) {
-        w = cand[i];
-        if (rows + (int)w->rows <= T && wants + (int)w->wants <= S) {
-            rows += (int)w->rows, wants += (int)w->wants;
-            cand[n_fuse++] = w;
-        } else {
-            do_activations(c, w);
+}
+
+/* Join remote step w at layer l: its rows go at the end of the batch; rows that start below l
+ * (they came late) run their layers up to l alone first. 0, or -1 when it was answered with an
+ * error instead (it is freed then). */
+static int fused_join(struct coop *c, struct fused *f, struct work *w, int l)
+{
+    int T = c->e->lim.max_tokens, n = f->n;
+    struct wire_activations a;
+    char why[ERRMSG_LEN];
+    float *x = c->fx + (size_t)n * c->dim;
+    if (wire_activations_decode(&a, w->msg, w->len, c->a_seq, c->a_pos, c->a_tok, c->a_flags, x,
+                                c->hx_rows, (size_t)(T - n) * c->dim, why)) {
+        reply_error(c, w->peer, 0, why);
+        free(w);
+        return -1;
+    }
+    if (remote_rows_ready(c, w->peer, a.layer, c->a_seq, c->a_pos, a.n, why)) {
+        reply_error(c, w->peer, a.step, why);
+        free(w);
+        return -1;
+    }
+    struct fused_step *g = &f->grp[f->n_grp];
+    *g = (struct fused_step){.w = w, .step = a.step, .r0 = n, .n = (int)a.n, .l0 = f->nl};
+    for (uint32_t i = 0; i < a.n; i++) {
+        struct hseq *h = hs_find(c, w->peer, c->a_seq[i]);
+        c->f_tok[n + i] = (int)c->a_tok[i];
+        c->f_pos[n + i] = (int)c->a_pos[i];
+        c->f_blocks[n + i] = h->blocks;
+        c->f_hs[n + i] = h;
+        c->f_flags[n + i] = c->a_flags[i];
+        if (c->a_flags[i] & WIRE_ROW_LOGITS) c->f_rows[f->nl++] = n + (int)i;
+    }
+    g->nl = f->nl - g->l0;
+    if ((int)a.layer < l) {
+        if (c->m)
+            atomic_fetch_add_explicit(&c->m->coop_fused_late_layers,
+                                      (unsigned long long)(l - (int)a.layer), memory_order_relaxed);
+        struct batch late = {
+            .n = (int)a.n, .token = c->f_tok + n, .pos = c->f_pos + n, .blocks = c->f_blocks + n};
+        if (engine_layers(c->e, &late, (int)a.layer, l, x)) {
+            snprintf(why, sizeof why, "helper: layers [%u, %d) failed: %.300s", a.layer, l,
+                     engine_error(c->e));
+            reply_error(c, w->peer, a.step, why);
+            f->nl = g->l0;
             free(w);
+            return -1;
         }
     }
+    f->n += (int)a.n;
+    f->n_grp++;
+    return 0;
+}
 
-    /* the fused batch: our rows, then each remote step's */
-    struct fused_step grp[FABRIC_MAX_NODE_PEERS];
-    int n_grp = 0, n = b->n, nl = b->n_logits;
-    for (int i = 0; i < n; i++) {
+/* Our own step b with other nodes' steps fused in. Our rows run the embedding and the layers one
+ * at a time; before each layer, the remote steps that wait join: those held when the step began
+ * at their first layer (layers [0, k_min) run our rows alone, then the rows of the joiners whose k
+ * is reached come in, lowest k first), those that arrive during the step at once, their layers
+ * below the current one run alone first (a joiner that sends its step while we run its layers
+ * still gets its tokens from this step, not the next). The head runs once for all rows; our logits
+ * go to `logits` for the scheduler to sample, each remote row's token is drawn here and answered
+ * per step. Every row computes exactly what it would alone (the backend is batch_invariant), and
+ * the weights of each layer are read once for all the rows that run it. */
+static int hook_forward(void *ctx, const struct batch *b, float *logits, char *err)
+{
+    struct coop *c = ctx;
+    if (!c->n_hs && !c->held_head) {
+        pthread_mutex_lock(&c->wmu);
+        int queued = c->w_head != NULL;
+        pthread_mutex_unlock(&c->wmu);
+        if (!queued) return 1; /* no remote sequence: a plain step */
+    }
+    struct fused f = {.own = b, .n = b->n, .nl = b->n_logits, .rows = b->n, .wants = b->n_logits};
+    fused_take(c, &f, 1);
+    for (int i = 0; i < b->n; i++) {
         c->f_tok[i] = b->token[i];
         c->f_pos[i] = b->pos[i];
         c->f_blocks[i] = b->blocks[i];
-        c->f_first[i] = 0;
     }
-    memcpy(c->f_rows, b->logit_rows, (size_t)nl * sizeof *c->f_rows);
-    for (int g = 0; g < n_fuse; g++) {
-        w = cand[g];
-        struct wire_activations a;
-        char why[ERRMSG_LEN];
-        if (wire_activations_decode(&a, w->msg, w->len, c->a_seq, c->a_pos, c->a_tok, c->a_flags,
-                                    c->fx + (size_t)n * c->dim, c->hx_rows,
-                                    (size_t)(T - n) * c->dim, why)) {
-            reply_error(c, w->peer, 0, why);
-            free(w);
-            continue;
+    memcpy(c->f_rows, b->logit_rows, (size_t)b->n_logits * sizeof *c->f_rows);
+    int rc = engine_embed(c->e, b, c->fx);
+    for (int l = 0; !rc && l < c->L; l++) {
+        if (l) fused_take(c, &f, 0);
+        int keep = 0;
+        for (int i = 0; i < f.n_pending; i++) {
+            struct work *w = f.pending[i];
+            if ((int)w->layer > l) {
+                f.pending[keep++] = w;
+            } else if (fused_join(c, &f, w, l)) {
+                f.taken[w->peer] = 0;
+            }
         }
-        if (remote_rows_ready(c, w->peer, a.layer, c->a_seq, c->a_pos, a.n, why)) {
-            reply_error(c, w->peer, a.step, why);
-            free(w);
-            continue;
-        }
-        grp[n_grp] = (struct fused_step){.w = w, .step = a.step, .r0 = n, .n = (int)a.n, .l0 = nl};
-        for (uint32_t i = 0; i < a.n; i++, n++) {
-            struct hseq *h = hs_find(c, w->peer, c->a_seq[i]);
-            c->f_tok[n] = (int)c->a_tok[i];
-            c->f_pos[n] = (int)c->a_pos[i];
-            c->f_blocks[n] = h->blocks;
-            c->f_first[n] = (int)a.layer;
-            c->f_hs[n] = h;
-            c->f_flags[n] = c->a_flags[i];
-            if (c->a_flags[i] & WIRE_ROW_LOGITS) c->f_rows[nl++] = n;
-        }
-        grp[n_grp].nl = nl - grp[n_grp].l0;
-        n_grp++;
+        f.n_pending = keep;
+        struct batch now = {.n = f.n, .token = c->f_tok, .pos = c->f_pos, .blocks = c->f_blocks};
+        rc = engine_layers(c->e, &now, l, l + 1, c->fx);
     }
-    if (!n_grp) return 1;
-
-    struct batch fb = {.n = n,
+    struct batch fb = {.n = f.n,
                        .token = c->f_tok,
                        .pos = c->f_pos,
                        .blocks = c->f_blocks,
-                       .n_logits = nl,
+                       .n_logits = f.nl,
                        .logit_rows = c->f_rows};
-    int rc = engine_embed(c->e, b, c->fx) ||
-             engine_layers_fused(c->e, &fb, c->f_first, c->L, c->fx) ||
-             engine_head(c->e, &fb, c->fx, c->flogits);
-    if (rc) errmsg_set(err, "%s", engine_error(c->e));
+    if (!rc) rc = engine_head(c->e, &fb, c->fx, c->flogits);
+    if (rc)
+        errmsg_set(err, "%s", engine_error(c->e));
     else
         memcpy(logits, c->flogits, (size_t)b->n_logits * c->vocab * sizeof *logits);
-    for (int g = 0; g < n_grp; g++) {
-        w = grp[g].w;
+    for (int i = 0; i < f.n_pending; i++) { /* only when the step failed */
+        reply_error(c, f.pending[i]->peer, f.pending[i]->step, "helper: the fused step failed");
+        free(f.pending[i]);
+    }
+    for (int g = 0; g < f.n_grp; g++) {
+        struct fused_step *s = &f.grp[g];
         if (rc) {
             char why[ERRMSG_LEN];
             snprintf(why, sizeof why, "helper: the fused step failed: %.300s", err);
-            reply_error(c, w->peer, grp[g].step, why);
+            reply_error(c, s->w->peer, s->step, why);
         } else {
-            for (int l = 0; l < grp[g].nl; l++) {
-                int at = grp[g].l0 + l, row = c->f_rows[at];
+            for (int l = 0; l < s->nl; l++) {
+                int at = s->l0 + l, row = c->f_rows[at];
                 c->toks[l] = remote_token(c, c->f_hs[row], c->f_flags[row],
                                           c->flogits + (size_t)at * c->vocab);
             }
-            reply_tokens(c, w->peer, grp[g].step, (uint32_t)grp[g].nl, (uint32_t)grp[g].n);
+            reply_tokens(c, s->w->peer, s->step, (uint32_t)s->nl, (uint32_t)s->n);
             if (c->m) {
                 atomic_fetch_add_explicit(&c->m->coop_fused_steps, 1, memory_order_relaxed);
-                atomic_fetch_add_explicit(&c->m->coop_fused_rows, (unsigned long long)grp[g].n,
+                atomic_fetch_add_explicit(&c->m->coop_fused_rows, (unsigned long long)s->n,
                                           memory_order_relaxed);
             }
         }
-        free(w);
+        free(s->w);
     }
     return rc ? -1 : 0;
 }

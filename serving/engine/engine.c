@@ -387,30 +387,6 @@ int engine_layers(struct engine *e, const struct batch *b, int l0, int l1, float
     return e->be->layers(e, b, l0, l1, x);
 }
 
-int engine_layers_fused(struct engine *e, const struct batch *b, const int *first, int l1,
-                         float *x)
-{
-    if (check_batch(e, b)) return -1;
-    if (l1 < 0 || l1 > e->cfg->n_layers)
-        return errmsg_set(e->err, "engine: layers up to %d of %d", l1, e->cfg->n_layers);
-    for (int i = 0; i < b->n; i++)
-        if (first[i] < 0 || first[i] > l1 || (i && first[i] < first[i - 1]))
-            return errmsg_set(e->err,
-                              "engine: row %d enters at layer %d: entry layers must not decrease "
-                              "and lie in [0, %d]",
-                              i, first[i], l1);
-    /* The prefix of rows that entered by layer `at` runs to the next row's entry layer. */
-    int n = 0;
-    for (int at = first[0]; at < l1;) {
-        while (n < b->n && first[n] <= at) n++;
-        int next = n < b->n && first[n] < l1 ? first[n] : l1;
-        struct batch prefix = {.n = n, .token = b->token, .pos = b->pos, .blocks = b->blocks};
-        if (e->be->layers(e, &prefix, at, next, x)) return -1;
-        at = next;
-    }
-    return 0;
-}
-
 int engine_head(struct engine *e, const struct batch *b, const float *x, float *logits)
 {
     if (check_batch(e, b)) return -1;

@@ -7,10 +7,9 @@
  *
  *   engine_embed   tokens -> hidden states x[n][dim]
  *   engine_layers  x -> x through layers [l0, l1)  (what a node that holds only some layers runs,
- *                  and what it ships to the next node)
- *   engine_layers_fused  the same for rows that enter at different layers, each layer's weights
- *                  read once for every row that runs it (a helper's own rows and other nodes'
- *                  rows in one step: cluster/coop.h)
+ *                  and what it ships to the next node; a helper runs its own rows and other
+ *                  nodes' one layer at a time, theirs joining at the layer they start at, each
+ *                  layer's weights read once for all: cluster/coop.h)
  *   engine_head    final norm + output matrix for the rows that want logits
  *   engine_forward all three
  *
@@ -58,7 +57,7 @@ struct sampler;
 struct engine_backend {
     const char *name;
     /* 1: a row's results are bit-identical whatever other rows share its batch (the CPU's matmul
-     * and attention promise it: matmul.h), so rows of unrelated steps may be joined into one */
+     * and attention promise it: matmul.h), so rows of unrelated steps may run in one batch */
     int batch_invariant;
     /* 1: the KV cache lives on the device, not in engine.kv (its rows cannot be read or written
      * from the host: cooperative execution recomputes instead of transferring KV) */
@@ -116,14 +115,6 @@ const char *engine_error(const struct engine *e);
 int engine_embed(struct engine *e, const struct batch *b, float *x);
 int engine_layers(struct engine *e, const struct batch *b, int l0, int l1, float *x);
 int engine_head(struct engine *e, const struct batch *b, const float *x, float *logits);
-/* Rows that enter at different layers, in one pass over layers [first[0], l1): row i's input in
- * x is of layer first[i] (its embedding when 0), and it runs layers [first[i], l1). first[] must
- * not decrease along the batch (rows grouped by entry layer, lowest first) and lie in [0, l1]. At
- * each layer the rows that entered so far, a prefix of the batch, run together, so each layer's
- * weights are read once. Where the backend is batch_invariant the result (x and every KV row
- * written) is bit-identical to engine_layers(first, l1) run on each group alone. */
-int engine_layers_fused(struct engine *e, const struct batch *b, const int *first, int l1,
-                         float *x);
 /* logits: n_logits x vocab. */
 int engine_forward(struct engine *e, const struct batch *b, float *logits);
 /* engine_forward, then tokens[i] = the token drawn for row logit_rows[i] with samplers[i]. A

@@ -120,10 +120,11 @@ struct sched_coop {
      * after them from the same peer; hold = 0: everything runs now. */
     int (*serve)(void *ctx, int hold);
     /* Helper: this node's own step b, computed as sched_ops.forward computes it (logits of b's
-     * logit rows), with the activations serve held fused in at their first layers; their tokens
-     * are sampled with their own samplers and answered inside. 1: nothing was held (run
-     * sched_ops.forward); 0 done; -1 failed (err; the fused remote steps are answered with the
-     * error). Afterwards no activations are held. NULL: remote steps always run apart. */
+     * logit rows), with the activations serve held (and those that arrive meanwhile) fused in;
+     * their tokens are sampled with their own samplers and answered inside. 1: no remote work
+     * (run sched_ops.forward); 0 done; -1 failed (err; the fused remote steps are answered with
+     * the error). Activations that did not fit stay held for the next step (or serve(ctx, 0)).
+     * NULL: remote steps always run apart. */
     int (*forward)(void *ctx, const struct batch *b, float *logits, char *err);
 };
 

@@ -128,12 +128,20 @@ for fuse in on off; do
         else
             not_ok "coop helper with its own requests, --coop-fuse $fuse: $out"
         fi
+        if [ $fuse = on ]; then
+            if out=$($CHECKS together "$HELPER_URL" "$HELPER_URL" "$J1_URL" "$J2_URL" --temp 0.9 --seed 11 2>&1); then
+                ok "coop helper with its own requests beside two joiners, fused, seeded sampling (T=0.9): $out"
+            else
+                not_ok "coop helper with its own requests, fused, seeded: $out"
+            fi
+        fi
         served=$(metric "$HELPER_URL" strata_coop_served_steps_total)
         fused=$(metric "$HELPER_URL" strata_coop_fused_steps_total)
         frows=$(metric "$HELPER_URL" strata_coop_fused_rows_total)
+        late=$(metric "$HELPER_URL" strata_coop_fused_late_layers_total)
         if { [ $fuse = on ] && [ "${fused:-0}" -gt 0 ] && [ "$fused" -le "${served:-0}" ]; } ||
             { [ $fuse = off ] && [ "${fused:-1}" = 0 ] && [ "${served:-0}" -gt 0 ]; }; then
-            ok "coop --coop-fuse $fuse: $fused of the helper's $served remote steps ($frows rows) ran inside its own"
+            ok "coop --coop-fuse $fuse: $fused of the helper's $served remote steps ($frows rows) ran inside its own ($late layers run alone by steps that came late)"
         else
             not_ok "coop --coop-fuse $fuse: fused $fused of $served remote steps"
         fi
