@@ -1411,22 +1411,28 @@ static void run_work(struct coop *c, const struct work *w)
     }
 }
 
+/* What the fabric thread queued, appended to the held list (compute thread). */
+static void take_queue(struct coop *c)
+{
+    pthread_mutex_lock(&c->wmu);
+    struct work *w = c->w_head, *tail = c->w_tail;
+    c->w_head = c->w_tail = NULL;
+    pthread_mutex_unlock(&c->wmu);
+    if (!w) return;
+    if (c->held_tail)
+        c->held_tail->next = w;
+    else
+        c->held_head = w;
+    c->held_tail = tail;
+}
+
 /* The queue's work, in order per peer. With hold, a peer's activations wait for our next step
  * (hook_forward), and so does all that came after them from that peer. */
 static int hook_serve(void *ctx, int hold)
 {
     struct coop *c = ctx;
-    pthread_mutex_lock(&c->wmu);
-    struct work *w = c->w_head, *tail = c->w_tail;
-    c->w_head = c->w_tail = NULL;
-    pthread_mutex_unlock(&c->wmu);
-    if (w) {
-        if (c->held_tail)
-            c->held_tail->next = w;
-        else
-            c->held_head = w;
-        c->held_tail = tail;
-    }
+    struct work *w;
+    take_queue(c);
     unsigned char blocked[FABRIC_MAX_NODE_PEERS] = {0};
     int did = 0;
     struct work **link = &c->held_head, *kept = NULL;
@@ -1471,17 +1477,8 @@ struct fused {
 static void fused_take(struct coop *c, struct fused *f, int start)
 {
     int T = c->e->lim.max_tokens, S = c->e->lim.max_seqs;
-    pthread_mutex_lock(&c->wmu);
-    struct work *w = c->w_head, *tail = c->w_tail;
-    c->w_head = c->w_tail = NULL;
-    pthread_mutex_unlock(&c->wmu);
-    if (w) {
-        if (c->held_tail)
-            c->held_tail->next = w;
-        else
-            c->held_head = w;
-        c->held_tail = tail;
-    }
+    struct work *w;
+    take_queue(c);
     unsigned char seen[FABRIC_MAX_NODE_PEERS] = {0};
     struct work **link = &c->held_head, *kept = NULL;
     while ((w = *link)) {
@@ -1577,12 +1574,8 @@ static int fused_join(struct coop *c, struct fused *f, struct work *w, int l)
 static int hook_forward(void *ctx, const struct batch *b, float *logits, char *err)
 {
     struct coop *c = ctx;
-    if (!c->n_hs && !c->held_head) {
-        pthread_mutex_lock(&c->wmu);
-        int queued = c->w_head != NULL;
-        pthread_mutex_unlock(&c->wmu);
-        if (!queued) return 1; /* no remote sequence: a plain step */
-    }
+    take_queue(c);
+    if (!c->n_hs && !c->held_head) return 1; /* no remote sequence: a plain step */
     struct fused f = {.own = b, .n = b->n, .nl = b->n_logits, .rows = b->n, .wants = b->n_logits};
     fused_take(c, &f, 1);
     for (int i = 0; i < b->n; i++) {

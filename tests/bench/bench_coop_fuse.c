@@ -6,6 +6,8 @@
  * [k, L) one layer at a time, one head. Rows/s of both (own + remote rows per second of engine
  * time, the median of REPS), for k = 3, 6, 9 of the 12 layers of a synthetic stories110M-shape
  * Q8_0 model, 1 thread; and the fused step's logits checked equal to the apart ones, bit for bit.
+ * Both with the weights repacked into 16-row groups (a node alone) and in GGUF's layout (a node on
+ * the fabric keeps it, to send it on: engine_limits.keep_layout), whose kernel is slower per row.
  * BENCH_FUSE_ROWS=OWN,REM sets the rows (default 4,4), BENCH_THREADS the threads. */
 #include "../unit/synth.h"
 
@@ -76,12 +78,66 @@ static double median_of(struct rig *r, int (*fn)(struct rig *))
     return t[REPS / 2];
 }
 
+/* One model load (repacked, or in GGUF's layout with keep), every k. */
+static int run(const char *path, const struct synth_cfg *shape, int keep, int n_own, int n_rem,
+               int threads)
+{
+    char err[ERRMSG_LEN];
+    struct loaded_model *lm = calloc(1, sizeof *lm);
+    struct loader_opts o = {
+        .limits = {.max_seqs = MAXR,
+                   .max_tokens = MAXR,
+                   .ctx = POS + 2,
+                   .threads = threads,
+                   .keep_layout = keep}};
+    if (!lm || loader_open(lm, path, &o, err)) {
+        fprintf(stderr, "bench_coop_fuse: %s\n", lm ? err : "out of memory");
+        free(lm);
+        return 1;
+    }
+    struct rig r = {.e = &lm->engine, .n_own = n_own, .n_rem = n_rem, .L = shape->layers,
+                    .dim = shape->dim, .V = shape->vocab};
+    int n = n_own + n_rem, tables[MAXR][8];
+    for (int i = 0; i < n; i++) {
+        for (int b = 0; b < kv_blocks_for(&r.e->kv, POS + 1); b++)
+            tables[i][b] = kv_block_alloc(&r.e->kv);
+        r.tok[i] = (i * 977 + 13) % shape->vocab;
+        r.pos[i] = POS;
+        r.blocks[i] = tables[i];
+        r.rows[i] = i;
+    }
+    r.x = malloc(sizeof(float) * n * shape->dim);
+    r.xr = malloc(sizeof(float) * n_rem * shape->dim);
+    r.xin = malloc(sizeof(float) * n_rem * shape->dim);
+    r.la = malloc(sizeof(float) * n * shape->vocab);
+    r.lf = malloc(sizeof(float) * n * shape->vocab);
+    printf("bench_coop_fuse: stories110M shape Q8_0 (%s), %d thread(s), %d own + %d remote decode "
+           "rows at position %d; median of %d steps\n",
+           keep ? "GGUF layout, as on the fabric" : "repacked", threads, n_own, n_rem, POS, REPS);
+    for (int k = 3; k <= 9; k += 3) {
+        r.k = k;
+        /* the joiner's input: the remote rows' states after layers [0, k) */
+        struct batch rem = {n_rem, r.tok + n_own, r.pos + n_own, r.blocks + n_own, 0, NULL};
+        if (engine_embed(r.e, &rem, r.xin) || engine_layers(r.e, &rem, 0, k, r.xin)) return 1;
+        double ta = median_of(&r, apart), tf = median_of(&r, fused);
+        if (ta < 0 || tf < 0) return fprintf(stderr, "%s\n", engine_error(r.e)), 1;
+        int same = !memcmp(r.la, r.lf, sizeof(float) * n * shape->vocab);
+        printf("  k = %d of %d: fused %.0f rows/s (%.2f ms a step) vs apart %.0f rows/s (%.2f ms): "
+               "%.2fx; logits %s\n",
+               k, shape->layers, n / tf, tf * 1e3, n / ta, ta * 1e3, ta / tf,
+               same ? "identical" : "DIFFERENT");
+    }
+    free(r.x), free(r.xr), free(r.xin), free(r.la), free(r.lf);
+    loader_close(lm);
+    free(lm);
+    return 0;
+}
+
 int main(void)
 {
     log_set_quiet(1);
     const struct synth_cfg shape = {768, 2048, 12, 12, 12, 32000, 1024}; /* stories110M */
     const char *path = "build/bench-models/stories110M-Q8_0.gguf";
-    char err[ERRMSG_LEN];
     int n_own = 4, n_rem = 4, threads = 1;
     const char *rows = getenv("BENCH_FUSE_ROWS"), *th = getenv("BENCH_THREADS");
     if (rows && sscanf(rows, "%d,%d", &n_own, &n_rem) != 2) n_own = 4, n_rem = 4;
@@ -94,47 +150,7 @@ int main(void)
     struct stat st;
     mkdir("build/bench-models", 0755);
     if (stat(path, &st) != 0 && synth_write(path, &shape, GGML_Q8_0, 1)) return 1;
-    struct loaded_model *lm = calloc(1, sizeof *lm);
-    struct loader_opts o = {
-        .limits = {.max_seqs = MAXR, .max_tokens = MAXR, .ctx = POS + 2, .threads = threads}};
-    if (!lm || loader_open(lm, path, &o, err)) {
-        fprintf(stderr, "bench_coop_fuse: %s\n", lm ? err : "out of memory");
-        return 1;
-    }
-    struct rig r = {.e = &lm->engine, .n_own = n_own, .n_rem = n_rem, .L = shape.layers,
-                    .dim = shape.dim, .V = shape.vocab};
-    int n = n_own + n_rem, tables[MAXR][8];
-    for (int i = 0; i < n; i++) {
-        for (int b = 0; b < kv_blocks_for(&r.e->kv, POS + 1); b++)
-            tables[i][b] = kv_block_alloc(&r.e->kv);
-        r.tok[i] = (i * 977 + 13) % shape.vocab;
-        r.pos[i] = POS;
-        r.blocks[i] = tables[i];
-        r.rows[i] = i;
-    }
-    r.x = malloc(sizeof(float) * n * shape.dim);
-    r.xr = malloc(sizeof(float) * n_rem * shape.dim);
-    r.xin = malloc(sizeof(float) * n_rem * shape.dim);
-    r.la = malloc(sizeof(float) * n * shape.vocab);
-    r.lf = malloc(sizeof(float) * n * shape.vocab);
-    printf("bench_coop_fuse: stories110M shape Q8_0, %d thread(s), %d own + %d remote decode rows "
-           "at position %d; median of %d steps\n",
-           threads, n_own, n_rem, POS, REPS);
-    for (int k = 3; k <= 9; k += 3) {
-        r.k = k;
-        /* the joiner's input: the remote rows' states after layers [0, k) */
-        struct batch rem = {n_rem, r.tok + n_own, r.pos + n_own, r.blocks + n_own, 0, NULL};
-        if (engine_embed(r.e, &rem, r.xin) || engine_layers(r.e, &rem, 0, k, r.xin)) return 1;
-        double ta = median_of(&r, apart), tf = median_of(&r, fused);
-        if (ta < 0 || tf < 0) return fprintf(stderr, "%s\n", engine_error(r.e)), 1;
-        int same = !memcmp(r.la, r.lf, sizeof(float) * n * shape.vocab);
-        printf("  k = %d of %d: fused %.0f rows/s (%.2f ms a step) vs apart %.0f rows/s (%.2f ms): "
-               "%.2fx; logits %s\n",
-               k, shape.layers, n / tf, tf * 1e3, n / ta, ta * 1e3, ta / tf,
-               same ? "identical" : "DIFFERENT");
-    }
-    free(r.x), free(r.xr), free(r.xin), free(r.la), free(r.lf);
-    loader_close(lm);
-    free(lm);
+    for (int keep = 0; keep <= 1; keep++)
+        if (run(path, &shape, keep, n_own, n_rem, threads)) return 1;
     return 0;
 }
