@@ -291,7 +291,8 @@ int cl_msg_decode(struct cl_msg *m, const uint8_t *buf, size_t len, char *err)
         m->u.open.channel = wire_get_u8(&r);
         m->u.open.id = wire_get_u64(&r);
         cl_get_str(&r, m->u.open.addr);
-        if (!r.bad && m->u.open.channel != CHAN_RAFT && m->u.open.channel != CHAN_CTL)
+        if (!r.bad && m->u.open.channel != CHAN_RAFT && m->u.open.channel != CHAN_CTL &&
+            m->u.open.channel != CHAN_FWD)
             return errmsg_set(err, "OPEN: unknown channel %u", m->u.open.channel);
         if (!r.bad && !m->u.open.id) return errmsg_set(err, "OPEN: node id 0");
         break;

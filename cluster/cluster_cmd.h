@@ -101,7 +101,9 @@ enum cl_msg_type {
     MSGC_LOADS = 7,     /* leader -> a reporting node: every node's latest load (for routing) */
 };
 
-enum cl_channel { CHAN_RAFT = 1, CHAN_CTL = 2 };
+/* CHAN_FWD: a forwarded API request (serving/api/relay.h): the bytes after OPEN are HTTP/1.1,
+ * handed to the receiving node's front as a connection from a cluster member. */
+enum cl_channel { CHAN_RAFT = 1, CHAN_CTL = 2, CHAN_FWD = 3 };
 
 struct cl_load {
     int32_t queue_len, running;

@@ -1,6 +1,7 @@
 #include "cluster/control.h"
 
 #include "cluster/cluster_state.h"
+#include "cluster/fwd_channel.h"
 #include "cluster/planner.h"
 #include "cluster/raft_transport.h"
 #include "cluster/voter_policy.h"
@@ -58,6 +59,7 @@ struct control {
     uv_async_t stop_async;
     uv_timer_t tick;
     struct raft_uv_transport transport;
+    struct fwd_channels *fwd; /* forwarded API requests, both ways */
     struct raft_io io;
     struct raft_fsm fsm;
     struct raft raft;
@@ -512,6 +514,34 @@ static void on_ctl(void *ctx, struct sconn *s, uint64_t id, const char *addr)
     s->cb.on_msg = ctl_in_msg;
 }
 
+/* A member forwards an API request: the channel becomes a connection of our front. */
+static void on_fwd(void *ctx, struct sconn *s, uint64_t id, const char *addr)
+{
+    struct control *c = ctx;
+    char err[ERRMSG_LEN];
+    (void)addr;
+    if (c->stopping || !c->sv.forward_in) return sconn_close(s, "no front to forward to");
+    int fd = fwd_channels_accept(s, err);
+    if (fd < 0) {
+        log_warn("cluster", "forward channel from node %llu: %s", (unsigned long long)id, err);
+        return;
+    }
+    c->sv.forward_in(c->sv.ctx, fd, id);
+}
+
+int control_forward_open(struct control *c, uint64_t node, int timeout_ms, int cancel_fd, char *err)
+{
+    char addr[CL_STR_LEN + 1] = "";
+    pthread_mutex_lock(&c->mu);
+    const struct cl_member *m = cl_state_member_c(&c->st, node);
+    if (m) snprintf(addr, sizeof addr, "%s", m->info.addr);
+    pthread_mutex_unlock(&c->mu);
+    if (!addr[0])
+        return errmsg_set(err, "node %llu has no control address in the cluster's state",
+                          (unsigned long long)node);
+    return fwd_channels_open(c->fwd, node, addr, timeout_ms, cancel_fd, err);
+}
+
 static void on_refused(void *ctx, const char *peer, const char *why, int timed_out)
 {
     struct control *c = ctx;
@@ -951,6 +981,7 @@ static void build_view(struct control *c, struct view_buf *vb, uint64_t now_mono
         pn->domain = (int)m->info.id;
         pn->link_Bps = 1.25e9;
         pn->fail_prob = 0.01;
+        pn->model_slots = 1; /* the serving process holds one model (docs/control.md) */
         pn->engine_model = -1;
         pn->helper = -1;
         for (uint32_t k = 0; k < s->n_models; k++) {
@@ -1231,6 +1262,7 @@ static void on_stop(uv_async_t *a)
     uv_close((uv_handle_t *)&c->stop_async, NULL);
     if (c->ctl) sconn_close(c->ctl, "stopping");
     if (c->join) sconn_close(c->join, "stopping");
+    fwd_channels_stop(c->fwd);
     if (c->raft_open) raft_close(&c->raft, raft_closed);
 }
 
@@ -1264,6 +1296,7 @@ static int raft_setup(struct control *c, char *err)
                                 .key = &c->key,
                                 .ctx = c,
                                 .on_ctl = on_ctl,
+                                .on_fwd = on_fwd,
                                 .on_refused = on_refused,
                                 .handshake_ms = c->cfg.handshake_ms};
     if (rtransport_init(&c->transport, &tc, err)) return -1;
@@ -1348,6 +1381,7 @@ struct control *control_start(const struct control_cfg *cfg, const struct contro
         errmsg_set(err, "cluster: uv_loop_init failed");
         goto fail;
     }
+    if (!(c->fwd = fwd_channels_new(&c->loop, &c->key, cfg->id, c->addr, err))) goto fail_loop;
     if (raft_setup(c, err)) goto fail_loop;
     uv_timer_init(&c->loop, &c->tick);
     c->tick.data = c;
@@ -1381,6 +1415,7 @@ void control_stop(struct control *c)
     }
     uv_loop_close(&c->loop);
     rtransport_free(&c->transport);
+    fwd_channels_free(c->fwd);
     pthread_mutex_destroy(&c->mu);
     free(c);
 }

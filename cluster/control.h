@@ -62,6 +62,10 @@ struct control_cfg {
 struct control_serving {
     void *ctx;
     void (*load)(void *ctx, struct cl_load *out);
+    /* A member opened a forward channel (cluster/fwd_channel.h): fd, a socket carrying HTTP/1.1
+     * from node `from`, becomes a connection of this node's front; the callee owns fd. NULL:
+     * forward channels are refused. */
+    void (*forward_in)(void *ctx, int fd, uint64_t from);
 };
 
 /* The executor: carries out a committed decision that names this node. Each call starts the work
@@ -118,6 +122,12 @@ void control_routed(struct control *c, uint64_t node, int delta);
 /* A relay could not connect to node: routes avoid it for --cluster-dead-ms (by then the leader
  * has committed it down, or it answered again). Thread-safe. */
 void control_unreachable(struct control *c, uint64_t node);
+
+/* A sealed channel to member `node` for a forwarded request (cluster/fwd_channel.h): any thread
+ * but the control thread; blocks up to timeout_ms. The socket, -1 with err (nothing sent: the
+ * node is unknown, unreachable or refused the handshake), -2 when cancel_fd became readable. */
+int control_forward_open(struct control *c, uint64_t node, int timeout_ms, int cancel_fd,
+                         char *err);
 
 /* GET /v1/cluster (JSON) and the cluster part of /metrics: malloc'd text, *len its length. */
 char *control_json(struct control *c, size_t *len);

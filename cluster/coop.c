@@ -21,13 +21,16 @@
 /* Joiner: a sequence some of whose layers run on the helper. x holds, for every computed position,
  * a hidden state saved at the input of layer xl[pos] (what was sent at the time, or where the last
  * recompute left it): the input of a KV recompute. A transfer does not advance it, so after one
- * the older positions' inputs are of a lower layer than the newer ones'. */
+ * the older positions' inputs are of a lower layer than the newer ones'. xl[pos] = -1: the position
+ * was sent as its token id (the embedding was not here yet) and only tok[pos] is saved; a
+ * recompute runs the embedding first. */
 struct jseq {
     unsigned id;
     unsigned session; /* the helper connection it was opened on */
     int opened;
     float *x; /* ctx x dim */
     int *xl;  /* ctx */
+    int *tok; /* ctx: every computed position's token id */
 };
 
 /* Helper: another node's sequence; its KV blocks come from our pool. */
@@ -66,9 +69,11 @@ struct coop {
     struct serve_metrics *m;
     int L, dim, ctx, vocab;
     atomic_int target, k_now;
+    /* the embedding table is here (coop_set_embedding_local); emb_now: as the scheduler runs */
+    atomic_int emb_target, emb_now;
     struct {
         unsigned long long step;
-        int k;
+        int k;            /* -1: the embedding arrives */
     } plan[MAX_SCHEDULE]; /* --resident-schedule */
     int n_sched, next_sched;
 
@@ -150,9 +155,18 @@ static int parse_schedule(struct coop *c, const char *s, char *err)
         if (end == s || *end != ':')
             return errmsg_set(err, "--resident-schedule: want STEP:K,STEP:K,... at '%s'", s);
         s = end + 1;
-        long k = strtol(s, &end, 10);
-        if (end == s || k < 0 || k > c->L || (*end && *end != ','))
-            return errmsg_set(err, "--resident-schedule: K in [0, %d] at '%s'", c->L, s);
+        long k;
+        if (*s == 'e') { /* the embedding arrives (it is remote until then) */
+            k = -1;
+            end = (char *)s + 1;
+            c->cfg.embedding_remote = 1;
+        } else {
+            k = strtol(s, &end, 10);
+            if (end == s || k < 0 || k > c->L)
+                return errmsg_set(err, "--resident-schedule: K in [0, %d] or 'e' at '%s'", c->L, s);
+        }
+        if (*end && *end != ',')
+            return errmsg_set(err, "--resident-schedule: K in [0, %d] or 'e' at '%s'", c->L, s);
         if (c->n_sched == MAX_SCHEDULE)
             return errmsg_set(err, "--resident-schedule: at most %d entries", MAX_SCHEDULE);
         c->plan[c->n_sched].step = step;
@@ -196,6 +210,11 @@ struct coop *coop_new(const struct coop_config *cfg, char *err)
         free(c);
         return NULL;
     }
+    if (c->cfg.embedding_remote && cfg->resident > 0) {
+        errmsg_set(err, "coop: %d layers resident without the embedding", cfg->resident);
+        free(c);
+        return NULL;
+    }
     if (c->cfg.serve_remote && c->cfg.fuse && !c->e->be->batch_invariant) {
         log_info("coop", "remote steps run apart from ours: the %s backend's rows depend on their "
                          "batch, so fusing them would change their bits",
@@ -204,6 +223,8 @@ struct coop *coop_new(const struct coop_config *cfg, char *err)
     }
     atomic_init(&c->target, cfg->resident);
     atomic_init(&c->k_now, cfg->resident);
+    atomic_init(&c->emb_target, !c->cfg.embedding_remote);
+    atomic_init(&c->emb_now, !c->cfg.embedding_remote);
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
     pthread_mutex_init(&c->wmu, NULL);
@@ -256,6 +277,7 @@ struct coop *coop_new(const struct coop_config *cfg, char *err)
         atomic_store(&c->m->layers_total, c->L);
         atomic_store(&c->m->layers_resident, cfg->resident);
         atomic_store(&c->m->coop_k, cfg->resident);
+        atomic_store(&c->m->coop_embedding_remote, c->cfg.embedding_remote);
     }
     return c;
 }
@@ -270,7 +292,7 @@ static void hseq_free(struct coop *c, struct hseq *h)
 void coop_free(struct coop *c)
 {
     if (!c) return;
-    for (int i = 0; i < c->n_js; i++) free(c->js[i].x), free(c->js[i].xl);
+    for (int i = 0; i < c->n_js; i++) free(c->js[i].x), free(c->js[i].xl), free(c->js[i].tok);
     free(c->js);
     for (struct work *w = c->kv_head, *n; w; w = n) {
         n = w->next;
@@ -307,6 +329,16 @@ void coop_set_resident(struct coop *c, int k)
     while (k > cur && !atomic_compare_exchange_weak(&c->target, &cur, k)) {
     }
     if (c->m) atomic_store(&c->m->layers_resident, atomic_load(&c->target));
+}
+
+void coop_set_embedding_local(struct coop *c)
+{
+    atomic_store(&c->emb_target, 1);
+}
+
+int coop_embedding_remote(const struct coop *c)
+{
+    return !atomic_load(&((struct coop *)c)->emb_now);
 }
 
 int coop_resident(const struct coop *c)
@@ -607,8 +639,9 @@ static struct jseq *js_get(struct coop *c, unsigned id, char *err)
     *j = (struct jseq){.id = id};
     j->x = malloc((size_t)c->ctx * c->dim * sizeof *j->x);
     j->xl = malloc((size_t)c->ctx * sizeof *j->xl);
-    if (!j->x || !j->xl) {
-        free(j->x), free(j->xl);
+    j->tok = malloc((size_t)c->ctx * sizeof *j->tok);
+    if (!j->x || !j->xl || !j->tok) {
+        free(j->x), free(j->xl), free(j->tok);
         return errmsg_set(err, "coop: out of memory for sequence %u's inputs", id), NULL;
     }
     c->n_js++;
@@ -617,7 +650,7 @@ static struct jseq *js_get(struct coop *c, unsigned id, char *err)
 
 static void js_drop(struct coop *c, struct jseq *j)
 {
-    free(j->x), free(j->xl);
+    free(j->x), free(j->xl), free(j->tok);
     *j = c->js[--c->n_js];
 }
 
@@ -637,9 +670,21 @@ static int send_close(struct coop *c, const uint32_t *ids, uint32_t n)
 static int hook_resident(void *ctx, unsigned long long steps)
 {
     struct coop *c = ctx;
-    while (c->next_sched < c->n_sched && c->plan[c->next_sched].step <= steps)
-        coop_set_resident(c, c->plan[c->next_sched++].k);
-    int k = atomic_load(&c->target);
+    while (c->next_sched < c->n_sched && c->plan[c->next_sched].step <= steps) {
+        int k = c->plan[c->next_sched++].k;
+        if (k < 0)
+            coop_set_embedding_local(c);
+        else
+            coop_set_resident(c, k);
+    }
+    if (!atomic_load(&c->emb_now) && atomic_load(&c->emb_target)) {
+        atomic_store(&c->emb_now, 1);
+        if (c->m) atomic_store(&c->m->coop_embedding_remote, 0);
+        log_info("coop", "the embedding is here: steps send hidden states from now on (the "
+                         "positions sent as token ids are embedded here when their KV is needed)");
+    }
+    /* no layer runs here before the embedding does (the puller's k counts blocks with it) */
+    int k = atomic_load(&c->emb_now) ? atomic_load(&c->target) : 0;
     atomic_store(&c->k_now, k);
     if (c->m) atomic_store(&c->m->coop_k, k);
     return k;
@@ -730,11 +775,14 @@ static int hook_step(void *ctx, const struct batch *b, int k, const unsigned *se
         j->opened = 1;
         j->session = session;
     }
-    /* Our layers (their time per row and layer: the recompute cost model's prior). */
-    if (engine_embed(c->e, b, c->x))
+    /* Our layers (their time per row and layer: the recompute cost model's prior); without the
+     * embedding, none: the rows go as token ids (WIRE_TOKENS) and the helper embeds them. */
+    int emb = atomic_load(&c->emb_now);
+    if (!emb && k != 0) return errmsg_set(err, "coop: %d local layers without the embedding", k);
+    if (emb && engine_embed(c->e, b, c->x))
         return errmsg_set(err, "the embedding failed: %s", engine_error(c->e));
     double t0 = clock_now();
-    if (engine_layers(c->e, b, 0, k, c->x))
+    if (emb && engine_layers(c->e, b, 0, k, c->x))
         return errmsg_set(err, "the local layers [0, %d) failed: %s", k, engine_error(c->e));
     if (k > 0) {
         double per = (clock_now() - t0) / ((double)b->n * k);
@@ -742,11 +790,15 @@ static int hook_step(void *ctx, const struct batch *b, int k, const unsigned *se
     }
     for (int i = 0; i < b->n; i++) {
         struct jseq *j = js_find(c, seq[i]);
-        memcpy(j->x + (size_t)b->pos[i] * c->dim, c->x + (size_t)i * c->dim,
-               (size_t)c->dim * sizeof(float));
-        j->xl[b->pos[i]] = k;
+        if (emb)
+            memcpy(j->x + (size_t)b->pos[i] * c->dim, c->x + (size_t)i * c->dim,
+                   (size_t)c->dim * sizeof(float));
+        j->xl[b->pos[i]] = emb ? k : -1;
+        j->tok[b->pos[i]] = b->token[i];
     }
-    /* The rest, in messages of at most WIRE_MAX_MSG bytes, each answered before the next. */
+    /* The rest, in messages of at most WIRE_MAX_MSG bytes, each answered before the next (token
+     * rows in chunks of the configured dtype's rows too: the helper's scratch is sized by them). */
+    uint8_t dtype = emb ? (uint8_t)c->cfg.dtype : WIRE_TOKENS;
     uint32_t per = wire_activations_max_rows((uint32_t)c->dim, (uint8_t)c->cfg.dtype);
     int lr = 0; /* logit rows handled */
     for (int r0 = 0; r0 < b->n; r0 += (int)per) {
@@ -767,7 +819,7 @@ static int hook_step(void *ctx, const struct batch *b, int k, const unsigned *se
                                      .layer = (uint32_t)k,
                                      .n = (uint32_t)n,
                                      .dim = (uint32_t)c->dim,
-                                     .dtype = (uint8_t)c->cfg.dtype,
+                                     .dtype = dtype,
                                      .seq = c->a_seq,
                                      .pos = c->a_pos,
                                      .token = c->a_tok,
@@ -797,6 +849,9 @@ static int hook_step(void *ctx, const struct batch *b, int k, const unsigned *se
             atomic_fetch_add_explicit(&c->m->coop_remote_steps, 1, memory_order_relaxed);
             atomic_fetch_add_explicit(&c->m->coop_remote_rows, (unsigned long long)n,
                                       memory_order_relaxed);
+            if (dtype == WIRE_TOKENS)
+                atomic_fetch_add_explicit(&c->m->coop_token_rows, (unsigned long long)n,
+                                          memory_order_relaxed);
             atomic_fetch_add_explicit(&c->m->coop_partial_tokens, (unsigned long long)want,
                                       memory_order_relaxed);
         }
@@ -822,7 +877,8 @@ static long recompute_work(const struct jseq *j, int n, int k1)
 /* Bring the KV of layers [.., k1) of positions [0, n) up from the saved inputs: runs of positions
  * whose inputs are of the same layer l go through engine_layers(l, k1) in chunks of the step size,
  * in position order (a position's attention reads the earlier ones' KV, already done), which
- * writes the KV of [l, k1) and leaves the inputs of layer k1. */
+ * writes the KV of [l, k1) and leaves the inputs of layer k1. A run sent as token ids (l = -1)
+ * is embedded first from its saved tokens (the embedding is here: k1 > 0 needs it). */
 static int kv_recompute(struct coop *c, struct jseq *j, const int *blocks, int n, int k1, char *err)
 {
     int T = c->e->lim.max_tokens;
@@ -830,10 +886,17 @@ static int kv_recompute(struct coop *c, struct jseq *j, const int *blocks, int n
         int l = j->xl[p0], m = 0;
         while (p0 + m < n && m < T && j->xl[p0 + m] == l) {
             c->b_pos[m] = p0 + m;
+            c->b_tok[m] = j->tok[p0 + m];
             c->b_blocks[m] = blocks;
             m++;
         }
         struct batch b = {.n = m, .token = c->b_tok, .pos = c->b_pos, .blocks = c->b_blocks};
+        if (l < 0) {
+            if (engine_embed(c->e, &b, j->x + (size_t)p0 * c->dim))
+                return errmsg_set(err, "coop: embedding positions [%d, %d) of sequence %u: %s", p0,
+                                  p0 + m, j->id, engine_error(c->e));
+            l = 0;
+        }
         if (l < k1 && engine_layers(c->e, &b, l, k1, j->x + (size_t)p0 * c->dim))
             return errmsg_set(err, "coop: recomputing layers [%d, %d) of sequence %u failed: %s", l,
                               k1, j->id, engine_error(c->e));
@@ -984,11 +1047,15 @@ static int want_transfer(struct coop *c, struct jseq *j, int n, int k0, int k1)
         else
             snprintf(t, sizeof t, "%.1f ms, %.2f MB at a measured %.1f MB/s", est_t * 1e3,
                      bytes / 1e6, c->link_bps / 1e6);
-        log_info("coop",
-                 "KV of layers [%d, %d): %s (sequence %u: transfer %s; recompute %.1f ms, %ld "
-                 "layer-positions at %.2f us %s)",
-                 k0, k1, transfer ? "transfer" : "recompute", j->id, t, est_r * 1e3, lp, per * 1e6,
-                 c->lp_s > 0 ? "measured" : "as the local layers ran");
+        char r[128];
+        if (est_r < 0) /* k was 0: no layer has run here yet (the embedding may not have) */
+            snprintf(r, sizeof r, "%ld layer-positions, no layer has run here yet to time them",
+                     lp);
+        else
+            snprintf(r, sizeof r, "%.1f ms, %ld layer-positions at %.2f us %s", est_r * 1e3, lp,
+                     per * 1e6, c->lp_s > 0 ? "measured" : "as the local layers ran");
+        log_info("coop", "KV of layers [%d, %d): %s (sequence %u: transfer %s; recompute %s)", k0,
+                 k1, transfer ? "transfer" : "recompute", j->id, t, r);
     }
     return transfer;
 }
@@ -1278,6 +1345,10 @@ static void do_activations(struct coop *c, const struct work *w)
                           .n_logits = nl,
                           .logit_rows = c->b_rows};
         float *x = c->hx + (size_t)r0 * c->dim;
+        if (a.dtype == WIRE_TOKENS && engine_embed(c->e, &b, x)) {
+            snprintf(err, sizeof err, "helper: the embedding failed: %.300s", engine_error(c->e));
+            return reply_error(c, w->peer, a.step, err);
+        }
         if (engine_layers(c->e, &b, (int)a.layer, c->L, x) || engine_head(c->e, &b, x, c->logits)) {
             snprintf(err, sizeof err, "helper: layers [%u, %d) failed: %.300s", a.layer, c->L,
                      engine_error(c->e));
@@ -1510,9 +1581,9 @@ static void fused_take(struct coop *c, struct fused *f, int start)
     c->held_tail = kept;
 }
 
-/* Join remote step w at layer l: its rows go at the end of the batch; rows that start below l
- * (they came late) run their layers up to l alone first. 0, or -1 when it was answered with an
- * error instead (it is freed then). */
+/* Join remote step w at layer l: its rows go at the end of the batch; token rows are embedded, and
+ * rows that start below l (they came late) run their layers up to l alone first. 0, or -1 when it
+ * was answered with an error instead (it is freed then). */
 static int fused_join(struct coop *c, struct fused *f, struct work *w, int l)
 {
     int T = c->e->lim.max_tokens, n = f->n;
@@ -1542,20 +1613,25 @@ static int fused_join(struct coop *c, struct fused *f, struct work *w, int l)
         if (c->a_flags[i] & WIRE_ROW_LOGITS) c->f_rows[f->nl++] = n + (int)i;
     }
     g->nl = f->nl - g->l0;
-    if ((int)a.layer < l) {
+    /* token rows (a joiner without its embedding) are embedded here; a late step's layers below
+     * l run for its rows alone */
+    struct batch late = {
+        .n = (int)a.n, .token = c->f_tok + n, .pos = c->f_pos + n, .blocks = c->f_blocks + n};
+    int bad = a.dtype == WIRE_TOKENS && engine_embed(c->e, &late, x);
+    if (!bad && (int)a.layer < l) {
         if (c->m)
             atomic_fetch_add_explicit(&c->m->coop_fused_late_layers,
                                       (unsigned long long)(l - (int)a.layer), memory_order_relaxed);
-        struct batch late = {
-            .n = (int)a.n, .token = c->f_tok + n, .pos = c->f_pos + n, .blocks = c->f_blocks + n};
-        if (engine_layers(c->e, &late, (int)a.layer, l, x)) {
-            snprintf(why, sizeof why, "helper: layers [%u, %d) failed: %.300s", a.layer, l,
-                     engine_error(c->e));
-            reply_error(c, w->peer, a.step, why);
-            f->nl = g->l0;
-            free(w);
-            return -1;
-        }
+        bad = engine_layers(c->e, &late, (int)a.layer, l, x);
+    }
+    if (bad) {
+        snprintf(why, sizeof why, "helper: %s failed: %.300s",
+                 a.dtype == WIRE_TOKENS ? "the embedding or the layers below" : "layers below",
+                 engine_error(c->e));
+        reply_error(c, w->peer, a.step, why);
+        f->nl = g->l0;
+        free(w);
+        return -1;
     }
     f->n += (int)a.n;
     f->n_grp++;

@@ -13,13 +13,24 @@
  * is refused falls back to recompute. At k = L the joiner serves alone and closes its sequences
  * at the helper (MSG_COOP_CLOSE), which frees their KV.
  *
+ * Before the embedding: a pulling joiner serves as soon as its header has verified and its helper
+ * is connected, before the token embedding table (span 0, often bigger than a layer) has arrived
+ * (coop_config.embedding_remote). Until it has, k is 0 and each step's rows go to the helper as
+ * token ids (MSG_ACTIVATIONS of dtype WIRE_TOKENS, layer 0): the helper runs the embedding, every
+ * layer and the head. Those positions keep only their token ids here; when k later rises their
+ * KV is transferred, or recomputed by running the embedding on the saved ids and then the
+ * layers. coop_set_embedding_local says the table is here; the scheduler picks it up at its next
+ * step boundary, from which steps embed here and send hidden states as above.
+ *
  * Threads: the scheduler's compute thread calls the sched_coop hooks (serving/sched/scheduler.h);
  * the fabric thread runs the message handlers, which validate and queue and never block;
  * coop_set_resident may be called from any thread.
  *
  * Who raises k: coop_set_resident(c, k) — the weight puller calls it as layers verify (layers
- * [0, k) resident and usable by the engine); the test option --resident-schedule does it at given
- * steps. The scheduler picks the new value up at its next step boundary. */
+ * [0, k) resident and usable by the engine, which includes the embedding: k > 0 is never run
+ * before the embedding is local); the test option --resident-schedule does it at given steps
+ * ("STEP:e" there: the embedding arrives at STEP, remote until then). The scheduler picks the new
+ * value up at its next step boundary. */
 #ifndef STRATA_COOP_H
 #define STRATA_COOP_H
 
@@ -56,6 +67,7 @@ struct coop_config {
     int eos_id, bos_id; /* masked on rows that ask for it (min_tokens, ignore_eos) */
     /* joiner */
     int resident;         /* layers resident at start: 0..L (L: not a joiner) */
+    int embedding_remote; /* the embedding table is not here yet: resident must be 0 */
     const char *schedule; /* tests: "STEP:K,STEP:K,..." (at scheduler step STEP, k becomes K) */
     int helper_peer;      /* fabric peer that runs the rest (configured peers come first: 0) */
     int dtype;            /* enum wire_dtype of the activations (WIRE_F32: exact) */
@@ -77,6 +89,10 @@ void coop_free(struct coop *c);
 /* Any thread: layers [0, k) are resident. k only moves up (a lower value is ignored); the
  * scheduler applies it at its next step boundary. */
 void coop_set_resident(struct coop *c, int k);
+/* Any thread: the embedding table has arrived (embedding_remote ends at the next step). */
+void coop_set_embedding_local(struct coop *c);
+/* 1 while the scheduler still sends token ids (the embedding runs on the helper). */
+int coop_embedding_remote(const struct coop *c);
 /* The target set by coop_set_resident (or the schedule), and the k the scheduler runs now. */
 int coop_resident(const struct coop *c);
 int coop_current_k(const struct coop *c);

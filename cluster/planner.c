@@ -142,19 +142,73 @@ int planner_route(const struct plan_config *cfg, const struct plan_view *v, int 
 /* Per-tick scratch: which nodes (by index) this tick already gave a role. On the stack, bounded
  * by PLAN_MAX_NODES, so the planner allocates nothing. */
 struct tick {
-    unsigned char taken[PLAN_MAX_NODES];   /* joiner or replication target this tick */
-    unsigned char sources[PLAN_MAX_NODES]; /* times chosen as a source this tick */
+    unsigned char taken[PLAN_MAX_NODES];     /* joiner or replication target this tick */
+    unsigned char sources[PLAN_MAX_NODES];   /* times chosen as a source this tick */
+    unsigned char switching[PLAN_MAX_NODES]; /* 1 + the model a joiner switches to, 0: none */
 };
+
+static int chain_has(const struct plan_scaleout *so, int id)
+{
+    for (int j = 0; j < so->n_chain; j++)
+        if (so->chain[j] == id) return 1;
+    return 0;
+}
 
 static int in_progress_chain(const struct plan_view *v, int id, int kind, int m)
 {
     for (int s = 0; s < v->n_scaleouts; s++) {
         const struct plan_scaleout *so = &v->scaleouts[s];
         if ((kind >= 0 && so->kind != kind) || (m >= 0 && so->model != m)) continue;
-        for (int j = 0; j < so->n_chain; j++)
-            if (so->chain[j] == id) return 1;
+        if (chain_has(so, id)) return 1;
     }
     return 0;
+}
+
+/* The models node n holds or is receiving: host copies, its engine's, and those of scale-outs in
+ * progress that name it. */
+static uint64_t node_models(const struct plan_view *v, const struct plan_node *n)
+{
+    uint64_t b = n->host_cached;
+    if (n->engine_model >= 0) b |= 1ull << n->engine_model;
+    for (int s = 0; s < v->n_scaleouts; s++)
+        if (chain_has(&v->scaleouts[s], n->id)) b |= 1ull << v->scaleouts[s].model;
+    return b;
+}
+
+/* Room for m on n without dropping anything. */
+static int has_slot(const struct plan_view *v, const struct plan_node *n, int m)
+{
+    if (n->model_slots <= 0) return 1;
+    return __builtin_popcountll(node_models(v, n) & ~(1ull << m)) < n->model_slots;
+}
+
+/* Is node index i switching away from what it holds (this tick, or joining another model than m
+ * in a scale-out in progress)? Its host copies are on their way out: no source, no survivor. */
+static int switching_away(const struct plan_view *v, const struct tick *t, int i, int m)
+{
+    const struct plan_node *n = &v->nodes[i];
+    if (t->switching[i]) return t->switching[i] - 1 != m;
+    if (n->model_slots <= 0) return 0;
+    for (int s = 0; s < v->n_scaleouts; s++)
+        if (v->scaleouts[s].model != m && chain_has(&v->scaleouts[s], n->id)) return 1;
+    return 0;
+}
+
+/* Can node index i take m by dropping its host copies first (a switch)? Only with nothing in its
+ * engine, and each model it holds cached on another live node that is not switching away too. */
+static int can_switch(const struct plan_view *v, const struct tick *t, int i, int m)
+{
+    const struct plan_node *n = &v->nodes[i];
+    uint64_t drop = node_models(v, n) & ~(1ull << m);
+    if (n->engine_model >= 0) return 0;
+    for (int x = 0; x < v->n_models; x++) {
+        if (!(drop >> x & 1)) continue;
+        int others = 0;
+        for (int j = 0; j < v->n_nodes && !others; j++)
+            others = j != i && host_holds(&v->nodes[j], x) && !switching_away(v, t, j, x);
+        if (!others) return 0; /* its last host copy */
+    }
+    return 1;
 }
 
 /* A live node holding all of m (host memory, or engine with k = L) to stream it from: idle links
@@ -165,6 +219,7 @@ static int pick_source(const struct plan_view *v, const struct tick *t, int m)
     for (int i = 0; i < v->n_nodes; i++) {
         const struct plan_node *n = &v->nodes[i];
         if (!host_holds(n, m) && !serves_alone(v, n, m)) continue;
+        if (switching_away(v, t, i, m)) continue;
         if (best < 0) {
             best = i;
             continue;
@@ -228,6 +283,8 @@ static int better_joiner(const struct plan_config *cfg, const struct plan_view *
     }
     int ha = (int)(a->host_cached >> m & 1), hb = (int)(b->host_cached >> m & 1);
     if (ha != hb) return ha > hb;
+    int sa = has_slot(v, a, m), sb = has_slot(v, b, m); /* a free slot before a switch */
+    if (sa != sb) return sa > sb;
     return a->id < b->id;
 }
 
@@ -312,12 +369,14 @@ static void scale_up(const struct plan_config *cfg, const struct plan_view *v, s
         for (int i = 0; i < v->n_nodes; i++) {
             const struct plan_node *c = &v->nodes[i];
             if (!c->alive || c->engine_model >= 0 || t->taken[i] ||
-                in_progress_chain(v, c->id, -1, -1))
+                in_progress_chain(v, c->id, -1, -1) ||
+                (!has_slot(v, c, m) && !can_switch(v, t, i, m)))
                 continue;
             if (best < 0 || better_joiner(cfg, v, m, c, &v->nodes[best])) best = i;
         }
         if (best < 0) break;
         t->taken[best] = 1;
+        t->switching[best] = has_slot(v, &v->nodes[best], m) ? 0 : (unsigned char)(m + 1);
         idx[n++] = best;
     }
     if (n == 0) return;
@@ -341,7 +400,7 @@ static void scale_up(const struct plan_config *cfg, const struct plan_view *v, s
     }
     if (nc == 0) return;
     if (src < 0) { /* no copy anywhere live: give the nodes back, nothing to stream */
-        for (int j = 0; j < nc; j++) t->taken[chain[j]] = 0;
+        for (int j = 0; j < nc; j++) t->taken[chain[j]] = t->switching[chain[j]] = 0;
         return;
     }
     order_chain(v, m, src, chain, nc);
@@ -358,7 +417,8 @@ static void restore_r(const struct plan_view *v, struct tick *t, int m, struct p
 {
     const struct plan_model *pm = &v->models[m];
     int holders = 0, pending = 0;
-    for (int i = 0; i < v->n_nodes; i++) holders += host_holds(&v->nodes[i], m);
+    for (int i = 0; i < v->n_nodes; i++)
+        holders += host_holds(&v->nodes[i], m) && !switching_away(v, t, i, m);
     for (int s = 0; s < v->n_scaleouts; s++)
         if (v->scaleouts[s].kind == PLAN_SO_HOST && v->scaleouts[s].model == m)
             for (int j = 0; j < v->scaleouts[s].n_chain; j++) {
@@ -375,7 +435,7 @@ static void restore_r(const struct plan_view *v, struct tick *t, int m, struct p
         for (int i = 0; i < v->n_nodes; i++) {
             const struct plan_node *c = &v->nodes[i];
             if (!c->alive || host_holds(c, m) || i == src || t->taken[i] ||
-                in_progress_chain(v, c->id, PLAN_SO_HOST, m))
+                in_progress_chain(v, c->id, PLAN_SO_HOST, m) || !has_slot(v, c, m))
                 continue;
             const struct plan_node *b = best >= 0 ? &v->nodes[best] : NULL;
             if (!b || c->fail_prob < b->fail_prob ||
@@ -414,14 +474,14 @@ static int idle_for(const struct plan_view *v, const struct plan_node *n, double
            v->now_ms - n->load.idle_since_ms >= ms;
 }
 
-static void scale_down(const struct plan_view *v, int m, struct plan_action *out, int cap,
-                       int *n_out)
+static void scale_down(const struct plan_view *v, const struct tick *t, int m,
+                       struct plan_action *out, int cap, int *n_out)
 {
     const struct plan_model *pm = &v->models[m];
     int holders = 0, serving = 0, best = -1;
     for (int i = 0; i < v->n_nodes; i++) {
         const struct plan_node *n = &v->nodes[i];
-        holders += host_holds(n, m);
+        holders += host_holds(n, m) && !switching_away(v, t, i, m); /* its copy is going */
         serving += serves_alone(v, n, m);
     }
     for (int i = 0; i < v->n_nodes; i++) {
@@ -448,7 +508,8 @@ static void scale_down(const struct plan_view *v, int m, struct plan_action *out
     best = -1;
     for (int i = 0; i < v->n_nodes; i++) {
         const struct plan_node *n = &v->nodes[i];
-        if (!host_holds(n, m) || n->engine_model == m || !idle_for(v, n, pm->keep_alive_ms))
+        if (!host_holds(n, m) || n->engine_model == m || !idle_for(v, n, pm->keep_alive_ms) ||
+            switching_away(v, t, i, m))
             continue;
         const struct plan_node *b = best >= 0 ? &v->nodes[best] : NULL;
         if (!b || n->fail_prob > b->fail_prob || (n->fail_prob == b->fail_prob && n->id > b->id))
@@ -483,6 +544,6 @@ int planner_step(const struct plan_config *cfg, const struct plan_view *v, struc
     }
     /* 3. scale down what has idled for its keep-alive (not a model that is late now) */
     for (int m = 0; m < v->n_models; m++)
-        if (d[m].slack >= 0) scale_down(v, m, out, cap, &n_out);
+        if (d[m].slack >= 0) scale_down(v, &t, m, out, cap, &n_out);
     return n_out;
 }

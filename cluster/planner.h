@@ -25,13 +25,18 @@
  *   the SLO (slack == 0) is not a trigger. A model with queued requests and no replica scales up
  *   (a cold start). How many: enough replicas that the queued work, spread evenly, drains within
  *   the SLO, minus the replicas serving and joining; at most cfg->max_joiners per tick.
- * - Placement: a joiner is a live node with no model in its engine. With the matrix (default) the
+ * - Placement: a joiner is a live node with no model in its engine, in no scale-out in progress,
+ *   and with a free model slot (plan_node.model_slots) or else a switch: it holds other models in
+ *   host memory only, each with another live host copy (one not itself switching away); the
+ *   scale-up drops them first (never a model's last host copy). With the matrix (default) the
  *   candidates are ranked by effective throughput of M on their GPU type (tokens/s, Gavel's
  *   matrix) per waiting request of M it would absorb, then by host-cached M (PCIe instead of the
- *   network), then by id. cfg->ignore_matrix ranks by host-cached, then id (the ablation).
+ *   network), then a free slot before a switch, then by id. cfg->ignore_matrix ranks by
+ *   host-cached, free slot, then id (the ablation).
  * - A joiner holding M in host memory loads it over its own PCIe (source = itself) unless the
  *   network hop from the chosen source is faster (NVLink within a server usually is).
- * - Source: a live node holding all of M (host cache or engine with k = L) whose link is not
+ * - Source: a live node holding all of M (host cache or engine with k = L), not switching to
+ *   another model (this tick, or in a scale-out in progress), whose link is not
  *   already a source of another scale-out, fastest link first, then id; if every holder is busy,
  *   the holder serving the fewest scale-outs. Chain order: see planner.c (greedy, fastest link
  * next).
@@ -41,7 +46,9 @@
  *   while host-cached. Host copies above R are dropped one per tick after the keep-alive; never
  *   the last host copy, never below R.
  * - Restore R: when fewer than R live nodes hold M in host memory (a holder died), copy M from a
- *   live holder to the live non-holder with the lowest failure probability, then id.
+ *   live holder to the live non-holder with a free model slot (nothing is evicted for it; a model
+ *   on its way there takes a slot), the lowest failure probability first, then id. With no such node R
+ *   waits until one frees up (an idle extra copy of another model is dropped, a node joins).
  * - Routing (planner_route): the replica of M with the least predicted TTFT, ties by id. */
 #ifndef STRATA_PLANNER_H
 #define STRATA_PLANNER_H
@@ -88,6 +95,8 @@ struct plan_node {
     int layers_resident;  /* k of L of engine_model (L: serving alone) */
     int helper;           /* while k < L: the node id running layers [k,L) for it; else -1 */
     int sources_busy;     /* scale-outs this node is the source of right now */
+    int model_slots;      /* models it can hold at once, host copies and engine together (the
+                           * serving process: 1); 0: no limit (the simulator's servers) */
     struct plan_load load;
 };
 

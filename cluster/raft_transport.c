@@ -47,6 +47,12 @@ static void first_msg(struct sconn *c, const uint8_t *msg, size_t len)
         if (!rt->cfg.on_ctl) return sconn_close(c, "no control handler");
         return rt->cfg.on_ctl(rt->cfg.ctx, c, m.u.open.id, m.u.open.addr);
     }
+    if (m.u.open.channel == CHAN_FWD) {
+        c->data = NULL;
+        c->cb = (struct sconn_cbs){0};
+        if (!rt->cfg.on_fwd) return sconn_close(c, "no forward handler");
+        return rt->cfg.on_fwd(rt->cfg.ctx, c, m.u.open.id, m.u.open.addr);
+    }
     uv_stream_t *s = sconn_relay(c, raft_malloc, err);
     if (!s) {
         log_warn("cluster", "%s", err);

@@ -5,8 +5,9 @@
  * handshake and never reaches raft. After the handshake the client's first sealed message
  * (MSGC_OPEN, cluster/cluster_cmd.h) names the channel: CHAN_RAFT connections become a relay
  * whose local end is the uv_stream_t raft reads and writes (its own messages, unchanged); CHAN_CTL
- * connections (load reports, joins, state reads) are handed to on_ctl. One port per node carries
- * both, so one firewall rule and one address per node.
+ * connections (load reports, joins, state reads) are handed to on_ctl, CHAN_FWD ones (a forwarded
+ * API request) to on_fwd. One port per node carries all three, so one firewall rule and one
+ * address per node.
  *
  * Everything runs on the loop's thread. The transport struct must outlive raft_uv_close. */
 #ifndef STRATA_RAFT_TRANSPORT_H
@@ -25,6 +26,8 @@ struct rtransport_cfg {
     /* A control connection from node `id` (its first message was MSGC_OPEN CHAN_CTL). The
      * callee owns c from here: it sets c->cb and c->data. */
     void (*on_ctl)(void *ctx, struct sconn *c, uint64_t id, const char *addr);
+    /* A forward channel from node `id` (MSGC_OPEN CHAN_FWD): the callee owns c (NULL: refused). */
+    void (*on_fwd)(void *ctx, struct sconn *c, uint64_t id, const char *addr);
     /* A connection refused at the handshake (no or wrong key, or timed_out: no handshake within
      * handshake_ms): for logs and counters. */
     void (*on_refused)(void *ctx, const char *peer, const char *why, int timed_out);

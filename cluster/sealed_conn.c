@@ -131,10 +131,43 @@ static void relay_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
     buf->len = RELAY_CHUNK;
 }
 
+struct shut {
+    uv_shutdown_t req;
+    struct sconn *c;
+    char why[64];
+};
+
+static void shut_done(uv_shutdown_t *req, int status)
+{
+    struct shut *sh = (struct shut *)req;
+    (void)status;
+    sconn_close(sh->c, sh->why);
+    free(sh);
+}
+
+/* A relay's source ended (EOF): what is still queued for the other side goes out first, then the
+ * connection closes. uv_close alone would drop writes the kernel has not taken yet (an answer's
+ * last bytes, with the server's Connection: close right behind them). */
+static void relay_finish(struct sconn *c, uv_stream_t *dest, const char *why)
+{
+    if (c->state == SC_CLOSED) return;
+    struct shut *sh = malloc(sizeof *sh);
+    if (sh) {
+        sh->c = c;
+        snprintf(sh->why, sizeof sh->why, "%s", why);
+        uv_read_stop(c->piped && dest == (uv_stream_t *)&c->tcp ? (uv_stream_t *)&c->pipe
+                                                                : (uv_stream_t *)&c->tcp);
+        if (!uv_shutdown(&sh->req, dest, shut_done)) return;
+        free(sh);
+    }
+    sconn_close(c, why);
+}
+
 static void relay_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 {
     struct sconn *c = s->data;
-    if (n < 0) return sconn_close(c, n == UV_EOF ? "local end closed" : uv_strerror((int)n));
+    if (n == UV_EOF) return relay_finish(c, (uv_stream_t *)&c->tcp, "local end closed");
+    if (n < 0) return sconn_close(c, uv_strerror((int)n));
     if (n > 0 && c->state == SC_OPEN) seal_and_write(c, buf->base, (size_t)n);
 }
 
@@ -152,31 +185,43 @@ static void relay_deliver(struct sconn *c, const uint8_t *p, size_t n)
     }
 }
 
-uv_stream_t *sconn_relay(struct sconn *c, void *(*alloc_fn)(size_t), char *err)
+int sconn_relay_fd(struct sconn *c, char *err)
 {
     int fd[2];
     if (c->state != SC_OPEN || c->piped) {
         errmsg_set(err, "%s: relay on a connection that is not open", c->peer);
-        return NULL;
+        return -1;
     }
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fd)) {
         errmsg_set(err, "%s: socketpair: %m", c->peer);
-        return NULL;
+        return -1;
     }
-    uv_pipe_t *theirs = alloc_fn(sizeof *theirs);
-    if (!theirs || uv_pipe_init(c->loop, &c->pipe, 0)) {
+    if (uv_pipe_init(c->loop, &c->pipe, 0)) {
         close(fd[0]);
         close(fd[1]);
-        errmsg_set(err, "%s: relay: out of memory", c->peer);
-        return NULL;
+        errmsg_set(err, "%s: relay: cannot set up its pipe", c->peer);
+        return -1;
     }
     c->pipe.data = c;
     c->piped = 1;
     c->open_handles++;
     uv_pipe_open(&c->pipe, fd[0]);
-    uv_pipe_init(c->loop, theirs, 0);
-    uv_pipe_open(theirs, fd[1]);
     uv_read_start((uv_stream_t *)&c->pipe, relay_alloc, relay_read);
+    return fd[1];
+}
+
+uv_stream_t *sconn_relay(struct sconn *c, void *(*alloc_fn)(size_t), char *err)
+{
+    int fd = sconn_relay_fd(c, err);
+    if (fd < 0) return NULL;
+    uv_pipe_t *theirs = alloc_fn(sizeof *theirs);
+    if (!theirs) {
+        close(fd); /* our end reads EOF: the connection closes */
+        errmsg_set(err, "%s: relay: out of memory", c->peer);
+        return NULL;
+    }
+    uv_pipe_init(c->loop, theirs, 0);
+    uv_pipe_open(theirs, fd);
     return (uv_stream_t *)theirs;
 }
 
@@ -243,6 +288,7 @@ static void tcp_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 {
     (void)buf;
     struct sconn *c = s->data;
+    if (n == UV_EOF && c->piped) return relay_finish(c, (uv_stream_t *)&c->pipe, "peer closed");
     if (n < 0) return sconn_close(c, n == UV_EOF ? "peer closed" : uv_strerror((int)n));
     c->in_len += (size_t)n;
     size_t off = 0;

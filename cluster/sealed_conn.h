@@ -13,7 +13,9 @@
  * - relay: sconn_relay() makes a socketpair, hands one end to the caller as a uv_pipe_t (raft's
  *   libuv transport wants a uv_stream_t it reads and writes itself) and pumps bytes between the
  *   other end and the TCP connection, sealing and opening on the way. Closing either end closes
- *   the other.
+ *   the other. sconn_relay_fd() hands the caller's end over as a plain file descriptor instead,
+ *   for a thread outside the loop (a forwarded API request: serving/api/relay.h on the sending
+ *   node, the HTTP front on the receiving one).
  * A handshake must finish within a deadline (SCONN_HANDSHAKE_MS, or the listener's handshake_ms):
  * a peer that connects and sends nothing, or half a HELLO, is closed then instead of holding a
  * socket for as long as it likes; on the client side SCONN_HANDSHAKE_MS covers connect and
@@ -84,6 +86,9 @@ int sconn_send(struct sconn *c, const void *msg, size_t len);
 /* Switch an open connection to relay mode; returns the caller's end as a uv_pipe_t allocated
  * with alloc_fn (raft_malloc for raft) and initialised on the loop, or NULL with err. */
 uv_stream_t *sconn_relay(struct sconn *c, void *(*alloc_fn)(size_t), char *err);
+/* The same, the caller's end as a blocking-capable socket it owns (close it to end the relay);
+ * -1 with err. */
+int sconn_relay_fd(struct sconn *c, char *err);
 /* Close (idempotent); on_close fires once both handles are closed. */
 void sconn_close(struct sconn *c, const char *why);
 int sconn_is_open(const struct sconn *c);

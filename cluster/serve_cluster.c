@@ -14,6 +14,7 @@
 struct serve_cluster {
     _Atomic(struct control *) ctl; /* set once control_start returned */
     struct serve_metrics *m;
+    struct front *front;               /* forward channels from members become its connections */
     _Atomic(struct scheduler *) sched; /* NULL while the node has no engine */
     atomic_int max_step_tokens;
     atomic_int fresh; /* an engine just came up: its keep-alive starts now */
@@ -198,6 +199,9 @@ static int do_scale_up(void *ctx, const char *model, uint64_t source, const uint
         sc->engine = 1; /* a replication in progress becomes a scale-up */
     else if (!rc)
         rc = start_join(sc, model, source, chain, n_chain, 1, err);
+    /* The engine replica is new: its keep-alive starts now, not when the host copy went idle
+     * (else the leader scales it down on the tick after it came up). */
+    if (!rc) atomic_store(&sc->fresh, 1);
     if (!rc) publish(sc);
     pthread_mutex_unlock(&sc->mu);
     return rc;
@@ -369,6 +373,20 @@ static int route(void *ctx, const char *model, int prompt_tokens, char *addr, si
     return control_route(atomic_load(&sc->ctl), model, prompt_tokens, addr, cap, node, err);
 }
 
+static int forward_open(void *ctx, uint64_t node, int timeout_ms, int cancel_fd, char *err)
+{
+    struct serve_cluster *sc = ctx;
+    return control_forward_open(atomic_load(&sc->ctl), node, timeout_ms, cancel_fd, err);
+}
+
+/* Control thread: a member's forward channel becomes a connection of our front. */
+static void forward_in(void *ctx, int fd, uint64_t from)
+{
+    struct serve_cluster *sc = ctx;
+    (void)from;
+    front_adopt(sc->front, fd);
+}
+
 static char *metrics(void *ctx, size_t *len)
 {
     struct serve_cluster *sc = ctx;
@@ -395,7 +413,8 @@ struct serve_cluster *serve_cluster_start(const struct control_cfg *cfg, struct 
     sc->host = sc->model[0] != 0;
     sc->engine = sc->model[0] && !cfg->standby;
     sc->k = sc->engine ? sc->n_layers : 0;
-    struct control_serving sv = {.ctx = sc, .load = load};
+    sc->front = f;
+    struct control_serving sv = {.ctx = sc, .load = load, .forward_in = forward_in};
     struct cluster_exec ex = {.ctx = sc,
                               .scale_up = do_scale_up,
                               .scale_down = do_scale_down,
@@ -415,6 +434,7 @@ struct serve_cluster *serve_cluster_start(const struct control_cfg *cfg, struct 
                            .route = route,
                            .routed = routed,
                            .unreachable = unreachable,
+                           .forward_open = forward_open,
                            .node_id = cfg->id};
     front_set_ext(f, &fx);
     return sc;

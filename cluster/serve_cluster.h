@@ -42,9 +42,7 @@ struct serve_cluster;
 enum sc_job_kind { SC_JOB_JOIN = 1, SC_JOB_DROP = 2 };
 
 struct sc_job {
-    int kind;                   /* #define SC_MAX_OTHERS 4
-
-enum sc_job_kind */
+    int kind;                   /* enum sc_job_kind */
     char model[CL_STR_LEN + 1]; /* the model's name */
     uint64_t source;            /* node holding the whole model: the helper */
     char source_fabric[CL_STR_LEN + 1];

@@ -56,6 +56,10 @@ static void on_span(void *ctx, int span)
         if (sl->lm->engine.be->upload_span(&sl->lm->engine, span, err))
             log_warn("loader", "span %d: device upload: %s", span, err);
     }
+    if (span == 0) {
+        log_info("loader", "%s: the embedding is here", sl->name);
+        if (sl->on_embedding) sl->on_embedding(sl->ctx);
+    }
     if (k > old) {
         atomic_store(&sl->k, k);
         log_info("loader", "%s: %d/%d layers resident", sl->name, k, L);

@@ -8,7 +8,8 @@
  * the arena's weight pool to the stream as its image: spans land there in place, in execution
  * order, and the arena is registered once with the transport (weight_stream does tp_expose).
  * As spans verify (fabric thread), k = the number of consecutive blocks held with the embedding
- * is recomputed and, when it grows, reported through on_resident(ctx, k); on_complete follows
+ * is recomputed and, when it grows, reported through on_resident(ctx, k); on_embedding reports the
+ * embedding (span 0) on its own, since k stays 0 until block 0 is here too; on_complete follows
  * the last span. The head is the last span: a joiner with k blocks runs [0, k) and needs a
  * helper for the rest until everything has arrived.
  *
@@ -32,6 +33,7 @@ struct stream_loader {
     struct loader_opts opts;
     struct layer_progress *lp;             /* optional */
     void (*on_resident)(void *ctx, int k); /* fabric thread, k grew */
+    void (*on_embedding)(void *ctx);       /* fabric thread, span 0 (the embedding) verified */
     void (*on_complete)(void *ctx);        /* fabric thread, every span verified */
     void *ctx;
     atomic_int engine_ready; /* lm's engine is started (joiner: after the header) */

@@ -25,6 +25,12 @@ static void on_resident(void *ctx, int k)
     if (wn->cfg.on_resident) wn->cfg.on_resident(wn->cfg.ctx, k);
 }
 
+static void on_embedding(void *ctx)
+{
+    struct weight_node *wn = ctx;
+    if (wn->cfg.on_embedding) wn->cfg.on_embedding(wn->cfg.ctx);
+}
+
 static void on_complete(void *ctx)
 {
     struct weight_node *wn = ctx;
@@ -138,6 +144,7 @@ struct weight_node *weight_node_joiner(const struct weight_node_config *cfg,
     if (!wn) return NULL;
     stream_loader_joiner(&wn->sl, lm, lo, cfg->lp);
     wn->sl.on_resident = on_resident;
+    wn->sl.on_embedding = on_embedding;
     wn->sl.on_complete = on_complete;
     wn->sl.ctx = wn;
     if (node_attach(wn, err)) {

@@ -30,6 +30,7 @@ struct weight_node_config {
     double rate_bytes;         /* pacing of each downstream push, bytes/s (0: unpaced) */
     struct layer_progress *lp; /* required */
     void (*on_resident)(void *ctx, int k); /* fabric thread: k blocks resident (grew) */
+    void (*on_embedding)(void *ctx);       /* fabric thread: the embedding (span 0) verified */
     void (*on_complete)(void *ctx);        /* fabric thread: every span verified */
     void *ctx;
 };

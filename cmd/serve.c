@@ -38,6 +38,7 @@ struct serve_opts {
     int port, max_batch, ctx, threads, step_tokens, kv_blocks, kv_block_size, kv_type, static_batch;
     int max_conns, timeout_ms, idle_timeout_ms, no_slo, verbose, step_delay_us, shed_late,
         static_shrink;
+    int forward_pool;       /* idle forward channels kept per node (serving/api/relay.h) */
     const char *test_crash; /* tests only: segv | panic, once ready */
     int test_hang_s;        /* tests only: the serve loop stops this long after ready; -1 never */
     double ttft_ms, tpot_ms, static_wait_ms;
@@ -116,6 +117,7 @@ static int serve_options(struct serve_opts *o, struct opt *t)
         {"--max-body", OPT_LONG, &o->max_body, 1024, 1L << 40, NULL, "BYTES"},
         {"--timeout-ms", OPT_INT, &o->timeout_ms, 1, 3600000, NULL, "MS"},
         {"--idle-timeout-ms", OPT_INT, &o->idle_timeout_ms, 1, 3600000, NULL, "MS"},
+        {"--forward-pool", OPT_INT, &o->forward_pool, 0, 64, NULL, "N"},
         {"--test-step-delay-us", OPT_INT, &o->step_delay_us, 0, 1000000, NULL, "US"},
         {"--test-crash", OPT_PARSE, &o->test_crash, 0, 0, parse_test_crash, "segv|panic"},
         {"--test-hang", OPT_INT, &o->test_hang_s, 0, 3600, NULL, "S"},
@@ -146,7 +148,8 @@ static int usage(void)
             "  tests only: --test-step-delay-us sleeps in every step; --test-crash crashes\n"
             "  once ready, --test-hang hangs the serve loop S seconds after ready\n"
             "  (boot/cmdline.md); --resident-layers K, --resident-schedule STEP:K,...: a joiner\n"
-            "  that runs layers [0, K) itself and the rest on its first --peers node;\n"
+            "  that runs layers [0, K) itself and the rest on its first --peers node (STEP:e:\n"
+            "  the embedding arrives at STEP; until then the helper embeds token ids too);\n"
             "  --coop-dtype: the activations it sends, f32 exact (docs/cluster.md);\n"
             "  --coop-kv: how the KV of layers that become local arrives (auto: the faster by\n"
             "  measured costs; compare: both, timed and checked, for benchmarks);\n"
@@ -154,7 +157,8 @@ static int usage(void)
             "  between them (off: the baseline)\n"
             "  --test-kv-fault: a helper that answers KV requests wrongly (tests)\n"
             "  without -m, with --peers: pull the model from the peers into the arena and serve\n"
-            "  with the first peer's help while layers arrive (--stop-the-world: only once every\n"
+            "  with the first peer's help as soon as the header has verified and the peer is\n"
+            "  connected, the embedding here or not (--stop-the-world: only once every\n"
             "  layer is here); --weight-rate paces the weights this node sends (docs/fabric.md)\n");
     return 2;
 }
@@ -169,6 +173,7 @@ static int parse_opts(int argc, char **argv, struct serve_opts *o)
                              .max_conns = 512,
                              .timeout_ms = 10000,
                              .idle_timeout_ms = 30000,
+                             .forward_pool = 4,
                              .ttft_ms = 1000,
                              .tpot_ms = 100,
                              .static_wait_ms = 50,
@@ -374,6 +379,14 @@ static void on_resident(void *ctx, int k)
     front_set_progress(sv->front, stage, L ? 0.9 * k / L : 0);
 }
 
+/* Fabric thread: the embedding table verified; until then the joiner's steps ran on the helper
+ * from token ids. */
+static void on_embedding(void *ctx)
+{
+    struct serve *sv = ctx;
+    if (sv->coop) coop_set_embedding_local(sv->coop);
+}
+
 /* The model: from the file (-m), offered to peers when on the fabric; or, with --peers and no
  * -m, pulled from them into the arena: this returns once the header has arrived and the engine
  * exists (the rest arrives while the node serves). */
@@ -390,6 +403,7 @@ static int load_model(struct serve *sv, const struct serve_opts *o, struct loade
                                     .rate_bytes = o->weight_rate_mbs * 1e6,
                                     .lp = &sv->layers,
                                     .on_resident = on_resident,
+                                    .on_embedding = on_embedding,
                                     .ctx = sv};
     if (o->model) {
         /* A fabric node keeps GGUF's layout: its arena image is what it sends. */
@@ -420,8 +434,10 @@ static int load_model(struct serve *sv, const struct serve_opts *o, struct loade
     return 0;
 }
 
-/* A pulling joiner serves once it can: with the embedding here and its helper (the first peer)
- * connected, or when every layer is here (--stop-the-world: only then). */
+/* A pulling joiner serves once it can: its header verified (the engine exists, which is how we got
+ * here) and its helper (the first peer) connected, the embedding here or not (without it the
+ * helper runs the embedding too: cluster/coop.h); or when every layer is here (--stop-the-world:
+ * only then). */
 static int wait_servable(struct serve *sv, const struct serve_opts *o, char *err)
 {
     int said = 0;
@@ -429,14 +445,19 @@ static int wait_servable(struct serve *sv, const struct serve_opts *o, char *err
         const char *why = weight_node_failed(sv->weights);
         if (why) return errmsg_set(err, "fabric: weights: %.400s", why);
         if (atomic_load(&stopping)) return errmsg_set(err, "stopped while pulling the weights");
-        if (!o->stop_the_world && weight_node_embedding_ready(sv->weights) &&
-            fabric_node_peer_open(sv->fabric, o->helper_peer)) {
-            log_info("serve", "serving while partial: %d/%d layers here, the rest on %s",
-                     weight_node_k(sv->weights), sv->lm->model.cfg.n_layers,
-                     o->fab.peers.v[o->helper_peer]);
+        if (!o->stop_the_world && fabric_node_peer_open(sv->fabric, o->helper_peer)) {
+            if (!weight_node_embedding_ready(sv->weights))
+                log_info("serve",
+                         "serving while partial, with the embedding remote: 0/%d layers here, "
+                         "the embedding and every layer on %s until they arrive",
+                         sv->lm->model.cfg.n_layers, o->fab.peers.v[o->helper_peer]);
+            else
+                log_info("serve", "serving while partial: %d/%d layers here, the rest on %s",
+                         weight_node_k(sv->weights), sv->lm->model.cfg.n_layers,
+                         o->fab.peers.v[o->helper_peer]);
             return 0;
         }
-        if (!said && weight_node_embedding_ready(sv->weights) && !o->stop_the_world) {
+        if (!said && !o->stop_the_world) {
             log_info("serve", "waiting for the helper %s (or every layer)",
                      o->fab.peers.v[o->helper_peer]);
             said = 1;
@@ -469,7 +490,11 @@ static int serve_failed(struct serve *sv, const char *what, const char *err)
 static int start_front(struct serve *sv, struct serve_opts *o, pthread_t *thread, char *err)
 {
     metrics_init(&sv->metrics);
-    struct front_config fc = {.api_key = o->api_key};
+    /* A kept channel is the other node's idle keep-alive connection: give it up well before that
+     * node's --idle-timeout-ms (the same on every node of a rack) closes it. */
+    struct front_config fc = {.api_key = o->api_key,
+                              .forward_pool = o->forward_pool,
+                              .forward_pool_idle_ms = o->idle_timeout_ms / 2};
     if (!(sv->front = front_new(&fc, &sv->metrics, err))) pid1_fatal(err);
     struct http_server_config hc = {.host = o->host,
                                     .port = o->port,
@@ -537,6 +562,10 @@ static int start_coop(struct serve *sv, const struct serve_opts *o, char *err)
                              .eos_id = sv->lm->tok.eos_id,
                              .bos_id = sv->lm->tok.bos_id,
                              .resident = resident,
+                             /* nothing arrives before fabric_node_start: this stays true until
+                              * on_embedding, which needs sv->coop, set first */
+                             .embedding_remote =
+                                 pulling && !weight_node_embedding_ready(sv->weights),
                              .schedule = o->resident_schedule,
                              .helper_peer = joiner ? o->helper_peer : -1,
                              .dtype = !strcmp(o->coop_dtype, "f16")    ? WIRE_F16

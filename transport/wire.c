@@ -459,6 +459,11 @@ static size_t dtype_size(uint8_t dtype)
     return dtype == WIRE_F32 ? 4 : dtype == WIRE_F16 || dtype == WIRE_BF16 ? 2 : 0;
 }
 
+static int act_dtype_known(uint8_t dtype)
+{
+    return dtype_size(dtype) || dtype == WIRE_TOKENS;
+}
+
 size_t wire_activations_size(uint32_t n, uint32_t dim, uint8_t dtype)
 {
     return WIRE_ACT_HDR_LEN + (size_t)n * WIRE_ACT_ROW_LEN + (size_t)n * dim * dtype_size(dtype) +
@@ -474,7 +479,8 @@ uint32_t wire_activations_max_rows(uint32_t dim, uint8_t dtype)
 
 size_t wire_activations_encode(uint8_t *out, size_t cap, const struct wire_activations *a)
 {
-    if (!dtype_size(a->dtype) || a->n > WIRE_MAX_ACT_TOKENS || a->dim > WIRE_MAX_ACT_DIM ||
+    if (!act_dtype_known(a->dtype) || (a->dtype == WIRE_TOKENS && a->layer != 0) ||
+        a->n > WIRE_MAX_ACT_TOKENS || a->dim > WIRE_MAX_ACT_DIM ||
         wire_activations_size(a->n, a->dim, a->dtype) > cap)
         return 0;
     struct wire_w w = {out, cap, 0, 0};
@@ -490,7 +496,7 @@ size_t wire_activations_encode(uint8_t *out, size_t cap, const struct wire_activ
         wire_put_u32(&w, a->token[i]);
         wire_put_u8(&w, a->flags[i]);
     }
-    size_t m = (size_t)a->n * a->dim;
+    size_t m = a->dtype == WIRE_TOKENS ? 0 : (size_t)a->n * a->dim;
     for (size_t i = 0; i < m; i++) {
         float v = a->x[i];
         if (a->dtype == WIRE_F32)
@@ -514,12 +520,16 @@ int wire_activations_decode(struct wire_activations *a, const uint8_t *buf, size
     a->dim = wire_get_u32(&r);
     a->dtype = wire_get_u8(&r);
     if (r.bad) return errmsg_set(err, "activations: truncated (%zu bytes)", len);
-    if (!dtype_size(a->dtype)) return errmsg_set(err, "activations: unknown dtype %u", a->dtype);
+    if (!act_dtype_known(a->dtype))
+        return errmsg_set(err, "activations: unknown dtype %u", a->dtype);
+    if (a->dtype == WIRE_TOKENS && a->layer != 0)
+        return errmsg_set(err, "activations: token rows for layer %u (they enter at layer 0)",
+                          a->layer);
     if (a->n > WIRE_MAX_ACT_TOKENS || a->n > cap_n)
         return errmsg_set(err, "activations: %u rows, room for %u", a->n, cap_n);
     if (a->dim == 0 || a->dim > WIRE_MAX_ACT_DIM)
         return errmsg_set(err, "activations: dim %u out of range", a->dim);
-    if ((size_t)a->n * a->dim > cap_x)
+    if (a->dtype != WIRE_TOKENS && (size_t)a->n * a->dim > cap_x)
         return errmsg_set(err, "activations: %u x %u values, room for %zu", a->n, a->dim, cap_x);
     if (len != wire_activations_size(a->n, a->dim, a->dtype))
         return errmsg_set(err, "activations: %zu bytes, %u x %u of dtype %u need %zu", len, a->n,
@@ -533,7 +543,7 @@ int wire_activations_decode(struct wire_activations *a, const uint8_t *buf, size
         if (flags[i] & ~(WIRE_ROW_LOGITS | WIRE_ROW_MASK_EOS))
             return errmsg_set(err, "activations: row %u: unknown flags 0x%x", i, flags[i]);
     }
-    size_t m = (size_t)a->n * a->dim;
+    size_t m = a->dtype == WIRE_TOKENS ? 0 : (size_t)a->n * a->dim;
     for (size_t i = 0; i < m; i++)
         x[i] = a->dtype == WIRE_F32   ? wire_get_f32(&r)
                : a->dtype == WIRE_F16 ? fp16_to_f32(wire_get_u16(&r))

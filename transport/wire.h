@@ -200,9 +200,12 @@ int wire_rdma_info_decode(struct wire_rdma_info *i, const uint8_t *buf, size_t l
  * (serving/engine/quant.h, round to nearest even) and lossy: f32 is the exact choice. Each row
  * carries its sequence id, position, token id and flags (WIRE_ROW_*), so the receiver runs its own
  * KV cache and knows which rows want a sampled token.
+ * dtype WIRE_TOKENS: the values part is empty: the rows' token ids are the input and the receiver
+ * runs the embedding too; `layer` must be 0 and `dim` is still the model's (the receiver checks
+ * it). A joiner whose embedding table has not arrived yet sends these.
  *   u8 type | u64 step | u32 layer | u32 n | u32 dim | u8 dtype
  *   | n x (u32 seq | u32 pos | u32 token | u8 flags) | n x dim values | u32 crc */
-enum wire_dtype { WIRE_F32 = 0, WIRE_F16 = 1, WIRE_BF16 = 2 };
+enum wire_dtype { WIRE_F32 = 0, WIRE_F16 = 1, WIRE_BF16 = 2, WIRE_TOKENS = 3 };
 #define WIRE_MAX_ACT_TOKENS 4096
 #define WIRE_MAX_ACT_DIM    65536
 #define WIRE_ROW_LOGITS     1u /* sample a token after this row */
@@ -224,8 +227,9 @@ size_t wire_activations_size(uint32_t n, uint32_t dim, uint8_t dtype);
 /* Rows of `dim` values of `dtype` that fit in one message of at most WIRE_MAX_MSG bytes. */
 uint32_t wire_activations_max_rows(uint32_t dim, uint8_t dtype);
 size_t wire_activations_encode(uint8_t *out, size_t cap, const struct wire_activations *a);
-/* Decodes into seq/pos/token/flags[cap_n] and x[cap_x]; fails if n > cap_n or n * dim > cap_x,
- * on a bad CRC, an unknown dtype or flag, a length that is not exactly the declared shape. */
+/* Decodes into seq/pos/token/flags[cap_n] and x[cap_x]; fails if n > cap_n or n * dim > cap_x
+ * (not for WIRE_TOKENS, which writes no x), on a bad CRC, an unknown dtype or flag, WIRE_TOKENS
+ * with layer != 0, a length that is not exactly the declared shape. */
 int wire_activations_decode(struct wire_activations *a, const uint8_t *buf, size_t len,
                             uint32_t *seq, uint32_t *pos, uint32_t *token, uint8_t *flags, float *x,
                             uint32_t cap_n, size_t cap_x, char *err);

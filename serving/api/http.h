@@ -34,7 +34,8 @@ struct http_request {
     int has_auth;                /* an Authorization: Bearer header was present */
     char bearer[HTTP_MAX_TOKEN]; /* its token (truncated tokens never match a key) */
     int bearer_truncated;
-    int forwarded; /* X-Strata-Forwarded: another node's front relayed it (never forwarded again) */
+    int forwarded; /* X-Strata-Forwarded: another node's front relayed it (never forwarded again);
+                      the server clears it unless the connection came from a cluster member */
     size_t head_len;
 };
 

@@ -52,6 +52,7 @@ static int status_line(struct http_response *r, const char *p, size_t n, char *e
     if (s < 100 || (n > 12 && p[12] != ' '))
         return errmsg_set(err, "http response: bad status code");
     r->status = s;
+    r->keep_alive = p[7] == '1'; /* the version's default, until a Connection header */
     return 0;
 }
 
@@ -93,6 +94,9 @@ static int header_line(struct http_response *r, const char *p, size_t ln, int *h
         copy_value(r->retry_after, sizeof r->retry_after, v, vn);
     } else if (name_is(p, nl, "www-authenticate")) {
         copy_value(r->www_authenticate, sizeof r->www_authenticate, v, vn);
+    } else if (name_is(p, nl, "connection")) {
+        if (vn == 5 && !strncasecmp(v, "close", 5)) r->keep_alive = 0;
+        if (vn == 10 && !strncasecmp(v, "keep-alive", 10)) r->keep_alive = 1;
     }
     return 0;
 }

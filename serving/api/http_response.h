@@ -1,7 +1,8 @@
 /* http_response: the incremental reader of an HTTP/1.1 response (no sockets, no allocation).
  *
  * The relay (serving/api/relay.h) reads another node's answer with it: the status line and the
- * headers it passes on (Content-Type, Retry-After, WWW-Authenticate), then the body framed by
+ * headers it passes on (Content-Type, Retry-After, WWW-Authenticate) and whether the connection
+ * stays open (Connection: close / keep-alive, the version's default), then the body framed by
  * Content-Length, chunked, or the end of the connection (decoded in place with
  * http_chunked_decode, so a streamed answer comes out chunk by chunk as it arrives). Interim
  * 1xx responses are skipped. A response with both Content-Length and Transfer-Encoding, a
@@ -30,6 +31,7 @@ struct http_response {
     long long content_length; /* -1 when absent */
     int chunked;              /* Transfer-Encoding: chunked */
     int until_close;          /* neither: the body ends with the connection */
+    int keep_alive;           /* the connection may carry another request (version, Connection) */
     char content_type[128];
     char retry_after[32];
     char www_authenticate[128];

@@ -6,10 +6,12 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <linux/sockios.h>
 #include <netinet/tcp.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,6 +52,7 @@ struct http_conn {
     int lingering; /* answered and half-closed: discarding input until EOF */
     double t_linger;
     int dead, in_process, epoll_out;
+    int from_cluster; /* adopted (http_server_adopt): X-Strata-Forwarded counts on it */
     void *user;
     struct http_conn *prev, *next;
 };
@@ -64,6 +67,9 @@ struct http_server {
     double drain_deadline;
     struct http_conn *conns, *graveyard;
     int n_conns;
+    pthread_mutex_t adopt_mu; /* sockets handed over by other threads, not yet connections */
+    int *adopt;
+    int n_adopt, adopt_cap;
 };
 
 static char listen_tag, wake_tag;
@@ -83,6 +89,7 @@ struct http_server *http_server_new(const struct http_server_config *cfg,
     s->h = *h;
     s->m = m;
     s->lfd = s->efd = s->wfd = -1;
+    pthread_mutex_init(&s->adopt_mu, NULL);
     char port[16];
     snprintf(port, sizeof port, "%d", cfg->port);
     struct addrinfo hints = {.ai_family = AF_UNSPEC,
@@ -416,6 +423,8 @@ static void process_input(struct http_conn *c)
         }
         c->consumed = c->p.consumed;
         c->state = C_BUSY;
+        /* The header counts only from another node's front; from a client it means nothing. */
+        if (!c->from_cluster) c->p.req.forwarded = 0;
         s->h.on_request(s->h.ctx, c, &c->p.req, c->p.body, c->p.body_len);
     }
     c->in_process = 0;
@@ -472,6 +481,47 @@ static void on_readable(struct http_conn *c)
     if (c->state == C_READ) process_input(c);
 }
 
+/* A new connection on fd: refused with 503 over the limit, else watched. */
+static void conn_add(struct http_server *s, int fd, int from_cluster)
+{
+    if (s->n_conns >= s->cfg.max_conns) {
+        char msg[96];
+        snprintf(msg, sizeof msg,
+                 "The server is handling %d connections, its limit; retry shortly.", s->n_conns);
+        char *body = error_body(s, 503, msg);
+        char head[256];
+        int hn = snprintf(head, sizeof head,
+                          "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json"
+                          "\r\nContent-Length: %zu\r\nRetry-After: 1\r\nConnection: close"
+                          "\r\n\r\n",
+                          body ? strlen(body) : 0);
+        ssize_t w = send(fd, head, (size_t)hn, MSG_NOSIGNAL);
+        if (body && w == hn) w = send(fd, body, strlen(body), MSG_NOSIGNAL);
+        (void)w;
+        free(body);
+        shutdown(fd, SHUT_WR);
+        close(fd);
+        if (s->m) metrics_request(s->m, OUTCOME_REJECTED);
+        return;
+    }
+    struct http_conn *c = calloc(1, sizeof *c);
+    if (!c) {
+        close(fd);
+        return;
+    }
+    c->srv = s;
+    c->fd = fd;
+    c->from_cluster = from_cluster;
+    c->t_idle = clock_now();
+    c->next = s->conns;
+    if (s->conns) s->conns->prev = c;
+    s->conns = c;
+    s->n_conns++;
+    if (s->m) atomic_store(&s->m->connections, s->n_conns);
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.ptr = c};
+    epoll_ctl(s->efd, EPOLL_CTL_ADD, fd, &ev);
+}
+
 static void on_accept(struct http_server *s)
 {
     for (;;) {
@@ -479,43 +529,59 @@ static void on_accept(struct http_server *s)
         if (fd < 0) return;
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        if (s->n_conns >= s->cfg.max_conns) {
-            char msg[96];
-            snprintf(msg, sizeof msg,
-                     "The server is handling %d connections, its limit; retry shortly.",
-                     s->n_conns);
-            char *body = error_body(s, 503, msg);
-            char head[256];
-            int hn = snprintf(head, sizeof head,
-                              "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json"
-                              "\r\nContent-Length: %zu\r\nRetry-After: 1\r\nConnection: close"
-                              "\r\n\r\n",
-                              body ? strlen(body) : 0);
-            ssize_t w = send(fd, head, (size_t)hn, MSG_NOSIGNAL);
-            if (body && w == hn) w = send(fd, body, strlen(body), MSG_NOSIGNAL);
-            (void)w;
-            free(body);
-            shutdown(fd, SHUT_WR);
-            close(fd);
-            if (s->m) metrics_request(s->m, OUTCOME_REJECTED);
-            continue;
-        }
-        struct http_conn *c = calloc(1, sizeof *c);
-        if (!c) {
-            close(fd);
-            continue;
-        }
-        c->srv = s;
-        c->fd = fd;
-        c->t_idle = clock_now();
-        c->next = s->conns;
-        if (s->conns) s->conns->prev = c;
-        s->conns = c;
-        s->n_conns++;
-        if (s->m) atomic_store(&s->m->connections, s->n_conns);
-        struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.ptr = c};
-        epoll_ctl(s->efd, EPOLL_CTL_ADD, fd, &ev);
+        conn_add(s, fd, 0);
     }
+}
+
+int http_server_adopt(struct http_server *s, int fd)
+{
+    pthread_mutex_lock(&s->adopt_mu);
+    int ok = !s->stopping && !s->drain_ms;
+    if (ok && s->n_adopt == s->adopt_cap) {
+        int cap = s->adopt_cap ? s->adopt_cap * 2 : 16;
+        int *a = realloc(s->adopt, (size_t)cap * sizeof *a);
+        if (a) {
+            s->adopt = a;
+            s->adopt_cap = cap;
+        } else {
+            ok = 0;
+        }
+    }
+    if (ok) s->adopt[s->n_adopt++] = fd;
+    pthread_mutex_unlock(&s->adopt_mu);
+    if (!ok) {
+        close(fd);
+        return -1;
+    }
+    http_server_wake(s);
+    return 0;
+}
+
+/* Front thread: the sockets other threads handed over become connections. */
+static void take_adopted(struct http_server *s)
+{
+    pthread_mutex_lock(&s->adopt_mu);
+    if (!s->n_adopt) {
+        pthread_mutex_unlock(&s->adopt_mu);
+        return;
+    }
+    int n = s->n_adopt;
+    int fds[64];
+    if (n > 64) n = 64;
+    memcpy(fds, s->adopt, (size_t)n * sizeof *fds);
+    memmove(s->adopt, s->adopt + n, (size_t)(s->n_adopt - n) * sizeof *fds);
+    s->n_adopt -= n;
+    int more = s->n_adopt > 0;
+    pthread_mutex_unlock(&s->adopt_mu);
+    for (int i = 0; i < n; i++) {
+        int fl = fcntl(fds[i], F_GETFL);
+        if (fl < 0 || fcntl(fds[i], F_SETFL, fl | O_NONBLOCK)) {
+            close(fds[i]);
+            continue;
+        }
+        conn_add(s, fds[i], 1);
+    }
+    if (more) http_server_wake(s);
 }
 
 /* Has the client acknowledged nothing for write_timeout_ms while output is outstanding? */
@@ -602,6 +668,7 @@ int http_server_run(struct http_server *s, char *err)
                 uint64_t v;
                 ssize_t r = read(s->wfd, &v, sizeof v);
                 (void)r;
+                take_adopted(s);
                 if (s->h.on_wake) s->h.on_wake(s->h.ctx);
             } else {
                 struct http_conn *c = p;
@@ -648,5 +715,8 @@ void http_server_free(struct http_server *s)
     if (s->lfd >= 0) close(s->lfd);
     if (s->efd >= 0) close(s->efd);
     if (s->wfd >= 0) close(s->wfd);
+    for (int i = 0; i < s->n_adopt; i++) close(s->adopt[i]);
+    free(s->adopt);
+    pthread_mutex_destroy(&s->adopt_mu);
     free(s);
 }

@@ -15,7 +15,12 @@
  *
  * A client that goes away while its request is with the handler (EOF, reset, timeout) triggers
  * on_abort(user) from the loop, never from inside an http_* call made by the handler; http_*
- * calls on a dead connection return -1 and do nothing. */
+ * calls on a dead connection return -1 and do nothing.
+ *
+ * Connections come from the listening socket (clients) or from http_server_adopt (another node's
+ * front, over a sealed forward channel: cluster/fwd_channel.h). Only on an adopted connection
+ * does a request's X-Strata-Forwarded count (http_request.forwarded); from a client the header is
+ * ignored, so a client can neither skip the routing table nor pose as a cluster member. */
 #ifndef STRATA_HTTP_SERVER_H
 #define STRATA_HTTP_SERVER_H
 
@@ -65,6 +70,10 @@ void http_server_stop(struct http_server *s); /* any thread, async-signal-safe *
  * grace_ms whatever is left is closed. */
 void http_server_shutdown(struct http_server *s, int grace_ms);
 void http_server_wake(struct http_server *s); /* any thread */
+/* Any thread: fd (a connected stream socket from a cluster member; ours from now on) becomes a
+ * connection of this server, as a client's would, but one whose X-Strata-Forwarded counts.
+ * -1 when the server is stopping (fd is closed). */
+int http_server_adopt(struct http_server *s, int fd);
 void http_server_free(struct http_server *s);
 
 /* Front thread only. */

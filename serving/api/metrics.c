@@ -145,6 +145,9 @@ char *metrics_render(struct serve_metrics *m, size_t *len)
           &m->layers_resident);
     gauge(&o, "strata_coop_k", "Layers this node runs itself per step (the rest on a helper).",
           &m->coop_k);
+    gauge(&o, "strata_coop_embedding_remote",
+          "1 while the embedding table has not arrived: steps go to the helper as token ids.",
+          &m->coop_embedding_remote);
     gauge(&o, "strata_coop_remote_sequences",
           "Other nodes' sequences whose KV this node keeps (helper).", &m->coop_remote_seqs);
     counter(&o, "strata_coop_partial_tokens_total",
@@ -153,6 +156,9 @@ char *metrics_render(struct serve_metrics *m, size_t *len)
             &m->coop_remote_steps);
     counter(&o, "strata_coop_remote_rows_total", "Token rows sent to a helper.",
             &m->coop_remote_rows);
+    counter(&o, "strata_coop_token_rows_total",
+            "Token rows sent to a helper as token ids (the embedding not here yet).",
+            &m->coop_token_rows);
     counter(&o, "strata_coop_served_steps_total", "Steps run for other nodes (helper).",
             &m->coop_served_steps);
     counter(&o, "strata_coop_served_rows_total", "Token rows run for other nodes (helper).",

@@ -40,8 +40,10 @@ struct serve_metrics {
     atomic_int running, waiting, kv_blocks_used, kv_blocks_total, connections;
     /* cooperative execution (cluster/coop.h); all zero on a node that serves alone */
     atomic_int layers_total, layers_resident, coop_k, coop_remote_seqs;
-    atomic_ullong coop_partial_tokens;                 /* joiner: tokens served while k < L */
+    atomic_int coop_embedding_remote;  /* joiner: steps go to the helper as token ids */
+    atomic_ullong coop_partial_tokens; /* joiner: tokens served while k < L */
     atomic_ullong coop_remote_steps, coop_remote_rows; /* joiner: sent to the helper */
+    atomic_ullong coop_token_rows;                     /* joiner: of those, sent as token ids */
     atomic_ullong coop_served_steps, coop_served_rows; /* helper: run for other nodes */
     atomic_ullong coop_fused_steps, coop_fused_rows;   /* helper: of those, inside our steps */
     atomic_ullong coop_fused_late_layers; /* helper: layers a late step ran alone to catch up */

@@ -18,12 +18,14 @@
 #include <unistd.h>
 
 #define RBUF_CAP 65536
+#define POOL_CAP 256 /* idle channels, all nodes together */
 
 struct relay {
     struct relay_config cfg; /* strings below are our own copies */
     char target[RELAY_ADDR_LEN], path[64], bearer[HTTP_MAX_TOKEN], model[128];
     char *body;
     int cancel_fd; /* eventfd: the front cancelled */
+    int no_pool;   /* a kept channel was found dead: the next try opens a fresh one */
 
     pthread_mutex_t mu; /* everything below */
     int refs;           /* the front and the thread */
@@ -43,10 +45,10 @@ char *relay_request_text(const struct relay_config *cfg, size_t *len)
         snprintf(auth, sizeof auth, "Authorization: Bearer %s\r\n", cfg->bearer);
     int n = snprintf(head, sizeof head,
                      "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
-                     "Content-Length: %zu\r\n%sX-Strata-Forwarded: %llu\r\nConnection: close"
+                     "Content-Length: %zu\r\n%sX-Strata-Forwarded: %llu\r\nConnection: %s"
                      "\r\n\r\n",
                      cfg->path, cfg->target ? cfg->target : "", cfg->body_len, auth,
-                     (unsigned long long)cfg->self);
+                     (unsigned long long)cfg->self, cfg->keep_alive ? "keep-alive" : "close");
     if (n < 0 || (size_t)n >= sizeof head) return NULL;
     char *out = malloc((size_t)n + cfg->body_len + 1);
     if (!out) return NULL;
@@ -55,6 +57,110 @@ char *relay_request_text(const struct relay_config *cfg, size_t *len)
     out[(size_t)n + cfg->body_len] = 0;
     *len = (size_t)n + cfg->body_len;
     return out;
+}
+
+/* ---------------------------------------------------------------- the pool */
+
+struct relay_pool {
+    pthread_mutex_t mu;
+    int max_idle, idle_ms;
+    struct {
+        uint64_t node;
+        int fd;
+        double since;
+    } e[POOL_CAP]; /* oldest first */
+    int n;
+    struct relay_pool_stats st;
+};
+
+struct relay_pool *relay_pool_new(int max_idle, int idle_ms)
+{
+    struct relay_pool *p = calloc(1, sizeof *p);
+    if (!p) return NULL;
+    pthread_mutex_init(&p->mu, NULL);
+    p->max_idle = max_idle > 0 ? max_idle : 0;
+    p->idle_ms = idle_ms > 0 ? idle_ms : 10000;
+    return p;
+}
+
+void relay_pool_free(struct relay_pool *p)
+{
+    if (!p) return;
+    for (int i = 0; i < p->n; i++) close(p->e[i].fd);
+    pthread_mutex_destroy(&p->mu);
+    free(p);
+}
+
+void relay_pool_stats(struct relay_pool *p, struct relay_pool_stats *out)
+{
+    pthread_mutex_lock(&p->mu);
+    *out = p->st;
+    out->idle = p->n;
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* The newest idle channel to node that is still open, or -1. Readable means the node closed it
+ * (or sent what no request asked for): either way it cannot carry a request. */
+static int pool_take(struct relay_pool *p, uint64_t node)
+{
+    for (;;) {
+        int fd = -1, old = 0;
+        pthread_mutex_lock(&p->mu);
+        for (int i = p->n - 1; i >= 0; i--) {
+            if (p->e[i].node != node) continue;
+            fd = p->e[i].fd;
+            old = (clock_now() - p->e[i].since) * 1e3 > p->idle_ms;
+            memmove(&p->e[i], &p->e[i + 1], (size_t)(p->n - i - 1) * sizeof p->e[0]);
+            p->n--;
+            break;
+        }
+        pthread_mutex_unlock(&p->mu);
+        if (fd < 0) return -1;
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        if (!old && poll(&pf, 1, 0) == 0) {
+            pthread_mutex_lock(&p->mu);
+            p->st.reused++;
+            pthread_mutex_unlock(&p->mu);
+            return fd;
+        }
+        close(fd);
+        pthread_mutex_lock(&p->mu);
+        p->st.stale += !old;
+        pthread_mutex_unlock(&p->mu);
+    }
+}
+
+/* Keep fd for node's next request, or close it (the node has its share, or the pool is full:
+ * the oldest goes). */
+static void pool_put(struct relay_pool *p, uint64_t node, int fd)
+{
+    int drop = -1;
+    pthread_mutex_lock(&p->mu);
+    int have = 0;
+    for (int i = 0; i < p->n; i++) have += p->e[i].node == node;
+    if (have >= p->max_idle) {
+        drop = fd;
+    } else {
+        if (p->n == POOL_CAP) {
+            drop = p->e[0].fd;
+            memmove(&p->e[0], &p->e[1], (size_t)(p->n - 1) * sizeof p->e[0]);
+            p->n--;
+        }
+        p->e[p->n].node = node;
+        p->e[p->n].fd = fd;
+        p->e[p->n++].since = clock_now();
+    }
+    pthread_mutex_unlock(&p->mu);
+    if (drop >= 0) close(drop);
+}
+
+static void pool_opened(struct relay_pool *p, double seconds)
+{
+    if (!p) return;
+    pthread_mutex_lock(&p->mu);
+    p->st.opened++;
+    p->st.open_us += (unsigned long long)(seconds * 1e6 + 0.5);
+    pthread_mutex_unlock(&p->mu);
 }
 
 /* ---------------------------------------------------------------- the queue */
@@ -326,8 +432,10 @@ static size_t passable(const struct http_response *h, const char *p, size_t n, i
     return n < 2 ? 0 : n;
 }
 
-/* Reads the answer into the queue. 0: complete; -1 with *status and err; -2: cancelled. */
-static int read_answer(struct relay *r, int fd, int *status, char *err)
+/* Reads the answer into the queue. 0: complete; -1 with *status and err; -2: cancelled. *got:
+ * some byte of an answer arrived; *reusable: it ended by its framing, the node keeps the
+ * connection open and nothing followed it (the channel may carry the next request). */
+static int read_answer(struct relay *r, int fd, int *status, int *got, int *reusable, char *err)
 {
     static const size_t cap = RBUF_CAP;
     char *buf = malloc(cap);
@@ -337,6 +445,7 @@ static int read_answer(struct relay *r, int fd, int *status, char *err)
     size_t len = 0, held = 0; /* held: decoded bytes kept back (an incomplete event) */
     int rc = -1, head_sent = 0;
     *status = 502;
+    *got = *reusable = 0;
     for (;;) {
         int w = wait_fd(r, fd, POLLIN, r->cfg.idle_timeout_ms);
         if (w < 0) {
@@ -368,6 +477,7 @@ static int read_answer(struct relay *r, int fd, int *status, char *err)
             break;
         }
         len += (size_t)k;
+        *got = 1;
         size_t ready = 0;
         int fr = http_response_feed(&h, buf, &len, &ready, err);
         if (fr < 0) break;
@@ -383,6 +493,7 @@ static int read_answer(struct relay *r, int fd, int *status, char *err)
         http_response_took(&h, buf, &len, pass);
         held = ready - pass;
         if (fr == 1) {
+            *reusable = h.keep_alive && !len && !held;
             rc = 0;
             break;
         }
@@ -399,6 +510,32 @@ static int cancelled(struct relay *r)
     return c;
 }
 
+/* A channel to the target: a kept one, or a fresh one (the cluster's sealed channel, or TCP).
+ * The socket (*reused says which), -1 with err (nothing was sent), -2 cancelled. */
+static int take_channel(struct relay *r, int *reused, char *err)
+{
+    *reused = 0;
+    if (r->cfg.pool && !r->no_pool) {
+        int fd = pool_take(r->cfg.pool, r->cfg.target_node);
+        if (fd >= 0) return *reused = 1, fd;
+    }
+    double t0 = clock_now();
+    int fd;
+    if (r->cfg.open_channel) {
+        fd = r->cfg.open_channel(r->cfg.channel_ctx, r->cfg.target_node, r->cfg.connect_timeout_ms,
+                                 r->cancel_fd, err);
+        int fl = fd >= 0 ? fcntl(fd, F_GETFL) : 0;
+        if (fd >= 0 && (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK))) {
+            close(fd);
+            fd = errmsg_set(err, "forward channel: fcntl: %s", strerror(errno));
+        }
+    } else {
+        fd = connect_target(r, err);
+    }
+    if (fd >= 0) pool_opened(r->cfg.pool, clock_now() - t0);
+    return fd;
+}
+
 static void *relay_main(void *arg)
 {
     struct relay *r = arg;
@@ -408,8 +545,8 @@ static void *relay_main(void *arg)
         r->q.node = r->cfg.target_node;
         snprintf(r->q.addr, sizeof r->q.addr, "%s", r->target);
         pthread_mutex_unlock(&r->mu);
-        int status = 502, rc = connect_target(r, err);
-        int fd = rc;
+        int status = 502, reused = 0, got = 0, reusable = 0;
+        int fd = take_channel(r, &reused, err), rc = fd;
         if (fd == -1 && r->cfg.unreachable && tries < RELAY_MAX_TRIES && !cancelled(r)) {
             /* nothing was sent: another node (or this one) may serve it */
             r->cfg.unreachable(r->cfg.route_ctx, r->cfg.target_node);
@@ -423,8 +560,22 @@ static void *relay_main(void *arg)
             char *req = relay_request_text(&c, &n);
             rc = req ? send_all(r, fd, req, n, err) : errmsg_set(err, "out of memory");
             free(req);
-            if (!rc) rc = read_answer(r, fd, &status, err);
-            close(fd);
+            if (!rc) rc = read_answer(r, fd, &status, &got, &reusable, err);
+            if (rc == -1 && reused && !got && !cancelled(r)) {
+                /* The node closed the kept channel as we took it: it never answered, so it
+                 * never started the request. Once more on a fresh channel. */
+                close(fd);
+                pthread_mutex_lock(&r->cfg.pool->mu);
+                r->cfg.pool->st.stale++;
+                pthread_mutex_unlock(&r->cfg.pool->mu);
+                r->no_pool = 1;
+                tries--;
+                continue;
+            }
+            if (!rc && reusable && r->cfg.pool)
+                pool_put(r->cfg.pool, r->cfg.target_node, fd);
+            else
+                close(fd);
         }
         if (rc == -1) {
             snprintf(msg, sizeof msg, "Forwarding to node %llu (%s) failed: %.380s",
@@ -458,6 +609,7 @@ struct relay *relay_start(const struct relay_config *cfg, char *err)
     r->cfg.bearer = r->bearer;
     r->cfg.model = r->model;
     r->cfg.target = NULL;
+    r->cfg.keep_alive = cfg->pool && cfg->pool->max_idle > 0;
     if (r->cfg.connect_timeout_ms <= 0) r->cfg.connect_timeout_ms = 3000;
     if (r->cfg.idle_timeout_ms <= 0) r->cfg.idle_timeout_ms = 120000;
     r->refs = 2;

@@ -1,11 +1,14 @@
-/* relay: one API request forwarded to another node's API, its answer streamed back.
+/* relay: one API request forwarded to another node's front, its answer streamed back.
  *
  * The front (serving/api/serve_front.h) hands a completion request the routing table sends
- * elsewhere to relay_start(). A thread of the relay's own connects to the chosen node's API over
- * TCP, sends the same request (HTTP/1.1, the same path and body, the client's bearer token, and
- * X-Strata-Forwarded: <this node's id>, which the receiving front honours by never forwarding it
- * again: no loops), reads the answer with the http_response reader and queues what arrives. The
- * front takes it on its own thread (relay_take, after the relay's wake callback woke the loop) and
+ * elsewhere to relay_start(). A thread of the relay's own opens a channel to the chosen node
+ * (cfg->open_channel: in a cluster a sealed forward channel under the cluster key to the node's
+ * control port, cluster/fwd_channel.h, which the receiving node hands to its front as a
+ * connection from a cluster member; without it, TCP to the node's API address), sends the same
+ * request (HTTP/1.1, the same path and body, the client's bearer token, and X-Strata-Forwarded:
+ * <this node's id>, which the receiving front honours, on a member's connection only, by never
+ * forwarding it again: no loops), reads the answer with the http_response reader and queues what
+ * arrives. The front takes it on its own thread (relay_take, after the relay's wake callback woke the loop) and
  * writes it to the client's connection as the server's framing requires: a Content-Length answer
  * as one body, a chunked one (SSE) chunk by chunk as it arrives, whole events only (an event cut
  * by a dying upstream never reaches the client).
@@ -26,6 +29,18 @@
  * replica) is held: the relay asks cfg->route again every RELAY_HOLD_POLL_MS for up to hold_ms,
  * then fails with 503 (Retry-After) or ends with `local` set when the route names this node.
  *
+ * Channels are kept for the next request to the same node when cfg->pool keeps idle ones
+ * (relay_pool_new): a request whose answer ended cleanly (Content-Length or the last chunk, the
+ * node not saying Connection: close) puts its channel back; the next takes it instead of paying
+ * connect + handshake. A kept channel that the node closed meanwhile (its idle timeout) is seen
+ * before use (readable: EOF) and dropped; one that closes before the answer's first byte is
+ * retried once on a fresh channel: a live front closes a kept connection only while it is idle
+ * (the race with its idle timeout), so either the node never saw the request or the node died,
+ * and then the fresh channel cannot be opened and the route is asked again as for any unreachable
+ * node (a non-streamed request that was running there is served elsewhere rather than failed).
+ * A cancelled or failed request's channel is closed, never kept (closing it cancels the request
+ * there).
+ *
  * relay_cancel() is the front's last call on a relay (the answer was delivered, or the client
  * went away): it stops the thread (the upstream connection is closed, which cancels the request
  * there too) and, once the thread is out, frees the relay. After relay_cancel returns the thread
@@ -44,6 +59,8 @@
 #define RELAY_MAX_PENDING  (16u << 20) /* bytes queued for a client that does not take them */
 
 enum relay_route { RELAY_ROUTE_LOCAL, RELAY_ROUTE_REMOTE, RELAY_ROUTE_NONE };
+
+struct relay_pool;
 
 struct relay_config {
     const char *target;   /* the chosen node's API "host:port"; NULL or "": hold, ask route */
@@ -66,7 +83,29 @@ struct relay_config {
     /* Thread-safe, must not block: new output is queued (wakes the front's loop). */
     void (*wake)(void *ctx);
     void *wake_ctx;
+    /* Thread-safe, may block up to timeout_ms: a connected socket to node that carries HTTP/1.1
+     * (the caller's from then on), -1 with err when nothing could be sent (unreachable, refused),
+     * -2 when cancel_fd became readable. NULL: TCP to target. */
+    int (*open_channel)(void *ctx, uint64_t node, int timeout_ms, int cancel_fd, char *err);
+    void *channel_ctx;
+    struct relay_pool *pool; /* idle channels and the counters; NULL: neither */
+    int keep_alive;          /* set by the relay (the pool keeps channels): the request's
+                                Connection header says keep-alive instead of close */
 };
+
+/* Idle channels by node, at most max_idle each, none older than idle_ms (keep that under the
+ * receiving server's keep-alive timeout); max_idle 0: a fresh channel per request, still counted.
+ * Thread-safe. */
+struct relay_pool *relay_pool_new(int max_idle, int idle_ms);
+void relay_pool_free(struct relay_pool *p); /* closes the idle channels */
+struct relay_pool_stats {
+    unsigned long long opened;  /* fresh channels */
+    unsigned long long open_us; /* their open time (connect + handshake), microseconds, total */
+    unsigned long long reused;  /* requests that took an idle channel */
+    unsigned long long stale;   /* idle channels found closed (dropped, or retried fresh) */
+    int idle;                   /* kept now */
+};
+void relay_pool_stats(struct relay_pool *p, struct relay_pool_stats *out);
 
 /* What the front takes from a relay; one call returns everything new since the last. */
 struct relay_out {

@@ -65,6 +65,7 @@ struct front {
     } fwd[32];
     int n_fwd;
     unsigned long long forwarded_in; /* completions other nodes relayed to us */
+    struct relay_pool *pool;         /* channels to other nodes kept between requests */
 };
 
 struct front *front_new(const struct front_config *cfg, struct serve_metrics *m, char *err)
@@ -79,6 +80,11 @@ struct front *front_new(const struct front_config *cfg, struct serve_metrics *m,
     if (f->cfg.forward_connect_ms <= 0) f->cfg.forward_connect_ms = 3000;
     if (f->cfg.forward_idle_ms <= 0) f->cfg.forward_idle_ms = 120000;
     if (f->cfg.forward_hold_ms <= 0) f->cfg.forward_hold_ms = 20000;
+    if (!(f->pool = relay_pool_new(f->cfg.forward_pool, f->cfg.forward_pool_idle_ms))) {
+        free(f);
+        errmsg_set(err, "front: out of memory");
+        return NULL;
+    }
     f->m = m;
     pthread_mutex_init(&f->mu, NULL);
     snprintf(f->stage, sizeof f->stage, "starting");
@@ -95,6 +101,7 @@ void front_free(struct front *f)
         sreq_put(r);
         r = n;
     }
+    relay_pool_free(f->pool);
     pthread_mutex_destroy(&f->mu);
     free(f);
 }
@@ -191,10 +198,11 @@ static void handle_health(struct front *f, struct http_conn *c)
 }
 
 /* strata_forwarded_requests_total{to}, strata_forward_failures_total{to} (to="none": held
- * without a replica until the hold ran out), strata_forwarded_received_total. */
+ * without a replica until the hold ran out), strata_forwarded_received_total, and the channels
+ * the relays used: opened fresh (and their open time), reused from the pool, found closed. */
 static char *forward_metrics(struct front *f, size_t *len)
 {
-    size_t cap = 512 + (size_t)f->n_fwd * 160;
+    size_t cap = 1536 + (size_t)f->n_fwd * 160;
     char *t = malloc(cap);
     if (!t) return NULL;
     size_t n = 0;
@@ -215,6 +223,20 @@ static char *forward_metrics(struct front *f, size_t *len)
                           "# TYPE strata_forwarded_received_total counter\n"
                           "strata_forwarded_received_total %llu\n",
                           f->forwarded_in);
+    struct relay_pool_stats ps;
+    relay_pool_stats(f->pool, &ps);
+    n += (size_t)snprintf(t + n, cap - n,
+                          "# TYPE strata_forward_channels_opened_total counter\n"
+                          "strata_forward_channels_opened_total %llu\n"
+                          "# TYPE strata_forward_channel_open_seconds_total counter\n"
+                          "strata_forward_channel_open_seconds_total %.6f\n"
+                          "# TYPE strata_forward_channels_reused_total counter\n"
+                          "strata_forward_channels_reused_total %llu\n"
+                          "# TYPE strata_forward_channels_stale_total counter\n"
+                          "strata_forward_channels_stale_total %llu\n"
+                          "# TYPE strata_forward_channels_idle gauge\n"
+                          "strata_forward_channels_idle %d\n",
+                          ps.opened, ps.open_us / 1e6, ps.reused, ps.stale, ps.idle);
     *len = n;
     return t;
 }
@@ -482,6 +504,24 @@ static int front_route(void *ctx, const char *model, int prompt_tokens, char *ad
     return here ? RELAY_ROUTE_LOCAL : RELAY_ROUTE_NONE;
 }
 
+/* A channel to node for a relay: the cluster's sealed forward channel (relay threads). */
+static int front_open_channel(void *ctx, uint64_t node, int timeout_ms, int cancel_fd, char *err)
+{
+    struct front *f = ctx;
+    const struct front_ext *ext = atomic_load(&f->ext);
+    if (!ext || !ext->forward_open) return errmsg_set(err, "no forward channels here");
+    return ext->forward_open(ext->ctx, node, timeout_ms, cancel_fd, err);
+}
+
+int front_adopt(struct front *f, int fd)
+{
+    if (!f->http) {
+        close(fd);
+        return -1;
+    }
+    return http_server_adopt(f->http, fd);
+}
+
 static void front_unreachable(void *ctx, uint64_t node)
 {
     struct front *f = ctx;
@@ -540,7 +580,10 @@ static void forward(struct front *f, struct http_conn *c, const struct http_requ
                               .route_ctx = f,
                               .unreachable = front_unreachable,
                               .wake = front_wake,
-                              .wake_ctx = f};
+                              .wake_ctx = f,
+                              .open_channel = ext && ext->forward_open ? front_open_channel : NULL,
+                              .channel_ctx = f,
+                              .pool = f->pool};
     if (!(fr->relay = relay_start(&rc, err))) {
         free(fr->body);
         free(fr);

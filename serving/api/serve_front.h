@@ -15,8 +15,9 @@
  * and its answer streamed back through this connection; "local" -> served here; "none" (no
  * replica anywhere) -> served here when this node has the model loaded (its queue is the demand
  * the planner sees), else held by the relay until a replica appears (503 with Retry-After after
- * hold_ms). A request carrying X-Strata-Forwarded was relayed by another node and is never
- * forwarded again. Requests the API rejects (bad JSON, auth, context length when the model is
+ * hold_ms). A request carrying X-Strata-Forwarded on a connection from a cluster member
+ * (front_adopt: a sealed forward channel) was relayed by another node and is never forwarded
+ * again; from a client the header is ignored and the request routed like any other. Requests the API rejects (bad JSON, auth, context length when the model is
  * here) are answered by the node the client reached, as a single node would.
  *
  * /health always carries "pid" and "processes" (entries of /proc/[0-9]*): on the appliance the
@@ -51,6 +52,9 @@ struct front_config {
     int default_max_tokens_completion; /* OpenAI's legacy default is 16 */
     /* forwarding (0: defaults 3000 ms, 120000 ms, 20000 ms; see serving/api/relay.h) */
     int forward_connect_ms, forward_idle_ms, forward_hold_ms;
+    /* channels to another node kept idle for its next request (0: one per request) and for how
+     * long (0: 10000 ms; keep it under the other nodes' --idle-timeout-ms) */
+    int forward_pool, forward_pool_idle_ms;
 };
 
 struct front;
@@ -88,8 +92,14 @@ struct front_ext {
     void (*routed)(void *ctx, uint64_t node, int delta);
     /* A relay could not connect to node (nothing sent): route around it for a while. */
     void (*unreachable)(void *ctx, uint64_t node);
+    /* A sealed channel to node for a relayed request (relay threads; relay_config.open_channel).
+     * NULL: relays connect to the node's API over TCP. */
+    int (*forward_open)(void *ctx, uint64_t node, int timeout_ms, int cancel_fd, char *err);
 };
 void front_set_ext(struct front *f, const struct front_ext *ext);
+/* Any thread: fd, a forward channel from a cluster member, becomes a connection of the front's
+ * server (http_server_adopt): X-Strata-Forwarded counts on it. The front owns fd. */
+int front_adopt(struct front *f, int fd);
 /* sched_ops.notify / sched_ops.wake */
 void front_notify(void *f, struct sreq *r);
 void front_wake(void *f);

@@ -1,6 +1,6 @@
 /* libFuzzer target for every fabric decoder: frame header and CRC check, sealed-frame opening,
- * handshake bodies, and each application message (the coop messages included: activations,
- * tokens, open, close, KV request and KV chunk). The first byte picks the decoder; the round-trip
+ * handshake bodies, and each application message (the coop messages included: activations, with
+ * values or token rows only, tokens, open, close, KV request and KV chunk). The first byte picks the decoder; the round-trip
  * case (9) re-encodes whatever decodes and wants the same bytes. */
 #include "os/common/errmsg.h"
 #include "transport/auth.h"
@@ -110,6 +110,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         if (wire_join_decode(&join, p, n, err) == 0) {
             size_t m = wire_join_encode(out, sizeof out, &join);
+            if (m != n || memcmp(out, p, n)) abort();
+        }
+        /* token rows (no values) re-encode exactly; value rows need not (fp16 NaN payloads) */
+        static uint32_t rseq[WIRE_MAX_ACT_TOKENS], rpos[WIRE_MAX_ACT_TOKENS],
+            rtok[WIRE_MAX_ACT_TOKENS];
+        static uint8_t rfl[WIRE_MAX_ACT_TOKENS];
+        struct wire_activations a;
+        if (wire_activations_decode(&a, p, n, rseq, rpos, rtok, rfl, NULL, WIRE_MAX_ACT_TOKENS, 0,
+                                    err) == 0) {
+            /* cap_x 0: only token rows (at layer 0) or no rows decode */
+            if (a.n && (a.dtype != WIRE_TOKENS || a.layer != 0)) abort();
+            size_t m = wire_activations_encode(out, sizeof out, &a);
             if (m != n || memcmp(out, p, n)) abort();
         }
         struct wire_coop_kv_req q;

@@ -5,8 +5,9 @@
 # byte-identical to the helper serving alone, for the real tiny model and a 24-layer synthetic
 # one, with several concurrent requests, whether the KV of the layers that become local is
 # transferred from the helper or recomputed (--coop-kv transfer|recompute; compare checks the two
-# give the same bytes); f16 activations are run and their divergence reported; /metrics shows the
-# split. One line per scenario.
+# give the same bytes), also when the joiner starts without its embedding (token ids to the
+# helper); f16 activations are run and their divergence reported; /metrics shows the split. One
+# line per scenario.
 set -u
 cd "$(dirname "$0")/../.."
 . tests/lib/serve.sh
@@ -81,6 +82,36 @@ for kv in transfer recompute; do
     fi
 done
 
+# 1b. the joiner serves before its embedding has arrived ("STEP:e" in the schedule): its first
+#    steps go to the helper as token ids (the helper embeds), then the embedding arrives and k
+#    rises mid-request; the positions sent as token ids get their KV recomputed from the saved
+#    ids (embedding first) or transferred; the same text as the helper alone
+for sched in "recompute 0:0,6:e,12:2,25:4,45:5" "transfer 0:0,10:e,10:3,30:5"; do
+    read -r kv plan <<<"$sched"
+    if helper_and_joiner "noemb-$kv" --resident-schedule "$plan" --coop-kv $kv; then
+        remote0=$(metric "$JOINER_URL" strata_coop_embedding_remote)
+        if out=$($CHECKS same "$HELPER_URL" "$JOINER_URL" 2>&1); then
+            ok "coop tiny greedy, no embedding at first, then $plan mid-request, KV $kv: $out"
+        else
+            not_ok "coop tiny greedy without the embedding, $plan, KV $kv: $out"
+        fi
+        remote1=$(metric "$JOINER_URL" strata_coop_embedding_remote)
+        k=$(metric "$JOINER_URL" strata_coop_k)
+        ids=$(metric "$JOINER_URL" strata_coop_token_rows_total)
+        rows=$(metric "$JOINER_URL" strata_coop_remote_rows_total)
+        here=$(grep -c "coop: the embedding is here" "$JOINER_LOG")
+        if [ "$remote0" = 1 ] && [ "$remote1" = 0 ] && [ "$k" = 5 ] && [ "$here" = 1 ] &&
+            [ "${ids:-0}" -gt 0 ] && [ "${rows:-0}" -gt "${ids:-0}" ]; then
+            ok "coop embedding remote, KV $kv: /metrics said so (1) before the requests, 0 after; $ids of $rows remote rows sent as token ids; k=5"
+        else
+            not_ok "coop embedding remote, KV $kv: embedding_remote $remote0 then $remote1, $ids of $rows rows as token ids, k $k, 'the embedding is here' logged $here times"
+        fi
+        stop_both
+    else
+        not_ok "coop tiny without the embedding, KV $kv: start"
+    fi
+done
+
 # 2. seeded sampling (temperature 0.9): the sampler's state travels with the tokens
 if helper_and_joiner seeded --resident-schedule 0:2,15:3,40:5 --coop-kv transfer; then
     if out=$($CHECKS same "$HELPER_URL" "$JOINER_URL" --temp 0.9 --seed 11 2>&1); then
@@ -105,16 +136,17 @@ else
     not_ok "coop f16: start"
 fi
 
-# 3b. the helper's own clients beside two joiners' (k rising 1 -> 2 -> 4, and k = 3), all at once:
-#     the helper fuses the joiners' steps into its own (--coop-fuse on, the default) or runs them
-#     apart (off); every text on all three nodes is the helper's alone, byte for byte
+# 3b. the helper's own clients beside two joiners' (one sending token ids until its embedding
+#     "arrives", then k rising 1 -> 2 -> 4; the other at k = 3), all at once: the helper fuses the
+#     joiners' steps into its own (--coop-fuse on, the default) or runs them apart (off); every text
+#     on all three nodes is the helper's alone, byte for byte
 for fuse in on off; do
     FP=$(free_port)
     if serve_start "fuse-$fuse-helper" --fabric tcp --listen "127.0.0.1:$FP" --key-file "$W/key" -v \
         --coop-fuse $fuse; then
         HELPER_URL=$SERVE_URL HELPER_PID=$SERVE_PID HELPER_LOG=$SERVE_LOG
         serve_start "fuse-$fuse-j1" --fabric tcp --peers "127.0.0.1:$FP" --key-file "$W/key" -v \
-            --resident-schedule 0:1,30:2,80:4
+            --resident-schedule 0:0,15:e,15:1,30:2,80:4
         J1_URL=$SERVE_URL J1_PID=$SERVE_PID J1_LOG=$SERVE_LOG
         serve_start "fuse-$fuse-j2" --fabric tcp --peers "127.0.0.1:$FP" --key-file "$W/key" -v \
             --resident-layers 3
@@ -124,7 +156,7 @@ for fuse in on off; do
             sleep 0.1
         done
         if out=$($CHECKS together "$HELPER_URL" "$HELPER_URL" "$J1_URL" "$J2_URL" 2>&1); then
-            ok "coop helper with its own requests beside joiners at k 1->2->4 and k 3, --coop-fuse $fuse: $out"
+            ok "coop helper with its own requests beside joiners at k tokens->1->2->4 and k 3, --coop-fuse $fuse: $out"
         else
             not_ok "coop helper with its own requests, --coop-fuse $fuse: $out"
         fi
@@ -139,9 +171,10 @@ for fuse in on off; do
         fused=$(metric "$HELPER_URL" strata_coop_fused_steps_total)
         frows=$(metric "$HELPER_URL" strata_coop_fused_rows_total)
         late=$(metric "$HELPER_URL" strata_coop_fused_late_layers_total)
+        trows=$(metric "$J1_URL" strata_coop_token_rows_total)
         if { [ $fuse = on ] && [ "${fused:-0}" -gt 0 ] && [ "$fused" -le "${served:-0}" ]; } ||
             { [ $fuse = off ] && [ "${fused:-1}" = 0 ] && [ "${served:-0}" -gt 0 ]; }; then
-            ok "coop --coop-fuse $fuse: $fused of the helper's $served remote steps ($frows rows) ran inside its own ($late layers run alone by steps that came late)"
+            ok "coop --coop-fuse $fuse: $fused of the helper's $served remote steps ($frows rows) ran inside its own ($late layers run alone by steps that came late; $trows rows came as token ids)"
         else
             not_ok "coop --coop-fuse $fuse: fused $fused of $served remote steps"
         fi
@@ -185,6 +218,23 @@ if build/tools/synth_model --shape 64,172,24,8,4,512,256 --type f32 --seed 5 -o 
             not_ok "coop synthetic, KV $kv: start"
         fi
     done
+    # no embedding at first: KV of positions sent as token ids, transferred and recomputed (the
+    # embedding run here from the saved ids) on every handover, the same bytes
+    if helper_and_joiner syn-noemb --resident-schedule 0:0,4:e,9:3,18:12,33:24 --coop-kv compare; then
+        if out=$($CHECKS same "$HELPER_URL" "$JOINER_URL" --tokens 60 2>&1); then
+            ok "coop synthetic 24 layers, no embedding until step 4, k 0->3->12->24, KV compare: $out"
+        else
+            not_ok "coop synthetic 24 layers without the embedding: $out"
+        fi
+        same=$(grep -c "recompute .* ms: identical bytes" "$JOINER_LOG")
+        differ=$(grep -c "DIFFERENT bytes" "$JOINER_LOG")
+        [ "$same" -gt 0 ] && [ "$differ" = 0 ] &&
+            ok "coop KV of token-id positions: transferred = embedded and recomputed here, byte for byte, on $same handovers x sequences" ||
+            not_ok "coop KV compare without the embedding: $same identical, $differ different"
+        stop_both
+    else
+        not_ok "coop synthetic without the embedding: start"
+    fi
     # bf16 activations (8 bits of mantissa) halfway up 24 layers: reported, must not fail
     if helper_and_joiner synbf16 --resident-layers 12 --coop-dtype bf16; then
         if out=$($CHECKS diverge "$HELPER_URL" "$JOINER_URL" --tokens 60 2>&1); then

@@ -4,10 +4,10 @@
 #     text that is a prefix of the right answer, a plain one gets HTTP 500 naming the helper, and
 #     new requests wait (the joiner waits for its own layers) instead of getting wrong text;
 #   - a joiner without the cluster key is refused and never splits a step;
-#   - activation messages with a wrong length, an unopened sequence, a step going backwards or a
-#     bad CRC each get one clear log line at the helper and close that peer, while the helper
-#     goes on serving; a well-formed one gets its token; so does a KV request for a sequence the
-#     peer never opened;
+#   - activation messages with a wrong length, an unopened sequence, a step going backwards, a
+#     bad CRC or token rows claiming a layer above 0 each get one clear log line at the helper and
+#     close that peer, while the helper goes on serving; a well-formed one gets its token, as does
+#     one sent as token ids; so does a KV request for a sequence the peer never opened (closed);
 #   - a helper whose KV answers are wrong (another sequence, another layer, cut short): the joiner
 #     refuses them with a log line naming the reason, recomputes, and its text stays exact; a
 #     helper that dies during a KV transfer fails the running requests with an error naming it.
@@ -51,7 +51,7 @@ kill -9 "$NOKEY_PID" 2>/dev/null
 
 # 2. bad activation messages from a peer with the key
 DIM=64
-for mode in badlen badseq badstep badcrc badkvreq; do
+for mode in badlen badseq badstep badcrc badkvreq badtokens; do
     out=$(build/tools/coop_inject --key-file "$W/key" --peer "127.0.0.1:$FP" --dim $DIM --mode $mode 2>&1)
     rc=$?
     case $mode in
@@ -60,6 +60,7 @@ for mode in badlen badseq badstep badcrc badkvreq; do
     badstep) pat="step 3 after step 5" ;;
     badcrc) pat="activations: CRC-32C" ;;
     badkvreq) pat="KV request for sequence 9, which it never opened" ;;
+    badtokens) pat="activations: token rows for layer 1" ;;
     esac
     line=$(grep -m1 "coop: peer .*$pat" "$HELPER_LOG")
     if [ $rc = 0 ] && [ -n "$line" ]; then
@@ -70,6 +71,9 @@ for mode in badlen badseq badstep badcrc badkvreq; do
 done
 out=$(build/tools/coop_inject --key-file "$W/key" --peer "127.0.0.1:$FP" --dim $DIM --mode good 2>&1) &&
     ok "a well-formed activation message gets its token ($out)" || not_ok "good activation message: $out"
+out=$(build/tools/coop_inject --key-file "$W/key" --peer "127.0.0.1:$FP" --dim $DIM --mode tokens 2>&1) &&
+    ok "a step sent as token ids (no embedding at the joiner) gets its token ($out)" ||
+    not_ok "token-id step: $out"
 txt=$(curl -s "$HELPER_URL/v1/completions" -d '{"prompt":"Once upon a time","max_tokens":8,"temperature":0}')
 echo "$txt" | grep -q '"text"' && ok "the helper serves its own clients after the bad peers" ||
     not_ok "helper after bad peers: $txt"

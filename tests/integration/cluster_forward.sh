@@ -12,8 +12,13 @@
 #     `strata generate --temp 0` and to node 1's own answer, less the id and the timestamp;
 #   - /metrics: node 2 counts strata_forwarded_requests_total{to="1"}, node 1 counts them in
 #     strata_forwarded_received_total and served them; node 2's verbose log says where they went;
-#   - a request with X-Strata-Forwarded is never forwarded again; a bad request is answered by
-#     node 2 itself (400), as one node would;
+#   - X-Strata-Forwarded from a client counts for nothing: node 2 forwards the request like any
+#     other, node 1 does not count it received; a bad request is answered by node 2 itself (400);
+#   - the relay's path is the sealed forward channel to node 1's control port (no connection from
+#     node 2 to node 1's API port, open or in TIME_WAIT), its channels kept and reused; the
+#     channel driven by hand (build/tools/fwd_probe) with the cluster key gets node 1's exact
+#     greedy text, and with another key is refused at the handshake: node 1 counts the refusal
+#     and serves nothing (no request, nothing received as forwarded);
 #   - the empty member forwards, plain and streamed;
 #   - a client that goes away mid-stream cancels the upstream request (node 1 counts it cancelled);
 #   - node 1 killed in the middle of a stream relayed by node 2: the client gets an error event
@@ -147,16 +152,64 @@ median_ms() { # median_ms N: 11 one-token completions to node N
 }
 echo "# one-token completion, median of 11: node 1 directly $(median_ms 1) ms, through node 2 $(median_ms 2) ms (node 1 sleeps 40 ms a step)"
 
-# ---- 3. no loops; node 2's own answers to bad requests
+# ---- 3. a client's X-Strata-Forwarded means nothing; node 2's own answers to bad requests
+# (a request already forwarded is never forwarded again: only on a member's channel, which
+# tests/unit/test_relay.c drives)
 before=$(metric 2 'strata_forwarded_requests_total{to="1"}')
+recv0=$(metric 1 strata_forwarded_received_total)
 c=$(post 2 /v1/completions "$CMPL" "$W/marked" -H 'X-Strata-Forwarded: 9')
+c=$c$(post 1 /v1/completions "$CMPL" "$W/marked1" -H 'X-Strata-Forwarded: 9')
 after=$(metric 2 'strata_forwarded_requests_total{to="1"}')
+recv1=$(metric 1 strata_forwarded_received_total)
 cb=$(post 2 /v1/completions '{"prompt":' "$W/bad")
-if [ "$c" = 200 ] && [ "$before" = "$after" ] && [ "$cb" = 400 ] && grep -q '"error"' "$W/bad" &&
-    [ "$(metric 2 'strata_forwarded_requests_total{to="1"}')" = "$after" ]; then
-    ok "cluster_forward: a request carrying X-Strata-Forwarded is served by node 2 itself, never forwarded again; bad JSON gets node 2's 400"
+if [ "$c" = 200200 ] && [ "$after" = $((before + 1)) ] && [ "$recv1" = $((recv0 + 1)) ] &&
+    [ "$cb" = 400 ] && grep -q '"error"' "$W/bad" &&
+    [ "$(metric 2 'strata_forwarded_requests_total{to="1"}')" = "$after" ] &&
+    cmp -s <(python3 -c "import json; print(json.load(open('$W/marked'))['choices'][0]['text'])") \
+        <(python3 -c "import json; print(json.load(open('$W/own_plain'))['choices'][0]['text'])"); then
+    ok "cluster_forward: a client's X-Strata-Forwarded is ignored: node 2 forwarded it anyway ($before -> $after, same text), node 1 counted only that one as received ($recv0 -> $recv1); bad JSON gets node 2's 400"
 else
-    not_ok "cluster_forward: loop/bad request: marked -> $c (forwards $before -> $after), bad -> $cb $(cat "$W/bad")"
+    not_ok "cluster_forward: client header/bad request: marked -> $c (forwards $before -> $after, node 1 received $recv0 -> $recv1), bad -> $cb $(cat "$W/bad")"
+fi
+
+# ---- 3b. the path: sealed channels to node 1's control port, kept between requests
+api_conns=$(in_ns 2 ss -tanH "dst 10.77.0.1:8080" | wc -l)
+opened=$(metric 2 strata_forward_channels_opened_total)
+reused=$(metric 2 strata_forward_channels_reused_total)
+fwds=$(metric 2 'strata_forwarded_requests_total{to="1"}')
+if [ "$api_conns" = 0 ] && [ "$reused" -ge 1 ] && [ "$opened" -lt "$fwds" ]; then
+    ok "cluster_forward: node 2 never connected to node 1's API (0 connections to :8080, any state): $fwds requests over $opened sealed channels, $reused reused"
+else
+    not_ok "cluster_forward: forward path: $api_conns connections to node 1's API, $fwds forwarded over $opened channels ($reused reused): $(in_ns 2 ss -tanH)"
+fi
+
+# ---- 3c. the channel by hand: with the key, node 1's answer; with another key, nothing
+FWD_REQ="POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Strata-Forwarded: 3\r\nConnection: close\r\nContent-Length: ${#CMPL}\r\n\r\n$CMPL"
+printf "$FWD_REQ" | in_ns 3 build/tools/fwd_probe "$W/key" 10.77.0.1:7100 >"$W/probe" 2>"$W/probe.err"
+prc=$?
+fab_key "$W/otherkey"
+ref0=$(metric 1 strata_cluster_refused_total)
+req0=$(metrics 1 | awk '$1 ~ /^strata_requests_total/ { s += $2 } END { print s + 0 }')
+recv0=$(metric 1 strata_forwarded_received_total)
+printf "$FWD_REQ" | in_ns 3 build/tools/fwd_probe "$W/otherkey" 10.77.0.1:7100 >"$W/probe_bad" 2>"$W/probe_bad.err"
+brc=$?
+sleep 0.3
+ref1=$(metric 1 strata_cluster_refused_total)
+req1=$(metrics 1 | awk '$1 ~ /^strata_requests_total/ { s += $2 } END { print s + 0 }')
+recv1=$(metric 1 strata_forwarded_received_total)
+if [ $prc = 0 ] && python3 - "$W" <<'PY' && [ $brc = 3 ] && [ ! -s "$W/probe_bad" ] &&
+import json, sys
+w = sys.argv[1]
+raw = open(f"{w}/probe", newline="").read()
+head, _, body = raw.partition("\r\n\r\n")
+assert head.startswith("HTTP/1.1 200"), head
+want = open(f"{w}/gen", "rb").read().decode()[len("Once upon a time"):-1]
+assert json.loads(body)["choices"][0]["text"] == want
+PY
+    [ "$ref1" -gt "$ref0" ] && [ "$req1" = "$req0" ] && [ "$recv1" = "$recv0" ]; then
+    ok "cluster_forward: a forward channel with the key gets node 1's exact greedy text; with another key: refused ($(head -c 120 "$W/probe_bad.err")), node 1 counted the refusal ($ref0 -> $ref1) and served nothing ($req0 requests, $recv0 received as forwarded, unchanged)"
+else
+    not_ok "cluster_forward: channel by hand: key -> rc $prc $(head -c 200 "$W/probe") $(cat "$W/probe.err"); other key -> rc $brc $(cat "$W/probe_bad.err"), refused $ref0 -> $ref1, requests $req0 -> $req1, received $recv0 -> $recv1"
 fi
 
 # ---- 4. an empty member (no model) answers by forwarding

@@ -1,10 +1,11 @@
 #!/bin/bash
 # A serving node pulls its model from the fabric (strata serve --peers, no -m) on 127.0.0.1:
 # - pull_exact: while the weights arrive /health reports per-layer progress (503 until the
-#   embedding and the helper are there, then 200 "partial"), then 200 "ready"; the joiner's greedy
-#   text is the source's, and /metrics has the per-layer series;
+#   header has verified and the helper is connected, then 200 "partial"), then 200 "ready"; the
+#   joiner's greedy text is the source's, and /metrics has the per-layer series;
 # - partial_exact: a completion asked while partial (the source runs the missing layers and the
-#   head) is the source's exact text;
+#   head, and the embedding too while it has not arrived: token ids go over) is the source's
+#   exact text; how many rows went as token ids is reported (timing decides it);
 # - chain: source -> joiner (--listen) -> second joiner, exact text at the end of the chain;
 # - resume: the source is killed mid-stream, the joiner resumes from the second holder, exact;
 # - other_model: a holder of another model on the way is skipped with a log line naming it;
@@ -91,7 +92,8 @@ if [ $asked = 0 ]; then
 elif [ "$(cat "$W/partial.txt")" != "$REF" ]; then
     not_ok "partial_exact: text served while partial '$(cat "$W/partial.txt")' differs from '$REF'"
 else
-    ok "partial_exact (a completion asked while partial, helped by the source: exact text)"
+    ids=$(awk '$1 == "strata_coop_token_rows_total" {print $2}' <<<"$MET")
+    ok "partial_exact (a completion asked while partial, helped by the source: exact text; ${ids:-?} rows sent as token ids before the embedding arrived)"
 fi
 cl_stop j || not_ok "pull_exact: joiner exit status $? on SIGTERM"
 

@@ -10,12 +10,15 @@
  *   badstep  a good step 5, then a step 3 (steps only move forward)
  *   badcrc   a well-formed step with one value bit flipped after the CRC was computed
  *   badkvreq a KV request (MSG_COOP_KV_REQ) for sequence 9, which it never opened
+ *   tokens   like good, the step as token ids (WIRE_TOKENS: a joiner without its embedding)
+ *   badtokens token rows that claim to enter at layer 1 (CRC recomputed over the forgery)
  * and waits (5 s) for the helper to close the connection. Prints one line: "reply: ..." (good)
  * or "closed: REASON", and exits 0 when the helper did what it should (answered / closed). */
 #include "os/common/errmsg.h"
 #include "os/runtime/clock.h"
 #include "transport/auth.h"
 #include "cmd/fabric_opts.h"
+#include "transport/crc32c.h"
 #include "transport/transport.h"
 #include "transport/wire.h"
 
@@ -37,8 +40,9 @@ static int wait_msg(struct tp *t, struct tp_conn *c, double until, const uint8_t
     return -1;
 }
 
+/* tokens: 0 f32 values at layer 1; 1 token ids (layer 0); 2 token ids forged to layer 1 */
 static int send_step(struct tp *t, struct tp_conn *c, uint64_t step, uint32_t seq, uint32_t dim,
-                     int cut, int flip)
+                     int cut, int flip, int tokens)
 {
     uint32_t s[1] = {seq}, p[1] = {0}, tok[1] = {1};
     uint8_t f[1] = {WIRE_ROW_LOGITS};
@@ -46,10 +50,10 @@ static int send_step(struct tp *t, struct tp_conn *c, uint64_t step, uint32_t se
     if (!x) return -1;
     for (uint32_t i = 0; i < dim; i++) x[i] = 0.01f * (float)(i % 7);
     struct wire_activations a = {.step = step,
-                                 .layer = 1,
+                                 .layer = tokens ? 0 : 1,
                                  .n = 1,
                                  .dim = dim,
-                                 .dtype = WIRE_F32,
+                                 .dtype = tokens ? WIRE_TOKENS : WIRE_F32,
                                  .seq = s,
                                  .pos = p,
                                  .token = tok,
@@ -58,6 +62,11 @@ static int send_step(struct tp *t, struct tp_conn *c, uint64_t step, uint32_t se
     size_t len = wire_activations_encode(buf, sizeof buf, &a);
     free(x);
     if (!len) return -1;
+    if (tokens == 2) {
+        buf[1 + 8] = 1; /* layer, little-endian byte 0 */
+        uint32_t crc = crc32c(0, buf, len - 4);
+        for (int i = 0; i < 4; i++) buf[len - 4 + i] = (uint8_t)(crc >> (8 * i));
+    }
     if (flip) buf[WIRE_ACT_HDR_LEN + WIRE_ACT_ROW_LEN + 1] ^= 0x40;
     len -= (size_t)cut;
     while (tp_send(c, buf, len) == TP_BUSY) tp_poll(t, 10);
@@ -99,20 +108,25 @@ int main(int argc, char **argv)
     struct wire_coop_open o = {.seq = 1, .top_p = 1, .rng = 1};
     size_t len = wire_coop_open_encode(buf, sizeof buf, &o);
     if (strcmp(mode, "badseq")) tp_send(c, buf, len);
-    int expect_reply = !strcmp(mode, "good") || !strcmp(mode, "badstep");
+    int good = !strcmp(mode, "good") || !strcmp(mode, "tokens");
+    int expect_reply = good || !strcmp(mode, "badstep");
     if (!strcmp(mode, "badseq"))
-        send_step(t, c, 1, 77, dim, 0, 0);
+        send_step(t, c, 1, 77, dim, 0, 0, 0);
     else if (!strcmp(mode, "badlen"))
-        send_step(t, c, 1, 1, dim, 5, 0);
+        send_step(t, c, 1, 1, dim, 5, 0, 0);
     else if (!strcmp(mode, "badcrc"))
-        send_step(t, c, 1, 1, dim, 0, 1);
+        send_step(t, c, 1, 1, dim, 0, 1, 0);
+    else if (!strcmp(mode, "tokens"))
+        send_step(t, c, 5, 1, dim, 0, 0, 1);
+    else if (!strcmp(mode, "badtokens"))
+        send_step(t, c, 1, 1, dim, 0, 0, 2);
     else if (!strcmp(mode, "badkvreq")) {
         struct wire_coop_kv_req q = {
             .req = 1, .seq = 9, .layer0 = 0, .layer1 = 1, .n = 1, .dtype = WIRE_F16};
         len = wire_coop_kv_req_encode(buf, sizeof buf, &q);
         while (tp_send(c, buf, len) == TP_BUSY) tp_poll(t, 10);
     } else
-        send_step(t, c, 5, 1, dim, 0, 0);
+        send_step(t, c, 5, 1, dim, 0, 0, 0);
     const uint8_t *m;
     size_t n;
     until = clock_now() + 5;
@@ -124,12 +138,12 @@ int main(int argc, char **argv)
             printf("no reply: %s\n", r == 1 ? err : r == 0 ? tp_conn_error(c) : "timeout");
             return 1;
         }
-        if (!strcmp(mode, "good")) {
+        if (good) {
             printf("reply: step %llu status %u, %u token(s)%s%s\n", (unsigned long long)rep.step,
                    rep.status, rep.n, rep.status ? ": " : "", rep.error);
             return rep.status || rep.n != 1;
         }
-        send_step(t, c, 3, 1, dim, 0, 0);
+        send_step(t, c, 3, 1, dim, 0, 0, 0);
         r = wait_msg(t, c, clock_now() + 5, &m, &n);
     }
     if (r == 0) {

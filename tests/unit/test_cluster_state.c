@@ -162,6 +162,13 @@ TEST(msg_roundtrip_and_rejects)
     n = cl_msg_encode(buf, sizeof buf, &o);
     CHECK(cl_msg_decode(&out, buf, n, err));
     CHECK(strstr(err, "channel"));
+    /* OPEN of a forward channel (a relayed API request) round-trips. */
+    o.u.open.channel = CHAN_FWD;
+    snprintf(o.u.open.addr, sizeof o.u.open.addr, "10.0.0.1:7100");
+    n = cl_msg_encode(buf, sizeof buf, &o);
+    CHECKF(n && !cl_msg_decode(&out, buf, n, err), "%s", err);
+    CHECK(out.u.open.channel == CHAN_FWD && out.u.open.id == 1);
+    CHECK_STR(out.u.open.addr, "10.0.0.1:7100");
     /* LOADS: the leader's copy of every node's load, exact both ways; every truncation, more
      * loads than fit, and node id 0 refused. */
     struct cl_msg l = {.type = MSGC_LOADS};

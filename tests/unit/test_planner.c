@@ -1,18 +1,19 @@
 /* The planner's decisions on small hand-built views: the scale-up trigger at the slack boundary,
- * chain order, the last copy, restoring R, routing to a joiner by its split point, the faster of
- * two GPU types, determinism. Step models use powers of two so predictions are exact. */
+ * chain order, the last copy, restoring R, nodes of one model slot (restores only into a free
+ * slot, switches that never drop a last copy), routing to a joiner by its split point, the faster
+ * of two GPU types, determinism. Step models use powers of two so predictions are exact. */
 #include "check.h"
 #include "cluster/planner.h"
 #include "os/common/errmsg.h"
 
-enum { NT = 2 }; /* GPU types */
+enum { NT = 2, NM = 2 }; /* GPU types, models (the view has 1 unless two_models()) */
 
 struct rig {
     struct plan_node nodes[16];
-    struct plan_model models[1];
+    struct plan_model models[NM];
     struct plan_scaleout so[4];
-    double tput[NT];
-    struct step_model step[NT];
+    double tput[NT * NM];
+    struct step_model step[NT * NM];
     struct plan_view v;
     struct plan_config cfg;
 };
@@ -26,7 +27,8 @@ static void rig_init(struct rig *g, int n_nodes)
                                        .tpot_slo_ms = 100,
                                        .replicas_cached = 1,
                                        .keep_alive_ms = 1000};
-    for (int t = 0; t < NT; t++) {
+    g->models[1] = g->models[0];
+    for (int t = 0; t < NT * NM; t++) {
         g->step[t] = (struct step_model){.a = 1.0 / 1024, .b = 0, .c = 0, .corr = 1};
         g->tput[t] = 1000;
     }
@@ -59,6 +61,22 @@ static void serve(struct rig *g, int i, int queue, long tokens)
     g->nodes[i].load.queue_len = queue;
     g->nodes[i].load.queued_tokens = tokens;
     g->nodes[i].load.idle_since_ms = queue ? -1 : 0;
+}
+
+/* Two models, R = 2 each, and nodes of one model slot (the serving process). */
+static void two_models(struct rig *g)
+{
+    g->v.n_models = 2;
+    g->models[0].replicas_cached = g->models[1].replicas_cached = 2;
+    for (int i = 0; i < g->v.n_nodes; i++) g->nodes[i].model_slots = 1;
+}
+
+/* Node i serves model m alone (engine and host copy, as `strata serve -m`). */
+static void serve_model(struct rig *g, int i, int m, int queue, long tokens)
+{
+    serve(g, i, queue, tokens);
+    g->nodes[i].engine_model = m;
+    g->nodes[i].host_cached = 1ull << m;
 }
 
 static int step(struct rig *g, struct plan_action *a, int cap)
@@ -218,6 +236,141 @@ TEST(restores_r_after_holder_dies)
     CHECK(planner_loss_probability(p, 1) == 0.01);
 }
 
+/* Nodes 0 and 1 serve models 0 and 1; 2 and 3 are empty; one slot each, R = 2. Each model's copy
+ * goes to an empty node: never to the node serving the other model (it has no room; without
+ * slots the lowest id, the other model's node, would be picked). */
+TEST(restore_r_into_a_free_slot)
+{
+    struct rig g;
+    struct plan_action a[8];
+    rig_init(&g, 4);
+    two_models(&g);
+    serve_model(&g, 0, 0, 0, 0);
+    serve_model(&g, 1, 1, 0, 0);
+    g.nodes[0].load.idle_since_ms = g.nodes[1].load.idle_since_ms = -1; /* busy: no scale-down */
+    CHECK_EQ_INT(step(&g, a, 8), 2);
+    CHECK_EQ_INT(a[0].kind, PLAN_REPLICATE_HOST);
+    CHECK_EQ_INT(a[0].model, 0);
+    CHECK_EQ_INT(a[0].source, 0);
+    CHECK_EQ_INT(a[0].node, 2);
+    CHECK_EQ_INT(a[1].kind, PLAN_REPLICATE_HOST);
+    CHECK_EQ_INT(a[1].model, 1);
+    CHECK_EQ_INT(a[1].source, 1);
+    CHECK_EQ_INT(a[1].node, 3);
+    /* model 0 on its way to node 2 takes its slot: model 1 goes to 3 */
+    g.so[0] = (struct plan_scaleout){.kind = PLAN_SO_HOST, .model = 0, .source = 0, .n_chain = 1};
+    g.so[0].chain[0] = 2;
+    g.v.n_scaleouts = 1;
+    CHECK_EQ_INT(step(&g, a, 8), 1);
+    CHECK_EQ_INT(a[0].model, 1);
+    CHECK_EQ_INT(a[0].node, 3);
+    /* node 3 gone: no room anywhere for model 1, nothing is evicted for it */
+    g.nodes[3].alive = 0;
+    CHECK_EQ_INT(step(&g, a, 8), 0);
+    /* a holder dies: restored from the survivor into the free slot */
+    g.v.n_scaleouts = 0;
+    g.nodes[2].host_cached = 1; /* model 0 arrived */
+    g.nodes[3] = (struct plan_node){.id = 3,
+                                    .alive = 1,
+                                    .domain = 3,
+                                    .link_Bps = 12.5e9,
+                                    .fail_prob = 0.01,
+                                    .engine_model = -1,
+                                    .helper = -1,
+                                    .model_slots = 1,
+                                    .host_cached = 2,
+                                    .load = {.idle_since_ms = -1}};
+    CHECK_EQ_INT(step(&g, a, 8), 0); /* R = 2 for both */
+    g.nodes[3].alive = 0;            /* model 1's copy on node 3 dies */
+    g.nodes[2].alive = 0;            /* model 0's on node 2 too: no free slot left */
+    CHECK_EQ_INT(step(&g, a, 8), 0);
+    g.v.n_nodes = 5;
+    g.nodes[4] = g.nodes[3];
+    g.nodes[4].id = 4;
+    g.nodes[4].domain = 4;
+    g.nodes[4].alive = 1;
+    g.nodes[4].host_cached = 0;
+    CHECK_EQ_INT(step(&g, a, 8), 1); /* one free node: the first model gets it */
+    CHECK_EQ_INT(a[0].kind, PLAN_REPLICATE_HOST);
+    CHECK_EQ_INT(a[0].model, 0);
+    CHECK_EQ_INT(a[0].source, 0);
+    CHECK_EQ_INT(a[0].node, 4);
+}
+
+/* Node 0 serves model 0, late; node 1 serves model 1; node 2 holds model 1 in host memory only.
+ * An empty node goes first; without one, node 2 switches (model 1 stays on node 1); never when
+ * node 2 holds model 1's last host copy. */
+TEST(switch_never_drops_a_last_copy)
+{
+    struct rig g;
+    struct plan_action a[8];
+    rig_init(&g, 4);
+    two_models(&g);
+    g.models[0].replicas_cached = g.models[1].replicas_cached = 1;
+    serve_model(&g, 0, 0, 64, 64 * 1024); /* predicted 65 s: far past the SLO */
+    serve_model(&g, 1, 1, 0, 0);
+    g.nodes[1].load.idle_since_ms = -1;
+    g.nodes[2].host_cached = 2;
+    g.cfg.max_joiners = 1;
+    CHECK_EQ_INT(step(&g, a, 8), 1);
+    CHECK_EQ_INT(a[0].kind, PLAN_SCALE_UP);
+    CHECK_EQ_INT(a[0].model, 0);
+    CHECK_EQ_INT(a[0].node, 3); /* a free slot before a switch */
+    g.nodes[3].alive = 0;
+    CHECK_EQ_INT(step(&g, a, 8), 1);
+    CHECK_EQ_INT(a[0].kind, PLAN_SCALE_UP);
+    CHECK_EQ_INT(a[0].node, 2); /* the switch: model 1 is still on node 1 */
+    CHECK_EQ_INT(a[0].source, 0);
+    g.nodes[1].alive = 0; /* node 2 holds model 1's last host copy: no switch */
+    CHECK_EQ_INT(step(&g, a, 8), 0);
+    /* two holders of model 1, host only, and a scale-up that wants both: one switches, the other
+     * keeps the copy */
+    g.nodes[3].alive = 1;
+    g.nodes[3].host_cached = 2;
+    g.cfg.max_joiners = 16;
+    CHECK_EQ_INT(step(&g, a, 8), 1);
+    CHECK_EQ_INT(a[0].kind, PLAN_SCALE_UP);
+    CHECK_EQ_INT(a[0].n_chain, 1);
+    CHECK_EQ_INT(a[0].chain[0], 2);
+}
+
+/* A node switching away from model 1 (joining model 0, in progress) is no source of model 1 and
+ * not counted as its copy: a scale-up of model 1 streams from node 1, though node 2's link is
+ * faster, and restore R sees one copy of model 1. */
+TEST(switching_node_is_no_source)
+{
+    struct rig g;
+    struct plan_action a[8];
+    rig_init(&g, 5);
+    two_models(&g);
+    g.models[0].replicas_cached = 1;
+    serve_model(&g, 0, 0, 0, 0);
+    g.nodes[0].load.idle_since_ms = -1;
+    serve_model(&g, 1, 1, 64, 64 * 1024);
+    g.nodes[2].host_cached = 2;
+    g.nodes[2].link_Bps = 100e9;
+    g.so[0] = (struct plan_scaleout){.kind = PLAN_SO_ENGINE, .model = 0, .source = 0, .n_chain = 1};
+    g.so[0].chain[0] = 2;
+    g.v.n_scaleouts = 1;
+    g.cfg.max_joiners = 1;
+    int n = step(&g, a, 8);
+    CHECK_EQ_INT(n, 2);
+    CHECK_EQ_INT(a[0].kind, PLAN_REPLICATE_HOST); /* model 1: one copy that stays, R = 2 */
+    CHECK_EQ_INT(a[0].model, 1);
+    CHECK_EQ_INT(a[0].source, 1);
+    CHECK_EQ_INT(a[0].node, 3);
+    CHECK_EQ_INT(a[1].kind, PLAN_SCALE_UP);
+    CHECK_EQ_INT(a[1].model, 1);
+    CHECK_EQ_INT(a[1].source, 1);
+    CHECK_EQ_INT(a[1].node, 4);
+    /* without slots (the simulator's servers) node 2 keeps its copy: the faster source */
+    for (int i = 0; i < 5; i++) g.nodes[i].model_slots = 0;
+    n = step(&g, a, 8);
+    CHECK(n >= 1);
+    CHECK_EQ_INT(a[0].kind, PLAN_SCALE_UP);
+    CHECK_EQ_INT(a[0].source, 2);
+}
+
 /* Node 0 serves with a 4096-token queue. Node 1 joins with helper 0: with k = 0 it is the helper
  * (a tie, node 0 wins on id); with k = L/2 half the layers run on the idle joiner. */
 TEST(routes_to_joiner_by_k)
@@ -317,6 +470,9 @@ int main(void)
     RUN(never_drops_last_copy);
     RUN(one_scale_down_per_tick);
     RUN(restores_r_after_holder_dies);
+    RUN(restore_r_into_a_free_slot);
+    RUN(switch_never_drops_a_last_copy);
+    RUN(switching_node_is_no_source);
     RUN(routes_to_joiner_by_k);
     RUN(prefers_faster_of_two_unequal_nodes);
     RUN(deterministic_and_order_independent);

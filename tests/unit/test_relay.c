@@ -8,8 +8,13 @@
  * (the client reads the first event while the upstream still holds the rest back, so it cannot
  * have been buffered to the end); an upstream dying mid-event gives the whole events, an error
  * event naming the node and [DONE], never the half event; an unreachable node gives 502 naming
- * it; a request already forwarded is not forwarded again; no replica gives 503 after the hold; a
- * client that goes away closes the upstream connection. Timing is never a pass criterion. */
+ * it; a request already forwarded, arriving on a connection from a cluster member (adopted, as
+ * forward channels are), is not forwarded again, while the same header from a client is ignored
+ * and the request relayed like any other; no replica gives 503 after the hold; a client that goes
+ * away closes the upstream connection. With a pool (a second front whose channels come from
+ * open_channel): three requests on one channel, the request saying keep-alive; a kept channel the
+ * node closed is dropped before use; one the node closes with the request unanswered is retried
+ * once on a fresh channel; the counters say so. Timing is never a pass criterion. */
 #include "check.h"
 #include "os/common/errmsg.h"
 #include "serving/api/http_response.h"
@@ -156,6 +161,14 @@ static struct {
     int up_fd, up_port; /* the fake upstream's listening socket */
     char route[64];     /* what the fake route answers */
     atomic_int routes;  /* how many times it was asked */
+    int client_port;    /* the front clients talk to */
+    /* the pooled front: channels from fake_open (TCP to the upstream), counted */
+    struct serve_metrics pm;
+    struct front *pf;
+    struct http_server *phttp;
+    pthread_t pth;
+    int pport;
+    atomic_int opens;
 } G;
 
 static int fake_route(void *ctx, const char *model, int prompt_tokens, char *addr, size_t cap,
@@ -171,9 +184,23 @@ static int fake_route(void *ctx, const char *model, int prompt_tokens, char *add
 static void *http_thread(void *arg)
 {
     char err[ERRMSG_LEN];
-    (void)arg;
-    http_server_run(G.http, err);
+    http_server_run(arg, err);
     return NULL;
+}
+
+/* The pooled front's channels: plain TCP to the fake upstream (the cluster's are sealed). */
+static int fake_open(void *ctx, uint64_t node, int timeout_ms, int cancel_fd, char *err)
+{
+    (void)ctx, (void)node, (void)timeout_ms, (void)cancel_fd;
+    atomic_fetch_add(&G.opens, 1);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)G.up_port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a)) {
+        close(fd);
+        return errmsg_set(err, "connect: refused");
+    }
+    return fd;
 }
 
 static int listen_any(int *port)
@@ -212,16 +239,32 @@ static int start(void)
     front_set_ext(G.f, &x);
     if ((G.up_fd = listen_any(&G.up_port)) < 0) return -1;
     snprintf(G.route, sizeof G.route, "127.0.0.1:%d", G.up_port);
-    pthread_create(&G.th, NULL, http_thread, NULL);
+    pthread_create(&G.th, NULL, http_thread, G.http);
+    G.client_port = G.port;
+    /* The pooled front: 2 idle channels per node. */
+    metrics_init(&G.pm);
+    struct front_config pc = {.forward_hold_ms = 300, .forward_pool = 2};
+    G.pf = front_new(&pc, &G.pm, err);
+    struct http_handler ph = front_handler(G.pf);
+    if (!G.pf || !(G.phttp = http_server_new(&hc, &ph, &G.pm, err))) return -1;
+    front_set_server(G.pf, G.phttp);
+    G.pport = http_server_port(G.phttp);
+    struct front_ext px = {.route = fake_route, .forward_open = fake_open, .node_id = 8};
+    front_set_ext(G.pf, &px);
+    pthread_create(&G.pth, NULL, http_thread, G.phttp);
     return 0;
 }
 
 static void stop(void)
 {
     http_server_stop(G.http);
+    http_server_stop(G.phttp);
     pthread_join(G.th, NULL);
+    pthread_join(G.pth, NULL);
     http_server_free(G.http);
+    http_server_free(G.phttp);
     front_free(G.f);
+    front_free(G.pf);
     close(G.up_fd);
 }
 
@@ -270,7 +313,7 @@ static void client_start(struct client *c, const char *body, const char *extra)
              "Content-Length: %zu\r\n\r\n%s",
              extra ? extra : "", strlen(body), body);
     c->fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)G.port)};
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)G.client_port)};
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     struct timeval tv = {.tv_sec = 20};
     setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
@@ -290,14 +333,9 @@ static void client_body(const struct client *c, struct parsed *p)
     parse(c->raw, c->len, 0, p);
 }
 
-/* The upstream: accept one connection (waiting at most 10 s), read the request whole. */
-static int upstream_accept(char *req, size_t cap)
+/* The upstream: read one request whole from fd (10 s at most); its length, 0 at EOF. */
+static size_t upstream_read(int fd, char *req, size_t cap)
 {
-    struct pollfd p = {.fd = G.up_fd, .events = POLLIN};
-    if (poll(&p, 1, 10000) != 1) return -1;
-    int fd = accept(G.up_fd, NULL, NULL);
-    struct timeval tv = {.tv_sec = 10};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     size_t n = 0;
     req[0] = 0;
     for (;;) {
@@ -309,6 +347,18 @@ static int upstream_accept(char *req, size_t cap)
         n += (size_t)k;
         req[n] = 0;
     }
+    return n;
+}
+
+/* The upstream: accept one connection (waiting at most 10 s), read the request whole. */
+static int upstream_accept(char *req, size_t cap)
+{
+    struct pollfd p = {.fd = G.up_fd, .events = POLLIN};
+    if (poll(&p, 1, 10000) != 1) return -1;
+    int fd = accept(G.up_fd, NULL, NULL);
+    struct timeval tv = {.tv_sec = 10};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    upstream_read(fd, req, cap);
     return fd;
 }
 
@@ -404,14 +454,47 @@ TEST(unreachable_node_gives_502)
            "%.600s", p.body);
 }
 
-TEST(forwarded_requests_are_not_forwarded_again)
+TEST(a_clients_forwarded_header_is_ignored)
 {
     int before = atomic_load(&G.routes);
     struct client c;
     client_start(&c, BODY, "X-Strata-Forwarded: 3\r\n");
+    char req[8192];
+    int up = upstream_accept(req, sizeof req);
+    CHECK(up >= 0);
+    /* routed like any request, and marked by this node, not by the client */
+    CHECKF(strstr(req, "\r\nX-Strata-Forwarded: 7\r\n") && !strstr(req, ": 3\r\n"), "%.600s", req);
+    send_str(up,
+             "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}");
+    close(up);
     client_wait(&c);
     struct parsed p;
     client_body(&c, &p);
+    CHECK_EQ_INT(p.status, 200);
+    CHECK(atomic_load(&G.routes) > before);
+}
+
+TEST(forwarded_requests_from_a_member_are_not_forwarded_again)
+{
+    int before = atomic_load(&G.routes);
+    int sv[2];
+    CHECK(!socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv));
+    CHECK(!http_server_adopt(G.http, sv[0])); /* as a forward channel is */
+    char req[512];
+    snprintf(req, sizeof req,
+             "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+             "X-Strata-Forwarded: 3\r\nContent-Length: %zu\r\n\r\n%s",
+             strlen(BODY), BODY);
+    send_str(sv[1], req);
+    struct timeval tv = {.tv_sec = 20};
+    setsockopt(sv[1], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    static char raw[8192];
+    size_t n = 0;
+    ssize_t k;
+    while ((k = recv(sv[1], raw + n, sizeof raw - 1 - n, 0)) > 0) n += (size_t)k;
+    close(sv[1]);
+    struct parsed p;
+    parse(raw, n, 0, &p);
     CHECK_EQ_INT(p.status, 503); /* no model here, and no second hop */
     CHECK_EQ_INT(atomic_load(&G.routes), before);
     struct pollfd pf = {.fd = G.up_fd, .events = POLLIN};
@@ -463,12 +546,100 @@ TEST(metrics_count_forwards_and_failures)
     while ((k = recv(fd, m + n, sizeof m - 1 - n, 0)) > 0) n += (size_t)k;
     m[n] = 0;
     close(fd);
-    /* to node 2: the JSON answer, the stream, the dying stream, the unreachable node, the client
-     * that left; failed: the dying stream and the unreachable node; held without a replica: one */
-    CHECKF(strstr(m, "strata_forwarded_requests_total{to=\"2\"} 5\n"), "%.600s", m);
+    /* to node 2: the JSON answer, the client's marked request, the stream, the dying stream,
+     * the unreachable node, the client that left; failed: the dying stream and the unreachable
+     * node; held without a replica: one; received as forwarded: the member's only */
+    CHECKF(strstr(m, "strata_forwarded_requests_total{to=\"2\"} 6\n"), "%.600s", m);
     CHECKF(strstr(m, "strata_forward_failures_total{to=\"2\"} 2\n"), "%.600s", m);
     CHECKF(strstr(m, "strata_forward_failures_total{to=\"none\"} 1\n"), "%.600s", m);
     CHECKF(strstr(m, "strata_forwarded_received_total 1\n"), "%.600s", m);
+}
+
+/* ---------------------------------------------------------------- the pool */
+
+static char *fetch_metrics(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a)) return NULL;
+    send_str(fd, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    static char m[1 << 16];
+    size_t n = 0;
+    ssize_t k;
+    while ((k = recv(fd, m + n, sizeof m - 1 - n, 0)) > 0) n += (size_t)k;
+    m[n] = 0;
+    close(fd);
+    return m;
+}
+
+/* One request through the pooled front; the upstream (on *up, or a new connection when *up is
+ * -1) answers `answer` keep-alive; 1 when the client got 200 and that body. */
+static int pooled_request(int *up, const char *answer)
+{
+    struct client c;
+    char req[8192], resp[256];
+    client_start(&c, BODY, NULL);
+    if (*up < 0)
+        *up = upstream_accept(req, sizeof req);
+    else if (!upstream_read(*up, req, sizeof req))
+        return 0;
+    int ok = *up >= 0 && strstr(req, "\r\nConnection: keep-alive\r\n") != NULL;
+    snprintf(resp, sizeof resp,
+             "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
+             "Connection: keep-alive\r\n\r\n%s",
+             strlen(answer), answer);
+    send_str(*up, resp);
+    client_wait(&c);
+    struct parsed p;
+    client_body(&c, &p);
+    return ok && p.status == 200 && p.body_len == strlen(answer) &&
+           !memcmp(p.body, answer, p.body_len);
+}
+
+TEST(pool_keeps_a_channel_for_the_next_requests)
+{
+    G.client_port = G.pport;
+    int up = -1;
+    CHECK(pooled_request(&up, "{\"n\":1}"));
+    CHECK(pooled_request(&up, "{\"n\":2}")); /* the same upstream connection */
+    CHECK(pooled_request(&up, "{\"n\":3}"));
+    struct pollfd pf = {.fd = G.up_fd, .events = POLLIN};
+    CHECK_EQ_INT(poll(&pf, 1, 0), 0); /* no second connection */
+    CHECK_EQ_INT(atomic_load(&G.opens), 1);
+
+    /* The node closes the idle channel (its keep-alive timeout): dropped, a fresh one. */
+    close(up);
+    usleep(100000);
+    up = -1;
+    CHECK(pooled_request(&up, "{\"n\":4}"));
+    CHECK_EQ_INT(atomic_load(&G.opens), 2);
+
+    /* The node closes it with the request unanswered: once more on a fresh channel. */
+    struct client c;
+    char req[8192];
+    client_start(&c, BODY, NULL);
+    CHECK(upstream_read(up, req, sizeof req) > 0);
+    close(up);
+    up = upstream_accept(req, sizeof req);
+    CHECK(up >= 0);
+    send_str(up, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 7\r\n"
+                 "\r\n{\"n\":5}");
+    client_wait(&c);
+    struct parsed p;
+    client_body(&c, &p);
+    CHECK_EQ_INT(p.status, 200);
+    CHECK_EQ_INT(atomic_load(&G.opens), 3);
+    close(up);
+
+    char *m = fetch_metrics(G.pport);
+    CHECK(m != NULL);
+    m = m ? strstr(m, "strata_forwarded_requests_total") : NULL;
+    CHECKF(m && strstr(m, "strata_forward_channels_opened_total 3\n"), "%.900s", m ? m : "");
+    CHECKF(m && strstr(m, "strata_forward_channels_reused_total 3\n"), "%.900s", m ? m : "");
+    CHECKF(m && strstr(m, "strata_forward_channels_stale_total 2\n"), "%.900s", m ? m : "");
+    CHECKF(m && strstr(m, "strata_forwarded_requests_total{to=\"2\"} 5\n"), "%.900s", m ? m : "");
+    G.client_port = G.port;
 }
 
 int main(void)
@@ -485,10 +656,12 @@ int main(void)
     RUN(streams_events_as_they_come);
     RUN(upstream_dying_mid_event_gives_an_error_event);
     RUN(unreachable_node_gives_502);
-    RUN(forwarded_requests_are_not_forwarded_again);
+    RUN(a_clients_forwarded_header_is_ignored);
+    RUN(forwarded_requests_from_a_member_are_not_forwarded_again);
     RUN(no_replica_is_held_then_503);
     RUN(client_leaving_closes_the_upstream);
     RUN(metrics_count_forwards_and_failures);
+    RUN(pool_keeps_a_channel_for_the_next_requests);
     stop();
     CHECK_DONE();
 }

@@ -381,6 +381,64 @@ TEST(activations_f32_f16_bf16)
 #undef DEC
 }
 
+TEST(activations_token_rows)
+{
+    /* A joiner without its embedding sends token ids only: header and rows, no values. */
+    const uint32_t seq[2] = {4, 5}, pos[2] = {0, 17}, tok[2] = {1, 31999};
+    const uint8_t fl[2] = {0, WIRE_ROW_LOGITS};
+    struct wire_activations a = {.step = 3,
+                                 .layer = 0,
+                                 .n = 2,
+                                 .dim = 2048,
+                                 .dtype = WIRE_TOKENS,
+                                 .seq = seq,
+                                 .pos = pos,
+                                 .token = tok,
+                                 .flags = fl};
+    static uint8_t buf[256];
+    uint32_t dseq[2], dpos[2], dtok[2];
+    uint8_t dfl[2];
+    float dx[1];
+    struct wire_activations d;
+#define DEC(L, capn, capx)                                                                         \
+    wire_activations_decode(&d, buf, (L), dseq, dpos, dtok, dfl, dx, (capn), (capx), err)
+    size_t len = wire_activations_encode(buf, sizeof buf, &a);
+    CHECK(len == wire_activations_size(2, 2048, WIRE_TOKENS) &&
+          len == WIRE_ACT_HDR_LEN + 2 * WIRE_ACT_ROW_LEN + 4);
+    CHECK(buf[WIRE_ACT_HDR_LEN - 1] == WIRE_TOKENS);
+    /* the second row: 05 00 00 00 | 11 00 00 00 | FF 7C 00 00 | 01, then the CRC */
+    const uint8_t *r1 = buf + WIRE_ACT_HDR_LEN + WIRE_ACT_ROW_LEN;
+    CHECK(r1[0] == 5 && r1[4] == 17 && r1[8] == 0xFF && r1[9] == 0x7C && r1[12] == 1);
+    /* no room for values is needed: cap_x 0 decodes */
+    CHECK(DEC(len, 2, 0) == 0);
+    CHECK(d.dtype == WIRE_TOKENS && d.layer == 0 && d.n == 2 && d.dim == 2048);
+    CHECK(dseq[1] == 5 && dpos[1] == 17 && dtok[1] == 31999 && dfl[1] == WIRE_ROW_LOGITS);
+    CHECK_STRICT(DEC(L, 2, 0));
+    CHECK(DEC(len, 1, 0) == -1); /* no room for the rows */
+    for (size_t i = 0; i < len; i++) {
+        buf[i] ^= 0x01;
+        CHECKF(DEC(len, 2, 0) == -1, "byte %zu flipped was accepted", i);
+        buf[i] ^= 0x01;
+    }
+    /* values after the rows: not the declared shape */
+    CHECK(DEC(len + 4, 2, 0) == -1);
+    /* token rows enter at layer 0 only: the encoder refuses, and a forged message with a
+     * matching CRC is refused by the decoder */
+    a.layer = 1;
+    CHECK(wire_activations_encode(buf, sizeof buf, &a) == 0);
+    a.layer = 0;
+    len = wire_activations_encode(buf, sizeof buf, &a);
+    buf[9] = 1; /* layer, byte 0 */
+    uint32_t crc = crc32c(0, buf, len - 4);
+    for (int i = 0; i < 4; i++) buf[len - 4 + i] = (uint8_t)(crc >> (8 * i));
+    CHECK(DEC(len, 2, 0) == -1 && strstr(err, "layer 1"));
+    /* rows per message: header and rows only */
+    CHECK(wire_activations_max_rows(2048, WIRE_TOKENS) == WIRE_MAX_ACT_TOKENS);
+    CHECK(wire_activations_max_rows(2048, WIRE_TOKENS) >=
+          wire_activations_max_rows(2048, WIRE_F32));
+#undef DEC
+}
+
 TEST(coop_tokens_open_close)
 {
     static uint8_t buf[512];
@@ -569,6 +627,7 @@ int main(void)
     RUN(chunk_roundtrip_and_rejects);
     RUN(small_messages);
     RUN(activations_f32_f16_bf16);
+    RUN(activations_token_rows);
     RUN(coop_tokens_open_close);
     RUN(coop_kv_request_and_chunks);
     CHECK_DONE();
