@@ -216,8 +216,9 @@ struct coop *coop_new(const struct coop_config *cfg, char *err)
         return NULL;
     }
     if (c->cfg.serve_remote && c->cfg.fuse && !c->e->be->batch_invariant) {
-        log_info("coop", "remote steps run apart from ours: the %s backend's rows depend on their "
-                         "batch, so fusing them would change their bits",
+        log_info("coop",
+                 "remote steps run apart from ours: the %s backend's rows depend on their "
+                 "batch, so fusing them would change their bits",
                  c->e->be->name);
         c->cfg.fuse = 0;
     }
@@ -263,8 +264,8 @@ struct coop *coop_new(const struct coop_config *cfg, char *err)
         c->f_flags = malloc((size_t)T);
     }
     int fuse_ok = !c->cfg.serve_remote || !c->cfg.fuse ||
-                  (c->fx && c->flogits && c->f_tok && c->f_pos && c->f_rows &&
-                   c->f_blocks && c->f_hs && c->f_flags);
+                  (c->fx && c->flogits && c->f_tok && c->f_pos && c->f_rows && c->f_blocks &&
+                   c->f_hs && c->f_flags);
     if (!c->x || !c->out || !c->reply || !c->hx || !c->logits || !c->a_seq || !c->a_pos ||
         !c->a_tok || !c->a_flags || !c->b_pos || !c->b_tok || !c->b_rows || !c->b_blocks ||
         !c->toks || !c->kv_k || !c->kv_v || !c->v_seq || !c->v_pos || !c->v_tok || !c->v_flags ||

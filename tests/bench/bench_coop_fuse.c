@@ -44,8 +44,8 @@ static int apart(struct rig *r)
     struct batch own = {r->n_own, r->tok, r->pos, r->blocks, r->n_own, r->rows};
     int last[MAXR];
     for (int i = 0; i < r->n_rem; i++) last[i] = i;
-    struct batch rem = {r->n_rem, r->tok + r->n_own, r->pos + r->n_own, r->blocks + r->n_own,
-                        r->n_rem, last};
+    struct batch rem = {
+        r->n_rem, r->tok + r->n_own, r->pos + r->n_own, r->blocks + r->n_own, r->n_rem, last};
     memcpy(r->xr, r->xin, sizeof(float) * r->n_rem * r->dim);
     return engine_forward(r->e, &own, r->la) || engine_layers(r->e, &rem, r->k, r->L, r->xr) ||
            engine_head(r->e, &rem, r->xr, r->la + (size_t)r->n_own * r->V);
@@ -84,19 +84,22 @@ static int run(const char *path, const struct synth_cfg *shape, int keep, int n_
 {
     char err[ERRMSG_LEN];
     struct loaded_model *lm = calloc(1, sizeof *lm);
-    struct loader_opts o = {
-        .limits = {.max_seqs = MAXR,
-                   .max_tokens = MAXR,
-                   .ctx = POS + 2,
-                   .threads = threads,
-                   .keep_layout = keep}};
+    struct loader_opts o = {.limits = {.max_seqs = MAXR,
+                                       .max_tokens = MAXR,
+                                       .ctx = POS + 2,
+                                       .threads = threads,
+                                       .keep_layout = keep}};
     if (!lm || loader_open(lm, path, &o, err)) {
         fprintf(stderr, "bench_coop_fuse: %s\n", lm ? err : "out of memory");
         free(lm);
         return 1;
     }
-    struct rig r = {.e = &lm->engine, .n_own = n_own, .n_rem = n_rem, .L = shape->layers,
-                    .dim = shape->dim, .V = shape->vocab};
+    struct rig r = {.e = &lm->engine,
+                    .n_own = n_own,
+                    .n_rem = n_rem,
+                    .L = shape->layers,
+                    .dim = shape->dim,
+                    .V = shape->vocab};
     int n = n_own + n_rem, tables[MAXR][8];
     for (int i = 0; i < n; i++) {
         for (int b = 0; b < kv_blocks_for(&r.e->kv, POS + 1); b++)

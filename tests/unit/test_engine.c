@@ -496,8 +496,9 @@ static void fused_vs_separate(uint32_t type)
             int q = order[o];
             for (int i = 0; i < nr[q]; i++, m++) {
                 ftok[m] = tok[r0[q] + i], fpos[m] = pos[r0[q] + i], fbl[m] = tb[q];
-                if (!own[q]) memcpy(x + (size_t)m * dim, xin + (size_t)(r0[q] + i) * dim,
-                                    sizeof(float) * dim);
+                if (!own[q])
+                    memcpy(x + (size_t)m * dim, xin + (size_t)(r0[q] + i) * dim,
+                           sizeof(float) * dim);
             }
             lrow[o] = m - 1;
         }

@@ -464,16 +464,14 @@ TEST(helper_holds_remote_steps_for_its_own)
     rig_open(&g, 16, 16, cfg);
     char err[ERRMSG_LEN];
     sched_free(g.s);
-    struct sched_ops ops = {.ctx = &g.fm,
-                            .vocab_size = FAKE_VOCAB,
-                            .eos_id = FAKE_EOS,
-                            .bos_id = -1,
-                            .forward = fake_forward,
-                            .decode = fake_decode,
-                            .coop = {.ctx = &g.fm,
-                                     .n_layers = 1,
-                                     .serve = log_serve,
-                                     .forward = log_forward}};
+    struct sched_ops ops = {
+        .ctx = &g.fm,
+        .vocab_size = FAKE_VOCAB,
+        .eos_id = FAKE_EOS,
+        .bos_id = -1,
+        .forward = fake_forward,
+        .decode = fake_decode,
+        .coop = {.ctx = &g.fm, .n_layers = 1, .serve = log_serve, .forward = log_forward}};
     g.s = sched_new(&cfg, &ops, &g.kv, &g.m, err);
     CHECKF(g.s, "%s", err);
     sched_iterate(g.s); /* idle: what is held runs apart */
