@@ -8,7 +8,8 @@
  * Q8_0 model, 1 thread; and the fused step's logits checked equal to the apart ones, bit for bit.
  * Both with the weights repacked into 16-row groups (a node alone) and in GGUF's layout (a node on
  * the fabric keeps it, to send it on: engine_limits.keep_layout), whose kernel is slower per row.
- * BENCH_FUSE_ROWS=OWN,REM sets the rows (default 4,4), BENCH_THREADS the threads. */
+ * BENCH_FUSE_ROWS=OWN,REM sets the rows (default 4,4), BENCH_FUSE_TYPE=Q4_0 the weights' type,
+ * BENCH_THREADS the threads. */
 #include "../unit/synth.h"
 
 #include "os/common/errmsg.h"
@@ -114,9 +115,10 @@ static int run(const char *path, const struct synth_cfg *shape, int keep, int n_
     r.xin = malloc(sizeof(float) * n_rem * shape->dim);
     r.la = malloc(sizeof(float) * n * shape->vocab);
     r.lf = malloc(sizeof(float) * n * shape->vocab);
-    printf("bench_coop_fuse: stories110M shape Q8_0 (%s), %d thread(s), %d own + %d remote decode "
-           "rows at position %d; median of %d steps\n",
-           keep ? "GGUF layout, as on the fabric" : "repacked", threads, n_own, n_rem, POS, REPS);
+    printf("bench_coop_fuse: %s (%s), %d thread(s), %d own + %d remote decode rows at position %d; "
+           "median of %d steps\n",
+           path, keep ? "GGUF layout, as on the fabric" : "repacked", threads, n_own, n_rem, POS,
+           REPS);
     for (int k = 3; k <= 9; k += 3) {
         r.k = k;
         /* the joiner's input: the remote rows' states after layers [0, k) */
@@ -140,7 +142,10 @@ int main(void)
 {
     log_set_quiet(1);
     const struct synth_cfg shape = {768, 2048, 12, 12, 12, 32000, 1024}; /* stories110M */
-    const char *path = "build/bench-models/stories110M-Q8_0.gguf";
+    const char *ty = getenv("BENCH_FUSE_TYPE");
+    int q4 = ty && !strcmp(ty, "Q4_0");
+    const char *path = q4 ? "build/bench-models/stories110M-Q4_0.gguf"
+                          : "build/bench-models/stories110M-Q8_0.gguf";
     int n_own = 4, n_rem = 4, threads = 1;
     const char *rows = getenv("BENCH_FUSE_ROWS"), *th = getenv("BENCH_THREADS");
     if (rows && sscanf(rows, "%d,%d", &n_own, &n_rem) != 2) n_own = 4, n_rem = 4;
@@ -152,7 +157,7 @@ int main(void)
     }
     struct stat st;
     mkdir("build/bench-models", 0755);
-    if (stat(path, &st) != 0 && synth_write(path, &shape, GGML_Q8_0, 1)) return 1;
+    if (stat(path, &st) != 0 && synth_write(path, &shape, q4 ? GGML_Q4_0 : GGML_Q8_0, 1)) return 1;
     for (int keep = 0; keep <= 1; keep++)
         if (run(path, &shape, keep, n_own, n_rem, threads)) return 1;
     return 0;
