@@ -40,6 +40,17 @@ static int finite_f(float f)
     return isfinite(f);
 }
 
+int cl_rack_ok(const char *s)
+{
+    size_t n = strnlen(s, CL_STR_LEN + 1);
+    if (n > CL_STR_LEN) return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') ||
+              (s[i] >= '0' && s[i] <= '9') || s[i] == '.' || s[i] == '-' || s[i] == '_'))
+            return 0;
+    return 1;
+}
+
 /* ---------------------------------------------------------------- log commands */
 
 void cl_put_node_up(struct wire_w *w, const struct cl_node_up *u)
@@ -49,6 +60,7 @@ void cl_put_node_up(struct wire_w *w, const struct cl_node_up *u)
     cl_put_str(w, u->http);
     cl_put_str(w, u->fabric);
     cl_put_str(w, u->gpu);
+    cl_put_str(w, u->rack);
     wire_put_u8(w, u->role);
     wire_put_f32(w, u->tok_s);
 }
@@ -60,10 +72,14 @@ int cl_get_node_up(struct wire_r *r, struct cl_node_up *u, char *err)
     cl_get_str(r, u->http);
     cl_get_str(r, u->fabric);
     cl_get_str(r, u->gpu);
+    cl_get_str(r, u->rack);
     u->role = wire_get_u8(r);
     u->tok_s = wire_get_f32(r);
     if (r->bad) return errmsg_set(err, "node: truncated or bad string");
     if (!u->id) return errmsg_set(err, "node: id 0");
+    if (!cl_rack_ok(u->rack))
+        return errmsg_set(err, "node %llu: rack \"%s\" is not letters, digits, '.', '-', '_'",
+                          (unsigned long long)u->id, u->rack);
     if (u->role != ROLE_VOTER && u->role != ROLE_JOINER)
         return errmsg_set(err, "node %llu: unknown role %u", (unsigned long long)u->id, u->role);
     if (!finite_f(u->tok_s) || u->tok_s < 0)

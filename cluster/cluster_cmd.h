@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CL_CMD_VERSION 2
+#define CL_CMD_VERSION 3 /* 3: a member's rack (cl_node_up.rack) */
 #define CL_STR_LEN     63 /* addresses, model names, GPU types */
 #define CL_MAX_CHAIN   16 /* joiners of one scale-out */
 #define CL_MAX_HOLD    8  /* models a node reports at once */
@@ -44,6 +44,8 @@ struct cl_node_up {
     char http[CL_STR_LEN + 1];   /* API address host:port */
     char fabric[CL_STR_LEN + 1]; /* fabric (weights, activations) address host:port, "" none */
     char gpu[CL_STR_LEN + 1];    /* GPU type ("cpu" without one) */
+    char rack[CL_STR_LEN + 1];   /* failure domain (--rack, strata.rack): letters, digits, '.',
+                                    '-', '_'; "" when not given (all such nodes are one rack) */
     uint8_t role;                /* enum cl_role */
     float tok_s;                 /* measured tokens/s for its model (0: not yet measured) */
 };
@@ -153,6 +155,10 @@ struct cl_msg {
 
 size_t cl_msg_encode(uint8_t *out, size_t cap, const struct cl_msg *m);
 int cl_msg_decode(struct cl_msg *m, const uint8_t *buf, size_t len, char *err);
+
+/* A rack name as the decoder takes it: "" or 1..CL_STR_LEN of [A-Za-z0-9._-] (it becomes a
+ * /metrics label value and a JSON string as is). */
+int cl_rack_ok(const char *s);
 
 /* Shared by the state snapshot codec. */
 struct wire_w;

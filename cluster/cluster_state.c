@@ -179,7 +179,7 @@ static int get_scale(struct wire_r *r, struct cl_scale *sc)
 size_t cl_state_encoded_max(void)
 {
     /* Every string at its longest, every table full. */
-    size_t up = 8 + 3 * (1 + CL_STR_LEN) + 1 + 4;
+    size_t up = 8 + 5 * (1 + CL_STR_LEN) + 1 + 4; /* addr, http, fabric, gpu, rack */
     size_t member = up + 1 + 8 + CL_MAX_MODELS * 6;
     size_t scale = 1 + 1 + CL_STR_LEN + 8 + 8 + 1 + 8 * CL_MAX_CHAIN;
     return 4 + 6 * 4 + 2 * 8 + CL_MAX_NODES * member + CL_MAX_MODELS * (1 + CL_STR_LEN) +
@@ -196,7 +196,7 @@ size_t cl_state_encode(const struct cl_state *s, uint8_t *out, size_t cap)
     wire_put_u32(&w, s->n_scaleouts);
     wire_put_u32(&w, s->n_events);
     wire_put_u32(&w, s->n_scales);
-    wire_put_u32(&w, 0); /* reserved */
+    wire_put_u32(&w, CL_CMD_VERSION); /* the members' encoding (cl_put_node_up) */
     wire_put_u64(&w, s->applied);
     wire_put_u64(&w, s->rejected);
     for (uint32_t i = 0; i < s->n_members; i++) {
@@ -240,11 +240,16 @@ int cl_state_decode(struct cl_state *s, const uint8_t *buf, size_t len, char *er
     s->n_scaleouts = wire_get_u32(&r);
     s->n_events = wire_get_u32(&r);
     s->n_scales = wire_get_u32(&r);
-    (void)wire_get_u32(&r);
+    uint32_t version = wire_get_u32(&r);
     s->applied = wire_get_u64(&r);
     s->rejected = wire_get_u64(&r);
     if (r.bad) return errmsg_set(err, "cluster snapshot: %zu bytes, shorter than its header", len);
     if (magic != CL_SNAP_MAGIC) return errmsg_set(err, "cluster snapshot: bad magic");
+    if (version != CL_CMD_VERSION) {
+        cl_state_init(s);
+        return errmsg_set(err, "cluster snapshot: version %u, expected %u", version,
+                          CL_CMD_VERSION);
+    }
     if (s->n_members > CL_MAX_NODES || s->n_models > CL_MAX_MODELS ||
         s->n_scaleouts > CL_MAX_SCALEOUTS) {
         char e[ERRMSG_LEN];

@@ -1,14 +1,15 @@
 /* cluster_state: the replicated state machine of the cluster (what raft's log builds).
  *
- * Members (id, addresses, role, GPU type, measured tokens/s, alive), what each member holds of
- * each model (whole copy in host memory; in the engine with k of L layers resident), the
+ * Members (id, addresses, role, GPU type, rack, measured tokens/s, alive), what each member holds
+ * of each model (whole copy in host memory; in the engine with k of L layers resident), the
  * scale-outs in progress, and the last scaling events with their timestamps. It changes only by
  * cl_state_apply() of committed commands (cluster/cluster_cmd.h), in log order, so every node that
  * applied the same prefix of the log holds the same bytes: the state machine reads no clock and
  * no local fact. A command that does not fit (unknown node, full tables) is applied as a no-op
  * and counted in `rejected`, never a failure (raft must not stall on an entry).
  *
- * Snapshots are the whole state in the same explicit little-endian encoding; the decoder checks
+ * Snapshots are the whole state in the same explicit little-endian encoding (its header carries
+ * CL_CMD_VERSION: a snapshot of another version is refused by name); the decoder checks
  * every count and string like any wire decoder (fuzzed with the commands). cl_state_json renders
  * what GET /v1/cluster shows of it (cJSON, malloc'd text). */
 #ifndef STRATA_CLUSTER_STATE_H

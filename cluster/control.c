@@ -46,7 +46,7 @@ struct proposal {
 struct control {
     struct control_cfg cfg;
     char peers_s[1024], addr[CL_STR_LEN + 1], dir[256], http[CL_STR_LEN + 1], gpu[CL_STR_LEN + 1],
-        model[CL_STR_LEN + 1], fabric[CL_STR_LEN + 1];
+        rack[CL_STR_LEN + 1], model[CL_STR_LEN + 1], fabric[CL_STR_LEN + 1];
     struct peer peer[CL_MAX_NODES];
     int n_peers, bootstrap_member;
     struct cluster_key key;
@@ -339,6 +339,7 @@ static void own_report(struct control *c, struct cl_msg *m)
     snprintf(n->http, sizeof n->http, "%s", c->http);
     snprintf(n->fabric, sizeof n->fabric, "%s", c->fabric);
     snprintf(n->gpu, sizeof n->gpu, "%s", c->gpu);
+    snprintf(n->rack, sizeof n->rack, "%s", c->rack);
     n->role = c->bootstrap_member ? ROLE_VOTER : ROLE_JOINER;
     if (c->sv.load) c->sv.load(c->sv.ctx, &m->u.load.load);
     n->tok_s = m->u.load.load.tok_s;
@@ -863,7 +864,8 @@ static int leader_membership(struct control *c, uint64_t now)
         int tok_changed = m && (r->node.tok_s > 1.2f * m->info.tok_s + 1 ||
                                 r->node.tok_s < 0.8f * m->info.tok_s - 1);
         if (!m || !m->alive || tok_changed || strcmp(m->info.http, r->node.http) ||
-            strcmp(m->info.addr, r->node.addr) || strcmp(m->info.fabric, r->node.fabric)) {
+            strcmp(m->info.addr, r->node.addr) || strcmp(m->info.fabric, r->node.fabric) ||
+            strcmp(m->info.rack, r->node.rack)) {
             cmd[n] = (struct cl_cmd){.type = CMD_NODE_UP};
             cmd[n++].u.up = r->node;
             continue; /* holdings once it is a member */
@@ -979,6 +981,12 @@ static void build_view(struct control *c, struct view_buf *vb, uint64_t now_mono
         pn->alive = m->alive;
         pn->gpu_type = gpu_index(vb, m->info.gpu);
         pn->domain = (int)m->info.id;
+        /* Racks by name: the index of the first member in the same rack ("" is one rack too). */
+        for (uint32_t k = 0; k <= i; k++)
+            if (!strcmp(s->member[k].info.rack, m->info.rack)) {
+                pn->rack = (int)k;
+                break;
+            }
         pn->link_Bps = 1.25e9;
         pn->fail_prob = 0.01;
         pn->model_slots = 1; /* the serving process holds one model (docs/control.md) */
@@ -1353,6 +1361,7 @@ struct control *control_start(const struct control_cfg *cfg, const struct contro
     if (ex) c->ex = *ex;
     snprintf(c->http, sizeof c->http, "%s", cfg->http ? cfg->http : "");
     snprintf(c->gpu, sizeof c->gpu, "%s", cfg->gpu ? cfg->gpu : "cpu");
+    snprintf(c->rack, sizeof c->rack, "%s", cfg->rack ? cfg->rack : "");
     snprintf(c->model, sizeof c->model, "%s", cfg->model ? cfg->model : "");
     snprintf(c->fabric, sizeof c->fabric, "%s", cfg->fabric ? cfg->fabric : "");
     c->start_wall = now_wall_ms();
@@ -1360,6 +1369,11 @@ struct control *control_start(const struct control_cfg *cfg, const struct contro
     cl_state_init(&c->st);
     if (!cfg->id) {
         errmsg_set(err, "cluster: --node-id is required with --cluster");
+        goto fail;
+    }
+    if (cfg->rack && !cl_rack_ok(cfg->rack)) {
+        errmsg_set(err, "cluster: --rack %s: want 1..%d letters, digits, '.', '-' or '_'",
+                   cfg->rack, CL_STR_LEN);
         goto fail;
     }
     if (!cfg->key_file) {
@@ -1550,6 +1564,7 @@ char *control_json(struct control *c, size_t *len)
         cJSON_AddBoolToObject(n, "alive", m->alive);
         cJSON_AddNumberToObject(n, "since_ms", (double)m->since_ms);
         cJSON_AddStringToObject(n, "gpu", m->info.gpu);
+        cJSON_AddStringToObject(n, "rack", m->info.rack);
         cJSON_AddNumberToObject(n, "tokens_per_s", m->info.tok_s);
         cJSON *models = cJSON_AddArrayToObject(n, "models");
         for (uint32_t k = 0; k < s->n_models; k++) {
@@ -1696,8 +1711,9 @@ char *control_metrics(struct control *c, size_t *len)
                 (unsigned long long)kinds[k]);
     mprintf(&b, "# TYPE strata_cluster_node_alive gauge\n");
     for (uint32_t i = 0; i < s->n_members; i++)
-        mprintf(&b, "strata_cluster_node_alive{node=\"%llu\"} %d\n",
-                (unsigned long long)s->member[i].info.id, s->member[i].alive);
+        mprintf(&b, "strata_cluster_node_alive{node=\"%llu\",rack=\"%s\"} %d\n",
+                (unsigned long long)s->member[i].info.id, s->member[i].info.rack,
+                s->member[i].alive);
     mprintf(&b, "# TYPE strata_cluster_layers_resident gauge\n");
     for (uint32_t i = 0; i < s->n_members; i++)
         for (uint32_t k = 0; k < s->n_models; k++)

@@ -21,6 +21,23 @@ double planner_loss_probability(const double *fail_prob, int n)
     return n > 0 ? p : 1;
 }
 
+double planner_loss_probability_racks(const double *fail_prob, const int *rack, int n,
+                                      double rack_fail)
+{
+    if (n <= 0) return 1;
+    double p = 1;
+    for (int i = 0; i < n; i++) {
+        int first = 1; /* each rack once: at its first holder */
+        for (int j = 0; j < i && first; j++) first = rack[j] != rack[i];
+        if (!first) continue;
+        double all = 1;
+        for (int j = i; j < n; j++)
+            if (rack[j] == rack[i]) all *= fail_prob[j];
+        p *= rack_fail + (1 - rack_fail) * all;
+    }
+    return p;
+}
+
 double planner_drain_ms(const struct step_model *sm, long tokens, int running, int max_step_tokens)
 {
     if (tokens <= 0) return 0;
@@ -412,18 +429,39 @@ static void scale_up(const struct plan_config *cfg, const struct plan_view *v, s
     emit(out, cap, n_out, &a);
 }
 
+/* Adds rack to the distinct racks racks[0..*n) (capacity PLAN_MAX_NODES). */
+static void rack_add(int *racks, int *n, int rack)
+{
+    for (int i = 0; i < *n; i++)
+        if (racks[i] == rack) return;
+    if (*n < PLAN_MAX_NODES) racks[(*n)++] = rack;
+}
+
+static int rack_in(const int *racks, int n, int rack)
+{
+    for (int i = 0; i < n; i++)
+        if (racks[i] == rack) return 1;
+    return 0;
+}
+
 static void restore_r(const struct plan_view *v, struct tick *t, int m, struct plan_action *out,
                       int cap, int *n_out)
 {
     const struct plan_model *pm = &v->models[m];
+    /* The racks that hold a copy of m, finished or on its way (and, below, picked this tick). */
+    int racks[PLAN_MAX_NODES], n_racks = 0;
     int holders = 0, pending = 0;
     for (int i = 0; i < v->n_nodes; i++)
-        holders += host_holds(&v->nodes[i], m) && !switching_away(v, t, i, m);
+        if (host_holds(&v->nodes[i], m) && !switching_away(v, t, i, m)) {
+            holders++;
+            rack_add(racks, &n_racks, v->nodes[i].rack);
+        }
     for (int s = 0; s < v->n_scaleouts; s++)
         if (v->scaleouts[s].kind == PLAN_SO_HOST && v->scaleouts[s].model == m)
             for (int j = 0; j < v->scaleouts[s].n_chain; j++) {
                 const struct plan_node *c = node_by_id(v, v->scaleouts[s].chain[j]);
                 pending += c && c->alive;
+                if (c && c->alive) rack_add(racks, &n_racks, c->rack);
             }
     int want = pm->replicas_cached - holders - pending;
     if (want <= 0) return;
@@ -431,19 +469,26 @@ static void restore_r(const struct plan_view *v, struct tick *t, int m, struct p
     if (src < 0) return; /* lost: nothing live holds m (see planner_loss_probability) */
     struct plan_action a = {.kind = PLAN_REPLICATE_HOST, .model = m, .source = v->nodes[src].id};
     while (a.n_chain < want && a.n_chain < PLAN_MAX_CHAIN) {
-        int best = -1;
+        /* A rack with no copy yet first (a rack's switch or power takes all its copies at
+         * once), then the lowest failure probability, then the lowest id. */
+        int best = -1, best_new = 0;
         for (int i = 0; i < v->n_nodes; i++) {
             const struct plan_node *c = &v->nodes[i];
             if (!c->alive || host_holds(c, m) || i == src || t->taken[i] ||
                 in_progress_chain(v, c->id, PLAN_SO_HOST, m) || !has_slot(v, c, m))
                 continue;
+            int is_new = !rack_in(racks, n_racks, c->rack);
             const struct plan_node *b = best >= 0 ? &v->nodes[best] : NULL;
-            if (!b || c->fail_prob < b->fail_prob ||
-                (c->fail_prob == b->fail_prob && c->id < b->id))
+            if (!b || is_new > best_new ||
+                (is_new == best_new && (c->fail_prob < b->fail_prob ||
+                                        (c->fail_prob == b->fail_prob && c->id < b->id)))) {
                 best = i;
+                best_new = is_new;
+            }
         }
         if (best < 0) break;
         t->taken[best] = 1;
+        rack_add(racks, &n_racks, v->nodes[best].rack);
         a.chain[a.n_chain++] = v->nodes[best].id;
     }
     if (a.n_chain == 0) return;
@@ -505,15 +550,26 @@ static void scale_down(const struct plan_view *v, const struct tick *t, int m,
     if (holders <= pm->replicas_cached || holders <= 1) return;
     for (int s = 0; s < v->n_scaleouts; s++)
         if (v->scaleouts[s].model == m) return; /* a copy may be a source right now */
+    /* A copy that shares its rack with another copy first: dropping it leaves the copies in as
+     * many racks; then the highest failure probability, then the highest id. */
     best = -1;
+    int best_shared = 0;
     for (int i = 0; i < v->n_nodes; i++) {
         const struct plan_node *n = &v->nodes[i];
         if (!host_holds(n, m) || n->engine_model == m || !idle_for(v, n, pm->keep_alive_ms) ||
             switching_away(v, t, i, m))
             continue;
+        int shared = 0;
+        for (int j = 0; j < v->n_nodes && !shared; j++)
+            shared = j != i && v->nodes[j].rack == n->rack && host_holds(&v->nodes[j], m) &&
+                     !switching_away(v, t, j, m);
         const struct plan_node *b = best >= 0 ? &v->nodes[best] : NULL;
-        if (!b || n->fail_prob > b->fail_prob || (n->fail_prob == b->fail_prob && n->id > b->id))
+        if (!b || shared > best_shared ||
+            (shared == best_shared &&
+             (n->fail_prob > b->fail_prob || (n->fail_prob == b->fail_prob && n->id > b->id)))) {
             best = i;
+            best_shared = shared;
+        }
     }
     if (best >= 0) {
         struct plan_action a = {

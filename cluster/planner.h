@@ -44,11 +44,14 @@
  *   queue, nothing running) for the model's keep-alive and is no helper, source or joiner of a
  *   scale-out in progress; the model may go to zero engine replicas
  *   while host-cached. Host copies above R are dropped one per tick after the keep-alive; never
- *   the last host copy, never below R.
+ *   the last host copy, never below R. Of the idle copies, one whose rack holds another copy goes
+ *   first (the copies stay in as many racks), then the highest failure probability, then id.
  * - Restore R: when fewer than R live nodes hold M in host memory (a holder died), copy M from a
  *   live holder to the live non-holder with a free model slot (nothing is evicted for it; a model
- *   on its way there takes a slot), the lowest failure probability first, then id. With no such node R
- *   waits until one frees up (an idle extra copy of another model is dropped, a node joins).
+ *   on its way there takes a slot): one in a rack that holds no copy of M yet (finished, on its
+ *   way, or picked this tick) first, then the lowest failure probability, then id. With no such
+ *   node R waits until one frees up (an idle extra copy of another model is dropped, a node
+ *   joins). Copies already in one rack are not moved (only new copies and drops spread them).
  * - Routing (planner_route): the replica of M with the least predicted TTFT, ties by id. */
 #ifndef STRATA_PLANNER_H
 #define STRATA_PLANNER_H
@@ -86,6 +89,8 @@ struct plan_node {
     int alive;
     int gpu_type;         /* index into the view's matrix rows */
     int domain;           /* NVLink domain (server): same domain = NVLink between the two */
+    int rack;             /* failure domain (rack: its switch, its power): same rack = lost
+                           * together; any int, all 0 when the caller knows no racks */
     double link_Bps;      /* network bytes/s of this node's NIC (the chain's per-hop rate) */
     double nvlink_Bps;    /* bytes/s to a node of the same domain (0: no NVLink) */
     double host_Bps;      /* bytes/s host memory -> GPU (PCIe); 0: unknown (a local load wins) */
@@ -175,5 +180,13 @@ double planner_drain_ms(const struct step_model *sm, long tokens, int running, i
 
 /* P(all n holders lost) = the product of their failure probabilities (independent failures). */
 double planner_loss_probability(const double *fail_prob, int n);
+
+/* The same with racks: holder i is in rack[i], and each rack fails as a whole (its switch, its
+ * power) with probability rack_fail, independently of the others and of the nodes. The copies
+ * of a rack are lost if the rack fails or, if it does not, all of them fail:
+ *   P(loss) = prod over racks r holding copies of (q + (1 - q) prod_{i in r} p_i),  q = rack_fail.
+ * All R copies in one rack: about q, whatever R; one copy per rack: about (q + p)^R. */
+double planner_loss_probability_racks(const double *fail_prob, const int *rack, int n,
+                                      double rack_fail);
 
 #endif

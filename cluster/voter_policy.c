@@ -1,5 +1,7 @@
 #include "cluster/voter_policy.h"
 
+#include <string.h>
+
 /* When raft last made id a voter again (its raft_voter event still in the ring), or 0. */
 static uint64_t readmitted(const struct cl_state *s, uint64_t id)
 {
@@ -27,10 +29,37 @@ static int gone(const struct vp_input *in, uint64_t id)
     return in->now_ms >= since && in->now_ms - since >= in->remove_ms;
 }
 
+static const char *rack_of(const struct vp_input *in, uint64_t id)
+{
+    const struct cl_member *m = cl_state_member_c(in->st, id);
+    return m ? m->info.rack : "";
+}
+
 static int live(const struct vp_input *in, uint64_t id)
 {
     const struct cl_member *m = cl_state_member_c(in->st, id);
     return id == in->self || (m && m->alive);
+}
+
+/* The live non-voter to promote: the one whose rack holds the fewest voters that are not gone
+ * (a rack's switch or power takes all its voters at once), then the first in raft's order. A
+ * member the state has not seen is in rack "". Returns its index in conf, or -1. */
+static int promotee(const struct vp_input *in)
+{
+    int best = -1, best_n = 0;
+    for (int k = 0; k < in->n_conf; k++) {
+        if (in->conf[k].voter || !live(in, in->conf[k].id)) continue;
+        const char *rack = rack_of(in, in->conf[k].id);
+        int n = 0;
+        for (int i = 0; i < in->n_conf; i++)
+            n += in->conf[i].voter && !gone(in, in->conf[i].id) &&
+                 !strcmp(rack_of(in, in->conf[i].id), rack);
+        if (best < 0 || n < best_n) {
+            best = k;
+            best_n = n;
+        }
+    }
+    return best;
 }
 
 struct vp_action voter_policy_step(const struct vp_input *in)
@@ -46,14 +75,14 @@ struct vp_action voter_policy_step(const struct vp_input *in)
     for (int i = 0; i < in->n_conf; i++) {
         if (!in->conf[i].voter || !gone(in, in->conf[i].id)) continue;
         if (voters - 1 >= VOTERS_MIN) return (struct vp_action){VP_REMOVE, in->conf[i].id};
-        for (int k = 0; k < in->n_conf; k++)
-            if (!in->conf[k].voter && live(in, in->conf[k].id))
-                return (struct vp_action){VP_PROMOTE, in->conf[k].id};
+        int k = promotee(in);
+        if (k >= 0) return (struct vp_action){VP_PROMOTE, in->conf[k].id};
         return (struct vp_action){VP_KEEP, in->conf[i].id};
     }
     /* Too few voters (a join cut short by a leader change leaves a spare): promote a live one. */
-    for (int k = 0; k < in->n_conf && voters < VOTERS_MIN; k++)
-        if (!in->conf[k].voter && live(in, in->conf[k].id))
-            return (struct vp_action){VP_PROMOTE, in->conf[k].id};
+    if (voters < VOTERS_MIN) {
+        int k = promotee(in);
+        if (k >= 0) return (struct vp_action){VP_PROMOTE, in->conf[k].id};
+    }
     return none;
 }

@@ -10,6 +10,9 @@
  * lists that the state has never seen report counts as down since this leader took office, and a
  * node raft made a voter again (a raft_voter event) counts from then, until its NODE_UP. With
  * fewer than VOTERS_MIN voters and a live non-voter (a join cut short), the live one is promoted.
+ * Of several live non-voters, the one whose rack (cl_node_up.rack, as the state holds it) has the
+ * fewest voters that are not down past remove_ms is promoted, then the first in raft's order: a
+ * rack's switch or power takes all its voters at once, so the voters spread over racks.
  *
  * Pure: the caller passes raft's configuration and the committed state, and carries out the
  * answer (cluster/control.c). A removed node that comes back rejoins like a new node: JOIN, then

@@ -16,6 +16,7 @@ int cluster_options(struct control_cfg *c, struct opt *t)
         {"--scaleout-timeout-ms", OPT_INT, &c->scaleout_timeout_ms, 1000, 86400000, NULL, "MS"},
         {"--replicas-cached", OPT_INT, &c->replicas_cached, 1, 64, NULL, "R"},
         {"--gpu-type", OPT_STR, &c->gpu, 0, 0, NULL, "NAME"},
+        {"--rack", OPT_STR, &c->rack, 0, 0, NULL, "NAME"},
         {"--cluster-standby", OPT_FLAG, &c->standby, 0, 0, NULL, NULL},
     };
     memcpy(t, table, sizeof table);

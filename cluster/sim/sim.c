@@ -1024,6 +1024,7 @@ static int setup(struct sim *s, char *err)
                                           .engine_model = -1,
                                           .helper = -1,
                                           .load = {.idle_since_ms = 0}};
+            if (c->servers_per_rack > 0) s->pn[i].rack = x->server / c->servers_per_rack;
             server[i] = x->server;
             nic[i] = s->pn[i].link_Bps;
             nv[i] = s->pn[i].nvlink_Bps;

@@ -241,6 +241,8 @@ int sim_config_set(struct sim_config *c, const char *key, const char *v, char *e
     }
     if (!strcmp(key, "gpus_per_server")) return integer(key, v, 1, 64, &c->gpus_per_server, err);
     if (!strcmp(key, "gpus_per_inst")) return integer(key, v, 0, 64, &c->gpus_per_inst, err);
+    if (!strcmp(key, "servers_per_rack"))
+        return integer(key, v, 0, PLAN_MAX_NODES, &c->servers_per_rack, err);
     if (!strcmp(key, "initial")) return integer(key, v, 0, 1 << 20, &c->initial_replicas, err);
     if (!strcmp(key, "max_step_tokens"))
         return integer(key, v, 16, 1 << 20, &c->max_step_tokens, err);

@@ -131,6 +131,19 @@ static int is_word(const char *s, size_t max)
     return 1;
 }
 
+/* A rack name as the cluster's state takes it (cluster/cluster_cmd.h cl_rack_ok; this file
+ * depends on libc only): 1..max-1 letters, digits, '.', '-', '_'. */
+static int is_rack(const char *s, size_t max)
+{
+    size_t n = strlen(s);
+    if (!n || n >= max) return 0;
+    for (; *s; s++)
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
+              *s == '.' || *s == '-' || *s == '_'))
+            return 0;
+    return 1;
+}
+
 static int is_printable(const char *s, int spaces_ok)
 {
     for (; *s; s++)
@@ -174,6 +187,9 @@ static int apply_key(struct boot_config *c, const char *key, const char *val, ch
     } else if (!strcmp(key, "cluster")) {
         if (check_cluster(val) || copy_str(c->cluster, sizeof c->cluster, val))
             BAD("want ID@A.B.C.D[:PORT][,ID@A.B.C.D[:PORT]...] (ids 1..65535)");
+    } else if (!strcmp(key, "rack")) {
+        if (!is_rack(val, sizeof c->rack)) BAD("want 1..63 letters, digits, '.', '-' or '_'");
+        copy_str(c->rack, sizeof c->rack, val);
     } else if (!strcmp(key, "api_key")) {
         if (!*val || !is_printable(val, 0) || copy_str(c->api_key, sizeof c->api_key, val))
             BAD("want 1..127 printable characters without spaces");

@@ -29,6 +29,8 @@ struct boot_config {
     char peers[512];   /* strata.peers: ADDR[:PORT],... IPv4, checked; "" when absent */
     char cluster[512]; /* strata.cluster: ID@ADDR[:PORT],... the control plane's voters (IPv4,
                           ids 1..65535, checked); "" when absent */
+    char rack[64];     /* strata.rack: this node's failure domain (`strata serve --rack`): 1..63
+                          letters, digits, '.', '-', '_'; "" when absent */
     char api_key[128]; /* strata.api_key: printable, no spaces; "" when absent */
     int port;          /* strata.port: 1..65535, default 8080 */
     long hugepages;    /* strata.hugepages: 2 MiB pages to reserve, -1 when absent */

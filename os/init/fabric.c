@@ -122,7 +122,7 @@ int init_fabric_args(const struct boot_config *cfg, char **argv, int *n, int max
              : cfg->has_ip      ? boot_ip_str(cfg->ip, ip)
                                 : "0.0.0.0",
              cfg->fabric_port);
-    if (*n + 14 > max) return errmsg_set(err, "too many server arguments");
+    if (*n + 16 > max) return errmsg_set(err, "too many server arguments");
     argv[(*n)++] = "--fabric";
     argv[(*n)++] = (char *)(cfg->fabric[0] ? cfg->fabric : "tcp");
     argv[(*n)++] = "--listen";
@@ -143,7 +143,12 @@ int init_fabric_args(const struct boot_config *cfg, char **argv, int *n, int max
         if (cluster_list(cfg, cluster, sizeof cluster, err)) return -1;
         argv[(*n)++] = "--cluster";
         argv[(*n)++] = cluster;
-        init_say("cluster", "node %d of %s%s", cfg->node, cluster,
+        if (cfg->rack[0]) {
+            argv[(*n)++] = "--rack";
+            argv[(*n)++] = (char *)cfg->rack;
+        }
+        init_say("cluster", "node %d of %s%s%s%s", cfg->node, cluster,
+                 cfg->rack[0] ? ", rack " : "", cfg->rack,
                  init_is_member(cfg) ? "; no model until the planner picks this node" : "");
     }
     init_say("fabric", "%s on %s, key %s%s%s", cfg->fabric[0] ? cfg->fabric : "tcp", listen,

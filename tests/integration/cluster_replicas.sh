@@ -2,14 +2,18 @@
 # R host copies and model switches with real processes: five `strata serve --cluster` processes on
 # 127.0.0.1 with --replicas-cached 2 (R = 2) and one model slot each (the serving process holds
 # one model). Node 1 serves model "a" (stories260K), node 2 model "b" (the synthetic grouped-query
-# model of cluster_models.sh); nodes 3, 4 and later 5 are empty members. Every node steps slowly
-# (--test-step-delay-us) so a steady stream of requests makes a model late.
+# model of cluster_models.sh); nodes 3, 4 and 5, started first, are empty members. Every node
+# steps slowly (--test-step-delay-us) so a steady stream of requests makes a model late. Racks
+# (--rack): nodes 1 and 3 are in rack r1, nodes 2, 4 and 5 in rack r2.
 #   - replicate: the leader copies each model into the host memory of an empty node (a and b on
-#     nodes 3 and 4, one each: never onto the node serving the other model), the copies complete
-#     (scale_done), and each copy, asked directly (X-Strata-Forwarded: served by that node's own
-#     arena), answers its source's exact greedy text;
-#   - restore: node 5 joins empty; the holder of a's copy is SIGKILLed; the leader commits it down
-#     and restores R = 2 from the survivor (node 1) onto node 5, whose copy answers a's exact text;
+#     nodes 3 and 4, one each: never onto the node serving the other model), each in the other
+#     rack than its source (a from node 1 onto node 4, b from node 2 onto node 3; by id alone a
+#     would go to node 3, beside its source, and b to node 4), the copies complete (scale_done),
+#     and each copy, asked directly (X-Strata-Forwarded: served by that node's own arena),
+#     answers its source's exact greedy text; /v1/cluster and /metrics show each node's rack;
+#   - restore: the holder of a's copy is SIGKILLed; the leader commits it down and restores R = 2
+#     from the survivor (node 1, rack r1) onto node 5 (rack r2, the only free node), whose copy
+#     answers a's exact text: a's copies are in both racks again;
 #   - switch: once a has idled out of every engine (nodes 1 and 5 hold it in host memory only), a
 #     steady stream of b requests: b scales up on the node caching b, and then, with no free node
 #     left, on one of the nodes caching a: it drops a (a stays cached on the other) and pulls b,
@@ -38,10 +42,11 @@ cl_key "$W/key"
 HB=100
 PEERS=""
 for n in 1 2 3 4 5; do PEERS="$PEERS${PEERS:+,}$n@127.0.0.1:$((CL_BASE + 10 + n))"; done
+rack() { case $1 in 1 | 3) echo r1 ;; *) echo r2 ;; esac; }
 node() { # node N ARGS...
     local n=$1
     shift
-    cl_serve "n$n" --node-id "$n" --key-file "$W/key" --fabric tcp \
+    cl_serve "n$n" --node-id "$n" --rack "$(rack "$n")" --key-file "$W/key" --fabric tcp \
         --listen "127.0.0.1:$((CL_BASE + n))" --raft-dir "$W/raft$n" --cluster "$PEERS" \
         --cluster-heartbeat-ms $HB --cluster-dead-ms $((15 * HB)) --keep-alive-ms 5000 \
         --replicas-cached 2 --ttft-ms 60 --no-slo --test-step-delay-us 50000 --max-batch 1 "$@"
@@ -79,6 +84,10 @@ keep_alive() {
     q "'\\n'.join(f\"{e['seq']} {e['node']} {e['model']} {e['t_ms'] - u['t_ms']}\" for e in events('scale_down') for u in [max((u for u in events('scale_up', e['model']) if u['node'] == e['node'] and u['seq'] < e['seq']), key=lambda u: u['seq'], default=None)] if u)" >>"$W/ka_all"
 }
 P="Once upon a time"
+# The empty members first (three of the five voters: they elect a leader), all three committed
+# members before a model holder joins: each copy is placed with every free node to choose from.
+node 3 && node 4 && node 5 && cl_until 30 n3 "d['leader'] is not None and sorted(n['id'] for n in d['nodes'] if n['alive']) == [3, 4, 5]" ||
+    { echo "not ok - cluster_replicas: nodes 3, 4, 5 did not form a cluster: $(cl_why n3) $(cl_why n4) $(cl_why n5)"; exit 1; }
 node 1 -m "$A" --name a && cl_ready n1 30 && node 2 -m "$B" --name b && cl_ready n2 30 ||
     { echo "not ok - cluster_replicas: nodes 1, 2 did not start: $(cl_why n1) $(cl_why n2)"; exit 1; }
 REF_A=$(own 1 a "$P" 12)
@@ -87,16 +96,21 @@ REF_B=$(own 2 b "$P" 8)
     { echo "not ok - cluster_replicas: no reference texts ('$REF_A', '$REF_B'): $(cl_why n1) $(cl_why n2)"; exit 1; }
 
 # ---- replicate
-node 3 && node 4 || { echo "not ok - cluster_replicas: nodes 3, 4 did not start: $(cl_why n3) $(cl_why n4)"; exit 1; }
 if until_true 60 "d['leader'] is not None and all(any(e['model'] == m and e['node'] in (3, 4) for e in events('scale_done')) for m in 'ab')"; then
     RA=$(q "[e['node'] for e in events('replicate_host', 'a')][0]")
     RB=$(q "[e['node'] for e in events('replicate_host', 'b')][0]")
     srcs=$(q "sorted((e['model'], e['source']) for e in events('replicate_host'))")
     TA=$(own "$RA" a "$P" 12)
     TB=$(own "$RB" b "$P" 8)
+    racks=$(q "sorted((n['id'], n['rack']) for n in d['nodes'])")
     if [ "$(q "len(events('replicate_host'))")" != 2 ] || [ "$srcs" != "[('a', 1), ('b', 2)]" ] ||
         [ "$RA" = "$RB" ]; then
         not_ok "replicate: not one copy of each model from its holder onto nodes 3 and 4: $(why)"
+    elif [ "$racks" != "[(1, 'r1'), (2, 'r2'), (3, 'r1'), (4, 'r2'), (5, 'r2')]" ] ||
+        ! curl -s "${CL_URL[n1]}/metrics" | grep -q '^strata_cluster_node_alive{node="4",rack="r2"} 1$'; then
+        not_ok "replicate: racks in /v1/cluster $racks, /metrics: $(curl -s "${CL_URL[n1]}/metrics" | grep '^strata_cluster_node_alive' | tr '\n' ' ')"
+    elif [ "$RA" != 4 ] || [ "$RB" != 3 ]; then
+        not_ok "replicate: a's copy on node $RA, b's on node $RB: not each in the rack without a copy (a on 4, b on 3): $(why)"
     elif [ "$(q "hold($RA, 'a').get('host') and not hold($RA, 'a').get('engine') and hold($RB, 'b').get('host') and not hold($RB, 'b').get('engine')")" != True ]; then
         not_ok "replicate: the copies are not host copies out of the engine: $(why)"
     elif [ "$(holders a)" != "[1, $RA]" ] || [ "$(holders b)" != "[2, $RB]" ]; then
@@ -104,7 +118,7 @@ if until_true 60 "d['leader'] is not None and all(any(e['model'] == m and e['nod
     elif [ "$TA" != "$REF_A" ] || [ "$TB" != "$REF_B" ]; then
         not_ok "replicate: the copies' own texts differ: '$TA' vs '$REF_A', '$TB' vs '$REF_B'"
     else
-        ok "replicate: R = 2: a copied from node 1 into node $RA's host memory, b from node 2 into node $RB's (scale_done), each on an empty node; each copy, asked directly, answers its source's exact greedy text"
+        ok "replicate: R = 2: a copied from node 1 (rack r1) into node $RA's host memory (rack r2), b from node 2 (r2) into node $RB's (r1) (scale_done), each on an empty node in the rack without a copy; each copy, asked directly, answers its source's exact greedy text; racks in /v1/cluster and /metrics"
     fi
 else
     echo "not ok - cluster_replicas: replicate: the two copies never completed: $(why)"
@@ -113,7 +127,6 @@ fi
 
 keep_alive
 # ---- restore: the holder of a's copy dies; R comes back from the survivor onto node 5
-node 5 || { echo "not ok - cluster_replicas: node 5 did not start: $(cl_why n5)"; exit 1; }
 until_true 30 "len([n for n in d['nodes'] if n['alive']]) == 5" ||
     not_ok "restore: node 5 is not a live member: $(why)"
 BEFORE=$(q "d['events'][-1]['seq']")
@@ -126,10 +139,12 @@ if until_true 60 "any(e['seq'] > $BEFORE and e['model'] == 'a' for e in events('
         not_ok "restore: a's copy was restored as $got, not onto node 5 from node 1: $(why)"
     elif [ "$(holders a)" != "[1, 5]" ] || [ "$(holders b)" != "[2, $RB]" ]; then
         not_ok "restore: holders of a $(holders a), of b $(holders b): $(why)"
+    elif [ "$(q "sorted(n['rack'] for n in d['nodes'] if n['alive'] and hold(n['id'], 'a').get('host'))")" != "['r1', 'r2']" ]; then
+        not_ok "restore: a's copies are not in racks r1 and r2: $(why)"
     elif [ "$T5" != "$REF_A" ]; then
         not_ok "restore: node 5's copy answers '$T5', not '$REF_A'"
     else
-        ok "restore: node $RA (a's copy) SIGKILLed: node_down committed and R = 2 restored from node 1 onto node 5 (the free node), whose copy answers a's exact text"
+        ok "restore: node $RA (a's copy, rack $(rack "$RA")) SIGKILLed: node_down committed and R = 2 restored from node 1 (r1) onto node 5 (the free node, r2), whose copy answers a's exact text: a is in both racks again"
     fi
 else
     not_ok "restore: no completed copy of a after node $RA died: $(why)"
@@ -202,7 +217,7 @@ if [ -n "$SEQ" ]; then
         elif [ "$(holders b)" = "[]" ] || [ "$(holders a)" != "$(python3 -c "print(sorted([$D, $X]))")" ]; then
             not_ok "r_after_switch: holders of a $(holders a), of b $(holders b): $(why)"
         else
-            ok "r_after_switch: b's replicas idled out, node $D dropped its extra copy of b, and a's R = 2 was restored from node $X into it (a on $(holders a), b on $(holders b))"
+            ok "r_after_switch: b's replicas idled out, node $D dropped its extra copy of b, and a's R = 2 was restored from node $X into it (a on $(holders a), b on $(holders b); racks of a $(q "sorted(n['rack'] for n in d['nodes'] if n['alive'] and hold(n['id'], 'a').get('host'))"), of b $(q "sorted(n['rack'] for n in d['nodes'] if n['alive'] and hold(n['id'], 'b').get('host'))"))"
         fi
     else
         not_ok "r_after_switch: a's second copy never came back: $(why)"

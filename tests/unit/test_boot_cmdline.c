@@ -159,6 +159,11 @@ TEST(malformed_values)
         "strata.cluster=1@10.0.0.1,2@",
         "strata.cluster=65536@10.0.0.1",
         "strata.role=Serve",
+        "strata.rack=",
+        "strata.rack=\"row 1\"",
+        "strata.rack=a/b",
+        "strata.rack=r,1",
+        "strata.rack=0123456789012345678901234567890123456789012345678901234567890123",
         "strata.api_key=",
         "strata.console=ttyS0",
         "strata.iface=a/b",
@@ -179,6 +184,9 @@ TEST(fabric_keys)
                  0);
     CHECK_STR(cfg.role, "member");
     CHECK_STR(cfg.cluster, "1@10.0.0.1:7100,2@10.0.0.2,3@10.0.0.3:7200");
+    CHECK_STR(cfg.rack, "");
+    CHECK_EQ_INT(parse("strata.node=3 strata.cluster=1@10.0.0.1 strata.rack=row2.Rack-7_b"), 0);
+    CHECK_STR(cfg.rack, "row2.Rack-7_b");
     CHECK_EQ_INT(parse("strata.role=join strata.peers=10.0.0.2"), 0);
     CHECK_STR(cfg.role, "join");
     CHECK_STR(cfg.fabric, "");

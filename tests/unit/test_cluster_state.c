@@ -20,6 +20,7 @@ static struct cl_cmd node_up(uint64_t id, uint64_t t)
     snprintf(c.u.up.addr, sizeof c.u.up.addr, "10.77.0.%llu:7100", (unsigned long long)id);
     snprintf(c.u.up.http, sizeof c.u.up.http, "10.77.0.%llu:8080", (unsigned long long)id);
     snprintf(c.u.up.gpu, sizeof c.u.up.gpu, "%s", id == 2 ? "h100" : "cpu");
+    snprintf(c.u.up.rack, sizeof c.u.up.rack, "row1.rack-%llu_B", (unsigned long long)id % 3);
     c.u.up.role = ROLE_VOTER;
     c.u.up.tok_s = 100.0f * (float)id;
     return c;
@@ -97,6 +98,18 @@ TEST(cmd_rejects_bad_fields)
     buf[1] = CMD_NODE_UP;
     buf[2 + 8 + 8 + 1] = '\n'; /* first byte of the address: not printable */
     CHECK(cl_cmd_decode(&out, buf, n, err));
+    /* A rack name that is not letters, digits, '.', '-', '_' (it becomes a /metrics label). */
+    for (const char *bad = "\"{ ,"; *bad; bad++) {
+        c = node_up(1, 1);
+        c.u.up.rack[2] = *bad;
+        n = enc(&c, buf);
+        CHECK(cl_cmd_decode(&out, buf, n, err));
+        CHECKF(strstr(err, "rack"), "%s", err);
+    }
+    c = node_up(1, 1);
+    c.u.up.rack[0] = 0; /* none given: fine */
+    n = enc(&c, buf);
+    CHECKF(!cl_cmd_decode(&out, buf, n, err), "%s", err);
     c = holding(1, "m", 1, 1, 9, 4); /* k > L */
     n = enc(&c, buf);
     CHECK(cl_cmd_decode(&out, buf, n, err));
@@ -141,6 +154,8 @@ TEST(msg_roundtrip_and_rejects)
     CHECK(n);
     CHECKF(!cl_msg_decode(&out, buf, n, err), "%s", err);
     CHECK_EQ_INT(out.u.load.seen_scales, 7);
+    /* the rack travels in the report */
+    CHECKF(!strcmp(out.u.load.node.rack, "row1.rack-2_B"), "%s", out.u.load.node.rack);
     CHECK_EQ_INT(out.u.load.load.queued_tokens, 300);
     CHECK_EQ_INT(cl_msg_encode(buf2, sizeof buf2, &out), n);
     CHECK(!memcmp(buf, buf2, n));
@@ -327,6 +342,48 @@ TEST(voter_policy_removes_promotes_keeps)
     CHECK(a.kind == VP_PROMOTE && a.node == 3);
 }
 
+/* Racks: node 4 (rack b) is dead past remove_ms and only three voters remain, so a live
+ * non-voter is promoted first: node 5 (rack b, no live voter there), not node 3 (rack a, which
+ * already has voters 1 and 2), though node 3 comes first in raft's order. */
+static void set_rack(struct cl_state *s, uint64_t id, const char *rack)
+{
+    struct cl_member *m = cl_state_member(s, id);
+    snprintf(m->info.rack, sizeof m->info.rack, "%s", rack);
+}
+
+TEST(voter_policy_promotes_into_the_rack_with_fewest_voters)
+{
+    static struct cl_state s;
+    struct vp_action a;
+    policy_state(&s, 5, (uint64_t[]){4}, 1);
+    set_rack(&s, 1, "a");
+    set_rack(&s, 2, "a");
+    set_rack(&s, 3, "a");
+    set_rack(&s, 4, "b");
+    set_rack(&s, 5, "b");
+    const struct vp_server conf[] = {{1, 1}, {2, 1}, {4, 1}, {3, 0}, {5, 0}};
+    a = policy(&s, conf, 5, 100000, 6000);
+    CHECK(a.kind == VP_PROMOTE && a.node == 5);
+    /* Two voters (a join cut short), both in rack a: the spare of rack b again. */
+    policy_state(&s, 5, NULL, 0);
+    set_rack(&s, 1, "a");
+    set_rack(&s, 2, "a");
+    set_rack(&s, 3, "a");
+    set_rack(&s, 5, "b");
+    const struct vp_server two[] = {{1, 1}, {2, 1}, {3, 0}, {5, 0}};
+    a = policy(&s, two, 4, 2000, 6000);
+    CHECK(a.kind == VP_PROMOTE && a.node == 5);
+    /* A dead non-voter of the empty rack is no candidate: the live one of rack a is. */
+    policy_state(&s, 5, (uint64_t[]){5}, 1);
+    set_rack(&s, 5, "b");
+    const struct vp_server spare_dead[] = {{1, 1}, {2, 1}, {3, 0}, {5, 0}};
+    a = policy(&s, spare_dead, 4, 100000, 6000);
+    CHECK(a.kind == VP_REMOVE && a.node == 5); /* the dead non-voter goes first */
+    const struct vp_server spare_gone[] = {{1, 1}, {2, 1}, {3, 0}};
+    a = policy(&s, spare_gone, 3, 100000, 6000);
+    CHECK(a.kind == VP_PROMOTE && a.node == 3);
+}
+
 TEST(snapshot_roundtrip_and_rejects)
 {
     static struct cl_state s, t;
@@ -346,6 +403,7 @@ TEST(snapshot_roundtrip_and_rejects)
     CHECK(!memcmp(buf, buf2, n));
     CHECK_EQ_INT(t.n_events, s.n_events);
     CHECK_EQ_INT(t.n_scaleouts, s.n_scaleouts);
+    CHECKF(!strcmp(t.member[3].info.rack, "row1.rack-1_B"), "%s", t.member[3].info.rack);
     for (size_t k = 0; k < n; k += 7) CHECK(cl_state_decode(&t, buf, k, err));
     CHECK(cl_state_decode(&t, buf, n - 1, err));
     buf[n] = 0;
@@ -353,6 +411,10 @@ TEST(snapshot_roundtrip_and_rejects)
     buf[4] = 200; /* 200 members */
     CHECK(cl_state_decode(&t, buf, n, err));
     CHECK(strstr(err, "exceed"));
+    buf[4] = 5;
+    buf[24] = CL_CMD_VERSION - 1; /* a snapshot of the encoding before racks */
+    CHECK(cl_state_decode(&t, buf, n, err));
+    CHECKF(strstr(err, "version"), "%s", err);
 }
 
 /* ---------------------------------------------------------------- under raft's fixture */
@@ -660,6 +722,7 @@ int main(void)
     RUN(raft_fixture_leader_dies_state_survives);
     RUN(raft_fixture_partitioned_node_stops_then_catches_up);
     RUN(voter_policy_removes_promotes_keeps);
+    RUN(voter_policy_promotes_into_the_rack_with_fewest_voters);
     RUN(raft_fixture_dead_voter_removed_two_of_three_still_commit);
     CHECK_DONE();
 }

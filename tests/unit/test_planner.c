@@ -1,7 +1,8 @@
 /* The planner's decisions on small hand-built views: the scale-up trigger at the slack boundary,
- * chain order, the last copy, restoring R, nodes of one model slot (restores only into a free
- * slot, switches that never drop a last copy), routing to a joiner by its split point, the faster
- * of two GPU types, determinism. Step models use powers of two so predictions are exact. */
+ * chain order, the last copy, restoring R (spread over racks; drops that keep the spread), nodes
+ * of one model slot (restores only into a free slot, switches that never drop a last copy),
+ * routing to a joiner by its split point, the faster of two GPU types, determinism. Step models
+ * use powers of two so predictions are exact. */
 #include "check.h"
 #include "cluster/planner.h"
 #include "os/common/errmsg.h"
@@ -234,6 +235,87 @@ TEST(restores_r_after_holder_dies)
     double p[3] = {0.01, 0.02, 0.5};
     CHECK(fabs(planner_loss_probability(p, 3) - 1e-4) < 1e-15);
     CHECK(planner_loss_probability(p, 1) == 0.01);
+    /* Racks (README, docs/control.md): p = 1%, q = 0.1% a day. Two copies in one rack:
+     * q + (1 - q) p^2 = 1.0999e-3; in two racks: (q + (1 - q) p)^2 = 1.2078e-4; three in three
+     * racks: 1.3274e-6; three in two (2 + 1): 1.2088e-5. No rack failures: p^R again. */
+    double p1[3] = {0.01, 0.01, 0.01};
+    int one[3] = {7, 7, 7}, two[3] = {1, 2, 1}, three[3] = {1, 2, 3};
+    CHECK(fabs(planner_loss_probability_racks(p1, one, 2, 1e-3) - 1.0999e-3) < 1e-9);
+    CHECK(fabs(planner_loss_probability_racks(p1, three, 2, 1e-3) - 0.01099 * 0.01099) < 1e-12);
+    CHECK(fabs(planner_loss_probability_racks(p1, three, 3, 1e-3) - 0.01099 * 0.01099 * 0.01099) <
+          1e-15);
+    CHECK(fabs(planner_loss_probability_racks(p1, two, 3, 1e-3) - 1.0999e-3 * 0.01099) < 1e-12);
+    CHECK(fabs(planner_loss_probability_racks(p, three, 3, 0) - 1e-4) < 1e-15);
+    CHECK(fabs(planner_loss_probability_racks(p, one, 3, 0) - 1e-4) < 1e-15);
+}
+
+/* Racks: a rack's switch or power takes all its copies at once. Node 0 (rack 0) holds the only
+ * copy, R = 3; nodes 1, 2 are in rack 0 too and more reliable, 3 and 4 in racks 1 and 2. The two
+ * new copies go to racks 1 and 2 (one each), not to the reliable nodes beside the source; with
+ * every rack already holding a copy the failure probability decides again. */
+TEST(restore_r_spreads_over_racks)
+{
+    struct rig g;
+    struct plan_action a[8];
+    rig_init(&g, 6);
+    g.models[0].replicas_cached = 3;
+    g.nodes[0].host_cached = 1;
+    g.nodes[1].fail_prob = g.nodes[2].fail_prob = 0.001;
+    g.nodes[3].rack = 1;
+    g.nodes[4].rack = 2;
+    g.nodes[5].rack = 2;
+    g.nodes[5].fail_prob = 0.005; /* the more reliable of rack 2: it gets that rack's copy */
+    CHECK_EQ_INT(step(&g, a, 8), 1);
+    CHECK_EQ_INT(a[0].kind, PLAN_REPLICATE_HOST);
+    CHECK_EQ_INT(a[0].source, 0);
+    CHECK_EQ_INT(a[0].n_chain, 2);
+    CHECK_EQ_INT(a[0].chain[0], 5); /* racks 1 and 2 tie: then fail_prob (0.005 < 0.01) */
+    CHECK_EQ_INT(a[0].chain[1], 3); /* rack 2 has one now: rack 1, not node 4 */
+    /* A copy on its way to rack 1 counts: the next one goes to rack 2 (node 5), not rack 0. */
+    g.so[0] = (struct plan_scaleout){.kind = PLAN_SO_HOST, .model = 0, .source = 0, .n_chain = 1};
+    g.so[0].chain[0] = 3;
+    g.v.n_scaleouts = 1;
+    CHECK_EQ_INT(step(&g, a, 8), 1);
+    CHECK_EQ_INT(a[0].n_chain, 1);
+    CHECK_EQ_INT(a[0].node, 5);
+    /* Every rack holds a copy (0, 1 on the way, 2 done): the most reliable node, node 1. */
+    g.nodes[5].host_cached = 1;
+    g.models[0].replicas_cached = 4;
+    CHECK_EQ_INT(step(&g, a, 8), 1);
+    CHECK_EQ_INT(a[0].node, 1);
+}
+
+/* R = 2 and three idle host copies, on nodes 1 and 2 (rack 0) and 3 (rack 1): the extra copy
+ * dropped is one of rack 0 (the highest failure probability of those, then id), never node 3,
+ * though node 3 is the least reliable and has the highest id; with all three in different racks
+ * the old order decides again. */
+TEST(drop_keeps_copies_spread_over_racks)
+{
+    struct rig g;
+    struct plan_action a[8];
+    rig_init(&g, 4);
+    g.nodes[1].host_cached = g.nodes[2].host_cached = g.nodes[3].host_cached = 1;
+    g.models[0].replicas_cached = 2;
+    for (int i = 1; i <= 3; i++) g.nodes[i].load.idle_since_ms = 0;
+    g.nodes[3].rack = 1;
+    g.nodes[3].fail_prob = 0.05;
+    g.nodes[1].fail_prob = 0.02;
+    CHECK_EQ_INT(step(&g, a, 8), 1);
+    CHECK_EQ_INT(a[0].kind, PLAN_DROP_HOST);
+    CHECK_EQ_INT(a[0].node, 1);
+    /* Node 1 busy: node 2, still not node 3. */
+    g.nodes[1].load.idle_since_ms = -1;
+    CHECK_EQ_INT(step(&g, a, 8), 1);
+    CHECK_EQ_INT(a[0].node, 2);
+    /* Only node 3 idle: it goes (no other choice now; the copies stay at R). */
+    g.nodes[2].load.idle_since_ms = -1;
+    CHECK_EQ_INT(step(&g, a, 8), 1);
+    CHECK_EQ_INT(a[0].node, 3);
+    /* Three racks: the least reliable goes, as without racks. */
+    g.nodes[1].load.idle_since_ms = g.nodes[2].load.idle_since_ms = 0;
+    g.nodes[2].rack = 2;
+    CHECK_EQ_INT(step(&g, a, 8), 1);
+    CHECK_EQ_INT(a[0].node, 3);
 }
 
 /* Nodes 0 and 1 serve models 0 and 1; 2 and 3 are empty; one slot each, R = 2. Each model's copy
@@ -471,6 +553,8 @@ int main(void)
     RUN(one_scale_down_per_tick);
     RUN(restores_r_after_holder_dies);
     RUN(restore_r_into_a_free_slot);
+    RUN(restore_r_spreads_over_racks);
+    RUN(drop_keeps_copies_spread_over_racks);
     RUN(switch_never_drops_a_last_copy);
     RUN(switching_node_is_no_source);
     RUN(routes_to_joiner_by_k);

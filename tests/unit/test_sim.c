@@ -331,6 +331,8 @@ TEST(config_settings)
           c.replicas_cached == 1);
     CHECK(sim_config_parse(&c, "plan_step = CPU:0.0002,0,0\n", err) == -1 && strstr(err, "CPU"));
     CHECK(sim_config_parse(&c, "replicas_cached = -1\n", err) == -1);
+    CHECK(sim_config_parse(&c, "servers_per_rack = 4\n", err) == 0 && c.servers_per_rack == 4);
+    CHECK(sim_config_parse(&c, "servers_per_rack = -1\n", err) == -1);
     CHECK(sim_config_parse(&c, "model = 7B\n", err) == 0 && c.n_spans == 0);
 }
 
