@@ -4,9 +4,10 @@
  * on its own KV cache, then ships the step's hidden states (every sequence of the step in one
  * MSG_ACTIVATIONS, transport/wire.h) to a helper, a node holding the whole model, over the
  * fabric (cluster/fabric_node.h). The helper runs [k, L) and the head on its own KV blocks for
- * those sequences, samples with the sequence's sampler (sent once in MSG_COOP_OPEN, its generator
- * state returned with every token) and answers MSG_COOP_TOKENS; the step completes when the reply
- * comes. k moves up only, between steps: the KV of the layers that became local is transferred
+ * those sequences, inside its own step where it can (the rows join it at layer k, so each
+ * layer's weights are read once for both: coop_config.fuse, sched_coop.forward), samples with the
+ * sequence's sampler (sent once in MSG_COOP_OPEN, its generator state returned with every token)
+ * and answers MSG_COOP_TOKENS; the step completes when the reply comes. k moves up only, between steps: the KV of the layers that became local is transferred
  * from the helper (MSG_COOP_KV_REQ answered by MSG_COOP_KV chunks, read by the helper's compute
  * thread between its steps) or recomputed from the saved inputs of layer k, whichever a cost
  * estimate says is faster (--coop-kv; docs/cluster.md has the figures); a transfer that fails or
