@@ -1593,7 +1593,7 @@ static int fused_join(struct coop *c, struct fused *f, struct work *w, int l)
     float *x = c->fx + (size_t)n * c->dim;
     if (wire_activations_decode(&a, w->msg, w->len, c->a_seq, c->a_pos, c->a_tok, c->a_flags, x,
                                 c->hx_rows, (size_t)(T - n) * c->dim, why)) {
-        reply_error(c, w->peer, 0, why);
+        reply_error(c, w->peer, w->step, why);
         free(w);
         return -1;
     }
