@@ -166,8 +166,8 @@ check-fabric: all
 # weights pulled into a serving node, the appliance joining from its command line, the control
 # plane's raft, ...) and their unit tests, one line each; make test runs them too (every
 # tests/integration/*.sh, every unit test).
-CLUSTER_UNIT := test_fabric_node test_cluster_state test_sealed_conn test_fwd_channel test_relay \
-                test_stream_loader
+CLUSTER_UNIT := test_fabric_node test_cluster_state test_recover_req test_sealed_conn test_fwd_channel \
+                test_relay test_stream_loader
 check-cluster: all build/init
 	@fail=0; for t in $(CLUSTER_UNIT); do $(BUILD)/tests/$$t 2>/dev/null || fail=1; done; \
 	for s in tests/integration/cluster_*.sh; do bash $$s || fail=1; done; exit $$fail

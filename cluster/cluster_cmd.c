@@ -205,7 +205,7 @@ int cl_cmd_decode(struct cl_cmd *c, const uint8_t *buf, size_t len, char *err)
         c->u.conf.node = wire_get_u64(&r);
         c->u.conf.change = wire_get_u8(&r);
         if (!r.bad && !c->u.conf.node) return errmsg_set(err, "RAFT_CONF: node id 0");
-        if (!r.bad && (c->u.conf.change < CONF_REMOVED || c->u.conf.change > CONF_VOTER))
+        if (!r.bad && (c->u.conf.change < CONF_REMOVED || c->u.conf.change > CONF_RECOVERED))
             return errmsg_set(err, "RAFT_CONF: unknown change %u", c->u.conf.change);
         break;
     default:

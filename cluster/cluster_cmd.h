@@ -35,8 +35,9 @@ enum cl_role { ROLE_VOTER = 1, ROLE_JOINER = 2 };
 
 enum cl_scale_kind { SCALE_UP = 1, SCALE_DOWN = 2, SCALE_REPLICATE = 3, SCALE_DROP_HOST = 4 };
 
-/* CMD_RAFT_CONF: what happened to the node in raft's configuration. */
-enum cl_conf_change { CONF_REMOVED = 1, CONF_VOTER = 2 };
+/* CMD_RAFT_CONF: what happened to the node in raft's configuration (CONF_RECOVERED: an operator
+ * forced a new configuration on that node, cluster/recover_req.h). */
+enum cl_conf_change { CONF_REMOVED = 1, CONF_VOTER = 2, CONF_RECOVERED = 3 };
 
 struct cl_node_up {
     uint64_t id;

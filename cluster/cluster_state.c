@@ -294,7 +294,7 @@ int cl_state_decode(struct cl_state *s, const uint8_t *buf, size_t len, char *er
         if (e->type < CMD_NODE_UP || e->type > CMD_RAFT_CONF ||
             (e->type == CMD_SCALE && (e->kind < SCALE_UP || e->kind > SCALE_DROP_HOST)) ||
             (e->type == CMD_SCALE_DONE && e->kind > 1) ||
-            (e->type == CMD_RAFT_CONF && (e->kind < CONF_REMOVED || e->kind > CONF_VOTER)))
+            (e->type == CMD_RAFT_CONF && (e->kind < CONF_REMOVED || e->kind > CONF_RECOVERED)))
             r.bad = 1;
     }
     if (r.bad || r.off != len) {

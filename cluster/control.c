@@ -4,6 +4,7 @@
 #include "cluster/fwd_channel.h"
 #include "cluster/planner.h"
 #include "cluster/raft_transport.h"
+#include "cluster/recover_req.h"
 #include "cluster/voter_policy.h"
 #include "os/common/errmsg.h"
 #include "os/runtime/log.h"
@@ -74,7 +75,7 @@ struct control {
     struct report rep[CL_MAX_NODES];
     int n_rep;
     int raft_state;
-    uint64_t leader_id, term, commit_index, applied_index;
+    uint64_t leader_id, term, commit_index, applied_index, last_index;
     char leader_addr[CL_STR_LEN + 1];
     uint64_t decisions, refused, handshake_timeouts, reports_in, proposals_failed, leaderships;
     struct vp_server conf[CL_MAX_NODES]; /* raft's configuration, as this node holds it */
@@ -106,6 +107,24 @@ struct control {
     int n_executed;
     uint32_t events_seen;
     uint32_t seen_scales; /* CMD_SCALEs this node has applied and acted on */
+
+    /* Recovery from a lost quorum (control_recover, --cluster-recover). The request and its
+     * answer are guarded by mu (rq_state: 0 none, 1 posted, 2 answered; recover_cv signals the
+     * answer); the rest is the loop's. */
+    uv_async_t recover_async;
+    uv_timer_t recover_timer;
+    pthread_cond_t recover_cv;
+    int rq_state, rq_status;
+    struct recover_req rq;
+    char rq_msg[ERRMSG_LEN];
+    struct peer recover_to[CL_MAX_NODES]; /* the named voters, at the addresses this node knows */
+    int n_recover_to;
+    struct peer recover_add[CL_MAX_NODES]; /* the others: added back as voters once we lead */
+    int n_recover_add;
+    int recovering;      /* raft is closed for a recovery: the tick does nothing */
+    int recover_event;   /* a recovery to record in the log once this node leads */
+    uint64_t recoveries; /* guarded by mu, like last_recovery_ms */
+    uint64_t last_recovery_ms;
 };
 
 static uint64_t now_mono_ms(void)
@@ -794,7 +813,9 @@ static void exec_tick(struct control *c)
     uint32_t first = c->st.n_events > CL_MAX_EVENTS ? c->st.n_events - CL_MAX_EVENTS : 0;
     if (c->events_seen > first) first = c->events_seen;
     for (uint32_t i = first; i < c->st.n_events; i++) ev[n_ev++] = c->st.event[i % CL_MAX_EVENTS];
-    c->events_seen = c->st.n_events;
+    /* Never backwards: after a recovery the state is rebuilt from the log, and the events it
+     * replays were carried out already. */
+    if (c->st.n_events > c->events_seen) c->events_seen = c->st.n_events;
     uint32_t n_scales = c->st.n_scales;
     pthread_mutex_unlock(&c->mu);
 
@@ -1211,6 +1232,7 @@ static void publish(struct control *c)
     c->term = c->raft.current_term;
     c->commit_index = c->raft.commit_index;
     c->applied_index = raft_last_applied(&c->raft);
+    c->last_index = raft_last_index(&c->raft);
     c->n_conf = 0;
     for (unsigned i = 0; i < c->raft.configuration.n && c->n_conf < CL_MAX_NODES; i++)
         c->conf[c->n_conf++] =
@@ -1219,10 +1241,25 @@ static void publish(struct control *c)
     pthread_mutex_unlock(&c->mu);
 }
 
+/* The other voters a recovery named, one change at a time: raft_add and assign VOTER, the join
+ * path (a live node catches up from our log and counts; a dead one stays a non-voter until it
+ * comes back, and we still commit alone meanwhile). 1 when it started one. */
+static int recover_add_tick(struct control *c)
+{
+    if (!c->n_recover_add || c->conf_busy || c->raft.configuration_uncommitted_index ||
+        c->raft.leader_state.change || c->raft.leader_state.promotee_id)
+        return 0;
+    struct peer p = c->recover_add[--c->n_recover_add];
+    log_info("cluster", "node %llu was named in the recovery: adding it back as a voter",
+             (unsigned long long)p.id);
+    start_join(c, p.id, p.addr);
+    return 1;
+}
+
 static void on_tick(uv_timer_t *t)
 {
     struct control *c = t->data;
-    if (c->stopping) return;
+    if (c->stopping || c->recovering) return;
     publish(c);
     int leader = raft_state(&c->raft) == RAFT_LEADER;
     if (leader && !c->was_leader) {
@@ -1242,11 +1279,20 @@ static void on_tick(uv_timer_t *t)
     const char *laddr = NULL;
     raft_leader(&c->raft, &lid, &laddr);
     rejoin_tick(c, now_mono_ms(), lid != 0);
+    if (leader && c->recover_event && !c->inflight) {
+        /* Every node's /v1/cluster shows when the configuration was forced, and by whom. */
+        c->recover_event = 0;
+        conf_event(c, c->cfg.id, CONF_RECOVERED);
+        return;
+    }
+    if (leader && recover_add_tick(c)) return;
     if (leader) conf_tick(c);
     if (leader) leader_tick(c);
 }
 
 /* ---------------------------------------------------------------- the thread */
+
+static void recover_answer(struct control *c, int status, const char *msg);
 
 static void raft_closed(struct raft *r)
 {
@@ -1268,6 +1314,13 @@ static void on_stop(uv_async_t *a)
     uv_timer_stop(&c->tick);
     uv_close((uv_handle_t *)&c->tick, NULL);
     uv_close((uv_handle_t *)&c->stop_async, NULL);
+    uv_close((uv_handle_t *)&c->recover_async, NULL);
+    uv_timer_stop(&c->recover_timer);
+    uv_close((uv_handle_t *)&c->recover_timer, NULL);
+    pthread_mutex_lock(&c->mu);
+    int waiting = c->rq_state == 1;
+    pthread_mutex_unlock(&c->mu);
+    if (waiting) recover_answer(c, 503, "the node is stopping");
     if (c->ctl) sconn_close(c->ctl, "stopping");
     if (c->join) sconn_close(c->join, "stopping");
     fwd_channels_stop(c->fwd);
@@ -1298,6 +1351,41 @@ static int mkdir_p(const char *dir, char *err)
     return 0;
 }
 
+/* After raft_recover: the term on disk + 1. A lone voter elects itself without a new term, so
+ * the recovered node would lead in the term of the leader that died; a node still holding that
+ * leader's later entries (same index, same term, other commands) would then pass raft's log
+ * check against ours. In a new term no entry of ours can look like one of theirs. (The forced
+ * configuration entry itself has term 1, which only the bootstrap entry at index 1 shares.) */
+static int bump_term(struct control *c, raft_term *term_out, char *err)
+{
+    raft_term term = 0;
+    raft_id vote = 0;
+    struct raft_snapshot *snap = NULL;
+    raft_index start = 0;
+    struct raft_entry *ents = NULL;
+    size_t n = 0;
+    int rc = c->io.load(&c->io, &term, &vote, &snap, &start, &ents, &n);
+    if (rc) return errmsg_set(err, "raft data dir %s: load: %s", c->dir, c->io.errmsg);
+    void *batch = NULL;
+    for (size_t i = 0; i < n; i++) {
+        if (!ents[i].batch)
+            raft_free(ents[i].buf.base);
+        else if (ents[i].batch != batch)
+            raft_free(batch = ents[i].batch);
+    }
+    raft_free(ents);
+    if (snap) {
+        raft_configuration_close(&snap->configuration);
+        for (unsigned i = 0; i < snap->n_bufs; i++) raft_free(snap->bufs[i].base);
+        raft_free(snap->bufs);
+        raft_free(snap);
+    }
+    rc = c->io.set_term(&c->io, term + 1);
+    if (rc) return errmsg_set(err, "raft data dir %s: set term: %s", c->dir, c->io.errmsg);
+    *term_out = term + 1;
+    return 0;
+}
+
 static int raft_setup(struct control *c, char *err)
 {
     struct rtransport_cfg tc = {.loop = &c->loop,
@@ -1324,7 +1412,22 @@ static int raft_setup(struct control *c, char *err)
     raft_set_pre_vote(&c->raft, true);
     raft_set_snapshot_threshold(&c->raft, 64);
     raft_set_snapshot_trailing(&c->raft, 16);
-    if (c->bootstrap_member) {
+    if (c->n_recover_to) {
+        /* Recovery: the configuration "this node alone" is appended to the log as it stands (no
+         * bootstrap); the other named voters are added once it leads (recover_add_tick). raft
+         * 0.15 writes the forced entry with term 1, so a configuration of several voters would
+         * need the others' votes with a log that looks older than theirs: it could never elect. */
+        struct raft_configuration conf;
+        raft_configuration_init(&conf);
+        raft_configuration_add(&conf, c->cfg.id, c->addr, RAFT_VOTER);
+        rc = raft_recover(&c->raft, &conf);
+        raft_configuration_close(&conf);
+        if (rc) return errmsg_set(err, "raft_recover: %s", raft_errmsg(&c->raft));
+        raft_term term = 0;
+        if (bump_term(c, &term, err)) return -1;
+        log_info("cluster", "%s: configuration forced, term now %llu", c->dir,
+                 (unsigned long long)term);
+    } else if (c->bootstrap_member) {
         struct raft_configuration conf;
         raft_configuration_init(&conf);
         for (int i = 0; i < c->n_peers; i++)
@@ -1339,6 +1442,219 @@ static int raft_setup(struct control *c, char *err)
     rc = raft_start(&c->raft);
     if (rc) return errmsg_set(err, "raft_start: %s", raft_errmsg(&c->raft));
     c->raft_open = 1;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- recovery from a lost quorum */
+
+/* The address of a member this node knows: raft's configuration first (where raft talks to it),
+ * then the replicated state, then --cluster. 0, or -1 when the id is unknown. */
+static int known_addr(struct control *c, uint64_t id, char out[CL_STR_LEN + 1])
+{
+    for (unsigned i = 0; i < c->raft.configuration.n; i++)
+        if (c->raft.configuration.servers[i].id == id) {
+            snprintf(out, CL_STR_LEN + 1, "%s", c->raft.configuration.servers[i].address);
+            return 0;
+        }
+    pthread_mutex_lock(&c->mu);
+    const struct cl_member *m = cl_state_member_c(&c->st, id);
+    if (m && m->info.addr[0]) snprintf(out, CL_STR_LEN + 1, "%s", m->info.addr);
+    pthread_mutex_unlock(&c->mu);
+    if (m && m->info.addr[0]) return 0;
+    for (int i = 0; i < c->n_peers; i++)
+        if (c->peer[i].id == id) {
+            snprintf(out, CL_STR_LEN + 1, "%s", c->peer[i].addr);
+            return 0;
+        }
+    if (id == c->cfg.id) {
+        snprintf(out, CL_STR_LEN + 1, "%s", c->addr);
+        return 0;
+    }
+    return -1;
+}
+
+static void recover_answer(struct control *c, int status, const char *msg)
+{
+    pthread_mutex_lock(&c->mu);
+    c->rq_status = status;
+    snprintf(c->rq_msg, sizeof c->rq_msg, "%s", msg);
+    c->rq_state = 2;
+    pthread_cond_broadcast(&c->recover_cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void recover_voters_str(const struct control *c, char *out, size_t cap)
+{
+    size_t n = 0;
+    out[0] = 0;
+    for (int i = 0; i < c->n_recover_to && n < cap; i++)
+        n += (size_t)snprintf(out + n, cap - n, "%s%llu@%s", i ? "," : "",
+                              (unsigned long long)c->recover_to[i].id, c->recover_to[i].addr);
+}
+
+/* The named voters other than this node wait for it to lead (recover_add_tick). */
+static void recover_queue_others(struct control *c)
+{
+    c->n_recover_add = 0;
+    for (int i = 0; i < c->n_recover_to; i++)
+        if (c->recover_to[i].id != c->cfg.id) c->recover_add[c->n_recover_add++] = c->recover_to[i];
+    c->n_recover_to = 0;
+}
+
+/* raft is closed and its libuv I/O freed: open it again on the same data dir with the new
+ * configuration appended (raft_setup sees n_recover_to), from the next loop iteration. */
+static void on_recover_timer(uv_timer_t *t)
+{
+    struct control *c = t->data;
+    char err[ERRMSG_LEN], voters[512], msg[ERRMSG_LEN];
+    if (c->stopping) return recover_answer(c, 503, "the node is stopping");
+    rtransport_free(&c->transport);
+    pthread_mutex_lock(&c->mu);
+    cl_state_init(&c->st); /* raft applies the log again from its snapshot */
+    c->n_rep = 0;
+    pthread_mutex_unlock(&c->mu);
+    recover_voters_str(c, voters, sizeof voters);
+    if (raft_setup(c, err)) {
+        log_error("cluster", "recovery failed, raft is not running (restart this node): %s", err);
+        snprintf(msg, sizeof msg, "recovery failed, raft is not running: %.400s", err);
+        return recover_answer(c, 500, msg);
+    }
+    c->recovering = 0;
+    c->recover_event = 1;
+    c->was_leader = 0;
+    c->leader_seen = 0;
+    pthread_mutex_lock(&c->mu);
+    c->recoveries++;
+    c->last_recovery_ms = now_wall_ms();
+    pthread_mutex_unlock(&c->mu);
+    log_warn("cluster",
+             "node %llu: raft recovered as its only voter, named %s (term %llu, last index %llu); "
+             "the other named voters are added back, the rest rejoin",
+             (unsigned long long)c->cfg.id, voters, (unsigned long long)c->raft.current_term,
+             (unsigned long long)raft_last_index(&c->raft));
+    snprintf(msg, sizeof msg,
+             "raft restarted on node %llu as its only voter; the others named (%.300s) are added "
+             "back as voters once it leads",
+             (unsigned long long)c->cfg.id, voters);
+    recover_queue_others(c);
+    recover_answer(c, 0, msg);
+}
+
+static void recover_closed(struct raft *r)
+{
+    struct control *c = r->data;
+    raft_uv_close(&c->io);
+    uv_timer_start(&c->recover_timer, on_recover_timer, 0, 0);
+}
+
+/* The HTTP thread posted a request: check it against what this node sees, then close raft. */
+static void on_recover_async(uv_async_t *a)
+{
+    struct control *c = a->data;
+    char err[ERRMSG_LEN];
+    pthread_mutex_lock(&c->mu);
+    int posted = c->rq_state == 1;
+    struct recover_req rq = c->rq;
+    pthread_mutex_unlock(&c->mu);
+    if (!posted || c->recovering) return;
+    if (c->stopping || !c->raft_open) return recover_answer(c, 503, "raft is not running");
+    uint64_t known[3 * CL_MAX_NODES];
+    int n = 0;
+    for (unsigned i = 0; i < c->raft.configuration.n && n < CL_MAX_NODES; i++)
+        known[n++] = c->raft.configuration.servers[i].id;
+    pthread_mutex_lock(&c->mu);
+    for (uint32_t i = 0; i < c->st.n_members; i++) known[n++] = c->st.member[i].info.id;
+    pthread_mutex_unlock(&c->mu);
+    for (int i = 0; i < c->n_peers; i++) known[n++] = c->peer[i].id;
+    raft_id lid = 0;
+    const char *laddr = NULL;
+    raft_leader(&c->raft, &lid, &laddr);
+    uint64_t now = now_mono_ms();
+    struct recover_view v = {.self = c->cfg.id,
+                             .known = known,
+                             .n_known = n,
+                             .leader = lid,
+                             .leaderless_ms = lid || !c->leader_seen ? 0 : now - c->leader_seen,
+                             .need_ms = 20 * (uint64_t)c->cfg.heartbeat_ms};
+    int status = recover_check(&rq, &v, err);
+    if (status) {
+        log_warn("cluster", "recovery refused: %s", err);
+        return recover_answer(c, status, err);
+    }
+    c->n_recover_to = 0;
+    for (int i = 0; i < rq.n_voters; i++) {
+        struct peer *p = &c->recover_to[c->n_recover_to++];
+        p->id = rq.voters[i];
+        known_addr(c, p->id, p->addr); /* known: recover_check found it */
+    }
+    char voters[512];
+    recover_voters_str(c, voters, sizeof voters);
+    log_warn("cluster",
+             "node %llu: recovering raft with voters %s%s (leader %llu, none for %llu ms, term "
+             "%llu, last index %llu): closing raft",
+             (unsigned long long)c->cfg.id, voters, rq.force ? ", forced" : "",
+             (unsigned long long)lid, (unsigned long long)v.leaderless_ms,
+             (unsigned long long)c->raft.current_term,
+             (unsigned long long)raft_last_index(&c->raft));
+    c->recovering = 1;
+    c->raft_open = 0; /* on_stop must not close it again */
+    if (c->ctl) sconn_close(c->ctl, "raft recovering");
+    if (c->join) sconn_close(c->join, "raft recovering");
+    raft_close(&c->raft, recover_closed);
+}
+
+int control_recover(struct control *c, const struct recover_req *r, char *msg, size_t cap)
+{
+    pthread_mutex_lock(&c->mu);
+    if (c->rq_state == 1) {
+        pthread_mutex_unlock(&c->mu);
+        snprintf(msg, cap, "a recovery is already running on this node");
+        return 409;
+    }
+    c->rq = *r;
+    c->rq_state = 1;
+    uv_async_send(&c->recover_async);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 10;
+    while (c->rq_state != 2)
+        if (pthread_cond_timedwait(&c->recover_cv, &c->mu, &until) == ETIMEDOUT) break;
+    int status = c->rq_state == 2 ? c->rq_status : 504;
+    snprintf(msg, cap, "%s",
+             c->rq_state == 2 ? c->rq_msg : "the control thread did not answer within 10 s");
+    /* A late answer still lands in rq_*: the next request sees 2 and may start. */
+    c->rq_state = c->rq_state == 2 ? 0 : c->rq_state;
+    pthread_mutex_unlock(&c->mu);
+    return status;
+}
+
+/* --cluster-recover: the list, checked against --cluster, on a data dir that holds a log. */
+static int recover_at_start(struct control *c, char *err)
+{
+    struct recover_req rq;
+    struct stat sb;
+    char path[300];
+    if (recover_list_parse(&rq, c->cfg.recover, err))
+        return errmsg_prefix(err, "--cluster-recover: ");
+    uint64_t known[CL_MAX_NODES + 1];
+    int n = 0;
+    for (int i = 0; i < c->n_peers; i++) known[n++] = c->peer[i].id;
+    known[n++] = c->cfg.id;
+    struct recover_view v = {.self = c->cfg.id, .known = known, .n_known = n};
+    rq.force = 1; /* nothing runs yet: the operator says the quorum is gone */
+    if (recover_check(&rq, &v, err)) return errmsg_prefix(err, "--cluster-recover: ");
+    snprintf(path, sizeof path, "%s/metadata1", c->dir);
+    int has_log = !stat(path, &sb);
+    snprintf(path, sizeof path, "%s/metadata2", c->dir);
+    has_log |= !stat(path, &sb);
+    if (!has_log)
+        return errmsg_set(err, "--cluster-recover: %s holds no raft log: nothing to recover",
+                          c->dir);
+    for (int i = 0; i < rq.n_voters; i++) {
+        c->recover_to[i].id = rq.voters[i];
+        known_addr(c, rq.voters[i], c->recover_to[i].addr);
+    }
+    c->n_recover_to = rq.n_voters;
     return 0;
 }
 
@@ -1366,6 +1682,7 @@ struct control *control_start(const struct control_cfg *cfg, const struct contro
     snprintf(c->fabric, sizeof c->fabric, "%s", cfg->fabric ? cfg->fabric : "");
     c->start_wall = now_wall_ms();
     pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->recover_cv, NULL);
     cl_state_init(&c->st);
     if (!cfg->id) {
         errmsg_set(err, "cluster: --node-id is required with --cluster");
@@ -1388,6 +1705,7 @@ struct control *control_start(const struct control_cfg *cfg, const struct contro
     else
         snprintf(c->dir, sizeof c->dir, "/run/strata-raft-%llu", (unsigned long long)cfg->id);
     if (mkdir_p(c->dir, err)) goto fail;
+    if (cfg->recover && recover_at_start(c, err)) goto fail;
     if (c->model[0])
         control_set_holding(c, c->model, 1, !cfg->standby, cfg->standby ? 0 : cfg->n_layers,
                             cfg->n_layers);
@@ -1397,11 +1715,28 @@ struct control *control_start(const struct control_cfg *cfg, const struct contro
     }
     if (!(c->fwd = fwd_channels_new(&c->loop, &c->key, cfg->id, c->addr, err))) goto fail_loop;
     if (raft_setup(c, err)) goto fail_loop;
+    if (c->n_recover_to) {
+        char voters[512];
+        recover_voters_str(c, voters, sizeof voters);
+        log_warn("cluster",
+                 "node %llu: raft recovered as its only voter, named %s, from --cluster-recover "
+                 "(term %llu, last index %llu); drop the option before the next start",
+                 (unsigned long long)c->cfg.id, voters, (unsigned long long)c->raft.current_term,
+                 (unsigned long long)raft_last_index(&c->raft));
+        c->recoveries = 1;
+        c->last_recovery_ms = now_wall_ms();
+        c->recover_event = 1;
+        recover_queue_others(c);
+    }
     uv_timer_init(&c->loop, &c->tick);
     c->tick.data = c;
     uv_timer_start(&c->tick, on_tick, (uint64_t)c->cfg.heartbeat_ms, (uint64_t)c->cfg.heartbeat_ms);
     uv_async_init(&c->loop, &c->stop_async, on_stop);
     c->stop_async.data = c;
+    uv_async_init(&c->loop, &c->recover_async, on_recover_async);
+    c->recover_async.data = c;
+    uv_timer_init(&c->loop, &c->recover_timer);
+    c->recover_timer.data = c;
     if (pthread_create(&c->thread, NULL, control_main, c)) {
         errmsg_set(err, "cluster: pthread_create failed");
         goto fail_loop;
@@ -1416,6 +1751,7 @@ fail_loop:
     return NULL;
 fail:
     pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->recover_cv);
     free(c);
     return NULL;
 }
@@ -1431,6 +1767,7 @@ void control_stop(struct control *c)
     rtransport_free(&c->transport);
     fwd_channels_free(c->fwd);
     pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->recover_cv);
     free(c);
 }
 
@@ -1533,7 +1870,9 @@ static const char *event_name(const struct cl_event *e)
     case CMD_SCALE_DONE:
         return e->kind ? "scale_done" : "scale_abandoned";
     case CMD_RAFT_CONF:
-        return e->kind == CONF_REMOVED ? "raft_removed" : "raft_voter";
+        return e->kind == CONF_REMOVED ? "raft_removed"
+               : e->kind == CONF_VOTER ? "raft_voter"
+                                       : "raft_recovered";
     }
     return "?";
 }
@@ -1553,10 +1892,16 @@ char *control_json(struct control *c, size_t *len)
     cJSON_AddNumberToObject(root, "term", (double)c->term);
     cJSON_AddNumberToObject(root, "commit_index", (double)c->commit_index);
     cJSON_AddNumberToObject(root, "applied_index", (double)c->applied_index);
+    cJSON_AddNumberToObject(root, "last_log_index", (double)c->last_index);
     cJSON_AddNumberToObject(root, "commands_applied", (double)s->applied);
     cJSON_AddNumberToObject(root, "decisions", (double)c->decisions);
     cJSON_AddNumberToObject(root, "refused_connections", (double)c->refused);
     cJSON_AddNumberToObject(root, "handshake_timeouts", (double)c->handshake_timeouts);
+    cJSON_AddNumberToObject(root, "recoveries", (double)c->recoveries);
+    if (c->last_recovery_ms)
+        cJSON_AddNumberToObject(root, "last_recovery_ms", (double)c->last_recovery_ms);
+    else
+        cJSON_AddNullToObject(root, "last_recovery_ms");
     /* raft's configuration as this node holds it (the latest, maybe not yet committed). */
     cJSON *voters = cJSON_AddArrayToObject(root, "voters");
     cJSON *others = cJSON_AddArrayToObject(root, "non_voters");
@@ -1704,6 +2049,10 @@ char *control_metrics(struct control *c, size_t *len)
             "# TYPE strata_cluster_handshake_timeouts_total counter\n"
             "strata_cluster_handshake_timeouts_total %llu\n",
             (unsigned long long)c->handshake_timeouts);
+    mprintf(&b,
+            "# TYPE strata_cluster_recoveries_total counter\n"
+            "strata_cluster_recoveries_total %llu\n",
+            (unsigned long long)c->recoveries);
     int n_voters = 0;
     for (int i = 0; i < c->n_conf; i++) n_voters += c->conf[i].voter;
     mprintf(&b, "# TYPE strata_cluster_voters gauge\nstrata_cluster_voters %d\n", n_voters);

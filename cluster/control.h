@@ -56,6 +56,8 @@ struct control_cfg {
     double keep_alive_ms; /* idle time before scale-down (default 10000) */
     int scaleout_timeout_ms; /* a scale-out not done by then is abandoned (default 600000) */
     int replicas_cached;     /* R (default 1) */
+    const char *recover;     /* --cluster-recover "1,3": force this raft configuration at start
+                                (cluster/recover_req.h); NULL: none */
 };
 
 /* What the serving process gives the control thread (called on the control thread; must be
@@ -132,6 +134,19 @@ void control_unreachable(struct control *c, uint64_t node);
  * node is unknown, unreachable or refused the handshake), -2 when cancel_fd became readable. */
 int control_forward_open(struct control *c, uint64_t node, int timeout_ms, int cancel_fd,
                          char *err);
+
+/* Recovery from a lost quorum (POST /v1/cluster/recover; any thread but the control thread).
+ * The control thread checks r (recover_check: r names this node and only known members; unless
+ * r->force, no leader seen for 20 heartbeats), closes raft, opens it again on the same data dir,
+ * appends the configuration "this node alone" with raft_recover, moves the term on and starts
+ * it: it leads at once, adds the other nodes r names back as voters (raft_add + assign), and the
+ * rest rejoin through JOIN. Blocks until raft runs again
+ * (at most 10 s). 0 with msg saying what was done, or an HTTP status (400 a bad list, 409 refused
+ * in this state or another recovery running, 500 raft did not start again, 503 stopping, 504 no
+ * answer in time) with msg the reason. Committed entries only the other old voters had are lost
+ * (docs/control.md). */
+struct recover_req;
+int control_recover(struct control *c, const struct recover_req *r, char *msg, size_t cap);
 
 /* GET /v1/cluster (JSON) and the cluster part of /metrics: malloc'd text, *len its length. */
 char *control_json(struct control *c, size_t *len);

@@ -56,6 +56,8 @@ enum { W_OPEN, W_ACT, W_CLOSE, W_GONE, W_KV_REQ };
 struct work {
     struct work *next;
     int kind, peer;
+    uint32_t layer, rows, wants; /* W_ACT: first layer, rows, rows that want a token */
+    uint64_t step;               /* W_ACT: the sender's step id */
     size_t len;
     uint8_t msg[];
 };
@@ -118,7 +120,15 @@ struct coop {
     struct kvjob *kv_jobs;   /* compute thread: KV answers under way (kv_pump) */
     struct hseq *hs; /* compute thread */
     int n_hs, cap_hs;
+    struct work *held_head, *held_tail; /* taken from the queue, not run yet (hook_serve) */
     float *hx, *logits;
+    /* a fused step (hook_forward): our rows first, then the remote ones as they join; fx is
+     * max_tokens x dim, flogits (2 max_seqs) x vocab: our logit rows, then theirs */
+    float *fx, *flogits;
+    int *f_tok, *f_pos, *f_rows;
+    const int **f_blocks;
+    struct hseq **f_hs;
+    uint8_t *f_flags;
     uint32_t *a_seq, *a_pos, *a_tok;
     uint8_t *a_flags;
     int *b_pos, *b_tok, *b_rows;
@@ -219,6 +229,13 @@ struct coop *coop_new(const struct coop_config *cfg, char *err)
         return NULL;
     }
     atomic_init(&c->helper, cfg->helper_peer);
+    if (c->cfg.serve_remote && c->cfg.fuse && !c->e->be->batch_invariant) {
+        log_info("coop",
+                 "remote steps run apart from ours: the %s backend's rows depend on their "
+                 "batch, so fusing them would change their bits",
+                 c->e->be->name);
+        c->cfg.fuse = 0;
+    }
     atomic_init(&c->target, cfg->resident);
     atomic_init(&c->k_now, cfg->resident);
     atomic_init(&c->emb_target, !c->cfg.embedding_remote);
@@ -254,10 +271,23 @@ struct coop *coop_new(const struct coop_config *cfg, char *err)
     c->v_tok = malloc(rows * sizeof *c->v_tok);
     c->v_flags = malloc(rows);
     c->v_x = malloc((size_t)rows * c->dim * sizeof *c->v_x);
+    if (c->cfg.serve_remote && c->cfg.fuse) {
+        c->fx = malloc((size_t)T * c->dim * sizeof *c->fx);
+        c->flogits = malloc((size_t)2 * S * c->vocab * sizeof *c->flogits);
+        c->f_tok = calloc((size_t)T, sizeof *c->f_tok);
+        c->f_pos = malloc((size_t)T * sizeof *c->f_pos);
+        c->f_rows = malloc((size_t)T * sizeof *c->f_rows);
+        c->f_blocks = malloc((size_t)T * sizeof *c->f_blocks);
+        c->f_hs = malloc((size_t)T * sizeof *c->f_hs);
+        c->f_flags = malloc((size_t)T);
+    }
+    int fuse_ok = !c->cfg.serve_remote || !c->cfg.fuse ||
+                  (c->fx && c->flogits && c->f_tok && c->f_pos && c->f_rows && c->f_blocks &&
+                   c->f_hs && c->f_flags);
     if (!c->x || !c->out || !c->reply || !c->hx || !c->logits || !c->a_seq || !c->a_pos ||
         !c->a_tok || !c->a_flags || !c->b_pos || !c->b_tok || !c->b_rows || !c->b_blocks ||
         !c->toks || !c->kv_k || !c->kv_v || !c->v_seq || !c->v_pos || !c->v_tok || !c->v_flags ||
-        !c->v_x || !c->kq_seq || !c->kq_n || !c->vq_seq || !c->vq_n) {
+        !c->v_x || !fuse_ok || !c->kq_seq || !c->kq_n || !c->vq_seq || !c->vq_n) {
         errmsg_set(err, "coop: out of memory for the step buffers");
         coop_free(c);
         return NULL;
@@ -296,7 +326,13 @@ void coop_free(struct coop *c)
         n = w->next;
         free(w);
     }
+    for (struct work *w = c->held_head, *n; w; w = n) {
+        n = w->next;
+        free(w);
+    }
     for (int i = 0; i < FABRIC_MAX_NODE_PEERS; i++) free(c->ps[i].open);
+    free(c->fx), free(c->flogits), free(c->f_tok), free(c->f_pos);
+    free(c->f_rows), free(c->f_blocks), free(c->f_hs), free(c->f_flags);
     free(c->x), free(c->out), free(c->reply), free(c->hx), free(c->logits);
     free(c->a_seq), free(c->a_pos), free(c->a_tok), free(c->a_flags);
     free(c->b_pos), free(c->b_tok), free(c->b_rows), free(c->b_blocks), free(c->toks);
@@ -350,13 +386,16 @@ static int ps_find(const struct peer_state *p, unsigned id)
     return -1;
 }
 
-static int queue_work(struct coop *c, int kind, int peer, const uint8_t *msg, size_t len)
+/* Queue a message for the compute thread; act: for activations, their shape as decoded here. */
+static int queue_work(struct coop *c, int kind, int peer, const uint8_t *msg, size_t len,
+                      const struct work *act)
 {
     struct work *w = malloc(sizeof *w + len);
     if (!w) {
         log_error("coop", "out of memory queueing a %zu-byte message from peer %d", len, peer);
         return -1;
     }
+    *w = act ? *act : (struct work){0};
     w->next = NULL;
     w->kind = kind;
     w->peer = peer;
@@ -401,7 +440,7 @@ static int on_open(void *ctx, struct fabric_node *fn, int peer, const uint8_t *m
         p->cap_open = cap;
     }
     p->open[p->n_open++] = o.seq;
-    return queue_work(c, W_OPEN, peer, msg, len);
+    return queue_work(c, W_OPEN, peer, msg, len, NULL);
 }
 
 static int on_close(void *ctx, struct fabric_node *fn, int peer, const uint8_t *msg, size_t len)
@@ -423,7 +462,7 @@ static int on_close(void *ctx, struct fabric_node *fn, int peer, const uint8_t *
         }
         p->open[at] = p->open[--p->n_open];
     }
-    return queue_work(c, W_CLOSE, peer, msg, len);
+    return queue_work(c, W_CLOSE, peer, msg, len, NULL);
 }
 
 /* Everything the compute thread will trust is checked here: shape, layer, positions, that every
@@ -477,7 +516,9 @@ static int on_activations(void *ctx, struct fabric_node *fn, int peer, const uin
         }
     }
     p->last_step = a.step;
-    return queue_work(c, W_ACT, peer, msg, len);
+    struct work shape = {.layer = a.layer, .rows = a.n, .step = a.step};
+    for (uint32_t i = 0; i < a.n; i++) shape.wants += (flags[i] & WIRE_ROW_LOGITS) != 0;
+    return queue_work(c, W_ACT, peer, msg, len, &shape);
 }
 
 /* A KV request: every sequence must be this peer's, the layers and positions inside the model. */
@@ -508,7 +549,7 @@ static int on_kv_req(void *ctx, struct fabric_node *fn, int peer, const uint8_t 
             return -1;
         }
     }
-    return queue_work(c, W_KV_REQ, peer, msg, len);
+    return queue_work(c, W_KV_REQ, peer, msg, len, NULL);
 }
 
 /* A KV chunk: queued for the compute thread if it answers the transfer under way; a chunk of a
@@ -608,7 +649,7 @@ static void on_peer(void *ctx, struct fabric_node *fn, int peer, int state, cons
         int had = p->n_open;
         p->n_open = 0;
         p->last_step = 0;
-        if (had) queue_work(c, W_GONE, peer, NULL, 0);
+        if (had) queue_work(c, W_GONE, peer, NULL, 0, NULL);
     }
 }
 
@@ -1458,6 +1499,55 @@ static void do_open(struct coop *c, const struct work *w)
     if (c->m) atomic_store(&c->m->coop_remote_seqs, c->n_hs);
 }
 
+/* Rows of another node's step: every row's sequence open here, KV blocks for its position. 0, or
+ * -1 (err: why; the step is answered with it). */
+static int remote_rows_ready(struct coop *c, int peer, uint32_t layer, const uint32_t *seq,
+                             const uint32_t *pos, uint32_t n, char *err)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        struct hseq *h = hs_find(c, peer, seq[i]);
+        if (!h) return errmsg_set(err, "sequence %u is not open here", seq[i]);
+        if ((int)pos[i] + 1 > h->n_pos) h->n_pos = (int)pos[i] + 1;
+        if ((int)layer > h->max_layer) h->max_layer = (int)layer;
+        int need = kv_blocks_for(&c->e->kv, (int)pos[i] + 1);
+        while (h->n_blocks < need) {
+            int blk = kv_block_alloc(&c->e->kv);
+            if (blk < 0) return errmsg_set(err, "helper out of KV blocks for sequence %u", h->id);
+            h->blocks[h->n_blocks++] = blk;
+        }
+    }
+    return 0;
+}
+
+/* A remote row's token from its logits (lg, clobbered): end-of-sequence masked where the joiner
+ * asks, drawn with the sequence's sampler, whose generator state goes back with it. */
+static struct wire_coop_token remote_token(struct coop *c, struct hseq *h, uint8_t flags, float *lg)
+{
+    int eos = c->cfg.eos_id, eos2 = c->cfg.bos_id;
+    if (flags & WIRE_ROW_MASK_EOS) {
+        if (eos >= 0 && eos < c->vocab) lg[eos] = -INFINITY;
+        if (eos2 >= 0 && eos2 < c->vocab) lg[eos2] = -INFINITY;
+    }
+    int t = sampler_sample(&h->smp, lg);
+    return (struct wire_coop_token){h->id, (uint32_t)t, h->smp.rng};
+}
+
+/* Answer `peer`'s step with the first n_tok tokens of c->toks; count the step's rows served. */
+static void reply_tokens(struct coop *c, int peer, uint64_t step, uint32_t n_tok, uint32_t rows)
+{
+    char err[ERRMSG_LEN];
+    struct wire_coop_tokens t = {.step = step, .n = n_tok, .tok = c->toks};
+    size_t len = wire_coop_tokens_encode(c->out, WIRE_MAX_MSG, &t);
+    if (!len || fabric_node_send(c->cfg.fabric, peer, c->out, len, err))
+        log_warn("coop", "peer %d: step %llu: the reply was not sent", peer,
+                 (unsigned long long)step);
+    if (c->m) {
+        atomic_fetch_add_explicit(&c->m->coop_served_steps, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&c->m->coop_served_rows, rows, memory_order_relaxed);
+    }
+}
+
+/* Another node's step on its own: layers [layer, L) and the head, in chunks the engine takes. */
 static void do_activations(struct coop *c, const struct work *w)
 {
     struct wire_activations a;
@@ -1465,26 +1555,8 @@ static void do_activations(struct coop *c, const struct work *w)
     if (wire_activations_decode(&a, w->msg, w->len, c->a_seq, c->a_pos, c->a_tok, c->a_flags, c->hx,
                                 c->hx_rows, (size_t)c->hx_rows * c->dim, err))
         return reply_error(c, w->peer, 0, err);
-    /* KV blocks for every row's position */
-    for (uint32_t i = 0; i < a.n; i++) {
-        struct hseq *h = hs_find(c, w->peer, c->a_seq[i]);
-        if (!h) {
-            snprintf(err, sizeof err, "sequence %u is not open here", c->a_seq[i]);
-            return reply_error(c, w->peer, a.step, err);
-        }
-        if ((int)c->a_pos[i] + 1 > h->n_pos) h->n_pos = (int)c->a_pos[i] + 1;
-        if ((int)a.layer > h->max_layer) h->max_layer = (int)a.layer;
-        int need = kv_blocks_for(&c->e->kv, (int)c->a_pos[i] + 1);
-        while (h->n_blocks < need) {
-            int blk = kv_block_alloc(&c->e->kv);
-            if (blk < 0) {
-                snprintf(err, sizeof err, "helper out of KV blocks for sequence %u", h->id);
-                return reply_error(c, w->peer, a.step, err);
-            }
-            h->blocks[h->n_blocks++] = blk;
-        }
-    }
-    /* Layers [layer, L) and the head, in chunks the engine takes. */
+    if (remote_rows_ready(c, w->peer, a.layer, c->a_seq, c->a_pos, a.n, err))
+        return reply_error(c, w->peer, a.step, err);
     int T = c->e->lim.max_tokens, S = c->e->lim.max_seqs;
     uint32_t n_tok = 0;
     for (uint32_t r0 = 0; r0 < a.n;) {
@@ -1515,29 +1587,14 @@ static void do_activations(struct coop *c, const struct work *w)
                      engine_error(c->e));
             return reply_error(c, w->peer, a.step, err);
         }
-        int eos = c->cfg.eos_id, eos2 = c->cfg.bos_id;
         for (int l = 0; l < nl; l++) {
             uint32_t i = r0 + (uint32_t)b.logit_rows[l];
             struct hseq *h = hs_find(c, w->peer, c->a_seq[i]);
-            float *lg = c->logits + (size_t)l * c->vocab;
-            if (c->a_flags[i] & WIRE_ROW_MASK_EOS) {
-                if (eos >= 0 && eos < c->vocab) lg[eos] = -INFINITY;
-                if (eos2 >= 0 && eos2 < c->vocab) lg[eos2] = -INFINITY;
-            }
-            int t = sampler_sample(&h->smp, lg);
-            c->toks[n_tok++] = (struct wire_coop_token){h->id, (uint32_t)t, h->smp.rng};
+            c->toks[n_tok++] = remote_token(c, h, c->a_flags[i], c->logits + (size_t)l * c->vocab);
         }
         r0 += (uint32_t)m;
     }
-    struct wire_coop_tokens t = {.step = a.step, .n = n_tok, .tok = c->toks};
-    size_t len = wire_coop_tokens_encode(c->out, WIRE_MAX_MSG, &t);
-    if (!len || fabric_node_send(c->cfg.fabric, w->peer, c->out, len, err))
-        log_warn("coop", "peer %d: step %llu: the reply was not sent", w->peer,
-                 (unsigned long long)a.step);
-    if (c->m) {
-        atomic_fetch_add_explicit(&c->m->coop_served_steps, 1, memory_order_relaxed);
-        atomic_fetch_add_explicit(&c->m->coop_served_rows, a.n, memory_order_relaxed);
-    }
+    reply_tokens(c, w->peer, a.step, n_tok, a.n);
 }
 
 /* A KV answer under way (helper, compute thread): request q of `peer`, at sequence q.seq[i],
@@ -1745,43 +1802,263 @@ static void do_close(struct coop *c, const struct work *w)
     }
 }
 
-static int hook_serve(void *ctx)
+static void run_work(struct coop *c, const struct work *w)
 {
-    struct coop *c = ctx;
+    switch (w->kind) {
+    case W_OPEN:
+        do_open(c, w);
+        break;
+    case W_ACT:
+        do_activations(c, w);
+        break;
+    case W_CLOSE:
+        do_close(c, w);
+        break;
+    case W_KV_REQ:
+        do_kv_req(c, w);
+        break;
+    case W_GONE: {
+        int dropped = 0;
+        for (int i = c->n_hs - 1; i >= 0; i--)
+            if (c->hs[i].peer == w->peer) hs_drop(c, &c->hs[i]), dropped++;
+        kv_jobs_drop(c, w->peer);
+        if (dropped) log_info("coop", "peer %d left: its %d sequences' KV freed", w->peer, dropped);
+        break;
+    }
+    }
+}
+
+/* What the fabric thread queued, appended to the held list (compute thread). */
+static void take_queue(struct coop *c)
+{
     pthread_mutex_lock(&c->wmu);
-    struct work *w = c->w_head;
+    struct work *w = c->w_head, *tail = c->w_tail;
     c->w_head = c->w_tail = NULL;
     pthread_mutex_unlock(&c->wmu);
-    int did = w != NULL;
-    while (w) {
-        struct work *next = w->next;
-        switch (w->kind) {
-        case W_OPEN:
-            do_open(c, w);
-            break;
-        case W_ACT:
-            do_activations(c, w);
-            break;
-        case W_CLOSE:
-            do_close(c, w);
-            break;
-        case W_KV_REQ:
-            do_kv_req(c, w);
-            break;
-        case W_GONE: {
-            int dropped = 0;
-            for (int i = c->n_hs - 1; i >= 0; i--)
-                if (c->hs[i].peer == w->peer) hs_drop(c, &c->hs[i]), dropped++;
-            kv_jobs_drop(c, w->peer);
-            if (dropped)
-                log_info("coop", "peer %d left: its %d sequences' KV freed", w->peer, dropped);
-            break;
+    if (!w) return;
+    if (c->held_tail)
+        c->held_tail->next = w;
+    else
+        c->held_head = w;
+    c->held_tail = tail;
+}
+
+/* The queue's work, in order per peer. With hold, a peer's activations wait for our next step
+ * (hook_forward), and so does all that came after them from that peer. */
+static int hook_serve(void *ctx, int hold)
+{
+    struct coop *c = ctx;
+    struct work *w;
+    take_queue(c);
+    unsigned char blocked[FABRIC_MAX_NODE_PEERS] = {0};
+    int did = 0;
+    struct work **link = &c->held_head, *kept = NULL;
+    while ((w = *link)) {
+        if (blocked[w->peer] || (hold && w->kind == W_ACT)) {
+            blocked[w->peer] = 1;
+            kept = w;
+            link = &w->next;
+            continue;
         }
-        }
+        *link = w->next;
+        run_work(c, w);
         free(w);
-        w = next;
+        did = 1;
     }
+    c->held_tail = kept;
     return kv_pump(c) | did;
+}
+
+/* A fused step under way (hook_forward). Rows [0, n) of the batch are in it, all at the layer the
+ * pass has reached; our own come first; each remote step's rows [r0, r0 + n) follow, its logit
+ * rows [l0, l0 + nl) of the head's. Remote steps taken but not joined yet wait in `pending`, by
+ * first layer. */
+struct fused {
+    const struct batch *own;
+    int n, nl, rows, wants; /* rows and logit rows joined; rows and logit rows taken */
+    struct fused_step {
+        struct work *w;
+        uint64_t step;
+        int r0, n, l0, nl;
+    } grp[FABRIC_MAX_NODE_PEERS];
+    int n_grp;
+    struct work *pending[FABRIC_MAX_NODE_PEERS];
+    int n_pending;
+    unsigned char taken[FABRIC_MAX_NODE_PEERS]; /* peers with a step in this one */
+};
+
+/* Take the activations that can join the step: each peer's first held message, when it is
+ * activations and fits beside what the step holds (rows up to max_tokens, logit rows up to
+ * max_seqs), in the order they came. At the start (`start`), one that could never fit beside our
+ * own rows runs apart at once; later, one that does not fit waits for our next step. */
+static void fused_take(struct coop *c, struct fused *f, int start)
+{
+    int T = c->e->lim.max_tokens, S = c->e->lim.max_seqs;
+    struct work *w;
+    take_queue(c);
+    unsigned char seen[FABRIC_MAX_NODE_PEERS] = {0};
+    struct work **link = &c->held_head, *kept = NULL;
+    while ((w = *link)) {
+        int first = !seen[w->peer];
+        seen[w->peer] = 1;
+        if (first && w->kind == W_ACT && !f->taken[w->peer]) {
+            int fits = f->rows + (int)w->rows <= T && f->wants + (int)w->wants <= S;
+            int never = f->own->n + (int)w->rows > T || f->own->n_logits + (int)w->wants > S;
+            if (fits || (start && never)) {
+                *link = w->next;
+                w->next = NULL;
+                if (!fits) {
+                    do_activations(c, w);
+                    free(w);
+                    continue;
+                }
+                f->taken[w->peer] = 1;
+                f->rows += (int)w->rows, f->wants += (int)w->wants;
+                int at = f->n_pending++; /* by first layer, after equal ones */
+                for (; at > 0 && f->pending[at - 1]->layer > w->layer; at--)
+                    f->pending[at] = f->pending[at - 1];
+                f->pending[at] = w;
+                continue;
+            }
+        }
+        kept = w;
+        link = &w->next;
+    }
+    c->held_tail = kept;
+}
+
+/* Join remote step w at layer l: its rows go at the end of the batch; token rows are embedded, and
+ * rows that start below l (they came late) run their layers up to l alone first. 0, or -1 when it
+ * was answered with an error instead (it is freed then). */
+static int fused_join(struct coop *c, struct fused *f, struct work *w, int l)
+{
+    int T = c->e->lim.max_tokens, n = f->n;
+    struct wire_activations a;
+    char why[ERRMSG_LEN];
+    float *x = c->fx + (size_t)n * c->dim;
+    if (wire_activations_decode(&a, w->msg, w->len, c->a_seq, c->a_pos, c->a_tok, c->a_flags, x,
+                                c->hx_rows, (size_t)(T - n) * c->dim, why)) {
+        reply_error(c, w->peer, w->step, why);
+        free(w);
+        return -1;
+    }
+    if (remote_rows_ready(c, w->peer, a.layer, c->a_seq, c->a_pos, a.n, why)) {
+        reply_error(c, w->peer, a.step, why);
+        free(w);
+        return -1;
+    }
+    struct fused_step *g = &f->grp[f->n_grp];
+    *g = (struct fused_step){.w = w, .step = a.step, .r0 = n, .n = (int)a.n, .l0 = f->nl};
+    for (uint32_t i = 0; i < a.n; i++) {
+        struct hseq *h = hs_find(c, w->peer, c->a_seq[i]);
+        c->f_tok[n + i] = (int)c->a_tok[i];
+        c->f_pos[n + i] = (int)c->a_pos[i];
+        c->f_blocks[n + i] = h->blocks;
+        c->f_hs[n + i] = h;
+        c->f_flags[n + i] = c->a_flags[i];
+        if (c->a_flags[i] & WIRE_ROW_LOGITS) c->f_rows[f->nl++] = n + (int)i;
+    }
+    g->nl = f->nl - g->l0;
+    /* token rows (a joiner without its embedding) are embedded here; a late step's layers below
+     * l run for its rows alone */
+    struct batch late = {
+        .n = (int)a.n, .token = c->f_tok + n, .pos = c->f_pos + n, .blocks = c->f_blocks + n};
+    int bad = a.dtype == WIRE_TOKENS && engine_embed(c->e, &late, x);
+    if (!bad && (int)a.layer < l) {
+        if (c->m)
+            atomic_fetch_add_explicit(&c->m->coop_fused_late_layers,
+                                      (unsigned long long)(l - (int)a.layer), memory_order_relaxed);
+        bad = engine_layers(c->e, &late, (int)a.layer, l, x);
+    }
+    if (bad) {
+        snprintf(why, sizeof why, "helper: %s failed: %.300s",
+                 a.dtype == WIRE_TOKENS ? "the embedding or the layers below" : "layers below",
+                 engine_error(c->e));
+        reply_error(c, w->peer, a.step, why);
+        f->nl = g->l0;
+        free(w);
+        return -1;
+    }
+    f->n += (int)a.n;
+    f->n_grp++;
+    return 0;
+}
+
+/* Our own step b with other nodes' steps fused in. Our rows run the embedding and the layers one
+ * at a time; before each layer, the remote steps that wait join: those held when the step began
+ * at their first layer (layers [0, k_min) run our rows alone, then the rows of the joiners whose k
+ * is reached come in, lowest k first), those that arrive during the step at once, their layers
+ * below the current one run alone first (a joiner that sends its step while we run its layers
+ * still gets its tokens from this step, not the next). The head runs once for all rows; our logits
+ * go to `logits` for the scheduler to sample, each remote row's token is drawn here and answered
+ * per step. Every row computes exactly what it would alone (the backend is batch_invariant), and
+ * the weights of each layer are read once for all the rows that run it. */
+static int hook_forward(void *ctx, const struct batch *b, float *logits, char *err)
+{
+    struct coop *c = ctx;
+    take_queue(c);
+    if (!c->n_hs && !c->held_head) return 1; /* no remote sequence: a plain step */
+    struct fused f = {.own = b, .n = b->n, .nl = b->n_logits, .rows = b->n, .wants = b->n_logits};
+    fused_take(c, &f, 1);
+    for (int i = 0; i < b->n; i++) {
+        c->f_tok[i] = b->token[i];
+        c->f_pos[i] = b->pos[i];
+        c->f_blocks[i] = b->blocks[i];
+    }
+    memcpy(c->f_rows, b->logit_rows, (size_t)b->n_logits * sizeof *c->f_rows);
+    int rc = engine_embed(c->e, b, c->fx);
+    for (int l = 0; !rc && l < c->L; l++) {
+        if (l) fused_take(c, &f, 0);
+        int keep = 0;
+        for (int i = 0; i < f.n_pending; i++) {
+            struct work *w = f.pending[i];
+            if ((int)w->layer > l) {
+                f.pending[keep++] = w;
+            } else if (fused_join(c, &f, w, l)) {
+                f.taken[w->peer] = 0;
+            }
+        }
+        f.n_pending = keep;
+        struct batch now = {.n = f.n, .token = c->f_tok, .pos = c->f_pos, .blocks = c->f_blocks};
+        rc = engine_layers(c->e, &now, l, l + 1, c->fx);
+    }
+    struct batch fb = {.n = f.n,
+                       .token = c->f_tok,
+                       .pos = c->f_pos,
+                       .blocks = c->f_blocks,
+                       .n_logits = f.nl,
+                       .logit_rows = c->f_rows};
+    if (!rc) rc = engine_head(c->e, &fb, c->fx, c->flogits);
+    if (rc)
+        errmsg_set(err, "%s", engine_error(c->e));
+    else
+        memcpy(logits, c->flogits, (size_t)b->n_logits * c->vocab * sizeof *logits);
+    for (int i = 0; i < f.n_pending; i++) { /* only when the step failed */
+        reply_error(c, f.pending[i]->peer, f.pending[i]->step, "helper: the fused step failed");
+        free(f.pending[i]);
+    }
+    for (int g = 0; g < f.n_grp; g++) {
+        struct fused_step *s = &f.grp[g];
+        if (rc) {
+            char why[ERRMSG_LEN];
+            snprintf(why, sizeof why, "helper: the fused step failed: %.300s", err);
+            reply_error(c, s->w->peer, s->step, why);
+        } else {
+            for (int l = 0; l < s->nl; l++) {
+                int at = s->l0 + l, row = c->f_rows[at];
+                c->toks[l] = remote_token(c, c->f_hs[row], c->f_flags[row],
+                                          c->flogits + (size_t)at * c->vocab);
+            }
+            reply_tokens(c, s->w->peer, s->step, (uint32_t)s->nl, (uint32_t)s->n);
+            if (c->m) {
+                atomic_fetch_add_explicit(&c->m->coop_fused_steps, 1, memory_order_relaxed);
+                atomic_fetch_add_explicit(&c->m->coop_fused_rows, (unsigned long long)s->n,
+                                          memory_order_relaxed);
+            }
+        }
+        free(s->w);
+    }
+    return rc ? -1 : 0;
 }
 
 struct sched_coop coop_sched_hooks(struct coop *c)
@@ -1797,5 +2074,6 @@ struct sched_coop coop_sched_hooks(struct coop *c)
         h.lost = hook_lost;
     }
     if (c->cfg.serve_remote) h.serve = hook_serve;
+    if (c->cfg.serve_remote && c->cfg.fuse) h.forward = hook_forward;
     return h;
 }

@@ -4,15 +4,17 @@
  * on its own KV cache, then ships the step's hidden states (every sequence of the step in one
  * MSG_ACTIVATIONS, transport/wire.h) to a helper, a node holding the whole model, over the
  * fabric (cluster/fabric_node.h). The helper runs [k, L) and the head on its own KV blocks for
- * those sequences, samples with the sequence's sampler (sent once in MSG_COOP_OPEN, its generator
- * state returned with every token) and answers MSG_COOP_TOKENS; the step completes when the reply
- * comes. k moves up only, between steps: the KV of the layers that became local is transferred
- * from the helper (one MSG_COOP_KV_REQ naming every running sequence, answered by MSG_COOP_KV
- * chunks that the helper's compute thread reads out between its steps, at most kv_window bytes
- * (4 MiB) per between-step window, and that the joiner installs as they arrive) or recomputed from
- * the saved inputs of layer k (all sequences' rows in the same engine calls), whichever a cost
- * estimate says is faster (--coop-kv; docs/cluster.md has the figures); a sequence whose transfer
- * fails or is refused is recomputed. At k = L the joiner serves alone and closes its sequences
+ * those sequences, inside its own step where it can (the rows join it at layer k, so each
+ * layer's weights are read once for both: coop_config.fuse, sched_coop.forward), samples with the
+ * sequence's sampler (sent once in MSG_COOP_OPEN, its generator state returned with every token)
+ * and answers MSG_COOP_TOKENS; the step completes when the reply comes. k moves up only, between
+ * steps: the KV of the layers that became local is transferred from the helper (one
+ * MSG_COOP_KV_REQ naming every running sequence, answered by MSG_COOP_KV chunks that the helper's
+ * compute thread reads out between its steps, at most kv_window bytes (4 MiB) per between-step
+ * window, and that the joiner installs as they arrive) or recomputed from the saved inputs of
+ * layer k (all sequences' rows in the same engine calls), whichever a cost estimate says is
+ * faster (--coop-kv; docs/cluster.md has the figures); a sequence whose transfer fails or is
+ * refused is recomputed. At k = L the joiner serves alone and closes its sequences
  * at the helper (MSG_COOP_CLOSE), which frees their KV.
  *
  * Before the embedding: a pulling joiner serves as soon as its header has verified and its helper
@@ -88,6 +90,8 @@ struct coop_config {
     int kv_mode;          /* enum coop_kv */
     /* helper: serve remote sequences (a node that holds the whole model) */
     int serve_remote;
+    int fuse; /* 1: remote steps run inside our own steps (--coop-fuse on, the default), on a
+                 backend whose rows do not depend on their batch; 0: between them */
     size_t kv_window;  /* KV answer bytes sent between two of our steps (0: KV_WINDOW_BYTES) */
     int test_kv_fault; /* enum coop_kv_fault */
 };

@@ -1,9 +1,12 @@
 #include "cluster/serve_cluster.h"
 
 #include "cluster/planner.h"
+#include "cluster/recover_req.h"
+#include "serving/api/api_request.h"
 #include "os/common/errmsg.h"
 #include "os/runtime/log.h"
 
+#include <cjson/cJSON.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -356,6 +359,37 @@ static char *get_route(void *ctx, const char *path, size_t *len)
     return control_json(atomic_load(&sc->ctl), len);
 }
 
+/* POST /v1/cluster/recover {"voters":[ids],"force":bool} (docs/control.md). */
+static int post_route(void *ctx, const char *path, const char *body, size_t len, char **out,
+                      size_t *out_len, struct api_error *e)
+{
+    struct serve_cluster *sc = ctx;
+    struct recover_req rq;
+    char msg[ERRMSG_LEN];
+    if (strcmp(path, "/v1/cluster/recover")) return 1;
+    if (recover_req_parse(&rq, body, len, msg))
+        return api_error_set(e, 400, "invalid_request_error", "voters", "%s", msg);
+    int status = control_recover(atomic_load(&sc->ctl), &rq, msg, sizeof msg);
+    if (status) {
+        api_error_set(e, status, status < 500 ? "invalid_request_error" : "server_error", NULL,
+                      "%s", msg);
+        e->code = status == 409 ? "recovery_refused" : status < 500 ? "bad_voters" : NULL;
+        return -1;
+    }
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "status", "recovered");
+    cJSON_AddNumberToObject(o, "node_id", (double)control_id(atomic_load(&sc->ctl)));
+    cJSON *v = cJSON_AddArrayToObject(o, "voters");
+    for (int i = 0; i < rq.n_voters; i++)
+        cJSON_AddItemToArray(v, cJSON_CreateNumber((double)rq.voters[i]));
+    cJSON_AddBoolToObject(o, "forced", rq.force);
+    cJSON_AddStringToObject(o, "message", msg);
+    *out = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    *out_len = *out ? strlen(*out) : 0;
+    return 0;
+}
+
 static void routed(void *ctx, uint64_t node, int delta)
 {
     struct serve_cluster *sc = ctx;
@@ -437,6 +471,7 @@ struct serve_cluster *serve_cluster_start(const struct control_cfg *cfg, struct 
                            .routed = routed,
                            .unreachable = unreachable,
                            .forward_open = forward_open,
+                           .post = post_route,
                            .node_id = cfg->id};
     front_set_ext(f, &fx);
     return sc;

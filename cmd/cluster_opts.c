@@ -18,6 +18,7 @@ int cluster_options(struct control_cfg *c, struct opt *t)
         {"--gpu-type", OPT_STR, &c->gpu, 0, 0, NULL, "NAME"},
         {"--rack", OPT_STR, &c->rack, 0, 0, NULL, "NAME"},
         {"--cluster-standby", OPT_FLAG, &c->standby, 0, 0, NULL, NULL},
+        {"--cluster-recover", OPT_STR, &c->recover, 0, 0, NULL, "ID,..."},
     };
     memcpy(t, table, sizeof table);
     return CLUSTER_N_OPTS;

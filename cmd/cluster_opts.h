@@ -5,6 +5,8 @@
  *   --cluster-heartbeat-ms MS  --cluster-dead-ms MS  --keep-alive-ms MS  --replicas-cached R
  *   --cluster-remove-ms MS (default CONTROL_REMOVE_MS, 0: never)  --cluster-handshake-ms MS
  *   --scaleout-timeout-ms MS  --gpu-type NAME  --rack NAME  --cluster-standby
+ *   --cluster-recover ID,... (force this raft configuration on the log in --raft-dir, once:
+ *   cluster/recover_req.h)
  *
  * The node id and the cluster key are the fabric's (--node-id, --key-file: cmd/fabric_opts.h). */
 #ifndef STRATA_CLUSTER_OPTS_H
@@ -13,7 +15,7 @@
 #include "cluster/control.h"
 #include "cmd/options.h"
 
-#define CLUSTER_N_OPTS 13
+#define CLUSTER_N_OPTS 14
 
 /* Writes CLUSTER_N_OPTS entries pointing into c at t; returns that count. */
 int cluster_options(struct control_cfg *c, struct opt *t);

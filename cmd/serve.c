@@ -51,6 +51,7 @@ struct serve_opts {
     const char *resident_schedule, *coop_dtype;
     int coop_timeout_ms;
     int coop_kv;       /* enum coop_kv */
+    int coop_fuse;     /* helper: 1 remote steps inside our own (default), 0 between them */
     int test_kv_fault; /* enum coop_kv_fault */
     long coop_kv_window; /* bytes of KV answers a helper sends between two of its steps (0: 4 MiB) */
     int helper_peer;   /* the coop helper's index in fab.peers (a chained joiner pulls from 0) */
@@ -66,6 +67,13 @@ static int parse_coop_kv(const char *v, void *dst, char *err)
     int m = coop_kv_parse(v);
     if (m < 0) return errmsg_set(err, "--coop-kv %s: want transfer, recompute, auto or compare", v);
     *(int *)dst = m;
+    return 0;
+}
+
+static int parse_on_off(const char *v, void *dst, char *err)
+{
+    if (strcmp(v, "on") && strcmp(v, "off")) return errmsg_set(err, "%s: want on or off", v);
+    *(int *)dst = !strcmp(v, "on");
     return 0;
 }
 
@@ -120,6 +128,7 @@ static int serve_options(struct serve_opts *o, struct opt *t)
         {"--coop-dtype", OPT_STR, &o->coop_dtype, 0, 0, NULL, "f32|f16|bf16"},
         {"--coop-timeout-ms", OPT_INT, &o->coop_timeout_ms, 1, 3600000, NULL, "MS"},
         {"--coop-kv", OPT_PARSE, &o->coop_kv, 0, 0, parse_coop_kv, "transfer|recompute|auto"},
+        {"--coop-fuse", OPT_PARSE, &o->coop_fuse, 0, 0, parse_on_off, "on|off"},
         {"--coop-kv-window", OPT_LONG, &o->coop_kv_window, 1, 1L << 30, NULL, "BYTES"},
         {"--test-kv-fault", OPT_PARSE, &o->test_kv_fault, 0, 0, parse_kv_fault,
          "seq|layer|short|die|refuse"},
@@ -148,6 +157,8 @@ static int usage(void)
             "  --coop-dtype: the activations it sends, f32 exact (docs/cluster.md);\n"
             "  --coop-kv: how the KV of layers that become local arrives (auto: the faster by\n"
             "  measured costs; compare: both, timed and checked, for benchmarks);\n"
+            "  --coop-fuse: a helper runs a joiner's steps inside its own (on, the default) or\n"
+            "  between them (off: the baseline);\n"
             "  --coop-kv-window: bytes of KV answers a helper sends between two of its steps\n"
             "  (default 4 MiB: what a transfer may add to one of its steps);\n"
             "  --test-kv-fault: a helper that answers KV requests wrongly (tests)\n"
@@ -176,6 +187,7 @@ static int parse_opts(int argc, char **argv, struct serve_opts *o)
                              .max_body = 1 << 20,
                              .resident_layers = -1,
                              .coop_dtype = "f32",
+                             .coop_fuse = 1,
                              .cluster.remove_ms = CONTROL_REMOVE_MS};
     o->api_key = getenv("STRATA_API_KEY");
     struct opt t[MAX_OPTS];
@@ -571,6 +583,7 @@ static int start_coop(struct serve *sv, const struct serve_opts *o, char *err)
                              .kv_mode = o->coop_kv,
                              /* a cluster member that completes its join can help the next */
                              .serve_remote = !joiner || control_enabled(&o->cluster),
+                             .fuse = o->coop_fuse,
                              .kv_window = (size_t)o->coop_kv_window,
                              .test_kv_fault = o->test_kv_fault};
     if (!(sv->coop = coop_new(&cc, err)) || coop_attach(sv->coop, err) ||

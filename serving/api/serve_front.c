@@ -830,6 +830,20 @@ static void on_request(void *ctx, struct http_conn *c, const struct http_request
             return;
         }
     }
+    if (!is_models && !is_cmpl && !is_chat && post && ext && ext->post) {
+        char *x = NULL;
+        size_t xlen = 0;
+        int rc = 1;
+        if (check_auth(f, req, &e) || (rc = ext->post(ext->ctx, p, body, len, &x, &xlen, &e)) < 0) {
+            send_error(f, c, &e);
+            return;
+        }
+        if (!rc) {
+            http_respond(c, 200, "application/json", x ? x : "{}", x ? xlen : 2, NULL);
+            free(x);
+            return;
+        }
+    }
     if (!is_models && !is_cmpl && !is_chat) {
         api_error_set(&e, 404, "invalid_request_error", NULL, "Unknown request URL: %s %s.",
                       req->method, p);

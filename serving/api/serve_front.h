@@ -1,7 +1,8 @@
 /* serve_front: the HTTP handlers of `strata serve` (run on the front thread).
  *
  * Routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health,
- * GET /metrics, and GET routes of a front_ext (GET /v1/cluster). A completion request is
+ * GET /metrics, and GET and POST routes of a front_ext (GET /v1/cluster, POST
+ * /v1/cluster/recover), behind the API key like the others. A completion request is
  * authenticated (optional bearer key), validated (api_request), rendered (chat_template),
  * tokenized, checked against the context, and submitted to the scheduler; its output comes back
  * through front_notify (scheduler thread: queue the request, once) and front_wake (wake the front),
@@ -58,6 +59,7 @@ struct front_config {
 };
 
 struct front;
+struct api_error;
 
 struct front *front_new(const struct front_config *cfg, struct serve_metrics *m, char *err);
 void front_free(struct front *f);
@@ -95,6 +97,11 @@ struct front_ext {
     /* A sealed channel to node for a relayed request (relay threads; relay_config.open_channel).
      * NULL: relays connect to the node's API over TCP. */
     int (*forward_open)(void *ctx, uint64_t node, int timeout_ms, int cancel_fd, char *err);
+    /* POST routes the front does not know (front thread; may block briefly): 0 with *out
+     * (malloc'd JSON, 200) and *out_len, -1 with e filled (status and reason), 1: not a route of
+     * ext (404). */
+    int (*post)(void *ctx, const char *path, const char *body, size_t len, char **out,
+                size_t *out_len, struct api_error *e);
 };
 void front_set_ext(struct front *f, const struct front_ext *ext);
 /* Any thread: fd, a forward channel from a cluster member, becomes a connection of the front's

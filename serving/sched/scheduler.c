@@ -147,7 +147,8 @@ struct scheduler {
     struct sampler **b_smp;
     unsigned char *b_mask;
     int *b_out;
-    int k; /* layers run here (cfg n_layers when alone) */
+    int k;     /* layers run here (cfg n_layers when alone) */
+    int fused; /* this iteration's step went through coop.forward (held remote steps ran) */
     unsigned next_id;
     unsigned long long n_steps;
     atomic_int poked;
@@ -975,7 +976,10 @@ static int run_step(struct scheduler *s)
         rc = co->step(co->ctx, &b, s->k, s->b_seq, s->b_smp, s->b_mask, s->b_out, s->step_err);
         if (rc) fail = s->step_err;
     } else {
-        rc = s->ops.forward(s->ops.ctx, &b, s->logits, s->step_err);
+        /* a helper fuses the remote steps that wait into this one (cluster/coop.h) */
+        rc = co->forward ? co->forward(co->ctx, &b, s->logits, s->step_err) : 1;
+        s->fused = co->forward != NULL;
+        if (rc == 1) rc = s->ops.forward(s->ops.ctx, &b, s->logits, s->step_err);
         if (rc) fail = s->step_err;
     }
     /* Tests: a slower device. Inside the step's time, so the step model learns it as a device's
@@ -1017,8 +1021,13 @@ int sched_iterate(struct scheduler *s)
     take_inbox(s);
     int did = drop_cancelled(s);
     atomic_store(&s->poked, 0);
-    if (s->ops.coop.serve) did |= s->ops.coop.serve(s->ops.coop.ctx);
+    const struct sched_coop *co = &s->ops.coop;
+    /* a helper with `forward` holds remote steps back for its own step to fuse; when it runs
+     * none, they run apart at once */
+    if (co->serve) did |= co->serve(co->ctx, co->forward != NULL);
+    s->fused = 0;
     did |= run_step(s);
+    if (co->serve && co->forward && !s->fused) did |= co->serve(co->ctx, 0);
     kv_gauges(s);
     if (s->ops.wake) s->ops.wake(s->ops.notify_ctx);
     return did;

@@ -88,8 +88,9 @@ void sreq_get(struct sreq *r);
 void sreq_put(struct sreq *r);
 
 /* Cooperative execution (cluster/coop.h). A joiner runs layers [0, k) of each step itself and the
- * rest on a helper; a helper runs other nodes' steps between its own. Every hook runs on the
- * compute thread; a NULL hook is not used (all NULL: a node that serves alone). */
+ * rest on a helper; a helper runs other nodes' steps inside its own (forward) or between them
+ * (serve). Every hook runs on the compute thread; a NULL hook is not used (all NULL: a node that
+ * serves alone). */
 struct sched_coop {
     void *ctx;
     int n_layers;
@@ -116,8 +117,17 @@ struct sched_coop {
     const char *(*lost)(void *ctx, unsigned seq);
     /* A sequence is gone (finished, failed, cancelled). */
     void (*seq_end)(void *ctx, unsigned seq);
-    /* Helper: run queued remote work; 1 if any ran. */
-    int (*serve)(void *ctx);
+    /* Helper: run queued remote work; 1 if any ran. hold = 1 (only with `forward`): other nodes'
+     * activations stay queued for the next step's forward to fuse, and so does whatever came
+     * after them from the same peer; hold = 0: everything runs now. */
+    int (*serve)(void *ctx, int hold);
+    /* Helper: this node's own step b, computed as sched_ops.forward computes it (logits of b's
+     * logit rows), with the activations serve held (and those that arrive meanwhile) fused in;
+     * their tokens are sampled with their own samplers and answered inside. 1: no remote work
+     * (run sched_ops.forward); 0 done; -1 failed (err; the fused remote steps are answered with
+     * the error). Activations that did not fit stay held for the next step (or serve(ctx, 0)).
+     * NULL: remote steps always run apart. */
+    int (*forward)(void *ctx, const struct batch *b, float *logits, char *err);
 };
 
 struct sched_ops {

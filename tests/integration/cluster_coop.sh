@@ -168,6 +168,56 @@ else
     not_ok "coop f16: start"
 fi
 
+# 3b. the helper's own clients beside two joiners' (one sending token ids until its embedding
+#     "arrives", then k rising 1 -> 2 -> 4; the other at k = 3), all at once: the helper fuses the
+#     joiners' steps into its own (--coop-fuse on, the default) or runs them apart (off); every text
+#     on all three nodes is the helper's alone, byte for byte
+for fuse in on off; do
+    FP=$(free_port)
+    if serve_start "fuse-$fuse-helper" --fabric tcp --listen "127.0.0.1:$FP" --key-file "$W/key" -v \
+        --coop-fuse $fuse; then
+        HELPER_URL=$SERVE_URL HELPER_PID=$SERVE_PID HELPER_LOG=$SERVE_LOG
+        serve_start "fuse-$fuse-j1" --fabric tcp --peers "127.0.0.1:$FP" --key-file "$W/key" -v \
+            --resident-schedule 0:0,15:e,15:1,30:2,80:4
+        J1_URL=$SERVE_URL J1_PID=$SERVE_PID J1_LOG=$SERVE_LOG
+        serve_start "fuse-$fuse-j2" --fabric tcp --peers "127.0.0.1:$FP" --key-file "$W/key" -v \
+            --resident-layers 3
+        J2_URL=$SERVE_URL J2_PID=$SERVE_PID J2_LOG=$SERVE_LOG
+        for ((i = 0; i < 50; i++)); do
+            grep -q "coop: helper .* connected" "$J1_LOG" && grep -q "coop: helper .* connected" "$J2_LOG" && break
+            sleep 0.1
+        done
+        if out=$($CHECKS together "$HELPER_URL" "$HELPER_URL" "$J1_URL" "$J2_URL" 2>&1); then
+            ok "coop helper with its own requests beside joiners at k tokens->1->2->4 and k 3, --coop-fuse $fuse: $out"
+        else
+            not_ok "coop helper with its own requests, --coop-fuse $fuse: $out"
+        fi
+        if [ $fuse = on ]; then
+            if out=$($CHECKS together "$HELPER_URL" "$HELPER_URL" "$J1_URL" "$J2_URL" --temp 0.9 --seed 11 2>&1); then
+                ok "coop helper with its own requests beside two joiners, fused, seeded sampling (T=0.9): $out"
+            else
+                not_ok "coop helper with its own requests, fused, seeded: $out"
+            fi
+        fi
+        served=$(metric "$HELPER_URL" strata_coop_served_steps_total)
+        fused=$(metric "$HELPER_URL" strata_coop_fused_steps_total)
+        frows=$(metric "$HELPER_URL" strata_coop_fused_rows_total)
+        late=$(metric "$HELPER_URL" strata_coop_fused_late_layers_total)
+        trows=$(metric "$J1_URL" strata_coop_token_rows_total)
+        if { [ $fuse = on ] && [ "${fused:-0}" -gt 0 ] && [ "$fused" -le "${served:-0}" ]; } ||
+            { [ $fuse = off ] && [ "${fused:-1}" = 0 ] && [ "${served:-0}" -gt 0 ]; }; then
+            ok "coop --coop-fuse $fuse: $fused of the helper's $served remote steps ($frows rows) ran inside its own ($late layers run alone by steps that came late; $trows rows came as token ids)"
+        else
+            not_ok "coop --coop-fuse $fuse: fused $fused of $served remote steps"
+        fi
+        SERVE_PID=$J1_PID SERVE_LOG=$J1_LOG serve_stop
+        SERVE_PID=$J2_PID SERVE_LOG=$J2_LOG serve_stop
+        SERVE_PID=$HELPER_PID SERVE_LOG=$HELPER_LOG serve_stop
+    else
+        not_ok "coop fuse $fuse: start"
+    fi
+done
+
 # 4. a synthetic model with 24 layers, k rising one to a few layers at a time
 SYN="$W/syn24.gguf"
 if build/tools/synth_model --shape 64,172,24,8,4,512,256 --type f32 --seed 5 -o "$SYN" >/dev/null 2>&1; then

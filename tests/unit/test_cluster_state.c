@@ -62,7 +62,8 @@ TEST(cmd_roundtrip_every_type)
                           scale(SCALE_DOWN, "llama", 0, 2),
                           {.type = CMD_NODE_DOWN, .t_ms = 9, .u.down = 3},
                           {.type = CMD_SCALE_DONE, .t_ms = 10, .u.done = {4, 1}},
-                          {.type = CMD_RAFT_CONF, .t_ms = 11, .u.conf = {3, CONF_REMOVED}}};
+                          {.type = CMD_RAFT_CONF, .t_ms = 11, .u.conf = {3, CONF_REMOVED}},
+                          {.type = CMD_RAFT_CONF, .t_ms = 12, .u.conf = {1, CONF_RECOVERED}}};
     for (size_t i = 0; i < sizeof in / sizeof in[0]; i++) {
         uint8_t buf[CL_CMD_MAX], buf2[CL_CMD_MAX];
         char err[ERRMSG_LEN];
@@ -122,7 +123,7 @@ TEST(cmd_rejects_bad_fields)
     CHECK(strstr(err, "chain"));
     c = (struct cl_cmd){.type = CMD_RAFT_CONF, .t_ms = 1, .u.conf = {3, CONF_VOTER}};
     n = enc(&c, buf);
-    buf[n - 1] = 3; /* no such change */
+    buf[n - 1] = CONF_RECOVERED + 1; /* no such change */
     CHECK(cl_cmd_decode(&out, buf, n, err));
     CHECK(strstr(err, "unknown change"));
     c.u.conf.node = 0;
