@@ -1838,8 +1838,9 @@ int control_fabric_serves(struct control *c, const char *model, const char *fabr
     int mi = cl_state_model(&c->st, model);
     for (uint32_t i = 0; mi >= 0 && i < c->st.n_members && !yes; i++) {
         const struct cl_member *m = &c->st.member[i];
-        yes = m->alive && m->hold[mi].engine && m->hold[mi].layers_resident == m->hold[mi].n_layers &&
-              m->hold[mi].n_layers > 0 && !strcmp(m->info.fabric, fabric);
+        yes = m->alive && m->hold[mi].engine &&
+              m->hold[mi].layers_resident == m->hold[mi].n_layers && m->hold[mi].n_layers > 0 &&
+              !strcmp(m->info.fabric, fabric);
     }
     pthread_mutex_unlock(&c->mu);
     return yes;

@@ -101,7 +101,7 @@ struct coop {
     /* KV transfers: the request being answered (0: none) and its chunks, under mu */
     uint64_t kv_want, kv_req_id;
     struct work *kv_head, *kv_tail;
-    void *kv_k, *kv_v; /* one chunk's keys and values in host order (helper too) */
+    void *kv_k, *kv_v;       /* one chunk's keys and values in host order (helper too) */
     uint32_t *kq_seq, *kq_n; /* a request's sequences and position counts */
     /* the cost model (compute thread): measured KV transfer rate (bytes/s) and recompute time per
      * layer x position (s); before the first recompute, the local layers' time per row and layer */
@@ -118,7 +118,7 @@ struct coop {
     float *v_x;
     uint32_t *vq_seq, *vq_n; /* fabric thread: a KV request's sequences */
     struct kvjob *kv_jobs;   /* compute thread: KV answers under way (kv_pump) */
-    struct hseq *hs; /* compute thread */
+    struct hseq *hs;         /* compute thread */
     int n_hs, cap_hs;
     struct work *held_head, *held_tail; /* taken from the queue, not run yet (hook_serve) */
     float *hx, *logits;
@@ -152,12 +152,12 @@ int coop_kv_parse(const char *s)
 
 int coop_kv_fault_parse(const char *s)
 {
-    return !strcmp(s, "seq")     ? KV_FAULT_SEQ
-           : !strcmp(s, "layer") ? KV_FAULT_LAYER
-           : !strcmp(s, "short") ? KV_FAULT_SHORT
-           : !strcmp(s, "die")   ? KV_FAULT_DIE
+    return !strcmp(s, "seq")      ? KV_FAULT_SEQ
+           : !strcmp(s, "layer")  ? KV_FAULT_LAYER
+           : !strcmp(s, "short")  ? KV_FAULT_SHORT
+           : !strcmp(s, "die")    ? KV_FAULT_DIE
            : !strcmp(s, "refuse") ? KV_FAULT_REFUSE
-                                 : -1;
+                                  : -1;
 }
 
 static int parse_schedule(struct coop *c, const char *s, char *err)
@@ -625,7 +625,8 @@ static void on_peer(void *ctx, struct fabric_node *fn, int peer, int state, cons
             pthread_cond_broadcast(&c->cv);
             /* another node that serves the model, connected already, takes over */
             for (int i = 0; i < c->cfg.n_alt_helpers && took < 0; i++)
-                if (c->cfg.alt_helpers[i] != peer && fabric_node_peer_open(fn, c->cfg.alt_helpers[i]))
+                if (c->cfg.alt_helpers[i] != peer &&
+                    fabric_node_peer_open(fn, c->cfg.alt_helpers[i]))
                     took = c->cfg.alt_helpers[i];
         } else if (state == TP_OPEN && !c->helper_open && c->cfg.n_alt_helpers) {
             took = peer; /* ours is gone: the first candidate to connect takes over */
@@ -715,8 +716,7 @@ static int send_close(struct coop *c, int helper, const uint32_t *ids, uint32_t 
     while (n) {
         uint32_t m = n > 4096 ? 4096 : n;
         size_t len = wire_coop_close_encode(c->out, WIRE_MAX_MSG, ids, m);
-        if (!len || fabric_node_send(c->cfg.fabric, helper, c->out, len, err))
-            return -1;
+        if (!len || fabric_node_send(c->cfg.fabric, helper, c->out, len, err)) return -1;
         ids += m, n -= m;
     }
     return 0;
@@ -949,7 +949,7 @@ static long recompute_work(const struct jseq *j, int n, int k1)
 static int kv_recompute(struct coop *c, const struct fillset *f, int k1, char *err)
 {
     int T = c->e->lim.max_tokens, D = c->dim;
-    int *at = calloc((size_t)f->m, sizeof *at);   /* next position of each sequence */
+    int *at = calloc((size_t)f->m, sizeof *at);      /* next position of each sequence */
     int *take = malloc((size_t)f->m * sizeof *take); /* rows of each in this call */
     if (!at || !take) {
         free(at), free(take);
@@ -977,7 +977,6 @@ static int kv_recompute(struct coop *c, const struct fillset *f, int k1, char *e
             take[i] = t;
         }
         struct batch b = {.n = rows, .token = c->b_tok, .pos = c->b_pos, .blocks = c->b_blocks};
-        int l0 = l;
         if (l < 0) {
             if (engine_embed(c->e, &b, c->x)) {
                 rc = errmsg_set(err, "coop: embedding %d saved positions of %d sequences: %s", rows,
@@ -991,7 +990,6 @@ static int kv_recompute(struct coop *c, const struct fillset *f, int k1, char *e
                             k1, f->m, engine_error(c->e));
             break;
         }
-        (void)l0;
         for (int i = 0, r = 0; i < f->m; i++) {
             struct jseq *j = f->js[i];
             for (int t = 0; t < take[i]; t++, r++) {
@@ -1266,7 +1264,8 @@ static void compare_with_recompute(struct coop *c, const struct fillset *f, int 
              k0, k1, pos, f->m, t_x * 1e3, (double)bytes / 1e6,
              t_x > 0 ? (double)bytes / t_x / 1e6 : 0.0, t_r * 1e3,
              differ ? "DIFFERENT bytes" : "identical bytes");
-    if (differ) log_warn("coop", "compare: %d of %zu layers x sequences differ", differ, lay * f->m);
+    if (differ)
+        log_warn("coop", "compare: %d of %zu layers x sequences differ", differ, lay * f->m);
     free(saved), free(now);
 }
 
@@ -1736,8 +1735,8 @@ static int kv_window(struct coop *c, struct kvjob *j, size_t *budget)
         size_t len = wire_coop_kv_encode(c->out, WIRE_MAX_MSG, &m);
         if (fault == KV_FAULT_SHORT && len) len -= 3;
         if (!len || fabric_node_send(c->cfg.fabric, j->peer, c->out, len, err)) {
-            log_warn("coop", "peer %d: KV of sequence %u: a chunk was not sent: %s", j->peer,
-                     m.seq, len ? err : "encoding failed");
+            log_warn("coop", "peer %d: KV of sequence %u: a chunk was not sent: %s", j->peer, m.seq,
+                     len ? err : "encoding failed");
             return 1;
         }
         j->sent += len;
@@ -1770,8 +1769,8 @@ static int kv_pump(struct coop *c)
         log_info("coop",
                  "peer %d: KV of layers [%u, %u) of %u sequences sent: %llu bytes in %d chunks, %d "
                  "between-step windows, %.1f ms",
-                 j->peer, j->q.layer0, j->q.layer1, j->q.count, j->sent, j->chunks,
-                 j->windows, (clock_now() - j->t0) * 1e3);
+                 j->peer, j->q.layer0, j->q.layer1, j->q.count, j->sent, j->chunks, j->windows,
+                 (clock_now() - j->t0) * 1e3);
         kvjob_free(c, j);
     }
     return did;

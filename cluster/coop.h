@@ -59,10 +59,10 @@ enum coop_kv {
 /* Tests: a helper that answers KV requests wrongly (--test-kv-fault). */
 enum coop_kv_fault {
     KV_FAULT_NONE = 0,
-    KV_FAULT_SEQ,   /* the first chunk names another sequence */
-    KV_FAULT_LAYER, /* the first chunk names the next layer */
-    KV_FAULT_SHORT, /* the first chunk is cut 3 bytes short */
-    KV_FAULT_DIE,   /* the helper exits after sending the first chunk */
+    KV_FAULT_SEQ,    /* the first chunk names another sequence */
+    KV_FAULT_LAYER,  /* the first chunk names the next layer */
+    KV_FAULT_SHORT,  /* the first chunk is cut 3 bytes short */
+    KV_FAULT_DIE,    /* the helper exits after sending the first chunk */
     KV_FAULT_REFUSE, /* the second sequence of a request is refused (status 1), the rest sent */
 };
 /* "auto" | "transfer" | "recompute" | "compare" -> enum coop_kv, -1 otherwise; likewise
@@ -85,9 +85,9 @@ struct coop_config {
      * connect) becomes the helper for the steps from then on */
     const int *alt_helpers;
     int n_alt_helpers;
-    int dtype;            /* enum wire_dtype of the activations (WIRE_F32: exact) */
-    int timeout_ms;       /* a reply later than this fails the step (default 30000) */
-    int kv_mode;          /* enum coop_kv */
+    int dtype;      /* enum wire_dtype of the activations (WIRE_F32: exact) */
+    int timeout_ms; /* a reply later than this fails the step (default 30000) */
+    int kv_mode;    /* enum coop_kv */
     /* helper: serve remote sequences (a node that holds the whole model) */
     int serve_remote;
     int fuse; /* 1: remote steps run inside our own steps (--coop-fuse on, the default), on a

@@ -53,9 +53,11 @@ struct serve_opts {
     int coop_kv;       /* enum coop_kv */
     int coop_fuse;     /* helper: 1 remote steps inside our own (default), 0 between them */
     int test_kv_fault; /* enum coop_kv_fault */
-    long coop_kv_window; /* bytes of KV answers a helper sends between two of its steps (0: 4 MiB) */
-    int helper_peer;   /* the coop helper's index in fab.peers (a chained joiner pulls from 0) */
-    int alt_helpers[SC_MAX_OTHERS]; /* cluster: peers that serve the model too: helpers if ours dies */
+    long
+        coop_kv_window; /* bytes of KV answers a helper sends between two of its steps (0: 4 MiB) */
+    int helper_peer;    /* the coop helper's index in fab.peers (a chained joiner pulls from 0) */
+    int alt_helpers
+        [SC_MAX_OTHERS]; /* cluster: peers that serve the model too: helpers if ours dies */
     int n_alt_helpers;
     struct control_cfg cluster; /* the control plane, with --cluster (cluster/control.h) */
 };
@@ -80,7 +82,8 @@ static int parse_on_off(const char *v, void *dst, char *err)
 static int parse_kv_fault(const char *v, void *dst, char *err)
 {
     int f = coop_kv_fault_parse(v);
-    if (f < 0) return errmsg_set(err, "--test-kv-fault %s: want seq, layer, short, die or refuse", v);
+    if (f < 0)
+        return errmsg_set(err, "--test-kv-fault %s: want seq, layer, short, die or refuse", v);
     *(int *)dst = f;
     return 0;
 }

@@ -731,8 +731,7 @@ int wire_coop_kv_req_decode(struct wire_coop_kv_req *q, const uint8_t *buf, size
     if (q->dtype != WIRE_F32 && q->dtype != WIRE_F16)
         return errmsg_set(err, "coop kv request: dtype %u is not a KV type", q->dtype);
     for (uint32_t i = 0; i < q->count; i++)
-        if (n[i] == 0)
-            return errmsg_set(err, "coop kv request: sequence %u: no positions", seq[i]);
+        if (n[i] == 0) return errmsg_set(err, "coop kv request: sequence %u: no positions", seq[i]);
     return 0;
 }
 

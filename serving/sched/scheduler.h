@@ -103,8 +103,8 @@ struct sched_coop {
      * seq[i], whose positions [0, n[i]) are computed, valid here (blocks[i]: its block table),
      * all of them at once (one transfer, one batched recompute). rc[i]: 1 transferred, 0
      * recomputed, -1 failed (errs + i * ERRMSG_LEN: why). */
-    void (*fill)(void *ctx, int n_seqs, const unsigned *seq, const int *const *blocks,
-                 const int *n, int k0, int k1, int *rc, char *errs);
+    void (*fill)(void *ctx, int n_seqs, const unsigned *seq, const int *const *blocks, const int *n,
+                 int k0, int k1, int *rc, char *errs);
     /* Run b with layers [0, k) here and [k, L) + head remote. Row i belongs to sequence seq[i]
      * whose sampler is smp[i]; tokens[j] is logit row j's token (its sampler's generator state
      * updated), end-of-sequence excluded where mask[j]. */
