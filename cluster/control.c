@@ -1981,6 +1981,21 @@ int control_holders_fabric(struct control *c, const char *model, const uint64_t 
     return n;
 }
 
+int control_fabric_serves(struct control *c, const char *model, const char *fabric)
+{
+    int yes = 0;
+    pthread_mutex_lock(&c->mu);
+    int mi = cl_state_model(&c->st, model);
+    for (uint32_t i = 0; mi >= 0 && i < c->st.n_members && !yes; i++) {
+        const struct cl_member *m = &c->st.member[i];
+        yes = m->alive && m->hold[mi].engine &&
+              m->hold[mi].layers_resident == m->hold[mi].n_layers && m->hold[mi].n_layers > 0 &&
+              !strcmp(m->info.fabric, fabric);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return yes;
+}
+
 /* ---------------------------------------------------------------- /v1/cluster and /metrics */
 
 static const char *raft_state_name(int s)

@@ -127,6 +127,9 @@ int control_node_fabric(struct control *c, uint64_t id, char out[CL_STR_LEN + 1]
  * host memory, in member order: where a joiner resumes when its source dies. Returns how many. */
 int control_holders_fabric(struct control *c, const char *model, const uint64_t *skip, int n_skip,
                            char (*out)[CL_STR_LEN + 1], int cap);
+/* 1 when the live member with fabric address `fabric` serves the whole model in its engine (a
+ * joiner may take it as its helper), else 0. */
+int control_fabric_serves(struct control *c, const char *model, const char *fabric);
 
 /* A request relayed to node (+1) or ended there (-1): control_route counts what this node has in
  * flight at each member beyond the member's last report (thread-safe). */

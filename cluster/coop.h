@@ -4,13 +4,17 @@
  * on its own KV cache, then ships the step's hidden states (every sequence of the step in one
  * MSG_ACTIVATIONS, transport/wire.h) to a helper, a node holding the whole model, over the
  * fabric (cluster/fabric_node.h). The helper runs [k, L) and the head on its own KV blocks for
- * those sequences, samples with the sequence's sampler (sent once in MSG_COOP_OPEN, its generator
- * state returned with every token) and answers MSG_COOP_TOKENS; the step completes when the reply
- * comes. k moves up only, between steps: the KV of the layers that became local is transferred
- * from the helper (MSG_COOP_KV_REQ answered by MSG_COOP_KV chunks, read by the helper's compute
- * thread between its steps) or recomputed from the saved inputs of layer k, whichever a cost
- * estimate says is faster (--coop-kv; docs/cluster.md has the figures); a transfer that fails or
- * is refused falls back to recompute. At k = L the joiner serves alone and closes its sequences
+ * those sequences, inside its own step where it can (the rows join it at layer k, so each
+ * layer's weights are read once for both: coop_config.fuse, sched_coop.forward), samples with the
+ * sequence's sampler (sent once in MSG_COOP_OPEN, its generator state returned with every token)
+ * and answers MSG_COOP_TOKENS; the step completes when the reply comes. k moves up only, between
+ * steps: the KV of the layers that became local is transferred from the helper (one
+ * MSG_COOP_KV_REQ naming every running sequence, answered by MSG_COOP_KV chunks that the helper's
+ * compute thread reads out between its steps, at most kv_window bytes (4 MiB) per between-step
+ * window, and that the joiner installs as they arrive) or recomputed from the saved inputs of
+ * layer k (all sequences' rows in the same engine calls), whichever a cost estimate says is
+ * faster (--coop-kv; docs/cluster.md has the figures); a sequence whose transfer fails or is
+ * refused is recomputed. At k = L the joiner serves alone and closes its sequences
  * at the helper (MSG_COOP_CLOSE), which frees their KV.
  *
  * Before the embedding: a pulling joiner serves as soon as its header has verified and its helper
@@ -21,6 +25,11 @@
  * KV is transferred, or recomputed by running the embedding on the saved ids and then the
  * layers. coop_set_embedding_local says the table is here; the scheduler picks it up at its next
  * step boundary, from which steps embed here and send hidden states as above.
+ *
+ * Another helper: a joiner given alt_helpers (cluster mode: the other nodes that serve the model)
+ * takes one of them as its helper when its helper's connection closes. The sequences that were
+ * open at the dead helper fail as before (their upper layers' KV went with it; the error names the
+ * dead helper); new sequences are opened at the new helper and served while partial.
  *
  * Threads: the scheduler's compute thread calls the sched_coop hooks (serving/sched/scheduler.h);
  * the fabric thread runs the message handlers, which validate and queue and never block;
@@ -50,13 +59,14 @@ enum coop_kv {
 /* Tests: a helper that answers KV requests wrongly (--test-kv-fault). */
 enum coop_kv_fault {
     KV_FAULT_NONE = 0,
-    KV_FAULT_SEQ,   /* the first chunk names another sequence */
-    KV_FAULT_LAYER, /* the first chunk names the next layer */
-    KV_FAULT_SHORT, /* the first chunk is cut 3 bytes short */
-    KV_FAULT_DIE,   /* the helper exits after sending the first chunk */
+    KV_FAULT_SEQ,    /* the first chunk names another sequence */
+    KV_FAULT_LAYER,  /* the first chunk names the next layer */
+    KV_FAULT_SHORT,  /* the first chunk is cut 3 bytes short */
+    KV_FAULT_DIE,    /* the helper exits after sending the first chunk */
+    KV_FAULT_REFUSE, /* the second sequence of a request is refused (status 1), the rest sent */
 };
 /* "auto" | "transfer" | "recompute" | "compare" -> enum coop_kv, -1 otherwise; likewise
- * "seq" | "layer" | "short" | "die" -> enum coop_kv_fault. */
+ * "seq" | "layer" | "short" | "die" | "refuse" -> enum coop_kv_fault. */
 int coop_kv_parse(const char *s);
 int coop_kv_fault_parse(const char *s);
 
@@ -70,11 +80,19 @@ struct coop_config {
     int embedding_remote; /* the embedding table is not here yet: resident must be 0 */
     const char *schedule; /* tests: "STEP:K,STEP:K,..." (at scheduler step STEP, k becomes K) */
     int helper_peer;      /* fabric peer that runs the rest (configured peers come first: 0) */
-    int dtype;            /* enum wire_dtype of the activations (WIRE_F32: exact) */
-    int timeout_ms;       /* a reply later than this fails the step (default 30000) */
-    int kv_mode;          /* enum coop_kv */
+    /* other fabric peers that serve the whole model in their engine (a cluster's other holders):
+     * when the helper's connection closes, the first of them that is connected (or the first to
+     * connect) becomes the helper for the steps from then on */
+    const int *alt_helpers;
+    int n_alt_helpers;
+    int dtype;      /* enum wire_dtype of the activations (WIRE_F32: exact) */
+    int timeout_ms; /* a reply later than this fails the step (default 30000) */
+    int kv_mode;    /* enum coop_kv */
     /* helper: serve remote sequences (a node that holds the whole model) */
     int serve_remote;
+    int fuse; /* 1: remote steps run inside our own steps (--coop-fuse on, the default), on a
+                 backend whose rows do not depend on their batch; 0: between them */
+    size_t kv_window;  /* KV answer bytes sent between two of our steps (0: KV_WINDOW_BYTES) */
     int test_kv_fault; /* enum coop_kv_fault */
 };
 

@@ -159,6 +159,8 @@ static int start_join(struct serve_cluster *sc, const char *model, uint64_t sour
     }
     uint64_t skip[2] = {source, up};
     j->n_other = control_holders_fabric(ctl, model, skip, 2, j->other_fabric, SC_MAX_OTHERS);
+    for (int i = 0; i < j->n_other; i++)
+        j->other_serves[i] = control_fabric_serves(ctl, model, j->other_fabric[i]);
     snprintf(sc->model, sizeof sc->model, "%s", model);
     sc->joining = 1;
     sc->engine = engine;

@@ -48,6 +48,8 @@ struct sc_job {
     char source_fabric[CL_STR_LEN + 1];
     char upstream_fabric[CL_STR_LEN + 1]; /* the joiner before us in the chain, "" if none */
     char other_fabric[SC_MAX_OTHERS][CL_STR_LEN + 1]; /* other holders: resume from these */
+    int other_serves[SC_MAX_OTHERS]; /* 1: it serves the whole model in its engine (at the join):
+                                        a helper if ours dies */
     int n_other;
     int engine;                      /* 1: serve it (scale-up); 0: host copy only (replicate) */
     char drop_first[CL_STR_LEN + 1]; /* a switch: this model's engine goes first, "" none */

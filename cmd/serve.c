@@ -51,8 +51,14 @@ struct serve_opts {
     const char *resident_schedule, *coop_dtype;
     int coop_timeout_ms;
     int coop_kv;       /* enum coop_kv */
+    int coop_fuse;     /* helper: 1 remote steps inside our own (default), 0 between them */
     int test_kv_fault; /* enum coop_kv_fault */
-    int helper_peer;   /* the coop helper's index in fab.peers (a chained joiner pulls from 0) */
+    long
+        coop_kv_window; /* bytes of KV answers a helper sends between two of its steps (0: 4 MiB) */
+    int helper_peer;    /* the coop helper's index in fab.peers (a chained joiner pulls from 0) */
+    int alt_helpers
+        [SC_MAX_OTHERS]; /* cluster: peers that serve the model too: helpers if ours dies */
+    int n_alt_helpers;
     struct control_cfg cluster; /* the control plane, with --cluster (cluster/control.h) */
 };
 
@@ -66,10 +72,18 @@ static int parse_coop_kv(const char *v, void *dst, char *err)
     return 0;
 }
 
+static int parse_on_off(const char *v, void *dst, char *err)
+{
+    if (strcmp(v, "on") && strcmp(v, "off")) return errmsg_set(err, "%s: want on or off", v);
+    *(int *)dst = !strcmp(v, "on");
+    return 0;
+}
+
 static int parse_kv_fault(const char *v, void *dst, char *err)
 {
     int f = coop_kv_fault_parse(v);
-    if (f < 0) return errmsg_set(err, "--test-kv-fault %s: want seq, layer, short or die", v);
+    if (f < 0)
+        return errmsg_set(err, "--test-kv-fault %s: want seq, layer, short, die or refuse", v);
     *(int *)dst = f;
     return 0;
 }
@@ -117,8 +131,10 @@ static int serve_options(struct serve_opts *o, struct opt *t)
         {"--coop-dtype", OPT_STR, &o->coop_dtype, 0, 0, NULL, "f32|f16|bf16"},
         {"--coop-timeout-ms", OPT_INT, &o->coop_timeout_ms, 1, 3600000, NULL, "MS"},
         {"--coop-kv", OPT_PARSE, &o->coop_kv, 0, 0, parse_coop_kv, "transfer|recompute|auto"},
+        {"--coop-fuse", OPT_PARSE, &o->coop_fuse, 0, 0, parse_on_off, "on|off"},
+        {"--coop-kv-window", OPT_LONG, &o->coop_kv_window, 1, 1L << 30, NULL, "BYTES"},
         {"--test-kv-fault", OPT_PARSE, &o->test_kv_fault, 0, 0, parse_kv_fault,
-         "seq|layer|short|die"},
+         "seq|layer|short|die|refuse"},
         {"--weight-rate", OPT_DOUBLE, &o->weight_rate_mbs, 0, 1e6, NULL, "MB/s"},
         {"--stop-the-world", OPT_FLAG, &o->stop_the_world, 0, 0, NULL, NULL},
         {"--resident-layers", OPT_INT, &o->resident_layers, 0, 1 << 16, NULL, "K"},
@@ -144,6 +160,10 @@ static int usage(void)
             "  --coop-dtype: the activations it sends, f32 exact (docs/cluster.md);\n"
             "  --coop-kv: how the KV of layers that become local arrives (auto: the faster by\n"
             "  measured costs; compare: both, timed and checked, for benchmarks);\n"
+            "  --coop-fuse: a helper runs a joiner's steps inside its own (on, the default) or\n"
+            "  between them (off: the baseline);\n"
+            "  --coop-kv-window: bytes of KV answers a helper sends between two of its steps\n"
+            "  (default 4 MiB: what a transfer may add to one of its steps);\n"
             "  --test-kv-fault: a helper that answers KV requests wrongly (tests)\n"
             "  without -m, with --peers: pull the model from the peers into the arena and serve\n"
             "  with the first peer's help as soon as the header has verified and the peer is\n"
@@ -170,6 +190,7 @@ static int parse_opts(int argc, char **argv, struct serve_opts *o)
                              .max_body = 1 << 20,
                              .resident_layers = -1,
                              .coop_dtype = "f32",
+                             .coop_fuse = 1,
                              .cluster.remove_ms = CONTROL_REMOVE_MS};
     o->api_key = getenv("STRATA_API_KEY");
     struct opt t[MAX_OPTS];
@@ -556,6 +577,8 @@ static int start_coop(struct serve *sv, const struct serve_opts *o, char *err)
                                  pulling && !weight_node_embedding_ready(sv->weights),
                              .schedule = o->resident_schedule,
                              .helper_peer = joiner ? o->helper_peer : -1,
+                             .alt_helpers = o->alt_helpers,
+                             .n_alt_helpers = joiner ? o->n_alt_helpers : 0,
                              .dtype = !strcmp(o->coop_dtype, "f16")    ? WIRE_F16
                                       : !strcmp(o->coop_dtype, "bf16") ? WIRE_BF16
                                                                        : WIRE_F32,
@@ -563,6 +586,8 @@ static int start_coop(struct serve *sv, const struct serve_opts *o, char *err)
                              .kv_mode = o->coop_kv,
                              /* a cluster member that completes its join can help the next */
                              .serve_remote = !joiner || control_enabled(&o->cluster),
+                             .fuse = o->coop_fuse,
+                             .kv_window = (size_t)o->coop_kv_window,
                              .test_kv_fault = o->test_kv_fault};
     if (!(sv->coop = coop_new(&cc, err)) || coop_attach(sv->coop, err) ||
         (pulling && fabric_node_start(sv->fabric, err)) || (pulling && wait_servable(sv, o, err)))
@@ -747,6 +772,7 @@ static void member_loop(struct serve *sv, struct serve_opts *o, struct scheduler
         o->name = job.model;
         o->fab.peers.n = 0;
         o->helper_peer = 0;
+        o->n_alt_helpers = 0;
         if (job.upstream_fabric[0]) {
             snprintf(peer_buf[0], sizeof peer_buf[0], "%s", job.upstream_fabric);
             o->fab.peers.v[o->fab.peers.n++] = peer_buf[0];
@@ -756,6 +782,7 @@ static void member_loop(struct serve *sv, struct serve_opts *o, struct scheduler
         o->fab.peers.v[o->fab.peers.n++] = peer_buf[1];
         for (int i = 0; i < job.n_other; i++) { /* the stream resumes from these */
             snprintf(peer_buf[2 + i], sizeof peer_buf[2 + i], "%s", job.other_fabric[i]);
+            if (job.other_serves[i]) o->alt_helpers[o->n_alt_helpers++] = o->fab.peers.n;
             o->fab.peers.v[o->fab.peers.n++] = peer_buf[2 + i];
         }
         log_info("serve", "cluster: pulling %s from %s, helper %s", job.model, o->fab.peers.v[0],

@@ -676,42 +676,62 @@ int wire_coop_close_decode(const uint8_t *buf, size_t len, uint32_t *seq, uint32
     return r_done(&r, "coop close", err);
 }
 
+size_t wire_coop_kv_req_size(uint32_t count)
+{
+    return WIRE_COOP_KV_REQ_HDR_LEN + (size_t)count * 8 + 4;
+}
+
 size_t wire_coop_kv_req_encode(uint8_t *out, size_t cap, const struct wire_coop_kv_req *q)
 {
+    if (!q->count || q->count > WIRE_COOP_KV_MAX_SEQS) return 0;
     struct wire_w w = {out, cap, 0, 0};
     wire_put_u8(&w, MSG_COOP_KV_REQ);
     wire_put_u64(&w, q->req);
-    wire_put_u32(&w, q->seq);
     wire_put_u32(&w, q->layer0);
     wire_put_u32(&w, q->layer1);
-    wire_put_u32(&w, q->n);
     wire_put_u8(&w, q->dtype);
+    wire_put_u32(&w, q->count);
+    for (uint32_t i = 0; i < q->count; i++) {
+        wire_put_u32(&w, q->seq[i]);
+        wire_put_u32(&w, q->n[i]);
+    }
     w_crc(&w);
     return w.bad ? 0 : w.off;
 }
 
-int wire_coop_kv_req_decode(struct wire_coop_kv_req *q, const uint8_t *buf, size_t len, char *err)
+int wire_coop_kv_req_decode(struct wire_coop_kv_req *q, const uint8_t *buf, size_t len,
+                            uint32_t *seq, uint32_t *n, uint32_t cap, char *err)
 {
     struct wire_r r = {buf, len, 0, 0};
     if (r_type(&r, MSG_COOP_KV_REQ, "coop kv request", err)) return -1;
-    if (len != WIRE_COOP_KV_REQ_LEN)
-        return errmsg_set(err, "coop kv request: %zu bytes, expected %d", len,
-                          WIRE_COOP_KV_REQ_LEN);
-    if (r_crc(buf, len, "coop kv request", err)) return -1;
+    if (len < WIRE_COOP_KV_REQ_HDR_LEN + 4)
+        return errmsg_set(err, "coop kv request: %zu bytes, at least %d", len,
+                          WIRE_COOP_KV_REQ_HDR_LEN + 4);
     q->req = wire_get_u64(&r);
-    q->seq = wire_get_u32(&r);
     q->layer0 = wire_get_u32(&r);
     q->layer1 = wire_get_u32(&r);
-    q->n = wire_get_u32(&r);
     q->dtype = wire_get_u8(&r);
+    q->count = wire_get_u32(&r);
+    if (q->count == 0 || q->count > WIRE_COOP_KV_MAX_SEQS || q->count > cap)
+        return errmsg_set(err, "coop kv request: %u sequences, room for %u", q->count,
+                          cap < WIRE_COOP_KV_MAX_SEQS ? cap : WIRE_COOP_KV_MAX_SEQS);
+    if (len != wire_coop_kv_req_size(q->count))
+        return errmsg_set(err, "coop kv request: %zu bytes for %u sequences, expected %zu", len,
+                          q->count, wire_coop_kv_req_size(q->count));
+    if (r_crc(buf, len, "coop kv request", err)) return -1;
+    for (uint32_t i = 0; i < q->count; i++) {
+        seq[i] = wire_get_u32(&r);
+        n[i] = wire_get_u32(&r);
+    }
     wire_get_u32(&r);
     if (r_done(&r, "coop kv request", err)) return -1;
+    q->seq = seq, q->n = n;
     if (q->layer0 >= q->layer1)
-        return errmsg_set(err, "coop kv request: sequence %u: layers [%u, %u) are empty", q->seq,
-                          q->layer0, q->layer1);
-    if (q->n == 0) return errmsg_set(err, "coop kv request: sequence %u: no positions", q->seq);
+        return errmsg_set(err, "coop kv request: layers [%u, %u) are empty", q->layer0, q->layer1);
     if (q->dtype != WIRE_F32 && q->dtype != WIRE_F16)
         return errmsg_set(err, "coop kv request: dtype %u is not a KV type", q->dtype);
+    for (uint32_t i = 0; i < q->count; i++)
+        if (n[i] == 0) return errmsg_set(err, "coop kv request: sequence %u: no positions", seq[i]);
     return 0;
 }
 

@@ -275,23 +275,35 @@ int wire_coop_close_decode(const uint8_t *buf, size_t len, uint32_t *seq, uint32
                            uint32_t *n, char *err);
 
 /* MSG_COOP_KV_REQ: when k rises from a to b, the joiner asks for the keys and values of layers
- * [a, b) at positions [0, n) of one sequence, in its KV cache's element type (WIRE_F32 or
- * WIRE_F16; the helper refuses another type than its own rather than convert: exactness).
- *   u8 type | u64 req | u32 seq | u32 layer0 | u32 layer1 | u32 n | u8 dtype | u32 crc
- * Checks: layer0 < layer1, 1 <= n, dtype f32 or f16. */
+ * [a, b) of every sequence it had running, in one request: sequence i at positions [0, n[i]), in
+ * its KV cache's element type (WIRE_F32 or WIRE_F16; the helper refuses another type than its own
+ * rather than convert: exactness).
+ *   u8 type | u64 req | u32 layer0 | u32 layer1 | u8 dtype | u32 count
+ *   | count x (u32 seq | u32 n) | u32 crc
+ * Checks: exactly the declared length, the CRC, layer0 < layer1, dtype f32 or f16,
+ * 1 <= count <= min(cap, WIRE_COOP_KV_MAX_SEQS), every n >= 1. Decode writes the sequences and
+ * their position counts into the caller's arrays (seq, n: room for cap each) and points q at
+ * them; encode reads q->seq and q->n. */
+#define WIRE_COOP_KV_MAX_SEQS 4096
 struct wire_coop_kv_req {
     uint64_t req; /* the joiner's request id: every chunk of the answer repeats it */
-    uint32_t seq, layer0, layer1, n;
+    uint32_t layer0, layer1;
     uint8_t dtype;
+    uint32_t count;
+    uint32_t *seq, *n; /* count each */
 };
-#define WIRE_COOP_KV_REQ_LEN (1 + 8 + 4 + 4 + 4 + 4 + 1 + 4)
+#define WIRE_COOP_KV_REQ_HDR_LEN (1 + 8 + 4 + 4 + 1 + 4)
+size_t wire_coop_kv_req_size(uint32_t count);
 size_t wire_coop_kv_req_encode(uint8_t *out, size_t cap, const struct wire_coop_kv_req *q);
-int wire_coop_kv_req_decode(struct wire_coop_kv_req *q, const uint8_t *buf, size_t len, char *err);
+int wire_coop_kv_req_decode(struct wire_coop_kv_req *q, const uint8_t *buf, size_t len,
+                            uint32_t *seq, uint32_t *n, uint32_t cap, char *err);
 
-/* MSG_COOP_KV: the answer to a request, layer by layer in increasing order, each layer's positions
- * in increasing chunks of at most wire_coop_kv_max_rows() rows; status 0: rows [pos0, pos0 + n)
- * of `layer`, first n rows of kv_dim keys, then n rows of kv_dim values, each element f32 or f16
- * bits (dtype), little-endian; status 1: no rows (n = 0) and a message (the joiner recomputes).
+/* MSG_COOP_KV: the answer to a request, sequence by sequence in the request's order, each
+ * sequence's layers in increasing order, each layer's positions in increasing chunks of at most
+ * wire_coop_kv_max_rows() rows; status 0: rows [pos0, pos0 + n) of `layer` of sequence `seq`,
+ * first n rows of kv_dim keys, then n rows of kv_dim values, each element f32 or f16 bits (dtype),
+ * little-endian; status 1: no rows (n = 0) and a message: that sequence is refused (the joiner
+ * recomputes it) and the answer goes on with the next one.
  *   u8 type | u64 req | u32 seq | u8 status | u32 layer | u32 pos0 | u32 n | u32 kv_dim
  *   | u8 dtype | n x kv_dim keys | n x kv_dim values | u16 error length | error | u32 crc
  * Checks: lengths (exactly the declared shape), then the CRC, then ranges: dtype f32 or f16,

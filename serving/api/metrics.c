@@ -163,6 +163,15 @@ char *metrics_render(struct serve_metrics *m, size_t *len)
             &m->coop_served_steps);
     counter(&o, "strata_coop_served_rows_total", "Token rows run for other nodes (helper).",
             &m->coop_served_rows);
+    counter(&o, "strata_coop_fused_steps_total",
+            "Of the steps run for other nodes, those fused into one of our own (helper).",
+            &m->coop_fused_steps);
+    counter(&o, "strata_coop_fused_rows_total", "Token rows of those fused steps (helper).",
+            &m->coop_fused_rows);
+    counter(&o, "strata_coop_fused_late_layers_total",
+            "Layers that fused steps arriving after their first layer ran alone to catch up "
+            "(helper).",
+            &m->coop_fused_late_layers);
     counter(&o, "strata_coop_fill_layers_total",
             "Layers x sequences whose KV was recomputed when layers became local.",
             &m->coop_fill_layers);

@@ -49,6 +49,8 @@ struct serve_metrics {
     atomic_ullong coop_remote_steps, coop_remote_rows; /* joiner: sent to the helper */
     atomic_ullong coop_token_rows;                     /* joiner: of those, sent as token ids */
     atomic_ullong coop_served_steps, coop_served_rows; /* helper: run for other nodes */
+    atomic_ullong coop_fused_steps, coop_fused_rows;   /* helper: of those, inside our steps */
+    atomic_ullong coop_fused_late_layers;              /* helper: layers late ones caught up */
     atomic_ullong coop_fill_layers;                    /* joiner: layer x sequence KV recomputed */
     atomic_ullong coop_kv_layers, coop_kv_bytes;       /* joiner: layer x sequence KV transferred */
     atomic_ullong coop_kv_served_bytes;                /* helper: KV bytes sent to joiners */

@@ -253,8 +253,11 @@ static int cpu_repack(struct engine *e, char *err)
     return 0;
 }
 
-static const struct engine_backend cpu_backend = {
-    .name = "cpu", .embed = cpu_embed, .layers = cpu_layers, .head = cpu_head};
+static const struct engine_backend cpu_backend = {.name = "cpu",
+                                                  .batch_invariant = 1,
+                                                  .embed = cpu_embed,
+                                                  .layers = cpu_layers,
+                                                  .head = cpu_head};
 
 // ----------------------------------------------------------------------------
 // the engine

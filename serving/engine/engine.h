@@ -7,7 +7,9 @@
  *
  *   engine_embed   tokens -> hidden states x[n][dim]
  *   engine_layers  x -> x through layers [l0, l1)  (what a node that holds only some layers runs,
- *                  and what it ships to the next node)
+ *                  and what it ships to the next node; a helper runs its own rows and other
+ *                  nodes' one layer at a time, theirs joining at the layer they start at, each
+ *                  layer's weights read once for all: cluster/coop.h)
  *   engine_head    final norm + output matrix for the rows that want logits
  *   engine_forward all three
  *
@@ -54,6 +56,9 @@ struct sampler;
 
 struct engine_backend {
     const char *name;
+    /* 1: a row's results are bit-identical whatever other rows share its batch (the CPU's matmul
+     * and attention promise it: matmul.h), so rows of unrelated steps may run in one batch */
+    int batch_invariant;
     /* 1: the KV cache lives on the device, not in engine.kv (its rows cannot be read or written
      * from the host: cooperative execution recomputes instead of transferring KV) */
     int kv_on_device;

@@ -147,7 +147,8 @@ struct scheduler {
     struct sampler **b_smp;
     unsigned char *b_mask;
     int *b_out;
-    int k; /* layers run here (cfg n_layers when alone) */
+    int k;     /* layers run here (cfg n_layers when alone) */
+    int fused; /* this iteration's step went through coop.forward (held remote steps ran) */
     unsigned next_id;
     unsigned long long n_steps;
     atomic_int poked;
@@ -835,31 +836,56 @@ static void advance_token(struct scheduler *s, struct seq *q, int t, double now)
 }
 
 /* coop: k rose to k1 between steps. Every sequence with computed positions gets the KV of the
- * layers that became local; one that cannot is failed (its text so far stays exact). */
+ * layers that became local, all in one fill call; one that cannot is failed (its text so far stays
+ * exact). */
 static void raise_k(struct scheduler *s, int k1)
 {
     const struct sched_coop *c = &s->ops.coop;
     double t0 = clock_now();
-    int n_seqs = 0, moved = 0;
+    int n_seqs = 0, moved = 0, failed = 0;
     long positions = 0;
-    for (int i = s->n_running - 1; i >= 0; i--) {
-        struct seq *q = s->running[i];
-        if (!q->n_computed) continue;
-        n_seqs++;
-        positions += q->n_computed;
-        char err[ERRMSG_LEN];
-        int rc = c->fill(c->ctx, q->id, q->blocks, q->n_computed, s->k, k1, err);
-        if (rc < 0) {
+    int cap = s->n_running ? s->n_running : 1;
+    struct seq **qs = malloc((size_t)cap * sizeof *qs);
+    unsigned *ids = malloc((size_t)cap * sizeof *ids);
+    const int **blocks = malloc((size_t)cap * sizeof *blocks);
+    int *n = malloc((size_t)cap * sizeof *n), *rc = malloc((size_t)cap * sizeof *rc);
+    char *errs = malloc((size_t)cap * ERRMSG_LEN);
+    if (!qs || !ids || !blocks || !n || !rc || !errs) {
+        /* nothing can run at k1 without its KV: fail them (their text so far stays exact) */
+        for (int i = s->n_running - 1; i >= 0; i--) {
+            struct seq *q = s->running[i];
+            if (!q->n_computed) continue;
             remove_at(s->running, &s->n_running, i);
-            retire(s, q, FINISH_ERROR, err);
+            retire(s, q, FINISH_ERROR, "out of memory bringing the KV of new local layers");
+            failed++;
         }
-        moved += rc > 0;
+    } else {
+        for (int i = 0; i < s->n_running; i++) {
+            struct seq *q = s->running[i];
+            if (!q->n_computed) continue;
+            qs[n_seqs] = q, ids[n_seqs] = q->id, blocks[n_seqs] = q->blocks;
+            n[n_seqs] = q->n_computed;
+            positions += q->n_computed;
+            n_seqs++;
+        }
+        if (n_seqs) c->fill(c->ctx, n_seqs, ids, blocks, n, s->k, k1, rc, errs);
+        for (int j = 0; j < n_seqs; j++) {
+            if (rc[j] >= 0) {
+                moved += rc[j] > 0;
+                continue;
+            }
+            int i = index_of(s->running, s->n_running, qs[j]);
+            if (i >= 0) remove_at(s->running, &s->n_running, i);
+            retire(s, qs[j], FINISH_ERROR, errs + (size_t)j * ERRMSG_LEN);
+            failed++;
+        }
     }
+    free(qs), free(ids), free(blocks), free(n), free(rc), free(errs);
     log_info("sched",
              "layers [0, %d) of %d run here now%s (KV of layers [%d, %d) for %d sequences, %ld "
-             "positions: %d transferred, %d recomputed, in %.1f ms)",
+             "positions: %d transferred, %d recomputed, %d failed, in %.1f ms)",
              k1, c->n_layers, k1 == c->n_layers ? ": serving alone" : "", s->k, k1, n_seqs,
-             positions, moved, n_seqs - moved, (clock_now() - t0) * 1e3);
+             positions, moved, n_seqs - moved - failed, failed, (clock_now() - t0) * 1e3);
     s->k = k1;
     if (k1 == c->n_layers && c->all_local) c->all_local(c->ctx);
 }
@@ -950,7 +976,10 @@ static int run_step(struct scheduler *s)
         rc = co->step(co->ctx, &b, s->k, s->b_seq, s->b_smp, s->b_mask, s->b_out, s->step_err);
         if (rc) fail = s->step_err;
     } else {
-        rc = s->ops.forward(s->ops.ctx, &b, s->logits, s->step_err);
+        /* a helper fuses the remote steps that wait into this one (cluster/coop.h) */
+        rc = co->forward ? co->forward(co->ctx, &b, s->logits, s->step_err) : 1;
+        s->fused = co->forward != NULL;
+        if (rc == 1) rc = s->ops.forward(s->ops.ctx, &b, s->logits, s->step_err);
         if (rc) fail = s->step_err;
     }
     /* Tests: a slower device. Inside the step's time, so the step model learns it as a device's
@@ -992,8 +1021,13 @@ int sched_iterate(struct scheduler *s)
     take_inbox(s);
     int did = drop_cancelled(s);
     atomic_store(&s->poked, 0);
-    if (s->ops.coop.serve) did |= s->ops.coop.serve(s->ops.coop.ctx);
+    const struct sched_coop *co = &s->ops.coop;
+    /* a helper with `forward` holds remote steps back for its own step to fuse; when it runs
+     * none, they run apart at once */
+    if (co->serve) did |= co->serve(co->ctx, co->forward != NULL);
+    s->fused = 0;
     did |= run_step(s);
+    if (co->serve && co->forward && !s->fused) did |= co->serve(co->ctx, 0);
     kv_gauges(s);
     if (s->ops.wake) s->ops.wake(s->ops.notify_ctx);
     return did;

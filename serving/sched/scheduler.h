@@ -88,8 +88,9 @@ void sreq_get(struct sreq *r);
 void sreq_put(struct sreq *r);
 
 /* Cooperative execution (cluster/coop.h). A joiner runs layers [0, k) of each step itself and the
- * rest on a helper; a helper runs other nodes' steps between its own. Every hook runs on the
- * compute thread; a NULL hook is not used (all NULL: a node that serves alone). */
+ * rest on a helper; a helper runs other nodes' steps inside its own (forward) or between them
+ * (serve). Every hook runs on the compute thread; a NULL hook is not used (all NULL: a node that
+ * serves alone). */
 struct sched_coop {
     void *ctx;
     int n_layers;
@@ -98,10 +99,12 @@ struct sched_coop {
     int (*resident)(void *ctx, unsigned long long steps);
     /* 1 when a split step can run now (a helper is connected). */
     int (*ready)(void *ctx);
-    /* k rose from k0 to k1: make layers [k0, k1) of the KV of sequence `seq`, whose positions
-     * [0, n) are computed, valid here (blocks: its block table). 1 transferred, 0 recomputed,
-     * -1 failed (err). */
-    int (*fill)(void *ctx, unsigned seq, const int *blocks, int n, int k0, int k1, char *err);
+    /* k rose from k0 to k1: make layers [k0, k1) of the KV of the n_seqs running sequences
+     * seq[i], whose positions [0, n[i]) are computed, valid here (blocks[i]: its block table),
+     * all of them at once (one transfer, one batched recompute). rc[i]: 1 transferred, 0
+     * recomputed, -1 failed (errs + i * ERRMSG_LEN: why). */
+    void (*fill)(void *ctx, int n_seqs, const unsigned *seq, const int *const *blocks, const int *n,
+                 int k0, int k1, int *rc, char *errs);
     /* Run b with layers [0, k) here and [k, L) + head remote. Row i belongs to sequence seq[i]
      * whose sampler is smp[i]; tokens[j] is logit row j's token (its sampler's generator state
      * updated), end-of-sequence excluded where mask[j]. */
@@ -114,8 +117,17 @@ struct sched_coop {
     const char *(*lost)(void *ctx, unsigned seq);
     /* A sequence is gone (finished, failed, cancelled). */
     void (*seq_end)(void *ctx, unsigned seq);
-    /* Helper: run queued remote work; 1 if any ran. */
-    int (*serve)(void *ctx);
+    /* Helper: run queued remote work; 1 if any ran. hold = 1 (only with `forward`): other nodes'
+     * activations stay queued for the next step's forward to fuse, and so does whatever came
+     * after them from the same peer; hold = 0: everything runs now. */
+    int (*serve)(void *ctx, int hold);
+    /* Helper: this node's own step b, computed as sched_ops.forward computes it (logits of b's
+     * logit rows), with the activations serve held (and those that arrive meanwhile) fused in;
+     * their tokens are sampled with their own samplers and answered inside. 1: no remote work
+     * (run sched_ops.forward); 0 done; -1 failed (err; the fused remote steps are answered with
+     * the error). Activations that did not fit stay held for the next step (or serve(ctx, 0)).
+     * NULL: remote steps always run apart. */
+    int (*forward)(void *ctx, const struct batch *b, float *logits, char *err);
 };
 
 struct sched_ops {

@@ -84,7 +84,7 @@ kv_handover() {
     kill "$jp" "$hp" 2>/dev/null
     wait "$jp" "$hp" 2>/dev/null
     [ -n "$line" ] || { echo "  kv handover: no measurement in the joiner's log"; return 1; }
-    echo "$line" | sed -E 's/^KV of layers \[6, 12\) x ([0-9]+) positions of sequence [0-9]+: transfer ([0-9.]+) ms \(([0-9.]+) MB, ([0-9.]+) MB\/s\), recompute ([0-9.]+) ms: (.*)/  kv handover, stories110M Q8_0, layers [6, 12) x \1 positions: transfer \2 ms (\3 MB at \4 MB\/s link) vs recompute \5 ms; \6/'
+    echo "$line" | sed -E 's/^KV of layers \[6, 12\) x ([0-9]+) positions of ([0-9]+ sequences|sequence [0-9]+): transfer ([0-9.]+) ms \(([0-9.]+) MB, ([0-9.]+) MB\/s\), recompute ([0-9.]+) ms: (.*)/  kv handover, stories110M Q8_0, layers [6, 12) x \1 positions: transfer \3 ms (\4 MB at \5 MB\/s link) vs recompute \6 ms; \7/'
     echo "  --coop-kv auto would pick: $est"
 }
 

@@ -1,6 +1,6 @@
 /* libFuzzer target for every fabric decoder: frame header and CRC check, sealed-frame opening,
  * handshake bodies, and each application message (the coop messages included: activations, with
- * values or token rows only, tokens, open, close, KV request and KV chunk). The first byte picks the decoder; the round-trip
+ * values or token rows only, tokens, open, close, KV request of several sequences and KV chunk). The first byte picks the decoder; the round-trip
  * case (9) re-encodes whatever decodes and wants the same bytes. */
 #include "os/common/errmsg.h"
 #include "transport/auth.h"
@@ -76,7 +76,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         uint32_t cn;
         wire_coop_close_decode(p, n, seq, WIRE_MAX_ACT_TOKENS, &cn, err);
         struct wire_coop_kv_req q;
-        wire_coop_kv_req_decode(&q, p, n, err);
+        static uint32_t qs[WIRE_COOP_KV_MAX_SEQS], qn[WIRE_COOP_KV_MAX_SEQS];
+        if (wire_coop_kv_req_decode(&q, p, n, qs, qn, WIRE_COOP_KV_MAX_SEQS, err) == 0 &&
+            (q.count == 0 || q.seq != qs || q.n != qn))
+            abort();
+        wire_coop_kv_req_decode(&q, p, n, qs, qn, 3, err); /* a receiver with room for 3 */
         struct wire_coop_kv c;
         if (wire_coop_kv_decode(&c, p, n, err) == 0) kv_rows(&c, p, n);
         break;
@@ -125,7 +129,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (m != n || memcmp(out, p, n)) abort();
         }
         struct wire_coop_kv_req q;
-        if (wire_coop_kv_req_decode(&q, p, n, err) == 0) {
+        static uint32_t rqs[WIRE_COOP_KV_MAX_SEQS], rqn[WIRE_COOP_KV_MAX_SEQS];
+        if (wire_coop_kv_req_decode(&q, p, n, rqs, rqn, WIRE_COOP_KV_MAX_SEQS, err) == 0) {
             size_t m = wire_coop_kv_req_encode(out, sizeof out, &q);
             if (m != n || memcmp(out, p, n)) abort();
         }

@@ -5,7 +5,7 @@
 # byte-identical to the helper serving alone, for the real tiny model and a 24-layer synthetic
 # one, with several concurrent requests, whether the KV of the layers that become local is
 # transferred from the helper or recomputed (--coop-kv transfer|recompute; compare checks the two
-# give the same bytes), also when the joiner starts without its embedding (token ids to the
+# give the same bytes; all the running sequences' KV in one request, or one batched recompute), also when the joiner starts without its embedding (token ids to the
 # helper); f16 activations are run and their divergence reported; /metrics shows the split. One
 # line per scenario.
 set -u
@@ -19,14 +19,15 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 metric() { curl -s "$1/metrics" | awk -v n="$2" '$1 == n {print $2}'; }
 CHECKS="python3 tests/lib/cluster_checks.py"
 
-# helper_and_joiner NAME JOINER-ARGS...: a helper (all layers, listening on the fabric) and a
-# joiner peered with it; sets HELPER_URL, JOINER_URL, HELPER_PID, JOINER_PID.
+# helper_and_joiner NAME JOINER-ARGS...: a helper (all layers, listening on the fabric, with
+# $HELPER_ARGS) and a joiner peered with it; sets HELPER_URL, JOINER_URL, HELPER_PID, JOINER_PID.
 helper_and_joiner() {
     local name=$1
     shift
     FP=$(free_port)
+    # shellcheck disable=SC2086 # HELPER_ARGS: extra helper options, split on spaces
     serve_start "$name-helper" --fabric tcp --listen "127.0.0.1:$FP" --key-file "$W/key" -v \
-        || return 1
+        ${HELPER_ARGS:-} || return 1
     HELPER_URL=$SERVE_URL HELPER_PID=$SERVE_PID HELPER_LOG=$SERVE_LOG
     serve_start "$name-joiner" --fabric tcp --peers "127.0.0.1:$FP" --key-file "$W/key" -v "$@" \
         || return 1
@@ -62,6 +63,16 @@ for kv in transfer recompute; do
         k=$(metric "$JOINER_URL" strata_coop_k)
         left=$(metric "$HELPER_URL" strata_coop_remote_sequences)
         if [ $kv = transfer ]; then
+            # several sequences handed over in one batch: one request, every one transferred, the
+            # helper's answer in between-step windows
+            batch=$(grep -o "KV of layers \[[0-9]*, [0-9]*) of [2-9] sequences ([0-9]* positions) in one request: [2-9] transferred.*" "$JOINER_LOG" | head -1)
+            nb=$(echo "$batch" | sed -E 's/.* of ([0-9]) sequences .*/\1/')
+            sent=$(grep -o "KV of layers \[[0-9]*, [0-9]*) of $nb sequences sent: .*" "$HELPER_LOG" | head -1)
+            if [ -n "$batch" ] && [ -n "$sent" ] && echo "$batch" | grep -q ": $nb transferred.*0 refused$"; then
+                ok "coop KV of $nb sequences handed over in one batch: joiner: $batch; helper: $sent"
+            else
+                not_ok "coop KV batch: joiner '$batch', helper '$sent'"
+            fi
             how="$moved layer transfers ($kvb bytes, = the helper's $sentb), $fills recomputes"
             [ "${moved:-0}" -gt 0 ] && [ "${fills:-1}" = 0 ] && [ "${kvb:-0}" -gt 0 ] &&
                 [ "$kvb" = "$sentb" ]
@@ -81,6 +92,27 @@ for kv in transfer recompute; do
         not_ok "coop tiny, KV $kv: start"
     fi
 done
+
+# 1a. the batched handover spread over many of the helper's between-step windows: a window of one
+#    byte (--coop-kv-window 1) lets one chunk out per window; still one request per rise, every
+#    sequence transferred, the text exact
+if HELPER_ARGS="--coop-kv-window 1" helper_and_joiner "tiny-window" --resident-schedule 0:1,10:3,30:5 --coop-kv transfer; then
+    out=$($CHECKS same "$HELPER_URL" "$JOINER_URL" 2>&1)
+    rc=$?
+    sent=$(grep -o "KV of layers \[[0-9]*, [0-9]*) of [2-9] sequences sent: [0-9]* bytes in [0-9]* chunks, [0-9]* between-step windows.*" "$HELPER_LOG" | head -1)
+    chunks=$(echo "$sent" | sed -E 's/.* in ([0-9]+) chunks.*/\1/')
+    windows=$(echo "$sent" | sed -E 's/.* chunks, ([0-9]+) between-step.*/\1/')
+    fills=$(metric "$JOINER_URL" strata_coop_fill_layers_total)
+    if [ $rc = 0 ] && [ -n "$sent" ] && [ "${windows:-0}" -gt 1 ] && [ "$windows" -ge "$chunks" ] &&
+        [ "${fills:-1}" = 0 ]; then
+        ok "coop KV batch in one-chunk windows: $out; helper: $sent"
+    else
+        not_ok "coop KV one-chunk windows: '$out', helper '$sent', $fills recomputes"
+    fi
+    stop_both
+else
+    not_ok "coop KV one-chunk windows: start"
+fi
 
 # 1b. the joiner serves before its embedding has arrived ("STEP:e" in the schedule): its first
 #    steps go to the helper as token ids (the helper embeds), then the embedding arrives and k
@@ -136,6 +168,56 @@ else
     not_ok "coop f16: start"
 fi
 
+# 3b. the helper's own clients beside two joiners' (one sending token ids until its embedding
+#     "arrives", then k rising 1 -> 2 -> 4; the other at k = 3), all at once: the helper fuses the
+#     joiners' steps into its own (--coop-fuse on, the default) or runs them apart (off); every text
+#     on all three nodes is the helper's alone, byte for byte
+for fuse in on off; do
+    FP=$(free_port)
+    if serve_start "fuse-$fuse-helper" --fabric tcp --listen "127.0.0.1:$FP" --key-file "$W/key" -v \
+        --coop-fuse $fuse; then
+        HELPER_URL=$SERVE_URL HELPER_PID=$SERVE_PID HELPER_LOG=$SERVE_LOG
+        serve_start "fuse-$fuse-j1" --fabric tcp --peers "127.0.0.1:$FP" --key-file "$W/key" -v \
+            --resident-schedule 0:0,15:e,15:1,30:2,80:4
+        J1_URL=$SERVE_URL J1_PID=$SERVE_PID J1_LOG=$SERVE_LOG
+        serve_start "fuse-$fuse-j2" --fabric tcp --peers "127.0.0.1:$FP" --key-file "$W/key" -v \
+            --resident-layers 3
+        J2_URL=$SERVE_URL J2_PID=$SERVE_PID J2_LOG=$SERVE_LOG
+        for ((i = 0; i < 50; i++)); do
+            grep -q "coop: helper .* connected" "$J1_LOG" && grep -q "coop: helper .* connected" "$J2_LOG" && break
+            sleep 0.1
+        done
+        if out=$($CHECKS together "$HELPER_URL" "$HELPER_URL" "$J1_URL" "$J2_URL" 2>&1); then
+            ok "coop helper with its own requests beside joiners at k tokens->1->2->4 and k 3, --coop-fuse $fuse: $out"
+        else
+            not_ok "coop helper with its own requests, --coop-fuse $fuse: $out"
+        fi
+        if [ $fuse = on ]; then
+            if out=$($CHECKS together "$HELPER_URL" "$HELPER_URL" "$J1_URL" "$J2_URL" --temp 0.9 --seed 11 2>&1); then
+                ok "coop helper with its own requests beside two joiners, fused, seeded sampling (T=0.9): $out"
+            else
+                not_ok "coop helper with its own requests, fused, seeded: $out"
+            fi
+        fi
+        served=$(metric "$HELPER_URL" strata_coop_served_steps_total)
+        fused=$(metric "$HELPER_URL" strata_coop_fused_steps_total)
+        frows=$(metric "$HELPER_URL" strata_coop_fused_rows_total)
+        late=$(metric "$HELPER_URL" strata_coop_fused_late_layers_total)
+        trows=$(metric "$J1_URL" strata_coop_token_rows_total)
+        if { [ $fuse = on ] && [ "${fused:-0}" -gt 0 ] && [ "$fused" -le "${served:-0}" ]; } ||
+            { [ $fuse = off ] && [ "${fused:-1}" = 0 ] && [ "${served:-0}" -gt 0 ]; }; then
+            ok "coop --coop-fuse $fuse: $fused of the helper's $served remote steps ($frows rows) ran inside its own ($late layers run alone by steps that came late; $trows rows came as token ids)"
+        else
+            not_ok "coop --coop-fuse $fuse: fused $fused of $served remote steps"
+        fi
+        SERVE_PID=$J1_PID SERVE_LOG=$J1_LOG serve_stop
+        SERVE_PID=$J2_PID SERVE_LOG=$J2_LOG serve_stop
+        SERVE_PID=$HELPER_PID SERVE_LOG=$HELPER_LOG serve_stop
+    else
+        not_ok "coop fuse $fuse: start"
+    fi
+done
+
 # 4. a synthetic model with 24 layers, k rising one to a few layers at a time
 SYN="$W/syn24.gguf"
 if build/tools/synth_model --shape 64,172,24,8,4,512,256 --type f32 --seed 5 -o "$SYN" >/dev/null 2>&1; then
@@ -160,7 +242,7 @@ if build/tools/synth_model --shape 64,172,24,8,4,512,256 --type f32 --seed 5 -o 
                 same=$(grep -c "recompute .* ms: identical bytes" "$JOINER_LOG")
                 differ=$(grep -c "DIFFERENT bytes" "$JOINER_LOG")
                 [ "$same" -gt 0 ] && [ "$differ" = 0 ] &&
-                    ok "coop KV transferred = KV recomputed, byte for byte, on $same handovers x sequences" ||
+                    ok "coop KV transferred = KV recomputed, byte for byte, on $same handovers (each of all the running sequences, batched)" ||
                     not_ok "coop KV compare: $same identical, $differ different"
             fi
             stop_both
@@ -179,7 +261,7 @@ if build/tools/synth_model --shape 64,172,24,8,4,512,256 --type f32 --seed 5 -o 
         same=$(grep -c "recompute .* ms: identical bytes" "$JOINER_LOG")
         differ=$(grep -c "DIFFERENT bytes" "$JOINER_LOG")
         [ "$same" -gt 0 ] && [ "$differ" = 0 ] &&
-            ok "coop KV of token-id positions: transferred = embedded and recomputed here, byte for byte, on $same handovers x sequences" ||
+            ok "coop KV of token-id positions: transferred = embedded and recomputed here, byte for byte, on $same batched handovers" ||
             not_ok "coop KV compare without the embedding: $same identical, $differ different"
         stop_both
     else

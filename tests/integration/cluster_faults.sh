@@ -9,7 +9,8 @@
 #     close that peer, while the helper goes on serving; a well-formed one gets its token, as does
 #     one sent as token ids; so does a KV request for a sequence the peer never opened (closed);
 #   - a helper whose KV answers are wrong (another sequence, another layer, cut short): the joiner
-#     refuses them with a log line naming the reason, recomputes, and its text stays exact; a
+#     refuses them with a log line naming the reason, recomputes, and its text stays exact; one
+#     that refuses one sequence of a batched request: that one is recomputed, the rest come; a
 #     helper that dies during a KV transfer fails the running requests with an error naming it.
 set -u
 cd "$(dirname "$0")/../.."
@@ -139,8 +140,9 @@ code=$(cat "$W/late_code")
     not_ok "after the helper died: a new request got $code ($waiting waiting)"
 SERVE_PID=$JOINER_PID SERVE_LOG=$JOINER_LOG serve_stop
 
-# 4. wrong KV answers: refused with a log line, recomputed, the text exact
-for fault in seq layer short; do
+# 4. wrong KV answers: refused with a log line, recomputed, the text exact; a helper that refuses
+#    one sequence of a batched request (status 1): that one recomputed, the rest transferred
+for fault in seq layer short refuse; do
     FP=$(free_port)
     serve_start "kv-$fault-helper" --fabric tcp --listen "127.0.0.1:$FP" --key-file "$W/key" -v \
         --test-kv-fault $fault || { not_ok "KV fault $fault: start helper"; continue; }
@@ -153,14 +155,18 @@ for fault in seq layer short; do
     seq) pat="a chunk for sequence [0-9]*, we asked for sequence" ;;
     layer) pat="a chunk for layer [0-9]*, we expect layer" ;;
     short) pat="coop kv: [0-9]* bytes, [0-9]* rows of kv_dim" ;;
+    refuse) pat="the helper could not send it: test: the second sequence of a request" ;;
     esac
     out=$($CHECKS same "$H_URL" "$J_URL" 2>&1)
     rc=$?
     line=$(grep -m1 "KV of layers .* refused: .*$pat.*; recomputing it" "$J_LOG")
     fills=$(metric "$J_URL" strata_coop_fill_layers_total)
     moved=$(metric "$J_URL" strata_coop_kv_layers_total)
-    if [ $rc = 0 ] && [ -n "$line" ] && [ "${fills:-0}" -gt 0 ] && [ "${moved:-1}" = 0 ]; then
-        ok "KV answer broken ($fault) refused and recomputed ($fills layer recomputes), text exact ($out); joiner log: ${line#*coop: }"
+    # refuse: only the second sequence of each request is refused, the others come in the batch
+    if [ $fault = refuse ]; then [ "${moved:-0}" -gt 0 ]; else [ "${moved:-1}" = 0 ]; fi
+    moved_ok=$?
+    if [ $rc = 0 ] && [ -n "$line" ] && [ "${fills:-0}" -gt 0 ] && [ $moved_ok = 0 ]; then
+        ok "KV answer broken ($fault) refused and recomputed ($fills layer recomputes, $moved transferred), text exact ($out); joiner log: ${line#*coop: }"
     else
         not_ok "KV fault $fault: checks '$out', refused line '$line', recomputes $fills, transfers $moved"
     fi

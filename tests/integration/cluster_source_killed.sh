@@ -7,7 +7,10 @@
 #   - source_killed: node 3 resumes the stream from node 2, the other holder the cluster state
 #     names, and completes; a new leader is elected; node 3 then answers node 1's exact greedy text
 #     serving alone; the burst's requests to node 2 were each answered or failed with an error
-#     naming node 1 (those node 2 had relayed there and that had started).
+#     naming node 1 (those node 2 had relayed there and that had started);
+#   - another helper: node 3, still partial when node 1 (its helper) dies, takes node 2 (which
+#     serves the model in its engine) as its helper; a new request to it is answered with node 1's
+#     exact text while partial (its /metrics partial tokens grow; its log names the switch).
 set -u
 cd "$(dirname "$0")/../.."
 . tests/lib/cluster.sh
@@ -62,6 +65,24 @@ done
 if [ $killed = 0 ]; then
     not_ok "source_killed: node 3 never pulled from node 1: $(cl_why n3) | $(cl_why n1)"
     exit $fail
+fi
+# node 3, still partial, loses its helper (node 1) and takes node 2, which serves the model too, as
+# its helper: a new request is answered through node 2 with node 1's exact text, while partial
+metric() { curl -s "${CL_URL[$1]}/metrics" | awk -v n="$2" '$1 == n {print $2}'; }
+switched=""
+for ((i = 0; i < 200; i++)); do
+    switched=$(grep -m1 -o "helper 127.0.0.1:$((CL_BASE + 1)) is gone .*" "$W/n3.log")
+    [ -n "$switched" ] && break
+    sleep 0.05
+done
+k0=$(metric n3 strata_coop_k)
+p0=$(metric n3 strata_coop_partial_tokens_total)
+TXT2=$(cl_complete n3 "$P" $N)
+p1=$(metric n3 strata_coop_partial_tokens_total)
+if [ -n "$switched" ] && [ "$TXT2" = "$REF" ] && [ "${p1:-0}" -gt "${p0:-0}" ]; then
+    ok "source_killed: node 3 (k=$k0, partial) took node 2 as its helper ($switched); a new request got node 1's exact text, $((p1 - p0)) tokens served while partial"
+else
+    not_ok "source_killed: another helper: switch '$switched', k $k0, partial tokens $p0 -> $p1, text '$TXT2' vs '$REF'"
 fi
 complete=0
 for ((i = 0; i < 1200; i++)); do

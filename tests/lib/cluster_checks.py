@@ -3,6 +3,9 @@
   cluster_checks.py same REF_URL URL [--temp T] [--seed S] [--tokens N]
       sends the same prompts to REF_URL one at a time (the single-node reference) and to URL all
       at once (one of them streamed), and exits 1 unless every text is byte-identical
+  cluster_checks.py together REF_URL URL [URL ...] [--temp T] [--seed S] [--tokens N]
+      the references as for `same`, then the prompts to every URL at once (REF_URL may be one of
+      them: a helper's own clients beside its joiners'); exits 1 unless every text is identical
   cluster_checks.py diverge REF_URL URL
       the same, but reports how many of the tokens' text matched (f16/bf16 activations are lossy);
       exits 1 only if a request failed
@@ -53,18 +56,24 @@ def opts(argv):
 
 
 def run_both(ref, url, o):
+    want, got, errs = run_all(ref, [url], o)
+    return want, got[0], errs
+
+
+def run_all(ref, urls, o):
+    """References from ref one at a time, then every prompt to every url at once."""
     lens = [o["tokens"] + 17 * i for i in range(len(PROMPTS))]
     want = [complete(ref, p, n, o["temp"], o["seed"] + i) for i, (p, n) in enumerate(zip(PROMPTS, lens))]
-    got = [None] * len(PROMPTS)
+    got = [[None] * len(PROMPTS) for _ in urls]
     errs = []
 
-    def one(i):
+    def one(u, i):
         try:
-            got[i] = complete(url, PROMPTS[i], lens[i], o["temp"], o["seed"] + i, stream=(i == 1))
+            got[u][i] = complete(urls[u], PROMPTS[i], lens[i], o["temp"], o["seed"] + i, stream=(i == 1))
         except Exception as e:  # noqa: BLE001 - reported below
-            errs.append(f"request {i}: {e}")
+            errs.append(f"{urls[u]} request {i}: {e}")
 
-    th = [threading.Thread(target=one, args=(i,)) for i in range(len(PROMPTS))]
+    th = [threading.Thread(target=one, args=(u, i)) for u in range(len(urls)) for i in range(len(PROMPTS))]
     for t in th:
         t.start()
     for t in th:
@@ -90,6 +99,20 @@ def main():
                    for w, g in zip(want, got))
         print(f"{same} of {sum(len(w) for w in want)} bytes equal before the first divergence "
               f"({sum(w == g for w, g in zip(want, got))} of {len(want)} texts identical)")
+        return 0
+    if cmd == "together":
+        urls = [a for a in sys.argv[3:] if a.startswith("http")]
+        rest = sys.argv[3 + len(urls):]
+        want, got, errs = run_all(sys.argv[2], urls, opts(rest))
+        if errs:
+            print("; ".join(errs), file=sys.stderr)
+            return 1
+        for u, texts in enumerate(got):
+            for i, (w, g) in enumerate(zip(want, texts)):
+                if w != g:
+                    print(f"{urls[u]} request {i} differs:\n  want {w!r}\n  got  {g!r}", file=sys.stderr)
+                    return 1
+        print(f"{len(urls)} x {len(want)} concurrent requests, {len(urls) * sum(len(w) for w in want)} bytes identical")
         return 0
     if cmd == "stream":
         body = {"prompt": PROMPTS[0], "max_tokens": 200, "temperature": 0, "ignore_eos": True,

@@ -121,8 +121,14 @@ int main(int argc, char **argv)
     else if (!strcmp(mode, "badtokens"))
         send_step(t, c, 1, 1, dim, 0, 0, 2);
     else if (!strcmp(mode, "badkvreq")) {
-        struct wire_coop_kv_req q = {
-            .req = 1, .seq = 9, .layer0 = 0, .layer1 = 1, .n = 1, .dtype = WIRE_F16};
+        uint32_t kseq = 9, kn = 1;
+        struct wire_coop_kv_req q = {.req = 1,
+                                     .layer0 = 0,
+                                     .layer1 = 1,
+                                     .dtype = WIRE_F16,
+                                     .count = 1,
+                                     .seq = &kseq,
+                                     .n = &kn};
         len = wire_coop_kv_req_encode(buf, sizeof buf, &q);
         while (tp_send(c, buf, len) == TP_BUSY) tp_poll(t, 10);
     } else

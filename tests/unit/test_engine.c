@@ -424,6 +424,132 @@ TEST(layer_range_split_equals_full)
     remove(path);
 }
 
+/* A helper's fused step, as cluster/coop.c runs it: its own rows (embedding, then the layers one
+ * at a time) with other nodes' rows joining before the layer they start at (0, 1, 2; their inputs
+ * computed by a joiner's engine), one of them late (it starts at layer 1 and joins before layer 2,
+ * running layer 1 alone first), and one head for all; against the same rows as separate steps
+ * (engine_forward for the own rows, engine_layers(k, L) + engine_head per remote step) on another
+ * engine. Every logit and every KV row the helper keeps are the same bytes, for a prefill step and
+ * the decode step after it (whose attention reads that KV): what a batch_invariant backend
+ * promises. */
+static void fused_vs_separate(uint32_t type)
+{
+    const char *path = "build/test-engine-fused.gguf";
+    CHECK(synth_write(path, &gqa, type, 13) == 0);
+    struct loaded_model *lj = open_model(path, 8, 32), *la = open_model(path, 8, 32),
+                        *lb = open_model(path, 8, 32);
+    CHECK(lj && la && lb);
+    if (!lj || !la || !lb) return close_model(lj), close_model(la), close_model(lb), (void)0;
+    struct engine *J = &lj->engine, *A = &la->engine, *B = &lb->engine;
+    enum { NS = 6, MAXR = 32 };
+    const int L = gqa.layers, V = gqa.vocab, dim = gqa.dim;
+    /* own sequences first; the remote ones' first layers out of order, two at layer 1 */
+    const int own[NS] = {1, 1, 0, 0, 0, 0}, k[NS] = {0, 0, 2, 1, 0, 1}, n0[NS] = {5, 3, 3, 4, 2, 2};
+    /* where each joins the pass: the own rows at the embedding, sequence 5 late */
+    const int join_at[NS] = {0, 0, 2, 1, 0, 2};
+    const int order[NS] = {0, 1, 4, 3, 5, 2}; /* the fused batch's rows */
+    int tj[NS][4], ta[NS][4], tb[NS][4], next[NS];
+    for (int q = 0; q < NS; q++)
+        for (int i = 0; i < 4; i++)
+            tj[q][i] = kv_block_alloc(&J->kv), ta[q][i] = kv_block_alloc(&A->kv),
+            tb[q][i] = kv_block_alloc(&B->kv);
+    float *xin = malloc(sizeof(float) * MAXR * dim), *x = malloc(sizeof(float) * MAXR * dim);
+    float *sep = malloc(sizeof(float) * NS * V), *fused = malloc(sizeof(float) * NS * V);
+    int tok[MAXR], pos[MAXR], rows[NS], lrow[NS];
+    const int *blocks[MAXR];
+    for (int step = 0; step < 2; step++) {
+        /* the rows of each sequence this step: its prompt, then one decode token */
+        int r0[NS], nr[NS], n = 0;
+        for (int q = 0; q < NS; q++) {
+            r0[q] = n, nr[q] = step ? 1 : n0[q];
+            for (int i = 0; i < nr[q]; i++, n++) {
+                pos[n] = step ? n0[q] : i;
+                tok[n] = step ? next[q] : (q * 31 + i * 7 + 3) % V;
+            }
+        }
+        /* the joiner's layers [0, k) give the remote rows' inputs */
+        for (int q = 0; q < NS; q++) {
+            if (own[q]) continue;
+            for (int i = 0; i < nr[q]; i++) blocks[r0[q] + i] = tj[q];
+            struct batch jb = {nr[q], tok + r0[q], pos + r0[q], blocks + r0[q], 0, NULL};
+            float *xq = xin + (size_t)r0[q] * dim;
+            CHECK(engine_embed(J, &jb, xq) == 0 && engine_layers(J, &jb, 0, k[q], xq) == 0);
+        }
+        /* separate: the own step, then each remote step */
+        int n_own = r0[2];
+        for (int i = 0; i < n_own; i++) blocks[i] = i < r0[1] ? ta[0] : ta[1];
+        rows[0] = r0[1] - 1, rows[1] = n_own - 1;
+        struct batch ob = {n_own, tok, pos, blocks, 2, rows};
+        CHECK(engine_forward(A, &ob, sep) == 0);
+        for (int q = 2; q < NS; q++) {
+            for (int i = 0; i < nr[q]; i++) blocks[r0[q] + i] = ta[q];
+            int last[1] = {nr[q] - 1};
+            struct batch rb = {nr[q], tok + r0[q], pos + r0[q], blocks + r0[q], 1, last};
+            memcpy(x, xin + (size_t)r0[q] * dim, sizeof(float) * nr[q] * dim);
+            CHECK(engine_layers(A, &rb, k[q], L, x) == 0);
+            CHECK(engine_head(A, &rb, x, sep + (size_t)q * V) == 0);
+        }
+        /* fused: the same rows in one pass, joining on the way */
+        int ftok[MAXR], fpos[MAXR], m = 0;
+        const int *fbl[MAXR];
+        for (int o = 0; o < NS; o++) {
+            int q = order[o];
+            for (int i = 0; i < nr[q]; i++, m++) {
+                ftok[m] = tok[r0[q] + i], fpos[m] = pos[r0[q] + i], fbl[m] = tb[q];
+                if (!own[q])
+                    memcpy(x + (size_t)m * dim, xin + (size_t)(r0[q] + i) * dim,
+                           sizeof(float) * dim);
+            }
+            lrow[o] = m - 1;
+        }
+        struct batch fo = {n_own, ftok, fpos, fbl, 2, lrow};
+        CHECK(engine_embed(B, &fo, x) == 0);
+        int in = n_own, at = 2;
+        for (int l = 0; l < L; l++) {
+            for (; at < NS && join_at[order[at]] == l; at++) {
+                int q = order[at];
+                struct batch late = {nr[q], ftok + in, fpos + in, fbl + in, 0, NULL};
+                if (k[q] < l) CHECK(engine_layers(B, &late, k[q], l, x + (size_t)in * dim) == 0);
+                in += nr[q];
+            }
+            struct batch now = {in, ftok, fpos, fbl, 0, NULL};
+            CHECK(engine_layers(B, &now, l, l + 1, x) == 0);
+        }
+        CHECK(in == m);
+        struct batch fb = {m, ftok, fpos, fbl, NS, lrow};
+        CHECK(engine_head(B, &fb, x, fused) == 0);
+        for (int o = 0; o < NS; o++) {
+            int q = order[o];
+            CHECKF(!memcmp(fused + (size_t)o * V, sep + (size_t)q * V, sizeof(float) * V),
+                   "%s step %d: sequence %d (%s, from layer %d): fused logits differ",
+                   ggml_type_name(type), step, q, own[q] ? "own" : "remote", k[q]);
+            next[q] = sampler_argmax(sep + (size_t)q * V, V);
+        }
+    }
+    /* the KV the helper keeps: every layer of its own sequences, [k, L) of the remote ones */
+    size_t row = (size_t)A->kv.kv_dim * A->kv.elt;
+    uint8_t *ka = malloc(row * 8), *va = malloc(row * 8), *kb = malloc(row * 8),
+            *vb = malloc(row * 8);
+    for (int q = 0; q < NS; q++)
+        for (int l = k[q]; l < L; l++) {
+            kv_rows_read(&A->kv, l, ta[q], 0, n0[q] + 1, ka, va);
+            kv_rows_read(&B->kv, l, tb[q], 0, n0[q] + 1, kb, vb);
+            CHECKF(!memcmp(ka, kb, row * (n0[q] + 1)) && !memcmp(va, vb, row * (n0[q] + 1)),
+                   "%s: sequence %d layer %d: fused KV differs", ggml_type_name(type), q, l);
+        }
+    free(ka), free(va), free(kb), free(vb);
+    free(xin), free(x), free(sep), free(fused);
+    close_model(lj), close_model(la), close_model(lb);
+    remove(path);
+}
+
+TEST(fused_step_equals_separate_steps)
+{
+    fused_vs_separate(GGML_F32);
+    fused_vs_separate(GGML_Q8_0);
+    fused_vs_separate(GGML_Q4_0);
+}
+
 /* Cooperative execution's KV handover (cluster/coop.h): node B holds layers [0, k) of a sequence
  * computed on node A too; the rows of layers [k, L) read out of A's blocks (kv_rows_read) and
  * written into B's (kv_rows_write, other block ids) make B's next token exactly A's. */
@@ -564,6 +690,7 @@ int main(void)
     RUN(prefill_matches_reference_q4_0);
     RUN(batched_decode_equals_one_by_one);
     RUN(layer_range_split_equals_full);
+    RUN(fused_step_equals_separate_steps);
     RUN(kv_rows_hand_over_exactly);
     RUN(sampler_seeded_and_filters);
     RUN(sampler_argmax_first_index);

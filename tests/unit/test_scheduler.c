@@ -438,6 +438,60 @@ TEST(step_running_for_is_the_current_step_only)
     rig_close(&g);
 }
 
+/* A helper's hooks (sched_coop.serve and .forward, cluster/coop.h): each iteration holds remote
+ * activations back (serve with hold 1), a step of its own goes through forward (which fuses them;
+ * 1 = nothing to fuse falls back to ops.forward), and an iteration without one runs what is held
+ * apart (serve with hold 0). The output is the fake model's alone either way. */
+static char hook_log[4096];
+static int hook_calls;
+static int log_serve(void *ctx, int hold)
+{
+    (void)ctx;
+    strcat(hook_log, hold ? "h" : "s");
+    return 0;
+}
+static int log_forward(void *ctx, const struct batch *b, float *logits, char *err)
+{
+    strcat(hook_log, "F");
+    if (++hook_calls % 2) return 1; /* nothing to fuse: the scheduler's own forward */
+    return fake_forward(ctx, b, logits, err);
+}
+
+TEST(helper_holds_remote_steps_for_its_own)
+{
+    struct rig g;
+    struct sched_config cfg = {.max_seqs = 2, .max_step_tokens = 16, .ctx = 64};
+    rig_open(&g, 16, 16, cfg);
+    char err[ERRMSG_LEN];
+    sched_free(g.s);
+    struct sched_ops ops = {
+        .ctx = &g.fm,
+        .vocab_size = FAKE_VOCAB,
+        .eos_id = FAKE_EOS,
+        .bos_id = -1,
+        .forward = fake_forward,
+        .decode = fake_decode,
+        .coop = {.ctx = &g.fm, .n_layers = 1, .serve = log_serve, .forward = log_forward}};
+    g.s = sched_new(&cfg, &ops, &g.kv, &g.m, err);
+    CHECKF(g.s, "%s", err);
+    sched_iterate(g.s); /* idle: what is held runs apart */
+    CHECK_STR(hook_log, "hs");
+    hook_log[0] = 0;
+    struct sreq *r = make_req(3, 5, 6);
+    CHECK(sched_submit(g.s, r, err) == 0);
+    CHECK(run_until_done(&g, &r, 1, 100) >= 0);
+    check_matches_oracle(r, cfg.ctx);
+    /* every step: hold, then the fused forward; never the apart run while steps go on */
+    for (int i = 0, n = sreq_n_generated(r); i < n; i++)
+        CHECKF(!strncmp(hook_log + 2 * i, "hF", 2), "iteration %d: %.2s (log %s)", i,
+               hook_log + 2 * i, hook_log);
+    hook_log[0] = 0;
+    sched_iterate(g.s);
+    CHECK_STR(hook_log, "hs");
+    sreq_put(r);
+    rig_close(&g);
+}
+
 int main(void)
 {
     RUN(batched_equals_alone);
@@ -453,5 +507,6 @@ int main(void)
     RUN(prompt_too_large_for_pool_is_refused);
     RUN(sequence_longer_than_pool_ends_with_length);
     RUN(step_running_for_is_the_current_step_only);
+    RUN(helper_holds_remote_steps_for_its_own);
     CHECK_DONE();
 }

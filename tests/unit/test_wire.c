@@ -505,38 +505,60 @@ static void reseal(uint8_t *buf, size_t len)
 TEST(coop_kv_request_and_chunks)
 {
     static uint8_t buf[WIRE_MAX_MSG + 8];
+    uint32_t seqs[3] = {7, 12, 0x01020304}, ns[3] = {483, 1, 60}, dseq[4], dn[4];
     struct wire_coop_kv_req q = {.req = 0x0102030405060708ull,
-                                 .seq = 7,
                                  .layer0 = 2,
                                  .layer1 = 5,
-                                 .n = 483,
-                                 .dtype = WIRE_F16},
+                                 .dtype = WIRE_F16,
+                                 .count = 3,
+                                 .seq = seqs,
+                                 .n = ns},
                             qd;
     size_t len = wire_coop_kv_req_encode(buf, sizeof buf, &q);
-    CHECK(len == WIRE_COOP_KV_REQ_LEN);
-    CHECK(buf[0] == MSG_COOP_KV_REQ && buf[1] == 0x08 && buf[8] == 0x01 && buf[9] == 7 &&
-          buf[13] == 2 && buf[17] == 5 && buf[21] == 0xe3 && buf[22] == 0x01 && buf[25] == 1);
-    CHECK(wire_coop_kv_req_decode(&qd, buf, len, err) == 0);
-    CHECK(qd.req == q.req && qd.seq == 7 && qd.layer0 == 2 && qd.layer1 == 5 && qd.n == 483 &&
-          qd.dtype == WIRE_F16);
-    CHECK_STRICT(wire_coop_kv_req_decode(&qd, buf, L, err));
+    CHECK(len == wire_coop_kv_req_size(3) && len == WIRE_COOP_KV_REQ_HDR_LEN + 3 * 8 + 4);
+    /* type, req (LE), layer0, layer1, dtype, count, then (seq, n) pairs */
+    CHECK(buf[0] == MSG_COOP_KV_REQ && buf[1] == 0x08 && buf[8] == 0x01 && buf[9] == 2 &&
+          buf[13] == 5 && buf[17] == WIRE_F16 && buf[18] == 3 && buf[22] == 7 && buf[26] == 0xe3 &&
+          buf[27] == 0x01 && buf[30] == 12 && buf[34] == 1 && buf[38] == 0x04 && buf[41] == 0x01 &&
+          buf[42] == 60);
+    CHECK(wire_coop_kv_req_decode(&qd, buf, len, dseq, dn, 4, err) == 0);
+    CHECK(qd.req == q.req && qd.layer0 == 2 && qd.layer1 == 5 && qd.dtype == WIRE_F16 &&
+          qd.count == 3 && qd.seq == dseq && qd.n == dn);
+    for (int i = 0; i < 3; i++) CHECK(dseq[i] == seqs[i] && dn[i] == ns[i]);
+    CHECK_STRICT(wire_coop_kv_req_decode(&qd, buf, L, dseq, dn, 4, err));
     for (size_t i = 0; i < len; i++) {
         buf[i] ^= 0x04;
-        CHECKF(wire_coop_kv_req_decode(&qd, buf, len, err) == -1, "byte %zu flipped was accepted",
-               i);
+        CHECKF(wire_coop_kv_req_decode(&qd, buf, len, dseq, dn, 4, err) == -1,
+               "byte %zu flipped was accepted", i);
         buf[i] ^= 0x04;
     }
-    /* empty layer range, no positions, a type the KV cache never has: refused even when sealed */
+    /* more sequences than the receiver has room for: refused before any is written */
+    dseq[0] = 99;
+    CHECK(wire_coop_kv_req_decode(&qd, buf, len, dseq, dn, 2, err) == -1 &&
+          strstr(err, "3 sequences, room for 2") && dseq[0] == 99);
+    /* a count that does not match the length (sealed again): refused */
+    buf[18] = 2;
+    reseal(buf, len);
+    CHECK(wire_coop_kv_req_decode(&qd, buf, len, dseq, dn, 4, err) == -1 && strstr(err, "bytes"));
+    /* empty layer range, a sequence without positions, a type the KV cache never has, no
+     * sequences, too many: refused even when sealed (or not encoded at all) */
     struct wire_coop_kv_req bad = q;
     bad.layer1 = 2;
     len = wire_coop_kv_req_encode(buf, sizeof buf, &bad);
-    CHECK(wire_coop_kv_req_decode(&qd, buf, len, err) == -1 && strstr(err, "empty"));
-    bad = q, bad.n = 0;
+    CHECK(wire_coop_kv_req_decode(&qd, buf, len, dseq, dn, 4, err) == -1 && strstr(err, "empty"));
+    uint32_t ns0[3] = {5, 0, 5};
+    bad = q, bad.n = ns0;
     len = wire_coop_kv_req_encode(buf, sizeof buf, &bad);
-    CHECK(wire_coop_kv_req_decode(&qd, buf, len, err) == -1);
+    CHECK(wire_coop_kv_req_decode(&qd, buf, len, dseq, dn, 4, err) == -1 &&
+          strstr(err, "sequence 12: no positions"));
     bad = q, bad.dtype = WIRE_BF16;
     len = wire_coop_kv_req_encode(buf, sizeof buf, &bad);
-    CHECK(wire_coop_kv_req_decode(&qd, buf, len, err) == -1);
+    CHECK(wire_coop_kv_req_decode(&qd, buf, len, dseq, dn, 4, err) == -1);
+    bad = q, bad.count = 0;
+    CHECK(wire_coop_kv_req_encode(buf, sizeof buf, &bad) == 0);
+    bad = q, bad.count = WIRE_COOP_KV_MAX_SEQS + 1;
+    CHECK(wire_coop_kv_req_encode(buf, sizeof buf, &bad) == 0);
+    CHECK(wire_coop_kv_req_encode(buf, 20, &q) == 0); /* no room */
 
     /* A chunk: 2 rows of kv_dim 3, f16 (bits as stored) then f32. */
     const uint16_t kh[6] = {0x3C00, 0xC000, 0x7BFF, 1, 2, 3}, vh[6] = {9, 8, 7, 6, 5, 0x8001};

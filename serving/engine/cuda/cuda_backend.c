@@ -950,6 +950,9 @@ static int be_span_ready(struct engine *e, int span)
 
 const struct engine_backend cuda_backend = {
     .name = "cuda",
+    /* 0: a matrix product takes the GEMV or the tensor-core GEMM path by the batch's row count
+     * (cuda_use_gemm), and the two round differently */
+    .batch_invariant = 0,
     .kv_on_device = 1,
     .embed = be_embed,
     .layers = be_layers,
