@@ -42,7 +42,9 @@ struct report {
 };
 
 /* The leader's memory of a node that refused (or failed) a scale-out of a model: no new copy or
- * joiner of that model goes there until `until` (monotonic; --scaleout-timeout-ms later). */
+ * joiner of that model goes there until `until` (monotonic; twice --cluster-dead-ms later: long
+ * enough for its reports to correct a stale view, short enough that a transient refusal, a
+ * switch asked while the old model is still leaving the engine, is asked again). */
 struct refuser {
     uint64_t node, until;
     char model[CL_STR_LEN + 1];
@@ -988,7 +990,7 @@ static void refuser_add(struct control *c, uint64_t node, const char *model, uin
     if (!r && c->n_refusers < CTL_MAX_REFUSERS) r = &c->refuser[c->n_refusers++];
     if (!r) r = &c->refuser[0];
     r->node = node;
-    r->until = now + (uint64_t)c->cfg.scaleout_timeout_ms;
+    r->until = now + 2 * (uint64_t)c->cfg.dead_ms;
     snprintf(r->model, sizeof r->model, "%s", model);
 }
 

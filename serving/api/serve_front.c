@@ -718,7 +718,7 @@ static void handle_completion(struct front *f, struct http_conn *c, const struct
         send_error(f, c, &e);
         return;
     }
-    char addr[RELAY_ADDR_LEN];
+    char addr[RELAY_ADDR_LEN] = "";
     uint64_t node = 0;
     if (!m || !s) {
         /* Nothing here to serve it with: another node, or held until there is one. */
@@ -759,7 +759,8 @@ static void handle_completion(struct front *f, struct http_conn *c, const struct
                       max_tokens);
         goto fail;
     }
-    if (route && front_route(f, cr.model, n, addr, sizeof addr, &node) == RELAY_ROUTE_REMOTE) {
+    int rt = route ? front_route(f, cr.model, n, addr, sizeof addr, &node) : RELAY_ROUTE_LOCAL;
+    if (rt == RELAY_ROUTE_REMOTE) {
         free(ids);
         forward(f, c, req, body, len, chat, cr.model, n, addr, node);
         completion_request_free(&cr);
@@ -809,6 +810,17 @@ static void handle_completion(struct front *f, struct http_conn *c, const struct
         free(fr);
         sreq_put(r);
         goto fail;
+    }
+    if (route && !strcmp(addr, "none")) {
+        /* No replica anywhere: served here from the host copy, and demand that waits for one
+         * (the planner counts it as held and brings the model back: a cold start). */
+        fr->no_replica = 1;
+        fr->no_replica_tokens = n;
+        atomic_fetch_add(&f->m->no_replica, 1);
+        atomic_fetch_add(&f->m->no_replica_tokens, n);
+        pthread_mutex_lock(&f->mu);
+        snprintf(f->held_model, sizeof f->held_model, "%s", m->name);
+        pthread_mutex_unlock(&f->mu);
     }
     completion_request_free(&cr);
     http_conn_set_user(c, fr);
