@@ -121,10 +121,10 @@ struct cl_load {
     float ttft_pred_ms; /* predicted TTFT of a request arriving now (step model) */
     float tok_s;        /* measured decode tokens/s */
     float step_a, step_b, step_c, step_corr; /* the scheduler's step model (seconds) */
-    /* Requests this node holds for lack of a replica (relays waiting for the route to name a
-     * node: it cannot serve them itself), their prompt tokens, and their model: the demand the
-     * planner counts as held (a cold start). Not the requests it answers itself. They travel in
-     * the node's own MSGC_LOAD only (the leader plans; MSGC_LOADS, for routing, leave them out). */
+    /* Requests this node took while its route found no replica (relays holding them, or served
+     * here from a host copy out of the engine), their prompt tokens, and their model: the demand
+     * the planner counts as held (a cold start). Nothing else it runs. They travel in the node's
+     * own MSGC_LOAD only (the leader plans; MSGC_LOADS, for routing, leave them out). */
     int32_t held;
     int64_t held_tokens;
     char held_model[CL_STR_LEN + 1]; /* "" : none held */

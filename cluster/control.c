@@ -1174,10 +1174,9 @@ static void build_view(struct control *c, struct view_buf *vb, uint64_t now_mono
         pn->load.running_seqs = ld->running;
         pn->load.kv_used = ld->kv_used;
         pn->load.idle_since_ms = ld->idle_ms >= 0 ? v->now_ms - ld->idle_ms : -1;
-        /* Requests the node holds for lack of a replica wait for one: the planner counts them
-         * as held (a cold start if there is none). Not its queue: a node answering a request
-         * itself (a host copy out of the engine, when the route found no replica) waits for
-         * nothing. */
+        /* Requests the node took while its route found no replica wait for one: the planner
+         * counts them as held (a cold start). Not the rest of its queue: what a host copy runs
+         * because it was sent there (routed while it was a replica) waits for nothing. */
         if (ld->held > 0) {
             int hm = cl_state_model(s, ld->held_model);
             if (hm < 0 && s->n_models == 1) hm = 0; /* "the model" of a one-model cluster */

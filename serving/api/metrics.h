@@ -38,8 +38,8 @@ struct serve_metrics {
     atomic_ullong slo_met, slo_missed, preemptions, steps, step_tokens;
     struct histogram ttft, tpot, e2e, queue, step;
     atomic_int running, waiting, kv_blocks_used, kv_blocks_total, connections;
-    /* requests held in a relay for lack of a replica (the route said "none" and this node cannot
-     * serve the model), and their prompt tokens (the front; cluster/control.h) */
+    /* requests taken while the route found no replica (held in a relay, or served here from a
+     * host copy), in flight, and their prompt tokens (the front; cluster/control.h) */
     atomic_int no_replica;
     atomic_llong no_replica_tokens;
     /* cooperative execution (cluster/coop.h); all zero on a node that serves alone */

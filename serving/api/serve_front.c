@@ -37,8 +37,8 @@ struct front_req {
     long long created;
     int chat, stream, include_usage, first_sent;
     int began; /* stream headers sent (at the first token, so a rejection can still be a 503) */
-    int no_replica;         /* held in its relay for lack of a replica (counted) */
-    long no_replica_tokens; /* its prompt tokens, counted while held */
+    int no_replica;         /* taken while no replica existed (counted while it waits/runs) */
+    long no_replica_tokens; /* its prompt tokens */
     size_t sent;            /* bytes of r->text already sent (streaming) */
 };
 
