@@ -89,7 +89,7 @@ if until_true 60 "any(e['node'] == 3 for e in events('scale_done', 'a'))"; then
     elif [ "$T3" != "$REF" ]; then
         not_ok "refused: node 3's copy answers '$T3', not '$REF'"
     else
-        ok "refused: node 2 refused the copy of a ($ab); the leader abandoned it $lat ms after deciding it (about $(((lat + HB - 1) / HB)) heartbeat(s) of $HB ms; --scaleout-timeout-ms is 600000) and copied a onto node 3 instead (decisions $first), whose copy answers a's exact greedy text"
+        ok "refused: node 2 refused the copy of a ($ab); the leader abandoned it $lat ms after deciding it (about $(((lat + HB / 2) / HB)) heartbeat(s) of $HB ms; --scaleout-timeout-ms is 600000) and copied a onto node 3 instead (decisions $first), whose copy answers a's exact greedy text"
     fi
 else
     echo "not ok - cluster_refusals: refused: a's copy never completed elsewhere: $(why) $(cl_why n2)"
