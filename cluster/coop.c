@@ -1039,8 +1039,11 @@ static int hook_recv(void *ctx, int *tokens, uint64_t *rng, char *err)
     c->n_fl--;
     struct wire_coop_tokens t;
     if (wait_reply(c, f->helper, f->step, f->session, &t, err) ||
-        reply_check(c, f->helper, &t, f->want, f->seq, err))
+        reply_check(c, f->helper, &t, f->want, f->seq, err)) {
+        log_warn("coop", "pipelined step %llu (%d rows) failed with %d more in flight: %s",
+                 (unsigned long long)f->step, f->rows, c->n_fl, err);
         return -1;
+    }
     for (int i = 0; i < f->want; i++) {
         tokens[i] = (int)t.tok[i].token;
         rng[i] = t.tok[i].rng;

@@ -10,6 +10,8 @@
   cluster_checks.py diverge REF_URL URL
       the same, but reports how many of the tokens' text matched (f16/bf16 activations are lossy);
       exits 1 only if a request failed
+  cluster_checks.py prompt --long W --n N
+      prints the first of those long prompts as a JSON string
   cluster_checks.py stream URL OUT
       one streamed greedy request; every SSE data line appended to OUT as it arrives
   cluster_checks.py check_failed_stream OUT REF_URL
@@ -134,6 +136,9 @@ def main():
                     print(f"{urls[u]} request {i} differs:\n  want {w!r}\n  got  {g!r}", file=sys.stderr)
                     return 1
         print(f"{len(urls)} x {len(want)} concurrent requests, {len(urls) * sum(len(w) for w in want)} bytes identical")
+        return 0
+    if cmd == "prompt":  # the --long/--n prompts' first, as JSON
+        print(json.dumps(prompts(opts(sys.argv[2:]))[0]))
         return 0
     if cmd == "stream":
         body = {"prompt": PROMPTS[0], "max_tokens": 200, "temperature": 0, "ignore_eos": True,
