@@ -125,6 +125,10 @@ struct coop {
     /* the cost model (compute thread): measured KV transfer rate (bytes/s) and recompute time per
      * layer x position (s); before the first recompute, the local layers' time per row and layer */
     double link_bps, lp_s, lp_prior_s;
+    /* while partial (logged when every layer is here): seconds in our layers and waiting for
+     * answers, steps sent and of those sent with another in flight */
+    double t_local, t_wait;
+    unsigned long long n_sent, n_piped;
     int logged_k0, logged_k1;
 
     /* helper */
@@ -786,6 +790,11 @@ static int hook_resident(void *ctx, unsigned long long steps)
     }
     /* no layer runs here before the embedding does (the puller's k counts blocks with it) */
     int k = atomic_load(&c->emb_now) ? atomic_load(&c->target) : 0;
+    if (k != atomic_load(&c->k_now) && c->n_sent)
+        log_info("coop",
+                 "k %d -> %d; so far %llu steps sent (%llu with another in flight), %.3f s in our "
+                 "layers, %.3f s waiting for the helper's answers",
+                 atomic_load(&c->k_now), k, c->n_sent, c->n_piped, c->t_local, c->t_wait);
     atomic_store(&c->k_now, k);
     if (c->m) atomic_store(&c->m->coop_k, k);
     return k;
@@ -800,6 +809,8 @@ static int hook_ready(void *ctx)
     return open;
 }
 
+static int wait_reply_(struct coop *c, const char *helper, uint64_t step, unsigned session,
+                       const struct timespec *until, struct wire_coop_tokens *t, char *err);
 /* Wait for the reply to step `step`; the helper leaving or the timeout fail it. A reply to an
  * earlier step (one that failed here before its answer came) is dropped. */
 static int wait_reply(struct coop *c, int helper_peer, uint64_t step, unsigned session,
@@ -811,6 +822,16 @@ static int wait_reply(struct coop *c, int helper_peer, uint64_t step, unsigned s
     until.tv_nsec += (long)(c->cfg.timeout_ms % 1000) * 1000000L;
     if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
     const char *helper = fabric_node_peer_name(c->cfg.fabric, helper_peer);
+    double tw = clock_now();
+    int rc = wait_reply_(c, helper, step, session, &until, t, err);
+    c->t_wait += clock_now() - tw;
+    return rc;
+}
+
+static int wait_reply_(struct coop *c, const char *helper, uint64_t step, unsigned session,
+                       const struct timespec *until_p, struct wire_coop_tokens *t, char *err)
+{
+    struct timespec until = *until_p;
     pthread_mutex_lock(&c->mu);
     for (;;) {
         if (c->session != session) {
@@ -886,6 +907,7 @@ static int step_prepare(struct coop *c, const struct batch *b, int k, const unsi
      * embedding, none: the rows go as token ids (WIRE_TOKENS) and the helper embeds them. */
     int emb = atomic_load(&c->emb_now);
     if (!emb && k != 0) return errmsg_set(err, "coop: %d local layers without the embedding", k);
+    double tl = clock_now();
     if (emb && engine_embed(c->e, b, c->x))
         return errmsg_set(err, "the embedding failed: %s", engine_error(c->e));
     double t0 = clock_now();
@@ -895,6 +917,7 @@ static int step_prepare(struct coop *c, const struct batch *b, int k, const unsi
         double per = (clock_now() - t0) / ((double)b->n * k);
         if (c->lp_prior_s <= 0 || per < c->lp_prior_s) c->lp_prior_s = per;
     }
+    c->t_local += clock_now() - tl;
     for (int i = 0; i < b->n; i++) {
         struct jseq *j = js_find(c, seq[i]);
         if (emb)
@@ -943,6 +966,7 @@ static int step_send_rows(struct coop *c, const struct batch *b, int k, const un
     if (fabric_node_send(c->cfg.fabric, hp, c->out, len, err))
         return errmsg_prefix(err, "helper %s: ", fabric_node_peer_name(c->cfg.fabric, hp));
     *step_out = step;
+    c->n_sent++;
     return 0;
 }
 
@@ -1023,8 +1047,10 @@ static int hook_send(void *ctx, const struct batch *b, int k, const unsigned *se
         return -1;
     f->rows = b->n;
     for (int i = 0; i < f->want; i++) f->seq[i] = seq[b->logit_rows[i]];
-    if (c->n_fl++ && c->m)
-        atomic_fetch_add_explicit(&c->m->coop_pipelined_steps, 1, memory_order_relaxed);
+    if (c->n_fl++) {
+        c->n_piped++;
+        if (c->m) atomic_fetch_add_explicit(&c->m->coop_pipelined_steps, 1, memory_order_relaxed);
+    }
     return 0;
 }
 
@@ -1563,6 +1589,10 @@ static void hook_all_local(void *ctx)
         log_warn("coop", "could not tell the helper to drop %u sequences", n);
     else if (n)
         log_info("coop", "all layers local: the helper drops %u sequences", n);
+    log_info("coop",
+             "while partial: %llu steps sent (%llu with another in flight), %.3f s in our layers, "
+             "%.3f s waiting for the helper's answers",
+             c->n_sent, c->n_piped, c->t_local, c->t_wait);
     free(ids);
     while (c->n_js) js_drop(c, &c->js[c->n_js - 1]);
 }
