@@ -708,11 +708,12 @@ static void plan_running(struct scheduler *s, double now, int *budget)
                 plan_add(s, q, n, budget);
                 continue;
             }
-            if (q->in_flight) { /* decided once its rows in flight are back */
-                i = index_of(s->running, s->n_running, q);
+            int j = index_of(s->running, s->n_running, q);
+            if (j >= 0 && (q->in_flight || s->fl[s->cur].active)) {
+                /* sequences in flight cannot give way: decided once the step is back */
+                i = j;
                 continue;
             }
-            int j = index_of(s->running, s->n_running, q);
             if (j >= 0) {
                 remove_at(s->running, &s->n_running, j);
                 retire(s, q, q->n_gen ? FINISH_LENGTH : FINISH_ERROR,
@@ -1087,6 +1088,8 @@ static int run_step(struct scheduler *s)
                 if (!s->n_running) drop_pads(s);
                 return 1;
             }
+        }
+        if (s->fl[s->cur].active) {
             /* it runs alone: the step in flight first (which may retire sequences of this
              * plan: then plan again) */
             unsigned long retired = s->n_retired;
