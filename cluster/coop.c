@@ -325,10 +325,10 @@ struct coop *coop_new(const struct coop_config *cfg, char *err)
     int fuse_ok = !c->cfg.serve_remote || !c->cfg.fuse ||
                   (c->fx && c->flogits && c->f_tok && c->f_pos && c->f_rows && c->f_blocks &&
                    c->f_hs && c->f_flags);
-    if (!c->x || !c->out || !c->hx || !c->logits || !c->a_seq || !c->a_pos ||
-        !c->a_tok || !c->a_flags || !c->b_pos || !c->b_tok || !c->b_rows || !c->b_blocks ||
-        !c->toks || !c->kv_k || !c->kv_v || !c->v_seq || !c->v_pos || !c->v_tok || !c->v_flags ||
-        !c->v_x || !fuse_ok || !c->kq_seq || !c->kq_n || !c->vq_seq || !c->vq_n) {
+    if (!c->x || !c->out || !c->hx || !c->logits || !c->a_seq || !c->a_pos || !c->a_tok ||
+        !c->a_flags || !c->b_pos || !c->b_tok || !c->b_rows || !c->b_blocks || !c->toks ||
+        !c->kv_k || !c->kv_v || !c->v_seq || !c->v_pos || !c->v_tok || !c->v_flags || !c->v_x ||
+        !fuse_ok || !c->kq_seq || !c->kq_n || !c->vq_seq || !c->vq_n) {
         errmsg_set(err, "coop: out of memory for the step buffers");
         coop_free(c);
         return NULL;

@@ -153,26 +153,27 @@ static int usage(void)
     struct serve_opts o;
     struct opt t[MAX_OPTS];
     opts_usage(stderr, "serve", t, serve_options(&o, t));
-    fprintf(stderr,
-            "  tests only: --test-step-delay-us sleeps in every step; --test-crash crashes\n"
-            "  once ready, --test-hang hangs the serve loop S seconds after ready\n"
-            "  (boot/cmdline.md); --resident-layers K, --resident-schedule STEP:K,...: a joiner\n"
-            "  that runs layers [0, K) itself and the rest on its first --peers node (STEP:e:\n"
-            "  the embedding arrives at STEP; until then the helper embeds token ids too);\n"
-            "  --coop-dtype: the activations it sends, f32 exact (docs/cluster.md);\n"
-            "  --coop-kv: how the KV of layers that become local arrives (auto: the faster by\n"
-            "  measured costs; compare: both, timed and checked, for benchmarks);\n"
-            "  --coop-fuse: a helper runs a joiner's steps inside its own (on, the default) or\n"
-            "  between them (off: the baseline);\n"
-            "  --coop-pipeline: a joiner computes its next step's layers while the helper runs the\n"
-            "  last one's (on, the default; off: one step at a time);\n"
-            "  --coop-kv-window: bytes of KV answers a helper sends between two of its steps\n"
-            "  (default 4 MiB: what a transfer may add to one of its steps);\n"
-            "  --test-kv-fault: a helper that answers KV requests wrongly (tests)\n"
-            "  without -m, with --peers: pull the model from the peers into the arena and serve\n"
-            "  with the first peer's help as soon as the header has verified and the peer is\n"
-            "  connected, the embedding here or not (--stop-the-world: only once every\n"
-            "  layer is here); --weight-rate paces the weights this node sends (docs/fabric.md)\n");
+    fprintf(
+        stderr,
+        "  tests only: --test-step-delay-us sleeps in every step; --test-crash crashes\n"
+        "  once ready, --test-hang hangs the serve loop S seconds after ready\n"
+        "  (boot/cmdline.md); --resident-layers K, --resident-schedule STEP:K,...: a joiner\n"
+        "  that runs layers [0, K) itself and the rest on its first --peers node (STEP:e:\n"
+        "  the embedding arrives at STEP; until then the helper embeds token ids too);\n"
+        "  --coop-dtype: the activations it sends, f32 exact (docs/cluster.md);\n"
+        "  --coop-kv: how the KV of layers that become local arrives (auto: the faster by\n"
+        "  measured costs; compare: both, timed and checked, for benchmarks);\n"
+        "  --coop-fuse: a helper runs a joiner's steps inside its own (on, the default) or\n"
+        "  between them (off: the baseline);\n"
+        "  --coop-pipeline: a joiner computes its next step's layers while the helper runs the\n"
+        "  last one's (on, the default; off: one step at a time);\n"
+        "  --coop-kv-window: bytes of KV answers a helper sends between two of its steps\n"
+        "  (default 4 MiB: what a transfer may add to one of its steps);\n"
+        "  --test-kv-fault: a helper that answers KV requests wrongly (tests)\n"
+        "  without -m, with --peers: pull the model from the peers into the arena and serve\n"
+        "  with the first peer's help as soon as the header has verified and the peer is\n"
+        "  connected, the embedding here or not (--stop-the-world: only once every\n"
+        "  layer is here); --weight-rate paces the weights this node sends (docs/fabric.md)\n");
     return 2;
 }
 

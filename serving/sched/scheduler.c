@@ -173,8 +173,8 @@ struct scheduler {
     int n_pads;
     struct flight fl[2]; /* coop pipelining: fl[cur] is in flight when active */
     int cur;
-    int *fl_tok;          /* max_seqs: a flight's tokens */
-    uint64_t *fl_rng;     /* and generator states */
+    int *fl_tok;             /* max_seqs: a flight's tokens */
+    uint64_t *fl_rng;        /* and generator states */
     unsigned long n_retired; /* sequences retired so far */
     char land_err[ERRMSG_LEN];
 
@@ -1101,8 +1101,7 @@ static int run_step(struct scheduler *s)
             }
         }
         if (rc == 1)
-            rc = co->step(co->ctx, &b, s->k, s->b_seq, s->b_smp, s->b_mask, s->b_out,
-                          s->step_err);
+            rc = co->step(co->ctx, &b, s->k, s->b_seq, s->b_smp, s->b_mask, s->b_out, s->step_err);
         if (rc) fail = s->step_err;
     } else {
         /* a helper fuses the remote steps that wait into this one (cluster/coop.h) */
