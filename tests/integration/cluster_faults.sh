@@ -196,10 +196,14 @@ for i in 0 1 2; do
 done
 for ((i = 0; i < 250; i++)); do [ "$(metric "$PJ_URL" strata_coop_remote_steps_total)" -ge 5 ] && break; sleep 0.02; done
 long=$($CHECKS prompt --long 110 --n 1)
+p0=$(metric "$PJ_URL" strata_prompt_tokens_total)
 curl -s -m 30 -o "$W/pipe3" -w '%{http_code}' "$PJ_URL/v1/completions" \
     -d "{\"prompt\":$long,\"max_tokens\":20,\"temperature\":0}" >"$W/pipe3_code" &
 PIDS+=($!)
-for ((i = 0; i < 250; i++)); do [ "$(metric "$PJ_URL" strata_coop_pipelined_steps_total)" -ge 3 ] && break; sleep 0.02; done
+# the long prompt admitted (its prefill under way), then two more steps pipelined
+for ((i = 0; i < 250; i++)); do [ "$(metric "$PJ_URL" strata_prompt_tokens_total)" -gt "$p0" ] && break; sleep 0.02; done
+p1=$(metric "$PJ_URL" strata_coop_pipelined_steps_total)
+for ((i = 0; i < 250; i++)); do [ "$(metric "$PJ_URL" strata_coop_pipelined_steps_total)" -ge $((p1 + 2)) ] && break; sleep 0.02; done
 piped=$(metric "$PJ_URL" strata_coop_pipelined_steps_total)
 kill -9 "$PH_PID"
 wait "${PIDS[@]}"
