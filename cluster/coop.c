@@ -39,6 +39,24 @@ struct jseq {
     int *tok; /* ctx: every computed position's token id */
 };
 
+/* Joiner: a reply from the helper, queued by the fabric thread (on_tokens). */
+struct reply {
+    struct reply *next;
+    size_t len;
+    uint8_t msg[];
+};
+
+/* Joiner: a pipelined step in flight (hook_send): its message's step id, the helper session and
+ * peer it went to, its rows, and the sequence of each logit row (to check the answer). */
+#define COOP_MAX_FLIGHTS 2
+struct flight {
+    uint64_t step;
+    unsigned session;
+    int helper;
+    int rows, want, token_rows;
+    unsigned *seq; /* max_seqs */
+};
+
 /* Helper: another node's sequence; its KV blocks come from our pool. */
 struct hseq {
     int peer;
@@ -89,11 +107,12 @@ struct coop {
     uint64_t step_id;
     float *x; /* max_tokens x dim */
     uint8_t *out;
-    pthread_mutex_t mu; /* reply slot and helper session */
+    pthread_mutex_t mu; /* replies and helper session */
     pthread_cond_t cv;
-    uint8_t *reply;
-    size_t reply_len;
-    int have_reply;
+    struct reply *r_head, *r_tail; /* MSG_COOP_TOKENS received, oldest first */
+    /* pipelined steps sent and not answered yet (hook_send / hook_recv), oldest first */
+    struct flight fl[COOP_MAX_FLIGHTS];
+    int fl_first, n_fl;
     unsigned session; /* bumped when the helper connection closes */
     int helper_open;
     atomic_int helper; /* the helper's fabric peer: cfg.helper_peer, or an alternative */
@@ -106,6 +125,10 @@ struct coop {
     /* the cost model (compute thread): measured KV transfer rate (bytes/s) and recompute time per
      * layer x position (s); before the first recompute, the local layers' time per row and layer */
     double link_bps, lp_s, lp_prior_s;
+    /* while partial (logged when every layer is here): seconds in our layers and waiting for
+     * answers, steps sent and of those sent with another in flight */
+    double t_local, t_wait;
+    unsigned long long n_sent, n_piped;
     int logged_k0, logged_k1;
 
     /* helper */
@@ -138,6 +161,17 @@ struct coop {
 };
 
 static void kv_jobs_drop(struct coop *c, int peer); /* -1: all */
+
+/* Replies not taken (at the end, or a helper's that is gone). */
+static void replies_drop(struct coop *c)
+{
+    while (c->r_head) {
+        struct reply *r = c->r_head;
+        c->r_head = r->next;
+        free(r);
+    }
+    c->r_tail = NULL;
+}
 
 /* ---------------------------------------------------------------- set-up */
 
@@ -248,7 +282,14 @@ struct coop *coop_new(const struct coop_config *cfg, char *err)
     c->hx_rows = rows;
     c->x = malloc((size_t)T * c->dim * sizeof *c->x);
     c->out = malloc(WIRE_MAX_MSG);
-    c->reply = malloc(WIRE_MAX_MSG);
+    for (int i = 0; i < COOP_MAX_FLIGHTS; i++) {
+        c->fl[i].seq = malloc((size_t)S * sizeof *c->fl[i].seq);
+        if (!c->fl[i].seq) {
+            errmsg_set(err, "coop: out of memory for the step buffers");
+            coop_free(c);
+            return NULL;
+        }
+    }
     c->hx = malloc((size_t)rows * c->dim * sizeof *c->hx);
     c->logits = malloc((size_t)S * c->vocab * sizeof *c->logits);
     c->a_seq = malloc(WIRE_MAX_ACT_TOKENS * sizeof *c->a_seq); /* also a CLOSE's ids */
@@ -284,10 +325,10 @@ struct coop *coop_new(const struct coop_config *cfg, char *err)
     int fuse_ok = !c->cfg.serve_remote || !c->cfg.fuse ||
                   (c->fx && c->flogits && c->f_tok && c->f_pos && c->f_rows && c->f_blocks &&
                    c->f_hs && c->f_flags);
-    if (!c->x || !c->out || !c->reply || !c->hx || !c->logits || !c->a_seq || !c->a_pos ||
-        !c->a_tok || !c->a_flags || !c->b_pos || !c->b_tok || !c->b_rows || !c->b_blocks ||
-        !c->toks || !c->kv_k || !c->kv_v || !c->v_seq || !c->v_pos || !c->v_tok || !c->v_flags ||
-        !c->v_x || !fuse_ok || !c->kq_seq || !c->kq_n || !c->vq_seq || !c->vq_n) {
+    if (!c->x || !c->out || !c->hx || !c->logits || !c->a_seq || !c->a_pos || !c->a_tok ||
+        !c->a_flags || !c->b_pos || !c->b_tok || !c->b_rows || !c->b_blocks || !c->toks ||
+        !c->kv_k || !c->kv_v || !c->v_seq || !c->v_pos || !c->v_tok || !c->v_flags || !c->v_x ||
+        !fuse_ok || !c->kq_seq || !c->kq_n || !c->vq_seq || !c->vq_n) {
         errmsg_set(err, "coop: out of memory for the step buffers");
         coop_free(c);
         return NULL;
@@ -333,7 +374,9 @@ void coop_free(struct coop *c)
     for (int i = 0; i < FABRIC_MAX_NODE_PEERS; i++) free(c->ps[i].open);
     free(c->fx), free(c->flogits), free(c->f_tok), free(c->f_pos);
     free(c->f_rows), free(c->f_blocks), free(c->f_hs), free(c->f_flags);
-    free(c->x), free(c->out), free(c->reply), free(c->hx), free(c->logits);
+    free(c->x), free(c->out), free(c->hx), free(c->logits);
+    for (int i = 0; i < COOP_MAX_FLIGHTS; i++) free(c->fl[i].seq);
+    replies_drop(c);
     free(c->a_seq), free(c->a_pos), free(c->a_tok), free(c->a_flags);
     free(c->b_pos), free(c->b_tok), free(c->b_rows), free(c->b_blocks), free(c->toks);
     free(c->v_seq), free(c->v_pos), free(c->v_tok), free(c->v_flags), free(c->v_x);
@@ -591,10 +634,17 @@ static int on_tokens(void *ctx, struct fabric_node *fn, int peer, const uint8_t 
                  fabric_node_peer_name(fn, peer));
         return -1;
     }
+    struct reply *r = malloc(sizeof *r + len);
+    if (!r) return log_error("coop", "out of memory for a %zu-byte reply", len), -1;
+    r->next = NULL;
+    r->len = len;
+    memcpy(r->msg, msg, len);
     pthread_mutex_lock(&c->mu);
-    memcpy(c->reply, msg, len);
-    c->reply_len = len;
-    c->have_reply = 1;
+    if (c->r_tail)
+        c->r_tail->next = r;
+    else
+        c->r_head = r;
+    c->r_tail = r;
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
     return 0;
@@ -740,6 +790,11 @@ static int hook_resident(void *ctx, unsigned long long steps)
     }
     /* no layer runs here before the embedding does (the puller's k counts blocks with it) */
     int k = atomic_load(&c->emb_now) ? atomic_load(&c->target) : 0;
+    if (k != atomic_load(&c->k_now) && c->n_sent)
+        log_info("coop",
+                 "k %d -> %d; so far %llu steps sent (%llu with another in flight), %.3f s in our "
+                 "layers, %.3f s waiting for the helper's answers",
+                 atomic_load(&c->k_now), k, c->n_sent, c->n_piped, c->t_local, c->t_wait);
     atomic_store(&c->k_now, k);
     if (c->m) atomic_store(&c->m->coop_k, k);
     return k;
@@ -754,7 +809,10 @@ static int hook_ready(void *ctx)
     return open;
 }
 
-/* Wait for the reply to step `step`; the helper leaving or the timeout fail it. */
+static int wait_reply_(struct coop *c, const char *helper, uint64_t step, unsigned session,
+                       const struct timespec *until, struct wire_coop_tokens *t, char *err);
+/* Wait for the reply to step `step`; the helper leaving or the timeout fail it. A reply to an
+ * earlier step (one that failed here before its answer came) is dropped. */
 static int wait_reply(struct coop *c, int helper_peer, uint64_t step, unsigned session,
                       struct wire_coop_tokens *t, char *err)
 {
@@ -764,6 +822,16 @@ static int wait_reply(struct coop *c, int helper_peer, uint64_t step, unsigned s
     until.tv_nsec += (long)(c->cfg.timeout_ms % 1000) * 1000000L;
     if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
     const char *helper = fabric_node_peer_name(c->cfg.fabric, helper_peer);
+    double tw = clock_now();
+    int rc = wait_reply_(c, helper, step, session, &until, t, err);
+    c->t_wait += clock_now() - tw;
+    return rc;
+}
+
+static int wait_reply_(struct coop *c, const char *helper, uint64_t step, unsigned session,
+                       const struct timespec *until_p, struct wire_coop_tokens *t, char *err)
+{
+    struct timespec until = *until_p;
     pthread_mutex_lock(&c->mu);
     for (;;) {
         if (c->session != session) {
@@ -771,19 +839,21 @@ static int wait_reply(struct coop *c, int helper_peer, uint64_t step, unsigned s
                        (unsigned long long)step, c->helper_why);
             break;
         }
-        if (c->have_reply) {
-            c->have_reply = 0;
-            if (wire_coop_tokens_decode(t, c->reply, c->reply_len, c->toks, WIRE_MAX_ACT_TOKENS,
-                                        err)) {
-                errmsg_prefix(err, "helper %s: ", helper);
-                break;
-            }
-            if (t->step != step) {
-                errmsg_set(err, "helper %s answered step %llu, we wait for %llu", helper,
-                           (unsigned long long)t->step, (unsigned long long)step);
-                break;
-            }
+        struct reply *r = c->r_head;
+        if (r) {
+            c->r_head = r->next;
+            if (!c->r_head) c->r_tail = NULL;
             pthread_mutex_unlock(&c->mu);
+            int bad = wire_coop_tokens_decode(t, r->msg, r->len, c->toks, WIRE_MAX_ACT_TOKENS, err);
+            free(r);
+            if (bad) return errmsg_prefix(err, "helper %s: ", helper);
+            if (t->step && t->step < step) { /* stale */
+                pthread_mutex_lock(&c->mu);
+                continue;
+            }
+            if (t->step != step && !(t->step == 0 && t->status))
+                return errmsg_set(err, "helper %s answered step %llu, we wait for %llu", helper,
+                                  (unsigned long long)t->step, (unsigned long long)step);
             return 0;
         }
         if (pthread_cond_timedwait(&c->cv, &c->mu, &until) == ETIMEDOUT) {
@@ -796,10 +866,12 @@ static int wait_reply(struct coop *c, int helper_peer, uint64_t step, unsigned s
     return -1;
 }
 
-static int hook_step(void *ctx, const struct batch *b, int k, const unsigned *seq,
-                     struct sampler *const *smp, const unsigned char *mask, int *tokens, char *err)
+/* A step's start: open the sequences new to the helper, run the embedding and layers [0, k) into
+ * c->x and save each row's input for a later recompute. The session and helper it goes to in
+ * *session, *hp. */
+static int step_prepare(struct coop *c, const struct batch *b, int k, const unsigned *seq,
+                        struct sampler *const *smp, unsigned *session_out, int *hp_out, char *err)
 {
-    struct coop *c = ctx;
     pthread_mutex_lock(&c->mu);
     unsigned session = c->session;
     int open = c->helper_open, hp = atomic_load(&c->helper);
@@ -835,6 +907,7 @@ static int hook_step(void *ctx, const struct batch *b, int k, const unsigned *se
      * embedding, none: the rows go as token ids (WIRE_TOKENS) and the helper embeds them. */
     int emb = atomic_load(&c->emb_now);
     if (!emb && k != 0) return errmsg_set(err, "coop: %d local layers without the embedding", k);
+    double tl = clock_now();
     if (emb && engine_embed(c->e, b, c->x))
         return errmsg_set(err, "the embedding failed: %s", engine_error(c->e));
     double t0 = clock_now();
@@ -844,6 +917,7 @@ static int hook_step(void *ctx, const struct batch *b, int k, const unsigned *se
         double per = (clock_now() - t0) / ((double)b->n * k);
         if (c->lp_prior_s <= 0 || per < c->lp_prior_s) c->lp_prior_s = per;
     }
+    c->t_local += clock_now() - tl;
     for (int i = 0; i < b->n; i++) {
         struct jseq *j = js_find(c, seq[i]);
         if (emb)
@@ -852,66 +926,155 @@ static int hook_step(void *ctx, const struct batch *b, int k, const unsigned *se
         j->xl[b->pos[i]] = emb ? k : -1;
         j->tok[b->pos[i]] = b->token[i];
     }
+    *session_out = session;
+    *hp_out = hp;
+    return 0;
+}
+
+/* Send rows [r0, r0 + n) of b (prepared in c->x) as one message of step id *step_out; lr: the
+ * logit rows handled before r0, advanced past this message's (*want of them). */
+static int step_send_rows(struct coop *c, const struct batch *b, int k, const unsigned *seq,
+                          const unsigned char *mask, int hp, int r0, int n, int *lr, int *want,
+                          uint64_t *step_out, char *err)
+{
+    int emb = atomic_load(&c->emb_now);
+    uint8_t dtype = emb ? (uint8_t)c->cfg.dtype : WIRE_TOKENS;
+    *want = 0;
+    for (int i = 0; i < n; i++) {
+        c->a_seq[i] = seq[r0 + i];
+        c->a_pos[i] = (uint32_t)b->pos[r0 + i];
+        c->a_tok[i] = (uint32_t)b->token[r0 + i];
+        c->a_flags[i] = 0;
+        if (*lr < b->n_logits && b->logit_rows[*lr] == r0 + i) {
+            c->a_flags[i] = WIRE_ROW_LOGITS | (mask[*lr] ? WIRE_ROW_MASK_EOS : 0);
+            (*lr)++, (*want)++;
+        }
+    }
+    uint64_t step = ++c->step_id;
+    struct wire_activations a = {.step = step,
+                                 .layer = (uint32_t)k,
+                                 .n = (uint32_t)n,
+                                 .dim = (uint32_t)c->dim,
+                                 .dtype = dtype,
+                                 .seq = c->a_seq,
+                                 .pos = c->a_pos,
+                                 .token = c->a_tok,
+                                 .flags = c->a_flags,
+                                 .x = c->x + (size_t)r0 * c->dim};
+    size_t len = wire_activations_encode(c->out, WIRE_MAX_MSG, &a);
+    if (!len) return errmsg_set(err, "coop: %d rows do not fit one message", n);
+    if (fabric_node_send(c->cfg.fabric, hp, c->out, len, err))
+        return errmsg_prefix(err, "helper %s: ", fabric_node_peer_name(c->cfg.fabric, hp));
+    *step_out = step;
+    c->n_sent++;
+    return 0;
+}
+
+/* The answer t to a message of `want` logit rows whose sequences are seq_of_row[0..want): 0, or
+ * -1 (err) when it is an error or does not match. */
+static int reply_check(struct coop *c, int hp, const struct wire_coop_tokens *t, int want,
+                       const unsigned *seq_of_row, char *err)
+{
+    const char *helper = fabric_node_peer_name(c->cfg.fabric, hp);
+    if (t->status) return errmsg_set(err, "helper %s: %s", helper, t->error);
+    if (t->n != (uint32_t)want)
+        return errmsg_set(err, "helper %s sent %u tokens for %d rows", helper, t->n, want);
+    for (int i = 0; i < want; i++)
+        if (t->tok[i].seq != seq_of_row[i] || t->tok[i].token >= (uint32_t)c->vocab)
+            return errmsg_set(err, "helper %s: token %d is for sequence %u (id %u), want %u",
+                              helper, i, t->tok[i].seq, t->tok[i].token, seq_of_row[i]);
+    return 0;
+}
+
+static void count_remote(struct coop *c, int rows, int want, int token_rows)
+{
+    if (!c->m) return;
+    atomic_fetch_add_explicit(&c->m->coop_remote_steps, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&c->m->coop_remote_rows, (unsigned long long)rows,
+                              memory_order_relaxed);
+    if (token_rows)
+        atomic_fetch_add_explicit(&c->m->coop_token_rows, (unsigned long long)rows,
+                                  memory_order_relaxed);
+    atomic_fetch_add_explicit(&c->m->coop_partial_tokens, (unsigned long long)want,
+                              memory_order_relaxed);
+}
+
+static int hook_step(void *ctx, const struct batch *b, int k, const unsigned *seq,
+                     struct sampler *const *smp, const unsigned char *mask, int *tokens, char *err)
+{
+    struct coop *c = ctx;
+    unsigned session;
+    int hp;
+    if (step_prepare(c, b, k, seq, smp, &session, &hp, err)) return -1;
     /* The rest, in messages of at most WIRE_MAX_MSG bytes, each answered before the next (token
      * rows in chunks of the configured dtype's rows too: the helper's scratch is sized by them). */
-    uint8_t dtype = emb ? (uint8_t)c->cfg.dtype : WIRE_TOKENS;
+    int tok_rows = !atomic_load(&c->emb_now);
     uint32_t per = wire_activations_max_rows((uint32_t)c->dim, (uint8_t)c->cfg.dtype);
     int lr = 0; /* logit rows handled */
     for (int r0 = 0; r0 < b->n; r0 += (int)per) {
         int n = b->n - r0 < (int)per ? b->n - r0 : (int)per;
         int want = 0, lr0 = lr;
-        for (int i = 0; i < n; i++) {
-            c->a_seq[i] = seq[r0 + i];
-            c->a_pos[i] = (uint32_t)b->pos[r0 + i];
-            c->a_tok[i] = (uint32_t)b->token[r0 + i];
-            c->a_flags[i] = 0;
-            if (lr < b->n_logits && b->logit_rows[lr] == r0 + i) {
-                c->a_flags[i] = WIRE_ROW_LOGITS | (mask[lr] ? WIRE_ROW_MASK_EOS : 0);
-                lr++, want++;
-            }
-        }
-        uint64_t step = ++c->step_id;
-        struct wire_activations a = {.step = step,
-                                     .layer = (uint32_t)k,
-                                     .n = (uint32_t)n,
-                                     .dim = (uint32_t)c->dim,
-                                     .dtype = dtype,
-                                     .seq = c->a_seq,
-                                     .pos = c->a_pos,
-                                     .token = c->a_tok,
-                                     .flags = c->a_flags,
-                                     .x = c->x + (size_t)r0 * c->dim};
-        size_t len = wire_activations_encode(c->out, WIRE_MAX_MSG, &a);
-        if (!len) return errmsg_set(err, "coop: %d rows do not fit one message", n);
-        pthread_mutex_lock(&c->mu);
-        c->have_reply = 0;
-        pthread_mutex_unlock(&c->mu);
-        if (fabric_node_send(c->cfg.fabric, hp, c->out, len, err))
-            return errmsg_prefix(err, "helper %s: ", helper);
+        uint64_t step;
+        if (step_send_rows(c, b, k, seq, mask, hp, r0, n, &lr, &want, &step, err)) return -1;
         struct wire_coop_tokens t;
         if (wait_reply(c, hp, step, session, &t, err)) return -1;
-        if (t.status) return errmsg_set(err, "helper %s: %s", helper, t.error);
-        if (t.n != (uint32_t)want)
-            return errmsg_set(err, "helper %s sent %u tokens for %d rows", helper, t.n, want);
+        for (int i = 0; i < want; i++) c->a_seq[i] = seq[b->logit_rows[lr0 + i]];
+        if (reply_check(c, hp, &t, want, c->a_seq, err)) return -1;
         for (int i = 0; i < want; i++) {
-            int row = b->logit_rows[lr0 + i];
-            if (t.tok[i].seq != seq[row] || t.tok[i].token >= (uint32_t)c->vocab)
-                return errmsg_set(err, "helper %s: token %d is for sequence %u (id %u), want %u",
-                                  helper, i, t.tok[i].seq, t.tok[i].token, seq[row]);
             tokens[lr0 + i] = (int)t.tok[i].token;
-            smp[row]->rng = t.tok[i].rng;
+            smp[b->logit_rows[lr0 + i]]->rng = t.tok[i].rng;
         }
-        if (c->m) {
-            atomic_fetch_add_explicit(&c->m->coop_remote_steps, 1, memory_order_relaxed);
-            atomic_fetch_add_explicit(&c->m->coop_remote_rows, (unsigned long long)n,
-                                      memory_order_relaxed);
-            if (dtype == WIRE_TOKENS)
-                atomic_fetch_add_explicit(&c->m->coop_token_rows, (unsigned long long)n,
-                                          memory_order_relaxed);
-            atomic_fetch_add_explicit(&c->m->coop_partial_tokens, (unsigned long long)want,
-                                      memory_order_relaxed);
-        }
+        count_remote(c, n, want, tok_rows);
     }
+    return 0;
+}
+
+/* Pipelined: step b goes out as one message and is answered later (hook_recv), while the
+ * scheduler computes the next step's rows here. 1 when b needs more than one message (run it with
+ * hook_step once the steps in flight are back) or COOP_MAX_FLIGHTS are in flight already. */
+static int hook_send(void *ctx, const struct batch *b, int k, const unsigned *seq,
+                     struct sampler *const *smp, const unsigned char *mask, char *err)
+{
+    struct coop *c = ctx;
+    uint32_t per = wire_activations_max_rows((uint32_t)c->dim, (uint8_t)c->cfg.dtype);
+    if (b->n > (int)per || c->n_fl == COOP_MAX_FLIGHTS || b->n_logits > c->e->lim.max_seqs)
+        return 1;
+    struct flight *f = &c->fl[(c->fl_first + c->n_fl) % COOP_MAX_FLIGHTS];
+    if (step_prepare(c, b, k, seq, smp, &f->session, &f->helper, err)) return -1;
+    int lr = 0;
+    f->token_rows = !atomic_load(&c->emb_now);
+    if (step_send_rows(c, b, k, seq, mask, f->helper, 0, b->n, &lr, &f->want, &f->step, err))
+        return -1;
+    f->rows = b->n;
+    for (int i = 0; i < f->want; i++) f->seq[i] = seq[b->logit_rows[i]];
+    if (c->n_fl++) {
+        c->n_piped++;
+        if (c->m) atomic_fetch_add_explicit(&c->m->coop_pipelined_steps, 1, memory_order_relaxed);
+    }
+    return 0;
+}
+
+/* The oldest step in flight's answer: tokens[j] and rng[j] (the sampler's generator state after
+ * drawing it) for its logit row j. The step leaves the flight either way. */
+static int hook_recv(void *ctx, int *tokens, uint64_t *rng, char *err)
+{
+    struct coop *c = ctx;
+    if (!c->n_fl) return errmsg_set(err, "coop: no step in flight");
+    struct flight *f = &c->fl[c->fl_first];
+    c->fl_first = (c->fl_first + 1) % COOP_MAX_FLIGHTS;
+    c->n_fl--;
+    struct wire_coop_tokens t;
+    if (wait_reply(c, f->helper, f->step, f->session, &t, err) ||
+        reply_check(c, f->helper, &t, f->want, f->seq, err)) {
+        log_warn("coop", "pipelined step %llu (%d rows) failed with %d more in flight: %s",
+                 (unsigned long long)f->step, f->rows, c->n_fl, err);
+        return -1;
+    }
+    for (int i = 0; i < f->want; i++) {
+        tokens[i] = (int)t.tok[i].token;
+        rng[i] = t.tok[i].rng;
+    }
+    count_remote(c, f->rows, f->want, f->token_rows);
     return 0;
 }
 
@@ -1426,6 +1589,10 @@ static void hook_all_local(void *ctx)
         log_warn("coop", "could not tell the helper to drop %u sequences", n);
     else if (n)
         log_info("coop", "all layers local: the helper drops %u sequences", n);
+    log_info("coop",
+             "while partial: %llu steps sent (%llu with another in flight), %.3f s in our layers, "
+             "%.3f s waiting for the helper's answers",
+             c->n_sent, c->n_piped, c->t_local, c->t_wait);
     free(ids);
     while (c->n_js) js_drop(c, &c->js[c->n_js - 1]);
 }
@@ -2068,6 +2235,7 @@ struct sched_coop coop_sched_hooks(struct coop *c)
         h.ready = hook_ready;
         h.fill = hook_fill;
         h.step = hook_step;
+        if (c->cfg.pipeline) h.send = hook_send, h.recv = hook_recv;
         h.all_local = hook_all_local;
         h.seq_end = hook_seq_end;
         h.lost = hook_lost;

@@ -31,6 +31,15 @@
  * open at the dead helper fail as before (their upper layers' KV went with it; the error names the
  * dead helper); new sequences are opened at the new helper and served while partial.
  *
+ * Pipelining (coop_config.pipeline, --coop-pipeline): the joiner does not wait for step n's
+ * tokens before it computes step n+1's layers [0, k) and sends them; step n+1 holds only rows that
+ * do not depend on step n's tokens (a sequence whose step-n rows end in a logit row is left out
+ * until its token is back; a prompt's next chunk needs only the earlier chunk's KV of layers
+ * [0, k), here already). At most 2 steps are in flight; k rises (and the KV is filled) only when
+ * none is. The helper runs a peer's messages in order (the fused step takes at most one step of
+ * a peer, the next waits), so a sequence's chunks reach its KV in order; replies come in order.
+ * A step of more rows than one message holds runs unpipelined once the flights are back.
+ *
  * Threads: the scheduler's compute thread calls the sched_coop hooks (serving/sched/scheduler.h);
  * the fabric thread runs the message handlers, which validate and queue and never block;
  * coop_set_resident may be called from any thread.
@@ -88,6 +97,10 @@ struct coop_config {
     int dtype;      /* enum wire_dtype of the activations (WIRE_F32: exact) */
     int timeout_ms; /* a reply later than this fails the step (default 30000) */
     int kv_mode;    /* enum coop_kv */
+    /* joiner: keep up to 2 steps in flight (--coop-pipeline on): while the helper runs step n's
+     * layers [k, L), the scheduler runs step n+1's layers [0, k) here for the work that does not
+     * need step n's tokens (sched_coop.send / recv) */
+    int pipeline;
     /* helper: serve remote sequences (a node that holds the whole model) */
     int serve_remote;
     int fuse; /* 1: remote steps run inside our own steps (--coop-fuse on, the default), on a

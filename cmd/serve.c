@@ -52,6 +52,7 @@ struct serve_opts {
     int coop_timeout_ms;
     int coop_kv;       /* enum coop_kv */
     int coop_fuse;     /* helper: 1 remote steps inside our own (default), 0 between them */
+    int coop_pipeline; /* joiner: 1 up to 2 steps in flight (default), 0 one at a time */
     int test_kv_fault; /* enum coop_kv_fault */
     long
         coop_kv_window; /* bytes of KV answers a helper sends between two of its steps (0: 4 MiB) */
@@ -132,6 +133,7 @@ static int serve_options(struct serve_opts *o, struct opt *t)
         {"--coop-timeout-ms", OPT_INT, &o->coop_timeout_ms, 1, 3600000, NULL, "MS"},
         {"--coop-kv", OPT_PARSE, &o->coop_kv, 0, 0, parse_coop_kv, "transfer|recompute|auto"},
         {"--coop-fuse", OPT_PARSE, &o->coop_fuse, 0, 0, parse_on_off, "on|off"},
+        {"--coop-pipeline", OPT_PARSE, &o->coop_pipeline, 0, 0, parse_on_off, "on|off"},
         {"--coop-kv-window", OPT_LONG, &o->coop_kv_window, 1, 1L << 30, NULL, "BYTES"},
         {"--test-kv-fault", OPT_PARSE, &o->test_kv_fault, 0, 0, parse_kv_fault,
          "seq|layer|short|die|refuse"},
@@ -151,24 +153,27 @@ static int usage(void)
     struct serve_opts o;
     struct opt t[MAX_OPTS];
     opts_usage(stderr, "serve", t, serve_options(&o, t));
-    fprintf(stderr,
-            "  tests only: --test-step-delay-us sleeps in every step; --test-crash crashes\n"
-            "  once ready, --test-hang hangs the serve loop S seconds after ready\n"
-            "  (boot/cmdline.md); --resident-layers K, --resident-schedule STEP:K,...: a joiner\n"
-            "  that runs layers [0, K) itself and the rest on its first --peers node (STEP:e:\n"
-            "  the embedding arrives at STEP; until then the helper embeds token ids too);\n"
-            "  --coop-dtype: the activations it sends, f32 exact (docs/cluster.md);\n"
-            "  --coop-kv: how the KV of layers that become local arrives (auto: the faster by\n"
-            "  measured costs; compare: both, timed and checked, for benchmarks);\n"
-            "  --coop-fuse: a helper runs a joiner's steps inside its own (on, the default) or\n"
-            "  between them (off: the baseline);\n"
-            "  --coop-kv-window: bytes of KV answers a helper sends between two of its steps\n"
-            "  (default 4 MiB: what a transfer may add to one of its steps);\n"
-            "  --test-kv-fault: a helper that answers KV requests wrongly (tests)\n"
-            "  without -m, with --peers: pull the model from the peers into the arena and serve\n"
-            "  with the first peer's help as soon as the header has verified and the peer is\n"
-            "  connected, the embedding here or not (--stop-the-world: only once every\n"
-            "  layer is here); --weight-rate paces the weights this node sends (docs/fabric.md)\n");
+    fprintf(
+        stderr,
+        "  tests only: --test-step-delay-us sleeps in every step; --test-crash crashes\n"
+        "  once ready, --test-hang hangs the serve loop S seconds after ready\n"
+        "  (boot/cmdline.md); --resident-layers K, --resident-schedule STEP:K,...: a joiner\n"
+        "  that runs layers [0, K) itself and the rest on its first --peers node (STEP:e:\n"
+        "  the embedding arrives at STEP; until then the helper embeds token ids too);\n"
+        "  --coop-dtype: the activations it sends, f32 exact (docs/cluster.md);\n"
+        "  --coop-kv: how the KV of layers that become local arrives (auto: the faster by\n"
+        "  measured costs; compare: both, timed and checked, for benchmarks);\n"
+        "  --coop-fuse: a helper runs a joiner's steps inside its own (on, the default) or\n"
+        "  between them (off: the baseline);\n"
+        "  --coop-pipeline: a joiner computes its next step's layers while the helper runs the\n"
+        "  last one's (on, the default; off: one step at a time);\n"
+        "  --coop-kv-window: bytes of KV answers a helper sends between two of its steps\n"
+        "  (default 4 MiB: what a transfer may add to one of its steps);\n"
+        "  --test-kv-fault: a helper that answers KV requests wrongly (tests)\n"
+        "  without -m, with --peers: pull the model from the peers into the arena and serve\n"
+        "  with the first peer's help as soon as the header has verified and the peer is\n"
+        "  connected, the embedding here or not (--stop-the-world: only once every\n"
+        "  layer is here); --weight-rate paces the weights this node sends (docs/fabric.md)\n");
     return 2;
 }
 
@@ -191,6 +196,7 @@ static int parse_opts(int argc, char **argv, struct serve_opts *o)
                              .resident_layers = -1,
                              .coop_dtype = "f32",
                              .coop_fuse = 1,
+                             .coop_pipeline = 1,
                              .cluster.remove_ms = CONTROL_REMOVE_MS};
     o->api_key = getenv("STRATA_API_KEY");
     struct opt t[MAX_OPTS];
@@ -587,6 +593,7 @@ static int start_coop(struct serve *sv, const struct serve_opts *o, char *err)
                              /* a cluster member that completes its join can help the next */
                              .serve_remote = !joiner || control_enabled(&o->cluster),
                              .fuse = o->coop_fuse,
+                             .pipeline = o->coop_pipeline,
                              .kv_window = (size_t)o->coop_kv_window,
                              .test_kv_fault = o->test_kv_fault};
     if (!(sv->coop = coop_new(&cc, err)) || coop_attach(sv->coop, err) ||

@@ -154,6 +154,9 @@ char *metrics_render(struct serve_metrics *m, size_t *len)
             "Tokens served while some layers ran on a helper.", &m->coop_partial_tokens);
     counter(&o, "strata_coop_remote_steps_total", "Steps whose upper layers ran on a helper.",
             &m->coop_remote_steps);
+    counter(&o, "strata_coop_pipelined_steps_total",
+            "Of those, steps sent while the one before was still at the helper (--coop-pipeline).",
+            &m->coop_pipelined_steps);
     counter(&o, "strata_coop_remote_rows_total", "Token rows sent to a helper.",
             &m->coop_remote_rows);
     counter(&o, "strata_coop_token_rows_total",

@@ -108,11 +108,24 @@ struct seq {
     double ttft, tpot; /* seconds */
     double t_admitted, t_first, t_last;
     int ever_admitted;
+    int in_flight; /* coop pipelining: steps sent with rows of it and not answered yet */
+    int awaiting;  /* one of them ends in its logit row: no row of it goes out until it is back */
 };
 
 struct plan {
     struct seq *s;
     int n;
+};
+
+/* coop pipelining: a split step sent and not answered yet (sched_coop.send). Its plan's
+ * sequences already count its positions as computed; one that is retired meanwhile is NULL here
+ * (its answer is dropped). logit[p]: plan entry p ends in a logit row. */
+struct flight {
+    int active;
+    struct plan *plan;
+    unsigned char *logit;
+    int n_plan, n_rows;
+    double t0;
 };
 
 /* Static batching's padding: a sequence that finished while the rest of its batch runs keeps its
@@ -158,6 +171,12 @@ struct scheduler {
     int n_plan;
     struct pad *pads; /* static batching: max_seqs */
     int n_pads;
+    struct flight fl[2]; /* coop pipelining: fl[cur] is in flight when active */
+    int cur;
+    int *fl_tok;             /* max_seqs: a flight's tokens */
+    uint64_t *fl_rng;        /* and generator states */
+    unsigned long n_retired; /* sequences retired so far */
+    char land_err[ERRMSG_LEN];
 
     /* submission queue */
     pthread_mutex_t mu;
@@ -272,6 +291,10 @@ static void finish_metrics(struct scheduler *s, struct seq *q, int finish)
 /* Retire a sequence (already removed from running/waiting): blocks back, outbox final. */
 static void retire(struct scheduler *s, struct seq *q, int finish, const char *why)
 {
+    for (int f = 0; f < 2; f++)
+        for (int p = 0; p < s->fl[f].n_plan; p++)
+            if (s->fl[f].plan[p].s == q) s->fl[f].plan[p].s = NULL;
+    s->n_retired++;
     free_blocks(s, q);
     kv_gauges(s); /* before the client can see its answer, so /metrics is never behind it */
     if (why) {
@@ -371,9 +394,18 @@ struct scheduler *sched_new(const struct sched_config *cfg, const struct sched_o
     s->b_smp = malloc((size_t)T * sizeof *s->b_smp);
     s->b_mask = malloc((size_t)T);
     s->b_out = malloc((size_t)T * sizeof *s->b_out);
+    int fl_ok = 1;
+    for (int f = 0; f < 2; f++) {
+        s->fl[f].plan = malloc((size_t)S * sizeof *s->fl[f].plan);
+        s->fl[f].logit = malloc((size_t)S);
+        fl_ok &= s->fl[f].plan && s->fl[f].logit;
+    }
+    s->fl_tok = malloc((size_t)S * sizeof *s->fl_tok);
+    s->fl_rng = malloc((size_t)S * sizeof *s->fl_rng);
+    fl_ok &= s->fl_tok && s->fl_rng;
     s->k = s->ops.coop.resident ? 0 : s->ops.coop.n_layers;
     if (!s->running || !s->b_token || !s->b_pos || !s->b_logit_rows || !s->b_blocks || !s->logits ||
-        !s->plan || !s->pads || !s->b_seq || !s->b_smp || !s->b_mask || !s->b_out) {
+        !s->plan || !s->pads || !s->b_seq || !s->b_smp || !s->b_mask || !s->b_out || !fl_ok) {
         errmsg_set(err, "scheduler: out of memory for %d sequences x %d tokens", S, T);
         sched_free(s);
         return NULL;
@@ -424,6 +456,9 @@ void sched_free(struct scheduler *s)
     free(s->b_smp);
     free(s->b_mask);
     free(s->b_out);
+    for (int f = 0; f < 2; f++) free(s->fl[f].plan), free(s->fl[f].logit);
+    free(s->fl_tok);
+    free(s->fl_rng);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     free(s);
@@ -607,7 +642,7 @@ static int ensure_blocks(struct scheduler *s, struct seq *q, int positions)
         int victim = -1;
         for (int i = 0; i < s->n_running; i++) {
             struct seq *c = s->running[i];
-            if (in_plan(s, c)) continue;
+            if (in_plan(s, c) || c->in_flight) continue;
             if (victim < 0 || c->admit_order > s->running[victim]->admit_order) victim = i;
         }
         if (victim < 0) return -1;
@@ -658,6 +693,7 @@ static void plan_running(struct scheduler *s, double now, int *budget)
         for (int i = 0; *budget > 0 && i < s->n_running; i++) {
             struct seq *q = s->running[i];
             int want = q->n_tok - q->n_computed;
+            if (q->awaiting || want <= 0) continue; /* its token is in flight */
             if ((pass == 0) != (want == 1) || in_plan(s, q)) continue;
             int n = want < *budget ? want : *budget;
             if (pass == 1 && allowed < INFINITY) {
@@ -673,6 +709,11 @@ static void plan_running(struct scheduler *s, double now, int *budget)
                 continue;
             }
             int j = index_of(s->running, s->n_running, q);
+            if (j >= 0 && (q->in_flight || s->fl[s->cur].active)) {
+                /* sequences in flight cannot give way: decided once the step is back */
+                i = j;
+                continue;
+            }
             if (j >= 0) {
                 remove_at(s->running, &s->n_running, j);
                 retire(s, q, q->n_gen ? FINISH_LENGTH : FINISH_ERROR,
@@ -890,6 +931,51 @@ static void raise_k(struct scheduler *s, int k1)
     if (k1 == c->n_layers && c->all_local) c->all_local(c->ctx);
 }
 
+static void step_observe(struct scheduler *s, int n, int n_seqs, double secs)
+{
+    step_model_observe(&s->model, n, n_seqs, secs);
+    hist_observe(&s->m->step, secs);
+    atomic_fetch_add_explicit(&s->m->steps, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&s->m->step_tokens, (unsigned long long)n, memory_order_relaxed);
+}
+
+/* coop pipelining: the step in flight is answered (or failed): its sequences get their tokens
+ * (or fail with why). Returns 1 if there was one. */
+static int flight_land(struct scheduler *s)
+{
+    struct flight *f = &s->fl[s->cur];
+    if (!f->active) return 0;
+    const struct sched_coop *co = &s->ops.coop;
+    f->active = 0;
+    int rc = co->recv(co->ctx, s->fl_tok, s->fl_rng, s->land_err);
+    double t1 = clock_now();
+    step_observe(s, f->n_rows, f->n_plan, t1 - f->t0);
+    int row = 0;
+    for (int p = 0; p < f->n_plan; p++) {
+        struct seq *q = f->plan[p].s;
+        int lg = f->logit[p];
+        if (!q) { /* retired while in flight */
+            row += lg;
+            continue;
+        }
+        f->plan[p].s = NULL;
+        q->in_flight--;
+        if (lg) q->awaiting = 0;
+        if (rc) {
+            int i = index_of(s->running, s->n_running, q);
+            if (i >= 0) remove_at(s->running, &s->n_running, i);
+            retire(s, q, FINISH_ERROR, s->land_err);
+            continue;
+        }
+        if (lg) {
+            q->smp.rng = s->fl_rng[row];
+            advance_token(s, q, s->fl_tok[row++], t1);
+        }
+    }
+    f->n_plan = 0;
+    return 1;
+}
+
 static int run_step(struct scheduler *s)
 {
     double now = clock_now();
@@ -897,7 +983,10 @@ static int run_step(struct scheduler *s)
     if (co->resident) {
         int k = co->resident(co->ctx, s->n_steps);
         if (k > co->n_layers) k = co->n_layers;
-        if (k > s->k) raise_k(s, k);
+        if (k > s->k) {
+            flight_land(s); /* k rises with nothing in flight */
+            raise_k(s, k);
+        }
         /* a helper that failed took the upper layers' KV of its sequences with it */
         for (int i = s->n_running - 1; co->lost && s->k < co->n_layers && i >= 0; i--) {
             struct seq *q = s->running[i];
@@ -907,14 +996,14 @@ static int run_step(struct scheduler *s)
             retire(s, q, FINISH_ERROR, why);
         }
         /* split but no helper: wait for our own layers (or the helper's return) */
-        if (s->k < co->n_layers && !co->ready(co->ctx)) return 0;
+        if (s->k < co->n_layers && !co->ready(co->ctx)) return flight_land(s);
     }
     int budget = s->cfg.max_step_tokens;
     s->n_plan = 0;
     if (!s->n_running) drop_pads(s); /* the batch ended by cancellation */
     plan_running(s, now, &budget);
     plan_waiting(s, &budget, now);
-    if (!s->n_plan) return 0;
+    if (!s->n_plan) return flight_land(s);
 
     int n = 0, n_logits = 0;
     for (int p = 0; p < s->n_plan; p++) {
@@ -973,7 +1062,46 @@ static int run_step(struct scheduler *s)
             if (q->n_computed + s->plan[p].n == q->n_tok)
                 s->b_mask[lr++] = (unsigned char)mask_eos(q);
         }
-        rc = co->step(co->ctx, &b, s->k, s->b_seq, s->b_smp, s->b_mask, s->b_out, s->step_err);
+        rc = 1;
+        if (co->send && !n_padded) {
+            /* pipelined: out it goes, and the step in flight before it is answered meanwhile */
+            rc = co->send(co->ctx, &b, s->k, s->b_seq, s->b_smp, s->b_mask, s->step_err);
+            if (rc == 0) {
+                if (s->cfg.step_delay_us > 0) usleep((useconds_t)s->cfg.step_delay_us);
+                struct flight *f = &s->fl[!s->cur];
+                *f = (struct flight){
+                    .active = 1, .plan = f->plan, .logit = f->logit, .n_rows = n, .t0 = t0};
+                for (int p = 0; p < s->n_plan; p++) {
+                    struct seq *q = s->plan[p].s;
+                    q->n_computed += s->plan[p].n;
+                    q->in_flight++;
+                    f->logit[p] = q->n_computed == q->n_tok;
+                    q->awaiting |= f->logit[p];
+                    f->plan[p] = s->plan[p];
+                }
+                f->n_plan = s->n_plan;
+                s->n_steps++;
+                s->n_plan = 0;
+                flight_land(s);
+                s->cur = !s->cur;
+                atomic_store(&s->step_started_ns, 0);
+                if (!s->n_running) drop_pads(s);
+                return 1;
+            }
+        }
+        if (s->fl[s->cur].active) {
+            /* it runs alone: the step in flight first (which may retire sequences of this
+             * plan: then plan again) */
+            unsigned long retired = s->n_retired;
+            flight_land(s);
+            if (s->n_retired != retired) {
+                s->n_plan = 0;
+                atomic_store(&s->step_started_ns, 0);
+                return 1;
+            }
+        }
+        if (rc == 1)
+            rc = co->step(co->ctx, &b, s->k, s->b_seq, s->b_smp, s->b_mask, s->b_out, s->step_err);
         if (rc) fail = s->step_err;
     } else {
         /* a helper fuses the remote steps that wait into this one (cluster/coop.h) */
@@ -988,10 +1116,7 @@ static int run_step(struct scheduler *s)
     double t1 = clock_now();
     atomic_store(&s->step_started_ns, 0);
     s->n_steps++;
-    step_model_observe(&s->model, n, s->n_plan + n_padded, t1 - t0);
-    hist_observe(&s->m->step, t1 - t0);
-    atomic_fetch_add_explicit(&s->m->steps, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&s->m->step_tokens, (unsigned long long)n, memory_order_relaxed);
+    step_observe(s, n, s->n_plan + n_padded, t1 - t0);
 
     /* Copy the plan: advance() retires sequences and reshapes running[]. */
     int row = 0;

@@ -110,6 +110,14 @@ struct sched_coop {
      * updated), end-of-sequence excluded where mask[j]. */
     int (*step)(void *ctx, const struct batch *b, int k, const unsigned *seq,
                 struct sampler *const *smp, const unsigned char *mask, int *tokens, char *err);
+    /* Pipelined split steps (NULL: every split step through `step`). send starts b like step
+     * (layers [0, k) here, the rest sent) and returns without its tokens: 0 in flight, 1 cannot
+     * go in flight (run it with step once nothing is in flight), -1 failed (err). recv waits
+     * for the oldest step in flight: tokens[j] and the sampler's generator state rng[j] after
+     * drawing it, per logit row j (the caller updates its samplers); -1 (err) the step failed. */
+    int (*send)(void *ctx, const struct batch *b, int k, const unsigned *seq,
+                struct sampler *const *smp, const unsigned char *mask, char *err);
+    int (*recv)(void *ctx, int *tokens, uint64_t *rng, char *err);
     /* k reached n_layers: nothing of this node's runs remote any more. */
     void (*all_local)(void *ctx);
     /* Step boundary, for each running sequence with computed positions: NULL, or why its state

@@ -5,7 +5,9 @@
 # so that the model takes ~8 s to cross. Figures, each beside its baseline from the same run:
 #   1. join -> first token served by the joiner, and join -> every layer resident: live (the
 #      joiner serves from its first layers, the source runs the rest: cluster/coop.h) vs
-#      stop-the-world (--stop-the-world: the joiner waits for every layer);
+#      stop-the-world (--stop-the-world: the joiner waits for every layer); live-nopipe: live with
+#      the joiner's steps one at a time (--coop-pipeline off; CLUSTER_BENCH_MODES picks the modes,
+#      default "live live-nopipe stop-the-world");
 #   2. TTFT P50/P99 of a burst of N requests sent to the joiner at the join, under both;
 #   3. the replica transfer rate as a share of the capped rate;
 #   4. 1, 2 and 3 chained joiners (source -> j1 -> j2 -> j3): time until the last one holds
@@ -13,7 +15,8 @@
 #   5. the KV handover when k rises for a running sequence (stories110M shape, Q8_0, layers
 #      [6, 12) of ~480 positions): transfer from the helper vs recompute, both run for the same
 #      handover (--coop-kv compare) and checked byte for byte, beside the link rate the transfer
-#      saw and the estimates --coop-kv auto decides with. CLUSTER_BENCH_ONLY=kv runs only this.
+#      saw and the estimates --coop-kv auto decides with. CLUSTER_BENCH_ONLY=kv runs only this;
+#      CLUSTER_BENCH_ONLY=burst only 1 and 2.
 # Never in CI (make bench). Noisy: 2 cores shared with builds; the pacing, not the machine, is
 # meant to be the bottleneck.
 # CLUSTER_BENCH_OUT=FILE also writes every figure and the setup's parameters (model bytes and
@@ -120,9 +123,10 @@ for _ in range(50):
     s.close()
 print("%.1f" % (statistics.median(t) / 2 * 1e6))')"
 REF=""
-for mode in live stop-the-world; do
+for mode in ${CLUSTER_BENCH_MODES:-live live-nopipe stop-the-world}; do
     extra=()
     [ "$mode" = stop-the-world ] && extra=(--stop-the-world)
+    [ "$mode" = live-nopipe ] && extra=(--coop-pipeline off)
     ip netns exec "$(fab_ns 2)" python3 tests/bench/cluster_join_client.py 10.77.0.2 8080 "$N" "$TOK" \
         "$W/j-$mode.err" -- "$STRATA" serve --host 10.77.0.2 "${SERVE[@]}" "${FAB[@]}" \
         --listen 10.77.0.2:7000 --peers 10.77.0.1:7000 "${extra[@]}" >"$W/$mode.json"
@@ -153,7 +157,9 @@ PY
     # the joiner skips calibration: the step model its scheduler admits with
     emit "${mode//-/_}_joiner_step_us" "$(sed -n 's/.*step model: \([0-9.]*\) us\/token + \([0-9.]*\) us\/sequence + \([0-9.]*\) us.*/\1,\2,\3/p' "$W/j-$mode.err" | tail -n 1)"
 done
-awk -v a="$P99_live" -v b="$P99_stop_the_world" 'BEGIN { if (a > 0) printf "  burst TTFT P99: stop-the-world / live = %.1fx\n", b / a }'
+awk -v a="${P99_live:-0}" -v b="${P99_stop_the_world:-0}" 'BEGIN { if (a > 0) printf "  burst TTFT P99: stop-the-world / live = %.1fx\n", b / a }'
+awk -v a="${P99_live_nopipe:-0}" -v b="${P99_stop_the_world:-0}" 'BEGIN { if (a > 0) printf "  burst TTFT P99: stop-the-world / live-nopipe = %.1fx\n", b / a }'
+[ "$ONLY" = burst ] && exit 0
 # One layer's transfer time, for the target (first token within one layer + one step).
 L=22
 awk -v s="$SIZE" -v r="$RATE" -v l=$L 'BEGIN { printf "  one layer crosses in %.2f s at the cap (%d blocks + embedding + head)\n", s / (l + 2) / r / 1e6, l }'

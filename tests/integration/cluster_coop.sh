@@ -156,6 +156,32 @@ else
     not_ok "coop seeded: start"
 fi
 
+# 2b. a burst of long prompts, prefilled in 16-token chunks, while k rises 0 -> 1 -> 2 -> 4 -> 5:
+#     with --coop-pipeline on (the default) a prompt's next chunk runs its local layers while the
+#     helper still runs the last one's, two steps in flight; greedy and seeded, the same text as
+#     the helper alone (and with the pipeline off, the same again)
+for pipe in on off; do
+    if helper_and_joiner "burst-$pipe" --step-tokens 16 --coop-pipeline $pipe \
+        --resident-schedule 0:0,5:1,12:2,25:4,40:5 --coop-kv transfer; then
+        if out=$($CHECKS same "$HELPER_URL" "$JOINER_URL" --long 90 --n 6 --tokens 30 2>&1) &&
+            out2=$($CHECKS same "$HELPER_URL" "$JOINER_URL" --long 70 --n 5 --tokens 30 --temp 0.9 --seed 5 2>&1); then
+            ok "coop burst of 6 long prompts in 16-token chunks, k 0->1->2->4->5, --coop-pipeline $pipe: greedy $out; seeded $out2"
+        else
+            not_ok "coop burst of long prompts, --coop-pipeline $pipe: $out ${out2:-}"
+        fi
+        piped=$(metric "$JOINER_URL" strata_coop_pipelined_steps_total)
+        steps=$(metric "$JOINER_URL" strata_coop_remote_steps_total)
+        if { [ "$pipe" = on ] && [ "${piped:-0}" -gt 0 ]; } || { [ "$pipe" = off ] && [ "${piped:-1}" = 0 ]; }; then
+            ok "coop --coop-pipeline $pipe: $piped of $steps remote steps sent with the one before still in flight"
+        else
+            not_ok "coop --coop-pipeline $pipe: $piped of $steps remote steps pipelined"
+        fi
+        stop_both
+    else
+        not_ok "coop burst-$pipe: start"
+    fi
+done
+
 # 3. f16 activations (lossy): reported, must not fail
 if helper_and_joiner f16 --resident-layers 2 --coop-dtype f16; then
     if out=$($CHECKS diverge "$HELPER_URL" "$JOINER_URL" 2>&1); then

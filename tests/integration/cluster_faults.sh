@@ -174,6 +174,52 @@ for fault in seq layer short refuse; do
     SERVE_PID=$H_PID SERVE_LOG=$H_LOG serve_stop
 done
 
+# 3b. the helper dies with two pipelined steps in flight: three requests decoding and a long prompt
+#     prefilling in 16-token chunks (a chunk goes out while the step before it is at the helper);
+#     every one of them fails with an error naming the helper, the joiner logs the failed step
+#     with the other still in flight
+FP=$(free_port)
+serve_start pipe-helper --fabric tcp --listen "127.0.0.1:$FP" --key-file "$W/key" -v ||
+    { not_ok "pipelined: start helper"; exit 1; }
+PH_PID=$SERVE_PID
+serve_start pipe-joiner --fabric tcp --peers "127.0.0.1:$FP" --key-file "$W/key" -v \
+    --resident-layers 2 --step-tokens 16 --coop-pipeline on --test-step-delay-us 20000 ||
+    { not_ok "pipelined: start joiner"; exit 1; }
+PJ_URL=$SERVE_URL PJ_PID=$SERVE_PID PJ_LOG=$SERVE_LOG
+wait_log "$PJ_LOG" "coop: helper .* connected" 5 || not_ok "pipelined: the joiner never connected"
+PIDS=()
+for i in 0 1 2; do
+    curl -s -m 30 -o "$W/pipe$i" -w '%{http_code}' "$PJ_URL/v1/completions" \
+        -d "{\"prompt\":\"Once upon a time $i\",\"max_tokens\":400,\"temperature\":0,\"ignore_eos\":true}" \
+        >"$W/pipe${i}_code" &
+    PIDS+=($!)
+done
+for ((i = 0; i < 250; i++)); do [ "$(metric "$PJ_URL" strata_coop_remote_steps_total)" -ge 5 ] && break; sleep 0.02; done
+long=$($CHECKS prompt --long 110 --n 1)
+p0=$(metric "$PJ_URL" strata_prompt_tokens_total)
+curl -s -m 30 -o "$W/pipe3" -w '%{http_code}' "$PJ_URL/v1/completions" \
+    -d "{\"prompt\":$long,\"max_tokens\":20,\"temperature\":0}" >"$W/pipe3_code" &
+PIDS+=($!)
+# the long prompt admitted (its prefill under way), then two more steps pipelined
+for ((i = 0; i < 250; i++)); do [ "$(metric "$PJ_URL" strata_prompt_tokens_total)" -gt "$p0" ] && break; sleep 0.02; done
+p1=$(metric "$PJ_URL" strata_coop_pipelined_steps_total)
+for ((i = 0; i < 250; i++)); do [ "$(metric "$PJ_URL" strata_coop_pipelined_steps_total)" -ge $((p1 + 2)) ] && break; sleep 0.02; done
+piped=$(metric "$PJ_URL" strata_coop_pipelined_steps_total)
+kill -9 "$PH_PID"
+wait "${PIDS[@]}"
+bad=""
+for i in 0 1 2 3; do
+    c=$(cat "$W/pipe${i}_code")
+    m=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["error"]["message"])' "$W/pipe$i" 2>/dev/null)
+    { [ "$c" = 500 ] && echo "$m" | grep -q "helper 127.0.0.1:$FP"; } || bad="$bad request $i: $c $(head -c 200 "$W/pipe$i");"
+done
+if [ -z "$bad" ] && grep -q "pipelined step .* failed with 1 more in flight" "$PJ_LOG"; then
+    ok "helper killed with two pipelined steps in flight ($piped pipelined before): 4 requests -> 500 ($m); joiner: $(grep -o "pipelined step .* failed with 1 more in flight" "$PJ_LOG" | head -1)"
+else
+    not_ok "helper killed with two steps in flight ($piped pipelined):$bad $(grep "pipelined step" "$PJ_LOG" | head -2)"
+fi
+SERVE_PID=$PJ_PID SERVE_LOG=$PJ_LOG serve_stop
+
 # 5. the helper dies during a KV transfer (k 1 -> 3 of 5: layers [3, 5) went with it)
 FP=$(free_port)
 serve_start kv-die-helper --fabric tcp --listen "127.0.0.1:$FP" --key-file "$W/key" -v \

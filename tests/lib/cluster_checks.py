@@ -6,9 +6,12 @@
   cluster_checks.py together REF_URL URL [URL ...] [--temp T] [--seed S] [--tokens N]
       the references as for `same`, then the prompts to every URL at once (REF_URL may be one of
       them: a helper's own clients beside its joiners'); exits 1 unless every text is identical
+      (--long W --n N: N prompts of about W words each instead, prefilled in several chunks)
   cluster_checks.py diverge REF_URL URL
       the same, but reports how many of the tokens' text matched (f16/bf16 activations are lossy);
       exits 1 only if a request failed
+  cluster_checks.py prompt --long W --n N
+      prints the first of those long prompts as a JSON string
   cluster_checks.py stream URL OUT
       one streamed greedy request; every SSE data line appended to OUT as it arrives
   cluster_checks.py check_failed_stream OUT REF_URL
@@ -49,7 +52,7 @@ def complete(url, prompt, n, temp, seed, stream=False):
 
 
 def opts(argv):
-    o = {"temp": 0.0, "seed": 7, "tokens": 80}
+    o = {"temp": 0.0, "seed": 7, "tokens": 80, "long": 0, "n": len(PROMPTS)}
     for i in range(0, len(argv) - 1, 2):
         o[argv[i].lstrip("-")] = float(argv[i + 1]) if argv[i] == "--temp" else int(argv[i + 1])
     return o
@@ -60,20 +63,40 @@ def run_both(ref, url, o):
     return want, got[0], errs
 
 
+FILLER = ("and they played in the sun all day long with a big red ball then the cat came to see "
+          "what they did and it was very happy").split()
+
+
+def prompts(o):
+    """The short prompts, or --n long ones of about --long words (each its own mix)."""
+    if not o["long"]:
+        return PROMPTS
+    out = []
+    for i in range(o["n"]):
+        words = PROMPTS[i % len(PROMPTS)].split()
+        j = i
+        while len(words) < o["long"]:
+            words.append(FILLER[j % len(FILLER)])
+            j += 3 + i
+        out.append(" ".join(words))
+    return out
+
+
 def run_all(ref, urls, o):
     """References from ref one at a time, then every prompt to every url at once."""
-    lens = [o["tokens"] + 17 * i for i in range(len(PROMPTS))]
-    want = [complete(ref, p, n, o["temp"], o["seed"] + i) for i, (p, n) in enumerate(zip(PROMPTS, lens))]
-    got = [[None] * len(PROMPTS) for _ in urls]
+    ps = prompts(o)
+    lens = [o["tokens"] + 17 * (i % 4) for i in range(len(ps))]
+    want = [complete(ref, p, n, o["temp"], o["seed"] + i) for i, (p, n) in enumerate(zip(ps, lens))]
+    got = [[None] * len(ps) for _ in urls]
     errs = []
 
     def one(u, i):
         try:
-            got[u][i] = complete(urls[u], PROMPTS[i], lens[i], o["temp"], o["seed"] + i, stream=(i == 1))
+            got[u][i] = complete(urls[u], ps[i], lens[i], o["temp"], o["seed"] + i, stream=(i == 1))
         except Exception as e:  # noqa: BLE001 - reported below
             errs.append(f"{urls[u]} request {i}: {e}")
 
-    th = [threading.Thread(target=one, args=(u, i)) for u in range(len(urls)) for i in range(len(PROMPTS))]
+    th = [threading.Thread(target=one, args=(u, i)) for u in range(len(urls)) for i in range(len(ps))]
     for t in th:
         t.start()
     for t in th:
@@ -113,6 +136,9 @@ def main():
                     print(f"{urls[u]} request {i} differs:\n  want {w!r}\n  got  {g!r}", file=sys.stderr)
                     return 1
         print(f"{len(urls)} x {len(want)} concurrent requests, {len(urls) * sum(len(w) for w in want)} bytes identical")
+        return 0
+    if cmd == "prompt":  # the --long/--n prompts' first, as JSON
+        print(json.dumps(prompts(opts(sys.argv[2:]))[0]))
         return 0
     if cmd == "stream":
         body = {"prompt": PROMPTS[0], "max_tokens": 200, "temperature": 0, "ignore_eos": True,

@@ -492,6 +492,171 @@ TEST(helper_holds_remote_steps_for_its_own)
     rig_close(&g);
 }
 
+/* A joiner's pipelined split steps (sched_coop.send / recv) against a fake helper that answers in
+ * order: every sequence's rows arrive in position order, a sequence awaiting its token never has
+ * another row sent, at most 2 steps are in flight, and the output is the fake model's alone. */
+struct pipe_fake {
+    struct fake_model *fm;
+    int tok[2][64], n_tok[2];
+    unsigned seq[2][64];
+    int head, n;
+    int next_pos[256];
+    unsigned char awaiting[256];
+    int piped, sends, recvs, fail_from;
+    int last_has_first; /* the last step sent has rows of sequence 1 */
+    char bad[256];
+};
+static int pf_resident(void *ctx, unsigned long long steps)
+{
+    (void)ctx, (void)steps;
+    return 0;
+}
+static int pf_ready(void *ctx)
+{
+    (void)ctx;
+    return 1;
+}
+/* Runs b on the fake model (the KV written, logits read) and takes the argmax of each logit row. */
+static int pf_run(struct pipe_fake *f, const struct batch *b, const unsigned *seq, int *tokens)
+{
+    static float logits[64 * FAKE_VOCAB];
+    char err[ERRMSG_LEN];
+    for (int i = 0; i < b->n; i++) {
+        unsigned id = seq[i] % 256;
+        if (b->pos[i] == 0) f->next_pos[id] = 0; /* (re)computed from its start */
+        if (b->pos[i] != f->next_pos[id] && !f->bad[0])
+            snprintf(f->bad, sizeof f->bad, "sequence %u: position %d, want %d", seq[i], b->pos[i],
+                     f->next_pos[id]);
+        if (f->awaiting[id] && !f->bad[0])
+            snprintf(f->bad, sizeof f->bad, "sequence %u sent while awaiting its token", seq[i]);
+        f->next_pos[id] = b->pos[i] + 1;
+    }
+    fake_forward(f->fm, b, logits, err);
+    for (int j = 0; j < b->n_logits; j++) {
+        int best = 0;
+        for (int v = 1; v < FAKE_VOCAB; v++)
+            if (logits[j * FAKE_VOCAB + v] > logits[j * FAKE_VOCAB + best]) best = v;
+        tokens[j] = best;
+    }
+    return 0;
+}
+static int pf_step(void *ctx, const struct batch *b, int k, const unsigned *seq,
+                   struct sampler *const *smp, const unsigned char *mask, int *tokens, char *err)
+{
+    (void)k, (void)smp, (void)mask, (void)err;
+    struct pipe_fake *f = ctx;
+    if (f->n && !f->bad[0]) snprintf(f->bad, sizeof f->bad, "a step alone with %d in flight", f->n);
+    return pf_run(f, b, seq, tokens);
+}
+static int pf_send(void *ctx, const struct batch *b, int k, const unsigned *seq,
+                   struct sampler *const *smp, const unsigned char *mask, char *err)
+{
+    (void)k, (void)smp, (void)mask, (void)err;
+    struct pipe_fake *f = ctx;
+    if (f->n == 2) {
+        snprintf(f->bad, sizeof f->bad, "a third step in flight");
+        return 1;
+    }
+    int at = (f->head + f->n) % 2;
+    pf_run(f, b, seq, f->tok[at]);
+    f->last_has_first = 0;
+    for (int i = 0; i < b->n; i++) f->last_has_first |= seq[i] == 1;
+    f->n_tok[at] = b->n_logits;
+    for (int j = 0; j < b->n_logits; j++) {
+        f->seq[at][j] = seq[b->logit_rows[j]];
+        f->awaiting[f->seq[at][j] % 256] = 1;
+    }
+    f->piped += f->n > 0;
+    f->sends++;
+    f->n++;
+    return 0;
+}
+static int pf_recv(void *ctx, int *tokens, uint64_t *rng, char *err)
+{
+    struct pipe_fake *f = ctx;
+    int at = f->head;
+    f->head = (f->head + 1) % 2;
+    f->n--;
+    for (int j = 0; j < f->n_tok[at]; j++) f->awaiting[f->seq[at][j] % 256] = 0;
+    if (f->fail_from && ++f->recvs >= f->fail_from)
+        return errmsg_set(err, "fake helper gone during step %d", f->recvs);
+    for (int j = 0; j < f->n_tok[at]; j++) tokens[j] = f->tok[at][j], rng[j] = 0;
+    return 0;
+}
+
+static void pipelined_case(int fail_from, int cancel)
+{
+    struct rig g;
+    struct sched_config cfg = {.max_seqs = 6, .max_step_tokens = 16, .ctx = 128};
+    rig_open(&g, 64, 16, cfg);
+    char err[ERRMSG_LEN];
+    sched_free(g.s);
+    static struct pipe_fake f;
+    memset(&f, 0, sizeof f);
+    f.fm = &g.fm;
+    f.fail_from = fail_from;
+    struct sched_ops ops = {.ctx = &g.fm,
+                            .vocab_size = FAKE_VOCAB,
+                            .eos_id = FAKE_EOS,
+                            .bos_id = -1,
+                            .forward = fake_forward,
+                            .decode = fake_decode,
+                            .coop = {.ctx = &f,
+                                     .n_layers = 1,
+                                     .resident = pf_resident,
+                                     .ready = pf_ready,
+                                     .step = pf_step,
+                                     .send = pf_send,
+                                     .recv = pf_recv}};
+    g.s = sched_new(&cfg, &ops, &g.kv, &g.m, err);
+    CHECKF(g.s, "%s", err);
+    sched_set_step_model(g.s, &(struct step_model){.a = 1e-9, .c = 1e-9, .corr = 1});
+    struct sreq *r[10];
+    for (int i = 0; i < 10; i++) {
+        r[i] = make_req(i, 5 + (i * 17) % 60, 3 + (i * 5) % 20);
+        CHECKF(sched_submit(g.s, r[i], err) == 0, "%s", err);
+    }
+    if (cancel) { /* the first request, cancelled with rows in flight */
+        for (int it = 0; it < 100 && !(f.n == 1 && f.last_has_first); it++) sched_iterate(g.s);
+        CHECK(f.n == 1 && f.last_has_first);
+        sched_cancel(g.s, r[0]);
+    }
+    CHECK(run_until_done(&g, r, 10, 10000) >= 0);
+    CHECKF(!f.bad[0], "%s", f.bad);
+    if (!fail_from) {
+        if (cancel) CHECK_EQ_INT(sreq_finish(r[0]), FINISH_CANCELLED);
+        for (int i = cancel; i < 10; i++) check_matches_oracle(r[i], cfg.ctx);
+        CHECKF(f.piped > f.sends / 4, "%d of %d steps sent with another in flight", f.piped,
+               f.sends);
+    } else {
+        for (int i = 0; i < 10; i++) {
+            struct sreq_output *o = out_of(r[i]);
+            CHECK_EQ_INT(o->finish, FINISH_ERROR);
+            CHECKF(strstr(o->error, "fake helper gone"), "request %d: %s", i, o->error);
+        }
+    }
+    sched_iterate(g.s); /* a step whose sequences all failed meanwhile lands on the next one */
+    CHECK_EQ_INT(f.n, 0);
+    CHECK_EQ_INT(g.kv.n_free, 64);
+    for (int i = 0; i < 10; i++) sreq_put(r[i]);
+    rig_close(&g);
+}
+
+TEST(pipelined_split_steps_equal_alone)
+{
+    pipelined_case(0, 0);
+}
+
+TEST(pipelined_cancel_in_flight)
+{
+    pipelined_case(0, 1);
+}
+
+TEST(pipelined_helper_failure_fails_every_request)
+{
+    pipelined_case(3, 0);
+}
+
 int main(void)
 {
     RUN(batched_equals_alone);
@@ -508,5 +673,8 @@ int main(void)
     RUN(sequence_longer_than_pool_ends_with_length);
     RUN(step_running_for_is_the_current_step_only);
     RUN(helper_holds_remote_steps_for_its_own);
+    RUN(pipelined_split_steps_equal_alone);
+    RUN(pipelined_cancel_in_flight);
+    RUN(pipelined_helper_failure_fails_every_request);
     CHECK_DONE();
 }
