@@ -6,6 +6,7 @@
 #include "os/common/errmsg.h"
 #include "os/runtime/clock.h"
 #include "tests/unit/check.h"
+#include "tests/unit/free_port.h"
 #include "transport/auth.h"
 #include "transport/wire.h"
 
@@ -133,23 +134,12 @@ TEST(keyless_node_never_opens)
     fabric_node_free(h);
 }
 
-/* A port the kernel just said was free. */
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t sl = sizeof sa;
-    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) ||
-        getsockname(fd, (struct sockaddr *)&sa, &sl))
-        return 20000 + getpid() % 20000;
-    close(fd);
-    return ntohs(sa.sin_port);
-}
-
 int main(void)
 {
     if (auth_init(err)) return printf("not ok - auth_init: %s\n", err), 1;
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", free_port());
+    int port = free_port();
+    if (port < 0) return printf("not ok - free_port: no loopback port\n"), 1;
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
     RUN(messages_replies_events_and_protocol_close);
     RUN(keyless_node_never_opens);
     CHECK_DONE();

@@ -7,6 +7,7 @@
  * does not match its GGUF header is refused with a message saying so. */
 #include "cluster/stream_loader.h"
 #include "tests/unit/check.h"
+#include "tests/unit/free_port.h"
 #include "tests/unit/synth.h"
 
 #include <time.h>
@@ -40,17 +41,13 @@ struct pair {
     struct weight_stream *sw, *jw;
 };
 
-static int port_base(void)
-{
-    static int run;
-    return 21000 + (int)(getpid() % 9000) * 4 + run++;
-}
-
 static void pair_open(struct pair *p, struct weight_store *src, struct weight_store *dst,
                       int corrupt_unit, double rate)
 {
     static char addr[32];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", port_base());
+    int port = free_port();
+    CHECK(port > 0);
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
     CHECK(auth_init(err) == 0);
     struct tp_config sc = {.kind = "tcp", .listen = addr}, jc = {.kind = "tcp"};
     memset(sc.key.k, 3, 32);

@@ -3,6 +3,7 @@
  * with the exact bytes. */
 #include "os/common/errmsg.h"
 #include "tests/unit/check.h"
+#include "tests/unit/free_port.h"
 #include "transport/weight_stream.h"
 
 #include <stdlib.h>
@@ -43,8 +44,9 @@ static void run_stream(int corrupt_unit, uint32_t chunk)
 
     CHECK(auth_init(err) == 0);
     char addr[32];
-    static int run;
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", 20000 + (int)(getpid() % 20000) + 20000 * run++);
+    int port = free_port();
+    CHECK(port > 0);
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
     struct tp_config sc = {.kind = "tcp", .listen = addr}, jc = {.kind = "tcp"};
     memset(sc.key.k, 7, 32);
     memset(jc.key.k, 7, 32);
