@@ -14,17 +14,12 @@ set -u
 cd "$(dirname "$0")/../.."
 . tests/lib/cluster.sh
 . tests/lib/serve.sh
-[ -x "$STRATA" ] || { echo "not ok - cluster_models: $STRATA not built"; exit 1; }
-command -v python3 >/dev/null || { echo "skip - cluster_models: needs python3"; exit 0; }
-W=$(mktemp -d /tmp/cluster_models.XXXXXX)
-trap 'cl_cleanup; [ -n "${KEEP:-}" ] || rm -rf "$W"' EXIT
-serve_model || { echo "not ok - cluster_models: cannot convert the tiny model"; exit 1; }
-A=$(realpath "$SERVE_MODEL")
+cl_begin cluster_models
+A=$CL_MODEL
 B=$W/gqa.gguf
 build/tools/synth_model --shape tiny-gqa --type f32 --seed 7 -o "$B" \
     --tokenizer "$SHARED/models/tok512.bin" >/dev/null 2>&1 ||
     { echo "not ok - cluster_models: cannot make the second model"; exit 1; }
-cl_key "$W/key"
 HB=100
 PEERS="1@127.0.0.1:$((CL_BASE + 11)),2@127.0.0.1:$((CL_BASE + 12)),3@127.0.0.1:$((CL_BASE + 13))"
 node() { # node N ARGS...

@@ -22,13 +22,8 @@ cd "$(dirname "$0")/../.."
 CL_BASE=${CL_BASE:-19300} # below cluster_replicas.sh's 19400 and the default 20000 + 10 * (pid % 1200)
 . tests/lib/cluster.sh
 . tests/lib/serve.sh
-[ -x "$STRATA" ] || { echo "not ok - cluster_quorum: $STRATA not built"; exit 1; }
-command -v python3 >/dev/null || { echo "skip - cluster_quorum: needs python3"; exit 0; }
-W=$(mktemp -d /tmp/cluster_quorum.XXXXXX)
-trap 'cl_cleanup; [ -n "${KEEP:-}" ] || rm -rf "$W"' EXIT
-serve_model || { echo "not ok - cluster_quorum: cannot convert the tiny model"; exit 1; }
-M=$(realpath "$SERVE_MODEL")
-cl_key "$W/key"
+cl_begin cluster_quorum
+M=$CL_MODEL
 API=quorum-test-key
 HB=100
 PEERS="1@127.0.0.1:$((CL_BASE + 11)),2@127.0.0.1:$((CL_BASE + 12)),3@127.0.0.1:$((CL_BASE + 13))"

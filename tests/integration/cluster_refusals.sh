@@ -18,13 +18,8 @@ cd "$(dirname "$0")/../.."
 CL_BASE=${CL_BASE:-19200} # below every other cluster script's range (20000 + 10 * (pid % 1200))
 . tests/lib/cluster.sh
 . tests/lib/serve.sh
-[ -x "$STRATA" ] || { echo "not ok - cluster_refusals: $STRATA not built"; exit 1; }
-command -v python3 >/dev/null || { echo "skip - cluster_refusals: needs python3"; exit 0; }
-W=$(mktemp -d /tmp/cluster_refusals.XXXXXX)
-trap 'cl_cleanup; [ -n "${KEEP:-}" ] || rm -rf "$W"' EXIT
-serve_model || { echo "not ok - cluster_refusals: cannot convert the tiny model"; exit 1; }
-A=$(realpath "$SERVE_MODEL")
-cl_key "$W/key"
+cl_begin cluster_refusals
+A=$CL_MODEL
 HB=100
 PEERS=""
 for n in 1 2 3 4; do PEERS="$PEERS${PEERS:+,}$n@127.0.0.1:$((CL_BASE + 10 + n))"; done

@@ -28,17 +28,12 @@ cd "$(dirname "$0")/../.."
 CL_BASE=${CL_BASE:-19400} # below every other cluster script's range (20000 + 10 * (pid % 1200))
 . tests/lib/cluster.sh
 . tests/lib/serve.sh
-[ -x "$STRATA" ] || { echo "not ok - cluster_replicas: $STRATA not built"; exit 1; }
-command -v python3 >/dev/null || { echo "skip - cluster_replicas: needs python3"; exit 0; }
-W=$(mktemp -d /tmp/cluster_replicas.XXXXXX)
-trap 'cl_cleanup; [ -n "${KEEP:-}" ] || rm -rf "$W"' EXIT
-serve_model || { echo "not ok - cluster_replicas: cannot convert the tiny model"; exit 1; }
-A=$(realpath "$SERVE_MODEL")
+cl_begin cluster_replicas
+A=$CL_MODEL
 B=$W/gqa.gguf
 build/tools/synth_model --shape tiny-gqa --type f32 --seed 7 -o "$B" \
     --tokenizer "$SHARED/models/tok512.bin" >/dev/null 2>&1 ||
     { echo "not ok - cluster_replicas: cannot make the second model"; exit 1; }
-cl_key "$W/key"
 HB=100
 PEERS=""
 for n in 1 2 3 4 5; do PEERS="$PEERS${PEERS:+,}$n@127.0.0.1:$((CL_BASE + 10 + n))"; done

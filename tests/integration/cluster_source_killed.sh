@@ -15,13 +15,8 @@ set -u
 cd "$(dirname "$0")/../.."
 . tests/lib/cluster.sh
 . tests/lib/serve.sh
-[ -x "$STRATA" ] || { echo "not ok - cluster_source_killed: $STRATA not built"; exit 1; }
-command -v python3 >/dev/null || { echo "skip - cluster_source_killed: needs python3"; exit 0; }
-W=$(mktemp -d /tmp/cluster_source_killed.XXXXXX)
-trap 'cl_cleanup; [ -n "${KEEP:-}" ] || rm -rf "$W"' EXIT
-serve_model || { echo "not ok - cluster_source_killed: cannot convert the tiny model"; exit 1; }
-M=$(realpath "$SERVE_MODEL")
-cl_key "$W/key"
+cl_begin cluster_source_killed
+M=$CL_MODEL
 HB=100
 PEERS="1@127.0.0.1:$((CL_BASE + 11)),2@127.0.0.1:$((CL_BASE + 12)),3@127.0.0.1:$((CL_BASE + 13))"
 node() { # node N ARGS...

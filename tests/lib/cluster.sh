@@ -9,6 +9,10 @@
 # cl_complete NAME PROMPT N   prints the greedy completion text (N tokens)
 # cl_kill NAME            SIGKILL;  cl_stop NAME: SIGTERM and the exit status
 # cl_cleanup              (EXIT trap) kills what cl_serve started
+# cl_begin NAME           a control-plane scenario's start (tests/lib/serve.sh sourced first): fails
+#                         without the binary, skips without python3, makes the work dir $W (kept
+#                         with KEEP=1) with the EXIT trap, converts the tiny model (its path in
+#                         CL_MODEL) and writes the cluster key to $W/key
 # cl_why NAME             the last lines of a node's log on one line (failure messages)
 # cl_q NAME PYEXPR        PYEXPR over the node's /v1/cluster as `d` ("" when it does not answer),
 #                         with events(kind[, model]), node(id), hold(id[, model]) (its first or
@@ -28,6 +32,16 @@ not_ok() {
 }
 
 cl_key() { head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$1"; }
+
+cl_begin() {
+    [ -x "$STRATA" ] || { echo "not ok - $1: $STRATA not built"; exit 1; }
+    command -v python3 >/dev/null || { echo "skip - $1: needs python3"; exit 0; }
+    W=$(mktemp -d "/tmp/$1.XXXXXX")
+    trap 'cl_cleanup; [ -n "${KEEP:-}" ] || rm -rf "$W"' EXIT
+    serve_model || { echo "not ok - $1: cannot convert the tiny model"; exit 1; }
+    CL_MODEL=$(realpath "$SERVE_MODEL")
+    cl_key "$W/key"
+}
 
 cl_serve() { # cl_serve NAME ARGS...
     local name=$1 i port=""
