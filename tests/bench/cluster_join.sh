@@ -29,7 +29,7 @@ if [ "$(id -u)" != 0 ]; then echo "skip - cluster_join: needs root"; exit 0; fi
 make -s -j2 build/strata build/tools/synth_model >/dev/null || exit 1
 ONLY=${CLUSTER_BENCH_ONLY:-}
 MODEL=${CLUSTER_BENCH_MODEL:-build/bench-models/tinyllama-q4_0.gguf}
-if [ -z "$ONLY" ] && [ ! -f "$MODEL" ]; then
+if [ "$ONLY" != kv ] && [ ! -f "$MODEL" ]; then
     mkdir -p "$(dirname "$MODEL")"
     echo "generating $MODEL (synthetic TinyLlama shape, Q4_0)..."
     build/tools/synth_model --shape tinyllama --type q4_0 --seed 1 -o "$MODEL" >/dev/null || exit 1
