@@ -90,7 +90,7 @@ struct sim_config {
     int type_gpus[SIM_MAX_TYPES]; /* GPUs of each type (servers are homogeneous) */
     int gpus_per_server;
     int servers_per_rack; /* servers of one rack (failure domain) in server order; 0: one rack */
-    int gpus_per_inst; /* 0: smallest power of two holding the model with KV room */
+    int gpus_per_inst;    /* 0: smallest power of two holding the model with KV room */
     struct sim_tiers tiers;
     struct sim_model_spec model;
     double fail_prob; /* per node, for R and the loss probability */

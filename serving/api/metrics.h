@@ -48,7 +48,7 @@ struct serve_metrics {
     atomic_ullong coop_partial_tokens; /* joiner: tokens served while k < L */
     atomic_ullong coop_remote_steps, coop_remote_rows; /* joiner: sent to the helper */
     atomic_ullong coop_pipelined_steps; /* joiner: of those, sent while another was in flight */
-    atomic_ullong coop_token_rows;                     /* joiner: of those, sent as token ids */
+    atomic_ullong coop_token_rows;      /* joiner: of those, sent as token ids */
     atomic_ullong coop_served_steps, coop_served_rows; /* helper: run for other nodes */
     atomic_ullong coop_fused_steps, coop_fused_rows;   /* helper: of those, inside our steps */
     atomic_ullong coop_fused_late_layers;              /* helper: layers late ones caught up */
