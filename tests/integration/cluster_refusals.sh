@@ -32,21 +32,8 @@ node() { # node N ARGS...
         --scaleout-timeout-ms 600000 --replicas-cached 2 --ttft-ms 60 --no-slo \
         --test-step-delay-us 50000 --max-batch 1 "$@"
 }
-q() { # q PYEXPR: over the /v1/cluster of the first live node that answers
-    local n r
-    for n in 1 2 3 4; do
-        r=$(cl_q "n$n" "$1")
-        [ -n "$r" ] && { echo "$r"; return; }
-    done
-}
-until_true() { # until_true SECONDS PYEXPR
-    local end=$((SECONDS + $1))
-    while [ $SECONDS -lt $end ]; do
-        [ "$(q "$2")" = True ] && return 0
-        sleep 0.2
-    done
-    return 1
-}
+q() { cl_q_any "$1"; }                 # q PYEXPR: over the first live node that answers
+until_true() { cl_until_any "$1" "$2"; } # until_true SECONDS PYEXPR
 ask() { # ask NODE PROMPT N [CURL ARGS]: the greedy text
     local n=$1 p=$2 k=$3
     shift 3

@@ -46,22 +46,8 @@ node() { # node N ARGS...
         --cluster-heartbeat-ms $HB --cluster-dead-ms $((15 * HB)) --keep-alive-ms 5000 \
         --replicas-cached 2 --ttft-ms 60 --no-slo --test-step-delay-us 50000 --max-batch 1 "$@"
 }
-q() { # q PYEXPR: over the /v1/cluster of the first live node that answers
-    local n r
-    for n in 1 2 3 4 5; do
-        [ -n "${CL_PID[n$n]:-}" ] && kill -0 "${CL_PID[n$n]}" 2>/dev/null || continue
-        r=$(cl_q "n$n" "$1")
-        [ -n "$r" ] && { echo "$r"; return; }
-    done
-}
-until_true() { # until_true SECONDS PYEXPR
-    local end=$((SECONDS + $1))
-    while [ $SECONDS -lt $end ]; do
-        [ "$(q "$2")" = True ] && return 0
-        sleep 0.2
-    done
-    return 1
-}
+q() { cl_q_any "$1"; }                 # q PYEXPR: over the first live node that answers
+until_true() { cl_until_any "$1" "$2"; } # until_true SECONDS PYEXPR
 ask() { # ask NODE MODEL PROMPT N [CURL ARGS]: the greedy text
     local n=$1 m=$2 p=$3 k=$4
     shift 4

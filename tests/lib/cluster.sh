@@ -18,6 +18,9 @@
 #                         with events(kind[, model]), node(id), hold(id[, model]) (its first or
 #                         named model's holding, {} when none)
 # cl_until SECONDS NAME PYEXPR   polls until cl_q prints True
+# cl_q_any PYEXPR         cl_q over the first live node (by name) that answers: a scenario that kills
+#                         nodes asks whoever is left
+# cl_until_any SECONDS PYEXPR   polls until cl_q_any prints True
 STRATA=${STRATA:-build/strata}
 # Below the kernel's ephemeral range (32768-60999 by default): a port we listen on must not be one
 # the kernel may already have given an outgoing connection (bind would fail at random).
@@ -111,6 +114,22 @@ cl_until() { # cl_until SECONDS NAME PYEXPR
     while [ $SECONDS -lt $end ]; do
         [ "$(cl_q "$2" "$3")" = True ] && return 0
         sleep 0.1
+    done
+    return 1
+}
+cl_q_any() { # cl_q_any PYEXPR
+    local name r
+    for name in $(printf '%s\n' "${!CL_PID[@]}" | sort); do
+        kill -0 "${CL_PID[$name]}" 2>/dev/null || continue
+        r=$(cl_q "$name" "$1")
+        [ -n "$r" ] && { echo "$r"; return; }
+    done
+}
+cl_until_any() { # cl_until_any SECONDS PYEXPR
+    local end=$((SECONDS + $1))
+    while [ $SECONDS -lt $end ]; do
+        [ "$(cl_q_any "$2")" = True ] && return 0
+        sleep 0.2
     done
     return 1
 }
