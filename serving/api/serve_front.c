@@ -461,7 +461,7 @@ static int tokenize(const struct front_model *m, const struct completion_request
     struct chat_rendered rendered = {0};
     const char *text = cr->prompt;
     if (cr->chat) {
-        if (chat_template_render_spans(m->tmpl, cr->messages, cr->n_messages, &rendered))
+        if (chat_template_render_spans(m->tmpl, cr->messages, cr->n_messages, 1, &rendered))
             return api_error_set(e, 500, "server_error", NULL, "out of memory");
         text = rendered.text;
     }

@@ -22,7 +22,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (chat) {
             if (r.n_messages < 1) abort();
             for (int t = 0; t < CHAT_N_TEMPLATES; t++) {
-                char *p = chat_template_render((enum chat_template)t, r.messages, r.n_messages);
+                char *p =
+                    chat_template_render((enum chat_template)t, r.messages, r.n_messages, t & 1);
                 if (p && !utf8_valid(p, strlen(p))) abort();
                 free(p);
             }

@@ -196,17 +196,17 @@ TEST(chat_templates)
 {
     struct chat_message m[] = {
         {"system", "S"}, {"user", "U1"}, {"assistant", "A1"}, {"user", "U2"}};
-    char *s = chat_template_render(CHAT_PLAIN, m, 4);
+    char *s = chat_template_render(CHAT_PLAIN, m, 4, 1);
     CHECK_STR(s, "System: S\nUser: U1\nAssistant: A1\nUser: U2\nAssistant:");
     free(s);
     /* llama.cpp's llama2 renderings (test_serve_chat.c has the token ids) */
-    s = chat_template_render(CHAT_LLAMA2_SYS, m, 4);
+    s = chat_template_render(CHAT_LLAMA2_SYS, m, 4, 1);
     CHECK_STR(s, "[INST] <<SYS>>\nS\n<</SYS>>\n\nU1 [/INST]A1</s>[INST] U2 [/INST]");
     free(s);
-    s = chat_template_render(CHAT_LLAMA2, m, 4);
+    s = chat_template_render(CHAT_LLAMA2, m, 4, 1);
     CHECK_STR(s, "[INST] S\nU1 [/INST]A1</s>[INST] U2 [/INST]");
     free(s);
-    s = chat_template_render(CHAT_CHATML, m + 1, 1);
+    s = chat_template_render(CHAT_CHATML, m + 1, 1, 1);
     CHECK_STR(s, "<|im_start|>user\nU1<|im_end|>\n<|im_start|>assistant\n");
     free(s);
     const char *j = "{% for m in messages %}<|im_start|>{{m.role}}";

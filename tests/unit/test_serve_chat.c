@@ -63,7 +63,7 @@ static int chat_ids(const struct tokenizer *t, enum chat_template tmpl,
                     const struct chat_message *m, int nm, int *out, int cap)
 {
     struct chat_rendered r;
-    if (chat_template_render_spans(tmpl, m, nm, &r)) return -1;
+    if (chat_template_render_spans(tmpl, m, nm, 1, &r)) return -1;
     struct tok_span sp[64];
     for (int i = 0; i < r.n_spans; i++)
         sp[i] = (struct tok_span){r.text + r.spans[i].off, r.spans[i].len, r.spans[i].marker};
@@ -116,17 +116,17 @@ TEST(llama2_texts_are_llama_cpp_s)
                                {"user", "Who are you"},
                                {"assistant", "   I am an assistant   "},
                                {"user", "Another question"}};
-    char *s = chat_template_render(CHAT_LLAMA2_SYS_STRIP, m, 6);
+    char *s = chat_template_render(CHAT_LLAMA2_SYS_STRIP, m, 6, 1);
     CHECK_STR(s, "[INST] <<SYS>>\nYou are a helpful assistant\n<</SYS>>\n\nHello [/INST]Hi "
                  "there</s>[INST] Who are you [/INST]I am an assistant</s>[INST] Another question "
                  "[/INST]");
     free(s);
-    s = chat_template_render(CHAT_LLAMA2_SYS_BOS, m, 6);
+    s = chat_template_render(CHAT_LLAMA2_SYS_BOS, m, 6, 1);
     CHECK_STR(s, "[INST] <<SYS>>\nYou are a helpful assistant\n<</SYS>>\n\nHello [/INST]Hi "
                  "there</s><s>[INST] Who are you [/INST]   I am an assistant   </s><s>[INST] "
                  "Another question [/INST]");
     free(s);
-    s = chat_template_render(CHAT_LLAMA2, m, 6);
+    s = chat_template_render(CHAT_LLAMA2, m, 6, 1);
     CHECK_STR(s, "[INST] You are a helpful assistant\nHello [/INST]Hi there</s>[INST] Who are "
                  "you [/INST]   I am an assistant   </s>[INST] Another question [/INST]");
     free(s);
@@ -237,7 +237,7 @@ TEST(without_special_tokens_nothing_changes)
     struct chat_message m[] = {{"system", "Be brief."}, {"user", "Tell me a story."}};
     int a[256], b[256], na, nb;
     na = chat_ids(&t32k, CHAT_PLAIN, m, 2, a, 256);
-    char *s = chat_template_render(CHAT_PLAIN, m, 2);
+    char *s = chat_template_render(CHAT_PLAIN, m, 2, 1);
     CHECK(tokenizer_encode(&t32k, s, strlen(s), 1, b, 256, &nb, err) == 0);
     free(s);
     CHECK(na == nb && !memcmp(a, b, (size_t)na * sizeof *a));
