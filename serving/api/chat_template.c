@@ -219,13 +219,10 @@ struct layout {
     const char *gen;          /* the generation prompt, or NULL */
 };
 
-#define EVERY(pre, post, trim)                                                                     \
-    {                                                                                              \
-        {pre, post, trim}, {pre, post, trim}, {pre, post, trim},                                   \
-        {                                                                                          \
-            pre, post, trim                                                                        \
-        }                                                                                          \
-    }
+/* clang-format off */
+#define EVERY(pre, post, trim) \
+    {{pre, post, trim}, {pre, post, trim}, {pre, post, trim}, {pre, post, trim}}
+/* clang-format on */
 
 static const struct layout LAYOUTS[CHAT_N_TEMPLATES] = {
     [CHAT_CHATML] = {.role = EVERY("<|im_start|>" ROLE "\n", "<|im_end|>\n", 0),
