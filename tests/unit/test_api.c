@@ -227,6 +227,18 @@ TEST(utf8)
     char out[32];
     CHECK_EQ_INT(utf8_sanitize("a\xffz", 3, out), 5);
     CHECK_STR(out, "a\xef\xbf\xbdz");
+    /* one U+FFFD per maximal invalid subpart: a cut-short start once, then the byte anew */
+    CHECK_EQ_INT(utf8_replace_invalid("a\xf0\x9f", 3, out), 4);
+    CHECK_STR(out, "a\xef\xbf\xbd");
+    CHECK_EQ_INT(utf8_replace_invalid("\xf0\x9f"
+                                      "A\xe2\x82\xac",
+                                      6, out),
+                 7);
+    CHECK_STR(out, "\xef\xbf\xbd"
+                   "A\xe2\x82\xac");
+    CHECK_EQ_INT(utf8_replace_invalid("\xed\xa0\x80", 3, out), 9); /* surrogate: 3 */
+    CHECK_EQ_INT(utf8_replace_invalid("\xc0\xaf\x80", 3, out), 9); /* bad lead, strays */
+    CHECK_EQ_INT(utf8_replace_invalid("\xe0\x80", 2, out), 6);     /* overlong start */
 }
 
 TEST(stop_strings)
