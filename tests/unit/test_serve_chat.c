@@ -13,6 +13,7 @@
 #include "serving/engine/gguf.h"
 #include "serving/engine/tokenizer.h"
 
+#include <cjson/cJSON.h>
 #include <stdint.h>
 
 static char err[ERRMSG_LEN];
@@ -245,6 +246,168 @@ TEST(without_special_tokens_nothing_changes)
     CHECK(chat_ids(&t32k, CHAT_PLAIN, m, 2, a, 5) == -1);
 }
 
+/* ---------------------------------------------------------------- Llama 3 and Qwen3 */
+
+static cJSON *read_json(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 1 << 20, n = 0, k;
+    char *buf = malloc(cap);
+    while (buf && (k = fread(buf + n, 1, cap - n, f)) > 0)
+        if ((n += k) == cap) buf = realloc(buf, cap *= 2);
+    fclose(f);
+    cJSON *j = buf ? cJSON_ParseWithLength(buf, n) : NULL;
+    free(buf);
+    return j;
+}
+
+/* The GGUF tokenizer metadata llama.cpp's convert_hf_to_gguf.py writes for a byte-level BPE
+ * tokenizer.json (added tokens: control when special or "<|...|>", else user-defined), into w. */
+static int put_bpe_vocab(struct gguf_writer *w, const cJSON *tj, const char *pre, int bos, int eos,
+                         int add_bos)
+{
+    const cJSON *vocab = cJSON_GetObjectItem(cJSON_GetObjectItem(tj, "model"), "vocab");
+    const cJSON *merges = cJSON_GetObjectItem(cJSON_GetObjectItem(tj, "model"), "merges");
+    const cJSON *added = cJSON_GetObjectItem(tj, "added_tokens"), *v;
+    int n = 0, nm = cJSON_GetArraySize(merges), rc = -1;
+    cJSON_ArrayForEach(v, vocab) if (v->valueint >= n) n = v->valueint + 1;
+    cJSON_ArrayForEach(v, added)
+    {
+        int id = cJSON_GetObjectItem(v, "id")->valueint;
+        if (id >= n) n = id + 1;
+    }
+    const char **tok = calloc((size_t)n, sizeof *tok);
+    int32_t *type = calloc((size_t)n, sizeof *type);
+    char **merge = calloc((size_t)nm + 1, sizeof *merge);
+    if (!tok || !type || !merge) goto out;
+    for (int i = 0; i < n; i++) tok[i] = "[PAD]", type[i] = 5;
+    cJSON_ArrayForEach(v, vocab) tok[v->valueint] = v->string, type[v->valueint] = 1;
+    cJSON_ArrayForEach(v, added)
+    {
+        int id = cJSON_GetObjectItem(v, "id")->valueint;
+        const char *t = cJSON_GetObjectItem(v, "content")->valuestring;
+        size_t l = strlen(t);
+        int looks = l >= 4 && !strncmp(t, "<|", 2) && !strcmp(t + l - 2, "|>");
+        tok[id] = t;
+        type[id] = cJSON_IsTrue(cJSON_GetObjectItem(v, "special")) || looks ? 3 : 4;
+    }
+    int i = 0;
+    cJSON_ArrayForEach(v, merges)
+    {
+        const char *a = cJSON_IsString(v) ? v->valuestring : cJSON_GetArrayItem(v, 0)->valuestring;
+        const char *b = cJSON_IsString(v) ? NULL : cJSON_GetArrayItem(v, 1)->valuestring;
+        size_t la = strlen(a), lb = b ? strlen(b) : 0;
+        if (!(merge[i] = malloc(la + lb + 2))) goto out;
+        memcpy(merge[i], a, la + 1);
+        if (b) merge[i][la] = ' ', memcpy(merge[i] + la + 1, b, lb + 1);
+        i++;
+    }
+    uint8_t yes = (uint8_t)add_bos;
+    rc = gguf_w_str(w, "tokenizer.ggml.model", "gpt2") ||
+         gguf_w_str(w, "tokenizer.ggml.pre", pre) ||
+         gguf_w_arr_str(w, "tokenizer.ggml.tokens", tok, (uint64_t)n) ||
+         gguf_w_arr_i32(w, "tokenizer.ggml.token_type", type, (uint64_t)n) ||
+         gguf_w_arr_str(w, "tokenizer.ggml.merges", (const char *const *)merge, (uint64_t)nm) ||
+         gguf_w_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)bos) ||
+         gguf_w_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)eos) ||
+         gguf_w_val(w, "tokenizer.ggml.add_bos_token", GGUF_BOOL, &yes);
+out:
+    for (int k = 0; merge && k < nm; k++) free(merge[k]);
+    free(merge);
+    free(tok);
+    free(type);
+    return rc ? -1 : 0;
+}
+
+/* tests/fixtures/chat/llama_cpp_ids.json: the ids llama.cpp's server makes of chat prompts with
+ * the real Llama 3 and Qwen3 vocabularies (tests/node), BOS as the vocabulary wants it (Qwen: none);
+ * the same ids as the npm tokenizers give (README there). Here through tokenizer_encode_spans with
+ * add_bos = 1, exactly as `strata serve` tokenizes a chat prompt. Skipped, with the tokenizer's
+ * reason, while the tokenizer does not read byte-level BPE vocabularies (tokenizer.ggml.model
+ * "gpt2"). */
+TEST(llama3_and_qwen3_chat_prompts_are_llama_cpp_s)
+{
+    cJSON *ids = read_json("tests/fixtures/chat/llama_cpp_ids.json");
+    cJSON *fx = read_json("tests/fixtures/chat/llama_cpp.json");
+    CHECK(ids && fx);
+    const cJSON *voc;
+    int checked = 0;
+    cJSON_ArrayForEach(voc, cJSON_GetObjectItem(ids, "vocabularies"))
+    {
+        char path[256];
+        snprintf(path, sizeof path, "tests/node/node_modules/%s/models/tokenizer.json",
+                 cJSON_GetObjectItem(voc, "package")->valuestring);
+        cJSON *tj = read_json(path);
+        if (!tj) {
+            cJSON_Delete(ids);
+            cJSON_Delete(fx);
+            SKIP("%s: not installed (cd tests/node && npm ci)", path);
+        }
+        int bos = cJSON_GetObjectItem(voc, "bos")->valueint;
+        int eos = !strcmp(voc->string, "llama3") ? 128001 : 151645;
+        struct gguf_writer *w = gguf_writer_new();
+        CHECK(put_bpe_vocab(w, tj, cJSON_GetObjectItem(voc, "pre")->valuestring, bos, eos,
+                            cJSON_IsTrue(cJSON_GetObjectItem(voc, "add_bos"))) == 0);
+        cJSON_Delete(tj);
+        struct tokenizer t;
+        struct gguf g = {0};
+        char *buf = NULL;
+        if (via_gguf(w, &t, &g, &buf)) {
+            char why[ERRMSG_LEN + 64];
+            snprintf(why, sizeof why, "%s vocabulary: %s", voc->string, err);
+            int unsupported = strstr(err, "not supported") != NULL;
+            gguf_free(&g);
+            free(buf);
+            cJSON_Delete(ids);
+            cJSON_Delete(fx);
+            if (unsupported) SKIP("%s", why);
+            CHECKF(0, "%s", why);
+        }
+        const cJSON *p;
+        cJSON_ArrayForEach(p, cJSON_GetObjectItem(ids, "prompts"))
+        {
+            if (strcmp(cJSON_GetObjectItem(p, "vocabulary")->valuestring, voc->string)) continue;
+            const char *conv = cJSON_GetObjectItem(p, "conversation")->valuestring;
+            const cJSON *c = cJSON_GetObjectItem(cJSON_GetObjectItem(fx, "conversations"), conv);
+            struct chat_message m[16];
+            int nm = 0;
+            const cJSON *msg;
+            cJSON_ArrayForEach(msg, c)
+            {
+                m[nm].role = cJSON_GetArrayItem(msg, 0)->valuestring;
+                m[nm++].content = cJSON_GetArrayItem(msg, 1)->valuestring;
+            }
+            int tmpl = chat_template_from_name(cJSON_GetObjectItem(p, "template")->valuestring);
+            int add = cJSON_IsTrue(cJSON_GetObjectItem(p, "add_generation_prompt"));
+            struct chat_rendered r;
+            CHECK(tmpl >= 0 && chat_template_render_spans(tmpl, m, nm, add, &r) == 0);
+            struct tok_span sp[64];
+            for (int i = 0; i < r.n_spans && i < 64; i++)
+                sp[i] =
+                    (struct tok_span){r.text + r.spans[i].off, r.spans[i].len, r.spans[i].marker};
+            int got[1024], n = 0;
+            int rc = tokenizer_encode_spans(&t, sp, r.n_spans, 1, got, 1024, &n, err);
+            chat_rendered_free(&r);
+            CHECKF(rc == 0, "%s: %s", conv, err);
+            const cJSON *want = cJSON_GetObjectItem(p, "ids");
+            int same = n == cJSON_GetArraySize(want);
+            for (int i = 0; same && i < n; i++)
+                same = got[i] == cJSON_GetArrayItem(want, i)->valueint;
+            CHECKF(same, "%s, %s%s: %d ids, llama.cpp %d; first %d %d %d", voc->string, conv,
+                   add ? "" : " (no generation prompt)", n, cJSON_GetArraySize(want), got[0],
+                   n > 1 ? got[1] : -1, n > 2 ? got[2] : -1);
+            checked++;
+        }
+        tokenizer_free(&t);
+        gguf_free(&g);
+        free(buf);
+    }
+    cJSON_Delete(ids);
+    cJSON_Delete(fx);
+    CHECK_EQ_INT(checked, 10);
+}
+
 int main(void)
 {
     RUN(llama2_detection_follows_llama_cpp);
@@ -252,6 +415,7 @@ int main(void)
     RUN(llama2_chat_ids_match_the_published_ones);
     RUN(chatml_markers_become_control_tokens);
     RUN(without_special_tokens_nothing_changes);
+    RUN(llama3_and_qwen3_chat_prompts_are_llama_cpp_s);
     if (have32k > 0) {
         tokenizer_free(&t32k);
         gguf_free(&g32k);
