@@ -6,7 +6,7 @@
 # (status 200, Content-Type application/json); errors in the API's shape (bad JSON 400, an id
 # outside the vocabulary 400, GET 405); with --api-key 401 without the key and the same answer
 # with it. The command line: every llama-tokenize output byte for byte, `strata help` lists it,
-# usage errors exit 2, an unreadable model exits 1 naming it, and a GGUF whose one tensor claims
+# "-" reads standard input, usage errors exit 2, an unreadable model exits 1 naming it, and a GGUF whose one tensor claims
 # 5 GiB (a sparse file) tokenizes with a few MB resident: the weights are never read.
 set -u
 cd "$(dirname "$0")/../.."
@@ -94,6 +94,11 @@ PY
 
 "$STRATA" help | grep -q '^  strata tokenize -m MODEL.gguf' && ok "serve_tokenize: strata help lists tokenize" ||
     not_ok "serve_tokenize: strata help does not list tokenize"
+printf 'Hello\n world \xc3\xa1' | "$STRATA" tokenize -m "$L2" - >"$W/stdin" 2>&1
+"$STRATA" tokenize -m "$L2" "$(printf 'Hello\n world \xc3\xa1')" >"$W/arg" 2>&1
+cmp -s "$W/stdin" "$W/arg" && [ "$(wc -l <"$W/arg")" -ge 5 ] &&
+    ok "serve_tokenize: strata tokenize - reads the text from standard input" ||
+    not_ok "serve_tokenize: stdin: $(head -c 200 "$W/stdin") vs $(head -c 200 "$W/arg")"
 "$STRATA" tokenize -m "$SERVE_MODEL" >/dev/null 2>"$W/u1"
 r1=$?
 "$STRATA" tokenize "text" --bogus >/dev/null 2>"$W/u2"
