@@ -6,8 +6,9 @@
 # (status 200, Content-Type application/json); errors in the API's shape (bad JSON 400, an id
 # outside the vocabulary 400, GET 405); with --api-key 401 without the key and the same answer
 # with it. The command line: every llama-tokenize output byte for byte, `strata help` lists it,
-# "-" reads standard input, usage errors exit 2, an unreadable model exits 1 naming it, and a GGUF whose one tensor claims
-# 5 GiB (a sparse file) tokenizes with a few MB resident: the weights are never read.
+# "-" reads standard input, usage errors exit 2, an unreadable model exits 1 naming it, and a
+# GGUF whose one tensor claims 5 GiB (a sparse file) tokenizes with a few MB resident: the
+# weights are never read.
 set -u
 cd "$(dirname "$0")/../.."
 . tests/lib/serve.sh
