@@ -22,6 +22,7 @@
 #include "cmd/commands.h"
 #include "cmd/options.h"
 #include "serving/engine/loader.h"
+#include "serving/engine/token_piece.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -285,6 +286,19 @@ static int encode_chat(void *tok, const struct chat_rendered *r, int *out, int c
     int rc = tokenizer_encode_spans(tok, sp, r->n_spans, 1, out, cap, n, err);
     free(sp);
     return rc;
+}
+
+/* POST /tokenize: llama.cpp's tokenize with add_special and parse_special */
+static int tokenize_text(void *tok, const char *text, size_t len, int add_special,
+                         int parse_special, int *out, int cap, int *n, char *err)
+{
+    struct tok_span sp = {text, len, parse_special};
+    return tokenizer_encode_spans(tok, &sp, 1, add_special, out, cap, n, err);
+}
+
+static const char *piece_of(void *tok, int id, char *scratch, size_t *len)
+{
+    return token_piece(tok, id, scratch, len);
 }
 
 static void on_progress(void *ctx, int done, int total)
@@ -669,7 +683,9 @@ static void announce_ready(struct serve *sv, const struct serve_opts *o, struct 
                              .tmpl = chat_template_detect(tmpl.p, tmpl.len),
                              .tok = &sv->lm->tok,
                              .encode = encode_text,
-                             .encode_chat = encode_chat};
+                             .encode_chat = encode_chat,
+                             .tokenize = tokenize_text,
+                             .piece = piece_of};
     front_set_ready(sv->front, &fm, sched);
     fprintf(stderr,
             "strata serve: ready: %s on %s:%d (ctx %d, max batch %d, %d tokens/step, %d %s KV "

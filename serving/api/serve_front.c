@@ -5,6 +5,7 @@
 #include "serving/api/api_request.h"
 #include "serving/api/api_response.h"
 #include "serving/api/relay.h"
+#include "serving/api/tokenize_api.h"
 #include "os/runtime/log.h"
 
 #include <cjson/cJSON.h>
@@ -36,7 +37,8 @@ struct front_req {
     char id[40];
     long long created;
     int chat, stream, include_usage, first_sent;
-    int began; /* stream headers sent (at the first token, so a rejection can still be a 503) */
+    int tokenize; /* relayed /tokenize (1) or /detokenize (2), not a completion */
+    int began;    /* stream headers sent (at the first token, so a rejection can still be a 503) */
     int no_replica;         /* taken while no replica existed (counted while it waits/runs) */
     long no_replica_tokens; /* its prompt tokens */
     size_t sent;            /* bytes of r->text already sent (streaming) */
@@ -461,7 +463,7 @@ static int tokenize(const struct front_model *m, const struct completion_request
     struct chat_rendered rendered = {0};
     const char *text = cr->prompt;
     if (cr->chat) {
-        if (chat_template_render_spans(m->tmpl, cr->messages, cr->n_messages, &rendered))
+        if (chat_template_render_spans(m->tmpl, cr->messages, cr->n_messages, 1, &rendered))
             return api_error_set(e, 500, "server_error", NULL, "out of memory");
         text = rendered.text;
     }
@@ -564,8 +566,8 @@ static int estimate_tokens(const struct completion_request *cr)
 
 /* Relay the request to addr (node), or hold it (addr NULL) until the route names a node. */
 static void forward(struct front *f, struct http_conn *c, const struct http_request *req,
-                    const char *body, size_t len, int chat, const char *model, int prompt_tokens,
-                    const char *addr, uint64_t node)
+                    const char *body, size_t len, int chat, int tokenize, const char *model,
+                    int prompt_tokens, const char *addr, uint64_t node)
 {
     const struct front_ext *ext = atomic_load(&f->ext);
     struct api_error e;
@@ -584,6 +586,7 @@ static void forward(struct front *f, struct http_conn *c, const struct http_requ
     fr->f = f;
     fr->conn = c;
     fr->chat = chat;
+    fr->tokenize = tokenize;
     struct relay_config rc = {.target = addr,
                               .target_node = node,
                               .path = req->path,
@@ -640,6 +643,8 @@ static void forward(struct front *f, struct http_conn *c, const struct http_requ
 
 static void handle_completion(struct front *f, struct http_conn *c, const struct http_request *req,
                               const char *body, size_t len, int chat, int may_route);
+static void handle_tokenize(struct front *f, struct http_conn *c, const struct http_request *req,
+                            const char *body, size_t len, int detokenize, int may_route);
 
 /* What a relay queued since last time, written to its client. */
 static void relay_deliver(struct front *f, struct front_req *fr)
@@ -659,10 +664,13 @@ static void relay_deliver(struct front *f, struct front_req *fr)
         struct http_request req = fr->req;
         char *body = fr->body;
         size_t len = fr->body_len;
-        int chat = fr->chat;
+        int chat = fr->chat, tokenize = fr->tokenize;
         fr->body = NULL;
         front_req_free(fr);
-        handle_completion(f, c, &req, body, len, chat, 0);
+        if (tokenize)
+            handle_tokenize(f, c, &req, body, len, tokenize == 2, 0);
+        else
+            handle_completion(f, c, &req, body, len, chat, 0);
         free(body);
         return;
     }
@@ -724,8 +732,8 @@ static void handle_completion(struct front *f, struct http_conn *c, const struct
         /* Nothing here to serve it with: another node, or held until there is one. */
         int est = estimate_tokens(&cr);
         int rt = front_route(f, cr.model, est, addr, sizeof addr, &node);
-        forward(f, c, req, body, len, chat, cr.model, est, rt == RELAY_ROUTE_REMOTE ? addr : NULL,
-                node);
+        forward(f, c, req, body, len, chat, 0, cr.model, est,
+                rt == RELAY_ROUTE_REMOTE ? addr : NULL, node);
         completion_request_free(&cr);
         return;
     }
@@ -762,7 +770,7 @@ static void handle_completion(struct front *f, struct http_conn *c, const struct
     int rt = route ? front_route(f, cr.model, n, addr, sizeof addr, &node) : RELAY_ROUTE_LOCAL;
     if (rt == RELAY_ROUTE_REMOTE) {
         free(ids);
-        forward(f, c, req, body, len, chat, cr.model, n, addr, node);
+        forward(f, c, req, body, len, chat, 0, cr.model, n, addr, node);
         completion_request_free(&cr);
         return;
     }
@@ -831,6 +839,57 @@ fail:
     send_error(f, c, &e);
 }
 
+/* ---------------------------------------------------------------- /tokenize, /detokenize */
+
+/* Served with this node's tokenizer when it has the model (and the request names no other one);
+ * otherwise routed as a completion is: relayed to a node with a replica, or held until one
+ * appears (503 after the hold), or 503 at once outside a cluster. */
+static void handle_tokenize(struct front *f, struct http_conn *c, const struct http_request *req,
+                            const char *body, size_t len, int detokenize, int may_route)
+{
+    struct api_error e;
+    const struct front_model *m = atomic_load(&f->model);
+    const struct front_ext *ext = atomic_load(&f->ext);
+    int route = may_route && !req->forwarded && ext && ext->route;
+    if (!m && !route) {
+        api_error_set(&e, 503, "server_error", NULL,
+                      "The model is still loading; retry shortly (see /health).");
+        send_error(f, c, &e);
+        return;
+    }
+    struct tokenize_request r;
+    if (tokenize_request_parse(detokenize, body, len, &r, &e)) {
+        send_error(f, c, &e);
+        return;
+    }
+    if (route && (!m || (r.model[0] && strcmp(r.model, m->name)))) {
+        char addr[RELAY_ADDR_LEN] = "";
+        uint64_t node = 0;
+        int est = tokenize_request_estimate(&r);
+        int rt = front_route(f, r.model, est, addr, sizeof addr, &node);
+        if (rt != RELAY_ROUTE_LOCAL || !m) {
+            forward(f, c, req, body, len, 0, detokenize ? 2 : 1, r.model, est,
+                    rt == RELAY_ROUTE_REMOTE ? addr : NULL, node);
+            tokenize_request_free(&r);
+            return;
+        }
+    }
+    char *out = NULL;
+    size_t out_len = 0;
+    struct token_ops ops = {m->tok, m->vocab_size, m->tokenize, m->piece};
+    if (!m->tokenize || !m->piece)
+        api_error_set(&e, 501, "server_error", NULL, "This model has no tokenizer to %s with.",
+                      detokenize ? "detokenize" : "tokenize");
+    if (!m->tokenize || !m->piece || tokenize_request_answer(&r, &ops, &out, &out_len, &e)) {
+        tokenize_request_free(&r);
+        send_error(f, c, &e);
+        return;
+    }
+    tokenize_request_free(&r);
+    http_respond(c, 200, "application/json", out, out_len, NULL);
+    free(out);
+}
+
 /* ---------------------------------------------------------------- handler */
 
 static void on_request(void *ctx, struct http_conn *c, const struct http_request *req,
@@ -856,7 +915,18 @@ static void on_request(void *ctx, struct http_conn *c, const struct http_request
         return;
     }
     int is_models = !strcmp(p, "/v1/models"), is_cmpl = !strcmp(p, "/v1/completions"),
-        is_chat = !strcmp(p, "/v1/chat/completions");
+        is_chat = !strcmp(p, "/v1/chat/completions"), is_tok = !strcmp(p, "/tokenize"),
+        is_detok = !strcmp(p, "/detokenize");
+    if (is_tok || is_detok) {
+        if (check_auth(f, req, &e)) {
+            send_error(f, c, &e);
+            return;
+        }
+        if (!post) goto method;
+        if (req->forwarded) f->forwarded_in++;
+        handle_tokenize(f, c, req, body, len, is_detok, 1);
+        return;
+    }
     const struct front_ext *ext = atomic_load(&f->ext);
     if (!is_models && !is_cmpl && !is_chat && get && ext && ext->get) {
         size_t xlen = 0;

@@ -1,8 +1,9 @@
 /* serve_front: the HTTP handlers of `strata serve` (run on the front thread).
  *
- * Routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health,
- * GET /metrics, and GET and POST routes of a front_ext (GET /v1/cluster, POST
- * /v1/cluster/recover), behind the API key like the others. A completion request is
+ * Routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, POST /tokenize,
+ * POST /detokenize (llama.cpp's shapes: serving/api/tokenize_api.h), GET /health, GET /metrics,
+ * and GET and POST routes of a front_ext (GET /v1/cluster, POST /v1/cluster/recover), behind the
+ * API key like the others. A completion request is
  * authenticated (optional bearer key), validated (api_request), rendered (chat_template),
  * tokenized, checked against the context, and submitted to the scheduler; its output comes back
  * through front_notify (scheduler thread: queue the request, once) and front_wake (wake the front),
@@ -16,10 +17,13 @@
  * and its answer streamed back through this connection; "local" -> served here; "none" (no
  * replica anywhere) -> served here when this node has the model loaded (its queue is the demand
  * the planner sees), else held by the relay until a replica appears (503 with Retry-After after
- * hold_ms). A request carrying X-Strata-Forwarded on a connection from a cluster member
- * (front_adopt: a sealed forward channel) was relayed by another node and is never forwarded
- * again; from a client the header is ignored and the request routed like any other. Requests the API rejects (bad JSON, auth, context length when the model is
- * here) are answered by the node the client reached, as a single node would.
+ * hold_ms). /tokenize and /detokenize are served here whenever this node has the model (and
+ * the request's optional "model" names no other one), otherwise routed the same way. A request
+ * carrying X-Strata-Forwarded on a connection from a cluster member (front_adopt: a sealed forward
+ * channel) was relayed by another node and is never forwarded again; from a client the header is
+ * ignored and the request routed like any other. Requests the API rejects (bad JSON, auth,
+ * context length when the model is here) are answered by the node the client reached, as a
+ * single node would.
  *
  * /health always carries "pid" and "processes" (entries of /proc/[0-9]*): on the appliance the
  * server is PID 1 and alone, and the boot tests check that. */
@@ -46,6 +50,10 @@ struct front_model {
      * encode of the whole text). out has room for 2 * r->len + 3 ids. */
     int (*encode_chat)(void *tok, const struct chat_rendered *r, int *out, int cap, int *n,
                        char *err);
+    /* POST /tokenize and /detokenize (serving/api/tokenize_api.h's token_ops; NULL: 501) */
+    int (*tokenize)(void *tok, const char *text, size_t len, int add_special, int parse_special,
+                    int *out, int cap, int *n, char *err);
+    const char *(*piece)(void *tok, int id, char *scratch, size_t *len);
 };
 
 struct front_config {

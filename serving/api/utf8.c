@@ -3,9 +3,11 @@
 #include <string.h>
 
 /* Length of the valid sequence at s (n bytes left): 1..4; 0 if invalid; -k if it is a valid
- * start cut short by the end of the buffer. */
-static int seq_len(const unsigned char *s, size_t n)
+ * start cut short by the end of the buffer. *good: how many bytes form a valid start (for 0: the
+ * bytes before the one that breaks the sequence, 0 when the first byte cannot start one). */
+static int seq_len_at(const unsigned char *s, size_t n, int *good)
 {
+    *good = 0;
     unsigned c = s[0];
     int need;
     unsigned lo = 0x80, hi = 0xbf;
@@ -29,11 +31,18 @@ static int seq_len(const unsigned char *s, size_t n)
     else
         return 0;
     for (int k = 1; k <= need; k++) {
+        *good = k;
         if ((size_t)k >= n) return -k;
         unsigned b = s[k];
         if (k == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xbf)) return 0;
     }
     return need + 1;
+}
+
+static int seq_len(const unsigned char *s, size_t n)
+{
+    int good;
+    return seq_len_at(s, n, &good);
 }
 
 int utf8_valid(const char *s, size_t n)
@@ -75,6 +84,27 @@ size_t utf8_sanitize(const char *s, size_t n, char *out)
             o += 3;
             i++;
         }
+    }
+    out[o] = 0;
+    return o;
+}
+
+size_t utf8_replace_invalid(const char *s, size_t n, char *out)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t i = 0, o = 0;
+    while (i < n) {
+        int good, l = seq_len_at(p + i, n - i, &good);
+        if (l > 0) {
+            memcpy(out + o, p + i, (size_t)l);
+            o += (size_t)l;
+            i += (size_t)l;
+            continue;
+        }
+        /* one U+FFFD for the maximal invalid subpart; the byte that broke it starts anew */
+        memcpy(out + o, "\xef\xbf\xbd", 3);
+        o += 3;
+        i += l < 0 ? n - i : good ? (size_t)good : 1;
     }
     out[o] = 0;
     return o;

@@ -16,5 +16,8 @@ size_t utf8_complete_prefix(const char *s, size_t n);
 /* Copy s[0..n) to out (capacity >= 3n+1), replacing each invalid byte with U+FFFD. Returns the
  * output length; out is NUL-terminated. */
 size_t utf8_sanitize(const char *s, size_t n, char *out);
+/* The same, but one U+FFFD for each maximal invalid subpart (a valid start cut short counts once,
+ * as Unicode recommends and as llama.cpp's JSON library writes it): "\xf0\x9f" -> one U+FFFD. */
+size_t utf8_replace_invalid(const char *s, size_t n, char *out);
 
 #endif

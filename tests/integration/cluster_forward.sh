@@ -19,7 +19,7 @@
 #     channel driven by hand (build/tools/fwd_probe) with the cluster key gets node 1's exact
 #     greedy text, and with another key is refused at the handshake: node 1 counts the refusal
 #     and serves nothing (no request, nothing received as forwarded);
-#   - the empty member forwards, plain and streamed;
+#   - the empty member forwards, plain and streamed, and /tokenize and /detokenize too;
 #   - a client that goes away mid-stream cancels the upstream request (node 1 counts it cancelled);
 #   - node 1 killed in the middle of a stream relayed by node 2: the client gets an error event
 #     naming node 1, then [DONE], then the end of the stream (curl's own time limit would fail a
@@ -230,6 +230,15 @@ assert a == b == s and ev[-1] == '[DONE]', (a, b, s)" &&
         ok "cluster_forward: empty member node 3 (no model) forwards to node 1: the same text, plain and streamed"
     else
         not_ok "cluster_forward: empty member node 3 answered $c: $(head -c 300 "$W/empty_plain")"
+    fi
+    TOK='{"content":"Once upon a time","with_pieces":true,"add_special":true}'
+    c=$(post 3 /tokenize "$TOK" "$W/tok3")$(post 1 /tokenize "$TOK" "$W/tok1")
+    c=$c$(post 3 /detokenize '{"tokens":[1,403,407]}' "$W/detok3")
+    if [ "$c" = 200200200 ] && cmp -s "$W/tok3" "$W/tok1" && grep -q '"id":1,"piece":"<s>"' "$W/tok3" &&
+        [ "$(cat "$W/detok3")" = '{"content":"<s> Once upon"}' ]; then
+        ok "cluster_forward: /tokenize and /detokenize through the empty member: node 1's exact answers"
+    else
+        not_ok "cluster_forward: /tokenize through node 3: $c $(head -c 200 "$W/tok3") $(cat "$W/detok3")"
     fi
 else
     why="it did not join"

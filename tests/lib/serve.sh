@@ -2,6 +2,7 @@
 # tests/integration/serve_*.sh and tests/bench/serve_trace.sh).
 #
 # serve_model            converts ../shared/models/stories260K.bin once into $SERVE_MODEL
+# serve_llama2_model     writes a tiny random model with the Llama 2 vocabulary, once
 # serve_start NAME ARGS  starts `strata serve` on 127.0.0.1 on a free port (--port 0) with ARGS,
 #                        waits for /health 200 (15 s at most); sets SERVE_PID, SERVE_PORT, SERVE_URL
 # serve_stop             SIGTERM, then waits; fails the scenario if the exit status is not 0
@@ -20,6 +21,16 @@ serve_model() {
     mkdir -p "$(dirname "$SERVE_MODEL")"
     "$STRATA" convert --tokenizer "$SHARED/models/tok512.bin" "$SHARED/models/stories260K.bin" \
         "$SERVE_MODEL" >/dev/null 2>&1
+}
+
+# serve_llama2_model: a random-weight model with the real Llama 2 vocabulary (32000 tokens, from
+# ../shared/models/tokenizer.bin) in $SERVE_LLAMA2_MODEL, once
+SERVE_LLAMA2_MODEL=${SERVE_LLAMA2_MODEL:-build/test-models/llama2vocab.gguf}
+serve_llama2_model() {
+    [ -f "$SERVE_LLAMA2_MODEL" ] && return 0
+    mkdir -p "$(dirname "$SERVE_LLAMA2_MODEL")"
+    build/tools/synth_model --shape 64,128,1,2,2,32000,512 --type f32 --seed 1 --tied \
+        --tokenizer "$SHARED/models/tokenizer.bin" --threads 1 -o "$SERVE_LLAMA2_MODEL" >/dev/null 2>&1
 }
 
 serve_start() { # serve_start NAME ARGS...

@@ -196,17 +196,17 @@ TEST(chat_templates)
 {
     struct chat_message m[] = {
         {"system", "S"}, {"user", "U1"}, {"assistant", "A1"}, {"user", "U2"}};
-    char *s = chat_template_render(CHAT_PLAIN, m, 4);
+    char *s = chat_template_render(CHAT_PLAIN, m, 4, 1);
     CHECK_STR(s, "System: S\nUser: U1\nAssistant: A1\nUser: U2\nAssistant:");
     free(s);
     /* llama.cpp's llama2 renderings (test_serve_chat.c has the token ids) */
-    s = chat_template_render(CHAT_LLAMA2_SYS, m, 4);
+    s = chat_template_render(CHAT_LLAMA2_SYS, m, 4, 1);
     CHECK_STR(s, "[INST] <<SYS>>\nS\n<</SYS>>\n\nU1 [/INST]A1</s>[INST] U2 [/INST]");
     free(s);
-    s = chat_template_render(CHAT_LLAMA2, m, 4);
+    s = chat_template_render(CHAT_LLAMA2, m, 4, 1);
     CHECK_STR(s, "[INST] S\nU1 [/INST]A1</s>[INST] U2 [/INST]");
     free(s);
-    s = chat_template_render(CHAT_CHATML, m + 1, 1);
+    s = chat_template_render(CHAT_CHATML, m + 1, 1, 1);
     CHECK_STR(s, "<|im_start|>user\nU1<|im_end|>\n<|im_start|>assistant\n");
     free(s);
     const char *j = "{% for m in messages %}<|im_start|>{{m.role}}";
@@ -227,6 +227,18 @@ TEST(utf8)
     char out[32];
     CHECK_EQ_INT(utf8_sanitize("a\xffz", 3, out), 5);
     CHECK_STR(out, "a\xef\xbf\xbdz");
+    /* one U+FFFD per maximal invalid subpart: a cut-short start once, then the byte anew */
+    CHECK_EQ_INT(utf8_replace_invalid("a\xf0\x9f", 3, out), 4);
+    CHECK_STR(out, "a\xef\xbf\xbd");
+    CHECK_EQ_INT(utf8_replace_invalid("\xf0\x9f"
+                                      "A\xe2\x82\xac",
+                                      6, out),
+                 7);
+    CHECK_STR(out, "\xef\xbf\xbd"
+                   "A\xe2\x82\xac");
+    CHECK_EQ_INT(utf8_replace_invalid("\xed\xa0\x80", 3, out), 9); /* surrogate: 3 */
+    CHECK_EQ_INT(utf8_replace_invalid("\xc0\xaf\x80", 3, out), 9); /* bad lead, strays */
+    CHECK_EQ_INT(utf8_replace_invalid("\xe0\x80", 2, out), 6);     /* overlong start */
 }
 
 TEST(stop_strings)

@@ -304,14 +304,14 @@ static void *client_main(void *arg)
     return NULL;
 }
 
-static void client_start(struct client *c, const char *body, const char *extra)
+static void client_start_to(struct client *c, const char *path, const char *body, const char *extra)
 {
     memset(c, 0, sizeof *c);
     char req[2048];
     snprintf(req, sizeof req,
-             "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n%s"
+             "POST %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n%s"
              "Content-Length: %zu\r\n\r\n%s",
-             extra ? extra : "", strlen(body), body);
+             path, extra ? extra : "", strlen(body), body);
     c->fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)G.client_port)};
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -319,6 +319,11 @@ static void client_start(struct client *c, const char *body, const char *extra)
     setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     if (connect(c->fd, (struct sockaddr *)&a, sizeof a) == 0) send_str(c->fd, req);
     pthread_create(&c->th, NULL, client_main, c);
+}
+
+static void client_start(struct client *c, const char *body, const char *extra)
+{
+    client_start_to(c, "/v1/completions", body, extra);
 }
 
 static void client_wait(struct client *c)
@@ -384,6 +389,40 @@ TEST(forwards_and_returns_a_json_answer)
     CHECK_EQ_INT(p.status, 400);
     CHECKF(p.body_len == 11 && !memcmp(p.body, "{\"e\":\"bad\"}", 11), "%.600s", c.raw);
     CHECK(!strcmp(p.retry, "3"));
+}
+
+/* /tokenize and /detokenize on a node without the model go where a completion would. */
+TEST(tokenize_is_forwarded_like_a_completion)
+{
+    const char *paths[] = {"/tokenize", "/detokenize"};
+    const char *bodies[] = {"{\"content\":\"Hello\",\"with_pieces\":true}", "{\"tokens\":[1,2]}"};
+    for (int i = 0; i < 2; i++) {
+        struct client c;
+        client_start_to(&c, paths[i], bodies[i], "Authorization: Bearer sk-abc\r\n");
+        char req[8192], line[64];
+        int up = upstream_accept(req, sizeof req);
+        CHECK(up >= 0);
+        snprintf(line, sizeof line, "POST %s HTTP/1.1\r\n", paths[i]);
+        CHECKF(strstr(req, line) == req, "%.600s", req);
+        CHECKF(strstr(req, "\r\nX-Strata-Forwarded: 7\r\n") && strstr(req, "Bearer sk-abc\r\n"),
+               "%.600s", req);
+        CHECKF(!strcmp(strstr(req, "\r\n\r\n") + 4, bodies[i]), "%.600s", req);
+        send_str(up, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+                     "14\r\n\r\n{\"tokens\":[1]}");
+        close(up);
+        client_wait(&c);
+        struct parsed p;
+        client_body(&c, &p);
+        CHECK_EQ_INT(p.status, 200);
+        CHECKF(p.body_len == 14 && !memcmp(p.body, "{\"tokens\":[1]}", 14), "%.600s", c.raw);
+    }
+    /* a bad body is answered here, not forwarded */
+    struct client c;
+    client_start_to(&c, "/tokenize", "{\"content\":5}", NULL);
+    client_wait(&c);
+    struct parsed p;
+    client_body(&c, &p);
+    CHECK_EQ_INT(p.status, 400);
 }
 
 TEST(streams_events_as_they_come)
@@ -546,10 +585,11 @@ TEST(metrics_count_forwards_and_failures)
     while ((k = recv(fd, m + n, sizeof m - 1 - n, 0)) > 0) n += (size_t)k;
     m[n] = 0;
     close(fd);
-    /* to node 2: the JSON answer, the client's marked request, the stream, the dying stream,
-     * the unreachable node, the client that left; failed: the dying stream and the unreachable
-     * node; held without a replica: one; received as forwarded: the member's only */
-    CHECKF(strstr(m, "strata_forwarded_requests_total{to=\"2\"} 6\n"), "%.600s", m);
+    /* to node 2: the JSON answer, /tokenize and /detokenize, the client's marked request, the
+     * stream, the dying stream, the unreachable node, the client that left; failed: the dying
+     * stream and the unreachable node; held without a replica: one; received as forwarded: the
+     * member's only */
+    CHECKF(strstr(m, "strata_forwarded_requests_total{to=\"2\"} 8\n"), "%.600s", m);
     CHECKF(strstr(m, "strata_forward_failures_total{to=\"2\"} 2\n"), "%.600s", m);
     CHECKF(strstr(m, "strata_forward_failures_total{to=\"none\"} 1\n"), "%.600s", m);
     CHECKF(strstr(m, "strata_forwarded_received_total 1\n"), "%.600s", m);
@@ -653,6 +693,7 @@ int main(void)
         return 1;
     }
     RUN(forwards_and_returns_a_json_answer);
+    RUN(tokenize_is_forwarded_like_a_completion);
     RUN(streams_events_as_they_come);
     RUN(upstream_dying_mid_event_gives_an_error_event);
     RUN(unreachable_node_gives_502);

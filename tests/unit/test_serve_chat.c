@@ -6,6 +6,7 @@
  * control tokens and "[INST]" is plain text), the official Llama-2-chat template gives exactly the
  * ids published for meta-llama/Llama-2-7b-chat-hf. With a synthetic vocabulary holding ChatML
  * markers as control tokens, every id is known by hand. */
+#include "bpe_vocab.h"
 #include "check.h"
 #include "os/common/errmsg.h"
 #include "serving/api/chat_template.h"
@@ -13,6 +14,7 @@
 #include "serving/engine/gguf.h"
 #include "serving/engine/tokenizer.h"
 
+#include <cjson/cJSON.h>
 #include <stdint.h>
 
 static char err[ERRMSG_LEN];
@@ -63,7 +65,7 @@ static int chat_ids(const struct tokenizer *t, enum chat_template tmpl,
                     const struct chat_message *m, int nm, int *out, int cap)
 {
     struct chat_rendered r;
-    if (chat_template_render_spans(tmpl, m, nm, &r)) return -1;
+    if (chat_template_render_spans(tmpl, m, nm, 1, &r)) return -1;
     struct tok_span sp[64];
     for (int i = 0; i < r.n_spans; i++)
         sp[i] = (struct tok_span){r.text + r.spans[i].off, r.spans[i].len, r.spans[i].marker};
@@ -116,17 +118,17 @@ TEST(llama2_texts_are_llama_cpp_s)
                                {"user", "Who are you"},
                                {"assistant", "   I am an assistant   "},
                                {"user", "Another question"}};
-    char *s = chat_template_render(CHAT_LLAMA2_SYS_STRIP, m, 6);
+    char *s = chat_template_render(CHAT_LLAMA2_SYS_STRIP, m, 6, 1);
     CHECK_STR(s, "[INST] <<SYS>>\nYou are a helpful assistant\n<</SYS>>\n\nHello [/INST]Hi "
                  "there</s>[INST] Who are you [/INST]I am an assistant</s>[INST] Another question "
                  "[/INST]");
     free(s);
-    s = chat_template_render(CHAT_LLAMA2_SYS_BOS, m, 6);
+    s = chat_template_render(CHAT_LLAMA2_SYS_BOS, m, 6, 1);
     CHECK_STR(s, "[INST] <<SYS>>\nYou are a helpful assistant\n<</SYS>>\n\nHello [/INST]Hi "
                  "there</s><s>[INST] Who are you [/INST]   I am an assistant   </s><s>[INST] "
                  "Another question [/INST]");
     free(s);
-    s = chat_template_render(CHAT_LLAMA2, m, 6);
+    s = chat_template_render(CHAT_LLAMA2, m, 6, 1);
     CHECK_STR(s, "[INST] You are a helpful assistant\nHello [/INST]Hi there</s>[INST] Who are "
                  "you [/INST]   I am an assistant   </s>[INST] Another question [/INST]");
     free(s);
@@ -237,12 +239,102 @@ TEST(without_special_tokens_nothing_changes)
     struct chat_message m[] = {{"system", "Be brief."}, {"user", "Tell me a story."}};
     int a[256], b[256], na, nb;
     na = chat_ids(&t32k, CHAT_PLAIN, m, 2, a, 256);
-    char *s = chat_template_render(CHAT_PLAIN, m, 2);
+    char *s = chat_template_render(CHAT_PLAIN, m, 2, 1);
     CHECK(tokenizer_encode(&t32k, s, strlen(s), 1, b, 256, &nb, err) == 0);
     free(s);
     CHECK(na == nb && !memcmp(a, b, (size_t)na * sizeof *a));
     /* capacity is reported, not overrun */
     CHECK(chat_ids(&t32k, CHAT_PLAIN, m, 2, a, 5) == -1);
+}
+
+/* ---------------------------------------------------------------- Llama 3 and Qwen3 */
+
+/* tests/fixtures/chat/llama_cpp_ids.json: the ids llama.cpp's server makes of chat prompts with
+ * the real Llama 3 and Qwen3 vocabularies (tests/node), BOS as the vocabulary wants it (Qwen: none);
+ * the same ids as the npm tokenizers give (README there). Here through tokenizer_encode_spans with
+ * add_bos = 1, exactly as `strata serve` tokenizes a chat prompt. Skipped, with the tokenizer's
+ * reason, while the tokenizer does not read byte-level BPE vocabularies (tokenizer.ggml.model
+ * "gpt2"). */
+TEST(llama3_and_qwen3_chat_prompts_are_llama_cpp_s)
+{
+    cJSON *ids = read_json("tests/fixtures/chat/llama_cpp_ids.json");
+    cJSON *fx = read_json("tests/fixtures/chat/llama_cpp.json");
+    CHECK(ids && fx);
+    const cJSON *voc;
+    int checked = 0;
+    cJSON_ArrayForEach(voc, cJSON_GetObjectItem(ids, "vocabularies"))
+    {
+        char path[256];
+        snprintf(path, sizeof path, "tests/node/node_modules/%s/models/tokenizer.json",
+                 cJSON_GetObjectItem(voc, "package")->valuestring);
+        cJSON *tj = read_json(path);
+        if (!tj) {
+            cJSON_Delete(ids);
+            cJSON_Delete(fx);
+            SKIP("%s: not installed (cd tests/node && npm ci)", path);
+        }
+        int bos = cJSON_GetObjectItem(voc, "bos")->valueint;
+        int eos = !strcmp(voc->string, "llama3") ? 128001 : 151645;
+        struct gguf_writer *w = gguf_writer_new();
+        CHECK(put_bpe_vocab(w, tj, cJSON_GetObjectItem(voc, "pre")->valuestring, bos, eos,
+                            cJSON_IsTrue(cJSON_GetObjectItem(voc, "add_bos"))) == 0);
+        cJSON_Delete(tj);
+        struct tokenizer t;
+        struct gguf g = {0};
+        char *buf = NULL;
+        if (via_gguf(w, &t, &g, &buf)) {
+            char why[ERRMSG_LEN + 64];
+            snprintf(why, sizeof why, "%s vocabulary: %s", voc->string, err);
+            int unsupported = strstr(err, "not supported") != NULL;
+            gguf_free(&g);
+            free(buf);
+            cJSON_Delete(ids);
+            cJSON_Delete(fx);
+            if (unsupported) SKIP("%s", why);
+            CHECKF(0, "%s", why);
+        }
+        const cJSON *p;
+        cJSON_ArrayForEach(p, cJSON_GetObjectItem(ids, "prompts"))
+        {
+            if (strcmp(cJSON_GetObjectItem(p, "vocabulary")->valuestring, voc->string)) continue;
+            const char *conv = cJSON_GetObjectItem(p, "conversation")->valuestring;
+            const cJSON *c = cJSON_GetObjectItem(cJSON_GetObjectItem(fx, "conversations"), conv);
+            struct chat_message m[16];
+            int nm = 0;
+            const cJSON *msg;
+            cJSON_ArrayForEach(msg, c)
+            {
+                m[nm].role = cJSON_GetArrayItem(msg, 0)->valuestring;
+                m[nm++].content = cJSON_GetArrayItem(msg, 1)->valuestring;
+            }
+            int tmpl = chat_template_from_name(cJSON_GetObjectItem(p, "template")->valuestring);
+            int add = cJSON_IsTrue(cJSON_GetObjectItem(p, "add_generation_prompt"));
+            struct chat_rendered r;
+            CHECK(tmpl >= 0 && chat_template_render_spans(tmpl, m, nm, add, &r) == 0);
+            struct tok_span sp[64];
+            for (int i = 0; i < r.n_spans && i < 64; i++)
+                sp[i] =
+                    (struct tok_span){r.text + r.spans[i].off, r.spans[i].len, r.spans[i].marker};
+            int got[1024], n = 0;
+            int rc = tokenizer_encode_spans(&t, sp, r.n_spans, 1, got, 1024, &n, err);
+            chat_rendered_free(&r);
+            CHECKF(rc == 0, "%s: %s", conv, err);
+            const cJSON *want = cJSON_GetObjectItem(p, "ids");
+            int same = n == cJSON_GetArraySize(want);
+            for (int i = 0; same && i < n; i++)
+                same = got[i] == cJSON_GetArrayItem(want, i)->valueint;
+            CHECKF(same, "%s, %s%s: %d ids, llama.cpp %d; first %d %d %d", voc->string, conv,
+                   add ? "" : " (no generation prompt)", n, cJSON_GetArraySize(want), got[0],
+                   n > 1 ? got[1] : -1, n > 2 ? got[2] : -1);
+            checked++;
+        }
+        tokenizer_free(&t);
+        gguf_free(&g);
+        free(buf);
+    }
+    cJSON_Delete(ids);
+    cJSON_Delete(fx);
+    CHECK_EQ_INT(checked, 10);
 }
 
 int main(void)
@@ -252,6 +344,7 @@ int main(void)
     RUN(llama2_chat_ids_match_the_published_ones);
     RUN(chatml_markers_become_control_tokens);
     RUN(without_special_tokens_nothing_changes);
+    RUN(llama3_and_qwen3_chat_prompts_are_llama_cpp_s);
     if (have32k > 0) {
         tokenizer_free(&t32k);
         gguf_free(&g32k);

@@ -39,6 +39,11 @@ static void *http_thread(void *arg)
     return NULL;
 }
 
+static const char *fake_decode_piece(void *ctx, int id, char *scratch, size_t *len)
+{
+    return fake_decode(ctx, -1, id, scratch, len);
+}
+
 static int start(const char *api_key)
 {
     char err[ERRMSG_LEN];
@@ -70,6 +75,17 @@ static int start(const char *api_key)
     return 0;
 }
 
+/* /tokenize through the fake "tokenizer": BOS (0) when add_special, then fake_encode's ids;
+ * pieces are fake_chars ("#" for BOS). */
+static int fake_tokenize(void *tok, const char *text, size_t len, int add_special,
+                         int parse_special, int *out, int cap, int *n, char *err)
+{
+    (void)parse_special;
+    if (fake_encode(tok, text, len, out, cap, n, err)) return -1;
+    if (!add_special) memmove(out, out + 1, (size_t)-- * n * sizeof *out);
+    return 0;
+}
+
 static void make_ready(void)
 {
     char err[ERRMSG_LEN];
@@ -89,7 +105,9 @@ static void make_ready(void)
                              .ctx = CTX,
                              .vocab_size = FAKE_VOCAB,
                              .tmpl = CHAT_PLAIN,
-                             .encode = fake_encode};
+                             .encode = fake_encode,
+                             .tokenize = fake_tokenize,
+                             .piece = fake_decode_piece};
     front_set_ready(G.f, &fm, G.s);
 }
 
@@ -242,6 +260,9 @@ TEST(loading_then_ready)
     CHECK(strstr(r.raw, "Retry-After:"));
     resp_free(&r);
     r = http("POST", "/v1/completions", "{\"prompt\":\"x\"}", NULL);
+    check_error_shape(&r, 503);
+    resp_free(&r);
+    r = http("POST", "/tokenize", "{\"content\":\"x\"}", NULL);
     check_error_shape(&r, 503);
     resp_free(&r);
     make_ready();
@@ -686,6 +707,40 @@ TEST(stalled_stream_reader_is_dropped)
     resp_free(&r);
 }
 
+/* The exact answer (status, JSON body) to POST path with body. */
+static void expect_answer(const char *path, const char *body, int status, const char *want)
+{
+    struct resp r = http("POST", path, body, NULL);
+    CHECKF(r.status == status && !strcmp(r.body, want), "%s %s: %d %s, want %d %s", path, body,
+           r.status, r.body, status, want);
+    CHECKF(strstr(r.raw, "\r\nContent-Type: application/json\r\n"), "%s", r.raw);
+    resp_free(&r);
+}
+
+TEST(tokenize_and_detokenize)
+{
+    /* fake ids: 2 + byte % 38 ("ab" -> 23 24), pieces fake_chars[id] ("v", "w") */
+    expect_answer("/tokenize", "{\"content\":\"ab\"}", 200, "{\"tokens\":[23,24]}");
+    expect_answer("/tokenize", "{\"content\":[\"a\",7,\"b\"],\"add_special\":true}", 200,
+                  "{\"tokens\":[0,23,7,24]}");
+    expect_answer("/tokenize", "{\"content\":\"ab\",\"with_pieces\":true,\"add_special\":true}",
+                  200,
+                  "{\"tokens\":[{\"id\":0,\"piece\":\"#\"},{\"id\":23,\"piece\":\"v\"},"
+                  "{\"id\":24,\"piece\":\"w\"}]}");
+    expect_answer("/detokenize", "{\"tokens\":[0,23,24,39]}", 200, "{\"content\":\"#vw.\"}");
+    expect_answer("/detokenize", "{}", 200, "{\"content\":\"\"}");
+    expect_answer("/detokenize", "{\"tokens\":[40]}", 400,
+                  "{\"error\":{\"message\":\"Invalid value for 'tokens': token id 40 at index 0 "
+                  "is outside the vocabulary (40 tokens).\",\"type\":\"invalid_request_error\","
+                  "\"param\":\"tokens\",\"code\":null}}");
+    struct resp r = http("POST", "/tokenize", "{\"content\":", NULL);
+    check_error_shape(&r, 400);
+    resp_free(&r);
+    r = http("GET", "/detokenize", NULL, NULL);
+    check_error_shape(&r, 405);
+    resp_free(&r);
+}
+
 TEST(api_key)
 {
     stop();
@@ -699,6 +754,15 @@ TEST(api_key)
     resp_free(&r);
     r = http("GET", "/v1/models", NULL, "Authorization: Bearer sk-test\r\n");
     CHECK_EQ_INT(r.status, 200);
+    resp_free(&r);
+    r = http("POST", "/tokenize", "{\"content\":\"a\"}", NULL);
+    check_error_shape(&r, 401);
+    resp_free(&r);
+    r = http("POST", "/detokenize", "{}", "Authorization: Bearer wrong\r\n");
+    check_error_shape(&r, 401);
+    resp_free(&r);
+    r = http("POST", "/tokenize", "{\"content\":\"a\"}", "Authorization: Bearer sk-test\r\n");
+    CHECKF(r.status == 200 && !strcmp(r.body, "{\"tokens\":[23]}"), "%s", r.raw);
     resp_free(&r);
     r = http("GET", "/health", NULL, NULL);
     CHECK_EQ_INT(r.status, 200);
@@ -755,6 +819,7 @@ int main(void)
     RUN(chunked_request_body);
     RUN(chunked_bad_bodies_get_errors);
     RUN(stalled_stream_reader_is_dropped);
+    RUN(tokenize_and_detokenize);
     RUN(api_key);
     RUN(graceful_shutdown_finishes_streams);
     stop();
