@@ -201,6 +201,7 @@ static int check_header(const struct ckpt_header *h, const char *what, struct mo
     c->seq_len = h->seq_len;
     c->norm_eps = 1e-5f;
     c->rope_theta = 10000.0f;
+    c->rope_scale = 1.0f;
     return 0;
 }
 
