@@ -104,8 +104,9 @@ static int plan_mat(struct cuda_mat *c, const struct tensor *t, const char *name
     case GGML_F16:
     case GGML_BF16: {
         int esz = t->type == GGML_F32 ? 4 : 2;
-        /* Norm vectors are read element-wise: no row padding. Matrices get rows of a multiple of
-         * 8 elements, so every row starts 16-byte aligned for the vector loads. */
+        /* Vectors (norms, biases, rope factors) are read element-wise: no row padding. Matrices
+         * get rows of a multiple of 8 elements, so every row starts 16-byte aligned for the
+         * vector loads. */
         c->ld = f32_only ? t->cols : (int)align_up((uint64_t)t->cols, 8);
         c->qs_bytes = (uint64_t)c->rows * c->ld * esz;
         break;
