@@ -24,10 +24,9 @@ extern "C" __global__ void k_rmsnorm(const float *x, const float *w, float *out,
  * hd elements and scaled by q_norm / k_norm (NULL: none), as the CPU does (engine.c). Grid:
  * (n_tok, n_heads + n_kv_heads) blocks of one warp: block (t, h) owns q head h of token t, or k
  * head h - n_heads and the matching v head; a lane only rereads what it wrote. */
-extern "C" __global__ void k_qk_prep(float *q, float *k, float *v, const float *bq,
-                                     const float *bk, const float *bv, const float *q_norm,
-                                     const float *k_norm, int n_heads, int n_kv_heads, int hd,
-                                     float eps)
+extern "C" __global__ void k_qk_prep(float *q, float *k, float *v, const float *bq, const float *bk,
+                                     const float *bv, const float *q_norm, const float *k_norm,
+                                     int n_heads, int n_kv_heads, int hd, float eps)
 {
     int t = blockIdx.x, h = blockIdx.y, lane = threadIdx.x;
     int is_q = h < n_heads, hh = is_q ? h : h - n_heads;
