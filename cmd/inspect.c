@@ -118,11 +118,13 @@ static int run_inspect(int argc, char **argv)
         rc = 1;
     } else {
         const struct model_config *c = &m.cfg;
-        printf("llama: dim %d, hidden %d, layers %d, heads %d (kv %d, head dim %d), vocab %d, "
-               "context %d, rms eps %g, rope theta %g, %s output\n",
-               c->dim, c->hidden_dim, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim,
-               c->vocab_size, c->seq_len, (double)c->norm_eps, (double)c->rope_theta,
-               m.tied_output ? "tied" : "separate");
+        printf("%s: dim %d, hidden %d, layers %d, heads %d (kv %d, head dim %d), vocab %d, "
+               "context %d, rms eps %g, rope theta %g%s%s%s%s, %s output\n",
+               model_arch_name(c->arch), c->dim, c->hidden_dim, c->n_layers, c->n_heads,
+               c->n_kv_heads, c->head_dim, c->vocab_size, c->seq_len, (double)c->norm_eps,
+               (double)c->rope_theta, c->rope_style == ROPE_HALVES ? " (neox)" : "",
+               c->rope_freqs ? ", rope_freqs" : "", c->qkv_bias ? ", q/k/v biases" : "",
+               c->qk_norm ? ", q/k norms" : "", m.tied_output ? "tied" : "separate");
         printf("weights: %s embedding, %s attention, %s ffn gate/up, %s ffn down, %s output; "
                "image %.1f MiB in %d spans; file %s execution order\n",
                ggml_type_name(m.token_embd.type), ggml_type_name(m.layers[0].wq.type),

@@ -83,20 +83,28 @@ int convert_put_config(struct gguf_writer *w, const struct model_config *c, uint
     uint32_t file_type = 0;
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         if (types[i].type == type) file_type = types[i].file_type;
+    const char *arch = model_arch_name(c->arch);
+    char k[64];
+#define AKEY(suffix) (snprintf(k, sizeof k, "%s.%s", arch, suffix), k)
     int rc = 0;
-    rc |= gguf_w_str(w, "general.architecture", "llama");
+    rc |= gguf_w_str(w, "general.architecture", arch);
     rc |= gguf_w_str(w, "general.name", name);
     rc |= gguf_w_u32(w, "general.file_type", file_type);
-    rc |= gguf_w_u32(w, "llama.context_length", (uint32_t)c->seq_len);
-    rc |= gguf_w_u32(w, "llama.embedding_length", (uint32_t)c->dim);
-    rc |= gguf_w_u32(w, "llama.feed_forward_length", (uint32_t)c->hidden_dim);
-    rc |= gguf_w_u32(w, "llama.block_count", (uint32_t)c->n_layers);
-    rc |= gguf_w_u32(w, "llama.attention.head_count", (uint32_t)c->n_heads);
-    rc |= gguf_w_u32(w, "llama.attention.head_count_kv", (uint32_t)c->n_kv_heads);
-    rc |= gguf_w_u32(w, "llama.rope.dimension_count", (uint32_t)c->head_dim);
-    rc |= gguf_w_u32(w, "llama.vocab_size", (uint32_t)c->vocab_size);
-    rc |= gguf_w_f32(w, "llama.attention.layer_norm_rms_epsilon", c->norm_eps);
-    rc |= gguf_w_f32(w, "llama.rope.freq_base", c->rope_theta);
+    rc |= gguf_w_u32(w, AKEY("context_length"), (uint32_t)c->seq_len);
+    rc |= gguf_w_u32(w, AKEY("embedding_length"), (uint32_t)c->dim);
+    rc |= gguf_w_u32(w, AKEY("feed_forward_length"), (uint32_t)c->hidden_dim);
+    rc |= gguf_w_u32(w, AKEY("block_count"), (uint32_t)c->n_layers);
+    rc |= gguf_w_u32(w, AKEY("attention.head_count"), (uint32_t)c->n_heads);
+    rc |= gguf_w_u32(w, AKEY("attention.head_count_kv"), (uint32_t)c->n_kv_heads);
+    if (c->head_dim * c->n_heads != c->dim) { /* as llama.cpp's converter writes a head_dim */
+        rc |= gguf_w_u32(w, AKEY("attention.key_length"), (uint32_t)c->head_dim);
+        rc |= gguf_w_u32(w, AKEY("attention.value_length"), (uint32_t)c->head_dim);
+    }
+    rc |= gguf_w_u32(w, AKEY("rope.dimension_count"), (uint32_t)c->head_dim);
+    rc |= gguf_w_u32(w, AKEY("vocab_size"), (uint32_t)c->vocab_size);
+    rc |= gguf_w_f32(w, AKEY("attention.layer_norm_rms_epsilon"), c->norm_eps);
+    rc |= gguf_w_f32(w, AKEY("rope.freq_base"), c->rope_theta);
+#undef AKEY
     return rc ? -1 : 0;
 }
 
@@ -187,11 +195,13 @@ static int check_header(const struct ckpt_header *h, const char *what, struct mo
     c->n_heads = h->n_heads;
     c->n_kv_heads = h->n_kv_heads;
     c->head_dim = h->dim / h->n_heads;
+    c->q_dim = h->dim;
     c->kv_dim = c->head_dim * h->n_kv_heads;
     c->vocab_size = h->vocab_size > 0 ? h->vocab_size : -h->vocab_size;
     c->seq_len = h->seq_len;
     c->norm_eps = 1e-5f;
     c->rope_theta = 10000.0f;
+    c->rope_scale = 1.0f;
     return 0;
 }
 

@@ -35,7 +35,7 @@ int convert_llama2c_files(const char *ckpt_path, const char *tok_path, const cha
                           uint32_t type, char *err);
 
 /* Shared by model writers (the converter, tests/tools/synth_model): */
-/* general.* and llama.* keys for cfg. */
+/* general.* keys and cfg under its architecture's prefix ("llama.block_count"). */
 int convert_put_config(struct gguf_writer *w, const struct model_config *cfg, uint32_t type,
                        const char *name);
 /* tokenizer.ggml.* keys for t. */

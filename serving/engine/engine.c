@@ -3,7 +3,10 @@
  * For each layer, over a batch of n tokens from any sequences:
  *   xb  = rmsnorm(x) * attn_norm
  *   q,k,v = Wq xb, Wk xb, Wv xb           (one dispatch)
- *   rope(q, k) at each token's position   (interleaved pairs, as llama2.c)
+ *   q,k,v += bq, bk, bv                   (qwen2; llama files that carry biases)
+ *   q,k = rmsnorm(head) * q_norm, k_norm  (qwen3: each head on its own)
+ *   rope(q, k) at each token's position   (pairs (2i, 2i+1) for llama, (i, i + hd/2) for qwen;
+ *                                          angle pos * theta^(-2i/hd) / rope_freqs[i] * scale)
  *   write k, v into the paged cache at (block table[pos / bs], pos % bs)
  *   att = softmax(q . K[0..pos] / sqrt(hd)) V[0..pos], per head, GQA-shared kv heads
  *   x  += Wo att
@@ -39,17 +42,40 @@ static void rmsnorm(float *o, const float *x, const float *w, int n, float eps)
     for (int j = 0; j < n; j++) o[j] = w[j] * (ss * x[j]);
 }
 
-/* Rotate pairs (2i, 2i+1) of every head of `v` (n_heads * head_dim floats) by pos * freq_i, with
- * the cos/sin of (pos, i) from the table built at init. */
-static void rope(float *v, int n, int head_dim, const float *cs)
+/* The (cos, sin) of each of a head's pairs at position pos: angle pos * inv_freq[i], divided by
+ * the layer's frequency factor (Llama 3.1's rope_freqs) where it has them, times the linear
+ * scale. The order of the operations is ggml's. */
+static void rope_angles(float *cs, int pos, const float *inv_freq, const float *freq_factors,
+                        float scale, int pairs)
 {
-    for (int i = 0; i < n; i += 2) {
-        int pair = (i % head_dim) / 2;
-        float c = cs[2 * pair], s = cs[2 * pair + 1];
-        float v0 = v[i], v1 = v[i + 1];
-        v[i] = v0 * c - v1 * s;
-        v[i + 1] = v0 * s + v1 * c;
+    for (int i = 0; i < pairs; i++) {
+        float a = (float)pos * inv_freq[i];
+        if (freq_factors) a /= freq_factors[i];
+        a *= scale;
+        cs[2 * i] = cosf(a);
+        cs[2 * i + 1] = sinf(a);
     }
+}
+
+/* Rotate pair i of every head of `v` (n_heads heads of hd floats) by its angle: elements
+ * (2i, 2i+1) for ROPE_PAIRS, (i, i + hd/2) for ROPE_HALVES. */
+static void rope(float *v, int n_heads, int hd, int style, const float *cs)
+{
+    int stride = style == ROPE_PAIRS ? 2 : 1, other = style == ROPE_PAIRS ? 1 : hd / 2;
+    for (int h = 0; h < n_heads; h++, v += hd)
+        for (int i = 0; i < hd / 2; i++) {
+            float c = cs[2 * i], s = cs[2 * i + 1];
+            float *a = v + i * stride, *b = a + other;
+            float v0 = *a, v1 = *b;
+            *a = v0 * c - v1 * s;
+            *b = v0 * s + v1 * c;
+        }
+}
+
+/* y += b over n floats */
+static void add_bias(float *y, const float *b, int n)
+{
+    for (int i = 0; i < n; i++) y[i] += b[i];
 }
 
 // ----------------------------------------------------------------------------
@@ -95,6 +121,13 @@ static struct act_sizes act_sizes(const struct model_config *c, const struct eng
     return s;
 }
 
+/* The widest matrix input: wo's is q_dim, which exceeds dim in some models (Qwen3-0.6B). */
+static int max_cols(const struct model_config *c)
+{
+    int m = c->hidden_dim > c->dim ? c->hidden_dim : c->dim;
+    return c->q_dim > m ? c->q_dim : m;
+}
+
 size_t engine_arena_bytes(const struct model_config *c, const struct engine_limits *l)
 {
     struct act_sizes s = act_sizes(c, l);
@@ -108,8 +141,7 @@ size_t engine_arena_bytes(const struct model_config *c, const struct engine_limi
     bytes += 2 * arena_round(s.hb * f); /* hb, hb2 */
     bytes += arena_round(s.scores * f);
     bytes += arena_round(s.rope * f);
-    int max_cols = c->hidden_dim > c->dim ? c->hidden_dim : c->dim;
-    bytes += arena_round(matmul_scratch_size(l->max_tokens, max_cols));
+    bytes += arena_round(matmul_scratch_size(l->max_tokens, max_cols(c)));
     return bytes;
 }
 
@@ -168,14 +200,14 @@ static void attention_worker(void *ctx, int ith, int nth)
 static int cpu_layers(struct engine *e, const struct batch *b, int l0, int l1, float *x)
 {
     const struct model_config *c = e->cfg;
-    int n = b->n, dim = c->dim, qdim = c->n_heads * c->head_dim, kvd = c->kv_dim,
+    int n = b->n, dim = c->dim, hd = c->head_dim, qdim = c->q_dim, kvd = c->kv_dim,
         hid = c->hidden_dim;
     struct kv_cache *kv = &e->kv;
 
     for (int l = l0; l < l1; l++) {
         const struct layer_weights *w = &e->model->layers[l];
 
-        // attention: norm, q/k/v, rope, cache, attend, output projection, residual
+        // attention: norm, q/k/v, [bias], [q/k norm], rope, cache, attend, output, residual
         for (int t = 0; t < n; t++)
             rmsnorm(e->xb + (size_t)t * dim, x + (size_t)t * dim, w->attn_norm.data, dim,
                     c->norm_eps);
@@ -183,12 +215,26 @@ static int cpu_layers(struct engine *e, const struct batch *b, int l0, int l1, f
         const struct tensor *qkv_w[3] = {&w->wq, &w->wk, &w->wv};
         matmul_multi(&e->mm, 3, qkv_out, qkv_w, e->xb, n);
         for (int t = 0; t < n; t++) {
-            const float *cs = e->rope_cs + (size_t)b->pos[t] * c->head_dim;
-            float *q = e->q + (size_t)t * qdim, *k = e->k + (size_t)t * kvd;
-            rope(q, qdim, c->head_dim, cs);
-            rope(k, kvd, c->head_dim, cs);
+            float *q = e->q + (size_t)t * qdim, *k = e->k + (size_t)t * kvd,
+                  *v = e->v + (size_t)t * kvd;
+            if (c->qkv_bias) {
+                add_bias(q, w->bq.data, qdim);
+                add_bias(k, w->bk.data, kvd);
+                add_bias(v, w->bv.data, kvd);
+            }
+            if (c->qk_norm) {
+                for (int h = 0; h < c->n_heads; h++)
+                    rmsnorm(q + h * hd, q + h * hd, w->q_norm.data, hd, c->norm_eps);
+                for (int h = 0; h < c->n_kv_heads; h++)
+                    rmsnorm(k + h * hd, k + h * hd, w->k_norm.data, hd, c->norm_eps);
+            }
             int pos = b->pos[t], blk = b->blocks[t][pos / kv->block_size];
-            e->fwd->kv_store(kv, l, blk, pos % kv->block_size, k, e->v + (size_t)t * kvd);
+            rope_angles(e->rope_cs, pos, e->rope_inv_freq,
+                        c->rope_freqs ? (const float *)w->rope_freqs.data : NULL, c->rope_scale,
+                        hd / 2);
+            rope(q, c->n_heads, hd, c->rope_style, e->rope_cs);
+            rope(k, c->n_kv_heads, hd, c->rope_style, e->rope_cs);
+            e->fwd->kv_store(kv, l, blk, pos % kv->block_size, k, v);
         }
         struct attn_job job = {e, b, l};
         threadpool_run(e->tp, attention_worker, &job);
@@ -305,32 +351,32 @@ int engine_init(struct engine *e, struct model *m, const struct engine_limits *l
         size_t n;
         const char *name;
     } bufs[] = {
-        {&e->xb, s.xb, "act.xb"},        {&e->xb2, s.xb, "act.xb2"},
-        {&e->hidden, s.hidden, "act.x"}, {&e->q, s.q, "act.q"},
-        {&e->att_out, s.q, "act.att"},   {&e->k, s.kv, "act.k"},
-        {&e->v, s.kv, "act.v"},          {&e->hb, s.hb, "act.hb"},
-        {&e->hb2, s.hb, "act.hb2"},      {&e->att_scores, s.scores, "act.scores"},
-        {&e->rope_cs, s.rope, "rope"},
+        {&e->xb, s.xb, "act.xb"},
+        {&e->xb2, s.xb, "act.xb2"},
+        {&e->hidden, s.hidden, "act.x"},
+        {&e->q, s.q, "act.q"},
+        {&e->att_out, s.q, "act.att"},
+        {&e->k, s.kv, "act.k"},
+        {&e->v, s.kv, "act.v"},
+        {&e->hb, s.hb, "act.hb"},
+        {&e->hb2, s.hb, "act.hb2"},
+        {&e->att_scores, s.scores, "act.scores"},
+        {&e->rope_inv_freq, s.rope, "rope"},
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (!(*bufs[i].p = arena_carve(a, bufs[i].name, bufs[i].n * f, err))) return -1;
 
-    // RoPE table: (cos, sin) of pos * theta^(-2i/hd) for every position and pair.
+    // RoPE: pair i turns at theta^(-2i/hd) radians per position (the angles: rope_angles).
     int hd = c->head_dim;
-    for (int p = 0; p < l->ctx; p++)
-        for (int i = 0; i < hd; i += 2) {
-            float freq = 1.0f / powf(c->rope_theta, (float)i / (float)hd);
-            float val = (float)p * freq;
-            e->rope_cs[(size_t)p * hd + i] = cosf(val);
-            e->rope_cs[(size_t)p * hd + i + 1] = sinf(val);
-        }
+    e->rope_cs = e->rope_inv_freq + hd / 2;
+    for (int i = 0; i < hd / 2; i++)
+        e->rope_inv_freq[i] = 1.0f / powf(c->rope_theta, (float)(2 * i) / (float)hd);
 
-    int max_cols = c->hidden_dim > c->dim ? c->hidden_dim : c->dim;
-    size_t scratch_n = matmul_scratch_size(l->max_tokens, max_cols);
+    size_t scratch_n = matmul_scratch_size(l->max_tokens, max_cols(c));
     void *scratch = arena_carve(a, "act.matmul", scratch_n, err);
     if (!scratch) return -1;
     if (!(e->tp = threadpool_new(l->threads, err))) return -1;
-    if (matmul_init(&e->mm, e->tp, scratch, l->max_tokens, max_cols, err)) {
+    if (matmul_init(&e->mm, e->tp, scratch, l->max_tokens, max_cols(c), err)) {
         threadpool_free(e->tp);
         e->tp = NULL;
         return -1;

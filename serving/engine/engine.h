@@ -93,7 +93,8 @@ struct engine {
         *att_scores;      /* att_scores: per thread n_heads x fwd_att_floats(ctx) */
     float *hidden;        /* max_tokens x dim, for engine_forward */
     char err[ERRMSG_LEN]; /* why the last operation failed (engine_error) */
-    float *rope_cs;       /* ctx x head_dim: (cos, sin) per position and pair */
+    float *rope_inv_freq; /* head_dim/2: theta^(-2i/head_dim), pair i's radians per position */
+    float *rope_cs;       /* head_dim: one token's (cos, sin) per pair (scratch of cpu_layers) */
     void *backend_state;
 };
 

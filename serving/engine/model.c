@@ -1,20 +1,22 @@
-/* model: llama config from GGUF metadata, tensor validation and the execution-order weight image.
+/* model: config from GGUF metadata, tensor validation and the execution-order weight image.
  * See model.h for the contract.
  *
- * RoPE layout. Strata rotates interleaved pairs (2i, 2i+1) of each head, as llama2.c's run.c does
- * and as llama.cpp does for LLM_ARCH_LLAMA ("normal" rope, not NeoX). That is right only because
- * of how the weights were stored: Meta's original Llama weights use interleaved pairs; Hugging
- * Face checkpoints permute the rows of Q and K so that rotating halves (i, i + head_dim/2) is
- * equivalent, and llama.cpp's convert_hf_to_gguf.py undoes that permutation when it writes a GGUF.
- * llama2.c checkpoints are trained with interleaved (complex-number) RoPE in model.py, and its
- * export.py undoes the HF permutation the same way, so they are already in the interleaved layout:
- * `strata convert` copies wq/wk as they are and must NOT permute. Every GGUF "llama" file is
- * therefore interleaved-pairs. */
+ * RoPE layout. For `llama` Strata rotates interleaved pairs (2i, 2i+1) of each head, as llama2.c's
+ * run.c does and as llama.cpp does for LLM_ARCH_LLAMA ("normal" rope, not NeoX). That is right
+ * only because of how the weights were stored: Meta's original Llama weights use interleaved
+ * pairs; Hugging Face checkpoints permute the rows of Q and K so that rotating halves
+ * (i, i + head_dim/2) is equivalent, and llama.cpp's convert_hf_to_gguf.py undoes that permutation
+ * when it writes a llama GGUF. llama2.c checkpoints are trained with interleaved (complex-number)
+ * RoPE in model.py, and its export.py undoes the HF permutation the same way, so they are already
+ * in the interleaved layout: `strata convert` copies wq/wk as they are and must NOT permute. Every
+ * GGUF "llama" file is therefore interleaved-pairs. `qwen2` and `qwen3` files keep the Hugging
+ * Face layout (the converter does not permute them) and rotate halves: ROPE_HALVES. */
 #include "serving/engine/model.h"
 
 #include "os/common/errmsg.h"
 
 #include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,11 +24,18 @@
 #define TENSOR_ALIGN 64   /* SIMD loads and cache lines */
 #define SPAN_ALIGN   4096 /* a span starts on a page: it can be registered, mapped or sent alone */
 
+/* A layer's tensors in execution order (the order of its span). */
 enum {
     K_ATTN_NORM,
     K_ATTN_Q,
     K_ATTN_K,
     K_ATTN_V,
+    K_Q_BIAS,
+    K_K_BIAS,
+    K_V_BIAS,
+    K_Q_NORM,
+    K_K_NORM,
+    K_ROPE_FREQS, /* not named blk.N: the file's one rope_freqs.weight, copied into every layer */
     K_ATTN_OUT,
     K_FFN_NORM,
     K_FFN_GATE,
@@ -35,12 +44,87 @@ enum {
     N_LAYER_KINDS
 };
 static const char *const layer_kind_name[N_LAYER_KINDS] = {
-    "attn_norm", "attn_q",   "attn_k",   "attn_v", "attn_output",
-    "ffn_norm",  "ffn_gate", "ffn_down", "ffn_up",
+    [K_ATTN_NORM] = "attn_norm.weight",  [K_ATTN_Q] = "attn_q.weight",
+    [K_ATTN_K] = "attn_k.weight",        [K_ATTN_V] = "attn_v.weight",
+    [K_Q_BIAS] = "attn_q.bias",          [K_K_BIAS] = "attn_k.bias",
+    [K_V_BIAS] = "attn_v.bias",          [K_Q_NORM] = "attn_q_norm.weight",
+    [K_K_NORM] = "attn_k_norm.weight",   [K_ROPE_FREQS] = NULL,
+    [K_ATTN_OUT] = "attn_output.weight", [K_FFN_NORM] = "ffn_norm.weight",
+    [K_FFN_GATE] = "ffn_gate.weight",    [K_FFN_DOWN] = "ffn_down.weight",
+    [K_FFN_UP] = "ffn_up.weight",
 };
+static const size_t layer_kind_field[N_LAYER_KINDS] = {
+    [K_ATTN_NORM] = offsetof(struct layer_weights, attn_norm),
+    [K_ATTN_Q] = offsetof(struct layer_weights, wq),
+    [K_ATTN_K] = offsetof(struct layer_weights, wk),
+    [K_ATTN_V] = offsetof(struct layer_weights, wv),
+    [K_Q_BIAS] = offsetof(struct layer_weights, bq),
+    [K_K_BIAS] = offsetof(struct layer_weights, bk),
+    [K_V_BIAS] = offsetof(struct layer_weights, bv),
+    [K_Q_NORM] = offsetof(struct layer_weights, q_norm),
+    [K_K_NORM] = offsetof(struct layer_weights, k_norm),
+    [K_ROPE_FREQS] = offsetof(struct layer_weights, rope_freqs),
+    [K_ATTN_OUT] = offsetof(struct layer_weights, wo),
+    [K_FFN_NORM] = offsetof(struct layer_weights, ffn_norm),
+    [K_FFN_GATE] = offsetof(struct layer_weights, w_gate),
+    [K_FFN_DOWN] = offsetof(struct layer_weights, w_down),
+    [K_FFN_UP] = offsetof(struct layer_weights, w_up),
+};
+
+/* 1 if a layer of this config has tensor kind k. */
+static int kind_present(const struct model_config *c, int k)
+{
+    switch (k) {
+    case K_Q_BIAS:
+    case K_K_BIAS:
+    case K_V_BIAS:
+        return c->qkv_bias;
+    case K_Q_NORM:
+    case K_K_NORM:
+        return c->qk_norm;
+    case K_ROPE_FREQS:
+        return c->rope_freqs;
+    default:
+        return 1;
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Architectures: what each one's files hold (llama.cpp's src/llama-model.cpp and
+ * src/models/ARCH.cpp define them; docs/engine.md). */
+
+enum { NONE, OPTIONAL, REQUIRED };
+
+static const struct arch {
+    const char *name;
+    int rope_style;
+    int qkv_bias;   /* NONE, OPTIONAL (all layers or none), REQUIRED */
+    int qk_norm;    /* NONE or REQUIRED */
+    int rope_freqs; /* NONE or OPTIONAL */
+} archs[N_ARCHS] = {
+    [ARCH_LLAMA] = {"llama", ROPE_PAIRS, OPTIONAL, NONE, OPTIONAL},
+    [ARCH_QWEN2] = {"qwen2", ROPE_HALVES, REQUIRED, NONE, NONE},
+    [ARCH_QWEN3] = {"qwen3", ROPE_HALVES, NONE, REQUIRED, NONE},
+};
+
+const char *model_arch_name(int arch)
+{
+    return arch >= 0 && arch < N_ARCHS ? archs[arch].name : "?";
+}
 
 /* ---------------------------------------------------------------------------------------------
  * Config */
+
+/* "ARCH.suffix" into a static-size buffer (every key the config reads is short). */
+struct key {
+    char s[96];
+};
+static struct key akey(const struct model_config *c, const char *suffix)
+{
+    struct key k;
+    snprintf(k.s, sizeof k.s, "%s.%s", archs[c->arch].name, suffix);
+    return k;
+}
 
 static int get_int(const struct gguf *g, const char *key, int *out, int def, int max,
                    const char *what, char *err)
@@ -71,45 +155,112 @@ static int get_float(const struct gguf *g, const char *key, float *out, float de
     return 0;
 }
 
-static int read_config(struct model_config *c, const struct gguf *g, const char *what, char *err)
+static int read_arch(struct model_config *c, const struct gguf *g, const char *what, char *err)
 {
     struct gguf_str arch;
     if (gguf_get_str(g, "general.architecture", &arch, err) < 0)
         return errmsg_prefix(err, "%s: ", what);
-    char buf[48];
-    if (!gguf_str_eq(arch, "llama"))
-        return errmsg_set(err, "%s: general.architecture is \"%s\", only \"llama\" is supported",
-                          what, gguf_str_printable(arch, buf, sizeof buf));
-    if (get_int(g, "llama.embedding_length", &c->dim, -1, 1 << 16, what, err) < 0 ||
-        get_int(g, "llama.feed_forward_length", &c->hidden_dim, -1, 1 << 18, what, err) < 0 ||
-        get_int(g, "llama.block_count", &c->n_layers, -1, MODEL_MAX_LAYERS, what, err) < 0 ||
-        get_int(g, "llama.attention.head_count", &c->n_heads, -1, 1 << 12, what, err) < 0 ||
-        get_int(g, "llama.attention.head_count_kv", &c->n_kv_heads, c->n_heads, 1 << 12, what,
+    for (int a = 0; a < N_ARCHS; a++)
+        if (gguf_str_eq(arch, archs[a].name)) {
+            c->arch = a;
+            c->rope_style = archs[a].rope_style;
+            c->qkv_bias = archs[a].qkv_bias == REQUIRED;
+            c->qk_norm = archs[a].qk_norm == REQUIRED;
+            return 0;
+        }
+    char buf[48], list[64] = "";
+    for (int a = 0; a < N_ARCHS; a++)
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", a ? ", " : "",
+                 archs[a].name);
+    return errmsg_set(err, "%s: general.architecture is \"%s\", which is not supported (%s are)",
+                      what, gguf_str_printable(arch, buf, sizeof buf), list);
+}
+
+/* The RoPE frequencies' scaling as llama.cpp reads it: rope.scaling.type "linear" (the default)
+ * divides every angle by rope.scaling.factor (or the older rope.scale_linear), "none" ignores it;
+ * YaRN and LongRoPE change more than the angles and are refused. */
+static int read_rope_scaling(struct model_config *c, const struct gguf *g, const char *what,
+                             char *err)
+{
+    struct key type_key = akey(c, "rope.scaling.type"), factor_key = akey(c, "rope.scaling.factor");
+    int linear = 1;
+    if (gguf_find(g, type_key.s)) {
+        struct gguf_str type;
+        if (gguf_get_str(g, type_key.s, &type, err) < 0) return errmsg_prefix(err, "%s: ", what);
+        char buf[48];
+        if (gguf_str_eq(type, "none"))
+            linear = 0;
+        else if (!gguf_str_eq(type, "linear"))
+            return errmsg_set(err, "%s: %s is \"%s\", which is not supported (none, linear are)",
+                              what, type_key.s, gguf_str_printable(type, buf, sizeof buf));
+    }
+    if (!gguf_find(g, factor_key.s)) factor_key = akey(c, "rope.scale_linear");
+    float factor = 1.0f;
+    if (gguf_find(g, factor_key.s) && gguf_get_f32(g, factor_key.s, &factor, err) < 0)
+        return errmsg_prefix(err, "%s: ", what);
+    if (!(factor >= 0) || factor > 1e6f) /* 0 means "not set", as in llama.cpp */
+        return errmsg_set(err, "%s: %s = %g is out of range", what, factor_key.s, (double)factor);
+    c->rope_scale = linear && factor != 0 ? 1.0f / factor : 1.0f;
+    struct key attn = akey(c, "rope.scaling.attn_factor");
+    float af = 1.0f;
+    if (gguf_find(g, attn.s) && gguf_get_f32(g, attn.s, &af, err) < 0)
+        return errmsg_prefix(err, "%s: ", what);
+    if (af != 1.0f)
+        return errmsg_set(err, "%s: %s = %g is not supported (only 1)", what, attn.s, (double)af);
+    return 0;
+}
+
+static int read_config(struct model_config *c, const struct gguf *g, const char *what, char *err)
+{
+    if (read_arch(c, g, what, err) < 0) return -1;
+    struct key ek = akey(c, "expert_count");
+    uint32_t experts = 0;
+    if (gguf_find(g, ek.s) && gguf_get_u32(g, ek.s, &experts, err) < 0)
+        return errmsg_prefix(err, "%s: ", what);
+    if (experts)
+        return errmsg_set(err, "%s: %s = %u: mixture-of-experts models are not supported", what,
+                          ek.s, experts);
+    if (get_int(g, akey(c, "embedding_length").s, &c->dim, -1, 1 << 16, what, err) < 0 ||
+        get_int(g, akey(c, "feed_forward_length").s, &c->hidden_dim, -1, 1 << 18, what, err) < 0 ||
+        get_int(g, akey(c, "block_count").s, &c->n_layers, -1, MODEL_MAX_LAYERS, what, err) < 0 ||
+        get_int(g, akey(c, "attention.head_count").s, &c->n_heads, -1, 1 << 12, what, err) < 0 ||
+        get_int(g, akey(c, "attention.head_count_kv").s, &c->n_kv_heads, c->n_heads, 1 << 12, what,
                 err) < 0 ||
-        get_int(g, "llama.context_length", &c->seq_len, -1, 1 << 24, what, err) < 0 ||
-        get_float(g, "llama.attention.layer_norm_rms_epsilon", &c->norm_eps, 1e-5f, what, err) <
-            0 ||
-        get_float(g, "llama.rope.freq_base", &c->rope_theta, 10000.0f, what, err) < 0)
+        get_int(g, akey(c, "context_length").s, &c->seq_len, -1, 1 << 24, what, err) < 0 ||
+        get_float(g, akey(c, "attention.layer_norm_rms_epsilon").s, &c->norm_eps, 1e-5f, what,
+                  err) < 0 ||
+        get_float(g, akey(c, "rope.freq_base").s, &c->rope_theta, 10000.0f, what, err) < 0 ||
+        read_rope_scaling(c, g, what, err) < 0)
         return -1;
-    if (c->dim % c->n_heads)
-        return errmsg_set(err, "%s: embedding_length %d is not a multiple of head_count %d", what,
-                          c->dim, c->n_heads);
     if (c->n_heads % c->n_kv_heads)
         return errmsg_set(err, "%s: head_count %d is not a multiple of head_count_kv %d", what,
                           c->n_heads, c->n_kv_heads);
-    c->head_dim = c->dim / c->n_heads;
+    /* The head dimension: key_length where the file says (Mistral Nemo: 128 at dim 5120 with 32
+     * heads), else dim / n_heads. Values are as wide as keys (llama.cpp asserts it too). */
+    struct key kl = akey(c, "attention.key_length"), vl = akey(c, "attention.value_length");
+    if (!gguf_find(g, kl.s) && c->dim % c->n_heads)
+        return errmsg_set(err, "%s: embedding_length %d is not a multiple of head_count %d", what,
+                          c->dim, c->n_heads);
+    int value_dim;
+    if (get_int(g, kl.s, &c->head_dim, c->dim / c->n_heads, 1 << 12, what, err) < 0 ||
+        get_int(g, vl.s, &value_dim, c->head_dim, 1 << 12, what, err) < 0)
+        return -1;
+    if (value_dim != c->head_dim)
+        return errmsg_set(err, "%s: %s %d differs from %s %d (not supported)", what, vl.s,
+                          value_dim, kl.s, c->head_dim);
     if (c->head_dim % 2)
         return errmsg_set(err, "%s: head dimension %d is odd (RoPE rotates pairs)", what,
                           c->head_dim);
+    c->q_dim = c->n_heads * c->head_dim;
     c->kv_dim = c->n_kv_heads * c->head_dim;
     int rope_dims;
-    if (get_int(g, "llama.rope.dimension_count", &rope_dims, c->head_dim, 1 << 16, what, err) < 0)
-        return -1;
+    struct key rd = akey(c, "rope.dimension_count");
+    if (get_int(g, rd.s, &rope_dims, c->head_dim, 1 << 16, what, err) < 0) return -1;
     if (rope_dims != c->head_dim)
         return errmsg_set(err,
-                          "%s: llama.rope.dimension_count %d differs from the head dimension "
-                          "%d (partial RoPE is not supported)",
-                          what, rope_dims, c->head_dim);
+                          "%s: %s %d differs from the head dimension %d (partial RoPE is not "
+                          "supported)",
+                          what, rd.s, rope_dims, c->head_dim);
     const struct gguf_kv *tokens = gguf_find(g, "tokenizer.ggml.tokens");
     if (tokens) {
         if (tokens->type != GGUF_ARRAY || tokens->v.arr.type != GGUF_STRING)
@@ -132,7 +283,8 @@ static int read_config(struct model_config *c, const struct gguf *g, const char 
 /* ---------------------------------------------------------------------------------------------
  * Tensors */
 
-/* "blk.N.KIND.weight" -> layer and kind; -1 if the name is not of that form. */
+/* "blk.N.KIND" (KIND one of layer_kind_name) -> layer and kind; -1 if the name is not of that
+ * form. */
 static int parse_layer_name(struct gguf_str name, int *layer, int *kind)
 {
     const char *p = name.p, *end = name.p + name.len;
@@ -144,9 +296,9 @@ static int parse_layer_name(struct gguf_str name, int *layer, int *kind)
     if (p == digits || p >= end || *p != '.' || (*digits == '0' && p - digits > 1)) return -1;
     p++;
     for (int k = 0; k < N_LAYER_KINDS; k++) {
+        if (!layer_kind_name[k]) continue;
         size_t kl = strlen(layer_kind_name[k]);
-        if ((size_t)(end - p) == kl + 7 && memcmp(p, layer_kind_name[k], kl) == 0 &&
-            memcmp(p + kl, ".weight", 7) == 0) {
+        if ((size_t)(end - p) == kl && memcmp(p, layer_kind_name[k], kl) == 0) {
             *layer = (int)n;
             *kind = k;
             return 0;
@@ -167,8 +319,9 @@ static void shape_str(const struct gguf_tensor *t, char *buf, size_t n)
         o += snprintf(buf + o, n - o, "%s%llu", d ? "x" : "", (unsigned long long)t->ne[d]);
 }
 
-static int check_tensor(const struct gguf_tensor *t, struct expect e, int is_norm, const char *what,
-                        char *err)
+/* f32_only: NULL for a matrix (any supported type), else what the vector is ("norm weights"). */
+static int check_tensor(const struct gguf_tensor *t, struct expect e, const char *f32_only,
+                        const char *what, char *err)
 {
     char name[80];
     gguf_str_printable(t->name, name, sizeof name);
@@ -184,10 +337,10 @@ static int check_tensor(const struct gguf_tensor *t, struct expect e, int is_nor
         return errmsg_set(err, "%s: tensor %s: shape %s does not match %s", what, name, shape,
                           want);
     }
-    if (is_norm) {
+    if (f32_only) {
         if (t->type != GGML_F32)
-            return errmsg_set(err, "%s: tensor %s: type %s, norm weights must be f32", what, name,
-                              ggml_type_name(t->type));
+            return errmsg_set(err, "%s: tensor %s: type %s, %s must be f32", what, name,
+                              ggml_type_name(t->type), f32_only);
         return 0;
     }
     switch (t->type) {
@@ -223,13 +376,18 @@ static uint64_t align_up(uint64_t x, uint64_t a)
 /* The architecture's tensors as the file names them; lt[l][kind] for the blocks. */
 struct found {
     const struct gguf_tensor *embd, *out_norm, *out; /* out NULL: tied to embd */
+    const struct gguf_tensor *rope_freqs;            /* one for every layer */
     const struct gguf_tensor *(*lt)[N_LAYER_KINDS];
 };
 
 /* One pass over the file's tensors: each name must be one the architecture knows (gguf_parse
- * rejected duplicates), and every tensor it needs must be there. */
-static int find_tensors(struct found *f, const struct gguf *g, int L, const char *what, char *err)
+ * rejected duplicates), and every tensor it needs must be there. Decides the config's optional
+ * parts from what the file holds: llama's biases (all layers or none) and rope_freqs. */
+static int find_tensors(struct found *f, struct model_config *c, const struct gguf *g,
+                        const char *what, char *err)
 {
+    const int L = c->n_layers;
+    const struct arch *a = &archs[c->arch];
     if (!(f->lt = calloc((size_t)L, sizeof *f->lt)))
         return errmsg_set(err, "%s: out of memory", what);
     for (uint64_t i = 0; i < g->n_tensors; i++) {
@@ -242,22 +400,31 @@ static int find_tensors(struct found *f, const struct gguf *g, int L, const char
             f->out_norm = t;
         else if (gguf_str_eq(t->name, "output.weight"))
             f->out = t;
-        else if (parse_layer_name(t->name, &layer, &kind) == 0) {
+        else if (gguf_str_eq(t->name, "rope_freqs.weight") && a->rope_freqs)
+            f->rope_freqs = t;
+        else if (parse_layer_name(t->name, &layer, &kind) == 0 &&
+                 (kind < K_Q_BIAS || kind > K_V_BIAS || a->qkv_bias) &&
+                 (kind < K_Q_NORM || kind > K_K_NORM || a->qk_norm)) {
             if (layer >= L)
                 return errmsg_set(err, "%s: tensor %s: layer %d is beyond block_count %d", what,
                                   gguf_str_printable(t->name, name, sizeof name), layer, L);
             f->lt[layer][kind] = t;
         } else {
-            return errmsg_set(err, "%s: tensor %s is not part of the llama architecture", what,
-                              gguf_str_printable(t->name, name, sizeof name));
+            return errmsg_set(err, "%s: tensor %s is not part of the %s architecture", what,
+                              gguf_str_printable(t->name, name, sizeof name), a->name);
         }
     }
     if (!f->embd) return errmsg_set(err, "%s: missing tensor token_embd.weight", what);
     if (!f->out_norm) return errmsg_set(err, "%s: missing tensor output_norm.weight", what);
+    if (a->qkv_bias == OPTIONAL) /* llama: biases if the first layer has any */
+        c->qkv_bias = f->lt[0][K_Q_BIAS] || f->lt[0][K_K_BIAS] || f->lt[0][K_V_BIAS];
+    c->rope_freqs = f->rope_freqs != NULL;
     for (int l = 0; l < L; l++)
         for (int k = 0; k < N_LAYER_KINDS; k++)
-            if (!f->lt[l][k])
-                return errmsg_set(err, "%s: missing tensor blk.%d.%s.weight", what, l,
+            if (k != K_ROPE_FREQS && kind_present(c, k) && !f->lt[l][k])
+                return errmsg_set(err, "%s: missing tensor blk.%d.%s", what, l, layer_kind_name[k]);
+            else if (!kind_present(c, k) && f->lt[l][k]) /* a bias beside biasless layers */
+                return errmsg_set(err, "%s: tensor blk.%d.%s: blk.0 has no q/k/v biases", what, l,
                                   layer_kind_name[k]);
     return 0;
 }
@@ -267,29 +434,76 @@ static int check_shapes(const struct found *f, const struct model_config *c, con
                         char *err)
 {
     const uint64_t dim = (uint64_t)c->dim, hid = (uint64_t)c->hidden_dim, kv = (uint64_t)c->kv_dim,
+                   qd = (uint64_t)c->q_dim, hd = (uint64_t)c->head_dim,
                    voc = (uint64_t)c->vocab_size;
     const struct expect e_embd = {dim, voc, "dim", "vocab"}, e_norm = {dim, 0, "dim", "dim"};
     const struct expect e_layer[N_LAYER_KINDS] = {
         [K_ATTN_NORM] = e_norm,
-        [K_ATTN_Q] = {dim, dim, "dim", "dim"},
+        [K_ATTN_Q] = {dim, qd, "dim", "n_heads*head_dim"},
         [K_ATTN_K] = {dim, kv, "dim", "kv_dim"},
         [K_ATTN_V] = {dim, kv, "dim", "kv_dim"},
-        [K_ATTN_OUT] = {dim, dim, "dim", "dim"},
+        [K_Q_BIAS] = {qd, 0, "n_heads*head_dim", ""},
+        [K_K_BIAS] = {kv, 0, "kv_dim", ""},
+        [K_V_BIAS] = {kv, 0, "kv_dim", ""},
+        [K_Q_NORM] = {hd, 0, "head_dim", ""},
+        [K_K_NORM] = {hd, 0, "head_dim", ""},
+        [K_ROPE_FREQS] = {hd / 2, 0, "head_dim/2", ""},
+        [K_ATTN_OUT] = {qd, dim, "n_heads*head_dim", "dim"},
         [K_FFN_NORM] = e_norm,
         [K_FFN_GATE] = {dim, hid, "dim", "hidden_dim"},
         [K_FFN_DOWN] = {hid, dim, "hidden_dim", "dim"},
         [K_FFN_UP] = {dim, hid, "dim", "hidden_dim"},
     };
-    if (check_tensor(f->embd, e_embd, 0, what, err) < 0 ||
-        check_tensor(f->out_norm, e_norm, 1, what, err) < 0 ||
-        (f->out && check_tensor(f->out, e_embd, 0, what, err) < 0))
+    /* "dim" when qd == dim, as the messages always said for Llama 2 shapes */
+    struct expect eq = e_layer[K_ATTN_Q], eo = e_layer[K_ATTN_OUT];
+    if (qd == dim) eq.rows_name = "dim", eo.cols_name = "dim";
+    if (check_tensor(f->embd, e_embd, NULL, what, err) < 0 ||
+        check_tensor(f->out_norm, e_norm, "norm weights", what, err) < 0 ||
+        (f->out && check_tensor(f->out, e_embd, NULL, what, err) < 0) ||
+        (f->rope_freqs && check_tensor(f->rope_freqs, e_layer[K_ROPE_FREQS],
+                                       "rope frequency factors", what, err) < 0))
         return -1;
     for (int l = 0; l < c->n_layers; l++)
         for (int k = 0; k < N_LAYER_KINDS; k++) {
-            int norm = k == K_ATTN_NORM || k == K_FFN_NORM;
-            if (check_tensor(f->lt[l][k], e_layer[k], norm, what, err) < 0) return -1;
+            if (k == K_ROPE_FREQS || !kind_present(c, k)) continue;
+            const char *f32_only =
+                k == K_ATTN_NORM || k == K_FFN_NORM || k == K_Q_NORM || k == K_K_NORM
+                    ? "norm weights"
+                : k >= K_Q_BIAS && k <= K_V_BIAS ? "biases"
+                                                 : NULL;
+            struct expect e = k == K_ATTN_Q ? eq : k == K_ATTN_OUT ? eo : e_layer[k];
+            if (check_tensor(f->lt[l][k], e, f32_only, what, err) < 0) return -1;
         }
     return 0;
+}
+
+/* Span s's tensors in execution order: where each goes in the model (dst) and its kind (-1 for
+ * the embedding and the head's). lay_out, describe_tensors and model_bind walk the same list. */
+#define SPAN_MAX_TENSORS N_LAYER_KINDS
+static int span_members(struct model *m, int s, struct tensor **dst, int *kind)
+{
+    const int L = m->cfg.n_layers;
+    int n = 0;
+    if (s == 0) {
+        dst[n] = &m->token_embd, kind[n++] = -1;
+    } else if (s == L + 1) {
+        dst[n] = &m->output_norm, kind[n++] = -1;
+        if (!m->tied_output) dst[n] = &m->output, kind[n++] = -2;
+    } else {
+        for (int k = 0; k < N_LAYER_KINDS; k++)
+            if (kind_present(&m->cfg, k))
+                dst[n] = (struct tensor *)((char *)&m->layers[s - 1] + layer_kind_field[k]),
+                kind[n++] = k;
+    }
+    return n;
+}
+
+/* The GGUF tensor behind member i of span s. */
+static const struct gguf_tensor *member_src(const struct found *f, int s, int L, int kind)
+{
+    if (s == 0) return f->embd;
+    if (s == L + 1) return kind == -1 ? f->out_norm : f->out;
+    return kind == K_ROPE_FREQS ? f->rope_freqs : f->lt[s - 1][kind];
 }
 
 /* The weight image in execution order: span 0 the embedding, 1+l block l, L+1 the head; each
@@ -300,7 +514,10 @@ static int lay_out(struct model *m, const struct found *f, const struct gguf *g,
     const int L = m->cfg.n_layers;
     m->tied_output = f->out == NULL;
     m->n_spans = L + 2;
-    m->n_slots = 1 + L * N_LAYER_KINDS + 1 + (f->out != NULL);
+    struct tensor *dst[SPAN_MAX_TENSORS];
+    int kind[SPAN_MAX_TENSORS];
+    m->n_slots = 0;
+    for (int s = 0; s < m->n_spans; s++) m->n_slots += span_members(m, s, dst, kind);
     if (!(m->slots = calloc((size_t)m->n_slots, sizeof *m->slots)))
         return errmsg_set(err, "%s: out of memory", what);
     uint64_t off = 0;
@@ -308,27 +525,19 @@ static int lay_out(struct model *m, const struct found *f, const struct gguf *g,
     for (int s = 0; s < m->n_spans; s++) {
         off = align_up(off, SPAN_ALIGN);
         m->spans[s].offset = off;
-        const struct gguf_tensor *list[N_LAYER_KINDS];
-        int cnt = 0;
-        if (s == 0)
-            list[cnt++] = f->embd;
-        else if (s <= L)
-            for (int k = 0; k < N_LAYER_KINDS; k++) list[cnt++] = f->lt[s - 1][k];
-        else {
-            list[cnt++] = f->out_norm;
-            if (f->out) list[cnt++] = f->out;
-        }
+        int cnt = span_members(m, s, dst, kind);
         uint64_t lo = UINT64_MAX, hi = 0;
         for (int i = 0; i < cnt; i++) {
-            uint64_t at = g->data_offset + list[i]->offset; /* gguf_parse checked: no overflow */
+            const struct gguf_tensor *t = member_src(f, s, L, kind[i]);
+            uint64_t at = g->data_offset + t->offset; /* gguf_parse checked: no overflow */
             if (at < lo) lo = at;
-            if (at + list[i]->nbytes > hi) hi = at + list[i]->nbytes;
+            if (at + t->nbytes > hi) hi = at + t->nbytes;
             off = align_up(off, TENSOR_ALIGN);
-            m->slots[n].src = list[i];
+            m->slots[n].src = t;
             m->slots[n].image_offset = off;
             m->slots[n].span = s;
             n++;
-            off += list[i]->nbytes;
+            off += t->nbytes;
         }
         m->spans[s].size = off - m->spans[s].offset;
         m->file_spans[s].offset = lo;
@@ -343,17 +552,15 @@ static int lay_out(struct model *m, const struct found *f, const struct gguf *g,
 }
 
 /* Shapes and types into the model's tensor structs (data comes with model_fill/model_bind). */
-static void describe_tensors(struct model *m, const struct found *f)
+static void describe_tensors(struct model *m)
 {
-    set_tensor(&m->token_embd, f->embd);
-    set_tensor(&m->output_norm, f->out_norm);
-    set_tensor(&m->output, f->out ? f->out : f->embd);
-    for (int l = 0; l < m->cfg.n_layers; l++) {
-        struct layer_weights *w = &m->layers[l];
-        struct tensor *dst[N_LAYER_KINDS] = {&w->attn_norm, &w->wq,     &w->wk,     &w->wv,  &w->wo,
-                                             &w->ffn_norm,  &w->w_gate, &w->w_down, &w->w_up};
-        for (int k = 0; k < N_LAYER_KINDS; k++) set_tensor(dst[k], f->lt[l][k]);
+    struct tensor *dst[SPAN_MAX_TENSORS];
+    int kind[SPAN_MAX_TENSORS];
+    for (int s = 0, i = 0; s < m->n_spans; s++) {
+        int cnt = span_members(m, s, dst, kind);
+        for (int j = 0; j < cnt; j++) set_tensor(dst[j], m->slots[i++].src);
     }
+    if (m->tied_output) set_tensor(&m->output, m->slots[0].src);
 }
 
 int model_plan(struct model *m, const struct gguf *g, const char *what, char *err)
@@ -363,10 +570,10 @@ int model_plan(struct model *m, const struct gguf *g, const char *what, char *er
     m->gguf = g;
     if (read_config(&m->cfg, g, what, err) < 0) return -1;
     struct found f = {0};
-    int rc = find_tensors(&f, g, m->cfg.n_layers, what, err);
+    int rc = find_tensors(&f, &m->cfg, g, what, err);
     if (!rc) rc = check_shapes(&f, &m->cfg, what, err);
     if (!rc) rc = lay_out(m, &f, g, what, err);
-    if (!rc) describe_tensors(m, &f);
+    if (!rc) describe_tensors(m);
     free(f.lt);
     if (rc) {
         free(m->slots);
@@ -398,17 +605,14 @@ int model_fill(struct model *m, uint8_t *image, int s, char *err)
 
 void model_bind(struct model *m, const uint8_t *image)
 {
-    /* Slots are in execution order, the same order model_plan assigned the tensors in. */
-    int i = 0;
-    m->token_embd.data = image + m->slots[i++].image_offset;
-    for (int l = 0; l < m->cfg.n_layers; l++) {
-        struct layer_weights *w = &m->layers[l];
-        struct tensor *dst[N_LAYER_KINDS] = {&w->attn_norm, &w->wq,     &w->wk,     &w->wv,  &w->wo,
-                                             &w->ffn_norm,  &w->w_gate, &w->w_down, &w->w_up};
-        for (int k = 0; k < N_LAYER_KINDS; k++) dst[k]->data = image + m->slots[i++].image_offset;
+    /* Slots are in execution order, the order span_members gives. */
+    struct tensor *dst[SPAN_MAX_TENSORS];
+    int kind[SPAN_MAX_TENSORS];
+    for (int s = 0, i = 0; s < m->n_spans; s++) {
+        int cnt = span_members(m, s, dst, kind);
+        for (int j = 0; j < cnt; j++) dst[j]->data = image + m->slots[i++].image_offset;
     }
-    m->output_norm.data = image + m->slots[i++].image_offset;
-    m->output.data = m->tied_output ? m->token_embd.data : image + m->slots[i++].image_offset;
+    if (m->tied_output) m->output.data = m->token_embd.data;
 }
 
 void model_free(struct model *m)

@@ -5,6 +5,7 @@
 #include "serving/engine/convert.h"
 #include "serving/engine/quant.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,7 +15,8 @@
 struct gen_tensor {
     uint64_t rows, cols;
     uint32_t type;
-    int is_norm;
+    float mean, std, scale; /* element = (mean + std * N(0,1)) * scale */
+    const float *values;    /* instead: these (one row) */
     uint64_t seed;
 };
 
@@ -22,6 +24,7 @@ struct gen {
     struct gen_tensor *t;
     int n;
     int threads;
+    float *rope_freqs; /* the values of rope_freqs.weight */
 };
 
 static uint64_t splitmix(uint64_t *s)
@@ -60,8 +63,15 @@ static void *fill_rows(void *arg)
     for (uint64_t r = j->r0; r < j->r1 && j->rc == 0; r++) {
         uint64_t s = t->seed ^ (r * 0xd1b54a32d192ed03ull);
         s = splitmix(&s);
-        for (uint64_t i = 0; i < t->cols; i++)
-            row[i] = t->is_norm ? 1.0f + 0.05f * gauss(&s) : 0.02f * gauss(&s);
+        for (uint64_t i = 0; i < t->cols; i++) {
+            if (t->values) {
+                row[i] = t->values[i];
+                continue;
+            }
+            float g = gauss(&s);
+            row[i] = t->mean ? t->mean + t->std * g : t->std * g;
+            if (t->scale != 1.0f) row[i] *= t->scale;
+        }
         if (convert_encode(t->type, row, 1, t->cols, j->buf + r * rb) < 0) j->rc = -1;
     }
     free(row);
@@ -142,19 +152,50 @@ static uint8_t *synth_vocab(int n, size_t *size)
 
 static struct model_config config_of(const struct synth_spec *s)
 {
+    int hd = s->head_dim ? s->head_dim : s->dim / s->heads;
     return (struct model_config){
+        .arch = s->arch,
         .dim = s->dim,
         .hidden_dim = s->hidden,
         .n_layers = s->layers,
         .n_heads = s->heads,
         .n_kv_heads = s->kv_heads,
-        .head_dim = s->dim / s->heads,
-        .kv_dim = s->dim / s->heads * s->kv_heads,
+        .head_dim = hd,
+        .q_dim = hd * s->heads,
+        .kv_dim = hd * s->kv_heads,
         .vocab_size = s->vocab,
         .seq_len = s->seq,
         .norm_eps = 1e-5f,
-        .rope_theta = 10000.0f,
+        .rope_theta = s->rope_theta > 0 ? s->rope_theta : 10000.0f,
+        .rope_scale = 1.0f,
+        .qkv_bias = s->arch == ARCH_QWEN2 || s->qkv_bias,
+        .qk_norm = s->arch == ARCH_QWEN3,
+        .rope_freqs = s->rope_freqs,
     };
+}
+
+/* Llama 3.1's frequency factors for head_dim hd, as llama.cpp's convert_hf_to_gguf.py computes
+ * them for rope_scaling {rope_type llama3, factor 8, low_freq_factor 1, high_freq_factor 4,
+ * original_max_position_embeddings 8192}: pairs whose wavelength is shorter than 8192/4 keep their
+ * frequency, longer than 8192/1 turn 8 times slower, and the band between is interpolated. */
+static float *llama31_rope_freqs(float theta, int hd)
+{
+    const double factor = 8, low = 1, high = 4, old_ctx = 8192;
+    const double low_wavelen = old_ctx / low, high_wavelen = old_ctx / high;
+    float *f = malloc(sizeof(float) * (size_t)(hd / 2));
+    for (int i = 0; f && i < hd / 2; i++) {
+        float freq = 1.0f / powf(theta, (float)(2 * i) / (float)hd);
+        double wavelen = 2 * M_PI / freq;
+        if (wavelen < high_wavelen)
+            f[i] = 1.0f;
+        else if (wavelen > low_wavelen)
+            f[i] = (float)factor;
+        else {
+            double smooth = (old_ctx / wavelen - low) / (high - low);
+            f[i] = (float)(1 / ((1 - smooth) / factor + smooth));
+        }
+    }
+    return f;
 }
 
 /* The tokenizer from s->tokenizer, or the synthetic vocabulary of s->vocab tokens. */
@@ -173,42 +214,72 @@ static int load_vocab(const struct synth_spec *s, struct tokenizer *tok, char *e
     return 0;
 }
 
+/* Element distributions: matrices ~ N(0, 0.02), norm weights ~ 1 + N(0, 0.05), biases ~ N(0, 0.2). */
+enum { MATRIX, NORM, BIAS, FACTORS };
+
 /* One tensor's description, added to the writer without data (fill() makes it while writing). */
 static void add_tensor(struct gguf_writer *w, struct gen *g, const char *name, uint64_t rows,
-                       uint64_t cols, int norm, const struct synth_spec *s, int *kept)
+                       uint64_t cols, int kind, float scale, const struct synth_spec *s, int *kept)
 {
     struct gen_tensor *t = &g->t[g->n];
-    t->rows = rows, t->cols = cols, t->is_norm = norm;
-    t->type = norm ? GGML_F32 : convert_matrix_type(s->type, t->cols);
-    *kept += !norm && t->type != s->type;
+    t->rows = rows, t->cols = cols;
+    t->type = kind != MATRIX ? GGML_F32 : convert_matrix_type(s->type, t->cols);
+    t->mean = kind == NORM ? 1.0f : 0.0f;
+    t->std = kind == NORM ? 0.05f : kind == BIAS ? 0.2f : 0.02f;
+    t->scale = scale;
+    t->values = kind == FACTORS ? g->rope_freqs : NULL;
+    *kept += kind == MATRIX && t->type != s->type;
     uint64_t seed = s->seed * 0x100000001b3ull + (uint64_t)g->n;
     t->seed = splitmix(&seed);
     uint64_t ne[2] = {t->cols, t->rows};
-    gguf_w_tensor(w, name, t->type, norm ? 1 : 2, ne, NULL);
+    gguf_w_tensor(w, name, t->type, kind != MATRIX ? 1 : 2, ne, NULL);
     g->n++;
 }
 
-/* Every tensor in execution order: embedding, each layer's nine, final norm, classifier. */
+/* Every tensor in execution order (rope_freqs first, as llama.cpp's converter writes it):
+ * embedding, each layer's, final norm, classifier. */
 static int add_tensors(struct gguf_writer *w, struct gen *g, const struct model_config *c,
                        const struct synth_spec *s)
 {
     const uint64_t D = (uint64_t)c->dim, H = (uint64_t)c->hidden_dim, KV = (uint64_t)c->kv_dim,
-                   V = (uint64_t)c->vocab_size;
+                   Q = (uint64_t)c->q_dim, HD = (uint64_t)c->head_dim, V = (uint64_t)c->vocab_size;
+    const float out_scale = s->output_scale > 0 ? s->output_scale : 1.0f,
+                qk = s->qk_scale > 0 ? s->qk_scale : 1.0f;
     int kept = 0;
-    add_tensor(w, g, "token_embd.weight", V, D, 0, s, &kept);
+    if (c->rope_freqs) add_tensor(w, g, "rope_freqs.weight", 1, HD / 2, FACTORS, 1, s, &kept);
+    add_tensor(w, g, "token_embd.weight", V, D, MATRIX, 1, s, &kept);
     for (int l = 0; l < s->layers; l++) {
-        const char *k[9] = {"attn_norm", "attn_q",   "attn_k",   "attn_v", "attn_output",
-                            "ffn_norm",  "ffn_gate", "ffn_down", "ffn_up"};
-        const uint64_t rows[9] = {1, D, KV, KV, D, 1, H, D, H},
-                       cols[9] = {D, D, D, D, D, D, D, H, D};
-        for (int i = 0; i < 9; i++) {
+        const struct {
+            const char *name;
+            uint64_t rows, cols;
+            int kind, present;
+            float scale;
+        } ts[] = {
+            {"attn_norm.weight", 1, D, NORM, 1, 1},
+            {"attn_q.weight", Q, D, MATRIX, 1, qk},
+            {"attn_k.weight", KV, D, MATRIX, 1, qk},
+            {"attn_v.weight", KV, D, MATRIX, 1, 1},
+            {"attn_q.bias", 1, Q, BIAS, c->qkv_bias, 1},
+            {"attn_k.bias", 1, KV, BIAS, c->qkv_bias, 1},
+            {"attn_v.bias", 1, KV, BIAS, c->qkv_bias, 1},
+            {"attn_q_norm.weight", 1, HD, NORM, c->qk_norm, 1},
+            {"attn_k_norm.weight", 1, HD, NORM, c->qk_norm, 1},
+            {"attn_output.weight", D, Q, MATRIX, 1, 1},
+            {"ffn_norm.weight", 1, D, NORM, 1, 1},
+            {"ffn_gate.weight", H, D, MATRIX, 1, 1},
+            {"ffn_down.weight", D, H, MATRIX, 1, 1},
+            {"ffn_up.weight", H, D, MATRIX, 1, 1},
+        };
+        for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) {
+            if (!ts[i].present) continue;
             char nm[64];
-            snprintf(nm, sizeof nm, "blk.%d.%s.weight", l, k[i]);
-            add_tensor(w, g, nm, rows[i], cols[i], i == 0 || i == 5, s, &kept);
+            snprintf(nm, sizeof nm, "blk.%d.%s", l, ts[i].name);
+            add_tensor(w, g, nm, ts[i].rows, ts[i].cols, ts[i].kind, ts[i].scale, s, &kept);
         }
     }
-    add_tensor(w, g, "output_norm.weight", 1, D, 1, s, &kept);
-    if (!s->tied) add_tensor(w, g, "output.weight", V, D, 0, s, &kept);
+    /* tied: scaling the embedding would scale the input too, so the final norm takes it */
+    add_tensor(w, g, "output_norm.weight", 1, D, NORM, s->tied ? out_scale : 1, s, &kept);
+    if (!s->tied) add_tensor(w, g, "output.weight", V, D, MATRIX, out_scale, s, &kept);
     return kept;
 }
 
@@ -240,11 +311,17 @@ int synth_gguf_write(const char *path, const struct synth_spec *s, char *err)
     }
     tokenizer_free(&tok);
 
-    const int max_t = 3 + 9 * s->layers;
+    const int max_t = 4 + 14 * s->layers;
     struct gen g = {calloc((size_t)max_t, sizeof *g.t), 0,
                     s->threads < 1             ? 1
                     : s->threads > MAX_THREADS ? MAX_THREADS
-                                               : s->threads};
+                                               : s->threads,
+                    c.rope_freqs ? llama31_rope_freqs(c.rope_theta, c.head_dim) : NULL};
+    if (!g.t || (c.rope_freqs && !g.rope_freqs)) {
+        free(g.t);
+        gguf_writer_free(w);
+        return errmsg_set(err, "out of memory");
+    }
     int kept = add_tensors(w, &g, &c, s);
     if (kept && s->warn_as)
         fprintf(stderr,
@@ -255,5 +332,6 @@ int synth_gguf_write(const char *path, const struct synth_spec *s, char *err)
     int rc = write_file(path, w, err);
     gguf_writer_free(w);
     free(g.t);
+    free(g.rope_freqs);
     return rc;
 }

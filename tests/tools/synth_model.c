@@ -1,8 +1,18 @@
-/* synth_model: write a complete llama GGUF with random weights, for tests and benchmarks.
+/* synth_model: write a complete llama, qwen2 or qwen3 GGUF with random weights, for tests and
+ * benchmarks.
  *
  *   build/tools/synth_model --shape stories15M|stories110M|tinyllama|tiny-gqa|D,H,L,NH,NKV,V,S
  *       --type f32|f16|bf16|q8_0|q4_0|q4_k --seed S -o OUT.gguf
  *       [--tokenizer ../shared/models/tokenizer.bin] [--tied|--untied] [--threads N]
+ *       [--arch llama|qwen2|qwen3] [--head-dim N] [--bias] [--rope-freqs] [--rope-theta T]
+ *       [--output-scale S] [--qk-scale S]
+ *
+ * --arch qwen2 writes q/k/v biases, qwen3 per-head q/k norms; --bias gives a llama file biases;
+ * --head-dim sets key_length (heads x head dim may then differ from dim, as in Mistral Nemo and
+ * Qwen3); --rope-freqs writes Llama 3.1's rope_freqs.weight; --output-scale multiplies the
+ * logits (output.weight, or output_norm.weight when tied: a peaked next-token distribution, as a
+ * trained model's); --qk-scale multiplies attn_q and attn_k (attention scores with a spread, so
+ * that positions matter, as in a trained model).
  *
  * The command line of tests/synth/synth_gguf.c, the one synthetic-model generator (weights,
  * vocabulary and determinism are described there); --threads defaults to all CPUs, and the bytes
@@ -32,7 +42,9 @@ static int usage(void)
 {
     fprintf(stderr, "usage: synth_model --shape stories15M|stories110M|tinyllama|tiny-gqa|"
                     "D,H,L,NH,NKV,V,S --type f32|f16|bf16|q8_0|q4_0|q4_k --seed S -o OUT.gguf "
-                    "[--tokenizer TOK.bin] [--tied|--untied] [--threads N]\n");
+                    "[--tokenizer TOK.bin] [--tied|--untied] [--threads N] "
+                    "[--arch llama|qwen2|qwen3] [--head-dim N] [--bias] [--rope-freqs] "
+                    "[--rope-theta T] [--output-scale S] [--qk-scale S]\n");
     return 2;
 }
 
@@ -42,7 +54,9 @@ int main(int argc, char **argv)
     const char *out = NULL, *tok_path = NULL;
     uint32_t type = GGML_F32;
     uint64_t seed = 1;
-    int tied = -1, have_shape = 0, threads = 0;
+    int tied = -1, have_shape = 0, threads = 0, arch = ARCH_LLAMA, head_dim = 0, bias = 0,
+        rope_freqs = 0;
+    float rope_theta = 0, output_scale = 0, qk_scale = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--shape") && v) {
@@ -69,6 +83,23 @@ int main(int argc, char **argv)
             tok_path = argv[++i];
         else if (!strcmp(a, "--threads") && v)
             threads = atoi(argv[++i]);
+        else if (!strcmp(a, "--arch") && v) {
+            for (arch = 0; arch < N_ARCHS && strcmp(v, model_arch_name(arch)); arch++) {
+            }
+            if (arch == N_ARCHS) return usage();
+            i++;
+        } else if (!strcmp(a, "--head-dim") && v)
+            head_dim = atoi(argv[++i]);
+        else if (!strcmp(a, "--bias"))
+            bias = 1;
+        else if (!strcmp(a, "--rope-freqs"))
+            rope_freqs = 1;
+        else if (!strcmp(a, "--rope-theta") && v)
+            rope_theta = strtof(argv[++i], NULL);
+        else if (!strcmp(a, "--output-scale") && v)
+            output_scale = strtof(argv[++i], NULL);
+        else if (!strcmp(a, "--qk-scale") && v)
+            qk_scale = strtof(argv[++i], NULL);
         else if (!strcmp(a, "--tied"))
             tied = 1;
         else if (!strcmp(a, "--untied"))
@@ -79,18 +110,27 @@ int main(int argc, char **argv)
     if (!have_shape || !out) return usage();
     if (tied >= 0) sh.tied = tied;
     if (sh.dim <= 0 || sh.hidden <= 0 || sh.layers <= 0 || sh.layers > MODEL_MAX_LAYERS ||
-        sh.heads <= 0 || sh.kv_heads <= 0 || sh.vocab < 3 || sh.seq <= 0 || sh.dim % sh.heads ||
-        sh.heads % sh.kv_heads || (sh.dim / sh.heads) % 2) {
-        fprintf(stderr, "synth_model: inconsistent shape %d,%d,%d,%d,%d,%d,%d\n", sh.dim, sh.hidden,
-                sh.layers, sh.heads, sh.kv_heads, sh.vocab, sh.seq);
+        sh.heads <= 0 || sh.kv_heads <= 0 || sh.vocab < 3 || sh.seq <= 0 ||
+        (!head_dim && sh.dim % sh.heads) || sh.heads % sh.kv_heads ||
+        (head_dim ? head_dim : sh.dim / sh.heads) % 2 || head_dim < 0 || head_dim > 4096) {
+        fprintf(stderr, "synth_model: inconsistent shape %d,%d,%d,%d,%d,%d,%d (head dim %d)\n",
+                sh.dim, sh.hidden, sh.layers, sh.heads, sh.kv_heads, sh.vocab, sh.seq, head_dim);
+        return 2;
+    }
+    if ((bias && arch != ARCH_LLAMA) || (rope_freqs && arch != ARCH_LLAMA) || rope_theta < 0 ||
+        output_scale < 0 || qk_scale < 0) {
+        fprintf(stderr, "synth_model: --bias and --rope-freqs are for --arch llama (qwen2 always "
+                        "has biases); --rope-theta and the scales must be positive\n");
         return 2;
     }
     long cpus = threads > 0 ? threads : sysconf(_SC_NPROCESSORS_ONLN);
     struct synth_spec spec = {
-        sh.name,  sh.dim,        sh.hidden, sh.layers,
-        sh.heads, sh.kv_heads,   sh.vocab,  sh.seq,
-        sh.tied,  type,          seed,      cpus < 1 ? 1 : cpus > 16 ? 16 : (int)cpus,
-        tok_path, "synth_model",
+        sh.name,  sh.dim,        sh.hidden,  sh.layers,
+        sh.heads, sh.kv_heads,   sh.vocab,   sh.seq,
+        sh.tied,  type,          seed,       cpus < 1 ? 1 : cpus > 16 ? 16 : (int)cpus,
+        tok_path, "synth_model", arch,       head_dim,
+        bias,     rope_freqs,    rope_theta, output_scale,
+        qk_scale,
     };
     char err[ERRMSG_LEN];
     if (synth_gguf_write(out, &spec, err) < 0) {

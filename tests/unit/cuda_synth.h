@@ -4,8 +4,10 @@
  * token_embd, span 1+l block l, span L+1 output_norm + output), 32-byte aligned like GGUF, with
  * random weights from a fixed seed: exact=1 quantizes real floats with quant.c (tests compare
  * against a reference that dequantizes the same bytes); exact=0 writes valid random bytes
- * directly (benchmarks: 7B shapes in seconds). Norms are F32. (The real tiny model comes through
- * convert.c and model.c instead, as the server loads it: test_cuda's load_stories.) */
+ * directly (benchmarks: 7B shapes in seconds). Norms are F32. synth_build_arch adds another
+ * architecture's parts (model.h): q/k/v biases, q/k norms, rope_freqs (factors from 1 to 8), a
+ * head dimension of its own. (The real tiny model comes through convert.c and model.c instead,
+ * as the server loads it: test_cuda's load_stories.) */
 #ifndef STRATA_TEST_CUDA_SYNTH_H
 #define STRATA_TEST_CUDA_SYNTH_H
 
@@ -42,17 +44,23 @@ static inline float synth_uniform(uint64_t *s) /* [-1, 1) */
     return (float)((synth_rng(s) >> 40) / 8388608.0 - 1.0);
 }
 
-/* The tensors of a model in image order: (tensor, type, rows, cols, span). */
+/* An architecture's parts (all 0: Llama 2). */
+struct synth_arch_opts {
+    int arch, head_dim, qkv_bias, qk_norm, rope_freqs, neox;
+};
+
+/* The tensors of a model in image order: (tensor, type, rows, cols, span, kind). */
+enum { SYNTH_MATRIX, SYNTH_NORM, SYNTH_BIAS, SYNTH_FACTORS };
 struct synth_item {
     struct tensor *t;
     uint32_t type;
-    int rows, cols, span, norm;
+    int rows, cols, span, norm; /* norm: an SYNTH_* vector kind, 0 for a matrix */
 };
 
 static inline int synth_items(struct model *m, uint32_t type, int tied, struct synth_item *it)
 {
     const struct model_config *c = &m->cfg;
-    int n = 0, qd = c->n_heads * c->head_dim;
+    int n = 0, qd = c->n_heads * c->head_dim, hd = c->head_dim;
     it[n++] = (struct synth_item){&m->token_embd, type, c->vocab_size, c->dim, 0, 0};
     for (int l = 0; l < c->n_layers; l++) {
         struct layer_weights *w = &m->layers[l];
@@ -60,6 +68,18 @@ static inline int synth_items(struct model *m, uint32_t type, int tied, struct s
         it[n++] = (struct synth_item){&w->wq, type, qd, c->dim, 1 + l, 0};
         it[n++] = (struct synth_item){&w->wk, type, c->kv_dim, c->dim, 1 + l, 0};
         it[n++] = (struct synth_item){&w->wv, type, c->kv_dim, c->dim, 1 + l, 0};
+        if (c->qkv_bias) {
+            it[n++] = (struct synth_item){&w->bq, GGML_F32, 1, qd, 1 + l, SYNTH_BIAS};
+            it[n++] = (struct synth_item){&w->bk, GGML_F32, 1, c->kv_dim, 1 + l, SYNTH_BIAS};
+            it[n++] = (struct synth_item){&w->bv, GGML_F32, 1, c->kv_dim, 1 + l, SYNTH_BIAS};
+        }
+        if (c->qk_norm) {
+            it[n++] = (struct synth_item){&w->q_norm, GGML_F32, 1, hd, 1 + l, SYNTH_NORM};
+            it[n++] = (struct synth_item){&w->k_norm, GGML_F32, 1, hd, 1 + l, SYNTH_NORM};
+        }
+        if (c->rope_freqs)
+            it[n++] =
+                (struct synth_item){&w->rope_freqs, GGML_F32, 1, hd / 2, 1 + l, SYNTH_FACTORS};
         it[n++] = (struct synth_item){&w->wo, type, c->dim, qd, 1 + l, 0};
         it[n++] = (struct synth_item){&w->ffn_norm, GGML_F32, 1, c->dim, 1 + l, 1};
         it[n++] = (struct synth_item){&w->w_gate, type, c->hidden_dim, c->dim, 1 + l, 0};
@@ -72,20 +92,28 @@ static inline int synth_items(struct model *m, uint32_t type, int tied, struct s
     return n;
 }
 
-static inline void synth_config(struct model *m, const struct synth_shape *sh)
+static inline void synth_config(struct model *m, const struct synth_shape *sh,
+                                const struct synth_arch_opts *a)
 {
     struct model_config *c = &m->cfg;
+    c->arch = a->arch;
     c->dim = sh->dim;
     c->hidden_dim = sh->hidden;
     c->n_layers = sh->layers;
     c->n_heads = sh->heads;
     c->n_kv_heads = sh->kv_heads;
-    c->head_dim = sh->dim / sh->heads;
+    c->head_dim = a->head_dim ? a->head_dim : sh->dim / sh->heads;
+    c->q_dim = c->head_dim * sh->heads;
     c->kv_dim = c->head_dim * sh->kv_heads;
     c->vocab_size = sh->vocab;
     c->seq_len = sh->seq_len;
     c->norm_eps = 1e-5f;
     c->rope_theta = 10000.0f;
+    c->rope_scale = 1.0f;
+    c->rope_style = a->neox ? ROPE_HALVES : ROPE_PAIRS;
+    c->qkv_bias = a->qkv_bias;
+    c->qk_norm = a->qk_norm;
+    c->rope_freqs = a->rope_freqs;
 }
 
 /* Lay the items out (32-byte aligned, spans contiguous) and allocate the image. */
@@ -119,19 +147,22 @@ static inline int synth_layout(struct synth *s, struct synth_item *it, int n)
     return 0;
 }
 
-static inline int synth_build(struct synth *s, const struct synth_shape *sh, uint32_t type,
-                              int tied, int exact, uint64_t seed)
+static inline int synth_build_arch(struct synth *s, const struct synth_shape *sh,
+                                   const struct synth_arch_opts *a, uint32_t type, int tied,
+                                   int exact, uint64_t seed)
 {
     memset(s, 0, sizeof *s);
-    synth_config(&s->m, sh);
+    synth_config(&s->m, sh, a);
     s->m.tied_output = tied;
-    struct synth_item *it = calloc((size_t)sh->layers * 9 + 3, sizeof *it);
+    struct synth_item *it = calloc((size_t)sh->layers * 15 + 3, sizeof *it);
     if (!it) return -1;
     int n = synth_items(&s->m, type, tied, it);
     if (synth_layout(s, it, n)) return free(it), -1;
     if (tied) s->m.output = s->m.token_embd;
     uint64_t rng = seed | 1;
-    float *row = malloc(sizeof(float) * (size_t)(sh->hidden > sh->dim ? sh->hidden : sh->dim));
+    int widest = sh->hidden > sh->dim ? sh->hidden : sh->dim;
+    if (s->m.cfg.q_dim > widest) widest = s->m.cfg.q_dim;
+    float *row = malloc(sizeof(float) * (size_t)widest);
     for (int i = 0; i < n; i++) {
         struct tensor *t = it[i].t;
         uint8_t *d = (uint8_t *)t->data;
@@ -140,7 +171,11 @@ static inline int synth_build(struct synth *s, const struct synth_shape *sh, uin
         if (exact || it[i].norm) {
             for (int r = 0; r < t->rows; r++) {
                 for (int c = 0; c < t->cols; c++)
-                    row[c] = (it[i].norm ? 1.0f : 0.f) + scale * synth_uniform(&rng) * 1.7f;
+                    row[c] = it[i].norm == SYNTH_FACTORS
+                                 ? 1.0f + 7.0f * c / (t->cols - 1 + !(t->cols - 1))
+                             : it[i].norm == SYNTH_BIAS
+                                 ? 0.2f * synth_uniform(&rng) * 1.7f
+                                 : (it[i].norm ? 1.0f : 0.f) + scale * synth_uniform(&rng) * 1.7f;
                 quantize_row(t->type, row, d + r * rb, t->cols);
             }
             continue;
@@ -176,6 +211,13 @@ static inline int synth_build(struct synth *s, const struct synth_shape *sh, uin
     free(row);
     free(it);
     return 0;
+}
+
+static inline int synth_build(struct synth *s, const struct synth_shape *sh, uint32_t type,
+                              int tied, int exact, uint64_t seed)
+{
+    const struct synth_arch_opts llama2 = {0};
+    return synth_build_arch(s, sh, &llama2, type, tied, exact, seed);
 }
 
 static inline void synth_free(struct synth *s)

@@ -93,17 +93,35 @@ static void ref_forward(struct ref *r, int token, int pos, float *logits)
         ref_matvec(r, r->q, &w->wq, r->xb);
         ref_matvec(r, r->k, &w->wk, r->xb);
         ref_matvec(r, r->v, &w->wv, r->xb);
-        for (int i = 0; i < qd; i += 2) {
-            int j = (i % hd) / 2;
-            float freq = 1.0f / powf(c->rope_theta, (float)(2 * j) / (float)hd);
-            float a = pos * freq, co = cosf(a), si = sinf(a);
-            for (int t = 0; t < (i < kvd ? 2 : 1); t++) {
-                float *v = t == 0 ? r->q : r->k;
-                float v0 = v[i], v1 = v[i + 1];
-                v[i] = v0 * co - v1 * si;
-                v[i + 1] = v0 * si + v1 * co;
-            }
+        if (c->qkv_bias) {
+            const float *bq = w->bq.data, *bk = w->bk.data, *bv = w->bv.data;
+            for (int i = 0; i < qd; i++) r->q[i] += bq[i];
+            for (int i = 0; i < kvd; i++) r->k[i] += bk[i], r->v[i] += bv[i];
         }
+        if (c->qk_norm) {
+            for (int h = 0; h < c->n_heads; h++)
+                ref_rmsnorm(r->q + h * hd, r->q + h * hd, &w->q_norm, hd, c->norm_eps);
+            for (int h = 0; h < c->n_kv_heads; h++)
+                ref_rmsnorm(r->k + h * hd, r->k + h * hd, &w->k_norm, hd, c->norm_eps);
+        }
+        /* RoPE: pair j of each head, (2j, 2j+1) or NeoX (j, j + hd/2) */
+        const float *ff = c->rope_freqs ? w->rope_freqs.data : NULL;
+        for (int h = 0; h < c->n_heads; h++)
+            for (int j = 0; j < hd / 2; j++) {
+                float freq = 1.0f / powf(c->rope_theta, (float)(2 * j) / (float)hd);
+                float a = pos * freq;
+                if (ff) a /= ff[j];
+                a *= c->rope_scale;
+                float co = cosf(a), si = sinf(a);
+                int e0 = h * hd + (c->rope_style == ROPE_HALVES ? j : 2 * j),
+                    e1 = e0 + (c->rope_style == ROPE_HALVES ? hd / 2 : 1);
+                for (int t = 0; t < (h < c->n_kv_heads ? 2 : 1); t++) {
+                    float *v = t == 0 ? r->q : r->k;
+                    float v0 = v[e0], v1 = v[e1];
+                    v[e0] = v0 * co - v1 * si;
+                    v[e1] = v0 * si + v1 * co;
+                }
+            }
         float *kc = r->kc + ((size_t)l * r->max_pos + pos) * kvd;
         float *vc = r->vc + ((size_t)l * r->max_pos + pos) * kvd;
         memcpy(kc, r->k, (size_t)kvd * 4);
@@ -235,6 +253,20 @@ TEST(backend_forced_cpu)
 
 static const struct synth_shape tiny = {256, 768, 2, 8, 4, 512, 128};
 
+/* The architectures beside Llama 2 (model.h), on the tiny shape; every row a multiple of 32. */
+static const struct arch_case {
+    const char *name;
+    struct synth_arch_opts a;
+} arch_cases[] = {
+    {"llama 3.1 (rope_freqs, heads of 48 on dim 256)",
+     {.arch = ARCH_LLAMA, .head_dim = 48, .rope_freqs = 1}},
+    {"llama with q/k/v biases", {.arch = ARCH_LLAMA, .qkv_bias = 1}},
+    {"qwen2 (biases, NeoX)", {.arch = ARCH_QWEN2, .qkv_bias = 1, .neox = 1}},
+    {"qwen3 (q/k norms, NeoX, heads of 64)",
+     {.arch = ARCH_QWEN3, .head_dim = 64, .qk_norm = 1, .neox = 1}},
+};
+#define N_ARCH_CASES ((int)(sizeof arch_cases / sizeof arch_cases[0]))
+
 TEST(plan_layout_and_upload_schedule)
 {
     uint32_t types[] = {GGML_F32, GGML_F16, GGML_BF16, GGML_Q8_0, GGML_Q4_0};
@@ -282,6 +314,51 @@ TEST(plan_layout_and_upload_schedule)
     }
 }
 
+/* A layer's biases, q/k norms and rope_freqs are planned in its span, as f32 vectors. */
+TEST(plan_lays_out_each_architecture)
+{
+    for (int i = 0; i < N_ARCH_CASES; i++) {
+        const struct synth_arch_opts *a = &arch_cases[i].a;
+        struct synth s;
+        CHECK(synth_build_arch(&s, &tiny, a, GGML_Q8_0, i & 1, 1, 7) == 0);
+        struct cuda_plan p;
+        char err[ERRMSG_LEN];
+        CHECKF(cuda_plan_weights(&p, &s.m, err) == 0, "%s: %s", arch_cases[i].name, err);
+        int extra = 3 * a->qkv_bias + 2 * a->qk_norm + a->rope_freqs;
+        CHECK_EQ_INT(p.layer_stride, 9 + extra);
+        CHECK_EQ_INT(p.n_mats, 1 + (9 + extra) * tiny.layers + 1 + !(i & 1));
+        for (int l = 0; l < tiny.layers; l++) {
+            const struct layer_weights *w = &s.m.layers[l];
+            const struct {
+                int f, present;
+                const struct tensor *t;
+            } want[] = {{CM_Q, 1, &w->wq},
+                        {CM_O, 1, &w->wo},
+                        {CM_UP, 1, &w->w_up},
+                        {CM_BQ, a->qkv_bias, &w->bq},
+                        {CM_BV, a->qkv_bias, &w->bv},
+                        {CM_K_NORM, a->qk_norm, &w->k_norm},
+                        {CM_ROPE_FREQS, a->rope_freqs, &w->rope_freqs}};
+            for (size_t k = 0; k < sizeof want / sizeof want[0]; k++) {
+                int m = cuda_plan_layer_mat(&p, l, want[k].f);
+                if (!want[k].present) {
+                    CHECK_EQ_INT(m, -1);
+                    continue;
+                }
+                CHECK(m > 0 && p.mats[m].t == want[k].t && p.mats[m].span == 1 + l);
+                if (want[k].f >= CM_BQ) /* vectors: f32, rows as they are */
+                    CHECK(p.mats[m].type == GGML_F32 && p.mats[m].ld == p.mats[m].cols &&
+                          p.mats[m].rows == 1);
+            }
+        }
+        const struct cuda_mat *o = &p.mats[cuda_plan_layer_mat(&p, 0, CM_O)];
+        CHECK_EQ_INT(o->cols, s.m.cfg.q_dim);
+        CHECK_EQ_INT(o->rows, tiny.dim);
+        cuda_plan_free(&p);
+        synth_free(&s);
+    }
+}
+
 TEST(plan_pads_ragged_rows)
 {
     /* stories260K's hidden_dim is 172: F32 rows of 172 floats are padded to 176 on the device */
@@ -291,7 +368,7 @@ TEST(plan_pads_ragged_rows)
     struct cuda_plan p;
     char err[ERRMSG_LEN];
     CHECKF(cuda_plan_weights(&p, &s.m, err) == 0, "%s", err);
-    const struct cuda_mat *down = &p.mats[cuda_plan_layer_mat(0, 7)];
+    const struct cuda_mat *down = &p.mats[cuda_plan_layer_mat(&p, 0, CM_DOWN)];
     CHECK_EQ_INT(down->cols, 172);
     CHECK_EQ_INT(down->ld, 176);
     CHECK_EQ_INT(down->qs_bytes, 64 * 176 * 2);
@@ -426,8 +503,8 @@ TEST(plan_accepts_the_loaders_image)
             CHECK(p.spans[sp].host + p.spans[sp].bytes <= gm.s.image + gm.s.image_size);
         }
         /* stories260K: dim 64 takes the block types; hidden 172 does not, so ffn_down is F32 */
-        const struct cuda_mat *q = &p.mats[cuda_plan_layer_mat(0, 1)];
-        const struct cuda_mat *down = &p.mats[cuda_plan_layer_mat(0, 7)];
+        const struct cuda_mat *q = &p.mats[cuda_plan_layer_mat(&p, 0, CM_Q)];
+        const struct cuda_mat *down = &p.mats[cuda_plan_layer_mat(&p, 0, CM_DOWN)];
         CHECK_EQ_INT(q->type, types[i]);
         CHECK(down->type == (types[i] == GGML_F16 ? GGML_F16 : GGML_F32));
         CHECK(p.out == p.embd); /* tied classifier */
@@ -545,6 +622,44 @@ TEST(reference_matches_cpu_engine)
     }
 }
 
+/* The same for each architecture: the reference's biases, q/k norms, NeoX RoPE and rope_freqs
+ * are the CPU engine's. */
+TEST(reference_matches_cpu_engine_architectures)
+{
+    for (int i = 0; i < N_ARCH_CASES; i++)
+        for (int q8 = 0; q8 < 2; q8++) {
+            uint32_t type = q8 ? GGML_Q8_0 : GGML_F32;
+            struct synth s;
+            char err[ERRMSG_LEN];
+            CHECK(synth_build_arch(&s, &tiny, &arch_cases[i].a, type, i & 1, 1, 19) == 0);
+            struct engine_limits lim = {
+                .max_tokens = 16, .max_seqs = 1, .ctx = 32, .kv_block_size = 16, .threads = 1};
+            struct eng cpu;
+            CHECKF(eng_open(&cpu, &s.m, &lim, 1, err) == 0, "%s", err);
+            struct ref r;
+            ref_open(&r, &s.m, 32);
+            int V = tiny.vocab, n = 12, blocks[2] = {0, 1}, tok[12], pos[12], rows[12];
+            const int *tabs[12];
+            float *lc = malloc(sizeof(float) * V * n), *lr = malloc(sizeof(float) * V * n);
+            uint64_t rng = 23;
+            for (int j = 0; j < n; j++)
+                tok[j] = (int)(synth_rng(&rng) % V), pos[j] = j, rows[j] = j, tabs[j] = blocks;
+            struct batch b = {n, tok, pos, tabs, n, rows};
+            CHECK(engine_forward(&cpu.e, &b, lc) == 0);
+            for (int j = 0; j < n; j++) ref_forward(&r, tok[j], j, lr + (size_t)j * V);
+            double e = rel_err(lc, lr, (size_t)n * V), tol = q8 ? 3e-2 : 1e-4;
+            printf("# %s, %s: CPU engine vs reference %.2g (tolerance %.2g)\n", arch_cases[i].name,
+                   tensor_type_name(type), e, tol);
+            CHECKF(e <= tol, "%s, %s: CPU engine vs reference %.3g > %.3g", arch_cases[i].name,
+                   tensor_type_name(type), e, tol);
+            free(lc);
+            free(lr);
+            ref_close(&r);
+            eng_close(&cpu);
+            synth_free(&s);
+        }
+}
+
 /* engine_forward_sample on the CPU backend (gpu = 0): engine_forward + sampler_sample, row by
  * row; on cuda (gpu = 1) the device samples: the same tokens (greedy and seeded top_p) as the CPU
  * engine with the CPU sampler. */
@@ -622,12 +737,15 @@ static void seqs_free(struct seqs *s)
     free(s->tab);
 }
 
-static void logits_match(uint32_t type, double tol_prefill, double tol_decode)
+static void logits_match_arch(const struct arch_case *ac, uint32_t type, double tol_prefill,
+                              double tol_decode)
 {
     NEED_GPU();
     struct synth s;
     char err[ERRMSG_LEN];
-    CHECK(synth_build(&s, &tiny, type, 0, 1, 11) == 0);
+    const struct synth_arch_opts llama2 = {0};
+    CHECK(synth_build_arch(&s, &tiny, ac ? &ac->a : &llama2, type, 0, 1, 11) == 0);
+    const char *name = ac ? ac->name : "llama 2";
     struct engine_limits lim = {.max_tokens = 64, .max_seqs = 1, .ctx = 64, .kv_block_size = 16};
     struct cuda_engine *ce;
     CHECKF(cuda_engine_open(&ce, &s.m, &lim, err) == 0, "%s", err);
@@ -648,8 +766,8 @@ static void logits_match(uint32_t type, double tol_prefill, double tol_decode)
     CHECKF(cuda_forward(ce, &b, got, err) == 0, "%s", err);
     for (int i = 0; i < n; i++) ref_forward(&r, tok[i], i, want + (size_t)i * V);
     double e = rel_err(got, want, (size_t)n * V);
-    CHECKF(e <= tol_prefill, "%s prefill: relative error %.3g > %.3g", tensor_type_name(type), e,
-           tol_prefill);
+    CHECKF(e <= tol_prefill, "%s, %s prefill: relative error %.3g > %.3g", name,
+           tensor_type_name(type), e, tol_prefill);
     /* decode: one token per step (GEMV), attending over the prefilled cache */
     for (int step = 0; step < 4; step++) {
         int t = argmax(want, V), p = n + step, row0 = 0;
@@ -657,7 +775,7 @@ static void logits_match(uint32_t type, double tol_prefill, double tol_decode)
         CHECKF(cuda_forward(ce, &d, got, err) == 0, "%s", err);
         ref_forward(&r, t, p, want);
         e = rel_err(got, want, (size_t)V);
-        CHECKF(e <= tol_decode, "%s decode step %d: relative error %.3g > %.3g",
+        CHECKF(e <= tol_decode, "%s, %s decode step %d: relative error %.3g > %.3g", name,
                tensor_type_name(type), step, e, tol_decode);
     }
     free(got);
@@ -668,15 +786,22 @@ static void logits_match(uint32_t type, double tol_prefill, double tol_decode)
     synth_free(&s);
 }
 
+static void logits_match(uint32_t type, double tol_prefill, double tol_decode)
+{
+    logits_match_arch(NULL, type, tol_prefill, tol_decode);
+}
+
 /* The same through engine.h: engine_init picks cuda on its own (and uploads through the arena
  * it registers); its logits against engine_init on the CPU (STRATA_BACKEND=cpu), whose
  * quantized matmuls use Q8 activations, hence the wider tolerance for block types. */
-static void engine_logits_match(uint32_t type, double tol)
+static void engine_logits_match_arch(const struct arch_case *ac, uint32_t type, double tol)
 {
     NEED_GPU();
     struct synth s;
     char err[ERRMSG_LEN];
-    CHECK(synth_build(&s, &tiny, type, 0, 1, 13) == 0);
+    const struct synth_arch_opts llama2 = {0};
+    CHECK(synth_build_arch(&s, &tiny, ac ? &ac->a : &llama2, type, 0, 1, 13) == 0);
+    const char *name = ac ? ac->name : "llama 2";
     struct engine_limits lim = {
         .max_tokens = 32, .max_seqs = 1, .ctx = 64, .kv_block_size = 16, .threads = 1};
     struct eng cpu, gpu;
@@ -705,15 +830,38 @@ static void engine_logits_match(uint32_t type, double tol)
         double e = rel_err(lg, lc, (size_t)V);
         if (e > ed) ed = e;
     }
-    printf("# %s vs the CPU engine: prefill %.2g, decode %.2g (tolerance %.2g)\n",
+    printf("# %s, %s vs the CPU engine: prefill %.2g, decode %.2g (tolerance %.2g)\n", name,
            tensor_type_name(type), ep, ed, tol);
-    CHECKF(ep <= tol && ed <= tol, "%s: prefill error %.3g, decode %.3g > %.3g",
+    CHECKF(ep <= tol && ed <= tol, "%s, %s: prefill error %.3g, decode %.3g > %.3g", name,
            tensor_type_name(type), ep, ed, tol);
     free(lc);
     free(lg);
     eng_close(&gpu);
     eng_close(&cpu);
     synth_free(&s);
+}
+
+static void engine_logits_match(uint32_t type, double tol)
+{
+    engine_logits_match_arch(NULL, type, tol);
+}
+
+/* Each architecture on the device: against the reference (F32 through GEMV and, for the 24-token
+ * prefill of Q8_0, the tensor cores) and through engine.h against the CPU engine. */
+TEST(logits_match_architectures)
+{
+    for (int i = 0; i < N_ARCH_CASES; i++) {
+        logits_match_arch(&arch_cases[i], GGML_F32, 1e-4, 1e-4);
+        logits_match_arch(&arch_cases[i], GGML_Q8_0, 3e-2, 1e-3);
+    }
+}
+
+TEST(engine_cuda_matches_cpu_architectures)
+{
+    for (int i = 0; i < N_ARCH_CASES; i++) {
+        engine_logits_match_arch(&arch_cases[i], GGML_F32, 1e-3);
+        engine_logits_match_arch(&arch_cases[i], GGML_Q8_0, 5e-2);
+    }
 }
 
 TEST(engine_cuda_matches_cpu_f32)
@@ -1030,12 +1178,14 @@ int main(void)
     RUN(backend_stub_driver_resolves_and_fails_init);
     RUN(backend_forced_cpu);
     RUN(plan_layout_and_upload_schedule);
+    RUN(plan_lays_out_each_architecture);
     RUN(plan_pads_ragged_rows);
     RUN(plan_rejects_what_the_kernels_lack);
     RUN(launch_shapes);
     RUN(plan_accepts_the_loaders_image);
     RUN(reference_forward_tells_the_story);
     RUN(reference_matches_cpu_engine);
+    RUN(reference_matches_cpu_engine_architectures);
     RUN(engine_forward_sample_cpu_path);
     RUN(logits_match_f32);
     RUN(logits_match_f16);
@@ -1048,6 +1198,8 @@ int main(void)
     RUN(engine_cuda_matches_cpu_q8_0);
     RUN(engine_cuda_matches_cpu_q4_0);
     RUN(engine_forward_sample_cuda_equals_cpu);
+    RUN(logits_match_architectures);
+    RUN(engine_cuda_matches_cpu_architectures);
     RUN(weights_must_land_before_use);
     RUN(stories260k_greedy_equals_reference);
     RUN(stories260k_greedy_without_graphs);

@@ -542,6 +542,18 @@ struct mk {
     int heads;
     int mul;     /* scales every dimension (0 = 1): 4 makes rows multiples of 32 */
     int reverse; /* write the tensors in reverse execution order */
+    /* the other architectures' parts */
+    int bias;            /* blk.N.attn_{q,k,v}.bias (qwen2; optional in llama) */
+    int bias_from;       /* ... only in layers >= bias_from */
+    int qk_norm;         /* blk.N.attn_{q,k}_norm.weight (qwen3) */
+    int key_length;      /* ARCH.attention.key_length: the head dimension (0: dim / heads) */
+    int rope_freqs;      /* rope_freqs.weight, first in the file as llama.cpp writes it */
+    const char *u32_key; /* one more key, ARCH.u32_key = u32_val */
+    uint32_t u32_val;
+    const char *str_key; /* and ARCH.str_key = str_val */
+    const char *str_val;
+    const char *f32_key; /* and ARCH.f32_key = f32_val */
+    float f32_val;
 };
 
 static uint8_t *make_model(const struct mk *o, size_t *len)
@@ -551,32 +563,49 @@ static uint8_t *make_model(const struct mk *o, size_t *len)
     struct gguf_writer *w = gguf_writer_new();
     const char *arch = o->arch ? o->arch : "llama";
     const uint64_t M = o->mul ? (uint64_t)o->mul : 1;
+    const uint64_t heads = o->heads ? (uint64_t)o->heads : 2;
+    const uint64_t hd = o->key_length ? (uint64_t)o->key_length : 8 / heads, qd = heads * hd,
+                   kvd = hd; /* one kv head */
+    char key[96];
+#define AK(suffix) (snprintf(key, sizeof key, "%s.%s", arch, suffix), key)
 #define KEY(k, v)                                                                                  \
-    if (!o->skip_key || strcmp(o->skip_key, k))                                                    \
-    gguf_w_u32(w, k, o->zero_key && !strcmp(o->zero_key, k) ? 0 : (v))
+    if (!o->skip_key || strcmp(o->skip_key, AK(k)))                                                \
+    gguf_w_u32(w, AK(k), o->zero_key && !strcmp(o->zero_key, AK(k)) ? 0 : (v))
     gguf_w_str(w, "general.architecture", arch);
-    KEY("llama.embedding_length", 8 * M);
-    KEY("llama.feed_forward_length", 16 * M);
-    KEY("llama.block_count", 2);
-    KEY("llama.attention.head_count", o->heads ? (uint32_t)o->heads : 2);
-    KEY("llama.attention.head_count_kv", 1);
-    KEY("llama.context_length", 32);
+    KEY("embedding_length", 8 * M);
+    KEY("feed_forward_length", 16 * M);
+    KEY("block_count", 2);
+    KEY("attention.head_count", (uint32_t)heads);
+    KEY("attention.head_count_kv", 1);
+    KEY("context_length", 32);
+    if (o->key_length) KEY("attention.key_length", (uint32_t)hd);
+    if (o->u32_key) gguf_w_u32(w, AK(o->u32_key), o->u32_val);
+    if (o->str_key) gguf_w_str(w, AK(o->str_key), o->str_val);
+    if (o->f32_key) gguf_w_f32(w, AK(o->f32_key), o->f32_val);
 #undef KEY
+#undef AK
     struct {
         char name[48];
         uint64_t cols, rows;
-    } ts[32];
+    } ts[48];
     int n = 0;
 #define T(nm, c, r)                                                                                \
     (snprintf(ts[n].name, 48, "%s", nm), ts[n].cols = (c)*M, ts[n].rows = (r)*M, n++)
+    if (o->rope_freqs) T("rope_freqs.weight", hd / 2, 0);
     T("token_embd.weight", 8, 10);
     for (int l = 0; l < 2; l++) {
-        const char *k[9] = {"attn_norm", "attn_q",   "attn_k",   "attn_v", "attn_output",
-                            "ffn_norm",  "ffn_gate", "ffn_down", "ffn_up"};
-        const uint64_t c[9] = {8, 8, 8, 8, 8, 8, 8, 16, 8}, r[9] = {0, 8, 4, 4, 8, 0, 16, 8, 16};
-        for (int i = 0; i < 9; i++) {
+        const char *k[14] = {"attn_norm.weight",   "attn_q.weight",      "attn_k.weight",
+                             "attn_v.weight",      "attn_q.bias",        "attn_k.bias",
+                             "attn_v.bias",        "attn_q_norm.weight", "attn_k_norm.weight",
+                             "attn_output.weight", "ffn_norm.weight",    "ffn_gate.weight",
+                             "ffn_down.weight",    "ffn_up.weight"};
+        const uint64_t c[14] = {8, 8, 8, 8, qd, kvd, kvd, hd, hd, qd, 8, 8, 16, 8},
+                       r[14] = {0, qd, kvd, kvd, 0, 0, 0, 0, 0, 8, 0, 16, 8, 16};
+        for (int i = 0; i < 14; i++) {
+            if (i >= 4 && i <= 6 && (!o->bias || l < o->bias_from)) continue;
+            if ((i == 7 || i == 8) && !o->qk_norm) continue;
             char nm[48];
-            snprintf(nm, sizeof nm, "blk.%d.%s.weight", l, k[i]);
+            snprintf(nm, sizeof nm, "blk.%d.%s", l, k[i]);
             T(nm, c[i], r[i]);
         }
     }
@@ -773,9 +802,12 @@ TEST(model_plan_errors)
     CHECK_STR(plan_msg(&o), "m.gguf: missing tensor output_norm.weight");
     o = (struct mk){.skip_tensor = "token_embd.weight"};
     CHECK_STR(plan_msg(&o), "m.gguf: missing tensor token_embd.weight");
-    o = (struct mk){.extra_tensor = "rope_freqs.weight"};
+    o = (struct mk){.extra_tensor = "rope_freqs.weight"}; /* 2 floats for heads of 4 */
     CHECK_STR(plan_msg(&o),
-              "m.gguf: tensor rope_freqs.weight is not part of the llama architecture");
+              "m.gguf: tensor rope_freqs.weight: shape 8 does not match head_dim/2 2");
+    o = (struct mk){.extra_tensor = "blk.0.attn_output.bias"};
+    CHECK_STR(plan_msg(&o),
+              "m.gguf: tensor blk.0.attn_output.bias is not part of the llama architecture");
     o = (struct mk){.extra_tensor = "blk.2.attn_norm.weight"};
     CHECK_STR(plan_msg(&o),
               "m.gguf: tensor blk.2.attn_norm.weight: layer 2 is beyond block_count 2");
@@ -788,8 +820,8 @@ TEST(model_plan_errors)
     o = (struct mk){.matrix_type = GGML_Q8_0}; /* rows of 8: the writer refuses */
     CHECK_STR(plan_msg(&o), "write failed");
     o = (struct mk){.arch = "gpt2"};
-    CHECK_STR(plan_msg(&o),
-              "m.gguf: general.architecture is \"gpt2\", only \"llama\" is supported");
+    CHECK_STR(plan_msg(&o), "m.gguf: general.architecture is \"gpt2\", which is not supported "
+                            "(llama, qwen2, qwen3 are)");
     o = (struct mk){.skip_key = "llama.block_count"};
     CHECK_STR(plan_msg(&o), "m.gguf: missing key llama.block_count");
     o = (struct mk){.skip_key = "llama.attention.head_count_kv"}; /* defaults to head_count */
@@ -803,6 +835,171 @@ TEST(model_plan_errors)
     CHECK_STR(plan_msg(&o), "m.gguf: embedding_length 8 is not a multiple of head_count 3");
     o = (struct mk){.heads = 8};
     CHECK_STR(plan_msg(&o), "m.gguf: head dimension 1 is odd (RoPE rotates pairs)");
+}
+
+/* A planned model from o (CHECKed), for the layout tests below; free with plan_done. */
+struct planned {
+    uint8_t *buf;
+    struct gguf g;
+    struct model m;
+    uint8_t *image;
+};
+
+static int plan_ok(struct planned *p, const struct mk *o)
+{
+    size_t len;
+    memset(p, 0, sizeof *p);
+    p->buf = make_model(o, &len);
+    if (!p->buf || gguf_parse(&p->g, p->buf, len, err) < 0 ||
+        model_plan(&p->m, &p->g, "m.gguf", err) < 0)
+        return -1;
+    p->image = aligned_alloc(4096, p->m.image_size);
+    for (int s = 0; s < p->m.n_spans; s++)
+        if (model_fill(&p->m, p->image, s, err) < 0) return -1;
+    model_bind(&p->m, p->image);
+    return 0;
+}
+
+static void plan_done(struct planned *p)
+{
+    free(p->image);
+    model_free(&p->m);
+    gguf_free(&p->g);
+    free(p->buf);
+}
+
+/* The name of slot i. */
+static const char *slot_name(const struct model *m, int i)
+{
+    static char name[80];
+    return gguf_str_printable(m->slots[i].src->name, name, sizeof name);
+}
+
+/* Each architecture's config and where its tensors go: every one a layer needs in its span. */
+TEST(model_plan_architectures)
+{
+    struct planned p;
+    /* qwen2: q/k/v biases after the projections, NeoX RoPE, qwen2.* keys */
+    struct mk o = {.arch = "qwen2", .bias = 1, .tied = 1};
+    CHECKF(plan_ok(&p, &o) == 0, "%s", err);
+    const struct model_config *c = &p.m.cfg;
+    CHECK(c->arch == ARCH_QWEN2 && c->rope_style == ROPE_HALVES && c->qkv_bias && !c->qk_norm &&
+          !c->rope_freqs);
+    CHECK_EQ_INT(p.m.n_slots, 1 + 2 * 12 + 1);
+    const char *want2[12] = {
+        "blk.0.attn_norm.weight", "blk.0.attn_q.weight",      "blk.0.attn_k.weight",
+        "blk.0.attn_v.weight",    "blk.0.attn_q.bias",        "blk.0.attn_k.bias",
+        "blk.0.attn_v.bias",      "blk.0.attn_output.weight", "blk.0.ffn_norm.weight",
+        "blk.0.ffn_gate.weight",  "blk.0.ffn_down.weight",    "blk.0.ffn_up.weight"};
+    for (int i = 0; i < 12; i++) {
+        CHECK_STR(slot_name(&p.m, 1 + i), want2[i]);
+        CHECK_EQ_INT(p.m.slots[1 + i].span, 1);
+    }
+    CHECK_EQ_INT(p.m.layers[1].bk.cols, 4);
+    CHECK(!memcmp(p.m.layers[1].bq.data,
+                  gguf_tensor_data(&p.g, gguf_find_tensor(&p.g, "blk.1.attn_q.bias")), 8 * 4));
+    CHECK_STR(model_arch_name(c->arch), "qwen2");
+    plan_done(&p);
+
+    /* qwen3: q/k norms of head_dim, a head dimension from key_length: q is 2 x 8 = 16 wide on a
+     * dim of 8, wo takes 16 columns */
+    o = (struct mk){.arch = "qwen3", .qk_norm = 1, .key_length = 8};
+    CHECKF(plan_ok(&p, &o) == 0, "%s", err);
+    c = &p.m.cfg;
+    CHECK(c->arch == ARCH_QWEN3 && c->rope_style == ROPE_HALVES && !c->qkv_bias && c->qk_norm);
+    CHECK_EQ_INT(c->head_dim, 8);
+    CHECK_EQ_INT(c->q_dim, 16);
+    CHECK_EQ_INT(c->kv_dim, 8);
+    CHECK_EQ_INT(p.m.layers[0].wq.rows, 16);
+    CHECK_EQ_INT(p.m.layers[0].wo.cols, 16);
+    CHECK_EQ_INT(p.m.layers[0].q_norm.cols, 8);
+    CHECK_STR(slot_name(&p.m, 5), "blk.0.attn_q_norm.weight");
+    CHECK_STR(slot_name(&p.m, 6), "blk.0.attn_k_norm.weight");
+    CHECK_STR(slot_name(&p.m, 7), "blk.0.attn_output.weight");
+    plan_done(&p);
+
+    /* llama with Llama 3.1's rope_freqs: the file's one tensor (written first) is copied into
+     * every layer's span, so layers [0, k) need nothing else; optional biases too */
+    o = (struct mk){.rope_freqs = 1, .bias = 1};
+    CHECKF(plan_ok(&p, &o) == 0, "%s", err);
+    c = &p.m.cfg;
+    CHECK(c->arch == ARCH_LLAMA && c->rope_style == ROPE_PAIRS && c->rope_freqs && c->qkv_bias);
+    CHECK(c->rope_scale == 1.0f);
+    const struct gguf_tensor *rf = gguf_find_tensor(&p.g, "rope_freqs.weight");
+    for (int l = 0; l < 2; l++) {
+        const struct tensor *t = &p.m.layers[l].rope_freqs;
+        CHECK_EQ_INT(t->cols, 2);
+        CHECK(t->type == GGML_F32);
+        const uint8_t *d = t->data;
+        CHECK(d >= p.image + p.m.spans[1 + l].offset &&
+              d + 8 <= p.image + p.m.spans[1 + l].offset + p.m.spans[1 + l].size);
+        CHECK(!memcmp(d, gguf_tensor_data(&p.g, rf), 8));
+    }
+    CHECK_STR(slot_name(&p.m, 7), "blk.0.attn_v.bias");
+    CHECK_STR(slot_name(&p.m, 8), "rope_freqs.weight");
+    CHECK_STR(slot_name(&p.m, 9), "blk.0.attn_output.weight");
+    CHECK_STR(slot_name(&p.m, 21), "rope_freqs.weight");
+    CHECK_EQ_INT(p.m.slots[21].span, 2);
+    CHECK(!p.m.file_in_order); /* a layer's span also reads the front of the file */
+    plan_done(&p);
+
+    /* linear rope scaling: every angle divided by the factor */
+    o = (struct mk){.str_key = "rope.scaling.type", .str_val = "linear"};
+    o.f32_key = "rope.scaling.factor", o.f32_val = 4.0f;
+    CHECKF(plan_ok(&p, &o) == 0, "%s", err);
+    CHECK(p.m.cfg.rope_scale == 0.25f);
+    plan_done(&p);
+    o.str_val = "none"; /* llama.cpp: never scale */
+    CHECKF(plan_ok(&p, &o) == 0, "%s", err);
+    CHECK(p.m.cfg.rope_scale == 1.0f);
+    plan_done(&p);
+}
+
+TEST(model_plan_architecture_errors)
+{
+    struct mk o;
+    o = (struct mk){.arch = "qwen2", .bias = 1, .bad_shape = "blk.1.attn_k.bias"};
+    CHECK_STR(plan_msg(&o), "m.gguf: tensor blk.1.attn_k.bias: shape 5 does not match kv_dim 4");
+    o = (struct mk){.arch = "qwen2"};
+    CHECK_STR(plan_msg(&o), "m.gguf: missing tensor blk.0.attn_q.bias");
+    o = (struct mk){.arch = "qwen2", .bias = 1, .f16_tensor = "blk.0.attn_v.bias"};
+    CHECK_STR(plan_msg(&o), "m.gguf: tensor blk.0.attn_v.bias: type f16, biases must be f32");
+    o = (struct mk){.arch = "qwen2", .bias = 1, .rope_freqs = 1};
+    CHECK_STR(plan_msg(&o), "m.gguf: tensor rope_freqs.weight is not part of the qwen2 "
+                            "architecture");
+    o = (struct mk){.arch = "qwen3", .qk_norm = 1, .skip_tensor = "blk.1.attn_q_norm.weight"};
+    CHECK_STR(plan_msg(&o), "m.gguf: missing tensor blk.1.attn_q_norm.weight");
+    o = (struct mk){.arch = "qwen3", .qk_norm = 1, .bad_shape = "blk.0.attn_k_norm.weight"};
+    CHECK_STR(plan_msg(&o),
+              "m.gguf: tensor blk.0.attn_k_norm.weight: shape 5 does not match head_dim 4");
+    o = (struct mk){.arch = "qwen3", .qk_norm = 1, .bias = 1};
+    CHECK_STR(plan_msg(&o), "m.gguf: tensor blk.0.attn_q.bias is not part of the qwen3 "
+                            "architecture");
+    o = (struct mk){
+        .arch = "qwen3", .qk_norm = 1, .key_length = 8, .bad_shape = "blk.0.attn_output.weight"};
+    CHECK_STR(plan_msg(&o), "m.gguf: tensor blk.0.attn_output.weight: shape 16x9 does not "
+                            "match n_heads*head_dim x dim = 16x8");
+    o = (struct mk){.bias = 1, .bias_from = 1}; /* llama: biases in every layer or none */
+    CHECK_STR(plan_msg(&o), "m.gguf: tensor blk.1.attn_q.bias: blk.0 has no q/k/v biases");
+    o = (struct mk){.bias = 1, .skip_tensor = "blk.1.attn_v.bias"};
+    CHECK_STR(plan_msg(&o), "m.gguf: missing tensor blk.1.attn_v.bias");
+    o = (struct mk){.u32_key = "expert_count", .u32_val = 8}; /* Mixtral is a llama file */
+    CHECK_STR(plan_msg(&o), "m.gguf: llama.expert_count = 8: mixture-of-experts models are not "
+                            "supported");
+    o = (struct mk){.str_key = "rope.scaling.type", .str_val = "yarn"};
+    CHECK_STR(plan_msg(&o), "m.gguf: llama.rope.scaling.type is \"yarn\", which is not supported "
+                            "(none, linear are)");
+    o = (struct mk){.key_length = 8, .u32_key = "attention.value_length", .u32_val = 4};
+    CHECK_STR(plan_msg(&o), "m.gguf: llama.attention.value_length 4 differs from "
+                            "llama.attention.key_length 8 (not supported)");
+    o = (struct mk){.u32_key = "rope.dimension_count", .u32_val = 2};
+    CHECK_STR(plan_msg(&o), "m.gguf: llama.rope.dimension_count 2 differs from the head "
+                            "dimension 4 (partial RoPE is not supported)");
+    o = (struct mk){.arch = "qwen3", .qk_norm = 1, .skip_key = "qwen3.block_count"};
+    CHECK_STR(plan_msg(&o), "m.gguf: missing key qwen3.block_count");
+    o = (struct mk){.arch = "mamba"};
+    CHECK_STR(plan_msg(&o), "m.gguf: general.architecture is \"mamba\", which is not supported "
+                            "(llama, qwen2, qwen3 are)");
 }
 
 TEST(model_plan_unsupported_type)
@@ -832,6 +1029,8 @@ int main(void)
     RUN(model_plan_file_out_of_order);
     RUN(model_plan_quantized_types);
     RUN(model_plan_errors);
+    RUN(model_plan_architectures);
+    RUN(model_plan_architecture_errors);
     RUN(model_plan_unsupported_type);
     CHECK_DONE();
 }

@@ -4,7 +4,8 @@
  * execution order (k = 1..L reported once each, the head last), a partial joiner runs layers
  * [0, k) with the same hidden states as the source, the complete joiner's logits equal the
  * source's exactly, a corrupted span or header is fetched again, and a holder whose manifest
- * does not match its GGUF header is refused with a message saying so. */
+ * does not match its GGUF header is refused with a message saying so. The same for a Llama 3.1
+ * file (rope_freqs, which every layer's span carries) and a qwen3 one (q/k norms). */
 #include "cluster/stream_loader.h"
 #include "tests/unit/check.h"
 #include "tests/unit/free_port.h"
@@ -111,10 +112,10 @@ static void hidden_after(struct loaded_model *lm, int k, float *x)
     for (int i = 0; i < kv_blocks_for(&e->kv, 64); i++) kv_block_free(&e->kv, table[i]);
 }
 
-static void stream_model(int corrupt_unit)
+static void stream_model_arch(int corrupt_unit, const struct synth_arch *arch)
 {
     const char *path = "build/test-stream-loader.gguf";
-    CHECK(synth_write(path, &cfg, GGML_Q4_0, 5) == 0);
+    CHECK(synth_write_arch(path, &cfg, arch, GGML_Q4_0, 5) == 0);
     struct loader_opts o = opts();
     static struct loaded_model src_lm, dst_lm;
     CHECKF(loader_open(&src_lm, path, &o, err) == 0, "%s", err);
@@ -177,9 +178,27 @@ static void stream_model(int corrupt_unit)
     remove(path);
 }
 
+static void stream_model(int corrupt_unit)
+{
+    const struct synth_arch llama2 = {0};
+    stream_model_arch(corrupt_unit, &llama2);
+}
+
 TEST(stream_in_order_partial_then_exact)
 {
     stream_model(-1);
+}
+
+TEST(stream_other_architectures)
+{
+    const struct synth_arch llama31 = {.arch = ARCH_LLAMA,
+                                       .head_dim = 16,
+                                       .rope_freqs = 1,
+                                       .rope_theta = 500000,
+                                       .qk_scale = 4},
+                            qwen3 = {.arch = ARCH_QWEN3, .head_dim = 16, .tied = 1, .qk_scale = 4};
+    stream_model_arch(-1, &llama31);
+    stream_model_arch(-1, &qwen3);
 }
 
 TEST(corrupted_block_is_fetched_again)
@@ -247,6 +266,7 @@ TEST(header_that_is_not_gguf_is_refused)
 int main(void)
 {
     RUN(stream_in_order_partial_then_exact);
+    RUN(stream_other_architectures);
     RUN(corrupted_block_is_fetched_again);
     RUN(corrupted_header_is_fetched_again);
     RUN(manifest_not_matching_header_is_refused);

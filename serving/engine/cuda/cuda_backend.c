@@ -27,6 +27,7 @@ enum {
     K_REPACK_BLOCKS,
     K_EMBED,
     K_RMSNORM,
+    K_QK_PREP,
     K_ROPE_STORE,
     K_SWIGLU,
     K_ADD,
@@ -35,8 +36,8 @@ enum {
     K_N
 };
 static const char *const k_name[K_N] = {
-    "k_repack_rows", "k_repack_blocks", "k_embed",     "k_rmsnorm", "k_rope_store",
-    "k_swiglu",      "k_add",           "k_attention", "k_sample",
+    "k_repack_rows", "k_repack_blocks", "k_embed", "k_rmsnorm",   "k_qk_prep",
+    "k_rope_store",  "k_swiglu",        "k_add",   "k_attention", "k_sample",
 };
 
 int cuda_kernel_names(const char **names, int cap)
@@ -608,34 +609,53 @@ static int residual(struct cuda_engine *ce, const struct dmat *w, CUdeviceptr in
            elementwise(ce, K_ADD, ce->x, ce->xb2, (long long)n * ce->cfg.dim, err);
 }
 
+/* The device address of layer l's optional vector f (CM_BQ ...), 0 where the model has none. */
+static CUdeviceptr layer_vec(struct cuda_engine *ce, int l, int f)
+{
+    int i = cuda_plan_layer_mat(&ce->plan, l, f);
+    return i < 0 ? 0 : ce->w[i].qs;
+}
+
 static int dev_layer(struct cuda_engine *ce, int l, int n, char *err)
 {
     const struct model_config *c = &ce->cfg;
     const struct engine_limits *lim = &ce->lim;
-    const struct dmat *w = &ce->w[cuda_plan_layer_mat(l, 0)];
-    /* w[0] attn_norm, 1 wq, 2 wk, 3 wv, 4 wo, 5 ffn_norm, 6 w_gate, 7 w_down, 8 w_up */
+    const struct dmat *w = &ce->w[cuda_plan_layer_mat(&ce->plan, l, CM_ATTN_NORM)];
+    /* w[CM_ATTN_NORM .. CM_UP]: the nine every layer has, in that order (cuda_plan.h) */
     if (need_span(ce, 1 + l, err)) return -1;
 
-    /* attention: xb = rmsnorm(x); q, k, v = xb Wq, Wk, Wv; RoPE, k and v into the cache;
-     * attend */
-    if (dev_rmsnorm(ce, ce->x, &w[0], ce->xb, n, 0, err)) return -1;
-    if (gemv_pair(&w[1], &w[2], n) && gemv_pair(&w[1], &w[3], n)) {
-        const struct dmat *m3[3] = {&w[1], &w[2], &w[3]};
+    /* attention: xb = rmsnorm(x); q, k, v = xb Wq, Wk, Wv; [+ biases; per-head q/k norms];
+     * RoPE, k and v into the cache; attend */
+    if (dev_rmsnorm(ce, ce->x, &w[CM_ATTN_NORM], ce->xb, n, 0, err)) return -1;
+    if (gemv_pair(&w[CM_Q], &w[CM_K], n) && gemv_pair(&w[CM_Q], &w[CM_V], n)) {
+        const struct dmat *m3[3] = {&w[CM_Q], &w[CM_K], &w[CM_V]};
         CUdeviceptr y3[3] = {ce->q, ce->k, ce->v};
         if (dev_gemv(ce, 3, m3, y3, GEMV_STORE, ce->xb, n, err)) return -1;
-    } else if (dev_matmul(ce, &w[1], ce->xb, ce->q, n, err) ||
-               dev_matmul(ce, &w[2], ce->xb, ce->k, n, err) ||
-               dev_matmul(ce, &w[3], ce->xb, ce->v, n, err)) {
+    } else if (dev_matmul(ce, &w[CM_Q], ce->xb, ce->q, n, err) ||
+               dev_matmul(ce, &w[CM_K], ce->xb, ce->k, n, err) ||
+               dev_matmul(ce, &w[CM_V], ce->xb, ce->v, n, err)) {
         return -1;
+    }
+    if (c->qkv_bias || c->qk_norm) {
+        CUdeviceptr q = ce->q, k = ce->k, v = ce->v, bq = layer_vec(ce, l, CM_BQ),
+                    bk = layer_vec(ce, l, CM_BK), bv = layer_vec(ce, l, CM_BV),
+                    qn = layer_vec(ce, l, CM_Q_NORM), kn = layer_vec(ce, l, CM_K_NORM);
+        int nh = c->n_heads, nkv = c->n_kv_heads, hd = c->head_dim;
+        float eps = c->norm_eps;
+        void *args[] = {&q, &k, &v, &bq, &bk, &bv, &qn, &kn, &nh, &nkv, &hd, &eps};
+        if (launch(ce, ce->fn[K_QK_PREP], (unsigned)n, (unsigned)(nh + nkv), 32, 0, ce->compute,
+                   args, "k_qk_prep", err))
+            return -1;
     }
     {
         CUdeviceptr q = ce->q, k = ce->k, v = ce->v, kc = ce->kc, vc = ce->vc, pos = ce->pos,
-                    bt = ce->bt;
+                    bt = ce->bt, ff = layer_vec(ce, l, CM_ROPE_FREQS);
         int mb = ce->max_blocks_per_seq, layer = l, nblk = lim->kv_blocks, bs = lim->kv_block_size,
-            nh = c->n_heads, nkv = c->n_kv_heads, hd = c->head_dim;
-        float theta = c->rope_theta > 0 ? c->rope_theta : 10000.0f;
-        void *args[] = {&q,     &k,    &v,  &kc, &vc,  &pos, &bt,   &mb,
-                        &layer, &nblk, &bs, &nh, &nkv, &hd,  &theta};
+            nh = c->n_heads, nkv = c->n_kv_heads, hd = c->head_dim,
+            neox = c->rope_style == ROPE_HALVES;
+        float theta = c->rope_theta > 0 ? c->rope_theta : 10000.0f, scale = c->rope_scale;
+        void *args[] = {&q,    &k,  &v,  &kc,  &vc, &pos,   &bt,   &mb, &layer,
+                        &nblk, &bs, &nh, &nkv, &hd, &theta, &neox, &ff, &scale};
         if (launch(ce, ce->fn[K_ROPE_STORE], (unsigned)n, 1, 128, 0, ce->compute, args,
                    "k_rope_store", err))
             return -1;
@@ -653,20 +673,20 @@ static int dev_layer(struct cuda_engine *ce, int l, int n, char *err)
             return -1;
     }
     /* x += att Wo (GEMV adds in place; the tensor-core path adds after) */
-    if (residual(ce, &w[4], ce->att, n, err)) return -1;
+    if (residual(ce, &w[CM_O], ce->att, n, err)) return -1;
 
     /* FFN: x += (silu(xb Wgate) * (xb Wup)) Wdown, xb = rmsnorm(x) */
-    if (dev_rmsnorm(ce, ce->x, &w[5], ce->xb, n, 0, err)) return -1;
-    if (gemv_pair(&w[6], &w[8], n)) {
-        const struct dmat *gu[2] = {&w[6], &w[8]};
+    if (dev_rmsnorm(ce, ce->x, &w[CM_FFN_NORM], ce->xb, n, 0, err)) return -1;
+    if (gemv_pair(&w[CM_GATE], &w[CM_UP], n)) {
+        const struct dmat *gu[2] = {&w[CM_GATE], &w[CM_UP]};
         CUdeviceptr y = ce->hb;
         if (dev_gemv(ce, 1, gu, &y, GEMV_SWIGLU, ce->xb, n, err)) return -1;
-    } else if (dev_matmul(ce, &w[6], ce->xb, ce->hb, n, err) ||
-               dev_matmul(ce, &w[8], ce->xb, ce->hb2, n, err) ||
+    } else if (dev_matmul(ce, &w[CM_GATE], ce->xb, ce->hb, n, err) ||
+               dev_matmul(ce, &w[CM_UP], ce->xb, ce->hb2, n, err) ||
                elementwise(ce, K_SWIGLU, ce->hb, ce->hb2, (long long)n * c->hidden_dim, err)) {
         return -1;
     }
-    return residual(ce, &w[7], ce->hb, n, err);
+    return residual(ce, &w[CM_DOWN], ce->hb, n, err);
 }
 
 /* Final norm of the logit rows (gathered into xb) and the output matrix, max_logits rows at a

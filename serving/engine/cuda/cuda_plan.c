@@ -23,13 +23,56 @@ uint64_t cuda_ggml_row_bytes(uint32_t type, int cols)
 }
 
 static const char *const layer_names[CUDA_LAYER_TENSORS] = {
-    "attn_norm", "attn_q",   "attn_k",   "attn_v", "attn_output",
-    "ffn_norm",  "ffn_gate", "ffn_down", "ffn_up",
+    [CM_ATTN_NORM] = "attn_norm",
+    [CM_Q] = "attn_q",
+    [CM_K] = "attn_k",
+    [CM_V] = "attn_v",
+    [CM_O] = "attn_output",
+    [CM_FFN_NORM] = "ffn_norm",
+    [CM_GATE] = "ffn_gate",
+    [CM_DOWN] = "ffn_down",
+    [CM_UP] = "ffn_up",
+    [CM_BQ] = "attn_q.bias",
+    [CM_BK] = "attn_k.bias",
+    [CM_BV] = "attn_v.bias",
+    [CM_Q_NORM] = "attn_q_norm",
+    [CM_K_NORM] = "attn_k_norm",
+    [CM_ROPE_FREQS] = "rope_freqs",
 };
 
-/* Fill one mat's shape and device sizes; the offsets come later. */
+/* What a vector must be: NULL for a matrix. */
+static const char *vector_kind(int f)
+{
+    switch (f) {
+    case CM_ATTN_NORM:
+    case CM_FFN_NORM:
+    case CM_Q_NORM:
+    case CM_K_NORM:
+        return "norm weights";
+    case CM_BQ:
+    case CM_BK:
+    case CM_BV:
+        return "biases";
+    case CM_ROPE_FREQS:
+        return "rope frequency factors";
+    default:
+        return NULL;
+    }
+}
+
+/* 1 if a layer of config c has tensor f. */
+static int layer_has(const struct model_config *c, int f)
+{
+    if (f >= CM_BQ && f <= CM_BV) return c->qkv_bias;
+    if (f == CM_Q_NORM || f == CM_K_NORM) return c->qk_norm;
+    if (f == CM_ROPE_FREQS) return c->rope_freqs;
+    return 1;
+}
+
+/* Fill one mat's shape and device sizes; the offsets come later. f32_only: NULL for a matrix,
+ * else what the vector is (read element-wise: no row padding). */
 static int plan_mat(struct cuda_mat *c, const struct tensor *t, const char *name, int span,
-                    int is_norm, char *err)
+                    const char *f32_only, char *err)
 {
     memset(c, 0, sizeof *c);
     c->t = t;
@@ -41,8 +84,8 @@ static int plan_mat(struct cuda_mat *c, const struct tensor *t, const char *name
     if (!t->data || t->rows <= 0 || t->cols <= 0)
         return errmsg_set(err, "cuda: tensor %s: no data or empty shape %dx%d", name, t->cols,
                           t->rows);
-    if (is_norm && t->type != GGML_F32)
-        return errmsg_set(err, "cuda: tensor %s: norm weights must be f32, not %s", name,
+    if (f32_only && t->type != GGML_F32)
+        return errmsg_set(err, "cuda: tensor %s: %s must be f32, not %s", name, f32_only,
                           tensor_type_name(t->type));
     uint64_t rb = cuda_ggml_row_bytes(t->type, t->cols);
     if (!rb) {
@@ -61,9 +104,10 @@ static int plan_mat(struct cuda_mat *c, const struct tensor *t, const char *name
     case GGML_F16:
     case GGML_BF16: {
         int esz = t->type == GGML_F32 ? 4 : 2;
-        /* Norm vectors are read element-wise: no row padding. Matrices get rows of a multiple of
-         * 8 elements, so every row starts 16-byte aligned for the vector loads. */
-        c->ld = is_norm ? t->cols : (int)align_up((uint64_t)t->cols, 8);
+        /* Vectors (norms, biases, rope factors) are read element-wise: no row padding. Matrices
+         * get rows of a multiple of 8 elements, so every row starts 16-byte aligned for the
+         * vector loads. */
+        c->ld = f32_only ? t->cols : (int)align_up((uint64_t)t->cols, 8);
         c->qs_bytes = (uint64_t)c->rows * c->ld * esz;
         break;
     }
@@ -85,9 +129,13 @@ int cuda_plan_weights(struct cuda_plan *p, const struct model *m, char *err)
     if (L < 1 || L > MODEL_MAX_LAYERS)
         return errmsg_set(err, "cuda: %d layers (1..%d supported)", L, MODEL_MAX_LAYERS);
     p->n_spans = L + 2;
-    p->mats = calloc((size_t)CUDA_LAYER_TENSORS * L + 3, sizeof *p->mats);
+    p->layer_stride = 0;
+    for (int f = 0; f < CUDA_LAYER_TENSORS; f++)
+        p->layer_slot[f] = layer_has(&m->cfg, f) ? p->layer_stride++ : -1;
+    size_t max_mats = (size_t)p->layer_stride * L + 3;
+    p->mats = calloc(max_mats, sizeof *p->mats);
     /* Names outlive the plan's users only as long as the plan: one buffer, freed with it. */
-    char *names = calloc((size_t)CUDA_LAYER_TENSORS * L + 3, 32);
+    char *names = calloc(max_mats, 32);
     if (!p->mats || !names) {
         free(p->mats);
         free(names);
@@ -96,30 +144,45 @@ int cuda_plan_weights(struct cuda_plan *p, const struct model *m, char *err)
     }
     int n = 0;
     snprintf(names, 32, "token_embd");
-    if (plan_mat(&p->mats[n++], &m->token_embd, names, 0, 0, err)) goto fail;
+    if (plan_mat(&p->mats[n++], &m->token_embd, names, 0, NULL, err)) goto fail;
     for (int l = 0; l < L; l++) {
         const struct layer_weights *lw = &m->layers[l];
         const struct tensor *ts[CUDA_LAYER_TENSORS] = {
-            &lw->attn_norm, &lw->wq,     &lw->wk,     &lw->wv,   &lw->wo,
-            &lw->ffn_norm,  &lw->w_gate, &lw->w_down, &lw->w_up,
+            [CM_ATTN_NORM] = &lw->attn_norm,
+            [CM_Q] = &lw->wq,
+            [CM_K] = &lw->wk,
+            [CM_V] = &lw->wv,
+            [CM_O] = &lw->wo,
+            [CM_FFN_NORM] = &lw->ffn_norm,
+            [CM_GATE] = &lw->w_gate,
+            [CM_DOWN] = &lw->w_down,
+            [CM_UP] = &lw->w_up,
+            [CM_BQ] = &lw->bq,
+            [CM_BK] = &lw->bk,
+            [CM_BV] = &lw->bv,
+            [CM_Q_NORM] = &lw->q_norm,
+            [CM_K_NORM] = &lw->k_norm,
+            [CM_ROPE_FREQS] = &lw->rope_freqs,
         };
         for (int f = 0; f < CUDA_LAYER_TENSORS; f++) {
+            if (p->layer_slot[f] < 0) continue;
             char *nm = names + (size_t)n * 32;
             snprintf(nm, 32, "blk.%d.%s", l, layer_names[f]);
-            if (plan_mat(&p->mats[n++], ts[f], nm, 1 + l, f == 0 || f == 5, err)) goto fail;
+            if (plan_mat(&p->mats[n++], ts[f], nm, 1 + l, vector_kind(f), err)) goto fail;
         }
     }
     p->embd = 0;
     snprintf(names + (size_t)n * 32, 32, "output_norm");
     p->out_norm = n;
-    if (plan_mat(&p->mats[n], &m->output_norm, names + (size_t)n * 32, L + 1, 1, err)) goto fail;
+    if (plan_mat(&p->mats[n], &m->output_norm, names + (size_t)n * 32, L + 1, "norm weights", err))
+        goto fail;
     n++;
     if (m->tied_output) {
         p->out = p->embd;
     } else {
         snprintf(names + (size_t)n * 32, 32, "output");
         p->out = n;
-        if (plan_mat(&p->mats[n], &m->output, names + (size_t)n * 32, L + 1, 0, err)) goto fail;
+        if (plan_mat(&p->mats[n], &m->output, names + (size_t)n * 32, L + 1, NULL, err)) goto fail;
         n++;
     }
     p->n_mats = n;

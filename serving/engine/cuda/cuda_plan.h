@@ -8,7 +8,8 @@
  * the copy stream, then each tensor is repacked from staging offset src_off into the device
  * layout (kernels.cu) at dst_off of the resident weight memory, and an event marks the span
  * ready; the compute stream waits on that event before running the layer. A tied output reuses
- * token_embd's device copy. */
+ * token_embd's device copy. A layer's vectors (biases, q/k norms, rope_freqs: model.h) travel in
+ * its span like its matrices and are copied as f32 arrays. */
 #ifndef STRATA_CUDA_PLAN_H
 #define STRATA_CUDA_PLAN_H
 
@@ -17,8 +18,27 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CUDA_DEV_ALIGN     256 /* every device array starts on a 256-byte boundary */
-#define CUDA_LAYER_TENSORS 9
+#define CUDA_DEV_ALIGN 256 /* every device array starts on a 256-byte boundary */
+
+/* A layer's tensors: the nine every architecture has, then the ones the config may add. */
+enum {
+    CM_ATTN_NORM,
+    CM_Q,
+    CM_K,
+    CM_V,
+    CM_O,
+    CM_FFN_NORM,
+    CM_GATE,
+    CM_DOWN,
+    CM_UP,
+    CM_BQ, /* cfg.qkv_bias */
+    CM_BK,
+    CM_BV,
+    CM_Q_NORM, /* cfg.qk_norm */
+    CM_K_NORM,
+    CM_ROPE_FREQS, /* cfg.rope_freqs */
+    CUDA_LAYER_TENSORS
+};
 
 struct cuda_mat {
     const struct tensor *t; /* host tensor */
@@ -41,7 +61,9 @@ struct cuda_span {
 
 struct cuda_plan {
     int n_mats;
-    struct cuda_mat *mats; /* 1 + 9 L + 2, in span order */
+    struct cuda_mat *mats;              /* 1 + layer_stride L + 2, in span order */
+    int layer_stride;                   /* mats per layer: 9 + the config's optional ones */
+    int layer_slot[CUDA_LAYER_TENSORS]; /* where CM_x sits among a layer's mats; -1: absent */
     int n_spans;
     struct cuda_span spans[MODEL_MAX_LAYERS + 2];
     uint64_t staging_bytes;  /* the largest span */
@@ -50,15 +72,15 @@ struct cuda_plan {
 };
 
 /* Lay out m's weights. Fails naming the tensor for types the CUDA kernels lack (Q4_K), norms
- * that are not F32, block types whose cols are not a multiple of 32, or tensors whose bytes do
- * not match their shape. */
+ * and other vectors that are not F32, block types whose cols are not a multiple of 32, or tensors
+ * whose bytes do not match their shape. */
 int cuda_plan_weights(struct cuda_plan *p, const struct model *m, char *err);
 void cuda_plan_free(struct cuda_plan *p);
-/* Index of layer l's tensor f (0 attn_norm, 1 wq, 2 wk, 3 wv, 4 wo, 5 ffn_norm, 6 w_gate,
- * 7 w_down, 8 w_up). */
-static inline int cuda_plan_layer_mat(int l, int f)
+/* Index in mats of layer l's tensor f (CM_*), or -1 where the model has none. */
+static inline int cuda_plan_layer_mat(const struct cuda_plan *p, int l, int f)
 {
-    return 1 + CUDA_LAYER_TENSORS * l + f;
+    int slot = p->layer_slot[f];
+    return slot < 0 ? -1 : 1 + p->layer_stride * l + slot;
 }
 
 /* Bytes of one ggml row of `cols` elements (0 if unsupported or not a whole number of blocks). */
