@@ -364,7 +364,7 @@ TEST(planner_predicts_with_plan_step_and_keeps_r_copies)
         c.req = req;
         c.n_req = 40;
         c.horizon_s = 1;
-        run_forked(&c, "strata", &o[k]);
+        run_forked(&c, "strata-reactive", &o[k]); /* the trigger alone, no forecast */
         CHECKF(o[k].rc == 0, "%s", o[k].err);
     }
     CHECKF(o[0].r.scaleouts >= 1, "%d scale-outs at 1 ms a token", o[0].r.scaleouts);
