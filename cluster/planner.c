@@ -6,6 +6,11 @@
 #include <string.h>
 
 #define INF_MS 1e300
+/* KV use that asks for another replica, and below which one fewer will do (BlitzScale's Eq.1
+ * bounds; the simulator and the scheduler reserve a request's whole KV at admission, so a
+ * fraction here is an upper bound of the blocks in use). */
+#define PLAN_KV_HIGH 0.95
+#define PLAN_KV_LOW  0.75
 
 void plan_config_default(struct plan_config *cfg)
 {
@@ -18,6 +23,7 @@ void plan_config_default(struct plan_config *cfg)
     cfg->util_high = 0.7;
     cfg->util_low = 0.45;
     cfg->fc_z = 1.5;
+    cfg->fc_z_in = 1.5;
 }
 
 double planner_loss_probability(const double *fail_prob, int n)
@@ -169,6 +175,7 @@ struct tick {
     unsigned char taken[PLAN_MAX_NODES];     /* joiner or replication target this tick */
     unsigned char sources[PLAN_MAX_NODES];   /* times chosen as a source this tick */
     unsigned char switching[PLAN_MAX_NODES]; /* 1 + the model a joiner switches to, 0: none */
+    float kv_in[PLAN_MAX_NODES];             /* KV share a hand-over brings it this tick */
 };
 
 static int chain_has(const struct plan_scaleout *so, int id)
@@ -395,7 +402,8 @@ struct demand {
     double slack;        /* SLO - best prediction (ms); the most negative goes first */
     double load_ms;      /* one replica's load time from the fastest holder's link */
     double rep_tok_s;    /* one replica's prefill capacity (tokens/s, the mean over replicas) */
-    double demand_tok_s; /* the forecast's demand with its error and the queue's drain */
+    double demand_tok_s; /* the forecast's demand with fc_z errors and the queue's drain */
+    double hold_tok_s;   /* the same with fc_z_in errors: what scale-in keeps capacity for */
     double kv_sum;       /* the replicas' KV use, summed fractions */
     int n_serving;
 };
@@ -413,13 +421,13 @@ static double load_ms_of(const struct plan_view *v, int m)
 
 /* The forecast's demand on m: tokens/s at the horizon (never below now: a falling trend does not
  * shrink what is arriving), plus fc_z errors, plus the queued prompts drained within the SLO. */
-static double forecast_demand(const struct plan_config *cfg, const struct plan_view *v, int m,
-                              double horizon_ms, long queued_tokens)
+static double forecast_demand(double z, const struct plan_view *v, int m, double horizon_ms,
+                              long queued_tokens)
 {
     const struct plan_model *pm = &v->models[m];
     double ahead = planner_forecast_at(pm, horizon_ms);
     if (ahead < pm->fc_level) ahead = pm->fc_level;
-    return ahead + cfg->fc_z * pm->fc_err + queued_tokens / (pm->ttft_slo_ms / 1000);
+    return ahead + z * pm->fc_err + queued_tokens / (pm->ttft_slo_ms / 1000);
 }
 
 static void model_demand(const struct plan_config *cfg, const struct plan_view *v, int m,
@@ -444,12 +452,15 @@ static void model_demand(const struct plan_config *cfg, const struct plan_view *
     d->n_serving = n_rep - n_joining;
     d->load_ms = load_ms_of(v, m);
     if (n_rep > 0) d->rep_tok_s /= n_rep;
-    if (pm->fc_valid) d->demand_tok_s = forecast_demand(cfg, v, m, d->load_ms, tokens);
+    if (pm->fc_valid) {
+        d->demand_tok_s = forecast_demand(cfg->fc_z, v, m, d->load_ms, tokens);
+        d->hold_tok_s = forecast_demand(cfg->fc_z_in, v, m, d->load_ms, tokens);
+    }
     /* Proactive: the replicas the forecast asks for, beyond those serving and joining. */
     int add_fc = 0;
     if (cfg->proactive && pm->fc_valid && n_rep > 0 && d->rep_tok_s > 0) {
         int need = (int)ceil(d->demand_tok_s / (d->rep_tok_s * cfg->util_high));
-        int need_kv = (int)ceil(d->kv_sum / 0.85); /* admissions stall on a full KV cache */
+        int need_kv = (int)ceil(d->kv_sum / PLAN_KV_HIGH); /* admissions stall on a full KV */
         if (need_kv > need) need = need_kv;
         add_fc = need - n_rep;
     }
@@ -699,7 +710,7 @@ static int standby_target(const struct plan_config *cfg, const struct plan_view 
     if (k > pm->layers - 1) k = pm->layers - 1;
     if (k < 1) return 0;
     *keep = k;
-    int want = (int)ceil(cfg->fc_z * pm->fc_err / d->rep_tok_s);
+    int want = (int)ceil(pm->fc_err / d->rep_tok_s); /* one forecast error, in replicas */
     return want < cfg->standby_max ? want : cfg->standby_max;
 }
 
@@ -783,11 +794,12 @@ static void scale_down(const struct plan_config *cfg, const struct plan_view *v,
     }
 }
 
-/* Capacity scale-in: while the forecast's demand fits n - 1 serving replicas at util_low (and
- * their KV at 70%), the replica with the fewest running sequences leaves (then the fewest queued
- * tokens, then the highest id), one per tick; a busy one hands its requests to the serving
- * replica with the most KV room that can take them. Not while m scales out or is late. */
-static void scale_in(const struct plan_config *cfg, const struct plan_view *v, const struct tick *t,
+/* Capacity scale-in: down to the replicas the forecast's demand (with fc_z_in errors and the
+ * queue) needs at util_low and their KV at PLAN_KV_LOW, as many as that allows this tick: each
+ * time the replica with the fewest running sequences (then the fewest queued tokens, then the
+ * highest id); a busy one hands its requests to the serving replica with the most KV room that
+ * can take them. Not while m scales out or is late. */
+static void scale_in(const struct plan_config *cfg, const struct plan_view *v, struct tick *t,
                      const struct demand *d, struct plan_action *out, int cap, int *n_out)
 {
     int m = d->m;
@@ -795,43 +807,53 @@ static void scale_in(const struct plan_config *cfg, const struct plan_view *v, c
     if (!cfg->handover || !pm->fc_valid || d->n_serving < 2 || d->rep_tok_s <= 0) return;
     for (int s = 0; s < v->n_scaleouts; s++)
         if (v->scaleouts[s].model == m && v->scaleouts[s].kind == PLAN_SO_ENGINE) return;
-    int rest = d->n_serving - 1;
-    if (d->demand_tok_s > rest * d->rep_tok_s * cfg->util_low || d->kv_sum > 0.7 * rest) return;
-    int best = -1;
-    for (int i = 0; i < v->n_nodes; i++) {
-        const struct plan_node *n = &v->nodes[i];
-        if (!serves_alone(v, n, m) || n->standby || in_scaleout(v, n->id) || t->taken[i]) continue;
-        const struct plan_node *b = best >= 0 ? &v->nodes[best] : NULL;
-        if (!b || n->load.running_seqs < b->load.running_seqs ||
-            (n->load.running_seqs == b->load.running_seqs &&
-             (n->load.queued_tokens < b->load.queued_tokens ||
-              (n->load.queued_tokens == b->load.queued_tokens && n->id > b->id))))
-            best = i;
-    }
-    if (best < 0) return;
-    const struct plan_node *leaving = &v->nodes[best];
-    int to = -1;
-    if (leaving->load.running_seqs > 0 || leaving->load.queue_len > 0) {
+    int keep_n = (int)ceil(d->hold_tok_s / (d->rep_tok_s * cfg->util_low));
+    int keep_kv = (int)ceil(d->kv_sum / PLAN_KV_LOW);
+    if (keep_kv > keep_n) keep_n = keep_kv;
+    if (keep_n < 1) keep_n = 1;
+    int standby_keep = 0, standby_want = standby_target(cfg, v, d, &standby_keep);
+    int standbys = standbys_of(v, m);
+    for (int left = d->n_serving - keep_n; left > 0; left--) {
+        int best = -1;
         for (int i = 0; i < v->n_nodes; i++) {
             const struct plan_node *n = &v->nodes[i];
-            if (i == best || !serves_alone(v, n, m) || n->standby ||
-                n->load.kv_used + leaving->load.kv_used > 0.9)
+            if (!serves_alone(v, n, m) || n->standby || in_scaleout(v, n->id) || t->taken[i])
                 continue;
-            if (to < 0 || n->load.kv_used < v->nodes[to].load.kv_used ||
-                (n->load.kv_used == v->nodes[to].load.kv_used && n->id < v->nodes[to].id))
-                to = i;
+            const struct plan_node *b = best >= 0 ? &v->nodes[best] : NULL;
+            if (!b || n->load.running_seqs < b->load.running_seqs ||
+                (n->load.running_seqs == b->load.running_seqs &&
+                 (n->load.queued_tokens < b->load.queued_tokens ||
+                  (n->load.queued_tokens == b->load.queued_tokens && n->id > b->id))))
+                best = i;
         }
-        if (to < 0) return; /* nobody can take its sequences now */
+        if (best < 0) return;
+        const struct plan_node *leaving = &v->nodes[best];
+        int to = -1;
+        if (leaving->load.running_seqs > 0 || leaving->load.queue_len > 0) {
+            /* the receiver with the most KV room left, counting what it takes this tick */
+            for (int i = 0; i < v->n_nodes; i++) {
+                const struct plan_node *n = &v->nodes[i];
+                if (i == best || !serves_alone(v, n, m) || n->standby || t->taken[i] ||
+                    n->load.kv_used + t->kv_in[i] + leaving->load.kv_used > 0.9)
+                    continue;
+                double ka = n->load.kv_used + t->kv_in[i];
+                double kb = to >= 0 ? v->nodes[to].load.kv_used + t->kv_in[to] : 0;
+                if (to < 0 || ka < kb || (ka == kb && n->id < v->nodes[to].id)) to = i;
+            }
+            if (to < 0) return; /* nobody can take its sequences now */
+            t->kv_in[to] += (float)leaving->load.kv_used;
+        }
+        t->taken[best] = 1;
+        struct plan_action a = {.kind = PLAN_SCALE_DOWN,
+                                .model = m,
+                                .source = -1,
+                                .node = leaving->id,
+                                .reason = PLAN_WHY_CAPACITY,
+                                .handover = to >= 0 ? v->nodes[to].id : -1,
+                                .keep_layers = standbys < standby_want ? standby_keep : 0};
+        standbys += a.keep_layers > 0;
+        if (emit(out, cap, n_out, &a)) return;
     }
-    int keep = 0, want = standby_target(cfg, v, d, &keep);
-    struct plan_action a = {.kind = PLAN_SCALE_DOWN,
-                            .model = m,
-                            .source = -1,
-                            .node = leaving->id,
-                            .reason = PLAN_WHY_CAPACITY,
-                            .handover = to >= 0 ? v->nodes[to].id : -1,
-                            .keep_layers = standbys_of(v, m) < want ? keep : 0};
-    emit(out, cap, n_out, &a);
 }
 
 /* Standbys beyond what the forecast's error asks for give their layers back, one per tick. */

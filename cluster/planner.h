@@ -169,7 +169,8 @@ struct plan_config {
     int standby_max;     /* partial residency: standbys per model (0, default: none) */
     double util_high;    /* forecast demand at most this share of prefill capacity (0.7) */
     double util_low;     /* scale in while demand fits n - 1 replicas at this share (0.45) */
-    double fc_z;         /* forecast error multiple added to the demand (1.5) */
+    double fc_z;         /* forecast error multiple added to the demand to scale up on (1.5) */
+    double fc_z_in;      /* ... and to the demand scale-in keeps capacity for (1.5) */
 };
 
 enum plan_action_kind {

@@ -600,6 +600,10 @@ static void finish(struct sim *s, const char *timeline_csv)
         sum += t;
         if (q->gen > 1) tpot[nt++] = tpot_ms(q);
         r->n_attained += attained(s, q);
+        if (q->t_first < 0 || t > q->slo_ttft_ms)
+            r->ttft_missed++;
+        else if (q->t_done >= 0 && tpot_ms(q) > s->tbt_slo_ms)
+            r->tpot_missed++;
     }
     r->n_req = c->n_req;
     r->n_done = s->n_done;

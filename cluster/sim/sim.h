@@ -151,7 +151,7 @@ struct sim_config {
     int no_shuffle; /* 1: instance ids in listing order (checks of the shuffle itself) */
     /* Strata's planner knobs (`fc_period_ms`, `fc_alpha`, `fc_beta`, `fc_z`, `util_high`,
      * `util_low`, `standby_max`; docs/simulator.md) */
-    double fc_period_ms, fc_alpha, fc_beta, fc_z, util_high, util_low;
+    double fc_period_ms, fc_alpha, fc_beta, fc_z, fc_z_in, util_high, util_low;
     int standby_max;
     /* ServerlessLLM's released defaults (`sllm_target` ongoing requests per instance,
      * `sllm_max_queue` requests an instance takes, `sllm_keep_alive_s`; sim_serverlessllm.h) */
@@ -164,6 +164,7 @@ struct sim_config {
 struct sim_result {
     char policy[24];
     int n_req, n_done, n_attained;
+    int ttft_missed, tpot_missed; /* requests past their TTFT SLO; done within it but past TPOT */
     double ttft_p50, ttft_p90, ttft_p99, ttft_mean; /* ms */
     double tbt_p50, tbt_p90, tbt_p99;               /* ms, every gap between two tokens */
     double tpot_p50, tpot_p99; /* ms, per request: its mean gap (what the TBT SLO is checked on) */
@@ -230,7 +231,9 @@ int sim_trace_load(const char *path, double rate, double start_s, double dur_s,
  * in seconds from 0, in time order; prompt and generated tokens >= 1); '#' starts a comment. */
 int sim_requests_parse(const char *text, size_t len, struct sim_request **out, int *n, char *err);
 int sim_requests_load(const char *path, struct sim_request **out, int *n, char *err);
-/* Synthetic Poisson arrivals: "rps=R,dur=S[,burst=R2,at=T,len=D][,in=N][,out=M]". */
+/* Synthetic Poisson arrivals: "rps=R,dur=S[,burst=R2,at=T,len=D[,ramp=U][,every=P]][,in=N]
+ * [,out=M]": R requests/s for S seconds, R2 more from T for D seconds (ramping up and down over U
+ * seconds each side), again every P seconds; prompts of N tokens, M generated. */
 int sim_synthetic(const char *spec, unsigned seed, struct sim_request **out, int *n, char *err);
 
 #endif

@@ -154,6 +154,7 @@ void sim_config_default(struct sim_config *c)
     c->fc_alpha = 0.3;
     c->fc_beta = 0.1;
     c->fc_z = 1.5;
+    c->fc_z_in = 1.5;
     c->util_high = 0.7;
     c->util_low = 0.45;
     c->standby_max = 4;

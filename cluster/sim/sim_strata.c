@@ -31,6 +31,7 @@ static void *init(const struct sim_obs *o)
     st->cfg.util_high = c->util_high;
     st->cfg.util_low = c->util_low;
     st->cfg.fc_z = c->fc_z;
+    st->cfg.fc_z_in = c->fc_z_in;
     planner_forecast_init(&st->fc, o->now_s * 1000, c->fc_period_ms, c->fc_alpha, c->fc_beta);
     return st;
 }

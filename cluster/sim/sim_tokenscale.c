@@ -10,7 +10,7 @@
 
 int tokenscale_target(double v_in, double v_p, double kv, double cap)
 {
-    int p = v_p > 0 ? (int)ceil(v_in / v_p) : 1;
+    int p = v_p > 0 ? (int)ceil(v_in / (TOKENSCALE_UTIL * v_p)) : 1;
     int d = cap > 0 ? (int)ceil(kv / (0.9 * cap)) : 1;
     int n = p > d ? p : d;
     return n > 1 ? n : 1;
