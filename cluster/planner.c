@@ -20,10 +20,10 @@ void plan_config_default(struct plan_config *cfg)
     cfg->proactive = 1;
     cfg->handover = 0;
     cfg->standby_max = 0;
-    cfg->util_high = 0.7;
-    cfg->util_low = 0.45;
-    cfg->fc_z = 1.5;
-    cfg->fc_z_in = 1.5;
+    cfg->util_high = 1.1;
+    cfg->util_low = 0.9;
+    cfg->fc_z = 0;
+    cfg->fc_z_in = 0;
 }
 
 double planner_loss_probability(const double *fail_prob, int n)

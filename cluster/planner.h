@@ -57,20 +57,22 @@
  * Beyond the reactive trigger (each acts only on the inputs it needs; all off or inert with the
  * defaults a caller that fills none of them gets, as cluster/control.c does today):
  * - Proactive scale-up (cfg->proactive, needs models[m].fc_valid): a Holt forecast of m's prompt
- *   tokens/s (planner_forecast_*, the caller keeps its state) at the horizon of one scale-out,
- *   plus fc_z times its error, plus the queued prompts drained within the SLO, is compared with
- *   the replicas' prefill capacity at cfg->util_high (planner_prefill_tok_s: a full prompt chunk
- *   per step within the TPOT guard); the shortfall in replicas is added (reason
- *   PLAN_WHY_FORECAST). Also when the replicas' KV use would pass 85%.
- * - Capacity scale-in (cfg->handover, needs fc_valid): while the same demand fits n - 1 serving
- *   replicas at cfg->util_low and their KV at 70%, one replica per tick leaves, the one with the
- *   fewest running sequences; a busy one hands its sequences to the serving replica with the most
- *   KV room (plan_action.handover): the executor moves them (KV transfer), none fails or restarts.
+ *   tokens/s (planner_forecast_*, the caller keeps its state) at the horizon of one scale-out
+ *   (never below its level), plus fc_z times its error, plus the queued prompt tokens over the
+ *   SLO, against the replicas' prefill capacity (planner_prefill_tok_s: a full prompt chunk per
+ *   step within the TPOT guard) times cfg->util_high; the shortfall in replicas is added (reason
+ *   PLAN_WHY_FORECAST). Also replicas for the KV in use at 95% (BlitzScale's Eq.1 bound).
+ * - Capacity scale-in (cfg->handover, needs fc_valid): down to the replicas the same demand (with
+ *   fc_z_in errors) needs at cfg->util_low and the KV at 75%, as many a tick as that allows, the
+ *   fewest running sequences first; a busy one hands its sequences to the serving replica with
+ *   the most KV room (plan_action.handover): the executor moves them (KV transfer), so none fails
+ *   or restarts. Not while m scales out or is late.
  * - Partial residency (cfg->standby_max > 0): a replica that leaves keeps layers [0, k) resident
  *   as a standby (plan_action.keep_layers, plan_node.standby) while fewer than S standbys exist,
- *   S = ceil(fc_z x fc_err / one replica's capacity) (the burst the forecast may miss), k the share
- *   of the model that cannot stream within the TTFT SLO, k = L (1 - SLO / load time). A scale-up
- *   takes standbys first and streams only layers [k, L) to each; extra standbys drop one a tick.
+ *   S = ceil(fc_err / one replica's capacity) (one forecast error's burst, in replicas), k the
+ *   share of the model that cannot stream within the TTFT SLO, k = L (1 - SLO / load time). A
+ *   scale-up takes standbys first and streams only layers [k, L) to each; extra standbys drop
+ *   one a tick.
  * - Measured inputs: link_Bps, nvlink_Bps, host_Bps, fail_prob and step_own are what the caller
  *   measured (the simulator gives its configured truths), read alike by live and simulated runs. */
 #ifndef STRATA_PLANNER_H
@@ -167,10 +169,14 @@ struct plan_config {
     int handover;        /* 1: capacity scale-in, busy replicas hand their sequences over (the
                           * executor must move them); 0 (default): only idle replicas leave */
     int standby_max;     /* partial residency: standbys per model (0, default: none) */
-    double util_high;    /* forecast demand at most this share of prefill capacity (0.7) */
-    double util_low;     /* scale in while demand fits n - 1 replicas at this share (0.45) */
-    double fc_z;         /* forecast error multiple added to the demand to scale up on (1.5) */
-    double fc_z_in;      /* ... and to the demand scale-in keeps capacity for (1.5) */
+    /* capacity targets (chosen on the Azure traces in the simulator, docs/simulator.md): scale up
+     * when the demand passes util_high x the replicas' nominal prefill capacity (which assumes a
+     * full chunk every step, more than a short queue gives: hence above 1), in while it stays
+     * under util_low x one replica fewer */
+    double util_high; /* 1.1 */
+    double util_low;  /* 0.9 */
+    double fc_z;      /* forecast error multiple added to the demand to scale up on (0) */
+    double fc_z_in;   /* ... and to the demand scale-in keeps capacity for (0) */
 };
 
 enum plan_action_kind {
