@@ -440,6 +440,7 @@ static void handle(struct sim *s, const struct event *e)
         if (e->b == s->in[e->a].epoch && s->pn[e->a].alive) sim_step_done(s, e->a);
         break;
     case EV_TICK:
+        sim_fix_helpers(s);
         for (int i = 0; i < s->n_inst; i++) sim_update_load(s, i);
         if (sim_do_actions(s)) s->failed = 1;
         sim_reroute_held(s);
@@ -626,6 +627,7 @@ static void finish(struct sim *s, const char *timeline_csv)
     r->goodput_rps = r->n_attained / span;
     r->so_mean_s = s->so_count ? s->so_sum / s->so_count : 0;
     r->first_token_s = -1;
+    if (r->scaleouts == 0) r->first_scaleout_s = -1;
     for (int k = 0; k < c->n_req; k++)
         if (s->q[k].t_first >= 0 && (r->first_token_s < 0 || s->q[k].t_first < r->first_token_s))
             r->first_token_s = s->q[k].t_first;

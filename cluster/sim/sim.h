@@ -179,6 +179,7 @@ struct sim_result {
     int cold_starts, scaleouts, failures_injected, scaleouts_broken;
     double so_mean_s, so_max_s;
     double first_token_s; /* the earliest first token of any request (simulated time), -1: none */
+    double first_scaleout_s; /* the first scale-out's decision (simulated time), -1: none */
     int max_replicas;
     double sim_end_s, wall_s;
     long events;

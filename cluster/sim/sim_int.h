@@ -135,6 +135,7 @@ void sim_fail_inst(struct sim *s, int i);
  * end of its step in flight, its GPU held until the hand-over lands (sim_leave_done). */
 void sim_leave(struct sim *s, int i, int to, int keep);
 void sim_leave_done(struct sim *s, int i);
+void sim_fix_helpers(struct sim *s);
 int sim_new_so(struct sim *s, int kind, int src_host, int src_inst, const int *members, int n,
                int mc, int first);
 

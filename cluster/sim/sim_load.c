@@ -322,7 +322,7 @@ static void scale_up(struct sim *s, const struct plan_action *a)
     int members[PLAN_MAX_CHAIN], n = 0, any_serving = 0, first = 0;
     for (int i = 0; i < s->n_inst; i++) any_serving |= sim_serving(s, i);
     if (!any_serving) s->r->cold_starts++;
-    s->r->scaleouts++;
+    if (s->r->scaleouts++ == 0) s->r->first_scaleout_s = s->now;
     for (int j = 0; j < a->n_chain; j++) {
         int i = a->chain[j];
         if (i < 0 || i >= s->n_inst || !s->pn[i].alive || s->in[i].leaving) continue;
@@ -384,14 +384,14 @@ void sim_leave(struct sim *s, int i, int to, int keep)
         to = -1;
     x->leave_to = to;
     x->leave_keep = keep > 0 && keep < s->L && pn->layers_resident >= keep ? keep : 0;
-    for (int j = 0; j < s->n_inst; j++) /* joiners it helped get another helper */
+    x->leaving = 1; /* before the joiners it helped pick another helper: not itself */
+    for (int j = 0; j < s->n_inst; j++)
         if (j != i && s->pn[j].helper == i) s->pn[j].helper = s->p->live ? pick_helper(s, j) : -1;
     /* Out of the planner's view at once (engine empty, no joiner of it while its GPU is held);
      * the GPU goes when its sequences have landed. */
     pn->engine_model = -1;
     pn->layers_resident = 0;
     pn->refused |= 1;
-    x->leaving = 1;
     if (x->busy)
         x->leave_pending = 1;
     else
@@ -412,6 +412,21 @@ void sim_leave_done(struct sim *s, int i)
         x->standby_since = s->now;
     }
     sim_update_load(s, i);
+}
+
+/* Joiners whose helper stopped serving (it left or died while none other served) get one now,
+ * and run what they hold. */
+void sim_fix_helpers(struct sim *s)
+{
+    if (!s->p->live) return;
+    for (int j = 0; j < s->n_inst; j++) {
+        struct plan_node *n = &s->pn[j];
+        if (!n->alive || n->engine_model != 0 || n->standby || n->layers_resident >= s->L ||
+            (n->helper >= 0 && sim_serving(s, n->helper) && !s->in[n->helper].leaving))
+            continue;
+        n->helper = pick_helper(s, j);
+        if (n->helper >= 0) sim_kick(s, j);
+    }
 }
 
 static void trace_action(const struct sim *s, const struct plan_action *a)

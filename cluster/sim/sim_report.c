@@ -26,40 +26,16 @@ extern char **environ;
 static const struct {
     size_t off;
     char type;
-} fields[] = {DBL(ttft_p50),
-              DBL(ttft_p90),
-              DBL(ttft_p99),
-              DBL(ttft_mean),
-              DBL(tbt_p50),
-              DBL(tbt_p90),
-              DBL(tbt_p99),
-              DBL(tpot_p50),
-              DBL(tpot_p99),
-              DBL(attainment),
-              DBL(goodput_rps),
-              DBL(gpu_s),
-              DBL(cost_usd),
-              DBL(standby_gpu_s),
-              DBL(proactive_gpu_s),
-              DBL(fp_gpu_s),
-              DBL(so_mean_s),
-              DBL(so_max_s),
-              DBL(first_token_s),
-              DBL(sim_end_s),
-              DBL(wall_s),
-              INT(n_req),
-              INT(n_done),
-              INT(n_attained),
-              INT(cold_starts),
-              INT(scaleouts),
-              INT(failures_injected),
-              INT(scaleouts_broken),
-              INT(max_replicas),
-              INT(handovers),
-              INT(moved_seqs),
-              INT(restarts),
-              INT(ttft_missed),
-              INT(tpot_missed)};
+} fields[] = {
+    DBL(ttft_p50),         DBL(ttft_p90),      DBL(ttft_p99),        DBL(ttft_mean),
+    DBL(tbt_p50),          DBL(tbt_p90),       DBL(tbt_p99),         DBL(tpot_p50),
+    DBL(tpot_p99),         DBL(attainment),    DBL(goodput_rps),     DBL(gpu_s),
+    DBL(cost_usd),         DBL(standby_gpu_s), DBL(proactive_gpu_s), DBL(fp_gpu_s),
+    DBL(so_mean_s),        DBL(so_max_s),      DBL(first_token_s),   DBL(first_scaleout_s),
+    DBL(sim_end_s),        DBL(wall_s),        INT(n_req),           INT(n_done),
+    INT(n_attained),       INT(cold_starts),   INT(scaleouts),       INT(failures_injected),
+    INT(scaleouts_broken), INT(max_replicas),  INT(handovers),       INT(moved_seqs),
+    INT(restarts),         INT(ttft_missed),   INT(tpot_missed)};
 
 static int cmp_double(const void *a, const void *b)
 {
