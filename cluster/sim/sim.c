@@ -169,7 +169,8 @@ static uint64_t mix(uint64_t *x)
 
 /* GPUs grouped into instances (per type: servers of gpus_per_server, tensor-parallel groups of the
  * smallest power of two that holds the model with 30% room, or gpus_per_inst), each with its step
- * model; listing index k becomes instance id id_of[k], a permutation drawn from the seed. */
+ * model. Servers are numbered in the types' name order; listing index k (the config's order)
+ * becomes instance id id_of[k], a permutation drawn from the seed. */
 static int setup_instances(struct sim *s, char *err)
 {
     const struct sim_config *c = s->c;
@@ -200,19 +201,35 @@ static int setup_instances(struct sim *s, char *err)
     s->info = calloc(s->n_inst, sizeof *s->info);
     s->id_of = calloc(s->n_inst, sizeof *s->id_of);
     if (!s->pn || !s->in || !s->info || !s->id_of) abort();
-    for (int k = 0; k < s->n_inst; k++) s->id_of[k] = k;
+    /* The canonical order (GPU types by name, then their instances) is shuffled: the same cluster
+     * listed another way gets the same ids and servers for a seed. */
+    int *perm = malloc(sizeof *perm * s->n_inst), ord[SIM_MAX_TYPES], base[SIM_MAX_TYPES];
+    if (!perm) abort();
+    for (int k = 0; k < s->n_inst; k++) perm[k] = k;
     uint64_t rng = 0x5eed0000ull ^ c->seed;
     for (int k = s->n_inst - 1; k > 0 && !c->no_shuffle; k--) { /* Fisher-Yates */
-        int j = (int)(mix(&rng) % (uint64_t)(k + 1)), x = s->id_of[k];
-        s->id_of[k] = s->id_of[j];
-        s->id_of[j] = x;
+        int j = (int)(mix(&rng) % (uint64_t)(k + 1)), x = perm[k];
+        perm[k] = perm[j];
+        perm[j] = x;
+    }
+    for (int t = 0, b = 0; t < c->n_types; t++) {
+        base[t] = b;
+        b += c->type_gpus[t] / g_of[t];
+        int p = t;
+        while (p > 0 && strcmp(c->types[ord[p - 1]].name, c->types[t].name) > 0) {
+            ord[p] = ord[p - 1];
+            p--;
+        }
+        ord[p] = t;
     }
     int k = 0, srv0 = 0;
-    for (int t = 0; t < c->n_types; t++) {
+    for (int ti = 0; ti < c->n_types; ti++) {
+        int t = c->no_shuffle ? ti : ord[ti];
         int g = g_of[t], per_srv = gps / g;
         if (per_srv < 1) per_srv = 1;
         for (int q = 0; q < c->type_gpus[t] / g; q++, k++) {
-            int i = s->id_of[k];
+            int i = perm[k];
+            s->id_of[base[t] + q] = i;
             struct inst *x = &s->in[i];
             x->server = srv0 + q / per_srv;
             x->type = t;
@@ -245,6 +262,7 @@ static int setup_instances(struct sim *s, char *err)
         }
         srv0 += (c->type_gpus[t] + gps - 1) / gps;
     }
+    free(perm);
     return 0;
 }
 

@@ -52,7 +52,8 @@ struct xfer_ctx {
 
 struct scaleout {
     int active, kind, src_host, src_inst, n, C, mc, d, round, pending, broken;
-    int first; /* chunks [0, first) are there already (a standby's layers) */
+    int first;       /* chunks [0, first) are there already (a standby's layers) */
+    int idle_rounds; /* binomial: rounds in a row in which nothing could move */
     int members[PLAN_MAX_CHAIN], got[PLAN_MAX_CHAIN], hop_sent[PLAN_MAX_CHAIN],
         hop_busy[PLAN_MAX_CHAIN], done[PLAN_MAX_CHAIN];
     unsigned char *have; /* binomial: [n * C] chunk present */

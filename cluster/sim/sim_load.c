@@ -214,6 +214,7 @@ static void binomial_round(struct sim *s, int so)
 {
     struct scaleout *o = &s->so[so];
     int ns = 0;
+again:
     for (int k = 0; k < o->n + 1; k++) o->snd_to[k] = -1;
     if (o->round < o->C) {
         o->snd_from[ns] = -1;
@@ -235,10 +236,18 @@ static void binomial_round(struct sim *s, int so)
             o->snd_to[ns] = p;
             o->snd_chunk[ns++] = best;
         }
-    if (ns == 0) { /* nothing can move: the rest is unreachable (a receiver failed) */
+    if (ns == 0) {
+        /* Nothing moves this round: in a group that is no power of two a receiver's partner may
+         * be missing for a round; the next dimension's pairs may still move something. After a
+         * whole cycle of d idle rounds the rest is unreachable (a receiver failed). */
+        if (++o->idle_rounds <= o->d) {
+            o->round++;
+            goto again;
+        }
         o->broken = 1;
         return;
     }
+    o->idle_rounds = 0;
     o->pending = ns;
     for (int k = 0; k < ns; k++) {
         struct xfer_ctx *t = malloc(sizeof *t);
@@ -402,6 +411,9 @@ void sim_leave_done(struct sim *s, int i)
 {
     struct inst *x = &s->in[i];
     int keep = x->leave_keep;
+    if (s->trace_actions)
+        fprintf(stderr, "sim: %s: t=%.3f instance %d left%s\n", s->p->name, s->now, i,
+                keep ? " (a standby)" : "");
     x->leaving = x->leave_pending = 0;
     s->pn[i].refused &= ~(uint64_t)1;
     release(s, i);

@@ -294,6 +294,9 @@ void sim_evacuate(struct sim *s, int i, int to, int scale_in)
     }
     s->r->handovers++;
     s->r->moved_seqs += h->n;
+    if (s->trace_actions)
+        fprintf(stderr, "sim: %s: t=%.3f instance %d hands %d sequences (%.0f KV tokens) to %d\n",
+                s->p->name, s->now, i, h->n, kv_tokens, to);
     sim_net_send(sim_net_host_inst(i), sim_net_host_inst(to), kv_tokens * s->c->model.kv_bytes_tok,
                  handover_landed, h);
 }
