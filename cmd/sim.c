@@ -52,27 +52,27 @@ static int parse_window(const char *v, void *dst, char *err)
 
 static void usage(void)
 {
-    fprintf(
-        stderr,
-        "usage: strata sim (--trace FILE | --synthetic SPEC | --requests FILE) [--rate X]\n"
-        "                  [--window START:DUR] [--policy P]... [--seeds N] [--config FILE]\n"
-        "                  [--out DIR] [--quiet] [--KEY VALUE]...\n"
-        "  --trace FILE      Azure LLM trace CSV (TIMESTAMP,ContextTokens,GeneratedTokens)\n"
-        "  --synthetic SPEC  Poisson arrivals: rps=R,dur=S[,burst=R2,at=T,len=D][,in=N][,out=M]\n"
-        "  --requests FILE   exact arrivals: CSV \"seconds,in,out\", one request per line\n"
-        "  --rate X          replay X times the trace's traffic (default 10)\n"
-        "  --window S:D      D simulated seconds from trace second S (default 0:300)\n"
-        "  --policy P        default, side by side: fixed stop-the-world serverlessllm\n"
-        "                    lambdascale blitzscale tokenscale strata; by name also:\n"
-        "                    serverlessllm-allcache strata-reactive strata-nomatrix\n"
-        "                    strata-stop-the-world\n"
-        "  --seeds N         runs per policy, seeds S..S+N-1 (default 5; S = --seed, 1):\n"
-        "                    each shuffles the instance ids (and draws synthetic arrivals)\n"
-        "  --config FILE     key = value lines (cluster, tiers, SLOs, step models, failures)\n"
-        "  --out DIR         CSV files and PNG charts (gnuplot) there\n"
-        "  --KEY VALUE       any config key, e.g. --gpus H100:128,A100:128 --model 70B\n"
-        "                    --net rdma200 --fail 60:holder --seed 7 (docs/simulator.md);\n"
-        "                    defaults: 32 H100, 13B\n");
+    fprintf(stderr,
+            "usage: strata sim (--trace FILE | --synthetic SPEC | --requests FILE) [--rate X]\n"
+            "                  [--window START:DUR] [--policy P]... [--seeds N] [--config FILE]\n"
+            "                  [--out DIR] [--quiet] [--KEY VALUE]...\n"
+            "  --trace FILE      Azure LLM trace CSV (TIMESTAMP,ContextTokens,GeneratedTokens)\n"
+            "  --synthetic SPEC  Poisson arrivals: rps=R,dur=S[,burst=R2,at=T,len=D[,ramp=U]\n"
+            "                    [,every=P]][,in=N][,out=M]\n"
+            "  --requests FILE   exact arrivals: CSV \"seconds,in,out\", one request per line\n"
+            "  --rate X          replay X times the trace's traffic (default 10)\n"
+            "  --window S:D      D simulated seconds from trace second S (default 0:300)\n"
+            "  --policy P        default, side by side: fixed stop-the-world serverlessllm\n"
+            "                    lambdascale blitzscale tokenscale strata; by name also:\n"
+            "                    serverlessllm-allcache strata-reactive strata-nomatrix\n"
+            "                    strata-stop-the-world\n"
+            "  --seeds N         runs per policy, seeds S..S+N-1 (default 5; S = --seed, 1):\n"
+            "                    each shuffles the instance ids (and draws synthetic arrivals)\n"
+            "  --config FILE     key = value lines (cluster, tiers, SLOs, step models, failures)\n"
+            "  --out DIR         CSV files and PNG charts (gnuplot) there\n"
+            "  --KEY VALUE       any config key, e.g. --gpus H100:128,A100:128 --model 70B\n"
+            "                    --net rdma200 --fail 60:holder --seed 7 (docs/simulator.md);\n"
+            "                    defaults: 32 H100, 13B\n");
 }
 
 static int mkdir_p(const char *dir, char *err)

@@ -251,7 +251,7 @@ static void points_panel(FILE *f, const struct sim_summary *s, int n, const char
     for (int i = 0; i < n; i++)
         fprintf(f,
                 "%s'summary.csv' every ::%d::%d using (%d):($%d*%g):($%d*%g):($%d*%g) with "
-                "yerrorbars ls %d notitle",
+                "yerrorbars ls %d dt 1 notitle",
                 i ? ", " : "", i, i, i, col(c_med), scale, col(c_lo), scale, col(c_hi), scale,
                 i + 1);
     fprintf(f, "\n");
@@ -320,7 +320,7 @@ int sim_report_plots(const char *dir, const struct sim_summary *s, int n, char *
                "set style fill solid 0.7 border -1\nset boxwidth 0.6\nplot ");
     for (int i = 0; i < n; i++)
         fprintf(f,
-                "%s'summary.csv' every ::%d::%d using (%d):%d:%d:%d with boxerrorbars ls %d "
+                "%s'summary.csv' every ::%d::%d using (%d):%d:%d:%d with boxerrorbars ls %d dt 1 "
                 "notitle",
                 i ? ", " : "", i, i, i, col("gpu_seconds"), col("gpu_s_lo"), col("gpu_s_hi"),
                 i + 1);
