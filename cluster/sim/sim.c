@@ -400,19 +400,27 @@ static void place_initial(struct sim *s)
     free(order);
 }
 
-static int setup(struct sim *s, char *err)
+/* The controller's period, and the per-second samples of the timeline. */
+static void setup_clock(struct sim *s)
 {
-    if (setup_chunks(s, err) || setup_instances(s, err) || check_references(s, err) ||
-        setup_network(s, err))
-        return -1;
-    setup_slos(s);
-    setup_requests(s);
-    place_initial(s);
     s->tick_s = s->p->ctl->period_s > 0 ? s->p->ctl->period_s : s->c->tick_s;
     s->n_sec = (int)(s->c->horizon_s * 3 + 62);
     s->sec_serving = calloc(s->n_sec, sizeof(int));
     s->sec_joining = calloc(s->n_sec, sizeof(int));
     if (!s->sec_serving || !s->sec_joining) abort();
+}
+
+/* A simulation's setup, step by step; each step above says what it builds. */
+static int setup(struct sim *s, char *err)
+{
+    if (setup_chunks(s, err)) return -1;
+    if (setup_instances(s, err)) return -1;
+    if (check_references(s, err)) return -1;
+    if (setup_network(s, err)) return -1;
+    setup_slos(s);
+    setup_requests(s);
+    place_initial(s);
+    setup_clock(s);
     return 0;
 }
 
