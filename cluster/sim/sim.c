@@ -679,6 +679,7 @@ int sim_run_here(const struct sim_config *c, const struct sim_policy *p, struct 
     clock_gettime(CLOCK_MONOTONIC, &t1);
     if (s->failed) return errmsg_set(err, "sim: %s: %s", p->name, s->err);
     finish(s, timeline_csv);
+    sim_controller_fini(s->p->ctl, s->ctl_state);
     r->wall_s = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
     return 0;
 }

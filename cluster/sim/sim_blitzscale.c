@@ -47,6 +47,15 @@ static void *init(const struct sim_obs *o)
     return b;
 }
 
+static void fini(void *state)
+{
+    struct blitz *b = state;
+    if (!b) return;
+    free(b->shut_since);
+    free(b->shut);
+    free(b);
+}
+
 static int engine(const struct plan_node *n)
 {
     return n->alive && n->engine_model == 0 && !n->standby;
@@ -192,4 +201,4 @@ static int route(void *state, const struct sim_obs *o, int prompt_tokens, int *n
 }
 
 const struct sim_controller sim_ctl_blitzscale = {
-    .name = "blitzscale", .init = init, .tick = tick, .route = route};
+    .name = "blitzscale", .init = init, .fini = fini, .tick = tick, .route = route};

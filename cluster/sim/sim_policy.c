@@ -3,6 +3,16 @@
 
 #include "cluster/sim/sim.h"
 
+#include <stdlib.h>
+
+void sim_controller_fini(const struct sim_controller *ctl, void *state)
+{
+    if (ctl->fini)
+        ctl->fini(state);
+    else
+        free(state);
+}
+
 static int engine_replica(const struct plan_node *n)
 {
     return n->alive && n->engine_model == 0 && !n->standby;

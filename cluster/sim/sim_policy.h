@@ -53,6 +53,8 @@ struct sim_controller {
     double period_s; /* ticks this often; 0: the config's tick_ms */
     /* State for one run (NULL is allowed); called once, before the first tick. */
     void *(*init)(const struct sim_obs *o);
+    /* Frees what init returned (NULL: a plain free()). */
+    void (*fini)(void *state);
     /* Replicas serving at t = 0 (NULL: the config's `initial`). */
     int (*initial)(void *state, const struct sim_obs *o);
     /* This tick's actions into out[0..cap): how many, or -1 with err. */
@@ -61,6 +63,9 @@ struct sim_controller {
      * with err. */
     int (*route)(void *state, const struct sim_obs *o, int prompt_tokens, int *node, char *err);
 };
+
+/* Ends a controller's state (its fini, or free()). */
+void sim_controller_fini(const struct sim_controller *ctl, void *state);
 
 extern const struct sim_controller sim_ctl_blitzscale, sim_ctl_serverlessllm, sim_ctl_tokenscale,
     sim_ctl_fixed, sim_ctl_strata;

@@ -31,6 +31,14 @@ static void *init(const struct sim_obs *o)
     return t;
 }
 
+static void fini(void *state)
+{
+    struct tokenscale *t = state;
+    if (!t) return;
+    free(t->draining);
+    free(t);
+}
+
 static int tick(void *state, const struct sim_obs *o, struct plan_action *out, int cap, char *err)
 {
     (void)err;
@@ -128,4 +136,4 @@ static int route(void *state, const struct sim_obs *o, int prompt_tokens, int *n
 }
 
 const struct sim_controller sim_ctl_tokenscale = {
-    .name = "tokenscale", .init = init, .tick = tick, .route = route};
+    .name = "tokenscale", .init = init, .fini = fini, .tick = tick, .route = route};

@@ -138,6 +138,7 @@ TEST(blitzscale_revives_before_loading_and_shuts_after_333_ms)
     CHECK_EQ_INT(ctl->tick(st, &g.o, a, 8, err), 1);
     CHECK_EQ_INT(a[0].kind, PLAN_SCALE_DOWN);
     CHECK_EQ_INT(a[0].node, 1);
+    sim_controller_fini(ctl, st);
 }
 
 /* ---- ServerlessLLM ---- */
@@ -176,6 +177,7 @@ TEST(serverlessllm_by_hand)
     CHECK(ctl->route(st, &g.o, 10, &node, err) == 0 && node == 1);
     g.inst[1].ongoing = 10;
     CHECK(ctl->route(st, &g.o, 10, &node, err) == 0 && node == -1);
+    sim_controller_fini(ctl, st);
 }
 
 /* ---- TokenScale, the fixed deployment ---- */
