@@ -6,12 +6,24 @@
 #include <string.h>
 
 #define INF_MS 1e300
+/* KV use that asks for another replica, and below which one fewer will do (BlitzScale's Eq.1
+ * bounds; the simulator and the scheduler reserve a request's whole KV at admission, so a
+ * fraction here is an upper bound of the blocks in use). */
+#define PLAN_KV_HIGH 0.95
+#define PLAN_KV_LOW  0.75
 
 void plan_config_default(struct plan_config *cfg)
 {
     cfg->max_step_tokens = 512;
     cfg->max_joiners = 16;
     cfg->ignore_matrix = 0;
+    cfg->proactive = 1;
+    cfg->handover = 0;
+    cfg->standby_max = 0;
+    cfg->util_high = 1.1;
+    cfg->util_low = 0.9;
+    cfg->fc_z = 0;
+    cfg->fc_z_in = 0;
 }
 
 double planner_loss_probability(const double *fail_prob, int n)
@@ -59,6 +71,7 @@ static const struct plan_node *node_by_id(const struct plan_view *v, int id)
 
 static const struct step_model *step_of(const struct plan_view *v, const struct plan_node *n, int m)
 {
+    if (n->step_own.a > 0 || n->step_own.c > 0) return &n->step_own; /* measured on the node */
     return &v->step[n->gpu_type * v->n_models + m];
 }
 
@@ -142,7 +155,7 @@ int planner_route(const struct plan_config *cfg, const struct plan_view *v, int 
     int best_id = 0;
     for (int i = 0; i < v->n_nodes; i++) {
         const struct plan_node *n = &v->nodes[i];
-        if (!n->alive || n->engine_model != m) continue;
+        if (!n->alive || n->engine_model != m || n->standby) continue;
         double t = planner_predict_ttft_ms(cfg, v, n, m, prompt_tokens);
         if (t >= INF_MS) continue;
         if (route->node < 0 || t < route->predicted_ttft_ms ||
@@ -162,6 +175,7 @@ struct tick {
     unsigned char taken[PLAN_MAX_NODES];     /* joiner or replication target this tick */
     unsigned char sources[PLAN_MAX_NODES];   /* times chosen as a source this tick */
     unsigned char switching[PLAN_MAX_NODES]; /* 1 + the model a joiner switches to, 0: none */
+    float kv_in[PLAN_MAX_NODES];             /* KV share a hand-over brings it this tick */
 };
 
 static int chain_has(const struct plan_scaleout *so, int id)
@@ -305,38 +319,159 @@ static int better_joiner(const struct plan_config *cfg, const struct plan_view *
     return a->id < b->id;
 }
 
+double planner_prefill_tok_s(const struct plan_config *cfg, const struct plan_view *v,
+                             const struct plan_node *n, int m)
+{
+    const struct step_model *sm = step_of(v, n, m);
+    int running = n->load.running_seqs, chunk = cfg->max_step_tokens;
+    double tpot = v->models[m].tpot_slo_ms;
+    if (running > 0 && tpot > 0) { /* the scheduler's TPOT guard bounds a step's prompt chunk */
+        int lim = step_model_max_tokens(sm, running + 1, 0.9 * tpot / 1000) - running;
+        if (lim < chunk) chunk = lim;
+    }
+    if (chunk < 1) chunk = 1;
+    double t = step_model_predict(sm, chunk + running, running + 1);
+    return t > 0 ? chunk / t : 0;
+}
+
+/* ---- the leading signal ---- */
+
+void planner_forecast_init(struct plan_forecast *f, double now_ms, double period_ms, double alpha,
+                           double beta)
+{
+    memset(f, 0, sizeof *f);
+    f->alpha = alpha;
+    f->beta = beta;
+    f->period_ms = period_ms > 0 ? period_ms : 1000;
+    f->start_ms = now_ms;
+}
+
+/* Closes one period with rate x (tokens/s): Holt's update, the error measured against the
+ * forecast one period ahead made at the previous close. */
+static void forecast_close(struct plan_forecast *f, double x)
+{
+    double dt = f->period_ms / 1000;
+    if (f->periods == 0) {
+        f->level = x;
+    } else if (f->periods == 1) {
+        f->err = fabs(x - f->level);
+        f->trend = (x - f->level) / dt;
+        f->level = x;
+    } else {
+        double pred = f->level + f->trend * dt, prev = f->level;
+        f->err = f->alpha * fabs(x - pred) + (1 - f->alpha) * f->err;
+        f->level = f->alpha * x + (1 - f->alpha) * pred;
+        f->trend = f->beta * (f->level - prev) / dt + (1 - f->beta) * f->trend;
+    }
+    f->periods++;
+}
+
+void planner_forecast_observe(struct plan_forecast *f, double now_ms, double tokens)
+{
+    /* Arrivals belong to the open period; the periods that ended before now close, empty ones
+     * with rate 0 (a gap in the traffic is a measurement too). */
+    while (now_ms >= f->start_ms + f->period_ms) {
+        forecast_close(f, f->tokens / (f->period_ms / 1000));
+        f->tokens = 0;
+        f->start_ms += f->period_ms;
+    }
+    f->tokens += tokens;
+}
+
+void planner_forecast_fill(const struct plan_forecast *f, struct plan_model *pm)
+{
+    pm->fc_valid = f->periods >= 2;
+    pm->fc_level = f->level;
+    pm->fc_trend = f->trend;
+    pm->fc_err = f->err;
+}
+
+double planner_forecast_at(const struct plan_model *pm, double ahead_ms)
+{
+    double x = pm->fc_level + pm->fc_trend * ahead_ms / 1000;
+    return x > 0 ? x : 0;
+}
+
+/* ---- scale up ---- */
+
 struct demand {
     int m;
-    int trigger;  /* scale up this tick */
-    int add;      /* replicas wanted */
-    double slack; /* SLO - best prediction (ms); the most negative goes first */
+    int trigger;         /* scale up this tick */
+    int add;             /* replicas wanted */
+    int reason;          /* enum plan_reason of the scale-up */
+    double slack;        /* SLO - best prediction (ms); the most negative goes first */
+    double load_ms;      /* one replica's load time from the fastest holder's link */
+    double rep_tok_s;    /* one replica's prefill capacity (tokens/s, the mean over replicas) */
+    double demand_tok_s; /* the forecast's demand with fc_z errors and the queue's drain */
+    double hold_tok_s;   /* the same with fc_z_in errors: what scale-in keeps capacity for */
+    double kv_sum;       /* the replicas' KV use, summed fractions */
+    int n_serving;
 };
+
+/* The time to stream m to a new replica from its fastest live holder (the proactive horizon). */
+static double load_ms_of(const struct plan_view *v, int m)
+{
+    double best = 0;
+    for (int i = 0; i < v->n_nodes; i++) {
+        const struct plan_node *n = &v->nodes[i];
+        if ((host_holds(n, m) || serves_alone(v, n, m)) && n->link_Bps > best) best = n->link_Bps;
+    }
+    return best > 0 ? v->models[m].bytes / best * 1000 : 0;
+}
+
+/* The forecast's demand on m: tokens/s at the horizon (never below now: a falling trend does not
+ * shrink what is arriving), plus fc_z errors, plus the queued prompts drained within the SLO. */
+static double forecast_demand(double z, const struct plan_view *v, int m, double horizon_ms,
+                              long queued_tokens)
+{
+    const struct plan_model *pm = &v->models[m];
+    double ahead = planner_forecast_at(pm, horizon_ms);
+    if (ahead < pm->fc_level) ahead = pm->fc_level;
+    return ahead + z * pm->fc_err + queued_tokens / (pm->ttft_slo_ms / 1000);
+}
 
 static void model_demand(const struct plan_config *cfg, const struct plan_view *v, int m,
                          struct demand *d)
 {
     const struct plan_model *pm = &v->models[m];
+    memset(d, 0, sizeof *d);
     d->m = m;
-    d->trigger = d->add = 0;
     d->slack = INF_MS;
     int n_rep = 0, n_joining = 0, queued = pm->held;
     long tokens = pm->held_tokens;
     for (int i = 0; i < v->n_nodes; i++) {
         const struct plan_node *n = &v->nodes[i];
-        if (!n->alive || n->engine_model != m) continue;
+        if (!n->alive || n->engine_model != m || n->standby) continue;
         n_rep++;
         if (n->layers_resident < pm->layers) n_joining++;
         queued += n->load.queue_len;
         tokens += n->load.queued_tokens;
+        d->kv_sum += n->load.kv_used;
+        d->rep_tok_s += planner_prefill_tok_s(cfg, v, n, m);
     }
-    if (queued == 0) return;
-    int mean = (int)(tokens / queued);
-    if (mean < 1) mean = 1;
+    d->n_serving = n_rep - n_joining;
+    d->load_ms = load_ms_of(v, m);
+    if (n_rep > 0) d->rep_tok_s /= n_rep;
+    if (pm->fc_valid) {
+        d->demand_tok_s = forecast_demand(cfg->fc_z, v, m, d->load_ms, tokens);
+        d->hold_tok_s = forecast_demand(cfg->fc_z_in, v, m, d->load_ms, tokens);
+    }
+    /* Proactive: the replicas the forecast asks for, beyond those serving and joining. */
+    int add_fc = 0;
+    if (cfg->proactive && pm->fc_valid && n_rep > 0 && d->rep_tok_s > 0) {
+        int need = (int)ceil(d->demand_tok_s / (d->rep_tok_s * cfg->util_high));
+        int need_kv = (int)ceil(d->kv_sum / PLAN_KV_HIGH); /* admissions stall on a full KV */
+        if (need_kv > need) need = need_kv;
+        add_fc = need - n_rep;
+    }
+    if (queued == 0 && add_fc <= 0) return;
     double best = INF_MS, work = 0;
     const struct step_model *best_sm = NULL;
+    int mean = queued ? (int)(tokens / queued) : 1;
+    if (mean < 1) mean = 1;
     for (int i = 0; i < v->n_nodes; i++) {
         const struct plan_node *n = &v->nodes[i];
-        if (!n->alive || n->engine_model != m) continue;
+        if (!n->alive || n->engine_model != m || n->standby) continue;
         double t = planner_predict_ttft_ms(cfg, v, n, m, mean);
         if (t < best) best = t;
         const struct step_model *sm = step_of(v, n, m);
@@ -354,16 +489,25 @@ static void model_demand(const struct plan_config *cfg, const struct plan_view *
     }
     work += planner_drain_ms(best_sm, pm->held_tokens, 0, cfg->max_step_tokens);
     if (n_rep == 0) { /* cold: requests wait for a replica that does not exist */
-        d->trigger = 1;
+        d->trigger = queued > 0;
         d->slack = -INF_MS / 2;
-    } else {
+        d->reason = PLAN_WHY_COLD;
+    } else if (queued > 0) {
         d->slack = pm->ttft_slo_ms - best;
         d->trigger = d->slack < 0; /* the scheduler's slack test; 0 is on time */
+        d->reason = PLAN_WHY_SLACK;
     }
-    if (!d->trigger) return;
-    int needed = (int)ceil(work / pm->ttft_slo_ms);
-    d->add = needed - n_rep;
-    if (d->add < 1 && n_joining == 0) d->add = 1; /* late now and nobody on the way */
+    if (d->trigger) {
+        int needed = (int)ceil(work / pm->ttft_slo_ms);
+        d->add = needed - n_rep;
+        if (d->add < 1 && n_joining == 0) d->add = 1; /* late now and nobody on the way */
+    }
+    if (add_fc > d->add) { /* the forecast asks for more than the queue does */
+        d->add = add_fc;
+        d->reason = d->trigger ? d->reason : PLAN_WHY_FORECAST;
+        d->trigger = 1;
+        if (d->slack >= INF_MS) d->slack = 0;
+    }
     if (d->add > cfg->max_joiners) d->add = cfg->max_joiners;
     if (d->add > PLAN_MAX_CHAIN) d->add = PLAN_MAX_CHAIN;
     if (d->add < 0) d->add = 0;
@@ -380,7 +524,25 @@ static void scale_up(const struct plan_config *cfg, const struct plan_view *v, s
                      const struct demand *d, struct plan_action *out, int cap, int *n_out)
 {
     int m = d->m, idx[PLAN_MAX_CHAIN], n = 0;
-    /* Pick the d->add best free nodes by selection (deterministic, no sort state). */
+    /* Standbys of m first (they hold its first layers), then the best free nodes, by selection
+     * (deterministic, no sort state). */
+    while (n < d->add) {
+        int best = -1;
+        for (int i = 0; i < v->n_nodes; i++) {
+            const struct plan_node *c = &v->nodes[i];
+            if (!c->alive || !c->standby || c->engine_model != m || t->taken[i] ||
+                in_progress_chain(v, c->id, -1, -1))
+                continue;
+            if (best < 0 || c->layers_resident > v->nodes[best].layers_resident ||
+                (c->layers_resident == v->nodes[best].layers_resident &&
+                 better_joiner(cfg, v, m, c, &v->nodes[best])))
+                best = i;
+        }
+        if (best < 0) break;
+        t->taken[best] = 1;
+        idx[n++] = best;
+    }
+    int n_standby = n;
     while (n < d->add) {
         int best = -1;
         for (int i = 0; i < v->n_nodes; i++) {
@@ -398,7 +560,8 @@ static void scale_up(const struct plan_config *cfg, const struct plan_view *v, s
     }
     if (n == 0) return;
     /* Joiners that hold m in host memory load over their own PCIe (source = themselves) unless
-     * the hop from the network source is faster; the others form one chain from that source. */
+     * the hop from the network source is faster; standbys stream their missing layers alone
+     * (each from its own layer on); the others form one chain from that source. */
     int src = pick_source(v, t, m);
     int chain[PLAN_MAX_CHAIN], nc = 0;
     for (int j = 0; j < n; j++) {
@@ -406,12 +569,17 @@ static void scale_up(const struct plan_config *cfg, const struct plan_view *v, s
         int local = (int)(c->host_cached >> m & 1);
         if (local && src >= 0 && c->host_Bps > 0 && hop_Bps(&v->nodes[src], c) > c->host_Bps)
             local = 0;
-        if (local) {
-            struct plan_action a = {
-                .kind = PLAN_SCALE_UP, .model = m, .source = c->id, .node = c->id, .n_chain = 1};
+        if (local || (j < n_standby && src >= 0)) {
+            struct plan_action a = {.kind = PLAN_SCALE_UP,
+                                    .model = m,
+                                    .source = local ? c->id : v->nodes[src].id,
+                                    .node = c->id,
+                                    .n_chain = 1,
+                                    .reason = d->reason,
+                                    .handover = -1};
             a.chain[0] = c->id;
             if (emit(out, cap, n_out, &a)) return;
-        } else {
+        } else if (j >= n_standby) {
             chain[nc++] = idx[j];
         }
     }
@@ -422,8 +590,12 @@ static void scale_up(const struct plan_config *cfg, const struct plan_view *v, s
     }
     order_chain(v, m, src, chain, nc);
     t->sources[src]++;
-    struct plan_action a = {
-        .kind = PLAN_SCALE_UP, .model = m, .source = v->nodes[src].id, .n_chain = nc};
+    struct plan_action a = {.kind = PLAN_SCALE_UP,
+                            .model = m,
+                            .source = v->nodes[src].id,
+                            .n_chain = nc,
+                            .reason = d->reason,
+                            .handover = -1};
     for (int j = 0; j < nc; j++) a.chain[j] = v->nodes[chain[j]].id;
     a.node = a.chain[0];
     emit(out, cap, n_out, &a);
@@ -467,7 +639,11 @@ static void restore_r(const struct plan_view *v, struct tick *t, int m, struct p
     if (want <= 0) return;
     int src = pick_source(v, t, m);
     if (src < 0) return; /* lost: nothing live holds m (see planner_loss_probability) */
-    struct plan_action a = {.kind = PLAN_REPLICATE_HOST, .model = m, .source = v->nodes[src].id};
+    struct plan_action a = {.kind = PLAN_REPLICATE_HOST,
+                            .model = m,
+                            .source = v->nodes[src].id,
+                            .reason = PLAN_WHY_DURABILITY,
+                            .handover = -1};
     while (a.n_chain < want && a.n_chain < PLAN_MAX_CHAIN) {
         /* A rack with no copy yet first (a rack's switch or power takes all its copies at
          * once), then the lowest failure probability, then the lowest id. */
@@ -519,9 +695,39 @@ static int idle_for(const struct plan_view *v, const struct plan_node *n, double
            v->now_ms - n->load.idle_since_ms >= ms;
 }
 
-static void scale_down(const struct plan_view *v, const struct tick *t, int m,
-                       struct plan_action *out, int cap, int *n_out)
+/* Partial residency: how many standbys m should have (the burst the forecast may miss, in
+ * replicas) and how many layers each keeps (what cannot stream within the TTFT SLO). */
+static int standby_target(const struct plan_config *cfg, const struct plan_view *v,
+                          const struct demand *d, int *keep)
 {
+    const struct plan_model *pm = &v->models[d->m];
+    *keep = 0;
+    if (cfg->standby_max <= 0 || !pm->fc_valid || d->rep_tok_s <= 0 ||
+        d->load_ms <= pm->ttft_slo_ms)
+        return 0;
+    int k = (int)ceil(pm->layers * (1 - pm->ttft_slo_ms / d->load_ms));
+    if (k < 1) k = 1;
+    if (k > pm->layers - 1) k = pm->layers - 1;
+    if (k < 1) return 0;
+    *keep = k;
+    int want = (int)ceil(pm->fc_err / d->rep_tok_s); /* one forecast error, in replicas */
+    return want < cfg->standby_max ? want : cfg->standby_max;
+}
+
+static int standbys_of(const struct plan_view *v, int m)
+{
+    int n = 0;
+    for (int i = 0; i < v->n_nodes; i++)
+        n += v->nodes[i].alive && v->nodes[i].standby && v->nodes[i].engine_model == m;
+    return n;
+}
+
+static void scale_down(const struct plan_config *cfg, const struct plan_view *v,
+                       const struct tick *t, const struct demand *d, struct plan_action *out,
+                       int cap, int *n_out)
+{
+    int m = d->m, keep = 0;
+    int standby_want = standby_target(cfg, v, d, &keep);
     const struct plan_model *pm = &v->models[m];
     int holders = 0, serving = 0, best = -1;
     for (int i = 0; i < v->n_nodes; i++) {
@@ -531,7 +737,7 @@ static void scale_down(const struct plan_view *v, const struct tick *t, int m,
     }
     for (int i = 0; i < v->n_nodes; i++) {
         const struct plan_node *n = &v->nodes[i];
-        if (!n->alive || n->engine_model != m || !idle_for(v, n, pm->keep_alive_ms) ||
+        if (!n->alive || n->engine_model != m || n->standby || !idle_for(v, n, pm->keep_alive_ms) ||
             in_scaleout(v, n->id))
             continue;
         /* never the last copy: an engine replica that is the only whole copy stays */
@@ -542,8 +748,14 @@ static void scale_down(const struct plan_view *v, const struct tick *t, int m,
             best = i;
     }
     if (best >= 0) {
-        struct plan_action a = {
-            .kind = PLAN_SCALE_DOWN, .model = m, .source = -1, .node = v->nodes[best].id};
+        struct plan_action a = {.kind = PLAN_SCALE_DOWN,
+                                .model = m,
+                                .source = -1,
+                                .node = v->nodes[best].id,
+                                .reason = PLAN_WHY_IDLE,
+                                .handover = -1};
+        if (standbys_of(v, m) < standby_want && serves_alone(v, &v->nodes[best], m))
+            a.keep_layers = keep;
         emit(out, cap, n_out, &a);
     }
     /* Host copies above R, on nodes not serving m and idle for the keep-alive: one per tick. */
@@ -572,10 +784,101 @@ static void scale_down(const struct plan_view *v, const struct tick *t, int m,
         }
     }
     if (best >= 0) {
-        struct plan_action a = {
-            .kind = PLAN_DROP_HOST, .model = m, .source = -1, .node = v->nodes[best].id};
+        struct plan_action a = {.kind = PLAN_DROP_HOST,
+                                .model = m,
+                                .source = -1,
+                                .node = v->nodes[best].id,
+                                .reason = PLAN_WHY_DURABILITY,
+                                .handover = -1};
         emit(out, cap, n_out, &a);
     }
+}
+
+/* Capacity scale-in: down to the replicas the forecast's demand (with fc_z_in errors and the
+ * queue) needs at util_low and their KV at PLAN_KV_LOW, as many as that allows this tick: each
+ * time the replica with the fewest running sequences (then the fewest queued tokens, then the
+ * highest id); a busy one hands its requests to the serving replica with the most KV room that
+ * can take them. Not while m scales out or is late. */
+static void scale_in(const struct plan_config *cfg, const struct plan_view *v, struct tick *t,
+                     const struct demand *d, struct plan_action *out, int cap, int *n_out)
+{
+    int m = d->m;
+    const struct plan_model *pm = &v->models[m];
+    if (!cfg->handover || !pm->fc_valid || d->n_serving < 2 || d->rep_tok_s <= 0) return;
+    for (int s = 0; s < v->n_scaleouts; s++)
+        if (v->scaleouts[s].model == m && v->scaleouts[s].kind == PLAN_SO_ENGINE) return;
+    int keep_n = (int)ceil(d->hold_tok_s / (d->rep_tok_s * cfg->util_low));
+    int keep_kv = (int)ceil(d->kv_sum / PLAN_KV_LOW);
+    if (keep_kv > keep_n) keep_n = keep_kv;
+    if (keep_n < 1) keep_n = 1;
+    int standby_keep = 0, standby_want = standby_target(cfg, v, d, &standby_keep);
+    int standbys = standbys_of(v, m);
+    for (int left = d->n_serving - keep_n; left > 0; left--) {
+        int best = -1;
+        for (int i = 0; i < v->n_nodes; i++) {
+            const struct plan_node *n = &v->nodes[i];
+            if (!serves_alone(v, n, m) || n->standby || in_scaleout(v, n->id) || t->taken[i])
+                continue;
+            const struct plan_node *b = best >= 0 ? &v->nodes[best] : NULL;
+            if (!b || n->load.running_seqs < b->load.running_seqs ||
+                (n->load.running_seqs == b->load.running_seqs &&
+                 (n->load.queued_tokens < b->load.queued_tokens ||
+                  (n->load.queued_tokens == b->load.queued_tokens && n->id > b->id))))
+                best = i;
+        }
+        if (best < 0) return;
+        const struct plan_node *leaving = &v->nodes[best];
+        int to = -1;
+        if (leaving->load.running_seqs > 0 || leaving->load.queue_len > 0) {
+            /* the receiver with the most KV room left, counting what it takes this tick */
+            for (int i = 0; i < v->n_nodes; i++) {
+                const struct plan_node *n = &v->nodes[i];
+                if (i == best || !serves_alone(v, n, m) || n->standby || t->taken[i] ||
+                    n->load.kv_used + t->kv_in[i] + leaving->load.kv_used > 0.9)
+                    continue;
+                double ka = n->load.kv_used + t->kv_in[i];
+                double kb = to >= 0 ? v->nodes[to].load.kv_used + t->kv_in[to] : 0;
+                if (to < 0 || ka < kb || (ka == kb && n->id < v->nodes[to].id)) to = i;
+            }
+            if (to < 0) return; /* nobody can take its sequences now */
+            t->kv_in[to] += (float)leaving->load.kv_used;
+        }
+        t->taken[best] = 1;
+        struct plan_action a = {.kind = PLAN_SCALE_DOWN,
+                                .model = m,
+                                .source = -1,
+                                .node = leaving->id,
+                                .reason = PLAN_WHY_CAPACITY,
+                                .handover = to >= 0 ? v->nodes[to].id : -1,
+                                .keep_layers = standbys < standby_want ? standby_keep : 0};
+        standbys += a.keep_layers > 0;
+        if (emit(out, cap, n_out, &a)) return;
+    }
+}
+
+/* Standbys beyond what the forecast's error asks for give their layers back, one per tick. */
+static void trim_standby(const struct plan_config *cfg, const struct plan_view *v,
+                         const struct tick *t, const struct demand *d, struct plan_action *out,
+                         int cap, int *n_out)
+{
+    int keep, want = standby_target(cfg, v, d, &keep), have = standbys_of(v, d->m);
+    if (have <= want) return;
+    int best = -1;
+    for (int i = 0; i < v->n_nodes; i++) {
+        const struct plan_node *n = &v->nodes[i];
+        if (!n->alive || !n->standby || n->engine_model != d->m || t->taken[i] ||
+            in_progress_chain(v, n->id, -1, -1))
+            continue;
+        if (best < 0 || n->id > v->nodes[best].id) best = i;
+    }
+    if (best < 0) return;
+    struct plan_action a = {.kind = PLAN_SCALE_DOWN,
+                            .model = d->m,
+                            .source = -1,
+                            .node = v->nodes[best].id,
+                            .reason = PLAN_WHY_STANDBY,
+                            .handover = -1};
+    emit(out, cap, n_out, &a);
 }
 
 int planner_step(const struct plan_config *cfg, const struct plan_view *v, struct plan_action *out,
@@ -598,8 +901,16 @@ int planner_step(const struct plan_config *cfg, const struct plan_view *v, struc
         scale_up(cfg, v, &t, &d[pick], out, cap, &n_out);
         d[pick].trigger = 0;
     }
-    /* 3. scale down what has idled for its keep-alive (not a model that is late now) */
-    for (int m = 0; m < v->n_models; m++)
-        if (d[m].slack >= 0) scale_down(v, &t, m, out, cap, &n_out);
+    /* 3. scale down what has idled for its keep-alive, and (with the forecast) what the demand no
+     * longer needs; not a model that is late or growing now */
+    for (int m = 0; m < v->n_models; m++) {
+        if (d[m].slack < 0 || d[m].add > 0) continue;
+        int before = n_out;
+        scale_down(cfg, v, &t, &d[m], out, cap, &n_out);
+        int engine_left = 0;
+        for (int k = before; k < n_out; k++) engine_left |= out[k].kind == PLAN_SCALE_DOWN;
+        if (!engine_left) scale_in(cfg, v, &t, &d[m], out, cap, &n_out);
+        trim_standby(cfg, v, &t, &d[m], out, cap, &n_out);
+    }
     return n_out;
 }

@@ -52,7 +52,29 @@
  *   no copy of M yet (finished, on its way, or picked this tick) first, then the lowest failure
  *   probability, then id. With no such node R waits until one frees up (an idle extra copy of
  *   another model is dropped, a node joins). Copies already in one rack are not moved (only new copies and drops spread them).
- * - Routing (planner_route): the replica of M with the least predicted TTFT, ties by id. */
+ * - Routing (planner_route): the replica of M with the least predicted TTFT, ties by id.
+ *
+ * Beyond the reactive trigger (each acts only on the inputs it needs; all off or inert with the
+ * defaults a caller that fills none of them gets, as cluster/control.c does today):
+ * - Proactive scale-up (cfg->proactive, needs models[m].fc_valid): a Holt forecast of m's prompt
+ *   tokens/s (planner_forecast_*, the caller keeps its state) at the horizon of one scale-out
+ *   (never below its level), plus fc_z times its error, plus the queued prompt tokens over the
+ *   SLO, against the replicas' prefill capacity (planner_prefill_tok_s: a full prompt chunk per
+ *   step within the TPOT guard) times cfg->util_high; the shortfall in replicas is added (reason
+ *   PLAN_WHY_FORECAST). Also replicas for the KV in use at 95% (BlitzScale's Eq.1 bound).
+ * - Capacity scale-in (cfg->handover, needs fc_valid): down to the replicas the same demand (with
+ *   fc_z_in errors) needs at cfg->util_low and the KV at 75%, as many a tick as that allows, the
+ *   fewest running sequences first; a busy one hands its sequences to the serving replica with
+ *   the most KV room (plan_action.handover): the executor moves them (KV transfer), so none fails
+ *   or restarts. Not while m scales out or is late.
+ * - Partial residency (cfg->standby_max > 0): a replica that leaves keeps layers [0, k) resident
+ *   as a standby (plan_action.keep_layers, plan_node.standby) while fewer than S standbys exist,
+ *   S = ceil(fc_err / one replica's capacity) (one forecast error's burst, in replicas), k the
+ *   share of the model that cannot stream within the TTFT SLO, k = L (1 - SLO / load time). A
+ *   scale-up takes standbys first and streams only layers [k, L) to each; extra standbys drop
+ *   one a tick.
+ * - Measured inputs: link_Bps, nvlink_Bps, host_Bps, fail_prob and step_own are what the caller
+ *   measured (the simulator gives its configured truths), read alike by live and simulated runs. */
 #ifndef STRATA_PLANNER_H
 #define STRATA_PLANNER_H
 
@@ -73,6 +95,11 @@ struct plan_model {
     double keep_alive_ms; /* idle time before an engine replica (or extra host copy) goes */
     int held;             /* requests of this model held by the router for lack of a replica */
     long held_tokens;     /* their prompt tokens */
+    /* The leading signal (planner_forecast_fill): prompt tokens/s arriving for m, smoothed. */
+    int fc_valid;    /* 0: no forecast (proactive scale-up and capacity scale-in stay off) */
+    double fc_level; /* tokens/s now */
+    double fc_trend; /* tokens/s per second */
+    double fc_err;   /* mean absolute one-period forecast error, tokens/s */
 };
 
 /* What a node's scheduler reports (serve_metrics + step model), as of the view's time. */
@@ -104,6 +131,9 @@ struct plan_node {
                            * serving process: 1); 0: no limit (the simulator's servers) */
     uint64_t refused;     /* bit m: it refused (or failed) a scale-out of m lately: no joiner or
                            * new host copy of m goes there */
+    int standby;          /* 1: holds layers [0, layers_resident) of engine_model and serves nothing
+                           * (partial residency); a scale-up there streams only the rest */
+    struct step_model step_own; /* this node's own fitted step model; a = c = 0: its type's */
     struct plan_load load;
 };
 
@@ -135,6 +165,18 @@ struct plan_config {
     int max_step_tokens; /* the scheduler's per-step token budget (prefill chunking) */
     int max_joiners;     /* at most this many joiners per model per tick (<= PLAN_MAX_CHAIN) */
     int ignore_matrix;   /* 1: placement ignores the throughput matrix (ablation) */
+    int proactive;       /* 1 (default): scale up on the forecast where models[m].fc_valid */
+    int handover;        /* 1: capacity scale-in, busy replicas hand their sequences over (the
+                          * executor must move them); 0 (default): only idle replicas leave */
+    int standby_max;     /* partial residency: standbys per model (0, default: none) */
+    /* capacity targets (chosen on the Azure traces in the simulator, docs/simulator.md): scale up
+     * when the demand passes util_high x the replicas' nominal prefill capacity (which assumes a
+     * full chunk every step, more than a short queue gives: hence above 1), in while it stays
+     * under util_low x one replica fewer */
+    double util_high; /* 1.1 */
+    double util_low;  /* 0.9 */
+    double fc_z;      /* forecast error multiple added to the demand to scale up on (0) */
+    double fc_z_in;   /* ... and to the demand scale-in keeps capacity for (0) */
 };
 
 enum plan_action_kind {
@@ -144,6 +186,18 @@ enum plan_action_kind {
     PLAN_DROP_HOST       /* drop model from node's host memory (above R, idle) */
 };
 
+/* Why an action was taken: the simulator counts a forecast's scale-ups that served nothing (its
+ * false positives) in GPU-seconds. */
+enum plan_reason {
+    PLAN_WHY_SLACK,      /* predicted TTFT past the SLO (reactive) */
+    PLAN_WHY_COLD,       /* requests held, no replica */
+    PLAN_WHY_FORECAST,   /* the forecast's demand exceeds capacity (proactive) */
+    PLAN_WHY_IDLE,       /* idle for the keep-alive */
+    PLAN_WHY_CAPACITY,   /* demand fits fewer replicas (capacity scale-in) */
+    PLAN_WHY_DURABILITY, /* host copies: restore R, drop extras */
+    PLAN_WHY_STANDBY     /* a standby beyond what the forecast's error asks for */
+};
+
 struct plan_action {
     int kind; /* enum plan_action_kind */
     int model;
@@ -151,6 +205,10 @@ struct plan_action {
     int node;   /* target node id (scale down, replicate, drop); chain[0] for scale up */
     int n_chain;
     int chain[PLAN_MAX_CHAIN];
+    int reason;      /* enum plan_reason */
+    int handover;    /* PLAN_SCALE_DOWN: the node taking its running and queued requests (-1:
+                      * none, the node is idle) */
+    int keep_layers; /* PLAN_SCALE_DOWN: layers [0, keep_layers) stay resident (a standby) */
 };
 
 struct plan_route {
@@ -179,6 +237,30 @@ double planner_predict_ttft_ms(const struct plan_config *cfg, const struct plan_
 /* Time (ms) to prefill `tokens` queued prompt tokens while `running` sequences decode, in steps of
  * max_step_tokens, by step model sm. */
 double planner_drain_ms(const struct step_model *sm, long tokens, int running, int max_step_tokens);
+
+/* Prompt tokens/s node n can take for m: a full prompt chunk per step (max_step_tokens, or less
+ * where the TPOT guard on its running sequences allows less), one step after another. */
+double planner_prefill_tok_s(const struct plan_config *cfg, const struct plan_view *v,
+                             const struct plan_node *n, int m);
+
+/* The leading signal: Holt's linear exponential smoothing (level and trend; Holt-Winters without
+ * its season, which a window of minutes does not show) of the prompt tokens/s arriving for a
+ * model, over periods of period_ms. The caller owns it (one per model) and tells it, every tick,
+ * the prompt tokens that arrived since the last call; a period closes when now_ms passes its end.
+ * err is the mean absolute error of the forecast one period ahead (an EWMA with weight alpha). */
+struct plan_forecast {
+    double alpha, beta, period_ms;
+    double level, trend, err;
+    double start_ms, tokens; /* the open period */
+    int periods;             /* closed so far */
+};
+void planner_forecast_init(struct plan_forecast *f, double now_ms, double period_ms, double alpha,
+                           double beta);
+void planner_forecast_observe(struct plan_forecast *f, double now_ms, double tokens);
+/* Copies the forecast into pm's fc_* fields (valid after two closed periods). */
+void planner_forecast_fill(const struct plan_forecast *f, struct plan_model *pm);
+/* pm's forecast tokens/s ahead_ms from now (level + trend x ahead, at least 0). */
+double planner_forecast_at(const struct plan_model *pm, double ahead_ms);
 
 /* P(all n holders lost) = the product of their failure probabilities (independent failures). */
 double planner_loss_probability(const double *fail_prob, int n);

@@ -1,7 +1,10 @@
 /* sim: `strata sim`'s discrete-event cluster simulator. One simulation = one policy on one
- * cluster and one request stream; it drives the cluster's own planner (cluster/planner.h) for
- * every scale and routing decision and the scheduler's step-time model (serving/sched/step_model.h)
- * for every GPU step, with SimGrid (sim_net.h) as the clock and the network.
+ * cluster and one request stream; the policy's controller (sim_policy.h: Strata's own planner,
+ * cluster/planner.h, or a published system's rules) makes every scale and routing decision, the
+ * scheduler's step-time model (serving/sched/step_model.h) times every GPU step, and SimGrid
+ * (sim_net.h) is the clock and the network. Instance ids are shuffled by the seed (instance
+ * numbers in a config refer to the listing order and are mapped), so no result depends on the
+ * order GPUs are listed in.
  *
  * Model (docs/simulator.md): a GPU instance (one tensor-parallel group on one server) runs
  * iteration-level batching like serving/sched/scheduler.c: each step decodes one token of every
@@ -51,15 +54,21 @@ struct sim_tiers {
 enum sim_source { SIM_SRC_SSD, SIM_SRC_REMOTE, SIM_SRC_HOST, SIM_SRC_NET };
 enum sim_multicast { SIM_MC_NONE, SIM_MC_CHAIN, SIM_MC_BINOMIAL };
 
+struct sim_controller;
+
 struct sim_policy {
     char name[24];
-    int source;          /* enum sim_source: where a joiner's layers come from */
-    int multicast;       /* enum sim_multicast (SIM_SRC_NET) */
-    int live;            /* a joiner serves with k < L layers (execute-while-load) */
-    int cache_on_load;   /* a node that loaded the model keeps it in host memory */
+    const struct sim_controller *ctl; /* who decides (sim_policy.h) */
+    int source;                       /* enum sim_source: where a joiner's layers come from */
+    int multicast;                    /* enum sim_multicast (SIM_SRC_NET) */
+    int live;                         /* a joiner serves with k < L layers (execute-while-load) */
+    int cache_on_load;                /* a node that loaded the model keeps it in host memory */
     int cache_all;       /* every server holds the model in host memory from the start */
     int replicas_cached; /* R */
     int ignore_matrix;
+    /* Strata's planner (plan_config): the forecast's scale-up, capacity scale-in with hand-over,
+     * partial residency */
+    int proactive, handover, standby;
 };
 
 struct sim_request {
@@ -139,6 +148,15 @@ struct sim_config {
     int n_failures;
     int progress; /* progress lines on stderr */
     unsigned seed;
+    int no_shuffle; /* 1: instance ids in listing order (checks of the shuffle itself) */
+    /* Strata's planner knobs (`fc_period_ms`, `fc_alpha`, `fc_beta`, `fc_z`, `util_high`,
+     * `util_low`, `standby_max`; docs/simulator.md) */
+    double fc_period_ms, fc_alpha, fc_beta, fc_z, fc_z_in, util_high, util_low;
+    int standby_max;
+    /* ServerlessLLM's released defaults (`sllm_target` ongoing requests per instance,
+     * `sllm_max_queue` requests an instance takes, `sllm_keep_alive_s`; sim_serverlessllm.h) */
+    double sllm_target, sllm_keep_alive_s;
+    int sllm_max_queue;
 };
 
 #define SIM_CDF_POINTS 200
@@ -146,23 +164,33 @@ struct sim_config {
 struct sim_result {
     char policy[24];
     int n_req, n_done, n_attained;
+    int ttft_missed, tpot_missed; /* requests past their TTFT SLO; done within it but past TPOT */
     double ttft_p50, ttft_p90, ttft_p99, ttft_mean; /* ms */
-    double tbt_p50, tbt_p90, tbt_p99;               /* ms */
-    double attainment;                              /* fraction of requests within both SLOs */
-    double goodput_rps;                             /* requests within SLO per second */
+    double tbt_p50, tbt_p90, tbt_p99;               /* ms, every gap between two tokens */
+    double tpot_p50, tpot_p99; /* ms, per request: its mean gap (what the TBT SLO is checked on) */
+    double attainment;         /* fraction of requests within both SLOs */
+    double goodput_rps;        /* requests within SLO per second */
     double gpu_s, cost_usd;
+    double standby_gpu_s;   /* of gpu_s: standbys, charged at the share of HBM their layers hold */
+    double proactive_gpu_s; /* of gpu_s: allocations a forecast started */
+    double fp_gpu_s;        /* of those: allocations that served no request (false positives) */
+    int handovers, moved_seqs, restarts; /* scale-ins with a hand-over, sequences moved; requests
+                                            that lost progress to a scale-in (0 with hand-over) */
     int cold_starts, scaleouts, failures_injected, scaleouts_broken;
     double so_mean_s, so_max_s;
     double first_token_s; /* the earliest first token of any request (simulated time), -1: none */
+    double first_scaleout_s; /* the first scale-out's decision (simulated time), -1: none */
     int max_replicas;
     double sim_end_s, wall_s;
     long events;
     double ttft_cdf[SIM_CDF_POINTS]; /* ms at quantile (i+1)/POINTS */
 };
 
-/* The published systems' designs and Strata's own (see docs/simulator.md). */
+/* The published systems' designs and Strata's own (see docs/simulator.md); sim_policy_names: the
+ * default set, in table order; more by name (sim_policy_by_name). */
 int sim_policy_by_name(const char *name, struct sim_policy *p);
 extern const char *const sim_policy_names[];
+extern const char *const sim_policy_extra_names[];
 
 void sim_config_default(struct sim_config *c);
 int sim_model_by_name(const char *name, struct sim_model_spec *m);
@@ -187,6 +215,8 @@ int sim_multicast_here(const struct sim_config *c, int mc, int n, double *second
 /* key = value settings shared by --config files and command-line flags (docs/simulator.md lists
  * them). Returns 0, or -1 with err naming the key and the reason. */
 int sim_config_set(struct sim_config *c, const char *key, const char *value, char *err);
+/* Every key sim_config_set knows, NULL-terminated (the command line offers each as --KEY). */
+extern const char *const sim_config_keys[];
 /* A config file: one "key = value" per line, '#' comments. */
 int sim_config_parse(struct sim_config *c, const char *text, char *err);
 int sim_config_load(struct sim_config *c, const char *path, char *err);
@@ -202,7 +232,9 @@ int sim_trace_load(const char *path, double rate, double start_s, double dur_s,
  * in seconds from 0, in time order; prompt and generated tokens >= 1); '#' starts a comment. */
 int sim_requests_parse(const char *text, size_t len, struct sim_request **out, int *n, char *err);
 int sim_requests_load(const char *path, struct sim_request **out, int *n, char *err);
-/* Synthetic Poisson arrivals: "rps=R,dur=S[,burst=R2,at=T,len=D][,in=N][,out=M]". */
+/* Synthetic Poisson arrivals: "rps=R,dur=S[,burst=R2,at=T,len=D[,ramp=U][,every=P]][,in=N]
+ * [,out=M]": R requests/s for S seconds, R2 more from T for D seconds (ramping up and down over U
+ * seconds each side), again every P seconds; prompts of N tokens, M generated. */
 int sim_synthetic(const char *spec, unsigned seed, struct sim_request **out, int *n, char *err);
 
 #endif

@@ -190,6 +190,63 @@ static int set_model_figure(struct sim_config *c, const char *key, const char *v
     return 0;
 }
 
+const char *const sim_config_keys[] = {"gpus",
+                                       "gpus_per_server",
+                                       "gpus_per_inst",
+                                       "servers_per_rack",
+                                       "model",
+                                       "model_spans",
+                                       "model_bytes",
+                                       "model_layers",
+                                       "model_params",
+                                       "kv_bytes_tok",
+                                       "chunk_bytes",
+                                       "net",
+                                       "nic_gbps",
+                                       "nvlink_GBps",
+                                       "pcie_GBps",
+                                       "ssd_GBps",
+                                       "remote_GBps",
+                                       "latency_us",
+                                       "initial",
+                                       "keep_alive_s",
+                                       "tick_ms",
+                                       "max_step_tokens",
+                                       "max_seqs",
+                                       "max_joiners",
+                                       "ttft_floor_ms",
+                                       "ttft_per_tok_ms",
+                                       "tbt_slo_ms",
+                                       "fail_prob",
+                                       "fail",
+                                       "step",
+                                       "admit_step",
+                                       "plan_step",
+                                       "replicas_cached",
+                                       "price_H100",
+                                       "price_A100",
+                                       "price_L40S",
+                                       "price_CPU",
+                                       "seed",
+                                       "shuffle",
+                                       "scaleout",
+                                       "planner",
+                                       "send_to",
+                                       "live_min_layers",
+                                       "kv_recompute",
+                                       "fc_period_ms",
+                                       "fc_alpha",
+                                       "fc_beta",
+                                       "fc_z",
+                                       "fc_z_in",
+                                       "util_high",
+                                       "util_low",
+                                       "standby_max",
+                                       "sllm_target",
+                                       "sllm_max_queue",
+                                       "sllm_keep_alive_s",
+                                       NULL};
+
 int sim_config_set(struct sim_config *c, const char *key, const char *v, char *err)
 {
     double x;
@@ -218,6 +275,14 @@ int sim_config_set(struct sim_config *c, const char *key, const char *v, char *e
         c->kv_recompute = !strcmp(v, "on");
         return 0;
     }
+    if (!strcmp(key, "shuffle")) {
+        if (strcmp(v, "on") && strcmp(v, "off"))
+            return errmsg_set(err, "sim: shuffle = \"%s\": want on or off", v);
+        c->no_shuffle = !strcmp(v, "off");
+        return 0;
+    }
+    if (!strcmp(key, "standby_max")) return integer(key, v, 0, 64, &c->standby_max, err);
+    if (!strcmp(key, "sllm_max_queue")) return integer(key, v, 1, 1 << 20, &c->sllm_max_queue, err);
     if (!strcmp(key, "send_to")) return integer(key, v, -1, PLAN_MAX_NODES, &c->send_to, err);
     if (!strcmp(key, "live_min_layers")) return integer(key, v, 0, 4096, &c->live_min_layers, err);
     if (!strcmp(key, "model")) {
@@ -271,6 +336,15 @@ int sim_config_set(struct sim_config *c, const char *key, const char *v, char *e
         {"ttft_per_tok_ms", &c->ttft_per_tok_ms, 1, 0, 1e3},
         {"tbt_slo_ms", &c->tbt_slo_ms, 1, 0, 1e6},
         {"fail_prob", &c->fail_prob, 1, 0, 1},
+        {"fc_period_ms", &c->fc_period_ms, 1, 10, 1e7},
+        {"fc_alpha", &c->fc_alpha, 1, 0.001, 1},
+        {"fc_beta", &c->fc_beta, 1, 0, 1},
+        {"fc_z", &c->fc_z, 1, 0, 100},
+        {"fc_z_in", &c->fc_z_in, 1, 0, 100},
+        {"util_high", &c->util_high, 1, 0.01, 10},
+        {"util_low", &c->util_low, 1, 0.001, 10},
+        {"sllm_target", &c->sllm_target, 1, 0.01, 1e6},
+        {"sllm_keep_alive_s", &c->sllm_keep_alive_s, 1, 0, 1e7},
     };
     for (size_t k = 0; k < sizeof nums / sizeof nums[0]; k++)
         if (!strcmp(key, nums[k].key)) {
@@ -555,9 +629,22 @@ static double unif(uint64_t *s) /* splitmix64 -> (0, 1) */
     return ((z >> 11) + 0.5) / 9007199254740992.0;
 }
 
+/* The burst's extra rate at time t: from `at`, ramping up over `ramp` s, holding `len` s,
+ * ramping down over `ramp` s; again every `every` s (0: once). */
+static double burst_rate(double t, double burst, double at, double blen, double ramp, double every)
+{
+    if (t < at || burst <= 0) return 0;
+    double ph = every > 0 ? fmod(t - at, every) : t - at;
+    if (ph < ramp) return burst * ph / ramp;
+    if (ph < ramp + blen) return burst;
+    if (ph < 2 * ramp + blen) return burst * (2 * ramp + blen - ph) / ramp;
+    return 0;
+}
+
 int sim_synthetic(const char *spec, unsigned seed, struct sim_request **out, int *n_out, char *err)
 {
-    double rps = 0, dur = 0, burst = 0, at = 0, blen = 0, in = 1024, outt = 128;
+    double rps = 0, dur = 0, burst = 0, at = 0, blen = 0, in = 1024, outt = 128, ramp = 0,
+           every = 0;
     char buf[256];
     if (strlen(spec) >= sizeof buf) return errmsg_set(err, "sim: synthetic: spec too long");
     strcpy(buf, spec);
@@ -572,6 +659,8 @@ int sim_synthetic(const char *spec, unsigned seed, struct sim_request **out, int
                       : !strcmp(tok, "len")   ? &blen
                       : !strcmp(tok, "in")    ? &in
                       : !strcmp(tok, "out")   ? &outt
+                      : !strcmp(tok, "ramp")  ? &ramp
+                      : !strcmp(tok, "every") ? &every
                                               : NULL;
         if (!dst) return errmsg_set(err, "sim: synthetic: unknown key \"%s\"", tok);
         if (num(tok, eq + 1, 0, 1e7, dst, err)) return -1;
@@ -579,12 +668,15 @@ int sim_synthetic(const char *spec, unsigned seed, struct sim_request **out, int
     if (!(rps > 0 && dur > 0 && in >= 1 && outt >= 1))
         return errmsg_set(err, "sim: synthetic: want rps > 0, dur > 0, in >= 1, out >= 1");
     if ((rps + burst) * dur > 5e7) return errmsg_set(err, "sim: synthetic: too many requests");
+    if (every > 0 && every < 2 * ramp + blen)
+        return errmsg_set(err, "sim: synthetic: every = %g: shorter than a burst (%g s)", every,
+                          2 * ramp + blen);
     uint64_t st = seed * 0x2545f4914f6cdd1dull + 1;
     int cap = 1024, n = 0;
     struct sim_request *r = malloc(sizeof *r * cap);
     if (!r) return errmsg_set(err, "sim: synthetic: out of memory");
     for (double t = 0;;) {
-        double rate = rps + (t >= at && t < at + blen ? burst : 0);
+        double rate = rps + burst_rate(t, burst, at, blen, ramp, every);
         t += -log(unif(&st)) / rate;
         if (t >= dur) break;
         if (n == cap) {

@@ -98,6 +98,7 @@ def config(nodes, rate):
         "max_seqs = " + env["max_batch"], "max_step_tokens = " + env["step_tokens"],
         "tbt_slo_ms = 100", "ttft_floor_ms = 1000", "ttft_per_tok_ms = 0",  # serve's defaults
         "planner = off", "initial = 1", "send_to = 1",
+        "shuffle = off",  # instance numbers are the live nodes
         "live_min_layers = 1",  # the joiner serves once its embedding (the first span) is in
         "kv_recompute = on",  # and recomputes the KV of each layer that lands
         "scaleout = 0:0:" + ",".join(str(k) for k in range(1, nodes)),
@@ -128,7 +129,7 @@ def sim(name, conf, reqs, policy):
     open(os.path.join(d, "requests.csv"), "w").write(reqs)
     p = subprocess.run([strata, "sim", "--config", os.path.join(d, "sim.conf"), "--requests",
                         os.path.join(d, "requests.csv"), "--policy", policy, "--out", d,
-                        "--quiet"], capture_output=True, text=True)
+                        "--seeds", "1", "--quiet"], capture_output=True, text=True)
     open(os.path.join(d, "stdout.txt"), "w").write(p.stdout + p.stderr)
     if p.returncode:
         print("sim_validate: strata sim (%s): %s" % (name, (p.stdout + p.stderr).strip()))

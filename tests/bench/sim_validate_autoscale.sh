@@ -5,8 +5,9 @@
 # autoscaling run in which the leader's planner scales out), reads what that run measured (node 1's
 # fitted step model from its log, the step padding, the model's spans, the weight rate, the
 # scheduler's batch limits, and loadgen's requests exactly as sent: --dump-requests), describes the
-# same cluster to `strata sim` with the planner ON (policy strata: the same planner code, its own
-# decisions), and prints
+# same cluster to `strata sim` with the planner ON (policy strata-reactive: the same planner code,
+# its own decisions, as live: control.c feeds it no forecast and carries out no hand-over yet),
+# and prints
 #   quantity | measured | predicted (link = the cap) | error | predicted (link = measured) | error
 # for SLO attainment and TTFT P50/P99 of both runs, the time of the first scale-up decision after
 # the start, and for that scale-up decision -> the joiner's first token and -> k = L.
@@ -125,6 +126,7 @@ def config(nodes, step, max_batch, step_tokens, link_Bps):
         "max_seqs = %d" % max_batch, "max_step_tokens = %d" % step_tokens,
         "ttft_floor_ms = %s" % E["TTFT_MS"], "ttft_per_tok_ms = 0", "tbt_slo_ms = %s" % E["TPOT_MS"],
         "initial = 1", "replicas_cached = 1",  # `strata serve --cluster`'s default R
+        "shuffle = off",  # instance numbers are the live nodes
         "keep_alive_s = 20", "tick_ms = 100",  # --keep-alive-ms 20000, --cluster-heartbeat-ms 100
         "live_min_layers = 1",  # the joiner serves once its embedding (the first span) is in
         "kv_recompute = on", ""])
@@ -136,8 +138,8 @@ def sim(name, conf, reqs):
     open(os.path.join(d, "sim.conf"), "w").write(conf)
     open(os.path.join(d, "requests.csv"), "w").write(reqs)
     p = subprocess.run([strata, "sim", "--config", os.path.join(d, "sim.conf"), "--requests",
-                        os.path.join(d, "requests.csv"), "--policy", "strata", "--out", d,
-                        "--quiet"], capture_output=True, text=True,
+                        os.path.join(d, "requests.csv"), "--policy", "strata-reactive",
+                        "--out", d, "--seeds", "1", "--quiet"], capture_output=True, text=True,
                        env=dict(E, STRATA_SIM_TRACE="1"))
     open(os.path.join(d, "stdout.txt"), "w").write(p.stdout + p.stderr)
     if p.returncode:
@@ -145,7 +147,7 @@ def sim(name, conf, reqs):
     summ = next(csv.DictReader(open(os.path.join(d, "summary.csv"))))
     ups, first, full = [], {}, {}
     for line in p.stderr.splitlines():
-        m = re.match(r"sim: strata: t=([\d.]+) (.*)$", line)
+        m = re.match(r"sim: strata-reactive: t=([\d.]+) (.*)$", line)
         if not m:
             continue
         t, what = float(m.group(1)), m.group(2)

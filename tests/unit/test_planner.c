@@ -1,4 +1,6 @@
 /* The planner's decisions on small hand-built views: the scale-up trigger at the slack boundary,
+ * the leading signal (Holt's smoothing, proactive scale-up, capacity scale-in with hand-over,
+ * standbys),
  * chain order, the last copy, restoring R (spread over racks; drops that keep the spread), nodes
  * of one model slot (restores only into a free slot, switches that never drop a last copy),
  * routing to a joiner by its split point, the faster of two GPU types, determinism. Step models
@@ -578,6 +580,145 @@ TEST(rejects_inconsistent_view)
     CHECK(strstr(err, "twice") != NULL);
 }
 
+/* Holt's linear smoothing over 1 s periods, alpha = beta = 0.5: a constant rate is its own level
+ * with no trend and no error; a ramp of 1000 tokens/s per second is tracked exactly once its
+ * slope is seen (level 3000, trend 1000, error 500 after three periods: 1000 at the second, then
+ * halved), and forecast 2 s ahead as 5000; an empty period closes with rate 0. */
+TEST(forecast_is_holt_smoothing)
+{
+    struct plan_forecast f;
+    struct plan_model pm = {0};
+    planner_forecast_init(&f, 0, 1000, 0.5, 0.5);
+    for (int k = 0; k <= 5; k++) planner_forecast_observe(&f, 1000.0 * k + 500, 1000);
+    planner_forecast_fill(&f, &pm);
+    CHECK_EQ_INT(pm.fc_valid, 1);
+    CHECK(pm.fc_level == 1000 && pm.fc_trend == 0 && pm.fc_err == 0);
+    planner_forecast_init(&f, 0, 1000, 0.5, 0.5);
+    for (int k = 0; k < 3; k++) planner_forecast_observe(&f, 1000.0 * k, 1000.0 * (k + 1));
+    planner_forecast_fill(&f, &pm); /* two periods closed: the slope is seen */
+    CHECKF(pm.fc_valid == 1 && pm.fc_level == 2000 && pm.fc_trend == 1000 && pm.fc_err == 1000,
+           "level %g trend %g err %g", pm.fc_level, pm.fc_trend, pm.fc_err);
+    planner_forecast_observe(&f, 3000, 0); /* closes the third */
+    planner_forecast_fill(&f, &pm);
+    CHECK_EQ_INT(pm.fc_valid, 1);
+    CHECKF(pm.fc_level == 3000 && pm.fc_trend == 1000 && pm.fc_err == 500,
+           "level %g trend %g err %g", pm.fc_level, pm.fc_trend, pm.fc_err);
+    CHECK(planner_forecast_at(&pm, 2000) == 5000);
+    planner_forecast_observe(&f, 5000, 0); /* periods 4 and 5: nothing arrived */
+    CHECK(f.periods == 5 && f.level < 3000);
+}
+
+/* One replica of 1024 prompt tokens/s (1/1024 s a token, no TPOT guard). A forecast of 3000
+ * tokens/s asks for ceil(3000 / (1024 x 1.1)) = 3 replicas: 2 more, reason FORECAST; 1000 fits
+ * one; a trend of 1000 tokens/s per second over the 1.12 s load (14 GB at 12.5 GB/s) makes it
+ * 2120: one more. Off with cfg.proactive = 0, and without a valid forecast. */
+TEST(proactive_scale_up_on_the_forecast)
+{
+    struct rig g;
+    struct plan_action a[8];
+    rig_init(&g, 4);
+    serve(&g, 0, 0, 0);
+    g.nodes[0].load.idle_since_ms = -1; /* busy: no keep-alive scale-down */
+    g.nodes[0].host_cached = 1;
+    g.models[0].tpot_slo_ms = 0;
+    g.models[0].fc_valid = 1;
+    g.models[0].fc_level = 3000;
+    CHECK_EQ_INT(step(&g, a, 8), 1);
+    CHECK_EQ_INT(a[0].kind, PLAN_SCALE_UP);
+    CHECK_EQ_INT(a[0].reason, PLAN_WHY_FORECAST);
+    CHECK_EQ_INT(a[0].n_chain, 2);
+    g.models[0].fc_level = 1000;
+    CHECK_EQ_INT(step(&g, a, 8), 0);
+    g.models[0].fc_trend = 1000;
+    CHECK_EQ_INT(step(&g, a, 8), 1);
+    CHECK_EQ_INT(a[0].n_chain, 1);
+    g.cfg.proactive = 0;
+    CHECK_EQ_INT(step(&g, a, 8), 0);
+    g.cfg.proactive = 1;
+    g.models[0].fc_valid = 0;
+    CHECK_EQ_INT(step(&g, a, 8), 0);
+}
+
+/* Three busy replicas (running 3, 1, 2; KV 30%, 20%, 10%), a forecast of 1000 tokens/s: at
+ * util_low 0.9 one replica of ~1022 tokens/s would be short (1000 / 920 -> 2 needed), so one of
+ * three leaves: node 1 (fewest running), handing its sequences to node 2 (least KV, room for
+ * both). At 3000 tokens/s nobody leaves; without hand-over (the live default) nobody does. With
+ * partial residency (standby_max 2, an error of 1500 tokens/s: 2 standbys wanted) the leaver keeps
+ * k = ceil(32 x (1 - 250 / 1120)) = 25 layers. */
+TEST(capacity_scale_in_hands_over)
+{
+    struct rig g;
+    struct plan_action a[8];
+    rig_init(&g, 4);
+    g.models[0].tpot_slo_ms = 0;
+    g.models[0].fc_valid = 1;
+    g.models[0].fc_level = 1000;
+    g.cfg.handover = 1;
+    int running[3] = {3, 1, 2};
+    double kv[3] = {0.3, 0.2, 0.1};
+    for (int i = 0; i < 3; i++) {
+        serve(&g, i, 0, 0);
+        g.nodes[i].load.running_seqs = running[i];
+        g.nodes[i].load.kv_used = kv[i];
+        g.nodes[i].load.idle_since_ms = -1;
+    }
+    g.nodes[0].host_cached = 1;
+    CHECK_EQ_INT(step(&g, a, 8), 1);
+    CHECK_EQ_INT(a[0].kind, PLAN_SCALE_DOWN);
+    CHECK_EQ_INT(a[0].node, 1);
+    CHECK_EQ_INT(a[0].handover, 2);
+    CHECK_EQ_INT(a[0].reason, PLAN_WHY_CAPACITY);
+    CHECK_EQ_INT(a[0].keep_layers, 0);
+    g.cfg.standby_max = 2;
+    g.models[0].fc_err = 1500;
+    CHECK_EQ_INT(step(&g, a, 8), 1);
+    CHECK_EQ_INT(a[0].keep_layers, 25);
+    g.models[0].fc_level = 3000;
+    g.models[0].fc_err = 0;
+    int n = step(&g, a, 8);
+    for (int k = 0; k < n; k++) CHECK(a[k].kind != PLAN_SCALE_DOWN);
+    g.models[0].fc_level = 1000;
+    g.cfg.handover = 0;
+    CHECK_EQ_INT(step(&g, a, 8), 0);
+}
+
+/* A standby of 25 layers (node 3) is the first joiner when the queue asks for one more, streamed
+ * on its own from the serving node; and it is trimmed when the forecast's error no longer asks
+ * for any. */
+TEST(standby_joins_first_and_is_trimmed)
+{
+    struct rig g;
+    struct plan_action a[8];
+    rig_init(&g, 4);
+    serve(&g, 0, 4, 4096); /* 4 s of queue: late */
+    g.nodes[0].host_cached = 1;
+    g.nodes[3].engine_model = 0;
+    g.nodes[3].layers_resident = 25;
+    g.nodes[3].standby = 1;
+    g.cfg.max_joiners = 1;
+    CHECK_EQ_INT(step(&g, a, 8), 1);
+    CHECK_EQ_INT(a[0].kind, PLAN_SCALE_UP);
+    CHECK_EQ_INT(a[0].n_chain, 1);
+    CHECK_EQ_INT(a[0].chain[0], 3);
+    CHECK_EQ_INT(a[0].source, 0);
+    /* no queue, no forecast error: no standby wanted, node 3 gives its layers back */
+    serve(&g, 0, 0, 0);
+    g.nodes[0].load.idle_since_ms = -1;
+    g.cfg.standby_max = 2;
+    g.models[0].fc_valid = 1;
+    g.models[0].fc_level = 100;
+    CHECK_EQ_INT(step(&g, a, 8), 1);
+    CHECK_EQ_INT(a[0].kind, PLAN_SCALE_DOWN);
+    CHECK_EQ_INT(a[0].node, 3);
+    CHECK_EQ_INT(a[0].reason, PLAN_WHY_STANDBY);
+    /* a standby is no replica: it takes no request */
+    char err[ERRMSG_LEN];
+    struct plan_route r;
+    g.nodes[0].alive = 0;
+    CHECK_EQ_INT(planner_route(&g.cfg, &g.v, 0, 10, &r, err), 0);
+    CHECK_EQ_INT(r.node, -1);
+}
+
 int main(void)
 {
     RUN(scale_up_exactly_at_slack_boundary);
@@ -596,5 +737,9 @@ int main(void)
     RUN(deterministic_and_order_independent);
     RUN(rejects_inconsistent_view);
     RUN(refusing_node_left_out_for_that_model);
+    RUN(forecast_is_holt_smoothing);
+    RUN(proactive_scale_up_on_the_forecast);
+    RUN(capacity_scale_in_hands_over);
+    RUN(standby_joins_first_and_is_trimmed);
     CHECK_DONE();
 }
