@@ -1008,50 +1008,65 @@ static int flight_land(struct scheduler *s)
     return 1;
 }
 
-static int run_step(struct scheduler *s)
+/* coop, at the step boundary: the layers that became local (their KV with them), the sequences
+ * whose helper failed, and whether a step can run at all. 0: split, and no helper to run the
+ * rest (wait for our own layers or the helper's return). */
+static int coop_boundary(struct scheduler *s)
 {
-    double now = clock_now();
     const struct sched_coop *co = &s->ops.coop;
-    if (co->resident) {
-        int k = co->resident(co->ctx, s->n_steps);
-        if (k > co->n_layers) k = co->n_layers;
-        if (k > s->k) {
-            flight_land(s); /* k rises with nothing in flight */
-            raise_k(s, k);
-        }
-        /* a helper that failed took the upper layers' KV of its sequences with it */
-        for (int i = s->n_running - 1; co->lost && s->k < co->n_layers && i >= 0; i--) {
-            struct seq *q = s->running[i];
-            const char *why = q->n_computed ? co->lost(co->ctx, q->id) : NULL;
-            if (!why) continue;
-            remove_at(s->running, &s->n_running, i);
-            retire(s, q, FINISH_ERROR, why);
-        }
-        /* split but no helper: wait for our own layers (or the helper's return) */
-        if (s->k < co->n_layers && !co->ready(co->ctx)) return flight_land(s);
+    if (!co->resident) return 1;
+    int k = co->resident(co->ctx, s->n_steps);
+    if (k > co->n_layers) k = co->n_layers;
+    if (k > s->k) {
+        flight_land(s); /* k rises with nothing in flight */
+        raise_k(s, k);
     }
+    /* a helper that failed took the upper layers' KV of its sequences with it */
+    for (int i = s->n_running - 1; co->lost && s->k < co->n_layers && i >= 0; i--) {
+        struct seq *q = s->running[i];
+        const char *why = q->n_computed ? co->lost(co->ctx, q->id) : NULL;
+        if (!why) continue;
+        remove_at(s->running, &s->n_running, i);
+        retire(s, q, FINISH_ERROR, why);
+    }
+    return s->k >= co->n_layers || co->ready(co->ctx);
+}
+
+/* The step's plan within its token budget: running sequences first, then waiting ones admitted.
+ * Returns the number of planned sequences. */
+static int plan_step(struct scheduler *s, double now)
+{
     int budget = s->cfg.max_step_tokens;
     s->n_plan = 0;
     if (!s->n_running) drop_pads(s); /* the batch ended by cancellation */
     plan_running(s, now, &budget);
     plan_waiting(s, &budget, now);
-    if (!s->n_plan) return flight_land(s);
+    return s->n_plan;
+}
 
-    int n = 0, n_logits = 0;
+/* The plan as a batch: each planned sequence's tokens, a logit row where its chunk ends. */
+static void batch_plan(struct scheduler *s, int *n, int *n_logits)
+{
+    *n = *n_logits = 0;
     for (int p = 0; p < s->n_plan; p++) {
         struct seq *q = s->plan[p].s;
         for (int k = 0; k < s->plan[p].n; k++) {
-            s->b_token[n] = q->tok[q->n_computed + k];
-            s->b_pos[n] = q->n_computed + k;
-            s->b_blocks[n] = q->blocks;
-            n++;
+            s->b_token[*n] = q->tok[q->n_computed + k];
+            s->b_pos[*n] = q->n_computed + k;
+            s->b_blocks[*n] = q->blocks;
+            (*n)++;
         }
-        if (q->n_computed + s->plan[p].n == q->n_tok) s->b_logit_rows[n_logits++] = n - 1;
+        if (q->n_computed + s->plan[p].n == q->n_tok) s->b_logit_rows[(*n_logits)++] = *n - 1;
     }
+}
+
+/* Static batching: the padding rows ride along while room and blocks allow. Returns how many. */
+static int batch_pads(struct scheduler *s, int *n, int *n_logits)
+{
     int n_padded = 0;
     for (int i = 0; i < s->n_pads; i++) {
         struct pad *pd = &s->pads[i];
-        if (n == s->cfg.max_step_tokens || n_logits == s->cfg.max_seqs) break;
+        if (*n == s->cfg.max_step_tokens || *n_logits == s->cfg.max_seqs) break;
         int need = kv_blocks_for(s->kv, pd->pos + 1);
         if (pd->pos >= s->cfg.ctx - 1 || need > s->max_blocks) {
             drop_pad(s, i--); /* at the end of its context the row stops */
@@ -1065,91 +1080,102 @@ static int run_step(struct scheduler *s)
             }
             pd->blocks[pd->n_blocks++] = blk;
         }
-        s->b_token[n] = pd->tok;
-        s->b_pos[n] = pd->pos++;
-        s->b_blocks[n] = pd->blocks;
-        s->b_logit_rows[n_logits++] = n;
-        n++;
+        s->b_token[*n] = pd->tok;
+        s->b_pos[*n] = pd->pos++;
+        s->b_blocks[*n] = pd->blocks;
+        s->b_logit_rows[(*n_logits)++] = *n;
+        (*n)++;
         n_padded++;
     }
-    struct batch b = {.n = n,
-                      .token = s->b_token,
-                      .pos = s->b_pos,
-                      .blocks = s->b_blocks,
-                      .n_logits = n_logits,
-                      .logit_rows = s->b_logit_rows};
-    double t0 = clock_now();
-    atomic_store(&s->step_started_ns, clock_now_ns());
-    int split = co->step && s->k < co->n_layers, rc;
-    const char *fail = "the model step failed";
-    if (split) {
-        /* coop: sequence ids per row, sampler and EOS mask per logit row */
-        int row = 0, lr = 0;
-        for (int p = 0; p < s->n_plan; p++) {
-            struct seq *q = s->plan[p].s;
-            for (int k = 0; k < s->plan[p].n; k++) {
-                s->b_smp[row] = &q->smp;
-                s->b_seq[row++] = q->id;
-            }
-            if (q->n_computed + s->plan[p].n == q->n_tok)
-                s->b_mask[lr++] = (unsigned char)mask_eos(q);
-        }
-        rc = 1;
-        if (co->send && !n_padded) {
-            /* pipelined: out it goes, and the step in flight before it is answered meanwhile */
-            rc = co->send(co->ctx, &b, s->k, s->b_seq, s->b_smp, s->b_mask, s->step_err);
-            if (rc == 0) {
-                if (s->cfg.step_delay_us > 0) usleep((useconds_t)s->cfg.step_delay_us);
-                struct flight *f = &s->fl[!s->cur];
-                *f = (struct flight){
-                    .active = 1, .plan = f->plan, .logit = f->logit, .n_rows = n, .t0 = t0};
-                for (int p = 0; p < s->n_plan; p++) {
-                    struct seq *q = s->plan[p].s;
-                    q->n_computed += s->plan[p].n;
-                    q->in_flight++;
-                    f->logit[p] = q->n_computed == q->n_tok;
-                    q->awaiting |= f->logit[p];
-                    f->plan[p] = s->plan[p];
-                }
-                f->n_plan = s->n_plan;
-                s->n_steps++;
-                s->n_plan = 0;
-                flight_land(s);
-                s->cur = !s->cur;
-                atomic_store(&s->step_started_ns, 0);
-                if (!s->n_running) drop_pads(s);
-                return 1;
-            }
-        }
-        if (s->fl[s->cur].active) {
-            /* it runs alone: the step in flight first (which may retire sequences of this
-             * plan: then plan again) */
-            unsigned long retired = s->n_retired;
-            flight_land(s);
-            if (s->n_retired != retired) {
-                s->n_plan = 0;
-                atomic_store(&s->step_started_ns, 0);
-                return 1;
-            }
-        }
-        if (rc == 1)
-            rc = co->step(co->ctx, &b, s->k, s->b_seq, s->b_smp, s->b_mask, s->b_out, s->step_err);
-        if (rc) fail = s->step_err;
-    } else {
-        /* a helper fuses the remote steps that wait into this one (cluster/coop.h) */
-        rc = co->forward ? co->forward(co->ctx, &b, s->logits, s->step_err) : 1;
-        s->fused = co->forward != NULL;
-        if (rc == 1) rc = s->ops.forward(s->ops.ctx, &b, s->logits, s->step_err);
-        if (rc) fail = s->step_err;
-    }
-    /* Tests: a slower device. Inside the step's time, so the step model learns it as a device's
-     * would (the cluster's planner predicts with it). */
-    if (s->cfg.step_delay_us > 0) usleep((useconds_t)s->cfg.step_delay_us);
-    double t1 = clock_now();
-    atomic_store(&s->step_started_ns, 0);
-    s->n_steps++;
-    step_observe(s, n, s->n_plan + n_padded, t1 - t0);
+    return n_padded;
+}
 
+/* coop: sequence ids per row, sampler and EOS mask per logit row */
+static void split_rows(struct scheduler *s)
+{
+    int row = 0, lr = 0;
+    for (int p = 0; p < s->n_plan; p++) {
+        struct seq *q = s->plan[p].s;
+        for (int k = 0; k < s->plan[p].n; k++) {
+            s->b_smp[row] = &q->smp;
+            s->b_seq[row++] = q->id;
+        }
+        if (q->n_computed + s->plan[p].n == q->n_tok) s->b_mask[lr++] = (unsigned char)mask_eos(q);
+    }
+}
+
+/* coop pipelining: the step went out (sent, not answered): its plan becomes the flight, and the
+ * step in flight before it is answered meanwhile. */
+static void fly(struct scheduler *s, int n, double t0)
+{
+    if (s->cfg.step_delay_us > 0) usleep((useconds_t)s->cfg.step_delay_us);
+    struct flight *f = &s->fl[!s->cur];
+    *f = (struct flight){.active = 1, .plan = f->plan, .logit = f->logit, .n_rows = n, .t0 = t0};
+    for (int p = 0; p < s->n_plan; p++) {
+        struct seq *q = s->plan[p].s;
+        q->n_computed += s->plan[p].n;
+        q->in_flight++;
+        f->logit[p] = q->n_computed == q->n_tok;
+        q->awaiting |= f->logit[p];
+        f->plan[p] = s->plan[p];
+    }
+    f->n_plan = s->n_plan;
+    s->n_steps++;
+    s->n_plan = 0;
+    flight_land(s);
+    s->cur = !s->cur;
+    atomic_store(&s->step_started_ns, 0);
+    if (!s->n_running) drop_pads(s);
+}
+
+/* coop: run b with layers [0, k) here and the rest on the helper, pipelined when it can go in
+ * flight. Returns 1 when the iteration is over already (the step went in flight, or the step in
+ * flight before it retired sequences of this plan: plan again); 0 when it ran, *rc its status. */
+static int run_split(struct scheduler *s, const struct batch *b, int n_padded, double t0, int *rc,
+                     const char **fail)
+{
+    const struct sched_coop *co = &s->ops.coop;
+    split_rows(s);
+    *rc = 1;
+    if (co->send && !n_padded) {
+        *rc = co->send(co->ctx, b, s->k, s->b_seq, s->b_smp, s->b_mask, s->step_err);
+        if (*rc == 0) {
+            fly(s, b->n, t0);
+            return 1;
+        }
+    }
+    if (s->fl[s->cur].active) {
+        /* it runs alone: the step in flight first (which may retire sequences of this plan:
+         * then plan again) */
+        unsigned long retired = s->n_retired;
+        flight_land(s);
+        if (s->n_retired != retired) {
+            s->n_plan = 0;
+            atomic_store(&s->step_started_ns, 0);
+            return 1;
+        }
+    }
+    if (*rc == 1)
+        *rc = co->step(co->ctx, b, s->k, s->b_seq, s->b_smp, s->b_mask, s->b_out, s->step_err);
+    if (*rc) *fail = s->step_err;
+    return 0;
+}
+
+/* All layers here; a helper fuses the remote steps that wait into this one (cluster/coop.h). */
+static int run_local(struct scheduler *s, const struct batch *b, const char **fail)
+{
+    const struct sched_coop *co = &s->ops.coop;
+    int rc = co->forward ? co->forward(co->ctx, b, s->logits, s->step_err) : 1;
+    s->fused = co->forward != NULL;
+    if (rc == 1) rc = s->ops.forward(s->ops.ctx, b, s->logits, s->step_err);
+    if (rc) *fail = s->step_err;
+    return rc;
+}
+
+/* The step ran (rc 0) or failed: each planned sequence advances by its chunk and, where the chunk
+ * ends its prompt or is a decode, gets its next token; on failure each one fails with `fail`. */
+static void land_plan(struct scheduler *s, int rc, int split, const char *fail, double t1)
+{
     /* Copy the plan: advance() retires sequences and reshapes running[]. */
     int row = 0;
     for (int p = 0; p < s->n_plan; p++) {
@@ -1170,6 +1196,40 @@ static int run_step(struct scheduler *s)
     }
     s->n_plan = 0;
     if (!s->n_running) drop_pads(s); /* the batch is done */
+}
+
+/* One step: the coop boundary, the plan, its batch (with static batching's padding), the model
+ * (split with a helper, or here), its time into the step model, the tokens to their sequences. */
+static int run_step(struct scheduler *s)
+{
+    double now = clock_now();
+    if (!coop_boundary(s) || !plan_step(s, now)) return flight_land(s);
+    int n, n_logits;
+    batch_plan(s, &n, &n_logits);
+    int n_padded = batch_pads(s, &n, &n_logits);
+    struct batch b = {.n = n,
+                      .token = s->b_token,
+                      .pos = s->b_pos,
+                      .blocks = s->b_blocks,
+                      .n_logits = n_logits,
+                      .logit_rows = s->b_logit_rows};
+    double t0 = clock_now();
+    atomic_store(&s->step_started_ns, clock_now_ns());
+    int split = s->ops.coop.step && s->k < s->ops.coop.n_layers, rc;
+    const char *fail = "the model step failed";
+    if (split) {
+        if (run_split(s, &b, n_padded, t0, &rc, &fail)) return 1;
+    } else {
+        rc = run_local(s, &b, &fail);
+    }
+    /* Tests: a slower device. Inside the step's time, so the step model learns it as a device's
+     * would (the cluster's planner predicts with it). */
+    if (s->cfg.step_delay_us > 0) usleep((useconds_t)s->cfg.step_delay_us);
+    double t1 = clock_now();
+    atomic_store(&s->step_started_ns, 0);
+    s->n_steps++;
+    step_observe(s, n, s->n_plan + n_padded, t1 - t0);
+    land_plan(s, rc, split, fail, t1);
     return 1;
 }
 
