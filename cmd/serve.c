@@ -257,6 +257,7 @@ struct serve {
     struct step_identity step_id;
     char state_dir[4096]; /* "" : none */
     int state_remount;
+    long prior_steps; /* the steps the cached prior was fitted from (0: not cached) */
 };
 
 /* The serving process's fabric node (cluster/fabric_node.h); its users (cooperative execution)
@@ -624,7 +625,7 @@ static void on_calibrated(void *ctx, const struct step_model *m, double err, lon
 {
     struct serve *sv = ctx;
     if (!sv->state_dir[0]) return;
-    struct step_cached c = {.m = *m, .err = err, .steps = steps};
+    struct step_cached c = {.m = *m, .err = err, .steps = sv->prior_steps + steps};
     char e[ERRMSG_LEN], path[4200];
     step_cache_path(path, sizeof path, sv->state_dir, &sv->step_id);
     if (step_prior_save(sv->state_dir, sv->state_remount, &sv->step_id, &c, e))
@@ -646,6 +647,7 @@ static void step_prior_start(struct serve *sv, const struct serve_opts *o, struc
     struct step_prior p;
     step_prior_choose(sv->lm, &sv->step_id, none ? NULL : dir, o->model != NULL, &p);
     int cached = p.source == STEP_FROM_CACHE;
+    sv->prior_steps = cached ? p.steps : 0;
     sched_set_prior(sched, &p.m, p.err, cached);
     char what[4400];
     if (cached)
@@ -854,8 +856,19 @@ static void member_loop(struct serve *sv, struct serve_opts *o, struct scheduler
     }
 }
 
+/* A clean stop: a model that served steps since start knows more than the cache, which it
+ * replaces (only the calibrated shapes are timed while idle; the rest come from the steps). */
+static void step_cache_refresh(struct serve *sv, struct scheduler *sched)
+{
+    long served = (long)atomic_load(&sv->metrics.steps);
+    if (!sched || served < 32 || !sched_calibrated(sched)) return;
+    sched_stop(sched);
+    on_calibrated(sv, sched_step_model(sched), sched_step_err(sched), served);
+}
+
 static void serve_free(struct serve *sv, struct serve_opts *o, struct scheduler *sched)
 {
+    step_cache_refresh(sv, sched);
     if (sched) sched_free(sched);
     fabric_node_stop(sv->fabric); /* the weight stream's connections close before the transport */
     weight_node_free(sv->weights);

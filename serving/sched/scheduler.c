@@ -478,9 +478,9 @@ double sched_step_err(const struct scheduler *s)
     return s->sm.err;
 }
 
-void sched_set_step_model(struct scheduler *s, const struct step_model *m)
+void sched_set_step_model(struct scheduler *s, const struct step_model *m, double err)
 {
-    step_online_init(&s->sm, m, 0, 1);
+    step_online_init(&s->sm, m, err, 1);
     s->cal_done = 1;
 }
 
@@ -1311,8 +1311,8 @@ void sched_stop(struct scheduler *s)
 /* Nothing is timed before serving: the model starts from its prior and learns from the steps it
  * runs. What the steps have not covered yet (a node that has served only decodes knows little of
  * long prefills) is timed while the thread is idle, one calibration step at a time, so a request
- * that arrives meanwhile waits for one step at most; a shape predicted to take over half the TTFT
- * target is left to the steps. */
+ * that arrives meanwhile waits for one step at most, the cheapest first; a shape predicted to take
+ * over half the TTFT target is left to the steps. */
 
 #define CAL_SEEN 3 /* steps of a shape that cover it */
 
@@ -1379,6 +1379,7 @@ static int calibration_step(struct scheduler *s, int tokens, int seqs, int *tabl
 static void calibration_done(struct scheduler *s, int timed, int left)
 {
     s->cal_done = 1;
+    s->sm.err = step_online_fit_error(&s->sm); /* not the prior's misses on the way */
     const struct step_model *m = &s->sm.m;
     log_info("sched",
              "step model: %.1f us/token + %.1f us/sequence + %.1f us, error %.0f%% (calibrated "
@@ -1400,19 +1401,21 @@ int sched_calibrate_idle(struct scheduler *s)
     int queued = s->inbox_head != NULL;
     pthread_mutex_unlock(&s->mu);
     if (queued) return 0;
-    double cap = s->cfg.ttft_ms / 2e3;
+    /* the cheapest shape not covered yet, by the model as it stands (each step timed refines
+     * the prediction of the next) */
+    double cap = s->cfg.ttft_ms / 2e3, best = INFINITY;
     int left = 0;
     const struct step_sample *next = NULL;
-    for (int i = 0; i < s->sm.n_shapes && !next; i++) {
+    for (int i = 0; i < s->sm.n_shapes; i++) {
         const struct step_sample *sh = &s->sm.shape[i];
         if (step_online_seen(&s->sm, sh->tokens, sh->seqs) >= CAL_SEEN) continue;
         int nb = kv_blocks_for(s->kv, sh->tokens - sh->seqs + 2);
-        double t = step_model_predict(&s->sm.m, sh->tokens, sh->seqs) * (1 + s->sm.err);
+        double t = step_model_predict(&s->sm.m, sh->tokens, sh->seqs);
         if (t > cap || nb > s->kv->n_free || nb > s->max_blocks) {
             left++;
             continue;
         }
-        next = sh;
+        if (t < best) best = t, next = sh;
     }
     if (!next) {
         calibration_done(s, s->cal_steps, left);

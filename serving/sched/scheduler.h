@@ -194,7 +194,8 @@ void sched_free(struct scheduler *s);
 void sched_set_prior(struct scheduler *s, const struct step_model *m, double err, int calibrated);
 const struct step_model *sched_step_model(const struct scheduler *s);
 double sched_step_err(const struct scheduler *s);
-void sched_set_step_model(struct scheduler *s, const struct step_model *m); /* tests: fixed */
+/* Tests: pin the model (never refitted, err fixed, no idle calibration). */
+void sched_set_step_model(struct scheduler *s, const struct step_model *m, double err);
 /* Without the thread (tests): one idle calibration step if one is due (nothing running or waiting,
  * a shape not covered yet): 1 if one ran, 0 when there is none (calibration done or not idle),
  * -1 when it failed (calibration gives up, the model goes on from the steps alone). */

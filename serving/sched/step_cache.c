@@ -161,14 +161,29 @@ int step_cache_load(const char *dir, const struct step_identity *id, struct step
     return 1;
 }
 
+/* mkdir -p: the state directory's parents may not exist yet (~/.cache on a fresh machine). */
+static int make_dirs(const char *dir, char *err)
+{
+    char p[4096];
+    snprintf(p, sizeof p, "%s", dir);
+    for (char *s = p + 1;; s++) {
+        if (*s && *s != '/') continue;
+        char c = *s;
+        *s = 0;
+        if (mkdir(p, 0755) && errno != EEXIST)
+            return errmsg_set(err, "%s: mkdir: %s", p, strerror(errno));
+        if (!c) return 0;
+        *s = c;
+    }
+}
+
 int step_cache_save(const char *dir, const struct step_identity *id, const struct step_cached *c,
                     char *err)
 {
     char path[4096], tmp[4200], buf[MAX_BYTES];
     size_t n = step_cache_encode(buf, sizeof buf, id, c);
     if (!n) return errmsg_set(err, "step model cache: the identity is too long");
-    if (mkdir(dir, 0755) && errno != EEXIST)
-        return errmsg_set(err, "%s: mkdir: %s", dir, strerror(errno));
+    if (make_dirs(dir, err)) return -1;
     step_cache_path(path, sizeof path, dir, id);
     snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

@@ -82,9 +82,9 @@ int step_model_max_tokens(const struct step_model *m, int seqs, double seconds)
 
 /* ---------------------------------------------------------------- online */
 
-#define DEPTH    8   /* a bucket averages its last ~8 steps */
-#define PRIOR_W  1.0 /* an unseen shape's stand-in counts as one step */
-#define ERR_GAIN 0.2 /* the error estimate's moving average: ~5 steps */
+#define DEPTH    8    /* a bucket averages its last ~8 steps */
+#define PRIOR_W  1e-3 /* an unseen shape's stand-in: it decides only what no step does */
+#define ERR_GAIN 0.2  /* the error estimate's moving average: ~5 steps */
 #define ERR_MAX  4.0
 #define TRUST    16 /* steps after which one step cannot move its bucket by more than CLIP x */
 #define CLIP     8.0
@@ -200,6 +200,19 @@ static void refit(struct step_online *o)
     o->m.b = bx[1];
     o->m.c = bx[2];
     o->m.corr = 1;
+}
+
+double step_online_fit_error(const struct step_online *o)
+{
+    double worst = 0;
+    for (int i = 0; i < STEP_TOK_BUCKETS; i++)
+        for (int j = 0; j < STEP_SEQ_BUCKETS; j++) {
+            const struct step_bucket *b = &o->bk[i][j];
+            if (b->n <= 0) continue;
+            double p = o->m.a * b->tokens + o->m.b * b->seqs + o->m.c;
+            if (p > 0 && b->y / p - 1 > worst) worst = b->y / p - 1;
+        }
+    return worst < ERR_MAX ? worst : ERR_MAX;
 }
 
 void step_online_observe(struct step_online *o, int tokens, int seqs, double y)

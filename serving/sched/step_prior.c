@@ -135,7 +135,7 @@ static double read_bandwidth(const uint8_t *p, size_t n)
 void step_prior_default(struct step_model *m, double bytes, double bw)
 {
     double stream = bytes / (bw > 0 ? bw : GUESS_CPU_BW);
-    *m = (struct step_model){.a = stream, .b = 0, .c = stream, .corr = 1};
+    *m = (struct step_model){.a = stream / 2, .b = 0, .c = stream / 2, .corr = 1};
 }
 
 void step_prior_choose(const struct loaded_model *lm, const struct step_identity *id,

@@ -4,8 +4,10 @@
  *   1. the cache: what this node fitted last time for the same model on the same hardware
  *      (step_cache.h), in its state directory;
  *   2. a default scaled from the model's size and the memory bandwidth measured now (tens of
- *      milliseconds): a step reads every weight once (c), and a token costs, conservatively, as
- *      much again (a), so the first steps are predicted slower than they run, never faster.
+ *      milliseconds on the weights themselves): a decode step of one token costs one pass over
+ *      the weights, half of it fixed (c), half per token (a: a prefill token costs as much as a
+ *      decode row, so long chunks are predicted slower than they run, not faster). Only its
+ *      shape lasts: the first step timed scales it (step_model.h).
  *
  * (A cluster member could also start from the model of a peer with the same hardware; not yet.)
  *
