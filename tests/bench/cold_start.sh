@@ -91,7 +91,7 @@ def start(tag):
     text = open(log).read()
     spans = re.findall(r"\[\s*([\d.]+)\] loader: span (\d+)/(\d+) resident", text)
     resident = float(spans[-1][0]) - up0 if spans else None
-    prior = re.search(r"step model prior: ([^\n]*)", text)
+    prior = re.search(r"strata serve: step model: ([^\n]*)", text)
     return p, log, ready, first, resident, prior.group(1) if prior else "-"
 
 
