@@ -173,14 +173,12 @@ static void add_point(double N[3][3], double r[3], double *yy, double t, double 
 static void refit(struct step_online *o)
 {
     double N[3][3] = {{0}}, r[3] = {0}, yy = 0, lsum = 0, wsum = 0;
-    for (int i = 0; i < STEP_TOK_BUCKETS; i++)
-        for (int j = 0; j < STEP_SEQ_BUCKETS; j++) {
-            const struct step_bucket *b = &o->bk[i][j];
-            if (b->n <= 0 || b->y <= 0) continue;
-            add_point(N, r, &yy, b->tokens, b->seqs, b->y, b->n / (b->y * b->y));
-            double p = o->prior.a * b->tokens + o->prior.b * b->seqs + o->prior.c;
-            if (p > 0) lsum += b->n * log(b->y / p), wsum += b->n;
-        }
+    for (int u = 0; u < o->n_used; u++) {
+        const struct step_bucket *b = &o->bk[o->used[u][0]][o->used[u][1]];
+        add_point(N, r, &yy, b->tokens, b->seqs, b->y, b->n / (b->y * b->y));
+        double p = o->prior.a * b->tokens + o->prior.b * b->seqs + o->prior.c;
+        if (p > 0) lsum += b->n * log(b->y / p), wsum += b->n;
+    }
     double k = wsum > 0 ? exp(lsum / wsum) : 1;
     for (int i = 0; i < o->n_shapes; i++) {
         const struct step_sample *sh = &o->shape[i];
@@ -188,10 +186,12 @@ static void refit(struct step_online *o)
         double y = k * (o->prior.a * sh->tokens + o->prior.b * sh->seqs + o->prior.c);
         if (y > 0) add_point(N, r, &yy, sh->tokens, sh->seqs, y, PRIOR_W / (y * y));
     }
+    /* all three free first: when that fit is feasible it is the constrained optimum too */
     double best = INFINITY, x[3], bx[3] = {0};
-    for (int mask = 1; mask < 8; mask++) {
+    for (int mask = 7; mask >= 1; mask--) {
         double sse = fit_subset(N, r, yy, mask, x);
         if (sse < best) best = sse, memcpy(bx, x, sizeof bx);
+        if (mask == 7 && best < INFINITY) break;
     }
     if (best == INFINITY) { /* nothing determines a fit: the prior, scaled */
         bx[0] = k * o->prior.a, bx[1] = k * o->prior.b, bx[2] = k * o->prior.c;
@@ -205,13 +205,11 @@ static void refit(struct step_online *o)
 double step_online_fit_error(const struct step_online *o)
 {
     double worst = 0;
-    for (int i = 0; i < STEP_TOK_BUCKETS; i++)
-        for (int j = 0; j < STEP_SEQ_BUCKETS; j++) {
-            const struct step_bucket *b = &o->bk[i][j];
-            if (b->n <= 0) continue;
-            double p = o->m.a * b->tokens + o->m.b * b->seqs + o->m.c;
-            if (p > 0 && b->y / p - 1 > worst) worst = b->y / p - 1;
-        }
+    for (int u = 0; u < o->n_used; u++) {
+        const struct step_bucket *b = &o->bk[o->used[u][0]][o->used[u][1]];
+        double p = o->m.a * b->tokens + o->m.b * b->seqs + o->m.c;
+        if (p > 0 && b->y / p - 1 > worst) worst = b->y / p - 1;
+    }
     return worst < ERR_MAX ? worst : ERR_MAX;
 }
 
@@ -229,6 +227,10 @@ void step_online_observe(struct step_online *o, int tokens, int seqs, double y)
         if (o->steps > TRUST) y = y > CLIP * p ? CLIP * p : y < p / CLIP ? p / CLIP : y;
     }
     struct step_bucket *b = bucket(o, tokens, seqs);
+    if (b->n == 0) {
+        o->used[o->n_used][0] = (unsigned char)log2_bucket(tokens, STEP_TOK_BUCKETS);
+        o->used[o->n_used++][1] = (unsigned char)log2_bucket(seqs, STEP_SEQ_BUCKETS);
+    }
     b->n = b->n < DEPTH ? b->n + 1 : DEPTH;
     double g = 1 / b->n;
     b->tokens += g * (tokens - b->tokens);

@@ -52,6 +52,8 @@ struct step_online {
     int fixed;               /* 1: m is never refitted (tests pin a model) */
     long steps;              /* steps observed */
     struct step_bucket bk[STEP_TOK_BUCKETS][STEP_SEQ_BUCKETS];
+    unsigned char used[STEP_TOK_BUCKETS * STEP_SEQ_BUCKETS][2]; /* the buckets seen, in order */
+    int n_used;
     /* the shapes the prior stands in for until seen (the calibration shapes) */
     struct step_sample shape[STEP_MAX_SHAPES];
     int n_shapes;
