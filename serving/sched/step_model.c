@@ -204,13 +204,16 @@ static void refit(struct step_online *o)
 
 double step_online_fit_error(const struct step_online *o)
 {
-    double worst = 0;
+    double sq = 0, w = 0;
     for (int u = 0; u < o->n_used; u++) {
         const struct step_bucket *b = &o->bk[o->used[u][0]][o->used[u][1]];
         double p = o->m.a * b->tokens + o->m.b * b->seqs + o->m.c;
-        if (p > 0 && b->y / p - 1 > worst) worst = b->y / p - 1;
+        if (p <= 0) continue;
+        sq += b->n * (b->y / p - 1) * (b->y / p - 1);
+        w += b->n;
     }
-    return worst < ERR_MAX ? worst : ERR_MAX;
+    double rms = w > 0 ? sqrt(sq / w) : 0;
+    return rms < ERR_MAX ? rms : ERR_MAX;
 }
 
 void step_online_observe(struct step_online *o, int tokens, int seqs, double y)

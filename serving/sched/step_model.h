@@ -66,8 +66,8 @@ void step_online_init(struct step_online *o, const struct step_model *prior, dou
 void step_online_shapes(struct step_online *o, const struct step_sample *shape, int n);
 /* A step of this shape took `seconds`: the error estimate, the shape's bucket, the fit. */
 void step_online_observe(struct step_online *o, int tokens, int seqs, double seconds);
-/* How much longer than the fit a seen shape ran (the worst over the buckets, 0.3: 30%): the error
- * left once the shapes are covered, without the prior's misses that led there. */
+/* The fit's relative error over the shapes seen (root mean square, each shape by its steps; 0.3:
+ * 30%): the error left once the shapes are covered, without the prior's misses that led there. */
 double step_online_fit_error(const struct step_online *o);
 /* Steps of this shape seen so far (its bucket's depth, at most 8). */
 int step_online_seen(const struct step_online *o, int tokens, int seqs);

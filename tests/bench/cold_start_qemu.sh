@@ -4,8 +4,9 @@
 # uptime where the line carries one, /health 200 and the first token through the forwarded port.
 #   COLD_QEMU=initrd   the model baked into the initrd (boot_qemu.sh's boot; default)
 #   COLD_QEMU=disk     the raw disk's strata-model partition (ext4, virtio-blk), kernel booted
-#                      directly (no firmware), the partition kept between boots: run it twice to
-#                      see the second boot start from the step model the first one cached
+#                      directly (no firmware), the partition kept between boots (a copy of the
+#                      image's disk; COLD_QEMU_FRESH=1 makes a new one): run it twice to see the
+#                      second boot start from the step model the first one cached there
 #   MODEL=path.gguf    another model (build/bench-models/tinyllama-q4_0.gguf for a 1.1B; give
 #                      the guest memory: QEMU_MEM=3072)   COLD_QEMU_ARGS: more server arguments
 # The image goes to build/bench-image (build/bench-image-<model> for another MODEL).
@@ -25,21 +26,23 @@ if ! msg=$(boot_image); then echo "cold_start_qemu: $msg"; exit 1; fi
 port=$(qemu_free_port)
 base="console=ttyS0 quiet strata.ip=10.0.2.15/24 strata.gw=10.0.2.2 strata.dns=10.0.2.3 $BOOT_KERNEL_ARGS $BOOT_ARGS"
 if [ "$MODE" = disk ]; then
-    [ -f "$QEMU_DIR/disk.img" ] && [ "$QEMU_DIR/disk.img" -nt "$BOOT_OUT/strata.img" ] ||
-        cp "$BOOT_OUT/strata.img" "$QEMU_DIR/disk.img"
+    # the partition (the model and the cached step model) stays between boots; the server comes
+    # from the kernel's initrd, so a rebuilt image needs no new disk (COLD_QEMU_FRESH=1: one)
+    disk=$QEMU_DIR/disk-$(basename "$BOOT_OUT").img
+    [ -f "$disk" ] && [ -z "${COLD_QEMU_FRESH:-}" ] || cp "$BOOT_OUT/strata.img" "$disk"
     set -- -kernel "$(boot_kernel)" -initrd "$BOOT_OUT/initrd-base.img" \
         -append "$base strata.model=part:strata-model" \
-        -drive if=none,id=d0,format=raw,file="$QEMU_DIR/disk.img" -device virtio-blk-pci,drive=d0
+        -drive if=none,id=d0,format=raw,file="$disk" -device virtio-blk-pci,drive=d0
 else
     set -- -kernel "$(boot_kernel)" -initrd "$BOOT_OUT/initrd.img" -append "$base"
 fi
 echo "cold_start_qemu: $MODE boot of $(basename "${MODEL:-stories260K}") on $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg), guest ${QEMU_MEM} MiB, $QEMU_ACCEL"
 qemu_start cold "$@" -netdev "user,id=n0,hostfwd=tcp:127.0.0.1:$port-:8080" -device virtio-net-pci,netdev=n0,romfile=
 trap 'qemu_stop cold' EXIT
-python3 - "$(qemu_log cold)" "$port" <<'PY'
+python3 - "$(qemu_log cold)" "$port" "$MODE" <<'PY'
 import json, re, sys, threading, time, urllib.request
 
-log, port = sys.argv[1], int(sys.argv[2])
+log, port, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 t0 = time.time()
 url = "http://127.0.0.1:%d" % port
 marks = {}
@@ -67,7 +70,16 @@ seen, buf = 0, b""
 keep = re.compile(r"strata-init: (start|cmdline|cpu|hugepages|modules: \d|nvidia|net|model|exec)|"
                   r"listening on|loader: .*arena|matrices stored|step model|ready:|saved to|error|panic")
 span = re.compile(r"loader: span (\d+)/(\d+) resident")
-while "first token" not in marks and time.time() - t0 < 1800:
+# on the disk, until the step model is cached on the partition (a boot that started from the
+# cache writes none; or 5 minutes after the token)
+def done():
+    if "first token" not in marks:
+        return False
+    return mode != "disk" or saved or cached or time.time() - t0 > marks["first token"] + 300
+
+
+saved = cached = False
+while not done() and time.time() - t0 < 1800:
     with open(log, "rb") as f:
         f.seek(seen)
         data = f.read()
@@ -78,6 +90,8 @@ while "first token" not in marks and time.time() - t0 < 1800:
     for l in lines:
         s = l.decode("utf-8", "replace").strip("\r")
         m = span.search(s)
+        saved |= "saved to" in s
+        cached |= "(cached in" in s
         if s and (keep.search(s) or (m and m.group(1) in ("1", m.group(2)))):
             print("%7.2f s  %s" % (now, s[:150]))
     time.sleep(0.05)

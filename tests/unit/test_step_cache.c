@@ -42,6 +42,11 @@ TEST(exact_steps_give_back_the_model)
                close_rel(o.m.c, 3e-3, 1e-6),
            "fit %g %g %g", o.m.a, o.m.b, o.m.c);
     CHECK_EQ_INT(o.steps, 3 * N_SHAPES);
+    CHECKF(step_online_fit_error(&o) < 1e-6, "fit error %g", step_online_fit_error(&o));
+    /* one shape 50% slower than the rest say: the fit's error is no longer nothing */
+    for (int rep = 0; rep < 8; rep++) step_online_observe(&o, 16, 16, 1.5 * truth(16, 16));
+    CHECKF(step_online_fit_error(&o) > 0.05 && step_online_fit_error(&o) < 0.5, "fit error %g",
+           step_online_fit_error(&o));
     CHECK_EQ_INT(step_online_seen(&o, 256, 1), 3);
     CHECK_EQ_INT(step_online_seen(&o, 300, 1), 3); /* the same log2 bucket */
     CHECK_EQ_INT(step_online_seen(&o, 2, 1), 0);
