@@ -86,8 +86,8 @@ int step_model_max_tokens(const struct step_model *m, int seqs, double seconds)
 #define PRIOR_W  1e-3 /* an unseen shape's stand-in: it decides only what no step does */
 #define ERR_GAIN 0.2  /* the error estimate's moving average: ~5 steps */
 #define ERR_MAX  4.0
-#define TRUST    16 /* steps after which one step cannot move its bucket by more than CLIP x */
-#define CLIP     8.0
+#define TRUST    4 /* steps after which one step cannot move its bucket by more than CLIP x */
+#define CLIP     4.0
 #define MIN_A    1e-9
 
 static int log2_bucket(int v, int n)
