@@ -1,8 +1,9 @@
 /* strata serve: the OpenAI-compatible server.
  *
  * Order of start-up: PID-1 duties (os/runtime/pid1), the HTTP front (so /health answers 503 with
- * the load progress at once), the model (loader), the scheduler (calibrated step-time model, then
- * its compute thread), then completions are served. SIGTERM/SIGINT (or the power button as PID 1)
+ * the load progress at once), the model (loader), the scheduler (its step-time model from the best
+ * prior, nothing timed: serving/sched/step_prior.h; then its compute thread), then completions are
+ * served: ready the moment the weights are. SIGTERM/SIGINT (or the power button as PID 1)
  * stop the front; running requests are ended and the process exits 0. */
 #include "cluster/coop.h"
 #include "cluster/fabric_node.h"
@@ -18,6 +19,7 @@
 #include "os/runtime/watchdog.h"
 #include "serving/api/http_server.h"
 #include "serving/sched/scheduler.h"
+#include "serving/sched/step_prior.h"
 #include "serving/api/serve_front.h"
 #include "cmd/commands.h"
 #include "cmd/options.h"
@@ -36,6 +38,7 @@
 
 struct serve_opts {
     const char *model, *host, *api_key, *name;
+    const char *state_dir; /* the step-model cache's directory; "off": none (step_prior.h) */
     int port, max_batch, ctx, threads, step_tokens, kv_blocks, kv_block_size, kv_type, static_batch;
     int max_conns, timeout_ms, idle_timeout_ms, no_slo, verbose, step_delay_us, shed_late,
         static_shrink;
@@ -107,6 +110,7 @@ static int serve_options(struct serve_opts *o, struct opt *t)
         {"--port", OPT_INT, &o->port, 0, 65535, NULL, "N"},
         {"--api-key", OPT_STR, &o->api_key, 0, 0, NULL, "KEY"},
         {"--name", OPT_STR, &o->name, 0, 0, NULL, "ID"},
+        {"--state-dir", OPT_STR, &o->state_dir, 0, 0, NULL, "DIR|off"},
         {"--max-batch", OPT_INT, &o->max_batch, 1, 4096, NULL, "N"},
         {"--ctx", OPT_INT, &o->ctx, 0, 1 << 20, NULL, "N"},
         {"--threads", OPT_INT, &o->threads, 0, 1024, NULL, "N"},
@@ -156,6 +160,8 @@ static int usage(void)
     opts_usage(stderr, "serve", t, serve_options(&o, t));
     fprintf(
         stderr,
+        "  --state-dir: where the fitted step model is cached between starts (default: the\n"
+        "  model's partition on the appliance, else $XDG_CACHE_HOME/strata; off: nowhere)\n"
         "  tests only: --test-step-delay-us sleeps in every step; --test-crash crashes\n"
         "  once ready, --test-hang hangs the serve loop S seconds after ready\n"
         "  (boot/cmdline.md); --resident-layers K, --resident-schedule STEP:K,...: a joiner\n"
@@ -247,6 +253,12 @@ struct serve {
     struct layer_progress layers;
     struct serve_cluster *cluster; /* with --cluster */
     int member;                    /* an empty member's join: failures are not fatal */
+    /* the step-model cache (serving/sched/step_prior.h): written from the compute thread once
+     * idle calibration is done, read at start-up only */
+    struct step_identity step_id;
+    char state_dir[4096]; /* "" : none */
+    int state_remount;
+    long prior_steps; /* the steps the cached prior was fitted from (0: not cached) */
 };
 
 /* The serving process's fabric node (cluster/fabric_node.h); its users (cooperative execution)
@@ -622,9 +634,53 @@ static int start_coop(struct serve *sv, const struct serve_opts *o, char *err)
     return 0;
 }
 
-/* The compute thread. A node whose weights are arriving does not time its step shapes first
- * (seconds of full forward passes, before its first token, on a model it may not hold yet): it
- * starts from the scheduler's default step model, which the steps it runs correct online. */
+/* Compute thread: idle calibration covered every step shape; the model goes to the cache. */
+static void on_calibrated(void *ctx, const struct step_model *m, double err, long steps)
+{
+    struct serve *sv = ctx;
+    if (!sv->state_dir[0]) return;
+    struct step_cached c = {.m = *m, .err = err, .steps = sv->prior_steps + steps};
+    char e[ERRMSG_LEN], path[4200];
+    step_cache_path(path, sizeof path, sv->state_dir, &sv->step_id);
+    if (step_prior_save(sv->state_dir, sv->state_remount, &sv->step_id, &c, e))
+        log_warn("serve", "step model not cached: %s", e);
+    else
+        log_info("serve", "step model: saved to %s", path);
+}
+
+/* The step model to start from (step_prior.h), said in one line: nothing is timed before serving
+ * (idle calibration covers what the steps do not, once, and caches the result). */
+static void step_prior_start(struct serve *sv, const struct serve_opts *o, struct scheduler *sched)
+{
+    char dir[4096];
+    int remount = 0;
+    int none = step_state_dir(o->state_dir, o->model, pid1_active(), dir, sizeof dir, &remount);
+    snprintf(sv->state_dir, sizeof sv->state_dir, "%s", none ? "" : dir);
+    sv->state_remount = remount;
+    step_identity_of(sv->lm, &sv->step_id);
+    struct step_prior p;
+    step_prior_choose(sv->lm, &sv->step_id, none ? NULL : dir, o->model != NULL, &p);
+    int cached = p.source == STEP_FROM_CACHE;
+    sv->prior_steps = cached ? p.steps : 0;
+    sched_set_prior(sched, &p.m, p.err, cached);
+    char what[4400];
+    if (cached)
+        snprintf(what, sizeof what, "cached in %s, fitted on this hardware", p.path);
+    else if (p.bw > 0)
+        snprintf(what, sizeof what, "a default from %.0f MiB of weights read at %.1f GB/s",
+                 (double)sv->lm->model.image_size / (1 << 20), p.bw / 1e9);
+    else
+        snprintf(what, sizeof what, "a default from %.0f MiB of weights (bandwidth not measured)",
+                 (double)sv->lm->model.image_size / (1 << 20));
+    fprintf(stderr,
+            "strata serve: step model: %s%.1f us/token + %.1f us/sequence + %.1f us, error %.0f%% "
+            "(%s; %s)\n",
+            cached ? "" : "prior ", p.m.a * 1e6, p.m.b * 1e6, p.m.c * 1e6, p.err * 100, what,
+            cached ? "corrected by every step" : "corrected by every step, calibrated while idle");
+}
+
+/* The compute thread, serving at once: its step model starts from the best prior and is corrected
+ * online (a node whose weights are still arriving too). */
 static int start_scheduler(struct serve *sv, const struct serve_opts *o, struct scheduler **out,
                            char *err)
 {
@@ -650,22 +706,16 @@ static int start_scheduler(struct serve *sv, const struct serve_opts *o, struct 
                             .decode = decode_piece,
                             .notify_ctx = sv->front,
                             .notify = front_notify,
-                            .wake = front_wake};
+                            .wake = front_wake,
+                            .model_ctx = sv,
+                            .calibrated = on_calibrated};
     if (sv->coop) ops.coop = coop_sched_hooks(sv->coop);
     struct scheduler *sched = *out = sched_new(&sc, &ops, &e->kv, &sv->metrics, err);
     if (!sched) return serve_failed(sv, "", err);
     if (sv->coop) coop_set_scheduler(sv->coop, sched);
-    if (pulling) {
-        log_info("serve", "step model: the default, corrected online (weights still arriving)");
-    } else {
-        front_set_progress(sv->front, "calibrating the step-time model", 0.95);
-        if (sched_calibrate(sched, err)) return serve_failed(sv, "", err);
-    }
+    step_prior_start(sv, o, sched);
     if (sched_start(sched, err) || (sv->fabric && !pulling && fabric_node_start(sv->fabric, err)))
         return serve_failed(sv, "", err);
-    const struct step_model *sm = sched_step_model(sched);
-    log_info("serve", "step model: %.1f us/token + %.1f us/sequence + %.1f us", sm->a * 1e6,
-             sm->b * 1e6, sm->c * 1e6);
     return 0;
 }
 
@@ -822,8 +872,19 @@ static void member_loop(struct serve *sv, struct serve_opts *o, struct scheduler
     }
 }
 
+/* A clean stop: a model that served steps since start knows more than the cache, which it
+ * replaces (only the calibrated shapes are timed while idle; the rest come from the steps). */
+static void step_cache_refresh(struct serve *sv, struct scheduler *sched)
+{
+    long served = (long)atomic_load(&sv->metrics.steps);
+    if (!sched || served < 32 || !sched_calibrated(sched)) return;
+    sched_stop(sched);
+    on_calibrated(sv, sched_step_model(sched), sched_step_err(sched), served);
+}
+
 static void serve_free(struct serve *sv, struct serve_opts *o, struct scheduler *sched)
 {
+    step_cache_refresh(sv, sched);
     if (sched) sched_free(sched);
     fabric_node_stop(sv->fabric); /* the weight stream's connections close before the transport */
     weight_node_free(sv->weights);

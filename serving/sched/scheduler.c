@@ -143,8 +143,10 @@ struct scheduler {
     struct sched_ops ops;
     struct kv_cache *kv;
     struct serve_metrics *m;
-    struct step_model model;
-    int max_blocks; /* per sequence */
+    struct step_online sm; /* the step model, refitted from every step (step_model.h) */
+    int cal_done;          /* idle calibration: 1 every shape covered (or cached), -1 given up */
+    int cal_steps;         /* calibration steps run */
+    int max_blocks;        /* per sequence */
 
     struct seq **running;
     int n_running;
@@ -359,6 +361,8 @@ static struct seq *seq_from(struct scheduler *s, struct sreq *r, char *err)
 
 /* ---------------------------------------------------------------- lifecycle */
 
+static void calibration_init(struct scheduler *s);
+
 struct scheduler *sched_new(const struct sched_config *cfg, const struct sched_ops *ops,
                             struct kv_cache *kv, struct serve_metrics *m, char *err)
 {
@@ -380,8 +384,8 @@ struct scheduler *sched_new(const struct sched_config *cfg, const struct sched_o
     s->kv = kv;
     s->m = m;
     s->max_blocks = kv_blocks_for(kv, cfg->ctx);
-    s->model = (struct step_model){.a = 1e-4, .b = 0, .c = 1e-3, .corr = 1};
     int T = s->cfg.max_step_tokens, S = s->cfg.max_seqs;
+    calibration_init(s);
     s->running = calloc((size_t)S, sizeof *s->running);
     s->b_token = malloc((size_t)T * sizeof(int));
     s->b_pos = malloc((size_t)T * sizeof(int));
@@ -466,12 +470,33 @@ void sched_free(struct scheduler *s)
 
 const struct step_model *sched_step_model(const struct scheduler *s)
 {
-    return &s->model;
+    return &s->sm.m;
 }
 
-void sched_set_step_model(struct scheduler *s, const struct step_model *m)
+double sched_step_err(const struct scheduler *s)
 {
-    s->model = *m;
+    return s->sm.err;
+}
+
+void sched_set_step_model(struct scheduler *s, const struct step_model *m, double err)
+{
+    step_online_init(&s->sm, m, err, 1);
+    s->cal_done = 1;
+}
+
+void sched_set_prior(struct scheduler *s, const struct step_model *m, double err, int calibrated)
+{
+    struct step_sample sh[STEP_MAX_SHAPES];
+    memcpy(sh, s->sm.shape, sizeof sh);
+    int n = s->sm.n_shapes;
+    step_online_init(&s->sm, m, err, 0);
+    step_online_shapes(&s->sm, sh, n);
+    s->cal_done = calibrated;
+}
+
+int sched_calibrated(const struct scheduler *s)
+{
+    return s->cal_done == 1;
 }
 
 int sched_submit(struct scheduler *s, struct sreq *r, char *err)
@@ -580,7 +605,7 @@ static double slack_of(const struct seq *q, double now)
 /* Waiting order: least slack first, after subtracting the predicted prefill time. */
 static double waiting_slack(const struct scheduler *s, const struct seq *q, double now)
 {
-    return slack_of(q, now) - s->model.a * s->model.corr * (q->n_tok - q->n_computed);
+    return slack_of(q, now) - s->sm.m.a * s->sm.m.corr * (q->n_tok - q->n_computed);
 }
 
 /* Least slack first among requests that can still meet their target; requests that cannot
@@ -666,6 +691,14 @@ static int planned_tokens(const struct scheduler *s)
     return t;
 }
 
+/* Tokens one more sequence may add to the step so far and still end within `allowed` seconds,
+ * by the step model widened by its own error estimate (an uncertain model admits less). */
+static int fit_tokens(const struct scheduler *s, double allowed)
+{
+    double widened = allowed / (1 + s->sm.err);
+    return step_model_max_tokens(&s->sm.m, s->n_plan + 1, widened) - planned_tokens(s);
+}
+
 /* The smallest time any running sequence can give the next step (decode_only: only those
  * already streaming tokens, which a prompt chunk must not stall). */
 static double allowed_step_time(const struct scheduler *s, double now, int decode_only)
@@ -699,8 +732,7 @@ static void plan_running(struct scheduler *s, double now, int *budget)
             if (pass == 1 && allowed < INFINITY) {
                 /* prompt chunks too must leave the streaming requests their slack (chunked
                  * prefill sized by the step model), but always make some progress */
-                int fit =
-                    step_model_max_tokens(&s->model, s->n_plan + 1, allowed) - planned_tokens(s);
+                int fit = fit_tokens(s, allowed);
                 int least = want < MIN_CHUNK ? want : MIN_CHUNK;
                 if (fit < n) n = fit > least ? fit : least;
             }
@@ -784,7 +816,7 @@ static void plan_waiting(struct scheduler *s, int *budget, double now)
         int n = want < *budget ? want : *budget;
         if (s->n_running && !s->cfg.no_slo_admission) {
             double allowed = allowed_step_time(s, now, 0);
-            int fit = step_model_max_tokens(&s->model, s->n_plan + 1, allowed) - planned_tokens(s);
+            int fit = fit_tokens(s, allowed);
             if (fit < n) {
                 int least = want < MIN_CHUNK ? want : MIN_CHUNK;
                 if (fit < least) break;
@@ -933,7 +965,7 @@ static void raise_k(struct scheduler *s, int k1)
 
 static void step_observe(struct scheduler *s, int n, int n_seqs, double secs)
 {
-    step_model_observe(&s->model, n, n_seqs, secs);
+    step_online_observe(&s->sm, n, n_seqs, secs);
     hist_observe(&s->m->step, secs);
     atomic_fetch_add_explicit(&s->m->steps, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&s->m->step_tokens, (unsigned long long)n, memory_order_relaxed);
@@ -976,50 +1008,65 @@ static int flight_land(struct scheduler *s)
     return 1;
 }
 
-static int run_step(struct scheduler *s)
+/* coop, at the step boundary: the layers that became local (their KV with them), the sequences
+ * whose helper failed, and whether a step can run at all. 0: split, and no helper to run the
+ * rest (wait for our own layers or the helper's return). */
+static int coop_boundary(struct scheduler *s)
 {
-    double now = clock_now();
     const struct sched_coop *co = &s->ops.coop;
-    if (co->resident) {
-        int k = co->resident(co->ctx, s->n_steps);
-        if (k > co->n_layers) k = co->n_layers;
-        if (k > s->k) {
-            flight_land(s); /* k rises with nothing in flight */
-            raise_k(s, k);
-        }
-        /* a helper that failed took the upper layers' KV of its sequences with it */
-        for (int i = s->n_running - 1; co->lost && s->k < co->n_layers && i >= 0; i--) {
-            struct seq *q = s->running[i];
-            const char *why = q->n_computed ? co->lost(co->ctx, q->id) : NULL;
-            if (!why) continue;
-            remove_at(s->running, &s->n_running, i);
-            retire(s, q, FINISH_ERROR, why);
-        }
-        /* split but no helper: wait for our own layers (or the helper's return) */
-        if (s->k < co->n_layers && !co->ready(co->ctx)) return flight_land(s);
+    if (!co->resident) return 1;
+    int k = co->resident(co->ctx, s->n_steps);
+    if (k > co->n_layers) k = co->n_layers;
+    if (k > s->k) {
+        flight_land(s); /* k rises with nothing in flight */
+        raise_k(s, k);
     }
+    /* a helper that failed took the upper layers' KV of its sequences with it */
+    for (int i = s->n_running - 1; co->lost && s->k < co->n_layers && i >= 0; i--) {
+        struct seq *q = s->running[i];
+        const char *why = q->n_computed ? co->lost(co->ctx, q->id) : NULL;
+        if (!why) continue;
+        remove_at(s->running, &s->n_running, i);
+        retire(s, q, FINISH_ERROR, why);
+    }
+    return s->k >= co->n_layers || co->ready(co->ctx);
+}
+
+/* The step's plan within its token budget: running sequences first, then waiting ones admitted.
+ * Returns the number of planned sequences. */
+static int plan_step(struct scheduler *s, double now)
+{
     int budget = s->cfg.max_step_tokens;
     s->n_plan = 0;
     if (!s->n_running) drop_pads(s); /* the batch ended by cancellation */
     plan_running(s, now, &budget);
     plan_waiting(s, &budget, now);
-    if (!s->n_plan) return flight_land(s);
+    return s->n_plan;
+}
 
-    int n = 0, n_logits = 0;
+/* The plan as a batch: each planned sequence's tokens, a logit row where its chunk ends. */
+static void batch_plan(struct scheduler *s, int *n, int *n_logits)
+{
+    *n = *n_logits = 0;
     for (int p = 0; p < s->n_plan; p++) {
         struct seq *q = s->plan[p].s;
         for (int k = 0; k < s->plan[p].n; k++) {
-            s->b_token[n] = q->tok[q->n_computed + k];
-            s->b_pos[n] = q->n_computed + k;
-            s->b_blocks[n] = q->blocks;
-            n++;
+            s->b_token[*n] = q->tok[q->n_computed + k];
+            s->b_pos[*n] = q->n_computed + k;
+            s->b_blocks[*n] = q->blocks;
+            (*n)++;
         }
-        if (q->n_computed + s->plan[p].n == q->n_tok) s->b_logit_rows[n_logits++] = n - 1;
+        if (q->n_computed + s->plan[p].n == q->n_tok) s->b_logit_rows[(*n_logits)++] = *n - 1;
     }
+}
+
+/* Static batching: the padding rows ride along while room and blocks allow. Returns how many. */
+static int batch_pads(struct scheduler *s, int *n, int *n_logits)
+{
     int n_padded = 0;
     for (int i = 0; i < s->n_pads; i++) {
         struct pad *pd = &s->pads[i];
-        if (n == s->cfg.max_step_tokens || n_logits == s->cfg.max_seqs) break;
+        if (*n == s->cfg.max_step_tokens || *n_logits == s->cfg.max_seqs) break;
         int need = kv_blocks_for(s->kv, pd->pos + 1);
         if (pd->pos >= s->cfg.ctx - 1 || need > s->max_blocks) {
             drop_pad(s, i--); /* at the end of its context the row stops */
@@ -1033,91 +1080,102 @@ static int run_step(struct scheduler *s)
             }
             pd->blocks[pd->n_blocks++] = blk;
         }
-        s->b_token[n] = pd->tok;
-        s->b_pos[n] = pd->pos++;
-        s->b_blocks[n] = pd->blocks;
-        s->b_logit_rows[n_logits++] = n;
-        n++;
+        s->b_token[*n] = pd->tok;
+        s->b_pos[*n] = pd->pos++;
+        s->b_blocks[*n] = pd->blocks;
+        s->b_logit_rows[(*n_logits)++] = *n;
+        (*n)++;
         n_padded++;
     }
-    struct batch b = {.n = n,
-                      .token = s->b_token,
-                      .pos = s->b_pos,
-                      .blocks = s->b_blocks,
-                      .n_logits = n_logits,
-                      .logit_rows = s->b_logit_rows};
-    double t0 = clock_now();
-    atomic_store(&s->step_started_ns, clock_now_ns());
-    int split = co->step && s->k < co->n_layers, rc;
-    const char *fail = "the model step failed";
-    if (split) {
-        /* coop: sequence ids per row, sampler and EOS mask per logit row */
-        int row = 0, lr = 0;
-        for (int p = 0; p < s->n_plan; p++) {
-            struct seq *q = s->plan[p].s;
-            for (int k = 0; k < s->plan[p].n; k++) {
-                s->b_smp[row] = &q->smp;
-                s->b_seq[row++] = q->id;
-            }
-            if (q->n_computed + s->plan[p].n == q->n_tok)
-                s->b_mask[lr++] = (unsigned char)mask_eos(q);
-        }
-        rc = 1;
-        if (co->send && !n_padded) {
-            /* pipelined: out it goes, and the step in flight before it is answered meanwhile */
-            rc = co->send(co->ctx, &b, s->k, s->b_seq, s->b_smp, s->b_mask, s->step_err);
-            if (rc == 0) {
-                if (s->cfg.step_delay_us > 0) usleep((useconds_t)s->cfg.step_delay_us);
-                struct flight *f = &s->fl[!s->cur];
-                *f = (struct flight){
-                    .active = 1, .plan = f->plan, .logit = f->logit, .n_rows = n, .t0 = t0};
-                for (int p = 0; p < s->n_plan; p++) {
-                    struct seq *q = s->plan[p].s;
-                    q->n_computed += s->plan[p].n;
-                    q->in_flight++;
-                    f->logit[p] = q->n_computed == q->n_tok;
-                    q->awaiting |= f->logit[p];
-                    f->plan[p] = s->plan[p];
-                }
-                f->n_plan = s->n_plan;
-                s->n_steps++;
-                s->n_plan = 0;
-                flight_land(s);
-                s->cur = !s->cur;
-                atomic_store(&s->step_started_ns, 0);
-                if (!s->n_running) drop_pads(s);
-                return 1;
-            }
-        }
-        if (s->fl[s->cur].active) {
-            /* it runs alone: the step in flight first (which may retire sequences of this
-             * plan: then plan again) */
-            unsigned long retired = s->n_retired;
-            flight_land(s);
-            if (s->n_retired != retired) {
-                s->n_plan = 0;
-                atomic_store(&s->step_started_ns, 0);
-                return 1;
-            }
-        }
-        if (rc == 1)
-            rc = co->step(co->ctx, &b, s->k, s->b_seq, s->b_smp, s->b_mask, s->b_out, s->step_err);
-        if (rc) fail = s->step_err;
-    } else {
-        /* a helper fuses the remote steps that wait into this one (cluster/coop.h) */
-        rc = co->forward ? co->forward(co->ctx, &b, s->logits, s->step_err) : 1;
-        s->fused = co->forward != NULL;
-        if (rc == 1) rc = s->ops.forward(s->ops.ctx, &b, s->logits, s->step_err);
-        if (rc) fail = s->step_err;
-    }
-    /* Tests: a slower device. Inside the step's time, so the step model learns it as a device's
-     * would (the cluster's planner predicts with it). */
-    if (s->cfg.step_delay_us > 0) usleep((useconds_t)s->cfg.step_delay_us);
-    double t1 = clock_now();
-    atomic_store(&s->step_started_ns, 0);
-    s->n_steps++;
-    step_observe(s, n, s->n_plan + n_padded, t1 - t0);
+    return n_padded;
+}
 
+/* coop: sequence ids per row, sampler and EOS mask per logit row */
+static void split_rows(struct scheduler *s)
+{
+    int row = 0, lr = 0;
+    for (int p = 0; p < s->n_plan; p++) {
+        struct seq *q = s->plan[p].s;
+        for (int k = 0; k < s->plan[p].n; k++) {
+            s->b_smp[row] = &q->smp;
+            s->b_seq[row++] = q->id;
+        }
+        if (q->n_computed + s->plan[p].n == q->n_tok) s->b_mask[lr++] = (unsigned char)mask_eos(q);
+    }
+}
+
+/* coop pipelining: the step went out (sent, not answered): its plan becomes the flight, and the
+ * step in flight before it is answered meanwhile. */
+static void fly(struct scheduler *s, int n, double t0)
+{
+    if (s->cfg.step_delay_us > 0) usleep((useconds_t)s->cfg.step_delay_us);
+    struct flight *f = &s->fl[!s->cur];
+    *f = (struct flight){.active = 1, .plan = f->plan, .logit = f->logit, .n_rows = n, .t0 = t0};
+    for (int p = 0; p < s->n_plan; p++) {
+        struct seq *q = s->plan[p].s;
+        q->n_computed += s->plan[p].n;
+        q->in_flight++;
+        f->logit[p] = q->n_computed == q->n_tok;
+        q->awaiting |= f->logit[p];
+        f->plan[p] = s->plan[p];
+    }
+    f->n_plan = s->n_plan;
+    s->n_steps++;
+    s->n_plan = 0;
+    flight_land(s);
+    s->cur = !s->cur;
+    atomic_store(&s->step_started_ns, 0);
+    if (!s->n_running) drop_pads(s);
+}
+
+/* coop: run b with layers [0, k) here and the rest on the helper, pipelined when it can go in
+ * flight. Returns 1 when the iteration is over already (the step went in flight, or the step in
+ * flight before it retired sequences of this plan: plan again); 0 when it ran, *rc its status. */
+static int run_split(struct scheduler *s, const struct batch *b, int n_padded, double t0, int *rc,
+                     const char **fail)
+{
+    const struct sched_coop *co = &s->ops.coop;
+    split_rows(s);
+    *rc = 1;
+    if (co->send && !n_padded) {
+        *rc = co->send(co->ctx, b, s->k, s->b_seq, s->b_smp, s->b_mask, s->step_err);
+        if (*rc == 0) {
+            fly(s, b->n, t0);
+            return 1;
+        }
+    }
+    if (s->fl[s->cur].active) {
+        /* it runs alone: the step in flight first (which may retire sequences of this plan:
+         * then plan again) */
+        unsigned long retired = s->n_retired;
+        flight_land(s);
+        if (s->n_retired != retired) {
+            s->n_plan = 0;
+            atomic_store(&s->step_started_ns, 0);
+            return 1;
+        }
+    }
+    if (*rc == 1)
+        *rc = co->step(co->ctx, b, s->k, s->b_seq, s->b_smp, s->b_mask, s->b_out, s->step_err);
+    if (*rc) *fail = s->step_err;
+    return 0;
+}
+
+/* All layers here; a helper fuses the remote steps that wait into this one (cluster/coop.h). */
+static int run_local(struct scheduler *s, const struct batch *b, const char **fail)
+{
+    const struct sched_coop *co = &s->ops.coop;
+    int rc = co->forward ? co->forward(co->ctx, b, s->logits, s->step_err) : 1;
+    s->fused = co->forward != NULL;
+    if (rc == 1) rc = s->ops.forward(s->ops.ctx, b, s->logits, s->step_err);
+    if (rc) *fail = s->step_err;
+    return rc;
+}
+
+/* The step ran (rc 0) or failed: each planned sequence advances by its chunk and, where the chunk
+ * ends its prompt or is a decode, gets its next token; on failure each one fails with `fail`. */
+static void land_plan(struct scheduler *s, int rc, int split, const char *fail, double t1)
+{
     /* Copy the plan: advance() retires sequences and reshapes running[]. */
     int row = 0;
     for (int p = 0; p < s->n_plan; p++) {
@@ -1138,6 +1196,40 @@ static int run_step(struct scheduler *s)
     }
     s->n_plan = 0;
     if (!s->n_running) drop_pads(s); /* the batch is done */
+}
+
+/* One step: the coop boundary, the plan, its batch (with static batching's padding), the model
+ * (split with a helper, or here), its time into the step model, the tokens to their sequences. */
+static int run_step(struct scheduler *s)
+{
+    double now = clock_now();
+    if (!coop_boundary(s) || !plan_step(s, now)) return flight_land(s);
+    int n, n_logits;
+    batch_plan(s, &n, &n_logits);
+    int n_padded = batch_pads(s, &n, &n_logits);
+    struct batch b = {.n = n,
+                      .token = s->b_token,
+                      .pos = s->b_pos,
+                      .blocks = s->b_blocks,
+                      .n_logits = n_logits,
+                      .logit_rows = s->b_logit_rows};
+    double t0 = clock_now();
+    atomic_store(&s->step_started_ns, clock_now_ns());
+    int split = s->ops.coop.step && s->k < s->ops.coop.n_layers, rc;
+    const char *fail = "the model step failed";
+    if (split) {
+        if (run_split(s, &b, n_padded, t0, &rc, &fail)) return 1;
+    } else {
+        rc = run_local(s, &b, &fail);
+    }
+    /* Tests: a slower device. Inside the step's time, so the step model learns it as a device's
+     * would (the cluster's planner predicts with it). */
+    if (s->cfg.step_delay_us > 0) usleep((useconds_t)s->cfg.step_delay_us);
+    double t1 = clock_now();
+    atomic_store(&s->step_started_ns, 0);
+    s->n_steps++;
+    step_observe(s, n, s->n_plan + n_padded, t1 - t0);
+    land_plan(s, rc, split, fail, t1);
     return 1;
 }
 
@@ -1163,12 +1255,20 @@ int sched_iterate(struct scheduler *s)
 static void *sched_main(void *arg)
 {
     struct scheduler *s = arg;
+    double busy_at = clock_now();
+    double idle_s = (s->cfg.idle_calibrate_ms ? s->cfg.idle_calibrate_ms : 500) / 1e3;
     for (;;) {
         pthread_mutex_lock(&s->mu);
         int stop = s->stopping;
         pthread_mutex_unlock(&s->mu);
         if (stop) break;
-        if (sched_iterate(s)) continue;
+        if (sched_iterate(s)) {
+            busy_at = clock_now();
+            continue;
+        }
+        if (idle_s >= 0 && !s->cal_done && clock_now() - busy_at >= idle_s &&
+            sched_calibrate_idle(s) > 0)
+            continue;
         /* Idle (or a static batch filling up): sleep until a submission, a cancel or a tick. */
         pthread_mutex_lock(&s->mu);
         if (!s->inbox_head && !s->stopping && !atomic_load(&s->poked)) {
@@ -1208,64 +1308,130 @@ void sched_stop(struct scheduler *s)
 
 /* ---------------------------------------------------------------- calibration */
 
-int sched_calibrate(struct scheduler *s, char *err)
+/* Nothing is timed before serving: the model starts from its prior and learns from the steps it
+ * runs. What the steps have not covered yet (a node that has served only decodes knows little of
+ * long prefills) is timed while the thread is idle, one calibration step at a time, so a request
+ * that arrives meanwhile waits for one step at most, the cheapest first; a shape predicted to take
+ * over half the TTFT target is left to the steps. */
+
+#define CAL_SEEN 3 /* steps of a shape that cover it */
+
+static void calibration_init(struct scheduler *s)
 {
-    /* Shapes: decode-only batches of several widths and prefill chunks of several lengths. */
+    /* decode-only batches of several widths and prefill chunks of several lengths, cheapest
+     * first: each one timed scales the model before the next is judged */
     int T = s->cfg.max_step_tokens, S = s->cfg.max_seqs;
-    int shapes[][2] = {{1, 1}, {S / 2 + 1, S / 2 + 1},    {S, S}, {T / 4 + 1, 1}, {T / 2 + 1, 1},
-                       {T, 1}, {T / 2 + S / 2, S / 2 + 1}};
-    int n_shapes = (int)(sizeof shapes / sizeof shapes[0]);
-    struct step_sample samples[3 * 7];
-    int n_samples = 0;
-    int bs = s->kv->block_size;
-    int *table = malloc((size_t)s->max_blocks * sizeof *table);
-    if (!table) return errmsg_set(err, "calibration: out of memory");
-    for (int sh = 0; sh < n_shapes; sh++) {
-        int tokens = shapes[sh][0] < T ? shapes[sh][0] : T;
-        int seqs = shapes[sh][1] < tokens ? shapes[sh][1] : tokens;
+    int want[][2] = {{1, 1},         {S / 2 + 1, S / 2 + 1},     {S, S},
+                     {T / 4 + 1, 1}, {T / 2 + S / 2, S / 2 + 1}, {T / 2 + 1, 1},
+                     {T, 1}};
+    struct step_sample sh[STEP_MAX_SHAPES];
+    int n = 0;
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        int tokens = want[i][0] < T ? want[i][0] : T;
         if (tokens > s->cfg.ctx - 1) tokens = s->cfg.ctx - 1;
-        if (seqs > tokens) seqs = tokens;
-        /* every sequence shares one block table (positions spread over its blocks): the cost of
-         * a step does not depend on which blocks it touches */
-        int per = tokens - (seqs - 1); /* the first sequence takes the chunk */
-        int nb = kv_blocks_for(s->kv, per + 1);
-        if (nb > s->kv->n_free) continue;
-        for (int i = 0; i < nb; i++) table[i] = kv_block_alloc(s->kv);
-        int n = 0;
-        for (int q = 0; q < seqs; q++) {
-            int cnt = q == 0 ? per : 1;
-            for (int k = 0; k < cnt; k++) {
-                s->b_token[n] = (n * 7 + 1) % s->ops.vocab_size;
-                s->b_pos[n] = q == 0 ? k : (q * bs + 3) % (per + 1);
-                s->b_blocks[n] = table;
-                n++;
-            }
-            s->b_logit_rows[q] = n - 1;
+        int seqs = want[i][1] < tokens ? want[i][1] : tokens;
+        if (seqs > S) seqs = S;
+        int k = n++;
+        while (k > 0 && sh[k - 1].tokens > tokens) sh[k] = sh[k - 1], k--;
+        sh[k] = (struct step_sample){tokens, seqs, 0};
+    }
+    step_online_init(&s->sm, &(struct step_model){.a = 1e-4, .c = 1e-3, .corr = 1}, 1.0, 0);
+    step_online_shapes(&s->sm, sh, n);
+}
+
+/* Time one step of `tokens` tokens over `seqs` sequences on free KV blocks (every sequence shares
+ * one block table: the cost of a step does not depend on which blocks it touches). */
+static int calibration_step(struct scheduler *s, int tokens, int seqs, int *table)
+{
+    int bs = s->kv->block_size;
+    int per = tokens - (seqs - 1); /* the first sequence takes the chunk */
+    int nb = kv_blocks_for(s->kv, per + 1);
+    for (int i = 0; i < nb; i++) table[i] = kv_block_alloc(s->kv);
+    int n = 0;
+    for (int q = 0; q < seqs; q++) {
+        int cnt = q == 0 ? per : 1;
+        for (int k = 0; k < cnt; k++) {
+            s->b_token[n] = (n * 7 + 1) % s->ops.vocab_size;
+            s->b_pos[n] = q == 0 ? k : (q * bs + 3) % (per + 1);
+            s->b_blocks[n] = table;
+            n++;
         }
-        struct batch b = {.n = n,
-                          .token = s->b_token,
-                          .pos = s->b_pos,
-                          .blocks = s->b_blocks,
-                          .n_logits = seqs,
-                          .logit_rows = s->b_logit_rows};
-        double best = INFINITY;
-        for (int rep = 0; rep < 4; rep++) {
-            double t0 = clock_now();
-            if (s->ops.forward(s->ops.ctx, &b, s->logits, s->step_err)) {
-                for (int i = nb - 1; i >= 0; i--) kv_block_free(s->kv, table[i]);
-                free(table);
-                return errmsg_set(err, "calibration: %s", s->step_err);
-            }
-            double t = clock_now() - t0;
-            if (rep > 0 && t < best) best = t; /* the first run warms caches */
+        s->b_logit_rows[q] = n - 1;
+    }
+    struct batch b = {.n = n,
+                      .token = s->b_token,
+                      .pos = s->b_pos,
+                      .blocks = s->b_blocks,
+                      .n_logits = seqs,
+                      .logit_rows = s->b_logit_rows};
+    double t0 = clock_now();
+    atomic_store(&s->step_started_ns, clock_now_ns());
+    int rc = s->ops.forward(s->ops.ctx, &b, s->logits, s->step_err);
+    if (s->cfg.step_delay_us > 0) usleep((useconds_t)s->cfg.step_delay_us); /* as run_step */
+    double t = clock_now() - t0;
+    atomic_store(&s->step_started_ns, 0);
+    for (int i = nb - 1; i >= 0; i--) kv_block_free(s->kv, table[i]);
+    if (rc) return -1;
+    step_online_observe(&s->sm, n, seqs, t);
+    return 0;
+}
+
+static void calibration_done(struct scheduler *s, int timed, int left)
+{
+    s->cal_done = 1;
+    s->sm.err = step_online_fit_error(&s->sm); /* not the prior's misses on the way */
+    const struct step_model *m = &s->sm.m;
+    log_info("sched",
+             "step model: %.1f us/token + %.1f us/sequence + %.1f us, error %.0f%% (calibrated "
+             "while idle: %d calibration steps, %d shape%s over half the TTFT target left to the "
+             "steps)",
+             m->a * 1e6, m->b * 1e6, m->c * 1e6, s->sm.err * 100, timed, left,
+             left == 1 ? "" : "s");
+    if (s->ops.calibrated) s->ops.calibrated(s->ops.model_ctx, m, s->sm.err, s->sm.steps);
+}
+
+int sched_calibrate_idle(struct scheduler *s)
+{
+    const struct sched_coop *co = &s->ops.coop;
+    if (s->cal_done || s->n_running || s->n_waiting || s->n_pads || s->fl[0].active ||
+        s->fl[1].active)
+        return 0;
+    if (co->resident && s->k < co->n_layers) return 0; /* layers still remote: not ours to time */
+    pthread_mutex_lock(&s->mu);
+    int queued = s->inbox_head != NULL;
+    pthread_mutex_unlock(&s->mu);
+    if (queued) return 0;
+    /* the cheapest shape not covered yet, by the model as it stands (each step timed refines
+     * the prediction of the next) */
+    double cap = s->cfg.ttft_ms / 2e3, best = INFINITY;
+    int left = 0;
+    const struct step_sample *next = NULL;
+    for (int i = 0; i < s->sm.n_shapes; i++) {
+        const struct step_sample *sh = &s->sm.shape[i];
+        if (step_online_seen(&s->sm, sh->tokens, sh->seqs) >= CAL_SEEN) continue;
+        int nb = kv_blocks_for(s->kv, sh->tokens - sh->seqs + 2);
+        double t = step_model_predict(&s->sm.m, sh->tokens, sh->seqs);
+        if (t > cap || nb > s->kv->n_free || nb > s->max_blocks) {
+            left++;
+            continue;
         }
-        samples[n_samples++] = (struct step_sample){n, seqs, best};
-        for (int i = nb - 1; i >= 0; i--) kv_block_free(s->kv, table[i]);
+        if (t < best) best = t, next = sh;
+    }
+    if (!next) {
+        calibration_done(s, s->cal_steps, left);
+        return 0;
+    }
+    int *table = malloc((size_t)s->max_blocks * sizeof *table);
+    if (!table || calibration_step(s, next->tokens, next->seqs, table)) {
+        log_warn("sched", "idle calibration stopped (%s): the step model goes on from the steps",
+                 table ? s->step_err : "out of memory");
+        s->cal_done = -1;
+        free(table);
+        return -1;
     }
     free(table);
-    if (step_model_fit(&s->model, samples, n_samples))
-        return errmsg_set(err, "calibration: %d step timings do not determine a fit", n_samples);
-    return 0;
+    s->cal_steps++;
+    return 1;
 }
 
 double sched_step_running_for(struct scheduler *s)

@@ -9,11 +9,15 @@
  * its prompt + generated tokens later), so a running request never fails for lack of blocks that
  * waiting would free; only a sequence that cannot fit the whole pool alone ends ("length").
  *
- * SLOs: each request has ttft_ms / tpot_ms targets (config defaults). A step_model fitted at
- * start-up predicts the step time; a waiting request (or chunk of it) is admitted only if the
- * predicted step still lets every running request keep its slack (its next token due by
- * t_first + n_generated * tpot, prefills by arrival + ttft; a step may always take one TPOT, so a
- * request already behind cannot starve the queue). The waiting queue is served least slack first.
+ * SLOs: each request has ttft_ms / tpot_ms targets (config defaults). A step model predicts the
+ * step time: it starts from a prior (sched_set_prior) and is refitted from every step timed
+ * (step_model.h: struct step_online); a waiting request (or chunk of it) is admitted only if the
+ * predicted step, widened by the model's own error estimate, still lets every running request
+ * keep its slack (its next token due by t_first + n_generated * tpot, prefills by arrival + ttft;
+ * a step may always take one TPOT, so a request already behind cannot starve the queue). The
+ * waiting queue is served least slack first. Nothing is timed before serving: while the compute
+ * thread is idle it runs the calibration shapes the steps have not covered yet, one step at a
+ * time, each no longer than half the TTFT target, and says when the model is calibrated.
  * --static-batch N instead admits N requests at once and runs them to the end (the baseline).
  *
  * Threads: the front submits requests (sched_submit) and cancels them (sched_cancel: a flag the
@@ -153,6 +157,10 @@ struct sched_ops {
     void (*notify)(void *notify_ctx, struct sreq *r);
     /* After a step's notifications: wake the front once. */
     void (*wake)(void *notify_ctx);
+    /* Idle calibration covered every shape (once; the compute thread): the fitted model, its
+     * error estimate and the steps it was fitted from, e.g. to cache. NULL: not told. */
+    void *model_ctx;
+    void (*calibrated)(void *model_ctx, const struct step_model *m, double err, long steps);
     struct sched_coop coop;
 };
 
@@ -172,6 +180,7 @@ struct sched_config {
                                 capacity goes to requests that can still meet their SLO */
     int step_delay_us; /* tests: sleep in each step (its time) so the tiny model is slow enough to cancel
                           mid-stream and to overlap requests */
+    int idle_calibrate_ms; /* idle this long before a calibration step (0: 500; < 0: never) */
 };
 
 struct scheduler;
@@ -179,12 +188,21 @@ struct scheduler;
 struct scheduler *sched_new(const struct sched_config *cfg, const struct sched_ops *ops,
                             struct kv_cache *kv, struct serve_metrics *m, char *err);
 void sched_free(struct scheduler *s);
-/* Time steps of several sizes and fit the step model (uses free KV blocks; call before start). */
-int sched_calibrate(struct scheduler *s, char *err);
+/* The step model to start from (before sched_start; default 100 us/token + 1 ms, error 100%): err
+ * its uncertainty (0.2: steps may take 20% longer); calibrated: it was measured for this model on
+ * this hardware (a cache), so idle calibration does not run. */
+void sched_set_prior(struct scheduler *s, const struct step_model *m, double err, int calibrated);
 const struct step_model *sched_step_model(const struct scheduler *s);
-void sched_set_step_model(struct scheduler *s, const struct step_model *m); /* tests */
-int sched_start(struct scheduler *s, char *err);                            /* the compute thread */
-void sched_stop(struct scheduler *s); /* finish: joins the thread, fails what's left */
+double sched_step_err(const struct scheduler *s);
+/* Tests: pin the model (never refitted, err fixed, no idle calibration). */
+void sched_set_step_model(struct scheduler *s, const struct step_model *m, double err);
+/* Without the thread (tests): one idle calibration step if one is due (nothing running or waiting,
+ * a shape not covered yet): 1 if one ran, 0 when there is none (calibration done or not idle),
+ * -1 when it failed (calibration gives up, the model goes on from the steps alone). */
+int sched_calibrate_idle(struct scheduler *s);
+int sched_calibrated(const struct scheduler *s); /* 1 once every shape was covered (or cached) */
+int sched_start(struct scheduler *s, char *err); /* the compute thread */
+void sched_stop(struct scheduler *s);            /* finish: joins the thread, fails what's left */
 
 /* Thread-safe. Takes a reference. Fails (returns -1, err) if the request can never fit. */
 int sched_submit(struct scheduler *s, struct sreq *r, char *err);

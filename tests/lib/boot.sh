@@ -16,9 +16,10 @@ BOOT_OUT=${BOOT_OUT:-build/test-image}
 BOOT_MODEL=${BOOT_MODEL:-build/models/stories260K.gguf}
 BOOT_PROMPT="Once upon a time"
 BOOT_TOKENS=40
-# Smaller serving limits than the defaults: the server times its step shapes at start-up
-# (calibration), which software emulation makes the longest part of the boot.
-BOOT_ARGS='strata.args="--max-batch 4 --step-tokens 32"'
+# The server's arguments (strata.args): its defaults (nothing is timed before it is ready: the
+# step model calibrates while idle), -v for the loader's progress lines, the boot's timeline on
+# the console.
+BOOT_ARGS='strata.args="-v"'
 # Kernel keys for the test image's built-in command line (UKI, disk): under software emulation on
 # a loaded host the kernel's IO-APIC timer probe can take too long and panic ("IO-APIC + timer
 # doesn't work!"); no_timer_check skips that probe, as VM images commonly do.

@@ -4,7 +4,9 @@
 # serve_model            converts ../shared/models/stories260K.bin once into $SERVE_MODEL
 # serve_llama2_model     writes a tiny random model with the Llama 2 vocabulary, once
 # serve_start NAME ARGS  starts `strata serve` on 127.0.0.1 on a free port (--port 0) with ARGS,
-#                        waits for /health 200 (15 s at most); sets SERVE_PID, SERVE_PORT, SERVE_URL
+#                        waits for /health 200 (15 s at most); sets SERVE_PID, SERVE_PORT, SERVE_URL;
+#                        its state (the step-model cache) in $W/state, shared by the scenario's
+#                        servers (a restart finds what the last one cached), never in ~/.cache
 # serve_stop             SIGTERM, then waits; fails the scenario if the exit status is not 0
 # serve_cleanup          (EXIT trap) kills what serve_start started
 STRATA=${STRATA:-build/strata}
@@ -38,7 +40,8 @@ serve_start() { # serve_start NAME ARGS...
     shift
     SERVE_LOG="$W/$name.log"
     : >"$SERVE_LOG"
-    "$STRATA" serve -m "$SERVE_MODEL" --host 127.0.0.1 --port 0 --threads 1 "$@" >"$SERVE_LOG" 2>&1 &
+    XDG_CACHE_HOME="$W/state" "$STRATA" serve -m "$SERVE_MODEL" --host 127.0.0.1 --port 0 --threads 1 "$@" \
+        >"$SERVE_LOG" 2>&1 &
     SERVE_PID=$!
     SERVE_PIDS+=("$SERVE_PID")
     for ((i = 0; i < 150; i++)); do

@@ -235,7 +235,7 @@ TEST(slo_admission_protects_running_requests)
         rig_open(&g, 64, 4, cfg);
         /* a step model where every token costs a second: no prompt chunk fits a 50 ms TPOT */
         struct step_model sm = {.a = 1.0, .b = 0, .c = 0.001, .corr = 1};
-        sched_set_step_model(g.s, &sm);
+        sched_set_step_model(g.s, &sm, 0);
         char err[ERRMSG_LEN];
         struct sreq *a = make_req(1, 4, 50);
         a->ignore_eos = 1;
@@ -610,7 +610,7 @@ static void pipelined_case(int fail_from, int cancel)
                                      .recv = pf_recv}};
     g.s = sched_new(&cfg, &ops, &g.kv, &g.m, err);
     CHECKF(g.s, "%s", err);
-    sched_set_step_model(g.s, &(struct step_model){.a = 1e-9, .c = 1e-9, .corr = 1});
+    sched_set_step_model(g.s, &(struct step_model){.a = 1e-9, .c = 1e-9, .corr = 1}, 0);
     struct sreq *r[10];
     for (int i = 0; i < 10; i++) {
         r[i] = make_req(i, 5 + (i * 17) % 60, 3 + (i * 5) % 20);
@@ -657,6 +657,137 @@ TEST(pipelined_helper_failure_fails_every_request)
     pipelined_case(3, 0);
 }
 
+/* Admission while the step model is uncertain: the check is widened by the model's own error
+ * estimate. A pinned model of 1 ms per token and a stream one token in (so the step it allows is
+ * exactly its 45 ms paced TPOT, whatever the clock says): a 30-token prompt joins whole when the
+ * model is sure, in a chunk of 45 / (1 + 3) - 1 = 10 tokens at err 3, and not at all at err 9
+ * (4 tokens would fit: below the smallest chunk worth admitting). */
+TEST(uncertain_model_admits_less)
+{
+    const double errs[] = {0, 3, 9};
+    const int want_n[] = {31, 11, 1};
+    for (int c = 0; c < 3; c++) {
+        struct rig g;
+        struct sched_config cfg = {
+            .max_seqs = 4, .max_step_tokens = 64, .ctx = 128, .tpot_ms = 50, .ttft_ms = 100000};
+        rig_open(&g, 64, 4, cfg);
+        sched_set_step_model(g.s, &(struct step_model){.a = 1e-3, .corr = 1}, errs[c]);
+        char err[ERRMSG_LEN];
+        struct sreq *a = make_req(1, 4, 20), *b = make_req(2, 30, 3);
+        a->ignore_eos = 1;
+        CHECK(sched_submit(g.s, a, err) == 0);
+        sched_iterate(g.s);
+        CHECK_EQ_INT(sreq_n_generated(a), 1);
+        CHECK(sched_submit(g.s, b, err) == 0);
+        sched_iterate(g.s);
+        CHECKF(g.fm.last_n == want_n[c], "err %g: a step of %d tokens, want %d", errs[c],
+               g.fm.last_n, want_n[c]);
+        CHECK_EQ_INT(atomic_load(&g.m.waiting), c == 2);
+        CHECK(run_until_done(&g, (struct sreq *[]){a, b}, 2, 10000) >= 0);
+        sreq_put(a);
+        sreq_put(b);
+        rig_close(&g);
+    }
+}
+
+/* Idle calibration: nothing is timed before serving; while idle the scheduler runs the shapes
+ * its steps have not covered, one step per call, on free KV blocks, until every shape is covered,
+ * then reports the fitted model once. Not while a request runs or waits; never for a model
+ * pinned or cached (calibrated prior). */
+static int n_calibrated;
+static struct step_model last_calibrated;
+static void on_calibrated(void *ctx, const struct step_model *m, double err, long steps)
+{
+    (void)ctx;
+    (void)err;
+    CHECK(steps > 0);
+    n_calibrated++;
+    last_calibrated = *m;
+}
+
+static void rig_calibrating(struct rig *g, struct sched_config cfg)
+{
+    char err[ERRMSG_LEN];
+    rig_open(g, 64, 4, cfg);
+    sched_free(g->s);
+    struct sched_ops ops = {.ctx = &g->fm,
+                            .vocab_size = FAKE_VOCAB,
+                            .eos_id = FAKE_EOS,
+                            .bos_id = -1,
+                            .forward = fake_forward,
+                            .decode = fake_decode,
+                            .calibrated = on_calibrated};
+    g->s = sched_new(&cfg, &ops, &g->kv, &g->m, err);
+    CHECKF(g->s, "%s", err);
+    n_calibrated = 0;
+}
+
+TEST(idle_calibration_covers_every_shape_once)
+{
+    struct rig g;
+    rig_calibrating(&g, (struct sched_config){.max_seqs = 4, .max_step_tokens = 32, .ctx = 64});
+    CHECK_EQ_INT(g.fm.steps, 0); /* nothing timed at start */
+    char err[ERRMSG_LEN];
+    struct sreq *r = make_req(1, 6, 5);
+    CHECK(sched_submit(g.s, r, err) == 0);
+    CHECK_EQ_INT(sched_calibrate_idle(g.s), 0); /* submitted, not taken yet: not idle */
+    sched_iterate(g.s);
+    CHECK_EQ_INT(sched_calibrate_idle(g.s), 0); /* running: not idle */
+    CHECK(run_until_done(&g, &r, 1, 100) >= 0);
+    int ran = 0, rc;
+    while ((rc = sched_calibrate_idle(g.s)) == 1) {
+        CHECK_EQ_INT(g.kv.n_free, 64); /* its blocks are back after each step */
+        ran++;
+        CHECK(ran < 100);
+    }
+    CHECK_EQ_INT(rc, 0);
+    /* 7 shapes x 3 steps at most; the request's own steps covered some */
+    CHECKF(ran >= 3 && ran <= 21, "%d calibration steps", ran);
+    CHECK_EQ_INT(n_calibrated, 1);
+    CHECK(sched_calibrated(g.s));
+    CHECK(last_calibrated.a > 0 && last_calibrated.corr == 1);
+    CHECK_EQ_INT(sched_calibrate_idle(g.s), 0);
+    CHECK_EQ_INT(n_calibrated, 1);
+    CHECK_EQ_INT(atomic_load(&g.m.steps), g.fm.steps - ran); /* calibration is not a served step */
+    sreq_put(r);
+    rig_close(&g);
+}
+
+TEST(calibrated_prior_skips_idle_calibration)
+{
+    struct rig g;
+    rig_calibrating(&g, (struct sched_config){.max_seqs = 4, .max_step_tokens = 32, .ctx = 64});
+    sched_set_prior(g.s, &(struct step_model){.a = 1e-6, .c = 1e-5, .corr = 1}, 0.1, 1);
+    CHECK(sched_calibrated(g.s));
+    CHECK_EQ_INT(sched_calibrate_idle(g.s), 0);
+    CHECK_EQ_INT(g.fm.steps, 0);
+    CHECK_EQ_INT(n_calibrated, 0);
+    /* an uncalibrated prior is calibrated while idle */
+    sched_set_prior(g.s, &(struct step_model){.a = 1e-6, .c = 1e-5, .corr = 1}, 1, 0);
+    CHECK(!sched_calibrated(g.s));
+    CHECK_EQ_INT(sched_calibrate_idle(g.s), 1);
+    rig_close(&g);
+}
+
+/* The step model is refitted from the steps the scheduler runs: from a prior 1000x too slow, a
+ * few steps of the fake model (microseconds) bring its prediction down to them. */
+TEST(steps_correct_the_prior)
+{
+    struct rig g;
+    struct sched_config cfg = {.max_seqs = 4, .max_step_tokens = 32, .ctx = 64};
+    rig_open(&g, 64, 4, cfg);
+    sched_set_prior(g.s, &(struct step_model){.a = 0.1, .c = 1, .corr = 1}, 1, 1);
+    struct sreq *r = make_req(1, 6, 8);
+    char err[ERRMSG_LEN];
+    CHECK(sched_submit(g.s, r, err) == 0);
+    CHECK(run_until_done(&g, &r, 1, 100) >= 0);
+    const struct step_model *m = sched_step_model(g.s);
+    double p = step_model_predict(m, 1, 1);
+    CHECKF(p < 0.1, "after %d steps a decode step is predicted at %g s", g.fm.steps, p);
+    sreq_put(r);
+    rig_close(&g);
+}
+
 int main(void)
 {
     RUN(batched_equals_alone);
@@ -676,5 +807,9 @@ int main(void)
     RUN(pipelined_split_steps_equal_alone);
     RUN(pipelined_cancel_in_flight);
     RUN(pipelined_helper_failure_fails_every_request);
+    RUN(uncertain_model_admits_less);
+    RUN(idle_calibration_covers_every_shape_once);
+    RUN(calibrated_prior_skips_idle_calibration);
+    RUN(steps_correct_the_prior);
     CHECK_DONE();
 }
