@@ -137,43 +137,44 @@ struct coop *coop_new(const struct coop_config *cfg, char *err)
     }
     c->hx = malloc((size_t)rows * c->dim * sizeof *c->hx);
     c->logits = malloc((size_t)S * c->vocab * sizeof *c->logits);
-    c->a_seq = malloc(WIRE_MAX_ACT_TOKENS * sizeof *c->a_seq); /* also a CLOSE's ids */
-    c->a_pos = malloc(rows * sizeof *c->a_pos);
-    c->a_tok = malloc(rows * sizeof *c->a_tok);
-    c->a_flags = malloc(rows);
-    c->b_pos = malloc((size_t)T * sizeof *c->b_pos);
-    c->b_tok = calloc((size_t)T, sizeof *c->b_tok);
-    c->b_rows = malloc((size_t)T * sizeof *c->b_rows);
-    c->b_blocks = malloc((size_t)T * sizeof *c->b_blocks);
+    c->rows.seq = malloc(WIRE_MAX_ACT_TOKENS * sizeof *c->rows.seq); /* also a CLOSE's ids */
+    c->rows.pos = malloc(rows * sizeof *c->rows.pos);
+    c->rows.tok = malloc(rows * sizeof *c->rows.tok);
+    c->rows.flags = malloc(rows);
+    c->batch.pos = malloc((size_t)T * sizeof *c->batch.pos);
+    c->batch.tok = calloc((size_t)T, sizeof *c->batch.tok);
+    c->batch.logit_rows = malloc((size_t)T * sizeof *c->batch.logit_rows);
+    c->batch.blocks = malloc((size_t)T * sizeof *c->batch.blocks);
     c->toks = malloc(WIRE_MAX_ACT_TOKENS * sizeof *c->toks);
     c->kv_k = malloc(WIRE_MAX_MSG / 2);
     c->kv_v = malloc(WIRE_MAX_MSG / 2);
-    c->kq_seq = malloc(WIRE_COOP_KV_MAX_SEQS * sizeof *c->kq_seq);
-    c->kq_n = malloc(WIRE_COOP_KV_MAX_SEQS * sizeof *c->kq_n);
-    c->vq_seq = malloc(WIRE_COOP_KV_MAX_SEQS * sizeof *c->vq_seq);
-    c->vq_n = malloc(WIRE_COOP_KV_MAX_SEQS * sizeof *c->vq_n);
-    c->v_seq = malloc(WIRE_MAX_ACT_TOKENS * sizeof *c->v_seq);
-    c->v_pos = malloc(rows * sizeof *c->v_pos);
-    c->v_tok = malloc(rows * sizeof *c->v_tok);
-    c->v_flags = malloc(rows);
-    c->v_x = malloc((size_t)rows * c->dim * sizeof *c->v_x);
+    c->kv_ask.seq = malloc(WIRE_COOP_KV_MAX_SEQS * sizeof *c->kv_ask.seq);
+    c->kv_ask.n = malloc(WIRE_COOP_KV_MAX_SEQS * sizeof *c->kv_ask.n);
+    c->check.kv_seq = malloc(WIRE_COOP_KV_MAX_SEQS * sizeof *c->check.kv_seq);
+    c->check.kv_n = malloc(WIRE_COOP_KV_MAX_SEQS * sizeof *c->check.kv_n);
+    c->check.seq = malloc(WIRE_MAX_ACT_TOKENS * sizeof *c->check.seq);
+    c->check.pos = malloc(rows * sizeof *c->check.pos);
+    c->check.tok = malloc(rows * sizeof *c->check.tok);
+    c->check.flags = malloc(rows);
+    c->check.x = malloc((size_t)rows * c->dim * sizeof *c->check.x);
     if (c->cfg.serve_remote && c->cfg.fuse) {
-        c->fx = malloc((size_t)T * c->dim * sizeof *c->fx);
-        c->flogits = malloc((size_t)2 * S * c->vocab * sizeof *c->flogits);
-        c->f_tok = calloc((size_t)T, sizeof *c->f_tok);
-        c->f_pos = malloc((size_t)T * sizeof *c->f_pos);
-        c->f_rows = malloc((size_t)T * sizeof *c->f_rows);
-        c->f_blocks = malloc((size_t)T * sizeof *c->f_blocks);
-        c->f_hs = malloc((size_t)T * sizeof *c->f_hs);
-        c->f_flags = malloc((size_t)T);
+        c->fused.x = malloc((size_t)T * c->dim * sizeof *c->fused.x);
+        c->fused.logits = malloc((size_t)2 * S * c->vocab * sizeof *c->fused.logits);
+        c->fused.tok = calloc((size_t)T, sizeof *c->fused.tok);
+        c->fused.pos = malloc((size_t)T * sizeof *c->fused.pos);
+        c->fused.logit_rows = malloc((size_t)T * sizeof *c->fused.logit_rows);
+        c->fused.blocks = malloc((size_t)T * sizeof *c->fused.blocks);
+        c->fused.hs = malloc((size_t)T * sizeof *c->fused.hs);
+        c->fused.flags = malloc((size_t)T);
     }
     int fuse_ok = !c->cfg.serve_remote || !c->cfg.fuse ||
-                  (c->fx && c->flogits && c->f_tok && c->f_pos && c->f_rows && c->f_blocks &&
-                   c->f_hs && c->f_flags);
-    if (!c->x || !c->out || !c->hx || !c->logits || !c->a_seq || !c->a_pos || !c->a_tok ||
-        !c->a_flags || !c->b_pos || !c->b_tok || !c->b_rows || !c->b_blocks || !c->toks ||
-        !c->kv_k || !c->kv_v || !c->v_seq || !c->v_pos || !c->v_tok || !c->v_flags || !c->v_x ||
-        !fuse_ok || !c->kq_seq || !c->kq_n || !c->vq_seq || !c->vq_n) {
+                  (c->fused.x && c->fused.logits && c->fused.tok && c->fused.pos &&
+                   c->fused.logit_rows && c->fused.blocks && c->fused.hs && c->fused.flags);
+    if (!c->x || !c->out || !c->hx || !c->logits || !c->rows.seq || !c->rows.pos || !c->rows.tok ||
+        !c->rows.flags || !c->batch.pos || !c->batch.tok || !c->batch.logit_rows ||
+        !c->batch.blocks || !c->toks || !c->kv_k || !c->kv_v || !c->check.seq || !c->check.pos ||
+        !c->check.tok || !c->check.flags || !c->check.x || !fuse_ok || !c->kv_ask.seq ||
+        !c->kv_ask.n || !c->check.kv_seq || !c->check.kv_n) {
         errmsg_set(err, "coop: out of memory for the step buffers");
         coop_free(c);
         return NULL;
@@ -197,7 +198,7 @@ void coop_free(struct coop *c)
         free(w);
     }
     free(c->kv_k), free(c->kv_v);
-    free(c->kq_seq), free(c->kq_n), free(c->vq_seq), free(c->vq_n);
+    free(c->kv_ask.seq), free(c->kv_ask.n), free(c->check.kv_seq), free(c->check.kv_n);
     coop_kvserve_drop(c, -1);
     for (int i = 0; i < c->n_hs; i++) coop_helper_seq_free(c, &c->hs[i]);
     free(c->hs);
@@ -210,14 +211,16 @@ void coop_free(struct coop *c)
         free(w);
     }
     for (int i = 0; i < FABRIC_MAX_NODE_PEERS; i++) free(c->ps[i].open);
-    free(c->fx), free(c->flogits), free(c->f_tok), free(c->f_pos);
-    free(c->f_rows), free(c->f_blocks), free(c->f_hs), free(c->f_flags);
+    free(c->fused.x), free(c->fused.logits), free(c->fused.tok), free(c->fused.pos);
+    free(c->fused.logit_rows), free(c->fused.blocks), free(c->fused.hs), free(c->fused.flags);
     free(c->x), free(c->out), free(c->hx), free(c->logits);
     for (int i = 0; i < COOP_MAX_FLIGHTS; i++) free(c->fl[i].seq);
     replies_drop(c);
-    free(c->a_seq), free(c->a_pos), free(c->a_tok), free(c->a_flags);
-    free(c->b_pos), free(c->b_tok), free(c->b_rows), free(c->b_blocks), free(c->toks);
-    free(c->v_seq), free(c->v_pos), free(c->v_tok), free(c->v_flags), free(c->v_x);
+    free(c->rows.seq), free(c->rows.pos), free(c->rows.tok), free(c->rows.flags);
+    free(c->batch.pos), free(c->batch.tok), free(c->batch.logit_rows), free(c->batch.blocks),
+        free(c->toks);
+    free(c->check.seq), free(c->check.pos), free(c->check.tok), free(c->check.flags),
+        free(c->check.x);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);
     pthread_mutex_destroy(&c->wmu);

@@ -73,14 +73,14 @@ static int fused_join(struct coop *c, struct fused *f, struct work *w, int l)
     int T = c->e->lim.max_tokens, n = f->n;
     struct wire_activations a;
     char why[ERRMSG_LEN];
-    float *x = c->fx + (size_t)n * c->dim;
-    if (wire_activations_decode(&a, w->msg, w->len, c->a_seq, c->a_pos, c->a_tok, c->a_flags, x,
-                                c->hx_rows, (size_t)(T - n) * c->dim, why)) {
+    float *x = c->fused.x + (size_t)n * c->dim;
+    if (wire_activations_decode(&a, w->msg, w->len, c->rows.seq, c->rows.pos, c->rows.tok,
+                                c->rows.flags, x, c->hx_rows, (size_t)(T - n) * c->dim, why)) {
         coop_helper_reply_error(c, w->peer, w->step, why);
         free(w);
         return -1;
     }
-    if (coop_helper_rows_ready(c, w->peer, a.layer, c->a_seq, c->a_pos, a.n, why)) {
+    if (coop_helper_rows_ready(c, w->peer, a.layer, c->rows.seq, c->rows.pos, a.n, why)) {
         coop_helper_reply_error(c, w->peer, a.step, why);
         free(w);
         return -1;
@@ -88,19 +88,21 @@ static int fused_join(struct coop *c, struct fused *f, struct work *w, int l)
     struct fused_step *g = &f->grp[f->n_grp];
     *g = (struct fused_step){.w = w, .step = a.step, .r0 = n, .n = (int)a.n, .l0 = f->nl};
     for (uint32_t i = 0; i < a.n; i++) {
-        struct hseq *h = coop_helper_find(c, w->peer, c->a_seq[i]);
-        c->f_tok[n + i] = (int)c->a_tok[i];
-        c->f_pos[n + i] = (int)c->a_pos[i];
-        c->f_blocks[n + i] = h->blocks;
-        c->f_hs[n + i] = h;
-        c->f_flags[n + i] = c->a_flags[i];
-        if (c->a_flags[i] & WIRE_ROW_LOGITS) c->f_rows[f->nl++] = n + (int)i;
+        struct hseq *h = coop_helper_find(c, w->peer, c->rows.seq[i]);
+        c->fused.tok[n + i] = (int)c->rows.tok[i];
+        c->fused.pos[n + i] = (int)c->rows.pos[i];
+        c->fused.blocks[n + i] = h->blocks;
+        c->fused.hs[n + i] = h;
+        c->fused.flags[n + i] = c->rows.flags[i];
+        if (c->rows.flags[i] & WIRE_ROW_LOGITS) c->fused.logit_rows[f->nl++] = n + (int)i;
     }
     g->nl = f->nl - g->l0;
     /* token rows (a joiner without its embedding) are embedded here; a late step's layers below
      * l run for its rows alone */
-    struct batch late = {
-        .n = (int)a.n, .token = c->f_tok + n, .pos = c->f_pos + n, .blocks = c->f_blocks + n};
+    struct batch late = {.n = (int)a.n,
+                         .token = c->fused.tok + n,
+                         .pos = c->fused.pos + n,
+                         .blocks = c->fused.blocks + n};
     int bad = a.dtype == WIRE_TOKENS && engine_embed(c->e, &late, x);
     if (!bad && (int)a.layer < l) {
         if (c->m)
@@ -139,12 +141,12 @@ int coop_fuse_forward(void *ctx, const struct batch *b, float *logits, char *err
     struct fused f = {.own = b, .n = b->n, .nl = b->n_logits, .rows = b->n, .wants = b->n_logits};
     fused_take(c, &f, 1);
     for (int i = 0; i < b->n; i++) {
-        c->f_tok[i] = b->token[i];
-        c->f_pos[i] = b->pos[i];
-        c->f_blocks[i] = b->blocks[i];
+        c->fused.tok[i] = b->token[i];
+        c->fused.pos[i] = b->pos[i];
+        c->fused.blocks[i] = b->blocks[i];
     }
-    memcpy(c->f_rows, b->logit_rows, (size_t)b->n_logits * sizeof *c->f_rows);
-    int rc = engine_embed(c->e, b, c->fx);
+    memcpy(c->fused.logit_rows, b->logit_rows, (size_t)b->n_logits * sizeof *c->fused.logit_rows);
+    int rc = engine_embed(c->e, b, c->fused.x);
     for (int l = 0; !rc && l < c->L; l++) {
         if (l) fused_take(c, &f, 0);
         int keep = 0;
@@ -157,20 +159,21 @@ int coop_fuse_forward(void *ctx, const struct batch *b, float *logits, char *err
             }
         }
         f.n_pending = keep;
-        struct batch now = {.n = f.n, .token = c->f_tok, .pos = c->f_pos, .blocks = c->f_blocks};
-        rc = engine_layers(c->e, &now, l, l + 1, c->fx);
+        struct batch now = {
+            .n = f.n, .token = c->fused.tok, .pos = c->fused.pos, .blocks = c->fused.blocks};
+        rc = engine_layers(c->e, &now, l, l + 1, c->fused.x);
     }
     struct batch fb = {.n = f.n,
-                       .token = c->f_tok,
-                       .pos = c->f_pos,
-                       .blocks = c->f_blocks,
+                       .token = c->fused.tok,
+                       .pos = c->fused.pos,
+                       .blocks = c->fused.blocks,
                        .n_logits = f.nl,
-                       .logit_rows = c->f_rows};
-    if (!rc) rc = engine_head(c->e, &fb, c->fx, c->flogits);
+                       .logit_rows = c->fused.logit_rows};
+    if (!rc) rc = engine_head(c->e, &fb, c->fused.x, c->fused.logits);
     if (rc)
         errmsg_set(err, "%s", engine_error(c->e));
     else
-        memcpy(logits, c->flogits, (size_t)b->n_logits * c->vocab * sizeof *logits);
+        memcpy(logits, c->fused.logits, (size_t)b->n_logits * c->vocab * sizeof *logits);
     for (int i = 0; i < f.n_pending; i++) { /* only when the step failed */
         coop_helper_reply_error(c, f.pending[i]->peer, f.pending[i]->step,
                                 "helper: the fused step failed");
@@ -184,9 +187,9 @@ int coop_fuse_forward(void *ctx, const struct batch *b, float *logits, char *err
             coop_helper_reply_error(c, s->w->peer, s->step, why);
         } else {
             for (int l = 0; l < s->nl; l++) {
-                int at = s->l0 + l, row = c->f_rows[at];
-                c->toks[l] = coop_helper_token(c, c->f_hs[row], c->f_flags[row],
-                                               c->flogits + (size_t)at * c->vocab);
+                int at = s->l0 + l, row = c->fused.logit_rows[at];
+                c->toks[l] = coop_helper_token(c, c->fused.hs[row], c->fused.flags[row],
+                                               c->fused.logits + (size_t)at * c->vocab);
             }
             coop_helper_reply_tokens(c, s->w->peer, s->step, (uint32_t)s->nl, (uint32_t)s->n);
             if (c->m) {

@@ -122,10 +122,10 @@ void coop_helper_run_step(struct coop *c, const struct work *w)
 {
     struct wire_activations a;
     char err[ERRMSG_LEN];
-    if (wire_activations_decode(&a, w->msg, w->len, c->a_seq, c->a_pos, c->a_tok, c->a_flags, c->hx,
-                                c->hx_rows, (size_t)c->hx_rows * c->dim, err))
+    if (wire_activations_decode(&a, w->msg, w->len, c->rows.seq, c->rows.pos, c->rows.tok,
+                                c->rows.flags, c->hx, c->hx_rows, (size_t)c->hx_rows * c->dim, err))
         return coop_helper_reply_error(c, w->peer, 0, err);
-    if (coop_helper_rows_ready(c, w->peer, a.layer, c->a_seq, c->a_pos, a.n, err))
+    if (coop_helper_rows_ready(c, w->peer, a.layer, c->rows.seq, c->rows.pos, a.n, err))
         return coop_helper_reply_error(c, w->peer, a.step, err);
     int T = c->e->lim.max_tokens, S = c->e->lim.max_seqs;
     uint32_t n_tok = 0;
@@ -133,20 +133,20 @@ void coop_helper_run_step(struct coop *c, const struct work *w)
         int m = 0, nl = 0;
         while (r0 + (uint32_t)m < a.n && m < T) {
             uint32_t i = r0 + (uint32_t)m;
-            if ((c->a_flags[i] & WIRE_ROW_LOGITS) && nl == S) break;
-            struct hseq *h = coop_helper_find(c, w->peer, c->a_seq[i]);
-            c->b_pos[m] = (int)c->a_pos[i];
-            c->b_tok[m] = (int)c->a_tok[i];
-            c->b_blocks[m] = h->blocks;
-            if (c->a_flags[i] & WIRE_ROW_LOGITS) c->b_rows[nl++] = m;
+            if ((c->rows.flags[i] & WIRE_ROW_LOGITS) && nl == S) break;
+            struct hseq *h = coop_helper_find(c, w->peer, c->rows.seq[i]);
+            c->batch.pos[m] = (int)c->rows.pos[i];
+            c->batch.tok[m] = (int)c->rows.tok[i];
+            c->batch.blocks[m] = h->blocks;
+            if (c->rows.flags[i] & WIRE_ROW_LOGITS) c->batch.logit_rows[nl++] = m;
             m++;
         }
         struct batch b = {.n = m,
-                          .token = c->b_tok,
-                          .pos = c->b_pos,
-                          .blocks = c->b_blocks,
+                          .token = c->batch.tok,
+                          .pos = c->batch.pos,
+                          .blocks = c->batch.blocks,
                           .n_logits = nl,
-                          .logit_rows = c->b_rows};
+                          .logit_rows = c->batch.logit_rows};
         float *x = c->hx + (size_t)r0 * c->dim;
         if (a.dtype == WIRE_TOKENS && engine_embed(c->e, &b, x)) {
             snprintf(err, sizeof err, "helper: the embedding failed: %.300s", engine_error(c->e));
@@ -159,9 +159,9 @@ void coop_helper_run_step(struct coop *c, const struct work *w)
         }
         for (int l = 0; l < nl; l++) {
             uint32_t i = r0 + (uint32_t)b.logit_rows[l];
-            struct hseq *h = coop_helper_find(c, w->peer, c->a_seq[i]);
+            struct hseq *h = coop_helper_find(c, w->peer, c->rows.seq[i]);
             c->toks[n_tok++] =
-                coop_helper_token(c, h, c->a_flags[i], c->logits + (size_t)l * c->vocab);
+                coop_helper_token(c, h, c->rows.flags[i], c->logits + (size_t)l * c->vocab);
         }
         r0 += (uint32_t)m;
     }
@@ -172,9 +172,9 @@ static void do_close(struct coop *c, const struct work *w)
 {
     uint32_t n;
     char err[ERRMSG_LEN];
-    if (wire_coop_close_decode(w->msg, w->len, c->a_seq, WIRE_MAX_ACT_TOKENS, &n, err)) return;
+    if (wire_coop_close_decode(w->msg, w->len, c->rows.seq, WIRE_MAX_ACT_TOKENS, &n, err)) return;
     for (uint32_t i = 0; i < n; i++) {
-        struct hseq *h = coop_helper_find(c, w->peer, c->a_seq[i]);
+        struct hseq *h = coop_helper_find(c, w->peer, c->rows.seq[i]);
         if (h) hs_drop(c, h);
     }
 }

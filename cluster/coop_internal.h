@@ -92,42 +92,47 @@ struct peer_state {
 };
 
 struct coop {
+    /* Set by coop_new, read-only afterwards (any thread). */
     struct coop_config cfg;
     struct engine *e;
     struct serve_metrics *m;
     int L, dim, ctx, vocab;
+    /* Any thread: k's target (coop_set_resident) and the k the scheduler runs now */
     atomic_int target, k_now;
     /* the embedding table is here (coop_set_embedding_local); emb_now: as the scheduler runs */
     atomic_int emb_target, emb_now;
+    /* Compute thread: --resident-schedule, applied at the step boundaries */
     struct {
         unsigned long long step;
         int k;            /* -1: the embedding arrives */
     } plan[MAX_SCHEDULE]; /* --resident-schedule */
     int n_sched, next_sched;
 
-    /* joiner (compute thread, except the reply slot) */
+    /* Joiner: the compute thread's, except what mu guards (marked) and the atomic helper. */
     struct jseq *js;
     int n_js, cap_js;
     uint64_t step_id;
-    float *x; /* max_tokens x dim */
-    uint8_t *out;
-    pthread_mutex_t mu; /* replies and helper session */
+    float *x;           /* max_tokens x dim: a step's hidden states (the recompute's too) */
+    uint8_t *out;       /* one encoded message (the helper's answers too) */
+    pthread_mutex_t mu; /* replies, KV chunks and the helper session (the fields marked mu) */
     pthread_cond_t cv;
-    struct reply *r_head, *r_tail; /* MSG_COOP_TOKENS received, oldest first */
-    /* pipelined steps sent and not answered yet (hook_send / hook_recv), oldest first */
+    struct reply *r_head, *r_tail; /* mu: MSG_COOP_TOKENS received, oldest first */
+    /* pipelined steps sent and not answered yet (coop_joiner_send / _recv), oldest first */
     struct flight fl[COOP_MAX_FLIGHTS];
     int fl_first, n_fl;
-    unsigned session; /* bumped when the helper connection closes */
-    int helper_open;
-    atomic_int helper; /* the helper's fabric peer: cfg.helper_peer, or an alternative */
-    char helper_why[256];
-    /* KV transfers: the request being answered (0: none) and its chunks, under mu */
+    unsigned session;     /* mu: bumped when the helper connection closes */
+    int helper_open;      /* mu */
+    atomic_int helper;    /* the helper's fabric peer: cfg.helper_peer, or an alternative */
+    char helper_why[256]; /* mu */
+    /* mu: KV transfers: the request being answered (0: none) and its chunks */
     uint64_t kv_want, kv_req_id;
     struct work *kv_head, *kv_tail;
-    void *kv_k, *kv_v;       /* one chunk's keys and values in host order (helper too) */
-    uint32_t *kq_seq, *kq_n; /* a request's sequences and position counts */
-    /* the cost model (compute thread): measured KV transfer rate (bytes/s) and recompute time per
-     * layer x position (s); before the first recompute, the local layers' time per row and layer */
+    void *kv_k, *kv_v; /* one chunk's keys and values in host order (the helper's too) */
+    struct {
+        uint32_t *seq, *n; /* WIRE_COOP_KV_MAX_SEQS */
+    } kv_ask;              /* the KV request being sent: its sequences and position counts */
+    /* the cost model: measured KV transfer rate (bytes/s) and recompute time per layer x
+     * position (s); before the first recompute, the local layers' time per row and layer */
     double link_bps, lp_s, lp_prior_s;
     /* while partial (logged when every layer is here): seconds in our layers and waiting for
      * answers, steps sent and of those sent with another in flight */
@@ -135,33 +140,46 @@ struct coop {
     unsigned long long n_sent, n_piped;
     int logged_k0, logged_k1;
 
-    /* helper */
-    struct scheduler *sched;
-    pthread_mutex_t wmu;
-    struct work *w_head, *w_tail;
+    /* Helper. */
+    struct scheduler *sched;                     /* set before the fabric starts; poked by it */
+    pthread_mutex_t wmu;                         /* the work queue */
+    struct work *w_head, *w_tail;                /* wmu: fabric thread -> compute thread */
     struct peer_state ps[FABRIC_MAX_NODE_PEERS]; /* fabric thread */
-    uint32_t *v_seq, *v_pos, *v_tok;             /* fabric thread: validation scratch */
-    uint8_t *v_flags;
-    float *v_x;
-    uint32_t *vq_seq, *vq_n; /* fabric thread: a KV request's sequences */
-    struct kvjob *kv_jobs;   /* compute thread: KV answers under way (kv_pump) */
-    struct hseq *hs;         /* compute thread */
+    struct {
+        uint32_t *seq, *pos, *tok; /* WIRE_MAX_ACT_TOKENS (seq), hx_rows */
+        uint8_t *flags;
+        float *x;                /* hx_rows x dim */
+        uint32_t *kv_seq, *kv_n; /* WIRE_COOP_KV_MAX_SEQS */
+    } check; /* fabric thread: a message decoded to be checked (the compute thread decodes again) */
+    struct kvjob *kv_jobs; /* compute thread: KV answers under way (coop_kvserve_pump) */
+    struct hseq *hs;       /* compute thread: other nodes' sequences */
     int n_hs, cap_hs;
-    struct work *held_head, *held_tail; /* taken from the queue, not run yet (hook_serve) */
-    float *hx, *logits;
-    /* a fused step (hook_forward): our rows first, then the remote ones as they join; fx is
-     * max_tokens x dim, flogits (2 max_seqs) x vocab: our logit rows, then theirs */
-    float *fx, *flogits;
-    int *f_tok, *f_pos, *f_rows;
-    const int **f_blocks;
-    struct hseq **f_hs;
-    uint8_t *f_flags;
-    uint32_t *a_seq, *a_pos, *a_tok;
-    uint8_t *a_flags;
-    int *b_pos, *b_tok, *b_rows;
-    const int **b_blocks;
-    struct wire_coop_token *toks;
-    uint32_t hx_rows;
+    /* compute thread, from here on */
+    struct work *held_head, *held_tail; /* taken from the queue, not run yet (coop_helper_serve) */
+    float *hx, *logits; /* a remote step run apart: hx_rows x dim, max_seqs x vocab */
+    /* a fused step (coop_fuse_forward): our rows first, then the remote ones as they join; x is
+     * max_tokens x dim, logits (2 max_seqs) x vocab: our logit rows, then theirs */
+    struct {
+        float *x, *logits;
+        int *tok, *pos, *logit_rows; /* max_tokens */
+        const int **blocks;
+        struct hseq **hs;
+        uint8_t *flags;
+    } fused;
+    /* One MSG_ACTIVATIONS' rows as encoded (the joiner's step) or decoded (a remote step at the
+     * helper); seq also holds a CLOSE's ids and a step's sequence of each logit row. */
+    struct {
+        uint32_t *seq, *pos, *tok; /* WIRE_MAX_ACT_TOKENS (seq), hx_rows */
+        uint8_t *flags;
+    } rows;
+    /* An engine batch assembled here: a chunk of a remote step run apart (helper), a batch of
+     * saved inputs recomputed (joiner). */
+    struct {
+        int *pos, *tok, *logit_rows; /* max_tokens */
+        const int **blocks;
+    } batch;
+    struct wire_coop_token *toks; /* a step's answer (helper), decoded reply (joiner) */
+    uint32_t hx_rows;             /* rows of one activations message at f16 (the most) */
 };
 
 /* coop_joiner.c: the scheduler's joiner hooks (struct sched_coop); a sequence's saved inputs */

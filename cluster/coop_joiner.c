@@ -228,12 +228,12 @@ static int step_send_rows(struct coop *c, const struct batch *b, int k, const un
     uint8_t dtype = emb ? (uint8_t)c->cfg.dtype : WIRE_TOKENS;
     *want = 0;
     for (int i = 0; i < n; i++) {
-        c->a_seq[i] = seq[r0 + i];
-        c->a_pos[i] = (uint32_t)b->pos[r0 + i];
-        c->a_tok[i] = (uint32_t)b->token[r0 + i];
-        c->a_flags[i] = 0;
+        c->rows.seq[i] = seq[r0 + i];
+        c->rows.pos[i] = (uint32_t)b->pos[r0 + i];
+        c->rows.tok[i] = (uint32_t)b->token[r0 + i];
+        c->rows.flags[i] = 0;
         if (*lr < b->n_logits && b->logit_rows[*lr] == r0 + i) {
-            c->a_flags[i] = WIRE_ROW_LOGITS | (mask[*lr] ? WIRE_ROW_MASK_EOS : 0);
+            c->rows.flags[i] = WIRE_ROW_LOGITS | (mask[*lr] ? WIRE_ROW_MASK_EOS : 0);
             (*lr)++, (*want)++;
         }
     }
@@ -243,10 +243,10 @@ static int step_send_rows(struct coop *c, const struct batch *b, int k, const un
                                  .n = (uint32_t)n,
                                  .dim = (uint32_t)c->dim,
                                  .dtype = dtype,
-                                 .seq = c->a_seq,
-                                 .pos = c->a_pos,
-                                 .token = c->a_tok,
-                                 .flags = c->a_flags,
+                                 .seq = c->rows.seq,
+                                 .pos = c->rows.pos,
+                                 .token = c->rows.tok,
+                                 .flags = c->rows.flags,
                                  .x = c->x + (size_t)r0 * c->dim};
     size_t len = wire_activations_encode(c->out, WIRE_MAX_MSG, &a);
     if (!len) return errmsg_set(err, "coop: %d rows do not fit one message", n);
@@ -305,8 +305,8 @@ int coop_joiner_step(void *ctx, const struct batch *b, int k, const unsigned *se
         if (step_send_rows(c, b, k, seq, mask, hp, r0, n, &lr, &want, &step, err)) return -1;
         struct wire_coop_tokens t;
         if (wait_reply(c, hp, step, session, &t, err)) return -1;
-        for (int i = 0; i < want; i++) c->a_seq[i] = seq[b->logit_rows[lr0 + i]];
-        if (reply_check(c, hp, &t, want, c->a_seq, err)) return -1;
+        for (int i = 0; i < want; i++) c->rows.seq[i] = seq[b->logit_rows[lr0 + i]];
+        if (reply_check(c, hp, &t, want, c->rows.seq, err)) return -1;
         for (int i = 0; i < want; i++) {
             tokens[lr0 + i] = (int)t.tok[i].token;
             smp[b->logit_rows[lr0 + i]]->rng = t.tok[i].rng;

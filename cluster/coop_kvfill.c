@@ -61,16 +61,17 @@ static int kv_recompute(struct coop *c, const struct fillset *f, int k1, char *e
             int t = 0;
             while (rows < T && at[i] + t < f->n[i] && j->xl[at[i] + t] == l) {
                 int p = at[i] + t;
-                c->b_pos[rows] = p;
-                c->b_tok[rows] = j->tok[p];
-                c->b_blocks[rows] = f->blocks[i];
+                c->batch.pos[rows] = p;
+                c->batch.tok[rows] = j->tok[p];
+                c->batch.blocks[rows] = f->blocks[i];
                 if (l >= 0)
                     memcpy(c->x + (size_t)rows * D, j->x + (size_t)p * D, (size_t)D * sizeof *c->x);
                 rows++, t++;
             }
             take[i] = t;
         }
-        struct batch b = {.n = rows, .token = c->b_tok, .pos = c->b_pos, .blocks = c->b_blocks};
+        struct batch b = {
+            .n = rows, .token = c->batch.tok, .pos = c->batch.pos, .blocks = c->batch.blocks};
         if (l < 0) {
             if (engine_embed(c->e, &b, c->x)) {
                 rc = errmsg_set(err, "coop: embedding %d saved positions of %d sequences: %s", rows,
@@ -208,16 +209,16 @@ static int kv_transfer(struct coop *c, const struct fillset *f, int k0, int k1, 
     for (int g0 = 0; !rc && g0 < n_ask; g0 += WIRE_COOP_KV_MAX_SEQS) {
         int gm = n_ask - g0 < WIRE_COOP_KV_MAX_SEQS ? n_ask - g0 : WIRE_COOP_KV_MAX_SEQS;
         for (int i = 0; i < gm; i++) {
-            c->kq_seq[i] = f->js[ask[g0 + i]]->id;
-            c->kq_n[i] = (uint32_t)f->n[ask[g0 + i]];
+            c->kv_ask.seq[i] = f->js[ask[g0 + i]]->id;
+            c->kv_ask.n[i] = (uint32_t)f->n[ask[g0 + i]];
         }
         struct wire_coop_kv_req q = {.req = ++c->kv_req_id,
                                      .layer0 = (uint32_t)k0,
                                      .layer1 = (uint32_t)k1,
                                      .dtype = kv_wire_dtype(&c->e->kv),
                                      .count = (uint32_t)gm,
-                                     .seq = c->kq_seq,
-                                     .n = c->kq_n};
+                                     .seq = c->kv_ask.seq,
+                                     .n = c->kv_ask.n};
         pthread_mutex_lock(&c->mu);
         c->kv_want = q.req;
         pthread_mutex_unlock(&c->mu);

@@ -79,15 +79,15 @@ static int on_close(void *ctx, struct fabric_node *fn, int peer, const uint8_t *
     struct peer_state *p = &c->ps[peer];
     char err[ERRMSG_LEN];
     uint32_t n;
-    if (wire_coop_close_decode(msg, len, c->v_seq, WIRE_MAX_ACT_TOKENS, &n, err)) {
+    if (wire_coop_close_decode(msg, len, c->check.seq, WIRE_MAX_ACT_TOKENS, &n, err)) {
         log_warn("coop", "peer %d (%s): %s", peer, fabric_node_peer_name(fn, peer), err);
         return -1;
     }
     for (uint32_t i = 0; i < n; i++) {
-        int at = ps_find(p, c->v_seq[i]);
+        int at = ps_find(p, c->check.seq[i]);
         if (at < 0) {
             log_warn("coop", "peer %d (%s): close of sequence %u, which it never opened", peer,
-                     fabric_node_peer_name(fn, peer), c->v_seq[i]);
+                     fabric_node_peer_name(fn, peer), c->check.seq[i]);
             return -1;
         }
         p->open[at] = p->open[--p->n_open];
@@ -106,9 +106,9 @@ static int on_activations(void *ctx, struct fabric_node *fn, int peer, const uin
     char err[ERRMSG_LEN];
     struct wire_activations a;
     /* decoded into the fabric thread's own scratch (the compute thread decodes again) */
-    uint32_t *seq = c->v_seq, *pos = c->v_pos, *tok = c->v_tok;
-    uint8_t *flags = c->v_flags;
-    float *x = c->v_x;
+    uint32_t *seq = c->check.seq, *pos = c->check.pos, *tok = c->check.tok;
+    uint8_t *flags = c->check.flags;
+    float *x = c->check.x;
     size_t cap_x = (size_t)c->hx_rows * c->dim;
     if (wire_activations_decode(&a, msg, len, seq, pos, tok, flags, x, c->hx_rows, cap_x, err)) {
         log_warn("coop", "peer %d (%s): %s", peer, who, err);
@@ -158,7 +158,8 @@ static int on_kv_req(void *ctx, struct fabric_node *fn, int peer, const uint8_t 
     const char *who = fabric_node_peer_name(fn, peer);
     char err[ERRMSG_LEN];
     struct wire_coop_kv_req q;
-    if (wire_coop_kv_req_decode(&q, msg, len, c->vq_seq, c->vq_n, WIRE_COOP_KV_MAX_SEQS, err)) {
+    if (wire_coop_kv_req_decode(&q, msg, len, c->check.kv_seq, c->check.kv_n, WIRE_COOP_KV_MAX_SEQS,
+                                err)) {
         log_warn("coop", "peer %d (%s): %s", peer, who, err);
         return -1;
     }
