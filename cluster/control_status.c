@@ -192,41 +192,29 @@ char *control_metrics(struct control *c, size_t *len)
     struct mbuf b = {0};
     pthread_mutex_lock(&c->mu);
     const struct cl_state *s = &c->st;
-    mprintf(&b, "# TYPE strata_cluster_leader gauge\nstrata_cluster_leader %llu\n",
-            (unsigned long long)c->leader_id);
-    mprintf(&b, "# TYPE strata_cluster_is_leader gauge\nstrata_cluster_is_leader %d\n",
-            c->raft_state == RAFT_LEADER);
-    mprintf(&b, "# TYPE strata_cluster_term gauge\nstrata_cluster_term %llu\n",
-            (unsigned long long)c->term);
-    mprintf(&b, "# TYPE strata_cluster_applied_index gauge\nstrata_cluster_applied_index %llu\n",
-            (unsigned long long)c->applied_index);
-    mprintf(&b,
-            "# TYPE strata_cluster_commands_applied_total counter\n"
-            "strata_cluster_commands_applied_total %llu\n",
-            (unsigned long long)s->applied);
-    mprintf(&b,
-            "# TYPE strata_cluster_decisions_total counter\nstrata_cluster_decisions_total "
-            "%llu\n",
-            (unsigned long long)c->decisions);
-    mprintf(&b, "# TYPE strata_cluster_refused_total counter\nstrata_cluster_refused_total %llu\n",
-            (unsigned long long)c->refused);
-    mprintf(&b,
-            "# TYPE strata_cluster_handshake_timeouts_total counter\n"
-            "strata_cluster_handshake_timeouts_total %llu\n",
-            (unsigned long long)c->handshake_timeouts);
-    mprintf(&b,
-            "# TYPE strata_cluster_recoveries_total counter\n"
-            "strata_cluster_recoveries_total %llu\n",
-            (unsigned long long)c->recoveries);
     int n_voters = 0;
     for (int i = 0; i < c->n_conf; i++) n_voters += c->conf[i].voter;
-    mprintf(&b, "# TYPE strata_cluster_voters gauge\nstrata_cluster_voters %d\n", n_voters);
-    mprintf(&b,
-            "# TYPE strata_cluster_load_reports_total counter\n"
-            "strata_cluster_load_reports_total %llu\n",
-            (unsigned long long)c->reports_in);
-    mprintf(&b, "# TYPE strata_cluster_scaleouts gauge\nstrata_cluster_scaleouts %u\n",
-            s->n_scaleouts);
+    /* One line of the table, one series: "# TYPE name type" and "name value". */
+    const struct {
+        const char *name, *type;
+        uint64_t value;
+    } scalar[] = {
+        {"strata_cluster_leader", "gauge", c->leader_id},
+        {"strata_cluster_is_leader", "gauge", c->raft_state == RAFT_LEADER},
+        {"strata_cluster_term", "gauge", c->term},
+        {"strata_cluster_applied_index", "gauge", c->applied_index},
+        {"strata_cluster_commands_applied_total", "counter", s->applied},
+        {"strata_cluster_decisions_total", "counter", c->decisions},
+        {"strata_cluster_refused_total", "counter", c->refused},
+        {"strata_cluster_handshake_timeouts_total", "counter", c->handshake_timeouts},
+        {"strata_cluster_recoveries_total", "counter", c->recoveries},
+        {"strata_cluster_voters", "gauge", (uint64_t)n_voters},
+        {"strata_cluster_load_reports_total", "counter", c->reports_in},
+        {"strata_cluster_scaleouts", "gauge", s->n_scaleouts},
+    };
+    for (size_t i = 0; i < sizeof scalar / sizeof scalar[0]; i++)
+        mprintf(&b, "# TYPE %s %s\n%s %llu\n", scalar[i].name, scalar[i].type, scalar[i].name,
+                (unsigned long long)scalar[i].value);
     uint64_t kinds[5] = {0};
     uint32_t first = s->n_events > CL_MAX_EVENTS ? s->n_events - CL_MAX_EVENTS : 0;
     for (uint32_t i = first; i < s->n_events; i++)
