@@ -47,13 +47,14 @@ static void js_drop(struct coop *c, struct jseq *j)
     *j = c->js[--c->n_js];
 }
 
-static int send_close(struct coop *c, int helper, const uint32_t *ids, uint32_t n)
+/* Tell the helper to drop sequences ids[0..n): 0, or -1 with err. */
+static int send_close(struct coop *c, int helper, const uint32_t *ids, uint32_t n, char *err)
 {
-    char err[ERRMSG_LEN];
     while (n) {
         uint32_t m = n > 4096 ? 4096 : n;
         size_t len = wire_coop_close_encode(c->out, WIRE_MAX_MSG, ids, m);
-        if (!len || fabric_node_send(c->cfg.fabric, helper, c->out, len, err)) return -1;
+        if (!len) return errmsg_set(err, "a CLOSE of %u sequences did not encode", m);
+        if (fabric_node_send(c->cfg.fabric, helper, c->out, len, err)) return -1;
         ids += m, n -= m;
     }
     return 0;
@@ -392,8 +393,9 @@ void coop_joiner_all_local(void *ctx)
     pthread_mutex_unlock(&c->mu);
     for (int i = 0; i < c->n_js; i++)
         if (ids && c->js[i].opened && c->js[i].session == session) ids[n++] = c->js[i].id;
-    if (open && n && send_close(c, hp, ids, n))
-        log_warn("coop", "could not tell the helper to drop %u sequences", n);
+    char err[ERRMSG_LEN];
+    if (open && n && send_close(c, hp, ids, n, err))
+        log_warn("coop", "could not tell the helper to drop %u sequences: %s", n, err);
     else if (n)
         log_info("coop", "all layers local: the helper drops %u sequences", n);
     log_info("coop",
@@ -414,6 +416,8 @@ void coop_joiner_seq_end(void *ctx, unsigned seq)
     int hp = atomic_load(&c->helper);
     pthread_mutex_unlock(&c->mu);
     uint32_t id = seq;
-    if (live) send_close(c, hp, &id, 1);
+    char err[ERRMSG_LEN];
+    if (live && send_close(c, hp, &id, 1, err))
+        log_warn("coop", "could not tell the helper to drop sequence %u: %s", seq, err);
     js_drop(c, j);
 }
