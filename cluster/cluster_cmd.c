@@ -58,6 +58,34 @@ int cl_rack_ok(const char *s)
     return 1;
 }
 
+/* ---------------------------------------------------------------- the framing of both */
+
+/* A log command and a control message start alike (version, type; a command then its time) and
+ * end alike (every byte read, none left over); `what` names which in the messages. */
+static void put_head(struct wire_w *w, uint8_t type)
+{
+    wire_put_u8(w, CL_CMD_VERSION);
+    wire_put_u8(w, type);
+}
+
+/* After the header's fields were read (ver: its version). */
+static int check_head(const struct wire_r *r, uint8_t ver, const char *what, size_t len, char *err)
+{
+    if (r->bad) return errmsg_set(err, "%s: %zu bytes, shorter than its header", what, len);
+    if (ver != CL_CMD_VERSION)
+        return errmsg_set(err, "%s: version %u, expected %u", what, ver, CL_CMD_VERSION);
+    return 0;
+}
+
+static int check_tail(const struct wire_r *r, unsigned type, const char *what, size_t len,
+                      char *err)
+{
+    if (r->bad) return errmsg_set(err, "%s type %u: truncated", what, type);
+    if (r->off != len)
+        return errmsg_set(err, "%s type %u: %zu trailing bytes", what, type, len - r->off);
+    return 0;
+}
+
 /* ---------------------------------------------------------------- log commands */
 
 void cl_put_node_up(struct wire_w *w, const struct cl_node_up *u)
@@ -125,8 +153,7 @@ static int get_holding(struct wire_r *r, struct cl_holding *h, char *err)
 size_t cl_cmd_encode(uint8_t *out, size_t cap, const struct cl_cmd *c)
 {
     struct wire_w w = {out, cap, 0, 0};
-    wire_put_u8(&w, CL_CMD_VERSION);
-    wire_put_u8(&w, c->type);
+    put_head(&w, c->type);
     wire_put_u64(&w, c->t_ms);
     switch (c->type) {
     case CMD_NODE_UP:
@@ -171,9 +198,7 @@ int cl_cmd_decode(struct cl_cmd *c, const uint8_t *buf, size_t len, char *err)
     uint8_t ver = wire_get_u8(&r);
     c->type = wire_get_u8(&r);
     c->t_ms = wire_get_u64(&r);
-    if (r.bad) return errmsg_set(err, "cluster command: %zu bytes, shorter than its header", len);
-    if (ver != CL_CMD_VERSION)
-        return errmsg_set(err, "cluster command: version %u, expected %u", ver, CL_CMD_VERSION);
+    if (check_head(&r, ver, "cluster command", len, err)) return -1;
     switch (c->type) {
     case CMD_NODE_UP:
         if (cl_get_node_up(&r, &c->u.up, err)) return errmsg_prefix(err, "NODE_UP: ");
@@ -225,10 +250,7 @@ int cl_cmd_decode(struct cl_cmd *c, const uint8_t *buf, size_t len, char *err)
     default:
         return errmsg_set(err, "cluster command: unknown type %u", c->type);
     }
-    if (r.bad) return errmsg_set(err, "cluster command type %u: truncated", c->type);
-    if (r.off != len)
-        return errmsg_set(err, "cluster command type %u: %zu trailing bytes", c->type, len - r.off);
-    return 0;
+    return check_tail(&r, c->type, "cluster command", len, err);
 }
 
 /* ---------------------------------------------------------------- control messages */
@@ -263,8 +285,7 @@ static int get_load(struct wire_r *r, struct cl_load *l, char *err)
 size_t cl_msg_encode(uint8_t *out, size_t cap, const struct cl_msg *m)
 {
     struct wire_w w = {out, cap, 0, 0};
-    wire_put_u8(&w, CL_CMD_VERSION);
-    wire_put_u8(&w, m->type);
+    put_head(&w, m->type);
     switch (m->type) {
     case MSGC_OPEN:
         wire_put_u8(&w, m->u.open.channel);
@@ -321,9 +342,7 @@ int cl_msg_decode(struct cl_msg *m, const uint8_t *buf, size_t len, char *err)
     memset(m, 0, sizeof *m);
     uint8_t ver = wire_get_u8(&r);
     m->type = wire_get_u8(&r);
-    if (r.bad) return errmsg_set(err, "control message: %zu bytes, shorter than its header", len);
-    if (ver != CL_CMD_VERSION)
-        return errmsg_set(err, "control message: version %u, expected %u", ver, CL_CMD_VERSION);
+    if (check_head(&r, ver, "control message", len, err)) return -1;
     switch (m->type) {
     case MSGC_OPEN:
         m->u.open.channel = wire_get_u8(&r);
@@ -397,8 +416,5 @@ int cl_msg_decode(struct cl_msg *m, const uint8_t *buf, size_t len, char *err)
     default:
         return errmsg_set(err, "control message: unknown type %u", m->type);
     }
-    if (r.bad) return errmsg_set(err, "control message type %u: truncated", m->type);
-    if (r.off != len)
-        return errmsg_set(err, "control message type %u: %zu trailing bytes", m->type, len - r.off);
-    return 0;
+    return check_tail(&r, m->type, "control message", len, err);
 }
