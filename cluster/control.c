@@ -34,7 +34,7 @@ static int parse_peers(struct control *c, char *err)
         if (c->n_peers == CL_MAX_NODES)
             return errmsg_set(err, "--cluster: more than %d peers", CL_MAX_NODES);
         struct sockaddr_in sa;
-        if (sconn_parse_addr(at + 1, &sa, err)) return errmsg_prefix(err, "--cluster: ");
+        if (sealed_conn_parse_addr(at + 1, &sa, err)) return errmsg_prefix(err, "--cluster: ");
         c->peer[c->n_peers].id = id;
         snprintf(c->peer[c->n_peers].addr, sizeof c->peer[0].addr, "%s", at + 1);
         if (id == c->cfg.id) {
@@ -157,8 +157,8 @@ static void on_stop(uv_async_t *a)
     int waiting = c->rq_state == 1;
     pthread_mutex_unlock(&c->mu);
     if (waiting) control_recover_answer(c, 503, "the node is stopping");
-    if (c->ctl) sconn_close(c->ctl, "stopping");
-    if (c->join) sconn_close(c->join, "stopping");
+    if (c->ctl) sealed_conn_close(c->ctl, "stopping");
+    if (c->join) sealed_conn_close(c->join, "stopping");
     fwd_channels_stop(c->fwd);
     if (c->raft_open) raft_close(&c->raft, raft_closed);
 }
@@ -189,14 +189,14 @@ static int mkdir_p(const char *dir, char *err)
 
 int control_raft_setup(struct control *c, char *err)
 {
-    struct rtransport_cfg tc = {.loop = &c->loop,
-                                .key = &c->key,
-                                .ctx = c,
-                                .on_ctl = control_channel_on_ctl,
-                                .on_fwd = control_channel_on_fwd,
-                                .on_refused = control_channel_on_refused,
-                                .handshake_ms = c->cfg.handshake_ms};
-    if (rtransport_init(&c->transport, &tc, err)) return -1;
+    struct raft_transport_cfg tc = {.loop = &c->loop,
+                                    .key = &c->key,
+                                    .ctx = c,
+                                    .on_ctl = control_channel_on_ctl,
+                                    .on_fwd = control_channel_on_fwd,
+                                    .on_refused = control_channel_on_refused,
+                                    .handshake_ms = c->cfg.handshake_ms};
+    if (raft_transport_init(&c->transport, &tc, err)) return -1;
     int rc = raft_uv_init(&c->io, &c->loop, c->dir, &c->transport);
     if (rc) return errmsg_set(err, "raft data dir %s: %s", c->dir, c->io.errmsg);
     raft_uv_set_connect_retry_delay(&c->io, (unsigned)c->cfg.heartbeat_ms);
@@ -262,12 +262,12 @@ struct control *control_start(const struct control_cfg *cfg, const struct contro
     c->start_wall = now_wall_ms();
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->recover_cv, NULL);
-    cl_state_init(&c->st);
+    cluster_state_init(&c->st);
     if (!cfg->id) {
         errmsg_set(err, "cluster: --node-id is required with --cluster");
         goto fail;
     }
-    if (cfg->rack && !cl_rack_ok(cfg->rack)) {
+    if (cfg->rack && !cluster_cmd_rack_ok(cfg->rack)) {
         errmsg_set(err, "cluster: --rack %s: want 1..%d letters, digits, '.', '-' or '_'",
                    cfg->rack, CL_STR_LEN);
         goto fail;
@@ -331,7 +331,7 @@ void control_stop(struct control *c)
         pthread_join(c->thread, NULL);
     }
     uv_loop_close(&c->loop);
-    rtransport_free(&c->transport);
+    raft_transport_free(&c->transport);
     fwd_channels_free(c->fwd);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->recover_cv);

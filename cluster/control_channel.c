@@ -81,8 +81,8 @@ static void store_report(struct control *c, const struct cl_msg *m)
 static void send_msg(struct sconn *s, const struct cl_msg *m)
 {
     static uint8_t buf[CL_CMD_MAX * 4];
-    size_t n = cl_msg_encode(buf, sizeof buf, m);
-    if (n) sconn_send(s, buf, n);
+    size_t n = cluster_cmd_msg_encode(buf, sizeof buf, m);
+    if (n) sealed_conn_send(s, buf, n);
 }
 
 /* A message on a control connection someone opened to us. */
@@ -91,9 +91,9 @@ static void ctl_in_msg(struct sconn *s, const uint8_t *buf, size_t len)
     struct control *c = s->data;
     struct cl_msg m, r;
     char err[ERRMSG_LEN];
-    if (cl_msg_decode(&m, buf, len, err)) {
+    if (cluster_cmd_msg_decode(&m, buf, len, err)) {
         log_warn("cluster", "%s: %s", s->peer, err);
-        return sconn_close(s, "bad control message");
+        return sealed_conn_close(s, "bad control message");
     }
     int leader = raft_state(&c->raft) == RAFT_LEADER;
     switch (m.type) {
@@ -130,24 +130,24 @@ static void ctl_in_msg(struct sconn *s, const uint8_t *buf, size_t len)
         send_msg(s, &r);
         break;
     case MSGC_STATE_REQ: {
-        size_t cap = cl_state_encoded_max();
+        size_t cap = cluster_state_encoded_max();
         uint8_t *snap = malloc(cap), *out = malloc(cap + 16);
         if (snap && out) {
             pthread_mutex_lock(&c->mu);
-            size_t n = cl_state_encode(&c->st, snap, cap);
+            size_t n = cluster_state_encode(&c->st, snap, cap);
             pthread_mutex_unlock(&c->mu);
             r = (struct cl_msg){.type = MSGC_STATE};
             r.u.state.p = snap;
             r.u.state.len = (uint32_t)n;
-            size_t k = cl_msg_encode(out, cap + 16, &r);
-            if (k) sconn_send(s, out, k);
+            size_t k = cluster_cmd_msg_encode(out, cap + 16, &r);
+            if (k) sealed_conn_send(s, out, k);
         }
         free(snap);
         free(out);
         break;
     }
     default:
-        sconn_close(s, "unexpected control message");
+        sealed_conn_close(s, "unexpected control message");
     }
 }
 
@@ -164,7 +164,7 @@ void control_channel_on_fwd(void *ctx, struct sconn *s, uint64_t id, const char 
     struct control *c = ctx;
     char err[ERRMSG_LEN];
     (void)addr;
-    if (c->stopping || !c->sv.forward_in) return sconn_close(s, "no front to forward to");
+    if (c->stopping || !c->sv.forward_in) return sealed_conn_close(s, "no front to forward to");
     int fd = fwd_channels_accept(s, err);
     if (fd < 0) {
         log_warn("cluster", "forward channel from node %llu: %s", (unsigned long long)id, err);
@@ -177,7 +177,7 @@ int control_forward_open(struct control *c, uint64_t node, int timeout_ms, int c
 {
     char addr[CL_STR_LEN + 1] = "";
     pthread_mutex_lock(&c->mu);
-    const struct cl_member *m = cl_state_member_c(&c->st, node);
+    const struct cl_member *m = cluster_state_member_c(&c->st, node);
     if (m) snprintf(addr, sizeof addr, "%s", m->info.addr);
     pthread_mutex_unlock(&c->mu);
     if (!addr[0])
@@ -224,7 +224,7 @@ static void out_msg(struct sconn *s, const uint8_t *buf, size_t len)
     struct control *c = s->data;
     struct cl_msg m;
     char err[ERRMSG_LEN];
-    if (cl_msg_decode(&m, buf, len, err)) {
+    if (cluster_cmd_msg_decode(&m, buf, len, err)) {
         log_warn("cluster", "%s: %s", s->peer, err);
         return;
     }
@@ -248,7 +248,7 @@ static void out_msg(struct sconn *s, const uint8_t *buf, size_t len)
         /* Ask the leader next (it may be a node that joined after --cluster was written). */
         snprintf(c->join_to, sizeof c->join_to, "%s", m.u.redirect.addr);
     }
-    sconn_close(s, "join answered");
+    sealed_conn_close(s, "join answered");
 }
 
 static void out_closed(struct sconn *s, const char *why)
@@ -266,7 +266,7 @@ static struct sconn *connect_out(struct control *c, const char *addr)
 {
     struct sconn_cbs cbs = {.on_ready = out_ready, .on_msg = out_msg, .on_close = out_closed};
     char err[ERRMSG_LEN];
-    struct sconn *s = sconn_connect(&c->loop, &c->key, addr, &cbs, c, err);
+    struct sconn *s = sealed_conn_connect(&c->loop, &c->key, addr, &cbs, c, err);
     if (!s) log_warn("cluster", "%s", err);
     return s;
 }
@@ -282,7 +282,7 @@ void control_channel_report(struct control *c)
     store_report(c, &m);
     if (!lid || lid == c->cfg.id || !laddr) return;
     if (c->ctl && c->ctl_leader != lid) {
-        sconn_close(c->ctl, "the leader changed");
+        sealed_conn_close(c->ctl, "the leader changed");
         c->ctl = NULL;
         c->ctl_open = 0;
     }

@@ -29,7 +29,7 @@ static void add_refusal(struct control *c, uint32_t scale_id, const char *why)
     }
     struct cl_refusal *r = &c->my_refused[c->n_my_refused++];
     r->scale_id = scale_id;
-    cl_str_printable(r->reason, why && why[0] ? why : "refused");
+    cluster_cmd_printable(r->reason, why && why[0] ? why : "refused");
 }
 
 static int exec_done(struct control *c, uint32_t id)

@@ -3,7 +3,7 @@
  *
  * Every log entry is one cl_cmd framed to 8 bytes; fsm_apply decodes and applies it to c->st under
  * mu (an entry every node rejects the same way is counted, so the states stay identical);
- * snapshots are cl_state_encode. control_fsm_propose appends a command; its answer only counts
+ * snapshots are cluster_state_encode. control_fsm_propose appends a command; its answer only counts
  * what failed (the tick decides again on what committed). Runs on the control thread. */
 #include "cluster/control_internal.h"
 
@@ -27,7 +27,7 @@ static struct control *fsm_control(struct raft_fsm *fsm)
 static size_t entry_encode(const struct cl_cmd *cmd, uint8_t *out, size_t cap)
 {
     if (cap < 8) return 0;
-    size_t n = cl_cmd_encode(out + 4, cap - 4, cmd);
+    size_t n = cluster_cmd_encode(out + 4, cap - 4, cmd);
     size_t padded = (4 + n + 7) & ~(size_t)7;
     if (!n || padded > cap) return 0;
     for (int i = 0; i < 4; i++) out[i] = (uint8_t)(n >> (8 * i));
@@ -41,7 +41,7 @@ static int entry_decode(struct cl_cmd *cmd, const uint8_t *p, size_t len, char *
     size_t n = (size_t)p[0] | (size_t)p[1] << 8 | (size_t)p[2] << 16 | (size_t)p[3] << 24;
     if (n > len - 4 || len - 4 - n >= 8)
         return errmsg_set(err, "log entry of %zu bytes claims a %zu-byte command", len, n);
-    return cl_cmd_decode(cmd, p + 4, n, err);
+    return cluster_cmd_decode(cmd, p + 4, n, err);
 }
 
 static int fsm_apply(struct raft_fsm *fsm, const struct raft_buffer *buf, void **result)
@@ -59,7 +59,7 @@ static int fsm_apply(struct raft_fsm *fsm, const struct raft_buffer *buf, void *
         log_warn("cluster", "log entry not applied: %s", err);
         return 0;
     }
-    cl_state_apply(&c->st, &cmd);
+    cluster_state_apply(&c->st, &cmd);
     pthread_mutex_unlock(&c->mu);
     return 0;
 }
@@ -67,7 +67,7 @@ static int fsm_apply(struct raft_fsm *fsm, const struct raft_buffer *buf, void *
 static int fsm_snapshot(struct raft_fsm *fsm, struct raft_buffer *bufs[], unsigned *n_bufs)
 {
     struct control *c = fsm_control(fsm);
-    size_t cap = cl_state_encoded_max();
+    size_t cap = cluster_state_encoded_max();
     struct raft_buffer *b = raft_malloc(sizeof *b);
     uint8_t *p = raft_malloc(cap);
     if (!b || !p) {
@@ -76,7 +76,7 @@ static int fsm_snapshot(struct raft_fsm *fsm, struct raft_buffer *bufs[], unsign
         return RAFT_NOMEM;
     }
     pthread_mutex_lock(&c->mu);
-    size_t n = cl_state_encode(&c->st, p, cap);
+    size_t n = cluster_state_encode(&c->st, p, cap);
     pthread_mutex_unlock(&c->mu);
     b->base = p;
     b->len = n;
@@ -91,7 +91,7 @@ static int fsm_restore(struct raft_fsm *fsm, struct raft_buffer *buf)
     struct cl_state *s = malloc(sizeof *s);
     char err[ERRMSG_LEN];
     if (!s) return RAFT_NOMEM;
-    if (cl_state_decode(s, buf->base, buf->len, err)) {
+    if (cluster_state_decode(s, buf->base, buf->len, err)) {
         log_warn("cluster", "snapshot not restored: %s", err);
         free(s);
         return RAFT_CORRUPT;

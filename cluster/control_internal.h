@@ -182,7 +182,7 @@ void control_fsm_init(struct control *c); /* c->fsm, before raft_init */
 /* Append cmd to the log (the leader; stamps cmd->t_ms). 0, or -1 (logged) when raft refused it. */
 int control_fsm_propose(struct control *c, struct cl_cmd *cmd);
 
-/* control_channel.c: the transport's callbacks (struct rtransport_cfg), and each heartbeat's
+/* control_channel.c: the transport's callbacks (struct raft_transport_cfg), and each heartbeat's
  * report (and the JOIN of a node outside the configuration; force: even though our configuration
  * lists us: rejoin_tick) */
 void control_channel_on_ctl(void *ctx, struct sconn *s, uint64_t id, const char *addr);

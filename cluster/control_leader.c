@@ -40,7 +40,7 @@ static int leader_membership(struct control *c, uint64_t now)
     for (int k = 0; k < c->n_rep && n < CL_MAX_NODES * 2 - 1; k++) {
         const struct report *r = &c->rep[k];
         if (now - r->at_ms > (uint64_t)c->cfg.dead_ms) continue;
-        const struct cl_member *m = cl_state_member_c(&c->st, r->id);
+        const struct cl_member *m = cluster_state_member_c(&c->st, r->id);
         int tok_changed = m && (r->node.tok_s > 1.2f * m->info.tok_s + 1 ||
                                 r->node.tok_s < 0.8f * m->info.tok_s - 1);
         if (!m || !m->alive || tok_changed || strcmp(m->info.http, r->node.http) ||
@@ -53,7 +53,7 @@ static int leader_membership(struct control *c, uint64_t now)
         /* A node that has not yet acted on the latest decisions may report stale holdings. */
         if (r->seen_scales < c->st.n_scales) continue;
         for (int h = 0; h < r->n_hold && n < CL_MAX_NODES * 2; h++) {
-            int mi = cl_state_model(&c->st, r->hold[h].model);
+            int mi = cluster_state_model(&c->st, r->hold[h].model);
             if (mi >= 0 && !hold_differs(&m->hold[mi], &r->hold[h])) continue;
             cmd[n] = (struct cl_cmd){.type = CMD_HOLDING};
             cmd[n++].u.hold = r->hold[h];
@@ -100,10 +100,10 @@ static int leader_scaleouts(struct control *c)
     pthread_mutex_lock(&c->mu);
     for (uint32_t i = 0; i < c->st.n_scaleouts; i++) {
         const struct cl_scaleout *so = &c->st.scaleout[i];
-        int mi = cl_state_model(&c->st, so->s.model), done = mi >= 0, lost = 0;
+        int mi = cluster_state_model(&c->st, so->s.model), done = mi >= 0, lost = 0;
         uint64_t who = 0; /* the node that refused or failed it */
         char why[CL_STR_LEN + 1] = "";
-        const struct cl_member *src = cl_state_member_c(&c->st, so->s.source);
+        const struct cl_member *src = cluster_state_member_c(&c->st, so->s.source);
         if (so->s.source && (!src || !src->alive)) {
             lost = 1;
             snprintf(why, sizeof why, "source node %llu is down", (unsigned long long)so->s.source);
@@ -125,7 +125,7 @@ static int leader_scaleouts(struct control *c)
         else
             targets[nt++] = so->s.node;
         for (int k = 0; k < nt && mi >= 0; k++) {
-            const struct cl_member *m = cl_state_member_c(&c->st, targets[k]);
+            const struct cl_member *m = cluster_state_member_c(&c->st, targets[k]);
             if (!m || !m->alive) {
                 if (!lost) {
                     who = targets[k];
@@ -171,7 +171,7 @@ static int leader_scaleouts(struct control *c)
             cmd[n].u.done.ok = !lost;
             if (lost) {
                 cmd[n].u.done.node = who;
-                cl_str_printable(cmd[n].u.done.reason, why[0] ? why : "abandoned");
+                cluster_cmd_printable(cmd[n].u.done.reason, why[0] ? why : "abandoned");
             }
             n++;
         }

@@ -90,7 +90,7 @@ static int known_addr(struct control *c, uint64_t id, char out[CL_STR_LEN + 1])
             return 0;
         }
     pthread_mutex_lock(&c->mu);
-    const struct cl_member *m = cl_state_member_c(&c->st, id);
+    const struct cl_member *m = cluster_state_member_c(&c->st, id);
     if (m && m->info.addr[0]) snprintf(out, CL_STR_LEN + 1, "%s", m->info.addr);
     pthread_mutex_unlock(&c->mu);
     if (m && m->info.addr[0]) return 0;
@@ -157,9 +157,9 @@ static void on_recover_timer(uv_timer_t *t)
     struct control *c = t->data;
     char err[ERRMSG_LEN], voters[512], msg[ERRMSG_LEN];
     if (c->stopping) return control_recover_answer(c, 503, "the node is stopping");
-    rtransport_free(&c->transport);
+    raft_transport_free(&c->transport);
     pthread_mutex_lock(&c->mu);
-    cl_state_init(&c->st); /* raft applies the log again from its snapshot */
+    cluster_state_init(&c->st); /* raft applies the log again from its snapshot */
     c->n_rep = 0;
     pthread_mutex_unlock(&c->mu);
     recover_voters_str(c, voters, sizeof voters);
@@ -247,8 +247,8 @@ void control_recover_on_async(uv_async_t *a)
              (unsigned long long)raft_last_index(&c->raft));
     c->recovering = 1;
     c->raft_open = 0; /* on_stop must not close it again */
-    if (c->ctl) sconn_close(c->ctl, "raft recovering");
-    if (c->join) sconn_close(c->join, "raft recovering");
+    if (c->ctl) sealed_conn_close(c->ctl, "raft recovering");
+    if (c->join) sealed_conn_close(c->join, "raft recovering");
     raft_close(&c->raft, recover_closed);
 }
 

@@ -11,7 +11,7 @@
 
 static int member_index(const struct cl_state *s, uint64_t id)
 {
-    const struct cl_member *m = cl_state_member_c(s, id);
+    const struct cl_member *m = cluster_state_member_c(s, id);
     return m ? (int)(m - s->member) : -1;
 }
 
@@ -28,8 +28,8 @@ int control_route(struct control *c, const char *model, int prompt_tokens, char 
     snprintf(http_out, cap, "none");
     pthread_mutex_lock(&c->mu);
     const struct cl_state *s = &c->st;
-    int mi = model && model[0] ? cl_state_model(s, model) : -1;
-    if (mi < 0 && c->model[0]) mi = cl_state_model(s, c->model);
+    int mi = model && model[0] ? cluster_state_model(s, model) : -1;
+    if (mi < 0 && c->model[0]) mi = cluster_state_model(s, c->model);
     if (mi < 0 && s->n_models == 1) mi = 0;
     if (mi >= 0) {
         control_view_build(c, vb, now_mono_ms());
@@ -56,7 +56,7 @@ int control_route(struct control *c, const char *model, int prompt_tokens, char 
             if (planner_predict_ttft_ms(&pc, &vb->v, pn, mi, prompt_tokens) <= rt.predicted_ttft_ms)
                 rt.node = pn->id;
         }
-        const struct cl_member *m = cl_state_member_c(s, (uint64_t)rt.node);
+        const struct cl_member *m = cluster_state_member_c(s, (uint64_t)rt.node);
         if ((uint64_t)rt.node == c->cfg.id) {
             snprintf(http_out, cap, "local");
             *node = c->cfg.id;
@@ -92,7 +92,7 @@ void control_unreachable(struct control *c, uint64_t node)
 int control_node_fabric(struct control *c, uint64_t id, char out[CL_STR_LEN + 1])
 {
     pthread_mutex_lock(&c->mu);
-    const struct cl_member *m = cl_state_member_c(&c->st, id);
+    const struct cl_member *m = cluster_state_member_c(&c->st, id);
     int ok = m && m->info.fabric[0];
     snprintf(out, CL_STR_LEN + 1, "%s", ok ? m->info.fabric : "");
     pthread_mutex_unlock(&c->mu);
@@ -104,7 +104,7 @@ int control_holders_fabric(struct control *c, const char *model, const uint64_t 
 {
     int n = 0;
     pthread_mutex_lock(&c->mu);
-    int mi = cl_state_model(&c->st, model);
+    int mi = cluster_state_model(&c->st, model);
     for (uint32_t i = 0; mi >= 0 && i < c->st.n_members && n < cap; i++) {
         const struct cl_member *m = &c->st.member[i];
         int skipped = m->info.id == c->cfg.id;
@@ -120,7 +120,7 @@ int control_fabric_serves(struct control *c, const char *model, const char *fabr
 {
     int yes = 0;
     pthread_mutex_lock(&c->mu);
-    int mi = cl_state_model(&c->st, model);
+    int mi = cluster_state_model(&c->st, model);
     for (uint32_t i = 0; mi >= 0 && i < c->st.n_members && !yes; i++) {
         const struct cl_member *m = &c->st.member[i];
         yes = m->alive && m->hold[mi].engine &&

@@ -52,7 +52,7 @@ void control_view_build(struct control *c, struct view_buf *vb, uint64_t now_mon
         pn->fail_prob = 0.01;
         pn->model_slots = 1; /* the serving process holds one model (docs/control.md) */
         for (int k = 0; k < c->n_refusers; k++) {
-            int rm = cl_state_model(s, c->refuser[k].model);
+            int rm = cluster_state_model(s, c->refuser[k].model);
             if (c->refuser[k].node == m->info.id && rm >= 0 && c->refuser[k].until > now_mono)
                 pn->refused |= 1ull << rm;
         }
@@ -93,7 +93,7 @@ void control_view_build(struct control *c, struct view_buf *vb, uint64_t now_mon
          * counts them as held (a cold start). Not the rest of its queue: what a host copy runs
          * because it was sent there (routed while it was a replica) waits for nothing. */
         if (ld->held > 0) {
-            int hm = cl_state_model(s, ld->held_model);
+            int hm = cluster_state_model(s, ld->held_model);
             if (hm < 0 && s->n_models == 1) hm = 0; /* "the model" of a one-model cluster */
             if (hm >= 0) {
                 vb->model[hm].held += ld->held;
@@ -122,7 +122,7 @@ void control_view_build(struct control *c, struct view_buf *vb, uint64_t now_mon
         const struct cl_scaleout *so = &s->scaleout[k];
         struct plan_scaleout *ps = &vb->so[v->n_scaleouts++];
         ps->kind = so->s.kind == SCALE_UP ? PLAN_SO_ENGINE : PLAN_SO_HOST;
-        ps->model = cl_state_model(s, so->s.model);
+        ps->model = cluster_state_model(s, so->s.model);
         ps->source = (int)so->s.source;
         ps->n_chain = so->s.n_chain;
         for (int j = 0; j < so->s.n_chain; j++) ps->chain[j] = (int)so->s.chain[j];
