@@ -546,7 +546,7 @@ static void fx_setup_n(unsigned n)
     for (unsigned i = 0; i < n; i++) {
         raft_set_snapshot_threshold(raft_fixture_get(&F, i), 8);
         raft_set_snapshot_trailing(raft_fixture_get(&F, i), 2);
-        raft_set_pre_vote(raft_fixture_get(&F, i), true); /* as cluster/control.c runs raft */
+        raft_set_pre_vote(raft_fixture_get(&F, i), true); /* as cluster/control.c sets raft up */
     }
     CHECK(!raft_fixture_start(&F));
 }
@@ -667,7 +667,7 @@ static bool change_finished(struct raft_fixture *f, void *arg)
     return change_status >= 0;
 }
 
-/* Run the policy on the leader and carry out what it says (as cluster/control.c's conf_tick). */
+/* Run the policy on the leader and carry out what it says (as cluster/control_conf.c's control_conf_tick). */
 static struct vp_action fx_policy_step(unsigned leader, uint64_t now)
 {
     struct vp_server conf[8];
@@ -751,7 +751,7 @@ TEST(raft_fixture_dead_voter_removed_two_of_three_still_commit)
     CHECK(!cluster_state_member_c(&fx[1].st, 3)->alive);
     CHECK(same_state(0, 1));
     /* Node 4 comes back: it learns nothing by itself (no one replicates to a server outside the
-     * configuration) and rejoins the way control.c's JOIN does: raft_add, then assign VOTER. */
+     * configuration) and rejoins the way control_conf.c's JOIN does: raft_add, then assign VOTER. */
     raft_fixture_revive(&F, 3);
     raft_fixture_step_until_elapsed(&F, 2000);
     CHECK(fx[3].st.applied < fx[0].st.applied);
