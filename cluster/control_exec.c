@@ -4,7 +4,7 @@
  * A scale-out in progress is started again after a restart (its work went with the process); a
  * scale-down or host-copy drop only when decided after this node started. A refusal, or work
  * that failed after it started (control_exec_failed), is kept for this node's next reports until
- * the leader has ended that scale-out; progress comes back through control_set_holding. exec_tick
+ * the leader has ended that scale-out; progress comes back through control_set_holding. control_exec_tick
  * runs on the control thread; the two setters on any thread (under mu). */
 #include "cluster/control_internal.h"
 

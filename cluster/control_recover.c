@@ -61,7 +61,7 @@ static int bump_term(struct control *c, raft_term *term_out, char *err)
     return 0;
 }
 
-/* Recovery at raft_setup: the configuration "this node alone" is appended to the log as it stands
+/* Recovery at control_raft_setup: the configuration "this node alone" is appended to the log as it stands
  * (no bootstrap); the other named voters are added once it leads (control_recover_add_tick). raft
  * 0.15 writes the forced entry with term 1, so a configuration of several voters would need the
  * others' votes with a log that looks older than theirs: it could never elect. */
@@ -125,7 +125,7 @@ static void recover_voters_str(const struct control *c, char *out, size_t cap)
                               (unsigned long long)c->recover_to[i].id, c->recover_to[i].addr);
 }
 
-/* The named voters other than this node wait for it to lead (recover_add_tick). */
+/* The named voters other than this node wait for it to lead (control_recover_add_tick). */
 static void recover_queue_others(struct control *c)
 {
     c->n_recover_add = 0;
@@ -151,7 +151,7 @@ void control_recover_started(struct control *c)
 }
 
 /* raft is closed and its libuv I/O freed: open it again on the same data dir with the new
- * configuration appended (raft_setup sees n_recover_to), from the next loop iteration. */
+ * configuration appended (control_raft_setup sees n_recover_to), from the next loop iteration. */
 static void on_recover_timer(uv_timer_t *t)
 {
     struct control *c = t->data;

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A fused step under way (hook_forward). Rows [0, n) of the batch are in it, all at the layer the
+/* A fused step under way (coop_fuse_forward). Rows [0, n) of the batch are in it, all at the layer the
  * pass has reached; our own come first; each remote step's rows [r0, r0 + n) follow, its logit
  * rows [l0, l0 + nl) of the head's. Remote steps taken but not joined yet wait in `pending`, by
  * first layer. */

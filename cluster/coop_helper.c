@@ -221,7 +221,7 @@ void coop_helper_take_queue(struct coop *c)
 }
 
 /* The queue's work, in order per peer. With hold, a peer's activations wait for our next step
- * (hook_forward), and so does all that came after them from that peer. */
+ * (coop_fuse_forward), and so does all that came after them from that peer. */
 int coop_helper_serve(void *ctx, int hold)
 {
     struct coop *c = ctx;

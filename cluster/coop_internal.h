@@ -48,7 +48,7 @@ struct reply {
     uint8_t msg[];
 };
 
-/* Joiner: a pipelined step in flight (hook_send): its message's step id, the helper session and
+/* Joiner: a pipelined step in flight (coop_joiner_send): its message's step id, the helper session and
  * peer it went to, its rows, and the sequence of each logit row (to check the answer). */
 #define COOP_MAX_FLIGHTS 2
 

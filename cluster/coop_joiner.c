@@ -317,9 +317,9 @@ int coop_joiner_step(void *ctx, const struct batch *b, int k, const unsigned *se
     return 0;
 }
 
-/* Pipelined: step b goes out as one message and is answered later (hook_recv), while the
+/* Pipelined: step b goes out as one message and is answered later (coop_joiner_recv), while the
  * scheduler computes the next step's rows here. 1 when b needs more than one message (run it with
- * hook_step once the steps in flight are back) or COOP_MAX_FLIGHTS are in flight already. */
+ * coop_joiner_step once the steps in flight are back) or COOP_MAX_FLIGHTS are in flight already. */
 int coop_joiner_send(void *ctx, const struct batch *b, int k, const unsigned *seq,
                      struct sampler *const *smp, const unsigned char *mask, char *err)
 {

@@ -16,7 +16,7 @@ static uint8_t kv_wire_dtype(const struct kv_cache *kv)
     return kv->type == KV_F32 ? WIRE_F32 : WIRE_F16;
 }
 
-/* The sequences of one rise of k (hook_fill): the saved inputs, block tables and computed
+/* The sequences of one rise of k (coop_kvfill_fill): the saved inputs, block tables and computed
  * positions of each, and what became of it. */
 struct fillset {
     int m;

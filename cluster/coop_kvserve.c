@@ -9,14 +9,14 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-/* A helper sends at most this many bytes of KV answers between two of its steps (kv_pump): about
+/* A helper sends at most this many bytes of KV answers between two of its steps (coop_kvserve_pump): about
  * 4 ms of copying, CRC and queueing at ~1 GB/s, the delay a transfer may add to one of its steps.
  * A request of more (a 22-layer model's rise of 11 layers over 8 sequences of 1000 positions of
  * 256-wide f16 KV is 90 MB) takes several windows, with our steps between them. */
 #define KV_WINDOW_BYTES (4u << 20)
 
 /* A KV answer under way (helper, compute thread): request q of `peer`, at sequence q.seq[i],
- * layer, pos. Sent in between-step windows of at most KV_WINDOW_BYTES (kv_pump). */
+ * layer, pos. Sent in between-step windows of at most KV_WINDOW_BYTES (coop_kvserve_pump). */
 struct kvjob {
     struct kvjob *next;
     int peer;
@@ -51,7 +51,7 @@ static void kvjob_free(struct coop *c, struct kvjob *j)
 }
 
 /* A joiner raised its k: the KV rows of layers [layer0, layer1) of the request's sequences, read
- * from our blocks and sent by kv_pump. A newer request of the same peer replaces an older one
+ * from our blocks and sent by coop_kvserve_pump. A newer request of the same peer replaces an older one
  * still under way (the joiner gave that one up). */
 void coop_kvserve_request(struct coop *c, const struct work *w)
 {
