@@ -209,8 +209,8 @@ void control_view_build(struct control *c, struct view_buf *vb, uint64_t now_mon
 
 /* control_recover.c */
 int control_recover_at_start(struct control *c, char *err); /* --cluster-recover, checked */
-int control_recover_force(struct control *c,
-                          char *err);            /* raft_recover + new term (control_raft_setup) */
+/* raft_recover and a new term (from control_raft_setup) */
+int control_recover_force(struct control *c, char *err);
 void control_recover_started(struct control *c); /* raft recovered at start: record it */
 void control_recover_on_async(uv_async_t *a);    /* the HTTP thread posted a request */
 void control_recover_answer(struct control *c, int status, const char *msg);
