@@ -39,11 +39,6 @@ static const char *const layer_kind_name[N_LAYER_KINDS] = {
     "ffn_norm",  "ffn_gate", "ffn_down", "ffn_up",
 };
 
-const char *model_layer_tensor_name(int i)
-{
-    return i >= 0 && i < MODEL_LAYER_TENSORS ? layer_kind_name[i] : NULL;
-}
-
 /* ---------------------------------------------------------------------------------------------
  * Config */
 

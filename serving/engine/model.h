@@ -92,13 +92,6 @@ struct model {
     const struct gguf *gguf;
 };
 
-/* The tensors every layer has, in execution order, as "blk.L.NAME.weight" names them:
- * attn_norm, attn_q, attn_k, attn_v, attn_output, ffn_norm, ffn_gate, ffn_down, ffn_up. The one
- * list (model.c's); the loader, the CUDA plan, the synthetic model and the tests read it here.
- * NULL for i outside [0, MODEL_LAYER_TENSORS). */
-#define MODEL_LAYER_TENSORS 9
-const char *model_layer_tensor_name(int i);
-
 /* Read config, validate tensors, compute the layout. `what` names the file in messages. */
 int model_plan(struct model *m, const struct gguf *g, const char *what, char *err);
 /* Copy span `s` from the GGUF data into `image` (image_size bytes). */

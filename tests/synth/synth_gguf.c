@@ -3,7 +3,6 @@
 
 #include "os/common/errmsg.h"
 #include "serving/engine/convert.h"
-#include "serving/engine/model.h"
 #include "serving/engine/quant.h"
 
 #include <pthread.h>
@@ -198,11 +197,13 @@ static int add_tensors(struct gguf_writer *w, struct gen *g, const struct model_
     int kept = 0;
     add_tensor(w, g, "token_embd.weight", V, D, 0, s, &kept);
     for (int l = 0; l < s->layers; l++) {
+        const char *k[9] = {"attn_norm", "attn_q",   "attn_k",   "attn_v", "attn_output",
+                            "ffn_norm",  "ffn_gate", "ffn_down", "ffn_up"};
         const uint64_t rows[9] = {1, D, KV, KV, D, 1, H, D, H},
                        cols[9] = {D, D, D, D, D, D, D, H, D};
         for (int i = 0; i < 9; i++) {
             char nm[64];
-            snprintf(nm, sizeof nm, "blk.%d.%s.weight", l, model_layer_tensor_name(i));
+            snprintf(nm, sizeof nm, "blk.%d.%s.weight", l, k[i]);
             add_tensor(w, g, nm, rows[i], cols[i], i == 0 || i == 5, s, &kept);
         }
     }

@@ -571,10 +571,12 @@ static uint8_t *make_model(const struct mk *o, size_t *len)
     (snprintf(ts[n].name, 48, "%s", nm), ts[n].cols = (c)*M, ts[n].rows = (r)*M, n++)
     T("token_embd.weight", 8, 10);
     for (int l = 0; l < 2; l++) {
+        const char *k[9] = {"attn_norm", "attn_q",   "attn_k",   "attn_v", "attn_output",
+                            "ffn_norm",  "ffn_gate", "ffn_down", "ffn_up"};
         const uint64_t c[9] = {8, 8, 8, 8, 8, 8, 8, 16, 8}, r[9] = {0, 8, 4, 4, 8, 0, 16, 8, 16};
         for (int i = 0; i < 9; i++) {
             char nm[48];
-            snprintf(nm, sizeof nm, "blk.%d.%s.weight", l, model_layer_tensor_name(i));
+            snprintf(nm, sizeof nm, "blk.%d.%s.weight", l, k[i]);
             T(nm, c[i], r[i]);
         }
     }

@@ -22,7 +22,10 @@ uint64_t cuda_ggml_row_bytes(uint32_t type, int cols)
     return device_type && cols > 0 ? ggml_row_bytes(type, (uint64_t)cols) : 0;
 }
 
-_Static_assert(CUDA_LAYER_TENSORS == MODEL_LAYER_TENSORS, "a layer's tensors: model.h's list");
+static const char *const layer_names[CUDA_LAYER_TENSORS] = {
+    "attn_norm", "attn_q",   "attn_k",   "attn_v", "attn_output",
+    "ffn_norm",  "ffn_gate", "ffn_down", "ffn_up",
+};
 
 /* Fill one mat's shape and device sizes; the offsets come later. */
 static int plan_mat(struct cuda_mat *c, const struct tensor *t, const char *name, int span,
@@ -102,7 +105,7 @@ int cuda_plan_weights(struct cuda_plan *p, const struct model *m, char *err)
         };
         for (int f = 0; f < CUDA_LAYER_TENSORS; f++) {
             char *nm = names + (size_t)n * 32;
-            snprintf(nm, 32, "blk.%d.%s", l, model_layer_tensor_name(f));
+            snprintf(nm, 32, "blk.%d.%s", l, layer_names[f]);
             if (plan_mat(&p->mats[n++], ts[f], nm, 1 + l, f == 0 || f == 5, err)) goto fail;
         }
     }
