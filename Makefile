@@ -69,7 +69,7 @@ BENCH_SRC := $(sort $(wildcard tests/bench/bench_*.c))
 BENCH_BIN := $(BENCH_SRC:tests/bench/%.c=$(BUILD)/bench/%)
 
 .PHONY: all test bench run image deps clean fuzz check-fabric check-cluster format
-all: $(BUILD)/strata $(BUILD)/strata-appliance $(TEST_BIN) $(TOOL_BIN)
+all: $(BUILD)/strata $(BUILD)/strata-appliance $(BUILD)/strata-appliance-test $(TEST_BIN) $(TOOL_BIN)
 
 # DPDK headers only where the NIC driver is compiled.
 $(BUILD)/obj/drivers/nic/%.o: CFLAGS_EXTRA = $(DPDK_CFLAGS) -Wno-error=cast-qual
@@ -82,7 +82,17 @@ $(BUILD)/libstrata.a: $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
-$(BUILD)/strata: $(BUILD)/obj/cmd/main.o $(BUILD)/libstrata.a
+# The test hooks (cmd/test_hooks.h: --test-crash, --test-hang, ...): libstrata holds
+# cmd/test_hooks.c without them; this copy, compiled with STRATA_TEST_HOOKS and linked ahead of
+# the archive, gives them to build/strata (the developer's and the tests' binary) and to
+# build/strata-appliance-test (the image of the boot tests that crash or hang it), never to
+# build/strata-appliance.
+HOOKS_OBJ := $(BUILD)/obj/cmd/test_hooks_on.o
+$(HOOKS_OBJ): cmd/test_hooks.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) -DSTRATA_TEST_HOOKS -MMD -MP -c $< -o $@
+
+$(BUILD)/strata: $(BUILD)/obj/cmd/main.o $(HOOKS_OBJ) $(BUILD)/libstrata.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # The image's /bin/strata: every command but `sim` (cmd/commands.h, STRATA_NO_SIM), so the archive
@@ -91,6 +101,8 @@ $(BUILD)/obj/cmd/main_appliance.o: cmd/main.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) $(CFLAGS) -DSTRATA_NO_SIM -MMD -MP -c $< -o $@
 $(BUILD)/strata-appliance: $(BUILD)/obj/cmd/main_appliance.o $(BUILD)/libstrata.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(BASE_LIBS)
+$(BUILD)/strata-appliance-test: $(BUILD)/obj/cmd/main_appliance.o $(HOOKS_OBJ) $(BUILD)/libstrata.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(BASE_LIBS)
 
 # Programs track the headers they include (-MMD), like the library's objects. Tests, tools and
@@ -154,6 +166,7 @@ $(BUILD)/tests/test_cuda: CFLAGS += -DSTRATA_NVCC_BUILD
 endif
 
 -include $(LIB_OBJ:.o=.d) $(SYNTH_OBJ:.o=.d) $(BUILD)/obj/cmd/main.d $(BUILD)/obj/cmd/main_appliance.d \
+    $(HOOKS_OBJ:.o=.d) \
     $(TEST_BIN:=.d) $(TOOL_BIN:=.d) $(BENCH_BIN:=.d)
 
 # The fabric's unit tests and multi-node scenarios (network namespaces, QEMU), one line each.

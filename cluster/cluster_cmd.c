@@ -8,7 +8,7 @@
 
 /* ---------------------------------------------------------------- strings */
 
-void cl_put_str(struct wire_w *w, const char *s)
+void cluster_cmd_put_str(struct wire_w *w, const char *s)
 {
     size_t n = strnlen(s, CL_STR_LEN);
     wire_put_u8(w, (uint8_t)n);
@@ -16,7 +16,7 @@ void cl_put_str(struct wire_w *w, const char *s)
 }
 
 /* Printable ASCII, at most CL_STR_LEN bytes. Returns -1 (and marks r bad) otherwise. */
-int cl_get_str(struct wire_r *r, char out[CL_STR_LEN + 1])
+int cluster_cmd_get_str(struct wire_r *r, char out[CL_STR_LEN + 1])
 {
     uint8_t n = wire_get_u8(r);
     const uint8_t *p = r->bad ? NULL : wire_get_bytes(r, n);
@@ -35,7 +35,7 @@ int cl_get_str(struct wire_r *r, char out[CL_STR_LEN + 1])
     return 0;
 }
 
-void cl_str_printable(char out[CL_STR_LEN + 1], const char *s)
+void cluster_cmd_printable(char out[CL_STR_LEN + 1], const char *s)
 {
     size_t n = strnlen(s, CL_STR_LEN);
     for (size_t i = 0; i < n; i++) out[i] = s[i] >= 0x20 && s[i] <= 0x7e ? s[i] : '?';
@@ -47,7 +47,7 @@ static int finite_f(float f)
     return isfinite(f);
 }
 
-int cl_rack_ok(const char *s)
+int cluster_cmd_rack_ok(const char *s)
 {
     size_t n = strnlen(s, CL_STR_LEN + 1);
     if (n > CL_STR_LEN) return 0;
@@ -58,33 +58,61 @@ int cl_rack_ok(const char *s)
     return 1;
 }
 
+/* ---------------------------------------------------------------- the framing of both */
+
+/* A log command and a control message start alike (version, type; a command then its time) and
+ * end alike (every byte read, none left over); `what` names which in the messages. */
+static void put_head(struct wire_w *w, uint8_t type)
+{
+    wire_put_u8(w, CL_CMD_VERSION);
+    wire_put_u8(w, type);
+}
+
+/* After the header's fields were read (ver: its version). */
+static int check_head(const struct wire_r *r, uint8_t ver, const char *what, size_t len, char *err)
+{
+    if (r->bad) return errmsg_set(err, "%s: %zu bytes, shorter than its header", what, len);
+    if (ver != CL_CMD_VERSION)
+        return errmsg_set(err, "%s: version %u, expected %u", what, ver, CL_CMD_VERSION);
+    return 0;
+}
+
+static int check_tail(const struct wire_r *r, unsigned type, const char *what, size_t len,
+                      char *err)
+{
+    if (r->bad) return errmsg_set(err, "%s type %u: truncated", what, type);
+    if (r->off != len)
+        return errmsg_set(err, "%s type %u: %zu trailing bytes", what, type, len - r->off);
+    return 0;
+}
+
 /* ---------------------------------------------------------------- log commands */
 
-void cl_put_node_up(struct wire_w *w, const struct cl_node_up *u)
+void cluster_cmd_put_node_up(struct wire_w *w, const struct cl_node_up *u)
 {
     wire_put_u64(w, u->id);
-    cl_put_str(w, u->addr);
-    cl_put_str(w, u->http);
-    cl_put_str(w, u->fabric);
-    cl_put_str(w, u->gpu);
-    cl_put_str(w, u->rack);
+    cluster_cmd_put_str(w, u->addr);
+    cluster_cmd_put_str(w, u->http);
+    cluster_cmd_put_str(w, u->fabric);
+    cluster_cmd_put_str(w, u->gpu);
+    cluster_cmd_put_str(w, u->rack);
     wire_put_u8(w, u->role);
     wire_put_f32(w, u->tok_s);
 }
 
-int cl_get_node_up(struct wire_r *r, struct cl_node_up *u, char *err)
+int cluster_cmd_get_node_up(struct wire_r *r, struct cl_node_up *u, char *err)
 {
     u->id = wire_get_u64(r);
-    cl_get_str(r, u->addr);
-    cl_get_str(r, u->http);
-    cl_get_str(r, u->fabric);
-    cl_get_str(r, u->gpu);
-    cl_get_str(r, u->rack);
+    cluster_cmd_get_str(r, u->addr);
+    cluster_cmd_get_str(r, u->http);
+    cluster_cmd_get_str(r, u->fabric);
+    cluster_cmd_get_str(r, u->gpu);
+    cluster_cmd_get_str(r, u->rack);
     u->role = wire_get_u8(r);
     u->tok_s = wire_get_f32(r);
     if (r->bad) return errmsg_set(err, "node: truncated or bad string");
     if (!u->id) return errmsg_set(err, "node: id 0");
-    if (!cl_rack_ok(u->rack))
+    if (!cluster_cmd_rack_ok(u->rack))
         return errmsg_set(err, "node %llu: rack \"%s\" is not letters, digits, '.', '-', '_'",
                           (unsigned long long)u->id, u->rack);
     if (u->role != ROLE_VOTER && u->role != ROLE_JOINER)
@@ -98,7 +126,7 @@ int cl_get_node_up(struct wire_r *r, struct cl_node_up *u, char *err)
 static void put_holding(struct wire_w *w, const struct cl_holding *h)
 {
     wire_put_u64(w, h->node);
-    cl_put_str(w, h->model);
+    cluster_cmd_put_str(w, h->model);
     wire_put_u8(w, h->host);
     wire_put_u8(w, h->engine);
     wire_put_u16(w, h->layers_resident);
@@ -108,7 +136,7 @@ static void put_holding(struct wire_w *w, const struct cl_holding *h)
 static int get_holding(struct wire_r *r, struct cl_holding *h, char *err)
 {
     h->node = wire_get_u64(r);
-    cl_get_str(r, h->model);
+    cluster_cmd_get_str(r, h->model);
     h->host = wire_get_u8(r);
     h->engine = wire_get_u8(r);
     h->layers_resident = wire_get_u16(r);
@@ -122,15 +150,14 @@ static int get_holding(struct wire_r *r, struct cl_holding *h, char *err)
     return 0;
 }
 
-size_t cl_cmd_encode(uint8_t *out, size_t cap, const struct cl_cmd *c)
+size_t cluster_cmd_encode(uint8_t *out, size_t cap, const struct cl_cmd *c)
 {
     struct wire_w w = {out, cap, 0, 0};
-    wire_put_u8(&w, CL_CMD_VERSION);
-    wire_put_u8(&w, c->type);
+    put_head(&w, c->type);
     wire_put_u64(&w, c->t_ms);
     switch (c->type) {
     case CMD_NODE_UP:
-        cl_put_node_up(&w, &c->u.up);
+        cluster_cmd_put_node_up(&w, &c->u.up);
         break;
     case CMD_NODE_DOWN:
         wire_put_u64(&w, c->u.down);
@@ -141,7 +168,7 @@ size_t cl_cmd_encode(uint8_t *out, size_t cap, const struct cl_cmd *c)
     case CMD_SCALE: {
         const struct cl_scale *s = &c->u.scale;
         wire_put_u8(&w, s->kind);
-        cl_put_str(&w, s->model);
+        cluster_cmd_put_str(&w, s->model);
         wire_put_u64(&w, s->source);
         wire_put_u64(&w, s->node);
         wire_put_u8(&w, s->n_chain);
@@ -152,7 +179,7 @@ size_t cl_cmd_encode(uint8_t *out, size_t cap, const struct cl_cmd *c)
         wire_put_u32(&w, c->u.done.scale_id);
         wire_put_u8(&w, c->u.done.ok);
         wire_put_u64(&w, c->u.done.node);
-        cl_put_str(&w, c->u.done.reason);
+        cluster_cmd_put_str(&w, c->u.done.reason);
         break;
     case CMD_RAFT_CONF:
         wire_put_u64(&w, c->u.conf.node);
@@ -164,19 +191,17 @@ size_t cl_cmd_encode(uint8_t *out, size_t cap, const struct cl_cmd *c)
     return w.bad ? 0 : w.off;
 }
 
-int cl_cmd_decode(struct cl_cmd *c, const uint8_t *buf, size_t len, char *err)
+int cluster_cmd_decode(struct cl_cmd *c, const uint8_t *buf, size_t len, char *err)
 {
     struct wire_r r = {buf, len, 0, 0};
     memset(c, 0, sizeof *c);
     uint8_t ver = wire_get_u8(&r);
     c->type = wire_get_u8(&r);
     c->t_ms = wire_get_u64(&r);
-    if (r.bad) return errmsg_set(err, "cluster command: %zu bytes, shorter than its header", len);
-    if (ver != CL_CMD_VERSION)
-        return errmsg_set(err, "cluster command: version %u, expected %u", ver, CL_CMD_VERSION);
+    if (check_head(&r, ver, "cluster command", len, err)) return -1;
     switch (c->type) {
     case CMD_NODE_UP:
-        if (cl_get_node_up(&r, &c->u.up, err)) return errmsg_prefix(err, "NODE_UP: ");
+        if (cluster_cmd_get_node_up(&r, &c->u.up, err)) return errmsg_prefix(err, "NODE_UP: ");
         break;
     case CMD_NODE_DOWN:
         c->u.down = wire_get_u64(&r);
@@ -188,7 +213,7 @@ int cl_cmd_decode(struct cl_cmd *c, const uint8_t *buf, size_t len, char *err)
     case CMD_SCALE: {
         struct cl_scale *s = &c->u.scale;
         s->kind = wire_get_u8(&r);
-        cl_get_str(&r, s->model);
+        cluster_cmd_get_str(&r, s->model);
         s->source = wire_get_u64(&r);
         s->node = wire_get_u64(&r);
         s->n_chain = wire_get_u8(&r);
@@ -209,7 +234,7 @@ int cl_cmd_decode(struct cl_cmd *c, const uint8_t *buf, size_t len, char *err)
         c->u.done.scale_id = wire_get_u32(&r);
         c->u.done.ok = wire_get_u8(&r);
         c->u.done.node = wire_get_u64(&r);
-        cl_get_str(&r, c->u.done.reason);
+        cluster_cmd_get_str(&r, c->u.done.reason);
         if (!r.bad && c->u.done.ok > 1) return errmsg_set(err, "SCALE_DONE: ok not 0/1");
         if (!r.bad && c->u.done.ok && (c->u.done.node || c->u.done.reason[0]))
             return errmsg_set(err, "SCALE_DONE: a finished scale-out names a refusing node or a "
@@ -225,10 +250,7 @@ int cl_cmd_decode(struct cl_cmd *c, const uint8_t *buf, size_t len, char *err)
     default:
         return errmsg_set(err, "cluster command: unknown type %u", c->type);
     }
-    if (r.bad) return errmsg_set(err, "cluster command type %u: truncated", c->type);
-    if (r.off != len)
-        return errmsg_set(err, "cluster command type %u: %zu trailing bytes", c->type, len - r.off);
-    return 0;
+    return check_tail(&r, c->type, "cluster command", len, err);
 }
 
 /* ---------------------------------------------------------------- control messages */
@@ -260,19 +282,18 @@ static int get_load(struct wire_r *r, struct cl_load *l, char *err)
     return 0;
 }
 
-size_t cl_msg_encode(uint8_t *out, size_t cap, const struct cl_msg *m)
+size_t cluster_cmd_msg_encode(uint8_t *out, size_t cap, const struct cl_msg *m)
 {
     struct wire_w w = {out, cap, 0, 0};
-    wire_put_u8(&w, CL_CMD_VERSION);
-    wire_put_u8(&w, m->type);
+    put_head(&w, m->type);
     switch (m->type) {
     case MSGC_OPEN:
         wire_put_u8(&w, m->u.open.channel);
         wire_put_u64(&w, m->u.open.id);
-        cl_put_str(&w, m->u.open.addr);
+        cluster_cmd_put_str(&w, m->u.open.addr);
         break;
     case MSGC_LOAD:
-        cl_put_node_up(&w, &m->u.load.node);
+        cluster_cmd_put_node_up(&w, &m->u.load.node);
         put_load(&w, &m->u.load.load);
         wire_put_u32(&w, m->u.load.seen_scales);
         wire_put_u8(&w, m->u.load.n_hold);
@@ -280,20 +301,20 @@ size_t cl_msg_encode(uint8_t *out, size_t cap, const struct cl_msg *m)
             put_holding(&w, &m->u.load.hold[i]);
         wire_put_u32(&w, (uint32_t)m->u.load.load.held);
         wire_put_u64(&w, (uint64_t)m->u.load.load.held_tokens);
-        cl_put_str(&w, m->u.load.load.held_model);
+        cluster_cmd_put_str(&w, m->u.load.load.held_model);
         wire_put_u8(&w, m->u.load.n_refused);
         for (int i = 0; i < m->u.load.n_refused && i < CL_MAX_REFUSED; i++) {
             wire_put_u32(&w, m->u.load.refused[i].scale_id);
-            cl_put_str(&w, m->u.load.refused[i].reason);
+            cluster_cmd_put_str(&w, m->u.load.refused[i].reason);
         }
         break;
     case MSGC_JOIN:
         wire_put_u64(&w, m->u.join.id);
-        cl_put_str(&w, m->u.join.addr);
+        cluster_cmd_put_str(&w, m->u.join.addr);
         break;
     case MSGC_REDIRECT:
         wire_put_u8(&w, m->u.redirect.status);
-        cl_put_str(&w, m->u.redirect.addr);
+        cluster_cmd_put_str(&w, m->u.redirect.addr);
         break;
     case MSGC_STATE_REQ:
         break;
@@ -315,27 +336,25 @@ size_t cl_msg_encode(uint8_t *out, size_t cap, const struct cl_msg *m)
     return w.bad ? 0 : w.off;
 }
 
-int cl_msg_decode(struct cl_msg *m, const uint8_t *buf, size_t len, char *err)
+int cluster_cmd_msg_decode(struct cl_msg *m, const uint8_t *buf, size_t len, char *err)
 {
     struct wire_r r = {buf, len, 0, 0};
     memset(m, 0, sizeof *m);
     uint8_t ver = wire_get_u8(&r);
     m->type = wire_get_u8(&r);
-    if (r.bad) return errmsg_set(err, "control message: %zu bytes, shorter than its header", len);
-    if (ver != CL_CMD_VERSION)
-        return errmsg_set(err, "control message: version %u, expected %u", ver, CL_CMD_VERSION);
+    if (check_head(&r, ver, "control message", len, err)) return -1;
     switch (m->type) {
     case MSGC_OPEN:
         m->u.open.channel = wire_get_u8(&r);
         m->u.open.id = wire_get_u64(&r);
-        cl_get_str(&r, m->u.open.addr);
+        cluster_cmd_get_str(&r, m->u.open.addr);
         if (!r.bad && m->u.open.channel != CHAN_RAFT && m->u.open.channel != CHAN_CTL &&
             m->u.open.channel != CHAN_FWD)
             return errmsg_set(err, "OPEN: unknown channel %u", m->u.open.channel);
         if (!r.bad && !m->u.open.id) return errmsg_set(err, "OPEN: node id 0");
         break;
     case MSGC_LOAD:
-        if (cl_get_node_up(&r, &m->u.load.node, err)) return errmsg_prefix(err, "LOAD: ");
+        if (cluster_cmd_get_node_up(&r, &m->u.load.node, err)) return errmsg_prefix(err, "LOAD: ");
         if (get_load(&r, &m->u.load.load, err)) return errmsg_prefix(err, "LOAD: ");
         m->u.load.seen_scales = wire_get_u32(&r);
         m->u.load.n_hold = wire_get_u8(&r);
@@ -350,7 +369,7 @@ int cl_msg_decode(struct cl_msg *m, const uint8_t *buf, size_t len, char *err)
         }
         m->u.load.load.held = (int32_t)wire_get_u32(&r);
         m->u.load.load.held_tokens = (int64_t)wire_get_u64(&r);
-        cl_get_str(&r, m->u.load.load.held_model);
+        cluster_cmd_get_str(&r, m->u.load.load.held_model);
         if (!r.bad && (m->u.load.load.held < 0 || m->u.load.load.held_tokens < 0))
             return errmsg_set(err, "LOAD: negative held requests or tokens");
         m->u.load.n_refused = wire_get_u8(&r);
@@ -359,7 +378,7 @@ int cl_msg_decode(struct cl_msg *m, const uint8_t *buf, size_t len, char *err)
                               CL_MAX_REFUSED);
         for (int i = 0; i < m->u.load.n_refused && !r.bad; i++) {
             m->u.load.refused[i].scale_id = wire_get_u32(&r);
-            cl_get_str(&r, m->u.load.refused[i].reason);
+            cluster_cmd_get_str(&r, m->u.load.refused[i].reason);
             if (!r.bad && !m->u.load.refused[i].reason[0])
                 return errmsg_set(err, "LOAD: refusal of decision %u without a reason",
                                   m->u.load.refused[i].scale_id);
@@ -367,13 +386,13 @@ int cl_msg_decode(struct cl_msg *m, const uint8_t *buf, size_t len, char *err)
         break;
     case MSGC_JOIN:
         m->u.join.id = wire_get_u64(&r);
-        cl_get_str(&r, m->u.join.addr);
+        cluster_cmd_get_str(&r, m->u.join.addr);
         if (!r.bad && (!m->u.join.id || !m->u.join.addr[0]))
             return errmsg_set(err, "JOIN: node id 0 or empty address");
         break;
     case MSGC_REDIRECT:
         m->u.redirect.status = wire_get_u8(&r);
-        cl_get_str(&r, m->u.redirect.addr);
+        cluster_cmd_get_str(&r, m->u.redirect.addr);
         if (!r.bad && m->u.redirect.status > 2)
             return errmsg_set(err, "REDIRECT: unknown status %u", m->u.redirect.status);
         break;
@@ -397,8 +416,5 @@ int cl_msg_decode(struct cl_msg *m, const uint8_t *buf, size_t len, char *err)
     default:
         return errmsg_set(err, "control message: unknown type %u", m->type);
     }
-    if (r.bad) return errmsg_set(err, "control message type %u: truncated", m->type);
-    if (r.off != len)
-        return errmsg_set(err, "control message type %u: %zu trailing bytes", m->type, len - r.off);
-    return 0;
+    return check_tail(&r, m->type, "control message", len, err);
 }

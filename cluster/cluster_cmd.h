@@ -94,8 +94,8 @@ struct cl_cmd {
 };
 
 /* Returns bytes written, 0 if cap is too small. */
-size_t cl_cmd_encode(uint8_t *out, size_t cap, const struct cl_cmd *c);
-int cl_cmd_decode(struct cl_cmd *c, const uint8_t *buf, size_t len, char *err);
+size_t cluster_cmd_encode(uint8_t *out, size_t cap, const struct cl_cmd *c);
+int cluster_cmd_decode(struct cl_cmd *c, const uint8_t *buf, size_t len, char *err);
 
 /* ---------------------------------------------------------------- control messages */
 
@@ -175,22 +175,22 @@ struct cl_msg {
     } u;
 };
 
-size_t cl_msg_encode(uint8_t *out, size_t cap, const struct cl_msg *m);
-int cl_msg_decode(struct cl_msg *m, const uint8_t *buf, size_t len, char *err);
+size_t cluster_cmd_msg_encode(uint8_t *out, size_t cap, const struct cl_msg *m);
+int cluster_cmd_msg_decode(struct cl_msg *m, const uint8_t *buf, size_t len, char *err);
 
 /* A rack name as the decoder takes it: "" or 1..CL_STR_LEN of [A-Za-z0-9._-] (it becomes a
  * /metrics label value and a JSON string as is). */
-int cl_rack_ok(const char *s);
+int cluster_cmd_rack_ok(const char *s);
 
 /* Shared by the state snapshot codec. */
 struct wire_w;
 struct wire_r;
-void cl_put_str(struct wire_w *w, const char *s);
-int cl_get_str(struct wire_r *r, char out[CL_STR_LEN + 1]);
-/* s into out as cl_get_str accepts it: cut to CL_STR_LEN, bytes outside printable ASCII as '?'. */
-void cl_str_printable(char out[CL_STR_LEN + 1], const char *s);
+void cluster_cmd_put_str(struct wire_w *w, const char *s);
+int cluster_cmd_get_str(struct wire_r *r, char out[CL_STR_LEN + 1]);
+/* s into out as cluster_cmd_get_str accepts it: cut to CL_STR_LEN, bytes outside printable ASCII as '?'. */
+void cluster_cmd_printable(char out[CL_STR_LEN + 1], const char *s);
 /* A member's description, as log commands and snapshots both carry it; the reader checks it. */
-void cl_put_node_up(struct wire_w *w, const struct cl_node_up *u);
-int cl_get_node_up(struct wire_r *r, struct cl_node_up *u, char *err);
+void cluster_cmd_put_node_up(struct wire_w *w, const struct cl_node_up *u);
+int cluster_cmd_get_node_up(struct wire_r *r, struct cl_node_up *u, char *err);
 
 #endif

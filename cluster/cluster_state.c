@@ -8,24 +8,24 @@
 
 #define CL_SNAP_MAGIC 0x50414e53u /* "SNAP" */
 
-void cl_state_init(struct cl_state *s)
+void cluster_state_init(struct cl_state *s)
 {
     memset(s, 0, sizeof *s);
 }
 
-struct cl_member *cl_state_member(struct cl_state *s, uint64_t id)
+struct cl_member *cluster_state_member(struct cl_state *s, uint64_t id)
 {
     for (uint32_t i = 0; i < s->n_members; i++)
         if (s->member[i].info.id == id) return &s->member[i];
     return NULL;
 }
 
-const struct cl_member *cl_state_member_c(const struct cl_state *s, uint64_t id)
+const struct cl_member *cluster_state_member_c(const struct cl_state *s, uint64_t id)
 {
-    return cl_state_member((struct cl_state *)s, id);
+    return cluster_state_member((struct cl_state *)s, id);
 }
 
-int cl_state_model(const struct cl_state *s, const char *name)
+int cluster_state_model(const struct cl_state *s, const char *name)
 {
     for (uint32_t i = 0; i < s->n_models; i++)
         if (!strcmp(s->model[i], name)) return (int)i;
@@ -34,7 +34,7 @@ int cl_state_model(const struct cl_state *s, const char *name)
 
 static int model_add(struct cl_state *s, const char *name)
 {
-    int m = cl_state_model(s, name);
+    int m = cluster_state_model(s, name);
     if (m >= 0 || s->n_models == CL_MAX_MODELS) return m;
     snprintf(s->model[s->n_models], sizeof s->model[0], "%s", name);
     return (int)s->n_models++;
@@ -59,15 +59,15 @@ static void event_add(struct cl_state *s, const struct cl_cmd *c, uint8_t kind, 
  * (joiners join with k = 0; a scaled-down engine is gone); their reports confirm or correct it. */
 static void set_desired(struct cl_state *s, const struct cl_scale *sc)
 {
-    int mi = cl_state_model(s, sc->model);
+    int mi = cluster_state_model(s, sc->model);
     uint16_t L = 0;
     for (uint32_t i = 0; i < s->n_members; i++)
         if (s->member[i].hold[mi].n_layers) L = s->member[i].hold[mi].n_layers;
-    struct cl_member *m = cl_state_member(s, sc->node);
+    struct cl_member *m = cluster_state_member(s, sc->node);
     switch (sc->kind) {
     case SCALE_UP:
         for (int k = 0; k < sc->n_chain; k++) {
-            struct cl_member *j = cl_state_member(s, sc->chain[k]);
+            struct cl_member *j = cluster_state_member(s, sc->chain[k]);
             if (j && !j->hold[mi].engine) j->hold[mi] = (struct cl_hold){j->hold[mi].host, 1, 0, L};
         }
         break;
@@ -84,7 +84,7 @@ static int apply(struct cl_state *s, const struct cl_cmd *c)
 {
     switch (c->type) {
     case CMD_NODE_UP: {
-        struct cl_member *m = cl_state_member(s, c->u.up.id);
+        struct cl_member *m = cluster_state_member(s, c->u.up.id);
         if (!m) {
             if (s->n_members == CL_MAX_NODES) return 1;
             m = &s->member[s->n_members++];
@@ -100,7 +100,7 @@ static int apply(struct cl_state *s, const struct cl_cmd *c)
         return 0;
     }
     case CMD_NODE_DOWN: {
-        struct cl_member *m = cl_state_member(s, c->u.down);
+        struct cl_member *m = cluster_state_member(s, c->u.down);
         if (!m || !m->alive) return 1;
         m->alive = 0;
         m->since_ms = c->t_ms;
@@ -108,7 +108,7 @@ static int apply(struct cl_state *s, const struct cl_cmd *c)
         return 0;
     }
     case CMD_HOLDING: {
-        struct cl_member *m = cl_state_member(s, c->u.hold.node);
+        struct cl_member *m = cluster_state_member(s, c->u.hold.node);
         int mi = m ? model_add(s, c->u.hold.model) : -1;
         if (mi < 0) return 1;
         m->hold[mi] = (struct cl_hold){c->u.hold.host, c->u.hold.engine, c->u.hold.layers_resident,
@@ -147,7 +147,7 @@ static int apply(struct cl_state *s, const struct cl_cmd *c)
     return 1;
 }
 
-int cl_state_apply(struct cl_state *s, const struct cl_cmd *c)
+int cluster_state_apply(struct cl_state *s, const struct cl_cmd *c)
 {
     int rc = apply(s, c);
     s->applied++;
@@ -160,7 +160,7 @@ int cl_state_apply(struct cl_state *s, const struct cl_cmd *c)
 static void put_scale(struct wire_w *w, const struct cl_scale *sc)
 {
     wire_put_u8(w, sc->kind);
-    cl_put_str(w, sc->model);
+    cluster_cmd_put_str(w, sc->model);
     wire_put_u64(w, sc->source);
     wire_put_u64(w, sc->node);
     wire_put_u8(w, sc->n_chain);
@@ -170,7 +170,7 @@ static void put_scale(struct wire_w *w, const struct cl_scale *sc)
 static int get_scale(struct wire_r *r, struct cl_scale *sc)
 {
     sc->kind = wire_get_u8(r);
-    cl_get_str(r, sc->model);
+    cluster_cmd_get_str(r, sc->model);
     sc->source = wire_get_u64(r);
     sc->node = wire_get_u64(r);
     sc->n_chain = wire_get_u8(r);
@@ -179,7 +179,7 @@ static int get_scale(struct wire_r *r, struct cl_scale *sc)
     return r->bad ? -1 : 0;
 }
 
-size_t cl_state_encoded_max(void)
+size_t cluster_state_encoded_max(void)
 {
     /* Every string at its longest, every table full. */
     size_t up = 8 + 5 * (1 + CL_STR_LEN) + 1 + 4; /* addr, http, fabric, gpu, rack */
@@ -190,7 +190,7 @@ size_t cl_state_encoded_max(void)
            CL_MAX_EVENTS * (8 + 4 + 2 + 16 + 2 * (1 + CL_STR_LEN));
 }
 
-size_t cl_state_encode(const struct cl_state *s, uint8_t *out, size_t cap)
+size_t cluster_state_encode(const struct cl_state *s, uint8_t *out, size_t cap)
 {
     struct wire_w w = {out, cap, 0, 0};
     uint32_t n_ev = s->n_events < CL_MAX_EVENTS ? s->n_events : CL_MAX_EVENTS;
@@ -200,12 +200,12 @@ size_t cl_state_encode(const struct cl_state *s, uint8_t *out, size_t cap)
     wire_put_u32(&w, s->n_scaleouts);
     wire_put_u32(&w, s->n_events);
     wire_put_u32(&w, s->n_scales);
-    wire_put_u32(&w, CL_CMD_VERSION); /* the members' encoding (cl_put_node_up) */
+    wire_put_u32(&w, CL_CMD_VERSION); /* the members' encoding (cluster_cmd_put_node_up) */
     wire_put_u64(&w, s->applied);
     wire_put_u64(&w, s->rejected);
     for (uint32_t i = 0; i < s->n_members; i++) {
         const struct cl_member *m = &s->member[i];
-        cl_put_node_up(&w, &m->info);
+        cluster_cmd_put_node_up(&w, &m->info);
         wire_put_u8(&w, m->alive);
         wire_put_u64(&w, m->since_ms);
         for (int k = 0; k < CL_MAX_MODELS; k++) {
@@ -215,7 +215,7 @@ size_t cl_state_encode(const struct cl_state *s, uint8_t *out, size_t cap)
             wire_put_u16(&w, m->hold[k].n_layers);
         }
     }
-    for (uint32_t i = 0; i < s->n_models; i++) cl_put_str(&w, s->model[i]);
+    for (uint32_t i = 0; i < s->n_models; i++) cluster_cmd_put_str(&w, s->model[i]);
     for (uint32_t i = 0; i < s->n_scaleouts; i++) {
         wire_put_u32(&w, s->scaleout[i].scale_id);
         put_scale(&w, &s->scaleout[i].s);
@@ -229,16 +229,16 @@ size_t cl_state_encode(const struct cl_state *s, uint8_t *out, size_t cap)
         wire_put_u8(&w, e->kind);
         wire_put_u64(&w, e->node);
         wire_put_u64(&w, e->source);
-        cl_put_str(&w, e->model);
-        cl_put_str(&w, e->reason);
+        cluster_cmd_put_str(&w, e->model);
+        cluster_cmd_put_str(&w, e->reason);
     }
     return w.bad ? 0 : w.off;
 }
 
-int cl_state_decode(struct cl_state *s, const uint8_t *buf, size_t len, char *err)
+int cluster_state_decode(struct cl_state *s, const uint8_t *buf, size_t len, char *err)
 {
     struct wire_r r = {buf, len, 0, 0};
-    cl_state_init(s);
+    cluster_state_init(s);
     uint32_t magic = wire_get_u32(&r);
     s->n_members = wire_get_u32(&r);
     s->n_models = wire_get_u32(&r);
@@ -251,7 +251,7 @@ int cl_state_decode(struct cl_state *s, const uint8_t *buf, size_t len, char *er
     if (r.bad) return errmsg_set(err, "cluster snapshot: %zu bytes, shorter than its header", len);
     if (magic != CL_SNAP_MAGIC) return errmsg_set(err, "cluster snapshot: bad magic");
     if (version != CL_CMD_VERSION) {
-        cl_state_init(s);
+        cluster_state_init(s);
         return errmsg_set(err, "cluster snapshot: version %u, expected %u", version,
                           CL_CMD_VERSION);
     }
@@ -260,13 +260,13 @@ int cl_state_decode(struct cl_state *s, const uint8_t *buf, size_t len, char *er
         char e[ERRMSG_LEN];
         snprintf(e, sizeof e, "%u members, %u models, %u scale-outs", s->n_members, s->n_models,
                  s->n_scaleouts);
-        cl_state_init(s);
+        cluster_state_init(s);
         return errmsg_set(err, "cluster snapshot: %s exceed the tables", e);
     }
     for (uint32_t i = 0; i < s->n_members && !r.bad; i++) {
         struct cl_member *m = &s->member[i];
         char why[ERRMSG_LEN];
-        if (cl_get_node_up(&r, &m->info, why)) r.bad = 1;
+        if (cluster_cmd_get_node_up(&r, &m->info, why)) r.bad = 1;
         m->alive = wire_get_u8(&r);
         m->since_ms = wire_get_u64(&r);
         for (int k = 0; k < CL_MAX_MODELS; k++) {
@@ -278,7 +278,7 @@ int cl_state_decode(struct cl_state *s, const uint8_t *buf, size_t len, char *er
         }
         if (!m->info.id || m->alive > 1) r.bad = 1;
     }
-    for (uint32_t i = 0; i < s->n_models && !r.bad; i++) cl_get_str(&r, s->model[i]);
+    for (uint32_t i = 0; i < s->n_models && !r.bad; i++) cluster_cmd_get_str(&r, s->model[i]);
     for (uint32_t i = 0; i < s->n_scaleouts && !r.bad; i++) {
         s->scaleout[i].scale_id = wire_get_u32(&r);
         if (get_scale(&r, &s->scaleout[i].s) || s->scaleout[i].s.kind < SCALE_UP ||
@@ -295,8 +295,8 @@ int cl_state_decode(struct cl_state *s, const uint8_t *buf, size_t len, char *er
         e->kind = wire_get_u8(&r);
         e->node = wire_get_u64(&r);
         e->source = wire_get_u64(&r);
-        cl_get_str(&r, e->model);
-        cl_get_str(&r, e->reason);
+        cluster_cmd_get_str(&r, e->model);
+        cluster_cmd_get_str(&r, e->reason);
         if (e->type < CMD_NODE_UP || e->type > CMD_RAFT_CONF ||
             (e->type == CMD_SCALE && (e->kind < SCALE_UP || e->kind > SCALE_DROP_HOST)) ||
             (e->type == CMD_SCALE_DONE && e->kind > 1) ||
@@ -305,7 +305,7 @@ int cl_state_decode(struct cl_state *s, const uint8_t *buf, size_t len, char *er
     }
     if (r.bad || r.off != len) {
         int trailing = !r.bad;
-        cl_state_init(s);
+        cluster_state_init(s);
         return trailing ? errmsg_set(err, "cluster snapshot: %zu trailing bytes", len - r.off)
                         : errmsg_set(err, "cluster snapshot: truncated or bad field");
     }

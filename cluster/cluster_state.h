@@ -3,14 +3,14 @@
  * Members (id, addresses, role, GPU type, rack, measured tokens/s, alive), what each member holds
  * of each model (whole copy in host memory; in the engine with k of L layers resident), the
  * scale-outs in progress, and the last scaling events with their timestamps. It changes only by
- * cl_state_apply() of committed commands (cluster/cluster_cmd.h), in log order, so every node that
+ * cluster_state_apply() of committed commands (cluster/cluster_cmd.h), in log order, so every node that
  * applied the same prefix of the log holds the same bytes: the state machine reads no clock and
  * no local fact. A command that does not fit (unknown node, full tables) is applied as a no-op
  * and counted in `rejected`, never a failure (raft must not stall on an entry).
  *
  * Snapshots are the whole state in the same explicit little-endian encoding (its header carries
  * CL_CMD_VERSION: a snapshot of another version is refused by name); the decoder checks
- * every count and string like any wire decoder (fuzzed with the commands). cl_state_json renders
+ * every count and string like any wire decoder (fuzzed with the commands). cluster_state_json renders
  * what GET /v1/cluster shows of it (cJSON, malloc'd text). */
 #ifndef STRATA_CLUSTER_STATE_H
 #define STRATA_CLUSTER_STATE_H
@@ -63,18 +63,18 @@ struct cl_state {
     struct cl_event event[CL_MAX_EVENTS]; /* ring: event[i % CL_MAX_EVENTS] */
 };
 
-void cl_state_init(struct cl_state *s);
+void cluster_state_init(struct cl_state *s);
 /* Apply one committed command. Returns 0 if it changed the state, 1 if it was rejected (no-op). */
-int cl_state_apply(struct cl_state *s, const struct cl_cmd *c);
+int cluster_state_apply(struct cl_state *s, const struct cl_cmd *c);
 
-struct cl_member *cl_state_member(struct cl_state *s, uint64_t id);
-const struct cl_member *cl_state_member_c(const struct cl_state *s, uint64_t id);
+struct cl_member *cluster_state_member(struct cl_state *s, uint64_t id);
+const struct cl_member *cluster_state_member_c(const struct cl_state *s, uint64_t id);
 /* Model index, or -1. */
-int cl_state_model(const struct cl_state *s, const char *name);
+int cluster_state_model(const struct cl_state *s, const char *name);
 
-/* Snapshot: bytes needed for cl_state_encode (an upper bound). */
-size_t cl_state_encoded_max(void);
-size_t cl_state_encode(const struct cl_state *s, uint8_t *out, size_t cap);
-int cl_state_decode(struct cl_state *s, const uint8_t *buf, size_t len, char *err);
+/* Snapshot: bytes needed for cluster_state_encode (an upper bound). */
+size_t cluster_state_encoded_max(void);
+size_t cluster_state_encode(const struct cl_state *s, uint8_t *out, size_t cap);
+int cluster_state_decode(struct cl_state *s, const uint8_t *buf, size_t len, char *err);
 
 #endif

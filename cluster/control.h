@@ -42,7 +42,7 @@ struct control_cfg {
                              host of our control address) */
     const char *fabric;   /* our fabric address host:port (--listen): joiners pull from it */
     const char *gpu;      /* GPU type name ("cpu") */
-    const char *rack;     /* --rack: failure domain (cl_rack_ok); NULL or "": none given */
+    const char *rack;     /* --rack: failure domain (cluster_cmd_rack_ok); NULL or "": none given */
     const char *model;    /* model this node serves (name), NULL: none */
     int n_layers;         /* its L */
     double model_bytes;

@@ -84,10 +84,10 @@ static void chan_ready(struct sconn *s, int status, const char *why)
     m.u.open.id = r->f->self;
     snprintf(m.u.open.addr, sizeof m.u.open.addr, "%s", r->f->self_addr);
     uint8_t buf[128];
-    size_t n = cl_msg_encode(buf, sizeof buf, &m);
-    int fd = n && !sconn_send(s, buf, n) ? sconn_relay_fd(s, err) : -1;
+    size_t n = cluster_cmd_msg_encode(buf, sizeof buf, &m);
+    int fd = n && !sealed_conn_send(s, buf, n) ? sealed_conn_relay_fd(s, err) : -1;
     if (fd < 0) {
-        sconn_close(s, "cannot open the forward channel");
+        sealed_conn_close(s, "cannot open the forward channel");
         return req_finish(r, -1, n ? err : "cannot encode OPEN");
     }
     req_finish(r, fd, NULL);
@@ -103,7 +103,7 @@ static void start_one(struct fwd_channels *f, struct fwd_req *r)
 {
     char err[ERRMSG_LEN];
     struct sconn_cbs cbs = {.on_ready = chan_ready, .on_close = chan_closed};
-    if (!sconn_connect(f->loop, f->key, r->addr, &cbs, r, err)) req_finish(r, -1, err);
+    if (!sealed_conn_connect(f->loop, f->key, r->addr, &cbs, r, err)) req_finish(r, -1, err);
 }
 
 static void on_async(uv_async_t *a)
@@ -122,7 +122,7 @@ static void on_async(uv_async_t *a)
 
 int fwd_channels_accept(struct sconn *s, char *err)
 {
-    return sconn_relay_fd(s, err);
+    return sealed_conn_relay_fd(s, err);
 }
 
 void fwd_channels_stop(struct fwd_channels *f)

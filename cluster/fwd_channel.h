@@ -8,7 +8,7 @@
  * HTTP/1.1 into the socket and reads the answer back, exactly as it would over TCP; a peer
  * without the key fails the handshake and gets nothing. On the receiving node the listener
  * (cluster/raft_transport.h) hands the channel to the control plane, which turns it into a
- * socket too (sconn_relay_fd) and gives that to the HTTP front as a connection from a cluster
+ * socket too (sealed_conn_relay_fd) and gives that to the HTTP front as a connection from a cluster
  * member (http_server_adopt): the only connections on which X-Strata-Forwarded counts.
  *
  * Why the loop pumps and the relay thread does not seal itself: one implementation of the

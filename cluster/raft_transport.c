@@ -17,7 +17,7 @@ struct rt_connect {
 };
 
 struct rt {
-    struct rtransport_cfg cfg;
+    struct raft_transport_cfg cfg;
     struct raft_uv_transport *t;
     char bind[64], address[64];
     raft_id id;
@@ -35,28 +35,28 @@ static void first_msg(struct sconn *c, const uint8_t *msg, size_t len)
     struct rt *rt = c->data;
     struct cl_msg m;
     char err[ERRMSG_LEN];
-    if (rt->closing) return sconn_close(c, "transport closing");
-    if (cl_msg_decode(&m, msg, len, err) || m.type != MSGC_OPEN) {
+    if (rt->closing) return sealed_conn_close(c, "transport closing");
+    if (cluster_cmd_msg_decode(&m, msg, len, err) || m.type != MSGC_OPEN) {
         log_warn("cluster", "%s: first message is not OPEN: %s", c->peer,
                  m.type != MSGC_OPEN ? "wrong type" : err);
-        return sconn_close(c, "protocol error");
+        return sealed_conn_close(c, "protocol error");
     }
     if (m.u.open.channel == CHAN_CTL) {
         c->data = NULL;
         c->cb = (struct sconn_cbs){0};
-        if (!rt->cfg.on_ctl) return sconn_close(c, "no control handler");
+        if (!rt->cfg.on_ctl) return sealed_conn_close(c, "no control handler");
         return rt->cfg.on_ctl(rt->cfg.ctx, c, m.u.open.id, m.u.open.addr);
     }
     if (m.u.open.channel == CHAN_FWD) {
         c->data = NULL;
         c->cb = (struct sconn_cbs){0};
-        if (!rt->cfg.on_fwd) return sconn_close(c, "no forward handler");
+        if (!rt->cfg.on_fwd) return sealed_conn_close(c, "no forward handler");
         return rt->cfg.on_fwd(rt->cfg.ctx, c, m.u.open.id, m.u.open.addr);
     }
-    uv_stream_t *s = sconn_relay(c, raft_malloc, err);
+    uv_stream_t *s = sealed_conn_relay(c, raft_malloc, err);
     if (!s) {
         log_warn("cluster", "%s", err);
-        return sconn_close(c, "relay failed");
+        return sealed_conn_close(c, "relay failed");
     }
     c->data = NULL;
     c->cb = (struct sconn_cbs){0};
@@ -108,10 +108,11 @@ static void connect_ready(struct sconn *c, int status, const char *why)
     m.u.open.id = rt->id;
     snprintf(m.u.open.addr, sizeof m.u.open.addr, "%s", rt->address);
     uint8_t buf[128];
-    size_t n = cl_msg_encode(buf, sizeof buf, &m);
-    uv_stream_t *s = n && !sconn_send(c, buf, n) ? sconn_relay(c, raft_malloc, err) : NULL;
+    size_t n = cluster_cmd_msg_encode(buf, sizeof buf, &m);
+    uv_stream_t *s =
+        n && !sealed_conn_send(c, buf, n) ? sealed_conn_relay(c, raft_malloc, err) : NULL;
     if (!s) {
-        sconn_close(c, "cannot open the raft channel");
+        sealed_conn_close(c, "cannot open the raft channel");
         return;
     }
     connect_finish(rc, s, 0);
@@ -135,7 +136,7 @@ static int rt_connect(struct raft_uv_transport *t, struct raft_uv_connect *req, 
     *rc = (struct rt_connect){.rt = rt, .req = req, .cb = cb};
     struct sconn_cbs cbs = {.on_ready = connect_ready, .on_close = connect_closed};
     char err[ERRMSG_LEN];
-    rc->c = sconn_connect(rt->cfg.loop, rt->cfg.key, address, &cbs, rc, err);
+    rc->c = sealed_conn_connect(rt->cfg.loop, rt->cfg.key, address, &cbs, rc, err);
     if (!rc->c) {
         snprintf(t->errmsg, sizeof t->errmsg, "%.200s", err);
         free(rc);
@@ -190,7 +191,7 @@ static void rt_close(struct raft_uv_transport *t, raft_uv_transport_close_cb cb)
     while ((rc = rt->pending)) {
         struct sconn *c = rc->c;
         connect_finish(rc, NULL, RAFT_CANCELED); /* detaches c first */
-        sconn_close(c, "transport closing");
+        sealed_conn_close(c, "transport closing");
     }
     if (rt->listening) {
         rt->listening = 0;
@@ -200,7 +201,8 @@ static void rt_close(struct raft_uv_transport *t, raft_uv_transport_close_cb cb)
     }
 }
 
-int rtransport_init(struct raft_uv_transport *t, const struct rtransport_cfg *cfg, char *err)
+int raft_transport_init(struct raft_uv_transport *t, const struct raft_transport_cfg *cfg,
+                        char *err)
 {
     struct rt *rt = calloc(1, sizeof *rt);
     if (!rt) return errmsg_set(err, "raft transport: out of memory");
@@ -216,7 +218,7 @@ int rtransport_init(struct raft_uv_transport *t, const struct rtransport_cfg *cf
     return 0;
 }
 
-void rtransport_free(struct raft_uv_transport *t)
+void raft_transport_free(struct raft_uv_transport *t)
 {
     free(t->impl);
     t->impl = NULL;

@@ -18,7 +18,7 @@
 #include <raft.h>
 #include <raft/uv.h>
 
-struct rtransport_cfg {
+struct raft_transport_cfg {
     uv_loop_t *loop;
     const struct cluster_key *key;
     const char *bind; /* host:port to listen on (NULL: the raft address) */
@@ -34,8 +34,9 @@ struct rtransport_cfg {
     int handshake_ms; /* 0: SCONN_HANDSHAKE_MS */
 };
 
-/* Fills t's methods; the state lives in t->impl (freed by rtransport_free after raft_uv_close). */
-int rtransport_init(struct raft_uv_transport *t, const struct rtransport_cfg *cfg, char *err);
-void rtransport_free(struct raft_uv_transport *t);
+/* Fills t's methods; the state lives in t->impl (freed by raft_transport_free after raft_uv_close). */
+int raft_transport_init(struct raft_uv_transport *t, const struct raft_transport_cfg *cfg,
+                        char *err);
+void raft_transport_free(struct raft_uv_transport *t);
 
 #endif

@@ -15,7 +15,7 @@ enum { SC_HANDSHAKE, SC_OPEN, SC_CLOSED };
 /* Relay reads at most this much from raft's end per frame. */
 #define RELAY_CHUNK (64u << 10)
 
-int sconn_parse_addr(const char *hostport, struct sockaddr_in *sa, char *err)
+int sealed_conn_parse_addr(const char *hostport, struct sockaddr_in *sa, char *err)
 {
     char host[64];
     const char *colon = strrchr(hostport, ':');
@@ -31,7 +31,7 @@ int sconn_parse_addr(const char *hostport, struct sockaddr_in *sa, char *err)
     return 0;
 }
 
-int sconn_is_open(const struct sconn *c)
+int sealed_conn_is_open(const struct sconn *c)
 {
     return c->state == SC_OPEN;
 }
@@ -48,7 +48,7 @@ static void handle_closed(uv_handle_t *h)
     free(c);
 }
 
-void sconn_close(struct sconn *c, const char *why)
+void sealed_conn_close(struct sconn *c, const char *why)
 {
     if (c->state == SC_CLOSED) return;
     int was_handshake = c->state == SC_HANDSHAKE;
@@ -74,7 +74,7 @@ static void write_done(uv_write_t *req, int status)
     if (status < 0 && status != UV_ECANCELED) {
         char why[128];
         snprintf(why, sizeof why, "write: %s", uv_strerror(status));
-        sconn_close(c, why);
+        sealed_conn_close(c, why);
     }
 }
 
@@ -83,7 +83,7 @@ static int write_tcp(struct sconn *c, const uint8_t *frame, size_t len)
 {
     struct wreq *w = malloc(sizeof *w + len);
     if (!w) {
-        sconn_close(c, "out of memory");
+        sealed_conn_close(c, "out of memory");
         return -1;
     }
     memcpy(w->buf, frame, len);
@@ -91,7 +91,7 @@ static int write_tcp(struct sconn *c, const uint8_t *frame, size_t len)
     int rc = uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, write_done);
     if (rc) {
         free(w);
-        sconn_close(c, uv_strerror(rc));
+        sealed_conn_close(c, uv_strerror(rc));
         return -1;
     }
     return 0;
@@ -101,7 +101,7 @@ static int seal_and_write(struct sconn *c, const void *msg, size_t len)
 {
     struct wreq *w = malloc(sizeof *w + WIRE_HDR_LEN + len + WIRE_TAG_LEN);
     if (!w) {
-        sconn_close(c, "out of memory");
+        sealed_conn_close(c, "out of memory");
         return -1;
     }
     size_t n = session_seal(&c->s, w->buf, WIRE_MSG, WIRE_F_END, c->tx_seq++, msg, len);
@@ -109,13 +109,13 @@ static int seal_and_write(struct sconn *c, const void *msg, size_t len)
     int rc = uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, write_done);
     if (rc) {
         free(w);
-        sconn_close(c, uv_strerror(rc));
+        sealed_conn_close(c, uv_strerror(rc));
         return -1;
     }
     return 0;
 }
 
-int sconn_send(struct sconn *c, const void *msg, size_t len)
+int sealed_conn_send(struct sconn *c, const void *msg, size_t len)
 {
     if (c->state != SC_OPEN || c->piped || len > WIRE_MAX_MSG) return -1;
     return seal_and_write(c, msg, len);
@@ -141,7 +141,7 @@ static void shut_done(uv_shutdown_t *req, int status)
 {
     struct shut *sh = (struct shut *)req;
     (void)status;
-    sconn_close(sh->c, sh->why);
+    sealed_conn_close(sh->c, sh->why);
     free(sh);
 }
 
@@ -160,14 +160,14 @@ static void relay_finish(struct sconn *c, uv_stream_t *dest, const char *why)
         if (!uv_shutdown(&sh->req, dest, shut_done)) return;
         free(sh);
     }
-    sconn_close(c, why);
+    sealed_conn_close(c, why);
 }
 
 static void relay_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 {
     struct sconn *c = s->data;
     if (n == UV_EOF) return relay_finish(c, (uv_stream_t *)&c->tcp, "local end closed");
-    if (n < 0) return sconn_close(c, uv_strerror((int)n));
+    if (n < 0) return sealed_conn_close(c, uv_strerror((int)n));
     if (n > 0 && c->state == SC_OPEN) seal_and_write(c, buf->base, (size_t)n);
 }
 
@@ -175,17 +175,17 @@ static void relay_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 static void relay_deliver(struct sconn *c, const uint8_t *p, size_t n)
 {
     struct wreq *w = malloc(sizeof *w + n);
-    if (!w) return sconn_close(c, "out of memory");
+    if (!w) return sealed_conn_close(c, "out of memory");
     memcpy(w->buf, p, n);
     uv_buf_t b = uv_buf_init((char *)w->buf, (unsigned)n);
     int rc = uv_write(&w->req, (uv_stream_t *)&c->pipe, &b, 1, write_done);
     if (rc) {
         free(w);
-        sconn_close(c, uv_strerror(rc));
+        sealed_conn_close(c, uv_strerror(rc));
     }
 }
 
-int sconn_relay_fd(struct sconn *c, char *err)
+int sealed_conn_relay_fd(struct sconn *c, char *err)
 {
     int fd[2];
     if (c->state != SC_OPEN || c->piped) {
@@ -210,9 +210,9 @@ int sconn_relay_fd(struct sconn *c, char *err)
     return fd[1];
 }
 
-uv_stream_t *sconn_relay(struct sconn *c, void *(*alloc_fn)(size_t), char *err)
+uv_stream_t *sealed_conn_relay(struct sconn *c, void *(*alloc_fn)(size_t), char *err)
 {
-    int fd = sconn_relay_fd(c, err);
+    int fd = sealed_conn_relay_fd(c, err);
     if (fd < 0) return NULL;
     uv_pipe_t *theirs = alloc_fn(sizeof *theirs);
     if (!theirs) {
@@ -239,13 +239,13 @@ static void handshake(struct sconn *c, const struct wire_hdr *h, const uint8_t *
 {
     char err[ERRMSG_LEN], why[ERRMSG_LEN + 32];
     const uint8_t *body = frame + WIRE_HDR_LEN;
-    if (wire_frame_check((struct wire_hdr *)h, frame, n, err)) return sconn_close(c, err);
+    if (wire_frame_check((struct wire_hdr *)h, frame, n, err)) return sealed_conn_close(c, err);
     if (!c->is_client) {
         uint8_t cn[WIRE_NONCE_LEN], ack[WIRE_HDR_LEN + WIRE_HELLO_ACK_LEN];
-        if (h->type != WIRE_HELLO) return sconn_close(c, "expected HELLO");
+        if (h->type != WIRE_HELLO) return sealed_conn_close(c, "expected HELLO");
         if (auth_hello_check(c->key, body, h->length, cn, err)) {
             snprintf(why, sizeof why, "refused: %s", err);
-            return sconn_close(c, why);
+            return sealed_conn_close(c, why);
         }
         uint32_t conn;
         uint8_t scratch[WIRE_NONCE_LEN];
@@ -257,10 +257,10 @@ static void handshake(struct sconn *c, const struct wire_hdr *h, const uint8_t *
         write_tcp(c, ack, an);
         return;
     }
-    if (h->type != WIRE_HELLO_ACK) return sconn_close(c, "expected HELLO_ACK");
+    if (h->type != WIRE_HELLO_ACK) return sealed_conn_close(c, "expected HELLO_ACK");
     if (auth_hello_ack_check(c->key, body, h->length, c->nonce, &c->s, err)) {
         snprintf(why, sizeof why, "refused: %s", err);
-        return sconn_close(c, why);
+        return sealed_conn_close(c, why);
     }
     c->state = SC_OPEN;
     uv_timer_stop(&c->deadline);
@@ -271,12 +271,12 @@ static void frame_in(struct sconn *c, const struct wire_hdr *h, const uint8_t *f
 {
     char err[ERRMSG_LEN];
     if (c->state == SC_HANDSHAKE) return handshake(c, h, frame, n);
-    if (h->type == WIRE_CLOSE) return sconn_close(c, "peer closed");
-    if (h->type != WIRE_MSG) return sconn_close(c, "unexpected frame type");
+    if (h->type == WIRE_CLOSE) return sealed_conn_close(c, "peer closed");
+    if (h->type != WIRE_MSG) return sealed_conn_close(c, "unexpected frame type");
     struct wire_hdr hh;
     size_t ptlen;
-    if (session_open(&c->s, frame, n, &hh, c->pt, &ptlen, err)) return sconn_close(c, err);
-    if (hh.seq != c->rx_seq) return sconn_close(c, "frame out of sequence (replay?)");
+    if (session_open(&c->s, frame, n, &hh, c->pt, &ptlen, err)) return sealed_conn_close(c, err);
+    if (hh.seq != c->rx_seq) return sealed_conn_close(c, "frame out of sequence (replay?)");
     c->rx_seq++;
     if (c->piped)
         relay_deliver(c, c->pt, ptlen);
@@ -289,13 +289,13 @@ static void tcp_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
     (void)buf;
     struct sconn *c = s->data;
     if (n == UV_EOF && c->piped) return relay_finish(c, (uv_stream_t *)&c->pipe, "peer closed");
-    if (n < 0) return sconn_close(c, n == UV_EOF ? "peer closed" : uv_strerror((int)n));
+    if (n < 0) return sealed_conn_close(c, n == UV_EOF ? "peer closed" : uv_strerror((int)n));
     c->in_len += (size_t)n;
     size_t off = 0;
     while (c->state != SC_CLOSED && c->in_len - off >= WIRE_HDR_LEN) {
         struct wire_hdr h;
         char err[ERRMSG_LEN];
-        if (wire_hdr_peek(&h, c->in + off, c->in_len - off, err)) return sconn_close(c, err);
+        if (wire_hdr_peek(&h, c->in + off, c->in_len - off, err)) return sealed_conn_close(c, err);
         size_t whole = WIRE_HDR_LEN + (size_t)h.length;
         if (c->in_len - off < whole) break;
         frame_in(c, &h, c->in + off, whole);
@@ -316,7 +316,7 @@ static void deadline_passed(uv_timer_t *t)
     snprintf(why, sizeof why, "no handshake within %llu ms (%zu bytes received)",
              (unsigned long long)uv_timer_get_repeat(t), c->in_len);
     c->timed_out = 1;
-    sconn_close(c, why);
+    sealed_conn_close(c, why);
 }
 
 /* The handshake must be over within ms; the repeat value only remembers ms for the log line. */
@@ -326,7 +326,7 @@ static void deadline_start(struct sconn *c, int ms)
     uv_timer_start(&c->deadline, deadline_passed, t, t);
 }
 
-static struct sconn *sconn_new(uv_loop_t *loop, const struct cluster_key *key)
+static struct sconn *sealed_conn_new(uv_loop_t *loop, const struct cluster_key *key)
 {
     struct sconn *c = calloc(1, sizeof *c);
     if (!c) return NULL;
@@ -355,7 +355,7 @@ static void connected(uv_connect_t *req, int status)
     if (status < 0) {
         char why[128];
         snprintf(why, sizeof why, "connect: %s", uv_strerror(status));
-        return sconn_close(c, why);
+        return sealed_conn_close(c, why);
     }
     uv_tcp_nodelay(&c->tcp, 1);
     uint8_t hello[WIRE_HDR_LEN + WIRE_HELLO_LEN];
@@ -365,12 +365,13 @@ static void connected(uv_connect_t *req, int status)
     uv_read_start((uv_stream_t *)&c->tcp, tcp_alloc, tcp_read);
 }
 
-struct sconn *sconn_connect(uv_loop_t *loop, const struct cluster_key *key, const char *hostport,
-                            const struct sconn_cbs *cbs, void *data, char *err)
+struct sconn *sealed_conn_connect(uv_loop_t *loop, const struct cluster_key *key,
+                                  const char *hostport, const struct sconn_cbs *cbs, void *data,
+                                  char *err)
 {
     struct sockaddr_in sa;
-    if (sconn_parse_addr(hostport, &sa, err)) return NULL;
-    struct sconn *c = sconn_new(loop, key);
+    if (sealed_conn_parse_addr(hostport, &sa, err)) return NULL;
+    struct sconn *c = sealed_conn_new(loop, key);
     if (!c) {
         errmsg_set(err, "%s: out of memory", hostport);
         return NULL;
@@ -385,7 +386,7 @@ struct sconn *sconn_connect(uv_loop_t *loop, const struct cluster_key *key, cons
     if (rc) {
         errmsg_set(err, "%s: connect: %s", hostport, uv_strerror(rc));
         c->cb = (struct sconn_cbs){0};
-        sconn_close(c, err);
+        sealed_conn_close(c, err);
         return NULL;
     }
     return c;
@@ -401,7 +402,7 @@ static void accepted_close(struct sconn *c, const char *why)
 static void accepted_msg(struct sconn *c, const uint8_t *m, size_t n)
 {
     (void)m, (void)n;
-    sconn_close(c, "message before the listener handed the connection over");
+    sealed_conn_close(c, "message before the listener handed the connection over");
 }
 
 /* The listener watches the first HELLO_ACK being sent: the connection is handed to on_accept
@@ -417,7 +418,7 @@ static void accept_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
     if (c->in_len < WIRE_HDR_LEN) return;
     struct wire_hdr h;
     char err[ERRMSG_LEN];
-    if (wire_hdr_peek(&h, c->in, c->in_len, err)) return sconn_close(c, err);
+    if (wire_hdr_peek(&h, c->in, c->in_len, err)) return sealed_conn_close(c, err);
     size_t whole = WIRE_HDR_LEN + (size_t)h.length;
     if (c->in_len < whole) return;
     handshake(c, &h, c->in, whole);
@@ -437,9 +438,9 @@ static void on_connection(uv_stream_t *server, int status)
 {
     struct slisten *l = server->data;
     if (status < 0) return;
-    struct sconn *c = sconn_new(server->loop, l->key);
+    struct sconn *c = sealed_conn_new(server->loop, l->key);
     if (!c) return;
-    if (uv_accept(server, (uv_stream_t *)&c->tcp)) return sconn_close(c, "accept failed");
+    if (uv_accept(server, (uv_stream_t *)&c->tcp)) return sealed_conn_close(c, "accept failed");
     struct sockaddr_storage ss;
     int len = sizeof ss;
     char ip[48] = "?";
@@ -459,7 +460,7 @@ static void on_connection(uv_stream_t *server, int status)
 int slisten_start(struct slisten *l, uv_loop_t *loop, const char *hostport, char *err)
 {
     struct sockaddr_in sa;
-    if (sconn_parse_addr(hostport, &sa, err)) return -1;
+    if (sealed_conn_parse_addr(hostport, &sa, err)) return -1;
     uv_tcp_init(loop, &l->tcp);
     l->tcp.data = l;
     int rc = uv_tcp_bind(&l->tcp, (const struct sockaddr *)&sa, 0);

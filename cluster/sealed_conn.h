@@ -8,12 +8,12 @@
  * derive the session keys, so it can neither read nor forge a frame.
  *
  * Two ways to use an open connection:
- * - messages: sconn_send() seals one message (<= WIRE_MAX_MSG bytes) per frame; each received
+ * - messages: sealed_conn_send() seals one message (<= WIRE_MAX_MSG bytes) per frame; each received
  *   frame is handed to on_msg whole.
- * - relay: sconn_relay() makes a socketpair, hands one end to the caller as a uv_pipe_t (raft's
+ * - relay: sealed_conn_relay() makes a socketpair, hands one end to the caller as a uv_pipe_t (raft's
  *   libuv transport wants a uv_stream_t it reads and writes itself) and pumps bytes between the
  *   other end and the TCP connection, sealing and opening on the way. Closing either end closes
- *   the other. sconn_relay_fd() hands the caller's end over as a plain file descriptor instead,
+ *   the other. sealed_conn_relay_fd() hands the caller's end over as a plain file descriptor instead,
  *   for a thread outside the loop (a forwarded API request: serving/api/relay.h on the sending
  *   node, the HTTP front on the receiving one).
  * A handshake must finish within a deadline (SCONN_HANDSHAKE_MS, or the listener's handshake_ms):
@@ -79,21 +79,22 @@ void slisten_stop(struct slisten *l, uv_close_cb cb);
 
 /* Client side: connect to host:port; cbs->on_ready reports the handshake. NULL on an immediate
  * failure (bad address, out of memory), with err. */
-struct sconn *sconn_connect(uv_loop_t *loop, const struct cluster_key *key, const char *hostport,
-                            const struct sconn_cbs *cbs, void *data, char *err);
+struct sconn *sealed_conn_connect(uv_loop_t *loop, const struct cluster_key *key,
+                                  const char *hostport, const struct sconn_cbs *cbs, void *data,
+                                  char *err);
 /* Seal and send one message. Returns -1 if the connection is not open or len is too large. */
-int sconn_send(struct sconn *c, const void *msg, size_t len);
+int sealed_conn_send(struct sconn *c, const void *msg, size_t len);
 /* Switch an open connection to relay mode; returns the caller's end as a uv_pipe_t allocated
  * with alloc_fn (raft_malloc for raft) and initialised on the loop, or NULL with err. */
-uv_stream_t *sconn_relay(struct sconn *c, void *(*alloc_fn)(size_t), char *err);
+uv_stream_t *sealed_conn_relay(struct sconn *c, void *(*alloc_fn)(size_t), char *err);
 /* The same, the caller's end as a blocking-capable socket it owns (close it to end the relay);
  * -1 with err. */
-int sconn_relay_fd(struct sconn *c, char *err);
+int sealed_conn_relay_fd(struct sconn *c, char *err);
 /* Close (idempotent); on_close fires once both handles are closed. */
-void sconn_close(struct sconn *c, const char *why);
-int sconn_is_open(const struct sconn *c);
+void sealed_conn_close(struct sconn *c, const char *why);
+int sealed_conn_is_open(const struct sconn *c);
 
 /* "host:port" -> sockaddr_in (IPv4 dotted quad). */
-int sconn_parse_addr(const char *hostport, struct sockaddr_in *sa, char *err);
+int sealed_conn_parse_addr(const char *hostport, struct sockaddr_in *sa, char *err);
 
 #endif

@@ -71,7 +71,7 @@ static void load(void *ctx, struct cl_load *out)
     if (out->held && sc->front) {
         char model[128];
         front_held_model(sc->front, model, sizeof model);
-        cl_str_printable(out->held_model, model);
+        cluster_cmd_printable(out->held_model, model);
     }
     /* The queue's prompt tokens are not counted separately: the mean prompt so far stands in. */
     out->queued_tokens = (int64_t)waiting * (int64_t)(reqs ? prompt / reqs : 16);

@@ -21,7 +21,7 @@ static uint64_t readmitted(const struct cl_state *s, uint64_t id)
 static int gone(const struct vp_input *in, uint64_t id)
 {
     if (id == in->self) return 0;
-    const struct cl_member *m = cl_state_member_c(in->st, id);
+    const struct cl_member *m = cluster_state_member_c(in->st, id);
     uint64_t since = m ? m->since_ms : in->leader_since;
     if (m && m->alive) return 0;
     uint64_t back = readmitted(in->st, id);
@@ -31,13 +31,13 @@ static int gone(const struct vp_input *in, uint64_t id)
 
 static const char *rack_of(const struct vp_input *in, uint64_t id)
 {
-    const struct cl_member *m = cl_state_member_c(in->st, id);
+    const struct cl_member *m = cluster_state_member_c(in->st, id);
     return m ? m->info.rack : "";
 }
 
 static int live(const struct vp_input *in, uint64_t id)
 {
-    const struct cl_member *m = cl_state_member_c(in->st, id);
+    const struct cl_member *m = cluster_state_member_c(in->st, id);
     return id == in->self || (m && m->alive);
 }
 

@@ -15,7 +15,7 @@
  * rack's switch or power takes all its voters at once, so the voters spread over racks.
  *
  * Pure: the caller passes raft's configuration and the committed state, and carries out the
- * answer (cluster/control.c). A removed node that comes back rejoins like a new node: JOIN, then
+ * answer (cluster/control_conf.c). A removed node that comes back rejoins like a new node: JOIN, then
  * raft_add and raft_assign VOTER. */
 #ifndef STRATA_CLUSTER_VOTER_POLICY_H
 #define STRATA_CLUSTER_VOTER_POLICY_H

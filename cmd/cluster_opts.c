@@ -1,5 +1,7 @@
 #include "cmd/cluster_opts.h"
 
+#include "cmd/test_hooks.h"
+
 #include <string.h>
 
 int cluster_options(struct control_cfg *c, struct opt *t)
@@ -17,10 +19,9 @@ int cluster_options(struct control_cfg *c, struct opt *t)
         {"--replicas-cached", OPT_INT, &c->replicas_cached, 1, 64, NULL, "R"},
         {"--gpu-type", OPT_STR, &c->gpu, 0, 0, NULL, "NAME"},
         {"--rack", OPT_STR, &c->rack, 0, 0, NULL, "NAME"},
-        {"--cluster-standby", OPT_FLAG, &c->standby, 0, 0, NULL, NULL},
         {"--cluster-recover", OPT_STR, &c->recover, 0, 0, NULL, "ID,..."},
-        {"--test-refuse", OPT_STR, &c->test_refuse, 0, 0, NULL, "replicate|scale-up"},
     };
     memcpy(t, table, sizeof table);
-    return CLUSTER_N_OPTS;
+    /* the stand-in executor and the refusals: test hooks (cmd/test_hooks.h) */
+    return CLUSTER_N_OPTS + test_hooks_cluster_options(c, t + CLUSTER_N_OPTS);
 }

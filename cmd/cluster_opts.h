@@ -4,10 +4,10 @@
  *   --cluster ID@HOST:PORT,...  --cluster-addr HOST:PORT  --raft-dir DIR
  *   --cluster-heartbeat-ms MS  --cluster-dead-ms MS  --keep-alive-ms MS  --replicas-cached R
  *   --cluster-remove-ms MS (default CONTROL_REMOVE_MS, 0: never)  --cluster-handshake-ms MS
- *   --scaleout-timeout-ms MS  --gpu-type NAME  --rack NAME  --cluster-standby
+ *   --scaleout-timeout-ms MS  --gpu-type NAME  --rack NAME
  *   --cluster-recover ID,... (force this raft configuration on the log in --raft-dir, once:
- *   cluster/recover_req.h)  --test-refuse replicate|scale-up (tests only: the executor
- *   refuses such decisions, cluster/control.h)
+ *   cluster/recover_req.h)
+ * and, in a test build only, --cluster-standby and --test-refuse (cmd/test_hooks.h).
  *
  * The node id and the cluster key are the fabric's (--node-id, --key-file: cmd/fabric_opts.h). */
 #ifndef STRATA_CLUSTER_OPTS_H
@@ -16,9 +16,10 @@
 #include "cluster/control.h"
 #include "cmd/options.h"
 
-#define CLUSTER_N_OPTS 15
+#define CLUSTER_N_OPTS 13
 
-/* Writes CLUSTER_N_OPTS entries pointing into c at t; returns that count. */
+/* Writes CLUSTER_N_OPTS entries pointing into c at t, and the test hooks' after them
+ * (TEST_HOOKS_CLUSTER_N_OPTS); returns how many. */
 int cluster_options(struct control_cfg *c, struct opt *t);
 
 #endif

@@ -1,10 +1,10 @@
 /* strata convert: llama2.c checkpoint + tokenizer.bin -> GGUF (the logic is in convert.c). */
 #include "os/common/errmsg.h"
 #include "cmd/commands.h"
+#include "cmd/options.h"
 #include "serving/engine/convert.h"
 
 #include <stdio.h>
-#include <string.h>
 
 static int usage(void)
 {
@@ -13,29 +13,28 @@ static int usage(void)
     return 2;
 }
 
+static int parse_type(const char *v, void *dst, char *err)
+{
+    if (convert_parse_type(v, dst) < 0) return errmsg_set(err, "unknown type '%s'", v);
+    return 0;
+}
+
 static int run_convert(int argc, char **argv)
 {
     const char *tok = NULL, *in = NULL, *out = NULL;
     uint32_t type = GGML_F32;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc)
-            tok = argv[++i];
-        else if (!strcmp(argv[i], "--type") && i + 1 < argc) {
-            if (convert_parse_type(argv[++i], &type) < 0) {
-                fprintf(stderr, "strata convert: unknown type '%s'\n", argv[i]);
-                return usage();
-            }
-        } else if (argv[i][0] == '-' && argv[i][1])
-            return usage();
-        else if (!in)
-            in = argv[i];
-        else if (!out)
-            out = argv[i];
-        else
-            return usage();
+    const struct opt table[] = {
+        {"--tokenizer", OPT_STR, &tok, 0, 0, NULL, "TOK.bin"},
+        {"--type", OPT_PARSE, &type, 0, 0, parse_type, "TYPE"},
+        {"", OPT_STR, &in, 0, 0, NULL, "IN.bin"},
+        {"", OPT_STR, &out, 0, 0, NULL, "OUT.gguf"},
+    };
+    char err[ERRMSG_LEN];
+    if (opts_parse(table, (int)(sizeof table / sizeof table[0]), argc, argv, err)) {
+        fprintf(stderr, "strata convert: %s\n", err);
+        return usage();
     }
     if (!tok || !in || !out) return usage();
-    char err[ERRMSG_LEN];
     if (convert_llama2c_files(in, tok, out, type, err) < 0) {
         fprintf(stderr, "strata convert: %s\n", err);
         return 1;

@@ -2,6 +2,7 @@
  * per-layer spans (in the weight image and in the file), and with -v every key and tensor. */
 #include "os/common/errmsg.h"
 #include "cmd/commands.h"
+#include "cmd/options.h"
 #include "serving/engine/model.h"
 #include "serving/engine/tokenizer.h"
 
@@ -59,21 +60,17 @@ static int run_inspect(int argc, char **argv)
 {
     int verbose = 0;
     const char *path = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-v"))
-            verbose = 1;
-        else if (!path && argv[i][0] != '-')
-            path = argv[i];
-        else {
-            path = NULL;
-            break;
-        }
-    }
-    if (!path) {
+    const struct opt table[] = {
+        {"-v", OPT_FLAG, &verbose, 0, 0, NULL, NULL},
+        {"", OPT_STR, &path, 0, 0, NULL, "MODEL.gguf"},
+    };
+    char err[ERRMSG_LEN];
+    int bad = opts_parse(table, 2, argc, argv, err);
+    if (bad || !path) {
+        if (bad) fprintf(stderr, "strata inspect: %s\n", err);
         fprintf(stderr, "usage: strata inspect [-v] MODEL.gguf\n");
         return 2;
     }
-    char err[ERRMSG_LEN];
     /* Mapped, not read: only the header and metadata pages are touched. */
     int fd = open(path, O_RDONLY);
     struct stat st;

@@ -54,6 +54,7 @@ static int set_value(const struct opt *o, const char *v, char *err)
     case OPT_PARSE:
         return o->parse(v, o->dst, err);
     case OPT_FLAG:
+    case OPT_REFUSE:
         break;
     }
     return errmsg_set(err, "%s takes no value", o->name);
@@ -82,6 +83,7 @@ int opts_parse(const struct opt *table, int n, int argc, char **argv, char *err)
         }
         const struct opt *o = find(table, n, a, eq ? (size_t)(eq - a) : strlen(a));
         if (!o) return errmsg_set(err, "unknown option '%s'", a);
+        if (o->kind == OPT_REFUSE) return errmsg_set(err, "%s: %s", o->name, o->help);
         if (o->kind == OPT_FLAG) {
             if (eq) return errmsg_set(err, "%s takes no value", o->name);
             *(int *)o->dst = 1;
@@ -98,6 +100,7 @@ void opts_usage(FILE *f, const char *cmd, const struct opt *table, int n)
 {
     int col = fprintf(f, "usage: strata %s", cmd);
     for (int i = 0; i < n; i++) {
+        if (table[i].kind == OPT_REFUSE) continue;
         char item[96];
         int len =
             snprintf(item, sizeof item, " [%s%s%s]%s", table[i].name, table[i].help ? " " : "",

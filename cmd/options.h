@@ -21,6 +21,8 @@ enum opt_kind {
     OPT_DOUBLE, /* double in [lo, hi] */
     OPT_LIST,   /* struct opt_list: every occurrence appended (at most OPT_LIST_MAX) */
     OPT_PARSE,  /* parse(value, dst, err) decides (e.g. --kv-type f16|f32) */
+    OPT_REFUSE, /* an option this binary is built without: refused, help is the reason (not in the
+                   usage text; cmd/test_hooks.h) */
 };
 
 #define OPT_LIST_MAX 16

@@ -23,6 +23,7 @@
 #include "serving/api/serve_front.h"
 #include "cmd/commands.h"
 #include "cmd/options.h"
+#include "cmd/test_hooks.h"
 #include "serving/engine/loader.h"
 #include "serving/engine/token_piece.h"
 
@@ -40,11 +41,9 @@ struct serve_opts {
     const char *model, *host, *api_key, *name;
     const char *state_dir; /* the step-model cache's directory; "off": none (step_prior.h) */
     int port, max_batch, ctx, threads, step_tokens, kv_blocks, kv_block_size, kv_type, static_batch;
-    int max_conns, timeout_ms, idle_timeout_ms, no_slo, verbose, step_delay_us, shed_late,
-        static_shrink;
-    int forward_pool;       /* idle forward channels kept per node (serving/api/relay.h) */
-    const char *test_crash; /* tests only: segv | panic, once ready */
-    int test_hang_s;        /* tests only: the serve loop stops this long after ready; -1 never */
+    int max_conns, timeout_ms, idle_timeout_ms, no_slo, verbose, shed_late, static_shrink;
+    int forward_pool;        /* idle forward channels kept per node (serving/api/relay.h) */
+    struct test_hooks hooks; /* tests only (cmd/test_hooks.h) */
     double ttft_ms, tpot_ms, static_wait_ms;
     long max_body;
     struct fabric_opts fab; /* on the fabric when --fabric, --listen or --peers is given */
@@ -57,7 +56,6 @@ struct serve_opts {
     int coop_kv;       /* enum coop_kv */
     int coop_fuse;     /* helper: 1 remote steps inside our own (default), 0 between them */
     int coop_pipeline; /* joiner: 1 up to 2 steps in flight (default), 0 one at a time */
-    int test_kv_fault; /* enum coop_kv_fault */
     long
         coop_kv_window; /* bytes of KV answers a helper sends between two of its steps (0: 4 MiB) */
     int helper_peer;    /* the coop helper's index in fab.peers (a chained joiner pulls from 0) */
@@ -81,23 +79,6 @@ static int parse_on_off(const char *v, void *dst, char *err)
 {
     if (strcmp(v, "on") && strcmp(v, "off")) return errmsg_set(err, "%s: want on or off", v);
     *(int *)dst = !strcmp(v, "on");
-    return 0;
-}
-
-static int parse_kv_fault(const char *v, void *dst, char *err)
-{
-    int f = coop_kv_fault_parse(v);
-    if (f < 0)
-        return errmsg_set(err, "--test-kv-fault %s: want seq, layer, short, die or refuse", v);
-    *(int *)dst = f;
-    return 0;
-}
-
-static int parse_test_crash(const char *v, void *dst, char *err)
-{
-    if (strcmp(v, "segv") && strcmp(v, "panic"))
-        return errmsg_set(err, "--test-crash %s: want segv or panic", v);
-    *(const char **)dst = v;
     return 0;
 }
 
@@ -130,9 +111,6 @@ static int serve_options(struct serve_opts *o, struct opt *t)
         {"--timeout-ms", OPT_INT, &o->timeout_ms, 1, 3600000, NULL, "MS"},
         {"--idle-timeout-ms", OPT_INT, &o->idle_timeout_ms, 1, 3600000, NULL, "MS"},
         {"--forward-pool", OPT_INT, &o->forward_pool, 0, 64, NULL, "N"},
-        {"--test-step-delay-us", OPT_INT, &o->step_delay_us, 0, 1000000, NULL, "US"},
-        {"--test-crash", OPT_PARSE, &o->test_crash, 0, 0, parse_test_crash, "segv|panic"},
-        {"--test-hang", OPT_INT, &o->test_hang_s, 0, 3600, NULL, "S"},
         {"-v", OPT_FLAG, &o->verbose, 0, 0, NULL, NULL},
         {"--coop-dtype", OPT_STR, &o->coop_dtype, 0, 0, NULL, "f32|f16|bf16"},
         {"--coop-timeout-ms", OPT_INT, &o->coop_timeout_ms, 1, 3600000, NULL, "MS"},
@@ -140,8 +118,6 @@ static int serve_options(struct serve_opts *o, struct opt *t)
         {"--coop-fuse", OPT_PARSE, &o->coop_fuse, 0, 0, parse_on_off, "on|off"},
         {"--coop-pipeline", OPT_PARSE, &o->coop_pipeline, 0, 0, parse_on_off, "on|off"},
         {"--coop-kv-window", OPT_LONG, &o->coop_kv_window, 1, 1L << 30, NULL, "BYTES"},
-        {"--test-kv-fault", OPT_PARSE, &o->test_kv_fault, 0, 0, parse_kv_fault,
-         "seq|layer|short|die|refuse"},
         {"--weight-rate", OPT_DOUBLE, &o->weight_rate_mbs, 0, 1e6, NULL, "MB/s"},
         {"--stop-the-world", OPT_FLAG, &o->stop_the_world, 0, 0, NULL, NULL},
         {"--resident-layers", OPT_INT, &o->resident_layers, 0, 1 << 16, NULL, "K"},
@@ -150,6 +126,7 @@ static int serve_options(struct serve_opts *o, struct opt *t)
     memcpy(t, table, sizeof table);
     int n = (int)(sizeof table / sizeof table[0]);
     n += fabric_options(&o->fab, t + n); /* the fabric's shared entries */
+    n += test_hooks_serve_options(&o->hooks, t + n);
     return n + cluster_options(&o->cluster, t + n);
 }
 
@@ -162,10 +139,8 @@ static int usage(void)
         stderr,
         "  --state-dir: where the fitted step model is cached between starts (default: the\n"
         "  model's partition on the appliance, else $XDG_CACHE_HOME/strata; off: nowhere)\n"
-        "  tests only: --test-step-delay-us sleeps in every step; --test-crash crashes\n"
-        "  once ready, --test-hang hangs the serve loop S seconds after ready\n"
-        "  (boot/cmdline.md); --resident-layers K, --resident-schedule STEP:K,...: a joiner\n"
-        "  that runs layers [0, K) itself and the rest on its first --peers node (STEP:e:\n"
+        "  --resident-layers K, --resident-schedule STEP:K,...: a joiner that runs layers\n"
+        "  [0, K) itself and the rest on its first --peers node (STEP:e:\n"
         "  the embedding arrives at STEP; until then the helper embeds token ids too);\n"
         "  --coop-dtype: the activations it sends, f32 exact (docs/cluster.md);\n"
         "  --coop-kv: how the KV of layers that become local arrives (auto: the faster by\n"
@@ -176,11 +151,11 @@ static int usage(void)
         "  last one's (on, the default; off: one step at a time);\n"
         "  --coop-kv-window: bytes of KV answers a helper sends between two of its steps\n"
         "  (default 4 MiB: what a transfer may add to one of its steps);\n"
-        "  --test-kv-fault: a helper that answers KV requests wrongly (tests)\n"
         "  without -m, with --peers: pull the model from the peers into the arena and serve\n"
         "  with the first peer's help as soon as the header has verified and the peer is\n"
         "  connected, the embedding here or not (--stop-the-world: only once every\n"
         "  layer is here); --weight-rate paces the weights this node sends (docs/fabric.md)\n");
+    test_hooks_usage(stderr);
     return 2;
 }
 
@@ -198,7 +173,7 @@ static int parse_opts(int argc, char **argv, struct serve_opts *o)
                              .ttft_ms = 1000,
                              .tpot_ms = 100,
                              .static_wait_ms = 50,
-                             .test_hang_s = -1,
+                             .hooks.hang_s = -1,
                              .max_body = 1 << 20,
                              .resident_layers = -1,
                              .coop_dtype = "f32",
@@ -354,7 +329,6 @@ static struct scheduler *_Atomic tick_sched; /* for serve_tick, once the schedul
 static void serve_tick(void *ctx)
 {
     const struct serve_opts *o = ctx;
-    static time_t hang_at;
     static int said;
     struct scheduler *sched = atomic_load(&tick_sched);
     double stuck = sched && watchdog_active() ? sched_step_running_for(sched) : 0;
@@ -367,22 +341,7 @@ static void serve_tick(void *ctx)
         return;
     }
     pid1_tick();
-    if (o->test_hang_s < 0 || !serve_ready) return;
-    if (!hang_at) hang_at = time(NULL) + o->test_hang_s;
-    if (time(NULL) >= hang_at) {
-        fprintf(stderr, "strata serve: --test-hang: the serve loop stops here\n");
-        for (;;) pause();
-    }
-}
-
-/* --test-crash: segv is a crash the handlers report (os/runtime/pid1.c); panic is one they cannot,
- * with the default action restored, so the kernel kills PID 1 and panics. */
-static void test_crash(const char *how)
-{
-    fprintf(stderr, "strata serve: --test-crash %s: crashing on purpose\n", how);
-    if (!strcmp(how, "panic")) signal(SIGSEGV, SIG_DFL);
-    volatile uintptr_t bad = 16; /* through a variable: the compiler must not see the crash */
-    *(volatile int *)bad = 1;
+    test_hooks_tick(&o->hooks, serve_ready);
 }
 
 static void *http_main(void *arg)
@@ -621,7 +580,7 @@ static int start_coop(struct serve *sv, const struct serve_opts *o, char *err)
                              .fuse = o->coop_fuse,
                              .pipeline = o->coop_pipeline,
                              .kv_window = (size_t)o->coop_kv_window,
-                             .test_kv_fault = o->test_kv_fault};
+                             .test_kv_fault = o->hooks.kv_fault};
     if (!(sv->coop = coop_new(&cc, err)) || coop_attach(sv->coop, err) ||
         (pulling && fabric_node_start(sv->fabric, err)) || (pulling && wait_servable(sv, o, err)))
         return serve_failed(sv, "fabric: ", err);
@@ -696,7 +655,7 @@ static int start_scheduler(struct serve *sv, const struct serve_opts *o, struct 
                               .no_slo_admission = o->no_slo,
                               .shed_late = o->shed_late,
                               .static_shrink = o->static_shrink,
-                              .step_delay_us = o->step_delay_us};
+                              .step_delay_us = o->hooks.step_delay_us};
     struct sched_ops ops = {.ctx = e,
                             .vocab_size = sv->lm->model.cfg.vocab_size,
                             .eos_id = sv->lm->tok.eos_id,
@@ -745,7 +704,7 @@ static void announce_ready(struct serve *sv, const struct serve_opts *o, struct 
             chat_template_name(fm.tmpl), o->static_batch ? ", STATIC batching" : "");
     serve_ready = 1;
     atomic_store(&tick_sched, sched);
-    if (o->test_crash) test_crash(o->test_crash);
+    test_hooks_ready(&o->hooks);
     if (pid1_active()) {
         char msg[ERRMSG_LEN + 64], err[ERRMSG_LEN];
         if (esp_bless_booted(msg, sizeof msg, err))

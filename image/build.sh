@@ -16,6 +16,8 @@
 #   EXTRA_MODULES=dir      more kernel modules (*.ko), loaded after the built-in list
 #   EXTRA_LIBS=dir         more libraries for /usr/lib/x86_64-linux-gnu in the image
 #   SOURCE_DATE_EPOCH=t    the time stamped on every file (default: the last commit's)
+#   SERVER=path            the server binary (default build/strata-appliance; the tests' hooked
+#                          build/strata-appliance-test for the boot tests that need --test-*)
 # Writes:
 #   out/vmlinuz            Debian's kernel (linux-image-amd64, via image/fetch-kernel.sh)
 #   out/vmlinux            the same kernel uncompressed (ELF): QEMU boots it directly (PVH), ~2.5x
@@ -68,8 +70,10 @@ cp -L "$KDIR/vmlinuz" "$OUT/vmlinuz"
 [ -f "$KDIR/vmlinux" ] && cp "$KDIR/vmlinux" "$OUT/vmlinux"
 
 step 2 "server and init"
-# The appliance's server: build/strata-appliance (every command but `sim`, no SimGrid).
-SERVER=build/strata-appliance
+# The appliance's server: build/strata-appliance (every command but `sim`, no SimGrid, no test
+# hooks). SERVER=build/strata-appliance-test builds the test image of the boot tests that crash or
+# hang the server on purpose (cmd/test_hooks.h); never the image anyone ships.
+SERVER=${SERVER:-build/strata-appliance}
 [ -x "$SERVER" ] || die "$SERVER missing (make)"
 [ -x build/init ] || die "build/init missing (make build/init; needs musl-tools)"
 BINS=(-b "$SERVER:/bin/strata")

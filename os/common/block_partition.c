@@ -1,4 +1,5 @@
 #include "os/common/block_partition.h"
+#include "os/common/small_file.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -15,12 +16,7 @@ int block_find_partition(const char *label, char *dev, size_t cap)
         if (e->d_name[0] == '.') continue;
         char path[300], buf[1024];
         snprintf(path, sizeof path, "/sys/class/block/%s/uevent", e->d_name);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0) continue;
-        ssize_t n = read(fd, buf, sizeof buf - 1);
-        close(fd);
-        if (n <= 0) continue;
-        buf[n] = 0;
+        if (small_file_read(path, buf, sizeof buf, NULL) <= 0) continue;
         for (char *save = NULL, *l = strtok_r(buf, "\n", &save); l; l = strtok_r(NULL, "\n", &save))
             if (!strncmp(l, "PARTNAME=", 9) && !strcmp(l + 9, label)) {
                 snprintf(dev, cap, "/dev/%s", e->d_name);

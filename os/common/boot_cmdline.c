@@ -131,7 +131,7 @@ static int is_word(const char *s, size_t max)
     return 1;
 }
 
-/* A rack name as the cluster's state takes it (cluster/cluster_cmd.h cl_rack_ok; this file
+/* A rack name as the cluster's state takes it (cluster/cluster_cmd.h cluster_cmd_rack_ok; this file
  * depends on libc only): 1..max-1 letters, digits, '.', '-', '_'. */
 static int is_rack(const char *s, size_t max)
 {

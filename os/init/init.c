@@ -2,6 +2,7 @@
 #include "os/init/init.h"
 
 #include "os/common/errmsg.h"
+#include "os/common/small_file.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -11,20 +12,6 @@
 #include <string.h>
 #include <sys/reboot.h>
 #include <unistd.h>
-
-void init_say(const char *step, const char *fmt, ...)
-{
-    char line[ERRMSG_LEN + 64];
-    int n = snprintf(line, sizeof line, "strata-init: %s: ", step);
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);
-    va_end(ap);
-    size_t len = strlen(line);
-    line[len++] = '\n';
-    /* One write per line: the console is shared with the kernel's messages. */
-    if (write(2, line, len) < 0) (void)0;
-}
 
 /* A failed step: say why, then do what strata.on_error asks. Never returns: PID 1 must not exit
  * (the kernel would panic and the reason would scroll away). */
@@ -45,13 +32,7 @@ static void __attribute__((noreturn)) fail(enum boot_on_error on_error, const ch
 
 static int read_cmdline(char *buf, size_t cap, char *err)
 {
-    int fd = open("/proc/cmdline", O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return errmsg_set(err, "/proc/cmdline: %s", strerror(errno));
-    ssize_t n = read(fd, buf, cap - 1);
-    close(fd);
-    if (n < 0) return errmsg_set(err, "/proc/cmdline: %s", strerror(errno));
-    buf[n] = 0;
-    return 0;
+    return small_file_read("/proc/cmdline", buf, cap, err) < 0 ? -1 : 0;
 }
 
 /* argv for `strata serve`: the model (none for a joiner), the port, the API key, the fabric

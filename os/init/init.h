@@ -7,6 +7,7 @@
 #define STRATA_INIT_H
 
 #include "os/common/boot_cmdline.h"
+#include "os/common/console.h"
 
 #include <stddef.h>
 
@@ -16,8 +17,8 @@
 #define INIT_DEFAULT_MODEL "/model.gguf"
 #define INIT_MODEL_MOUNT   "/mnt/model"
 
-/* Console lines: "strata-init: STEP: ..." */
-void init_say(const char *step, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Console lines: "strata-init: STEP: ..." (STEP a string literal; os/common/console.h). */
+#define init_say(step, ...) console_say("strata-init: " step ": ", __VA_ARGS__)
 
 /* mounts.c: proc, sysfs, devtmpfs, tmpfs on /run and /tmp. */
 int init_mounts(char *err);

@@ -1,6 +1,7 @@
 /* The file systems a bare initramfs lacks, the console, and hugepages. */
 #include "os/common/errmsg.h"
 #include "os/init/init.h"
+#include "os/common/small_file.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -58,12 +59,8 @@ static int write_file(const char *path, const char *text, char *err)
 
 static long read_long(const char *path)
 {
-    char buf[32] = {0};
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return -1;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0) return -1;
+    char buf[32];
+    if (small_file_read(path, buf, sizeof buf, NULL) <= 0) return -1;
     long v = 0;
     for (char *p = buf; *p >= '0' && *p <= '9'; p++) v = v * 10 + (*p - '0');
     return v;

@@ -7,6 +7,7 @@
 #include "os/common/errmsg.h"
 #include "os/init/init.h"
 #include "os/common/net_config.h"
+#include "os/common/small_file.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -42,11 +43,8 @@ static int list_nics(char (*names)[IFNAMSIZ], int max)
         if (e->d_name[0] == '.' || strlen(e->d_name) >= IFNAMSIZ) continue;
         char path[300], type[8] = {0};
         snprintf(path, sizeof path, "/sys/class/net/%s/type", e->d_name);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0) continue;
-        ssize_t r = read(fd, type, sizeof type - 1);
-        close(fd);
-        if (r > 0 && atoi(type) == 1) memcpy(names[n++], e->d_name, strlen(e->d_name) + 1);
+        if (small_file_read(path, type, sizeof type, NULL) > 0 && atoi(type) == 1)
+            memcpy(names[n++], e->d_name, strlen(e->d_name) + 1);
     }
     closedir(d);
     qsort(names, (size_t)n, IFNAMSIZ, by_name);

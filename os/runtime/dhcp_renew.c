@@ -3,6 +3,7 @@
 #include "os/runtime/dhcp_renew.h"
 
 #include "os/common/boot_cmdline.h"
+#include "os/common/console.h"
 #include "os/common/dhcp_client.h"
 #include "os/common/errmsg.h"
 #include "os/common/net_config.h"
@@ -20,19 +21,7 @@
 
 /* One console line, "strata: " + the message (which starts with "dhcp: ", as errors from
  * os/common/dhcp_client.c and os/common/net_config.c are prefixed by the callers here). */
-static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void say(const char *fmt, ...)
-{
-    char line[ERRMSG_LEN + 64];
-    int n = snprintf(line, sizeof line, "strata: ");
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);
-    va_end(ap);
-    size_t len = strlen(line);
-    line[len++] = '\n';
-    if (write(2, line, len) < 0) (void)0; /* one write: the console is shared */
-}
+#define say(...) console_say("strata: ", __VA_ARGS__)
 
 static void sleep_until(double t)
 {

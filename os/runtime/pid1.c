@@ -8,6 +8,7 @@
 #include "os/runtime/dhcp_renew.h"
 #include "os/common/errmsg.h"
 #include "os/runtime/watchdog.h"
+#include "os/common/small_file.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -174,13 +175,10 @@ static void open_power_buttons(void)
         if (strncmp(e->d_name, "event", 5)) continue;
         char path[300], name[128] = {0};
         snprintf(path, sizeof path, "/sys/class/input/%s/device/name", e->d_name);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0) continue;
-        ssize_t n = read(fd, name, sizeof name - 1);
-        close(fd);
-        if (n <= 0 || !strstr(name, "Power Button")) continue;
+        if (small_file_read(path, name, sizeof name, NULL) <= 0 || !strstr(name, "Power Button"))
+            continue;
         snprintf(path, sizeof path, "/dev/input/%s", e->d_name);
-        fd = open(path, O_RDONLY | O_CLOEXEC);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
         if (fd >= 0) P.buttons[P.n_buttons++] = fd;
     }
     closedir(d);
@@ -243,10 +241,7 @@ static void *watcher(void *arg)
 static void read_cmdline(struct boot_config *cfg)
 {
     char line[4096];
-    int fd = open("/proc/cmdline", O_RDONLY | O_CLOEXEC);
-    ssize_t n = fd < 0 ? 0 : read(fd, line, sizeof line - 1);
-    if (fd >= 0) close(fd);
-    line[n > 0 ? n : 0] = 0;
+    small_file_read("/proc/cmdline", line, sizeof line, NULL); /* "" when unreadable */
     /* Errors were init's to report; on_error is read whatever else is wrong. */
     boot_cmdline_parse(line, cfg, NULL);
 }
@@ -316,12 +311,7 @@ int pid1_process_count(void)
         if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
         char path[300], buf[1024];
         snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0) continue;
-        ssize_t n = read(fd, buf, sizeof buf - 1);
-        close(fd);
-        if (n <= 0) continue;
-        buf[n] = 0;
+        if (small_file_read(path, buf, sizeof buf, NULL) <= 0) continue;
         /* Field 9 is the task flags; PF_KTHREAD marks kernel threads. The command name (field 2)
          * may hold spaces, so count fields after its closing parenthesis. */
         char *p = strrchr(buf, ')');

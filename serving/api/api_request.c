@@ -324,8 +324,8 @@ static int parse_fields(const cJSON *root, int chat, struct completion_request *
     return 0;
 }
 
-int completion_request_parse(const char *body, size_t len, int chat, struct completion_request *r,
-                             struct api_error *e)
+int api_request_parse(const char *body, size_t len, int chat, struct completion_request *r,
+                      struct api_error *e)
 {
     memset(r, 0, sizeof *r);
     r->chat = chat;
@@ -342,11 +342,11 @@ int completion_request_parse(const char *body, size_t len, int chat, struct comp
     }
     int rc = parse_fields(root, chat, r, e);
     cJSON_Delete(root);
-    if (rc) completion_request_free(r);
+    if (rc) api_request_free(r);
     return rc;
 }
 
-void completion_request_free(struct completion_request *r)
+void api_request_free(struct completion_request *r)
 {
     free(r->prompt);
     free(r->prompt_ids);

@@ -1,6 +1,6 @@
 /* api_request: the JSON body of /v1/completions and /v1/chat/completions, parsed and validated.
  *
- * completion_request_parse() accepts exactly what the OpenAI API accepts for the fields Strata
+ * api_request_parse() accepts exactly what the OpenAI API accepts for the fields Strata
  * serves and ignores unknown fields. Any wrong type, out-of-range value or invalid UTF-8 gives an
  * api_error with status 400, the offending parameter and a message in OpenAI's wording, which
  * api_error_json() renders in OpenAI's error shape. Checks that need the model (prompt length
@@ -54,9 +54,9 @@ struct completion_request {
 };
 
 /* 0 on success; -1 with *e filled (and r freed) otherwise. */
-int completion_request_parse(const char *body, size_t len, int chat, struct completion_request *r,
-                             struct api_error *e);
-void completion_request_free(struct completion_request *r);
+int api_request_parse(const char *body, size_t len, int chat, struct completion_request *r,
+                      struct api_error *e);
+void api_request_free(struct completion_request *r);
 
 /* Fill e (status, type, param) and format its message; returns -1. */
 int api_error_set(struct api_error *e, int status, const char *type, const char *param,

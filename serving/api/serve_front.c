@@ -722,7 +722,7 @@ static void handle_completion(struct front *f, struct http_conn *c, const struct
         return;
     }
     struct completion_request cr;
-    if (completion_request_parse(body, len, chat, &cr, &e)) {
+    if (api_request_parse(body, len, chat, &cr, &e)) {
         send_error(f, c, &e);
         return;
     }
@@ -734,7 +734,7 @@ static void handle_completion(struct front *f, struct http_conn *c, const struct
         int rt = front_route(f, cr.model, est, addr, sizeof addr, &node);
         forward(f, c, req, body, len, chat, 0, cr.model, est,
                 rt == RELAY_ROUTE_REMOTE ? addr : NULL, node);
-        completion_request_free(&cr);
+        api_request_free(&cr);
         return;
     }
     int *ids = NULL, n = 0;
@@ -771,7 +771,7 @@ static void handle_completion(struct front *f, struct http_conn *c, const struct
     if (rt == RELAY_ROUTE_REMOTE) {
         free(ids);
         forward(f, c, req, body, len, chat, 0, cr.model, n, addr, node);
-        completion_request_free(&cr);
+        api_request_free(&cr);
         return;
     }
     struct sreq *r = sreq_new();
@@ -830,12 +830,12 @@ static void handle_completion(struct front *f, struct http_conn *c, const struct
         snprintf(f->held_model, sizeof f->held_model, "%s", m->name);
         pthread_mutex_unlock(&f->mu);
     }
-    completion_request_free(&cr);
+    api_request_free(&cr);
     http_conn_set_user(c, fr);
     return;
 fail:
     free(ids);
-    completion_request_free(&cr);
+    api_request_free(&cr);
     send_error(f, c, &e);
 }
 

@@ -2,7 +2,7 @@
  * engine work alone, no network. The helper decodes OWN rows of its own sequences; the joiner's
  * step brings REM rows that start at layer k. Apart: engine_forward on the own rows, then
  * engine_layers(k, L) + engine_head on the remote rows (the remote layers' weights read a second
- * time). Fused, as coop.c runs it: the own rows alone through layers [0, k), then all rows through
+ * time). Fused, as coop_fuse.c runs it: the own rows alone through layers [0, k), then all rows through
  * [k, L) one layer at a time, one head. Rows/s of both (own + remote rows per second of engine
  * time, the median of REPS), for k = 3, 6, 9 of the 12 layers of a synthetic stories110M-shape
  * Q8_0 model, 1 thread; and the fused step's logits checked equal to the apart ones, bit for bit.

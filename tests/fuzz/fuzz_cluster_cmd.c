@@ -21,23 +21,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     switch (data[0] % 3) {
     case 0: {
         struct cl_cmd c;
-        if (cl_cmd_decode(&c, p, n, err)) break;
-        size_t k = cl_cmd_encode(out, sizeof out, &c);
+        if (cluster_cmd_decode(&c, p, n, err)) break;
+        size_t k = cluster_cmd_encode(out, sizeof out, &c);
         if (k != n || memcmp(out, p, n)) abort();
-        cl_state_apply(&st, &c);
-        if (!cl_state_encode(&st, out, sizeof out)) abort();
+        cluster_state_apply(&st, &c);
+        if (!cluster_state_encode(&st, out, sizeof out)) abort();
         break;
     }
     case 1: {
         struct cl_msg m;
-        if (cl_msg_decode(&m, p, n, err)) break;
-        size_t k = cl_msg_encode(out, sizeof out, &m);
+        if (cluster_cmd_msg_decode(&m, p, n, err)) break;
+        size_t k = cluster_cmd_msg_encode(out, sizeof out, &m);
         if (k != n || memcmp(out, p, n)) abort();
         break;
     }
     case 2:
-        if (cl_state_decode(&st2, p, n, err)) break;
-        if (!cl_state_encode(&st2, out, sizeof out)) abort();
+        if (cluster_state_decode(&st2, p, n, err)) break;
+        if (!cluster_state_encode(&st2, out, sizeof out)) abort();
         break;
     }
     return 0;

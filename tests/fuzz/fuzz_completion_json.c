@@ -88,7 +88,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     struct completion_request r;
     struct api_error e;
-    if (completion_request_parse(buf, size - 1, chat, &r, &e) == 0) {
+    if (api_request_parse(buf, size - 1, chat, &r, &e) == 0) {
         if (chat) {
             if (r.n_messages < 1) abort();
             for (int t = 0; t < CHAT_N_TEMPLATES; t++) {
@@ -101,7 +101,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
         }
         if (r.n_stop > API_MAX_STOP) abort();
-        completion_request_free(&r);
+        api_request_free(&r);
     } else {
         if (e.status < 400) abort();
         char *j = api_error_json(&e);

@@ -7,6 +7,7 @@
 # Both guests may reboot (no -no-reboot): the proof is init starting a second time.
 set -u
 cd "$(dirname "$0")/../.."
+BOOT_HOOKS=1 # the server is told to crash, hang or slow down (cmd/test_hooks.h)
 . tests/lib/boot.sh
 QEMU_DIR=build/qemu/boot_crash
 fail=0

@@ -5,6 +5,7 @@
 # again.
 set -u
 cd "$(dirname "$0")/../.."
+BOOT_HOOKS=1 # the server is told to crash, hang or slow down (cmd/test_hooks.h)
 . tests/lib/boot.sh
 QEMU_DIR=build/qemu/boot_watchdog
 fail=0

@@ -8,6 +8,7 @@
 # the layers arrive, and answers with the native greedy text.
 set -u
 cd "$(dirname "$0")/../.."
+BOOT_HOOKS=1 # the server is told to crash, hang or slow down (cmd/test_hooks.h)
 . tests/lib/boot.sh
 QEMU_DIR=build/qemu/cluster_qemu_scale
 fail=0

@@ -12,7 +12,16 @@
 #   boot_shutdown NAME    ACPI power button (system_powerdown); ok when the guest powers off.
 # Results go to the caller's ok/nok functions.
 . "$(dirname "${BASH_SOURCE[0]}")/qemu.sh"
-BOOT_OUT=${BOOT_OUT:-build/test-image}
+# BOOT_HOOKS=1 (set before sourcing): the image's server is build/strata-appliance-test, the
+# appliance with the test hooks (--test-crash, --test-hang, --test-step-delay-us: cmd/test_hooks.h),
+# built into its own build/test-image-hooks; the others boot the shipped server, which has none.
+if [ "${BOOT_HOOKS:-0}" = 1 ]; then
+    BOOT_OUT=${BOOT_OUT:-build/test-image-hooks}
+    BOOT_SERVER=build/strata-appliance-test
+else
+    BOOT_OUT=${BOOT_OUT:-build/test-image}
+    BOOT_SERVER=build/strata-appliance
+fi
 BOOT_MODEL=${BOOT_MODEL:-build/models/stories260K.gguf}
 BOOT_PROMPT="Once upon a time"
 BOOT_TOKENS=40
@@ -27,11 +36,11 @@ BOOT_KERNEL_ARGS='no_timer_check'
 
 boot_image() {
     local stamp=$BOOT_OUT/.built newest
-    newest=$(ls -t build/strata build/strata-appliance build/init image/*.sh boot/strata.ipxe boot/pxelinux.cfg/default \
+    newest=$(ls -t build/strata "$BOOT_SERVER" build/init image/*.sh boot/strata.ipxe boot/pxelinux.cfg/default \
         tests/lib/boot.sh 2>/dev/null | head -n 1)
     if [ -f "$stamp" ] && [ "$stamp" -nt "$newest" ] && [ -f "$BOOT_OUT/strata.img" ]; then return 0; fi
     mkdir -p "$BOOT_OUT"
-    CMDLINE="$BOOT_KERNEL_ARGS $BOOT_ARGS" MODEL=${MODEL:-} image/build.sh "$BOOT_OUT" >"$BOOT_OUT.log" 2>&1 || {
+    CMDLINE="$BOOT_KERNEL_ARGS $BOOT_ARGS" MODEL=${MODEL:-} SERVER=$BOOT_SERVER image/build.sh "$BOOT_OUT" >"$BOOT_OUT.log" 2>&1 || {
         echo "image build failed: $(tail -n 3 "$BOOT_OUT.log" | tr '\n' '|')"
         return 1
     }

@@ -79,7 +79,7 @@ static int tcp_connect(const char *hostport)
 {
     struct sockaddr_in sa;
     char err[ERRMSG_LEN];
-    if (sconn_parse_addr(hostport, &sa, err)) return -1;
+    if (sealed_conn_parse_addr(hostport, &sa, err)) return -1;
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     if (connect(fd, (struct sockaddr *)&sa, sizeof sa)) {

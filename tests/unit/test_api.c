@@ -75,7 +75,7 @@ TEST(http_head_bad)
 
 static int req(const char *json, int chat, struct completion_request *r, struct api_error *e)
 {
-    return completion_request_parse(json, strlen(json), chat, r, e);
+    return api_request_parse(json, strlen(json), chat, r, e);
 }
 
 TEST(request_valid)
@@ -91,11 +91,11 @@ TEST(request_valid)
     CHECK_STR(r.prompt, "Once");
     CHECK(r.max_tokens == 5 && r.temperature == 0 && r.n_stop == 2 && r.stream && r.include_usage &&
           r.has_seed && r.seed == 7 && r.top_k == 0 && r.ignore_eos && r.ttft_ms == 200);
-    completion_request_free(&r);
+    api_request_free(&r);
     CHECK_EQ_INT(req("{\"prompt\":[1,2,3]}", 0, &r, &e), 0);
     CHECK(r.n_prompt_ids == 3 && r.prompt_ids[2] == 3 && r.max_tokens == -1 &&
           r.temperature == 1.0f);
-    completion_request_free(&r);
+    api_request_free(&r);
     CHECK_EQ_INT(req("{\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},"
                      "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"Hi\"}]}],"
                      "\"max_completion_tokens\":3,\"stop\":\"x\"}",
@@ -103,7 +103,7 @@ TEST(request_valid)
                  0);
     CHECK(r.n_messages == 2 && r.max_tokens == 3 && r.n_stop == 1);
     CHECK_STR(r.messages[1].content, "Hi");
-    completion_request_free(&r);
+    api_request_free(&r);
 }
 
 TEST(request_invalid)

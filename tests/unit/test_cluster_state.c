@@ -51,7 +51,7 @@ static struct cl_cmd scale(int kind, const char *model, uint64_t source, uint64_
 
 static size_t enc(const struct cl_cmd *c, uint8_t *buf)
 {
-    return cl_cmd_encode(buf, CL_CMD_MAX, c);
+    return cluster_cmd_encode(buf, CL_CMD_MAX, c);
 }
 
 TEST(cmd_roundtrip_every_type)
@@ -73,15 +73,16 @@ TEST(cmd_roundtrip_every_type)
         size_t n = enc(&in[i], buf);
         CHECK(n > 10);
         struct cl_cmd out;
-        CHECKF(!cl_cmd_decode(&out, buf, n, err), "type %d: %s", in[i].type, err);
+        CHECKF(!cluster_cmd_decode(&out, buf, n, err), "type %d: %s", in[i].type, err);
         CHECK_EQ_INT(out.type, in[i].type);
         CHECK_EQ_INT(out.t_ms, in[i].t_ms);
         CHECK_EQ_INT(enc(&out, buf2), n);
         CHECK(!memcmp(buf, buf2, n));
         /* Every strict prefix is refused, and so is one trailing byte. */
-        for (size_t k = 0; k < n; k++) CHECKF(cl_cmd_decode(&out, buf, k, err), "prefix %zu", k);
+        for (size_t k = 0; k < n; k++)
+            CHECKF(cluster_cmd_decode(&out, buf, k, err), "prefix %zu", k);
         buf[n] = 0;
-        CHECK(cl_cmd_decode(&out, buf, n + 1, err));
+        CHECK(cluster_cmd_decode(&out, buf, n + 1, err));
         CHECK(strstr(err, "trailing"));
     }
 }
@@ -93,58 +94,58 @@ TEST(cmd_rejects_bad_fields)
     struct cl_cmd out, c = node_up(1, 1);
     size_t n = enc(&c, buf);
     buf[0] = 9; /* version */
-    CHECK(cl_cmd_decode(&out, buf, n, err));
+    CHECK(cluster_cmd_decode(&out, buf, n, err));
     CHECK(strstr(err, "version"));
     buf[0] = CL_CMD_VERSION;
     buf[1] = 77; /* type */
-    CHECK(cl_cmd_decode(&out, buf, n, err));
+    CHECK(cluster_cmd_decode(&out, buf, n, err));
     CHECK(strstr(err, "unknown type"));
     buf[1] = CMD_NODE_UP;
     buf[2 + 8 + 8 + 1] = '\n'; /* first byte of the address: not printable */
-    CHECK(cl_cmd_decode(&out, buf, n, err));
+    CHECK(cluster_cmd_decode(&out, buf, n, err));
     /* A rack name that is not letters, digits, '.', '-', '_' (it becomes a /metrics label). */
     for (const char *bad = "\"{ ,"; *bad; bad++) {
         c = node_up(1, 1);
         c.u.up.rack[2] = *bad;
         n = enc(&c, buf);
-        CHECK(cl_cmd_decode(&out, buf, n, err));
+        CHECK(cluster_cmd_decode(&out, buf, n, err));
         CHECKF(strstr(err, "rack"), "%s", err);
     }
     c = node_up(1, 1);
     c.u.up.rack[0] = 0; /* none given: fine */
     n = enc(&c, buf);
-    CHECKF(!cl_cmd_decode(&out, buf, n, err), "%s", err);
+    CHECKF(!cluster_cmd_decode(&out, buf, n, err), "%s", err);
     c = holding(1, "m", 1, 1, 9, 4); /* k > L */
     n = enc(&c, buf);
-    CHECK(cl_cmd_decode(&out, buf, n, err));
+    CHECK(cluster_cmd_decode(&out, buf, n, err));
     CHECK(strstr(err, "layers resident"));
     c = scale(SCALE_UP, "m", 1, 2);
     c.u.scale.n_chain = CL_MAX_CHAIN; /* encodes all, then one more byte claims 17 */
     n = enc(&c, buf);
     buf[2 + 8 + 1 + 1 + 1 + 8 + 8] = CL_MAX_CHAIN + 1;
-    CHECK(cl_cmd_decode(&out, buf, n, err));
+    CHECK(cluster_cmd_decode(&out, buf, n, err));
     CHECK(strstr(err, "chain"));
     c = (struct cl_cmd){.type = CMD_RAFT_CONF, .t_ms = 1, .u.conf = {3, CONF_VOTER}};
     n = enc(&c, buf);
     buf[n - 1] = CONF_RECOVERED + 1; /* no such change */
-    CHECK(cl_cmd_decode(&out, buf, n, err));
+    CHECK(cluster_cmd_decode(&out, buf, n, err));
     CHECK(strstr(err, "unknown change"));
     c.u.conf.node = 0;
     n = enc(&c, buf);
-    CHECK(cl_cmd_decode(&out, buf, n, err));
+    CHECK(cluster_cmd_decode(&out, buf, n, err));
     CHECK(strstr(err, "node id 0"));
     /* A finished scale-out names no refusing node and no reason; an abandoned one may. */
     c = (struct cl_cmd){.type = CMD_SCALE_DONE, .t_ms = 1, .u.done = {2, 1, 4, ""}};
     n = enc(&c, buf);
-    CHECK(cl_cmd_decode(&out, buf, n, err));
+    CHECK(cluster_cmd_decode(&out, buf, n, err));
     CHECKF(strstr(err, "finished"), "%s", err);
     c.u.done.ok = 0;
     snprintf(c.u.done.reason, sizeof c.u.done.reason, "refused");
     n = enc(&c, buf);
-    CHECKF(!cl_cmd_decode(&out, buf, n, err), "%s", err);
+    CHECKF(!cluster_cmd_decode(&out, buf, n, err), "%s", err);
     CHECK(out.u.done.node == 4 && !strcmp(out.u.done.reason, "refused"));
     buf[n - 2] = 0x7f; /* a reason byte that is not printable */
-    CHECK(cl_cmd_decode(&out, buf, n, err));
+    CHECK(cluster_cmd_decode(&out, buf, n, err));
 }
 
 TEST(msg_roundtrip_and_rejects)
@@ -173,9 +174,9 @@ TEST(msg_roundtrip_and_rejects)
     m.u.load.n_refused = 2;
     m.u.load.refused[0] = (struct cl_refusal){5, "--test-refuse replicate: not taking a"};
     m.u.load.refused[1] = (struct cl_refusal){9, "join failed: source gone"};
-    size_t n = cl_msg_encode(buf, sizeof buf, &m);
+    size_t n = cluster_cmd_msg_encode(buf, sizeof buf, &m);
     CHECK(n);
-    CHECKF(!cl_msg_decode(&out, buf, n, err), "%s", err);
+    CHECKF(!cluster_cmd_msg_decode(&out, buf, n, err), "%s", err);
     CHECK_EQ_INT(out.u.load.seen_scales, 7);
     CHECK_EQ_INT(out.u.load.load.held, 2);
     CHECK_EQ_INT(out.u.load.load.held_tokens, 77);
@@ -186,50 +187,50 @@ TEST(msg_roundtrip_and_rejects)
     /* the rack travels in the report */
     CHECKF(!strcmp(out.u.load.node.rack, "row1.rack-2_B"), "%s", out.u.load.node.rack);
     CHECK_EQ_INT(out.u.load.load.queued_tokens, 300);
-    CHECK_EQ_INT(cl_msg_encode(buf2, sizeof buf2, &out), n);
+    CHECK_EQ_INT(cluster_cmd_msg_encode(buf2, sizeof buf2, &out), n);
     CHECK(!memcmp(buf, buf2, n));
-    for (size_t k = 0; k < n; k++) CHECK(cl_msg_decode(&out, buf, k, err));
+    for (size_t k = 0; k < n; k++) CHECK(cluster_cmd_msg_decode(&out, buf, k, err));
     buf[n] = 0;
-    CHECK(cl_msg_decode(&out, buf, n + 1, err));
+    CHECK(cluster_cmd_msg_decode(&out, buf, n + 1, err));
     CHECK(strstr(err, "trailing"));
     /* More refusals than fit, one without a reason, negative held requests: refused. */
     m.u.load.n_refused = 1;
-    n = cl_msg_encode(buf, sizeof buf, &m);
+    n = cluster_cmd_msg_encode(buf, sizeof buf, &m);
     buf[n - 1 - 1 - strlen(m.u.load.refused[0].reason) - 4] = CL_MAX_REFUSED + 1;
-    CHECK(cl_msg_decode(&out, buf, n, err));
+    CHECK(cluster_cmd_msg_decode(&out, buf, n, err));
     CHECKF(strstr(err, "refusals"), "%s", err);
     m.u.load.refused[0].reason[0] = 0;
-    n = cl_msg_encode(buf, sizeof buf, &m);
-    CHECK(cl_msg_decode(&out, buf, n, err));
+    n = cluster_cmd_msg_encode(buf, sizeof buf, &m);
+    CHECK(cluster_cmd_msg_decode(&out, buf, n, err));
     CHECKF(strstr(err, "without a reason"), "%s", err);
     m.u.load.n_refused = 0;
     m.u.load.load.held = -1;
-    n = cl_msg_encode(buf, sizeof buf, &m);
-    CHECK(cl_msg_decode(&out, buf, n, err));
+    n = cluster_cmd_msg_encode(buf, sizeof buf, &m);
+    CHECK(cluster_cmd_msg_decode(&out, buf, n, err));
     CHECKF(strstr(err, "held"), "%s", err);
     m.u.load.load.held = 0;
     /* A report about another node's holding is refused. */
     m.u.load.hold[0].node = 3;
-    n = cl_msg_encode(buf, sizeof buf, &m);
-    CHECK(cl_msg_decode(&out, buf, n, err));
+    n = cluster_cmd_msg_encode(buf, sizeof buf, &m);
+    CHECK(cluster_cmd_msg_decode(&out, buf, n, err));
     CHECK(strstr(err, "reports a holding"));
     /* KV use outside [0, 1]. */
     m.u.load.hold[0].node = 2;
     m.u.load.load.kv_used = 2;
-    n = cl_msg_encode(buf, sizeof buf, &m);
-    CHECK(cl_msg_decode(&out, buf, n, err));
+    n = cluster_cmd_msg_encode(buf, sizeof buf, &m);
+    CHECK(cluster_cmd_msg_decode(&out, buf, n, err));
     /* OPEN with an unknown channel. */
     struct cl_msg o = {.type = MSGC_OPEN};
     o.u.open.channel = 9;
     o.u.open.id = 1;
-    n = cl_msg_encode(buf, sizeof buf, &o);
-    CHECK(cl_msg_decode(&out, buf, n, err));
+    n = cluster_cmd_msg_encode(buf, sizeof buf, &o);
+    CHECK(cluster_cmd_msg_decode(&out, buf, n, err));
     CHECK(strstr(err, "channel"));
     /* OPEN of a forward channel (a relayed API request) round-trips. */
     o.u.open.channel = CHAN_FWD;
     snprintf(o.u.open.addr, sizeof o.u.open.addr, "10.0.0.1:7100");
-    n = cl_msg_encode(buf, sizeof buf, &o);
-    CHECKF(n && !cl_msg_decode(&out, buf, n, err), "%s", err);
+    n = cluster_cmd_msg_encode(buf, sizeof buf, &o);
+    CHECKF(n && !cluster_cmd_msg_decode(&out, buf, n, err), "%s", err);
     CHECK(out.u.open.channel == CHAN_FWD && out.u.open.id == 1);
     CHECK_STR(out.u.open.addr, "10.0.0.1:7100");
     /* LOADS: the leader's copy of every node's load, exact both ways; every truncation, more
@@ -240,88 +241,88 @@ TEST(msg_roundtrip_and_rejects)
     l.u.loads.age_ms[0] = 40, l.u.loads.age_ms[1] = 95;
     l.u.loads.load[0] = (struct cl_load){.queue_len = 3, .kv_used = 0.5f, .idle_ms = -1};
     l.u.loads.load[1] = (struct cl_load){.queue_len = 9, .running = 4, .queued_tokens = 1234};
-    n = cl_msg_encode(buf, sizeof buf, &l);
+    n = cluster_cmd_msg_encode(buf, sizeof buf, &l);
     CHECK(n);
-    CHECKF(!cl_msg_decode(&out, buf, n, err), "%s", err);
+    CHECKF(!cluster_cmd_msg_decode(&out, buf, n, err), "%s", err);
     CHECK_EQ_INT(out.u.loads.n, 2);
     CHECK_EQ_INT(out.u.loads.id[1], 3);
     CHECK_EQ_INT(out.u.loads.age_ms[1], 95);
     CHECK_EQ_INT(out.u.loads.load[1].queued_tokens, 1234);
-    CHECK_EQ_INT(cl_msg_encode(buf2, sizeof buf2, &out), n);
+    CHECK_EQ_INT(cluster_cmd_msg_encode(buf2, sizeof buf2, &out), n);
     CHECK(!memcmp(buf, buf2, n));
-    for (size_t k = 0; k < n; k++) CHECK(cl_msg_decode(&out, buf, k, err));
+    for (size_t k = 0; k < n; k++) CHECK(cluster_cmd_msg_decode(&out, buf, k, err));
     buf[2] = CL_MAX_LOADS + 1; /* version, type, n */
-    CHECK(cl_msg_decode(&out, buf, n, err));
+    CHECK(cluster_cmd_msg_decode(&out, buf, n, err));
     CHECK(strstr(err, "at most"));
     l.u.loads.id[0] = 0;
-    n = cl_msg_encode(buf, sizeof buf, &l);
-    CHECK(cl_msg_decode(&out, buf, n, err));
+    n = cluster_cmd_msg_encode(buf, sizeof buf, &l);
+    CHECK(cluster_cmd_msg_decode(&out, buf, n, err));
     CHECK(strstr(err, "node id 0"));
 }
 
 TEST(state_apply_membership_holdings_scaling)
 {
     static struct cl_state s;
-    cl_state_init(&s);
+    cluster_state_init(&s);
     struct cl_cmd c;
     for (uint64_t id = 1; id <= 3; id++)
-        CHECK_EQ_INT(cl_state_apply(&s, (c = node_up(id, id), &c)), 0);
+        CHECK_EQ_INT(cluster_state_apply(&s, (c = node_up(id, id), &c)), 0);
     CHECK_EQ_INT(s.n_members, 3);
     CHECK_EQ_INT(s.n_events, 3);
     /* Up again while alive: info refreshed, no new event. */
-    CHECK_EQ_INT(cl_state_apply(&s, (c = node_up(2, 50), &c)), 0);
+    CHECK_EQ_INT(cluster_state_apply(&s, (c = node_up(2, 50), &c)), 0);
     CHECK_EQ_INT(s.n_events, 3);
-    CHECK_EQ_INT(cl_state_apply(&s, (c = holding(1, "llama", 1, 1, 22, 22), &c)), 0);
+    CHECK_EQ_INT(cluster_state_apply(&s, (c = holding(1, "llama", 1, 1, 22, 22), &c)), 0);
     CHECK_EQ_INT(s.n_models, 1);
     /* A holding of an unknown node is a no-op, counted. */
-    CHECK_EQ_INT(cl_state_apply(&s, (c = holding(9, "llama", 1, 1, 22, 22), &c)), 1);
+    CHECK_EQ_INT(cluster_state_apply(&s, (c = holding(9, "llama", 1, 1, 22, 22), &c)), 1);
     CHECK_EQ_INT(s.rejected, 1);
     /* Scale up node 2 from node 1: in progress, node 2 joins with k = 0 of 22. */
-    CHECK_EQ_INT(cl_state_apply(&s, (c = scale(SCALE_UP, "llama", 1, 2), &c)), 0);
+    CHECK_EQ_INT(cluster_state_apply(&s, (c = scale(SCALE_UP, "llama", 1, 2), &c)), 0);
     CHECK_EQ_INT(s.n_scaleouts, 1);
-    const struct cl_member *m2 = cl_state_member_c(&s, 2);
+    const struct cl_member *m2 = cluster_state_member_c(&s, 2);
     CHECK(m2->hold[0].engine && m2->hold[0].layers_resident == 0 && m2->hold[0].n_layers == 22);
-    CHECK_EQ_INT(cl_state_apply(&s, (c = holding(2, "llama", 0, 1, 22, 22), &c)), 0);
+    CHECK_EQ_INT(cluster_state_apply(&s, (c = holding(2, "llama", 0, 1, 22, 22), &c)), 0);
     c = (struct cl_cmd){.type = CMD_SCALE_DONE, .t_ms = 60, .u.done = {s.scaleout[0].scale_id, 1}};
-    CHECK_EQ_INT(cl_state_apply(&s, &c), 0);
+    CHECK_EQ_INT(cluster_state_apply(&s, &c), 0);
     CHECK_EQ_INT(s.n_scaleouts, 0);
     /* Done twice: no-op. */
-    CHECK_EQ_INT(cl_state_apply(&s, &c), 1);
+    CHECK_EQ_INT(cluster_state_apply(&s, &c), 1);
     /* A replication onto node 3 that node 3 refused: abandoned, the event names node 3 and why. */
-    CHECK_EQ_INT(cl_state_apply(&s, (c = scale(SCALE_REPLICATE, "llama", 1, 3), &c)), 0);
+    CHECK_EQ_INT(cluster_state_apply(&s, (c = scale(SCALE_REPLICATE, "llama", 1, 3), &c)), 0);
     c = (struct cl_cmd){.type = CMD_SCALE_DONE,
                         .t_ms = 65,
                         .u.done = {s.scaleout[0].scale_id, 0, 3, "its slot is taken"}};
-    CHECK_EQ_INT(cl_state_apply(&s, &c), 0);
+    CHECK_EQ_INT(cluster_state_apply(&s, &c), 0);
     CHECK_EQ_INT(s.n_scaleouts, 0);
     const struct cl_event *ab = &s.event[(s.n_events - 1) % CL_MAX_EVENTS];
     CHECK(ab->type == CMD_SCALE_DONE && ab->kind == 0 && ab->node == 3 && ab->source == 1);
     CHECK_STR(ab->reason, "its slot is taken");
     CHECK_STR(ab->model, "llama");
     /* Scale down node 1: its engine is gone at once, the host copy stays. */
-    CHECK_EQ_INT(cl_state_apply(&s, (c = scale(SCALE_DOWN, "llama", 0, 1), &c)), 0);
-    const struct cl_member *m1 = cl_state_member_c(&s, 1);
+    CHECK_EQ_INT(cluster_state_apply(&s, (c = scale(SCALE_DOWN, "llama", 0, 1), &c)), 0);
+    const struct cl_member *m1 = cluster_state_member_c(&s, 1);
     CHECK(!m1->hold[0].engine && m1->hold[0].host);
     c = (struct cl_cmd){.type = CMD_NODE_DOWN, .t_ms = 70, .u.down = 3};
-    CHECK_EQ_INT(cl_state_apply(&s, &c), 0);
-    CHECK(!cl_state_member_c(&s, 3)->alive);
-    CHECK_EQ_INT(cl_state_member_c(&s, 3)->since_ms, 70);
-    CHECK_EQ_INT(cl_state_apply(&s, &c), 1); /* already down */
+    CHECK_EQ_INT(cluster_state_apply(&s, &c), 0);
+    CHECK(!cluster_state_member_c(&s, 3)->alive);
+    CHECK_EQ_INT(cluster_state_member_c(&s, 3)->since_ms, 70);
+    CHECK_EQ_INT(cluster_state_apply(&s, &c), 1); /* already down */
     const struct cl_event *e = &s.event[(s.n_events - 1) % CL_MAX_EVENTS];
     CHECK_EQ_INT(e->type, CMD_NODE_DOWN);
     CHECK_EQ_INT(e->t_ms, 70);
     /* A change of raft's configuration is an event, nothing else. */
     uint32_t members = s.n_members;
     c = (struct cl_cmd){.type = CMD_RAFT_CONF, .t_ms = 80, .u.conf = {3, CONF_REMOVED}};
-    CHECK_EQ_INT(cl_state_apply(&s, &c), 0);
+    CHECK_EQ_INT(cluster_state_apply(&s, &c), 0);
     e = &s.event[(s.n_events - 1) % CL_MAX_EVENTS];
     CHECK(e->type == CMD_RAFT_CONF && e->kind == CONF_REMOVED && e->node == 3 && e->t_ms == 80);
     CHECK_EQ_INT(s.n_members, members);
     static uint8_t buf[1 << 16];
     static struct cl_state t;
     char err[ERRMSG_LEN];
-    size_t n = cl_state_encode(&s, buf, sizeof buf);
-    CHECKF(n && !cl_state_decode(&t, buf, n, err), "%s", err);
+    size_t n = cluster_state_encode(&s, buf, sizeof buf);
+    CHECKF(n && !cluster_state_decode(&t, buf, n, err), "%s", err);
     CHECK_EQ_INT(t.event[(t.n_events - 1) % CL_MAX_EVENTS].kind, CONF_REMOVED);
 }
 
@@ -331,11 +332,11 @@ TEST(state_apply_membership_holdings_scaling)
 static void policy_state(struct cl_state *s, int n, const uint64_t *down, int n_down)
 {
     struct cl_cmd c;
-    cl_state_init(s);
-    for (int id = 1; id <= n; id++) cl_state_apply(s, (c = node_up((uint64_t)id, 10), &c));
+    cluster_state_init(s);
+    for (int id = 1; id <= n; id++) cluster_state_apply(s, (c = node_up((uint64_t)id, 10), &c));
     for (int i = 0; i < n_down; i++) {
         c = (struct cl_cmd){.type = CMD_NODE_DOWN, .t_ms = 1000, .u.down = down[i]};
-        cl_state_apply(s, &c);
+        cluster_state_apply(s, &c);
     }
 }
 
@@ -365,7 +366,7 @@ TEST(voter_policy_removes_promotes_keeps)
     CHECK(a.kind == VP_REMOVE && a.node == 4);
     /* Node 4 rejoined (raft_voter at t = 50000) and has not reported yet: remove_ms from then. */
     struct cl_cmd back = {.type = CMD_RAFT_CONF, .t_ms = 50000, .u.conf = {4, CONF_VOTER}};
-    cl_state_apply(&s, &back);
+    cluster_state_apply(&s, &back);
     CHECK_EQ_INT(policy(&s, four, 4, 50000 + 5999, 6000).kind, VP_NONE);
     a = policy(&s, four, 4, 50000 + 6000, 6000);
     CHECK(a.kind == VP_REMOVE && a.node == 4);
@@ -406,7 +407,7 @@ TEST(voter_policy_removes_promotes_keeps)
  * already has voters 1 and 2), though node 3 comes first in raft's order. */
 static void set_rack(struct cl_state *s, uint64_t id, const char *rack)
 {
-    struct cl_member *m = cl_state_member(s, id);
+    struct cl_member *m = cluster_state_member(s, id);
     snprintf(m->info.rack, sizeof m->info.rack, "%s", rack);
 }
 
@@ -448,35 +449,35 @@ TEST(snapshot_roundtrip_and_rejects)
     static struct cl_state s, t;
     static uint8_t buf[1 << 16], buf2[1 << 16];
     char err[ERRMSG_LEN];
-    cl_state_init(&s);
+    cluster_state_init(&s);
     struct cl_cmd c;
-    for (uint64_t id = 1; id <= 5; id++) cl_state_apply(&s, (c = node_up(id, id), &c));
+    for (uint64_t id = 1; id <= 5; id++) cluster_state_apply(&s, (c = node_up(id, id), &c));
     for (int i = 0; i < 40; i++) /* wraps the event ring */
-        cl_state_apply(&s, (c = scale(i % 2 ? SCALE_DOWN : SCALE_UP, "m", 1, 2 + i % 3), &c));
-    cl_state_apply(&s, (c = holding(4, "other", 1, 0, 0, 30), &c));
+        cluster_state_apply(&s, (c = scale(i % 2 ? SCALE_DOWN : SCALE_UP, "m", 1, 2 + i % 3), &c));
+    cluster_state_apply(&s, (c = holding(4, "other", 1, 0, 0, 30), &c));
     c = (struct cl_cmd){
         .type = CMD_SCALE_DONE, .t_ms = 90, .u.done = {s.scaleout[0].scale_id, 0, 2, "no"}};
-    CHECK_EQ_INT(cl_state_apply(&s, &c), 0);
-    CHECK(cl_state_encoded_max() <= sizeof buf);
-    size_t n = cl_state_encode(&s, buf, sizeof buf);
+    CHECK_EQ_INT(cluster_state_apply(&s, &c), 0);
+    CHECK(cluster_state_encoded_max() <= sizeof buf);
+    size_t n = cluster_state_encode(&s, buf, sizeof buf);
     CHECK(n);
-    CHECKF(!cl_state_decode(&t, buf, n, err), "%s", err);
-    CHECK_EQ_INT(cl_state_encode(&t, buf2, sizeof buf2), n);
+    CHECKF(!cluster_state_decode(&t, buf, n, err), "%s", err);
+    CHECK_EQ_INT(cluster_state_encode(&t, buf2, sizeof buf2), n);
     CHECK(!memcmp(buf, buf2, n));
     CHECK_EQ_INT(t.n_events, s.n_events);
     CHECK_EQ_INT(t.n_scaleouts, s.n_scaleouts);
     CHECKF(!strcmp(t.member[3].info.rack, "row1.rack-1_B"), "%s", t.member[3].info.rack);
     CHECK_STR(t.event[(t.n_events - 1) % CL_MAX_EVENTS].reason, "no"); /* the abandon's reason */
-    for (size_t k = 0; k < n; k += 7) CHECK(cl_state_decode(&t, buf, k, err));
-    CHECK(cl_state_decode(&t, buf, n - 1, err));
+    for (size_t k = 0; k < n; k += 7) CHECK(cluster_state_decode(&t, buf, k, err));
+    CHECK(cluster_state_decode(&t, buf, n - 1, err));
     buf[n] = 0;
-    CHECK(cl_state_decode(&t, buf, n + 1, err));
+    CHECK(cluster_state_decode(&t, buf, n + 1, err));
     buf[4] = 200; /* 200 members */
-    CHECK(cl_state_decode(&t, buf, n, err));
+    CHECK(cluster_state_decode(&t, buf, n, err));
     CHECK(strstr(err, "exceed"));
     buf[4] = 5;
     buf[24] = CL_CMD_VERSION - 1; /* a snapshot of the encoding before refusals */
-    CHECK(cl_state_decode(&t, buf, n, err));
+    CHECK(cluster_state_decode(&t, buf, n, err));
     CHECKF(strstr(err, "version"), "%s", err);
 }
 
@@ -492,12 +493,12 @@ static int fx_apply(struct raft_fsm *fsm, const struct raft_buffer *buf, void **
     struct fx_fsm *f = fsm->data;
     struct cl_cmd c;
     *result = NULL;
-    if (cl_cmd_decode(&c, buf->base, buf->len, NULL)) {
+    if (cluster_cmd_decode(&c, buf->base, buf->len, NULL)) {
         f->st.applied++;
         f->st.rejected++;
         return 0;
     }
-    cl_state_apply(&f->st, &c);
+    cluster_state_apply(&f->st, &c);
     return 0;
 }
 
@@ -505,8 +506,8 @@ static int fx_snapshot(struct raft_fsm *fsm, struct raft_buffer *bufs[], unsigne
 {
     struct fx_fsm *f = fsm->data;
     *bufs = raft_malloc(sizeof **bufs);
-    (*bufs)[0].base = raft_malloc(cl_state_encoded_max());
-    (*bufs)[0].len = cl_state_encode(&f->st, (*bufs)[0].base, cl_state_encoded_max());
+    (*bufs)[0].base = raft_malloc(cluster_state_encoded_max());
+    (*bufs)[0].len = cluster_state_encode(&f->st, (*bufs)[0].base, cluster_state_encoded_max());
     *n = 1;
     return 0;
 }
@@ -517,7 +518,7 @@ static int fx_restore(struct raft_fsm *fsm, struct raft_buffer *buf)
 {
     struct fx_fsm *f = fsm->data;
     restores++;
-    int rc = cl_state_decode(&f->st, buf->base, buf->len, NULL);
+    int rc = cluster_state_decode(&f->st, buf->base, buf->len, NULL);
     if (!rc) raft_free(buf->base);
     return rc ? RAFT_CORRUPT : 0;
 }
@@ -536,7 +537,7 @@ static void fx_setup_n(unsigned n)
                                       .apply = fx_apply,
                                       .snapshot = fx_snapshot,
                                       .restore = fx_restore};
-        cl_state_init(&fx[i].st);
+        cluster_state_init(&fx[i].st);
         CHECK(!raft_fixture_grow(&F, &fx[i].fsm));
     }
     CHECK(!raft_fixture_configuration(&F, n, &conf));
@@ -545,7 +546,7 @@ static void fx_setup_n(unsigned n)
     for (unsigned i = 0; i < n; i++) {
         raft_set_snapshot_threshold(raft_fixture_get(&F, i), 8);
         raft_set_snapshot_trailing(raft_fixture_get(&F, i), 2);
-        raft_set_pre_vote(raft_fixture_get(&F, i), true); /* as cluster/control.c runs raft */
+        raft_set_pre_vote(raft_fixture_get(&F, i), true); /* as cluster/control.c sets raft up */
     }
     CHECK(!raft_fixture_start(&F));
 }
@@ -563,7 +564,7 @@ static raft_index propose(unsigned leader, const struct cl_cmd *c)
 {
     struct raft *r = raft_fixture_get(&F, leader);
     struct raft_buffer b = {.base = raft_malloc(CL_CMD_MAX)};
-    b.len = cl_cmd_encode(b.base, CL_CMD_MAX, c);
+    b.len = cluster_cmd_encode(b.base, CL_CMD_MAX, c);
     CHECK(n_reqs < 64);
     CHECK(!raft_apply(r, &reqs[n_reqs++], &b, 1, NULL));
     return raft_last_index(r);
@@ -572,8 +573,8 @@ static raft_index propose(unsigned leader, const struct cl_cmd *c)
 static int same_state(unsigned a, unsigned b)
 {
     static uint8_t x[1 << 16], y[1 << 16];
-    size_t nx = cl_state_encode(&fx[a].st, x, sizeof x),
-           ny = cl_state_encode(&fx[b].st, y, sizeof y);
+    size_t nx = cluster_state_encode(&fx[a].st, x, sizeof x),
+           ny = cluster_state_encode(&fx[b].st, y, sizeof y);
     return nx == ny && !memcmp(x, y, nx);
 }
 
@@ -601,7 +602,7 @@ TEST(raft_fixture_leader_dies_state_survives)
     CHECK(raft_fixture_step_until_applied(&F, 3 - l, idx, 5000));
     CHECK(same_state(1, 2));
     CHECK_EQ_INT(fx[l].st.n_scaleouts, 1);
-    CHECK(!cl_state_member_c(&fx[l].st, 1)->alive);
+    CHECK(!cluster_state_member_c(&fx[l].st, 1)->alive);
     raft_fixture_close(&F);
     n_reqs = 0;
 }
@@ -666,7 +667,7 @@ static bool change_finished(struct raft_fixture *f, void *arg)
     return change_status >= 0;
 }
 
-/* Run the policy on the leader and carry out what it says (as cluster/control.c's conf_tick). */
+/* Run the policy on the leader and carry out what it says (as cluster/control_conf.c's control_conf_tick). */
 static struct vp_action fx_policy_step(unsigned leader, uint64_t now)
 {
     struct vp_server conf[8];
@@ -747,10 +748,10 @@ TEST(raft_fixture_dead_voter_removed_two_of_three_still_commit)
     four_lose_two(1, &idx, &committed);
     CHECK(committed);
     CHECK(raft_fixture_step_until_applied(&F, 0, idx, 5000));
-    CHECK(!cl_state_member_c(&fx[1].st, 3)->alive);
+    CHECK(!cluster_state_member_c(&fx[1].st, 3)->alive);
     CHECK(same_state(0, 1));
     /* Node 4 comes back: it learns nothing by itself (no one replicates to a server outside the
-     * configuration) and rejoins the way control.c's JOIN does: raft_add, then assign VOTER. */
+     * configuration) and rejoins the way control_conf.c's JOIN does: raft_add, then assign VOTER. */
     raft_fixture_revive(&F, 3);
     raft_fixture_step_until_elapsed(&F, 2000);
     CHECK(fx[3].st.applied < fx[0].st.applied);
@@ -770,7 +771,7 @@ TEST(raft_fixture_dead_voter_removed_two_of_three_still_commit)
     CHECK(raft_fixture_step_until_applied(&F, 3, idx, 10000));
     CHECK(same_state(0, 3));
     CHECK_EQ_INT(fx_voters(3), 4);
-    CHECK(cl_state_member_c(&fx[3].st, 4)->alive);
+    CHECK(cluster_state_member_c(&fx[3].st, 4)->alive);
     raft_fixture_close(&F);
     n_reqs = 0;
 }

@@ -531,7 +531,7 @@ TEST(architectures_layer_range_split)
     for (int i = 0; i < N_ARCH_CASES; i++) split_equals_full(&arch_cases[i].a, arch_cases[i].name);
 }
 
-/* A helper's fused step, as cluster/coop.c runs it: its own rows (embedding, then the layers one
+/* A helper's fused step, as cluster/coop_fuse.c runs it: its own rows (embedding, then the layers one
  * at a time) with other nodes' rows joining before the layer they start at (0, 1, 2; their inputs
  * computed by a joiner's engine), one of them late (it starts at layer 1 and joins before layer 2,
  * running layer 1 alone first), and one head for all; against the same rows as separate steps

@@ -38,8 +38,9 @@ static void first_msg(struct sconn *c, const uint8_t *msg, size_t len)
 {
     struct cl_msg m;
     char err[ERRMSG_LEN];
-    if (cl_msg_decode(&m, msg, len, err) || m.type != MSGC_OPEN || m.u.open.channel != CHAN_FWD)
-        return sconn_close(c, "not a forward channel");
+    if (cluster_cmd_msg_decode(&m, msg, len, err) || m.type != MSGC_OPEN ||
+        m.u.open.channel != CHAN_FWD)
+        return sealed_conn_close(c, "not a forward channel");
     c->cb = (struct sconn_cbs){0};
     atomic_store(&opened_by, (int)m.u.open.id);
     atomic_store(&srv_fd, fwd_channels_accept(c, err));
@@ -60,7 +61,7 @@ static void on_refused(struct slisten *l, const char *peer, const char *why, int
 /* ---------------------------------------------------------------- the loop's thread */
 
 /* The loop ends once the connections still open have closed themselves (each through
- * sconn_close, which frees it). */
+ * sealed_conn_close, which frees it). */
 static void on_stop(uv_async_t *a)
 {
     fwd_channels_stop(good);

@@ -120,6 +120,27 @@ TEST(operands_fill_the_positional_entries)
     CHECK_STR(err, "unexpected argument 'c'");
 }
 
+/* An option the binary is built without (cmd/test_hooks.h): refused with its reason, flag or
+ * not, "=value" or not, and left out of the usage text. */
+TEST(refused_entries_say_why_and_stay_out_of_usage)
+{
+    int flag = 0;
+    const struct opt t[] = {
+        {"--flag", OPT_FLAG, &flag, 0, 0, NULL, NULL},
+        {"--hook", OPT_REFUSE, NULL, 0, 0, NULL, "not in this build"},
+    };
+    char err[ERRMSG_LEN];
+    CHECK(opts_parse(t, 2, 3, (char *[]){"cmd", "--flag", "--hook"}, err) == -1);
+    CHECK_STR(err, "--hook: not in this build");
+    CHECK(opts_parse(t, 2, 2, (char *[]){"cmd", "--hook=1"}, err) == -1);
+    CHECK_STR(err, "--hook: not in this build");
+    char buf[256] = "";
+    FILE *f = fmemopen(buf, sizeof buf - 1, "w");
+    opts_usage(f, "x", t, 2);
+    fclose(f);
+    CHECK_STR(buf, "usage: strata x [--flag]\n");
+}
+
 int main(void)
 {
     check_run("every_kind", every_kind);
@@ -127,5 +148,7 @@ int main(void)
     check_run("errors_name_the_flag_and_the_reason", errors_name_the_flag_and_the_reason);
     check_run("list_is_bounded", list_is_bounded);
     check_run("operands_fill_the_positional_entries", operands_fill_the_positional_entries);
+    check_run("refused_entries_say_why_and_stay_out_of_usage",
+              refused_entries_say_why_and_stay_out_of_usage);
     return check_failed_count != 0;
 }

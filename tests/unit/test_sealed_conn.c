@@ -31,7 +31,7 @@ static void srv_msg(struct sconn *c, const uint8_t *m, size_t n)
 {
     snprintf(got, sizeof got, "%.*s", (int)n, (const char *)m);
     got_msgs++;
-    sconn_send(c, "pong", 4);
+    sealed_conn_send(c, "pong", 4);
 }
 
 /* An accepted connection frees itself when it closes: forget it then. */
@@ -77,13 +77,13 @@ static void cli_ready(struct sconn *c, int status, const char *why)
 {
     (void)why;
     ready_status = status;
-    if (!status) sconn_send(c, "ping", 4);
+    if (!status) sealed_conn_send(c, "ping", 4);
 }
 
 static void cli_msg(struct sconn *c, const uint8_t *m, size_t n)
 {
     snprintf(reply, sizeof reply, "%.*s", (int)n, (const char *)m);
-    sconn_close(c, "done");
+    sealed_conn_close(c, "done");
 }
 
 static void cli_closed(struct sconn *c, const char *why)
@@ -120,12 +120,12 @@ static void close_all(uv_handle_t *h, void *arg)
     if (!uv_is_closing(h)) uv_close(h, NULL);
 }
 
-/* Connections still open close through sconn_close (each frees itself once its handles have
+/* Connections still open close through sealed_conn_close (each frees itself once its handles have
  * closed; a plain uv_close would leave it allocated), then every other handle. */
 static void drain(void)
 {
-    if (cli_conn) sconn_close(cli_conn, "done");
-    if (srv_conn) sconn_close(srv_conn, "done");
+    if (cli_conn) sealed_conn_close(cli_conn, "done");
+    if (srv_conn) sealed_conn_close(srv_conn, "done");
     for (int i = 0; i < 100 && (cli_conn || srv_conn); i++) uv_run(&loop, UV_RUN_NOWAIT);
     uv_walk(&loop, close_all, NULL);
     for (int i = 0; i < 100; i++) uv_run(&loop, UV_RUN_NOWAIT);
@@ -137,7 +137,7 @@ TEST(message_both_ways_under_the_key)
     char err[ERRMSG_LEN];
     setup();
     struct sconn_cbs cbs = {.on_ready = cli_ready, .on_msg = cli_msg, .on_close = cli_closed};
-    CHECKF(sconn_connect(&loop, &key, lis_addr, &cbs, NULL, err) != NULL, "%s", err);
+    CHECKF(sealed_conn_connect(&loop, &key, lis_addr, &cbs, NULL, err) != NULL, "%s", err);
     run_until(&closed, 1);
     CHECK_EQ_INT(ready_status, 0);
     CHECK_EQ_INT(accepted, 1);
@@ -152,7 +152,7 @@ TEST(other_key_refused_nothing_delivered)
     char err[ERRMSG_LEN];
     setup();
     struct sconn_cbs cbs = {.on_ready = cli_ready, .on_msg = cli_msg, .on_close = cli_closed};
-    CHECKF(sconn_connect(&loop, &other, lis_addr, &cbs, NULL, err) != NULL, "%s", err);
+    CHECKF(sealed_conn_connect(&loop, &other, lis_addr, &cbs, NULL, err) != NULL, "%s", err);
     run_until(&closed, 1);
     run_until(&refused, 1);
     CHECK(ready_status < 0);
@@ -169,7 +169,7 @@ static int raw_connect(void)
 {
     struct sockaddr_in sa;
     char err[ERRMSG_LEN];
-    CHECK(!sconn_parse_addr(lis_addr, &sa, err));
+    CHECK(!sealed_conn_parse_addr(lis_addr, &sa, err));
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     CHECK(fd >= 0);
     CHECK(!connect(fd, (struct sockaddr *)&sa, sizeof sa));
@@ -233,16 +233,16 @@ TEST(finished_handshake_outlives_the_deadline)
     lis.handshake_ms = 100;
     cli_conn = srv_conn = NULL;
     struct sconn_cbs cbs = {.on_ready = keep_ready, .on_msg = cli_msg, .on_close = cli_closed};
-    CHECKF(sconn_connect(&loop, &key, lis_addr, &cbs, NULL, err) != NULL, "%s", err);
+    CHECKF(sealed_conn_connect(&loop, &key, lis_addr, &cbs, NULL, err) != NULL, "%s", err);
     for (int i = 0; i < 2000 && ready_status == 99; i++) uv_run(&loop, UV_RUN_NOWAIT), usleep(1000);
     CHECK_EQ_INT(ready_status, 0);
     CHECK_EQ_INT(accepted, 1);
     /* Three deadlines later both ends are still open and a message still crosses. */
     for (int i = 0; i < 300; i++) uv_run(&loop, UV_RUN_NOWAIT), usleep(1000);
-    CHECK(cli_conn && srv_conn && sconn_is_open(cli_conn) && sconn_is_open(srv_conn));
+    CHECK(cli_conn && srv_conn && sealed_conn_is_open(cli_conn) && sealed_conn_is_open(srv_conn));
     CHECK_EQ_INT(refused, 0);
     CHECK_EQ_INT(timeouts, 0);
-    sconn_send(cli_conn, "ping", 4);
+    sealed_conn_send(cli_conn, "ping", 4);
     run_until(&got_msgs, 1);
     CHECK_STR(got, "ping");
     drain();
@@ -283,7 +283,7 @@ static void relay_accept(struct slisten *l, struct sconn *c)
     accepted++;
     srv_conn = c;
     c->cb.on_close = srv_closed;
-    srv_end = sconn_relay(c, plain_malloc, err);
+    srv_end = sealed_conn_relay(c, plain_malloc, err);
     if (srv_end) uv_read_start(srv_end, pipe_alloc, pipe_read);
 }
 
@@ -292,7 +292,7 @@ static void relay_ready(struct sconn *c, int status, const char *why)
     char err[ERRMSG_LEN];
     (void)why;
     ready_status = status;
-    if (!status) cli_conn = c, cli_end = sconn_relay(c, plain_malloc, err);
+    if (!status) cli_conn = c, cli_end = sealed_conn_relay(c, plain_malloc, err);
 }
 
 static void write_done(uv_write_t *w, int status)
@@ -314,7 +314,7 @@ TEST(relay_carries_a_stream_unchanged)
     srand(7);
     for (size_t i = 0; i < STREAM_BYTES; i++) pattern[i] = (uint8_t)rand();
     struct sconn_cbs cbs = {.on_ready = relay_ready, .on_close = cli_closed};
-    CHECKF(sconn_connect(&loop, &key, lis_addr, &cbs, NULL, err) != NULL, "%s", err);
+    CHECKF(sealed_conn_connect(&loop, &key, lis_addr, &cbs, NULL, err) != NULL, "%s", err);
     for (int i = 0; i < 2000 && (!cli_end || !srv_end); i++)
         uv_run(&loop, UV_RUN_NOWAIT), usleep(1000);
     CHECK(cli_end && srv_end);

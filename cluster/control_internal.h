@@ -1,0 +1,219 @@
+/* control_internal: what the control_*.c files share (not a public header: cluster/control.h is).
+ *
+ * One struct control per node. Three kinds of owner, said per group of fields below:
+ *   - set by control_start, read-only afterwards (any thread);
+ *   - the control thread alone (the libuv loop: raft's callbacks, the tick, the connections);
+ *   - guarded by mu: what other threads read or write too (the HTTP thread's /v1/cluster, routing
+ *     and recovery; the serving process's executor and setters; the relays).
+ * The functions below are each defined in the file their prefix names (control_fsm_ in
+ * control_fsm.c, ...) and run on the control thread unless they say otherwise. */
+#ifndef STRATA_CLUSTER_CONTROL_INTERNAL_H
+#define STRATA_CLUSTER_CONTROL_INTERNAL_H
+
+#include "cluster/control.h"
+
+#include "cluster/cluster_state.h"
+#include "cluster/fwd_channel.h"
+#include "cluster/planner.h"
+#include "cluster/raft_transport.h"
+#include "cluster/recover_req.h"
+#include "cluster/voter_policy.h"
+#include "os/common/errmsg.h"
+#include "os/runtime/log.h"
+
+#include <pthread.h>
+#include <raft.h>
+#include <raft/uv.h>
+#include <stdint.h>
+#include <time.h>
+
+#define CTL_MAX_EXECUTED 64
+
+struct peer {
+    uint64_t id;
+    char addr[CL_STR_LEN + 1];
+};
+
+/* The latest load report of a node (the leader's table; every node keeps its own). */
+struct report {
+    uint64_t id;
+    uint64_t at_ms; /* monotonic, local */
+    uint32_t seen_scales;
+    struct cl_node_up node;
+    struct cl_load load;
+    int n_hold;
+    struct cl_holding hold[CL_MAX_HOLD];
+    int n_refused;
+    struct cl_refusal refused[CL_MAX_REFUSED];
+};
+
+/* The leader's memory of a node that refused (or failed) a scale-out of a model: no new copy or
+ * joiner of that model goes there until `until` (monotonic; twice --cluster-dead-ms later: long
+ * enough for its reports to correct a stale view, short enough that a transient refusal, a
+ * switch asked while the old model is still leaving the engine, is asked again). */
+struct refuser {
+    uint64_t node, until;
+    char model[CL_STR_LEN + 1];
+};
+
+#define CTL_MAX_REFUSERS 16
+
+struct control {
+    /* Set by control_start, read-only afterwards; except model, cfg.n_layers and
+     * cfg.model_bytes, which control_set_model changes under mu (and which are read under mu). */
+    struct control_cfg cfg;
+    char peers_s[1024], addr[CL_STR_LEN + 1], dir[256], http[CL_STR_LEN + 1], gpu[CL_STR_LEN + 1],
+        rack[CL_STR_LEN + 1], model[CL_STR_LEN + 1], fabric[CL_STR_LEN + 1];
+    struct peer peer[CL_MAX_NODES];
+    int n_peers, bootstrap_member;
+    struct cluster_key key;
+    struct control_serving sv;
+    struct cluster_exec ex;
+
+    /* The control thread's (control_start and control_stop set them up and tear them down around
+     * it; fwd is thread-safe itself: relays open channels through it). */
+    pthread_t thread;
+    int thread_started;
+    uv_loop_t loop;
+    uv_async_t stop_async;
+    uv_timer_t tick;
+    struct raft_uv_transport transport;
+    struct fwd_channels *fwd; /* forwarded API requests, both ways */
+    struct raft_io io;
+    struct raft_fsm fsm;
+    struct raft raft;
+    int raft_open, stopping;
+
+    /* Guarded by mu: the replicated state (written by the FSM on the loop thread), this node's
+     * holdings (written by the executor), the report table and the counters below it. */
+    pthread_mutex_t mu;
+    struct cl_state st;
+    struct cl_holding my_hold[CL_MAX_HOLD];
+    int n_my_hold;
+    struct cl_refusal my_refused[CL_MAX_REFUSED]; /* decisions this node refused or failed */
+    int n_my_refused;
+    struct refuser refuser[CTL_MAX_REFUSERS]; /* the leader's, see struct refuser */
+    int n_refusers;
+    struct report rep[CL_MAX_NODES];
+    int n_rep;
+    int raft_state;
+    uint64_t leader_id, term, commit_index, applied_index, last_index;
+    char leader_addr[CL_STR_LEN + 1];
+    uint64_t decisions, refused, handshake_timeouts, reports_in, proposals_failed, leaderships;
+    struct vp_server conf[CL_MAX_NODES]; /* raft's configuration, as this node holds it */
+    int n_conf;
+    int outstanding[CL_MAX_NODES]; /* requests this node has relayed to member i, in flight */
+    /* Loads the leader relayed to us (a follower's view of the others, for routing only). */
+    struct {
+        uint64_t id, at_ms; /* at_ms: local monotonic time the leader's copy was taken */
+        struct cl_load load;
+    } relayed[CL_MAX_NODES];
+    int n_relayed;
+    uint64_t suspect_until[CL_MAX_NODES]; /* member i refused a relay: not routed to until then */
+
+    /* The control thread alone. */
+    int inflight, was_leader;
+    uint64_t leader_since, leader_since_wall, start_wall;
+    uint64_t leader_seen; /* monotonic: the last tick raft knew a leader */
+    uint64_t join_last;   /* monotonic: the last JOIN this node sent while leaderless */
+    int conf_busy;        /* a change of raft's configuration of ours in flight */
+    uint64_t keep_logged; /* the dead voter we last logged as kept */
+    struct sconn *ctl;    /* to the leader */
+    uint64_t ctl_leader;
+    int ctl_open;
+    int in_config;                /* this node is in raft's configuration */
+    struct sconn *join;           /* a JOIN in flight */
+    int join_next;                /* next peer to ask */
+    char join_to[CL_STR_LEN + 1]; /* the leader a peer named: asked next */
+    uint32_t executed[CTL_MAX_EXECUTED];
+    int n_executed;
+    uint32_t events_seen;
+    uint32_t seen_scales; /* CMD_SCALEs this node has applied and acted on */
+
+    /* Recovery from a lost quorum (control_recover.c). The request and its answer are guarded by
+     * mu (rq_state: 0 none, 1 posted, 2 answered; recover_cv signals the answer), and so are
+     * recoveries and last_recovery_ms; the rest is the control thread's. */
+    uv_async_t recover_async;
+    uv_timer_t recover_timer;
+    pthread_cond_t recover_cv;
+    int rq_state, rq_status;
+    struct recover_req rq;
+    char rq_msg[ERRMSG_LEN];
+    struct peer recover_to[CL_MAX_NODES]; /* the named voters, at the addresses this node knows */
+    int n_recover_to;
+    struct peer recover_add[CL_MAX_NODES]; /* the others: added back as voters once we lead */
+    int n_recover_add;
+    int recovering;    /* raft is closed for a recovery: the tick does nothing */
+    int recover_event; /* a recovery to record in the log once this node leads */
+    uint64_t recoveries;
+    uint64_t last_recovery_ms;
+};
+
+static inline uint64_t now_mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static inline uint64_t now_wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* The planner's view: the committed state plus the latest reports. */
+struct view_buf {
+    struct plan_node node[CL_MAX_NODES];
+    struct plan_model model[CL_MAX_MODELS];
+    struct plan_scaleout so[CL_MAX_SCALEOUTS];
+    char gpu[CL_MAX_NODES][CL_STR_LEN + 1];
+    double tput[CL_MAX_NODES * CL_MAX_MODELS];
+    struct step_model step[CL_MAX_NODES * CL_MAX_MODELS];
+    struct plan_view v;
+};
+
+/* control.c */
+int control_raft_setup(struct control *c, char *err); /* raft_init .. raft_start on c->dir */
+
+/* control_fsm.c */
+void control_fsm_init(struct control *c); /* c->fsm, before raft_init */
+/* Append cmd to the log (the leader; stamps cmd->t_ms). 0, or -1 (logged) when raft refused it. */
+int control_fsm_propose(struct control *c, struct cl_cmd *cmd);
+
+/* control_channel.c: the transport's callbacks (struct raft_transport_cfg), and each heartbeat's
+ * report (and the JOIN of a node outside the configuration; force: even though our configuration
+ * lists us: rejoin_tick) */
+void control_channel_on_ctl(void *ctx, struct sconn *s, uint64_t id, const char *addr);
+void control_channel_on_fwd(void *ctx, struct sconn *s, uint64_t id, const char *addr);
+void control_channel_on_refused(void *ctx, const char *peer, const char *why, int timed_out);
+void control_channel_report(struct control *c);
+void control_channel_join_tick(struct control *c, int force);
+void control_channel_rejoin_tick(struct control *c, uint64_t now, int leader_known);
+
+/* control_conf.c: record a change of raft's configuration in the log (CONF_*); add node id at
+ * addr as a voter (the leader); one policy step (the leader) */
+void control_conf_event(struct control *c, uint64_t id, int change);
+void control_conf_start_join(struct control *c, uint64_t id, const char *addr);
+void control_conf_tick(struct control *c);
+
+/* control_exec.c: carry out the committed decisions that name this node */
+void control_exec_tick(struct control *c);
+
+/* control_leader.c: membership, ended scale-outs, the planner (the leader, each heartbeat) */
+void control_leader_tick(struct control *c);
+
+/* control_view.c: the planner's view in vb (mu held) */
+void control_view_build(struct control *c, struct view_buf *vb, uint64_t now_mono);
+
+/* control_recover.c */
+int control_recover_at_start(struct control *c, char *err); /* --cluster-recover, checked */
+/* raft_recover and a new term (from control_raft_setup) */
+int control_recover_force(struct control *c, char *err);
+void control_recover_started(struct control *c); /* raft recovered at start: record it */
+void control_recover_on_async(uv_async_t *a);    /* the HTTP thread posted a request */
+void control_recover_answer(struct control *c, int status, const char *msg);
+int control_recover_add_tick(struct control *c); /* the leader: add back the next named voter */
+
+#endif

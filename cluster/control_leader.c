@@ -1,0 +1,235 @@
+/* control_leader: the leader's decisions, each heartbeat, one batch at a time.
+ *
+ * In order, and only on a state that applied everything proposed: membership (a member silent for
+ * --cluster-dead-ms is committed down, one that reports up; holdings that changed), then the
+ * scale-outs that ended (done, or abandoned with the reason: source or node down, a refusal, the
+ * timeout), then the planner (cluster/planner.h) on the view (control_view.c), its actions
+ * committed as CMD_SCALE. A node that refused a model is left out of its scale-outs for a while
+ * (struct refuser). Runs on the control thread. */
+#include "cluster/control_internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static int hold_differs(const struct cl_hold *h, const struct cl_holding *r)
+{
+    return h->host != r->host || h->engine != r->engine ||
+           h->layers_resident != r->layers_resident || h->n_layers != r->n_layers;
+}
+
+/* Membership and holdings from the reports; returns how many commands it proposed. */
+static int leader_membership(struct control *c, uint64_t now)
+{
+    struct cl_cmd cmd[CL_MAX_NODES * 2];
+    int n = 0;
+    pthread_mutex_lock(&c->mu);
+    for (uint32_t i = 0; i < c->st.n_members; i++) {
+        const struct cl_member *m = &c->st.member[i];
+        struct report *r = NULL;
+        for (int k = 0; k < c->n_rep; k++)
+            if (c->rep[k].id == m->info.id) r = &c->rep[k];
+        uint64_t last = r ? r->at_ms : 0;
+        if (last < c->leader_since) last = c->leader_since;
+        if (m->alive && now - last > (uint64_t)c->cfg.dead_ms) {
+            cmd[n] = (struct cl_cmd){.type = CMD_NODE_DOWN};
+            cmd[n++].u.down = m->info.id;
+            log_warn("cluster", "node %llu silent for %llu ms: down",
+                     (unsigned long long)m->info.id, (unsigned long long)(now - last));
+        }
+    }
+    for (int k = 0; k < c->n_rep && n < CL_MAX_NODES * 2 - 1; k++) {
+        const struct report *r = &c->rep[k];
+        if (now - r->at_ms > (uint64_t)c->cfg.dead_ms) continue;
+        const struct cl_member *m = cluster_state_member_c(&c->st, r->id);
+        int tok_changed = m && (r->node.tok_s > 1.2f * m->info.tok_s + 1 ||
+                                r->node.tok_s < 0.8f * m->info.tok_s - 1);
+        if (!m || !m->alive || tok_changed || strcmp(m->info.http, r->node.http) ||
+            strcmp(m->info.addr, r->node.addr) || strcmp(m->info.fabric, r->node.fabric) ||
+            strcmp(m->info.rack, r->node.rack)) {
+            cmd[n] = (struct cl_cmd){.type = CMD_NODE_UP};
+            cmd[n++].u.up = r->node;
+            continue; /* holdings once it is a member */
+        }
+        /* A node that has not yet acted on the latest decisions may report stale holdings. */
+        if (r->seen_scales < c->st.n_scales) continue;
+        for (int h = 0; h < r->n_hold && n < CL_MAX_NODES * 2; h++) {
+            int mi = cluster_state_model(&c->st, r->hold[h].model);
+            if (mi >= 0 && !hold_differs(&m->hold[mi], &r->hold[h])) continue;
+            cmd[n] = (struct cl_cmd){.type = CMD_HOLDING};
+            cmd[n++].u.hold = r->hold[h];
+            break; /* one per node per tick */
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    for (int i = 0; i < n; i++) control_fsm_propose(c, &cmd[i]);
+    return n;
+}
+
+/* A report's refusal of scale-out scale_id, or NULL (mu held). */
+static const char *refusal_of(struct control *c, uint64_t node, uint32_t scale_id)
+{
+    for (int k = 0; k < c->n_rep; k++) {
+        if (c->rep[k].id != node) continue;
+        for (int j = 0; j < c->rep[k].n_refused; j++)
+            if (c->rep[k].refused[j].scale_id == scale_id) return c->rep[k].refused[j].reason;
+    }
+    return NULL;
+}
+
+static void refuser_add(struct control *c, uint64_t node, const char *model, uint64_t now)
+{
+    struct refuser *r = NULL;
+    for (int i = 0; i < c->n_refusers && !r; i++)
+        if (c->refuser[i].node == node && !strcmp(c->refuser[i].model, model)) r = &c->refuser[i];
+    for (int i = 0; i < c->n_refusers && !r; i++)
+        if (c->refuser[i].until <= now) r = &c->refuser[i];
+    if (!r && c->n_refusers < CTL_MAX_REFUSERS) r = &c->refuser[c->n_refusers++];
+    if (!r) r = &c->refuser[0];
+    r->node = node;
+    r->until = now + 2 * (uint64_t)c->cfg.dead_ms;
+    snprintf(r->model, sizeof r->model, "%s", model);
+}
+
+/* Scale-outs whose joiners all serve alone (or that lost their source or a joiner, or whose joiner
+ * refused) end. */
+static int leader_scaleouts(struct control *c)
+{
+    struct cl_cmd cmd[CL_MAX_SCALEOUTS];
+    int n = 0;
+    uint64_t now = now_mono_ms();
+    pthread_mutex_lock(&c->mu);
+    for (uint32_t i = 0; i < c->st.n_scaleouts; i++) {
+        const struct cl_scaleout *so = &c->st.scaleout[i];
+        int mi = cluster_state_model(&c->st, so->s.model), done = mi >= 0, lost = 0;
+        uint64_t who = 0; /* the node that refused or failed it */
+        char why[CL_STR_LEN + 1] = "";
+        const struct cl_member *src = cluster_state_member_c(&c->st, so->s.source);
+        if (so->s.source && (!src || !src->alive)) {
+            lost = 1;
+            snprintf(why, sizeof why, "source node %llu is down", (unsigned long long)so->s.source);
+        }
+        /* A copy that never finishes (a stream stuck below its pacing, a target that stopped
+         * reporting its refusal) must not hold the model's host-copy decisions forever. */
+        if (now_wall_ms() > so->started_ms + (uint64_t)c->cfg.scaleout_timeout_ms) {
+            if (!lost) {
+                log_warn("cluster", "scale-out %u of %s: not done after %d ms: abandoned",
+                         so->scale_id, so->s.model, c->cfg.scaleout_timeout_ms);
+                snprintf(why, sizeof why, "not done after %d ms", c->cfg.scaleout_timeout_ms);
+            }
+            lost = 1;
+        }
+        uint64_t targets[CL_MAX_CHAIN + 1];
+        int nt = 0;
+        if (so->s.kind == SCALE_UP)
+            for (int k = 0; k < so->s.n_chain; k++) targets[nt++] = so->s.chain[k];
+        else
+            targets[nt++] = so->s.node;
+        for (int k = 0; k < nt && mi >= 0; k++) {
+            const struct cl_member *m = cluster_state_member_c(&c->st, targets[k]);
+            if (!m || !m->alive) {
+                if (!lost) {
+                    who = targets[k];
+                    snprintf(why, sizeof why, "node %llu is down", (unsigned long long)who);
+                }
+                lost = 1;
+                continue;
+            }
+            /* The target refused the decision or its work failed, and says so in its report:
+             * abandoned now, and the planner leaves that node out for this model. */
+            const char *refused = refusal_of(c, targets[k], so->scale_id);
+            if (refused) {
+                if (!lost || !who) {
+                    who = targets[k];
+                    snprintf(why, sizeof why, "%s", refused);
+                }
+                lost = 1;
+                refuser_add(c, targets[k], so->s.model, now);
+                log_warn("cluster", "node %llu refused decision %u (%s of %s): %s: abandoned",
+                         (unsigned long long)targets[k], so->scale_id,
+                         so->s.kind == SCALE_UP ? "scale-up" : "replication", so->s.model, refused);
+                continue;
+            }
+            const struct cl_hold *h = &m->hold[mi];
+            /* The decision set the joiner's engine; its own report took it back: it refused or
+             * its join failed (its log says why). The planner decides again. */
+            if (so->s.kind == SCALE_UP && !h->engine) {
+                if (!lost) {
+                    who = targets[k];
+                    snprintf(why, sizeof why, "node %llu took it out of its engine",
+                             (unsigned long long)who);
+                }
+                lost = 1;
+            }
+            if (so->s.kind == SCALE_UP
+                    ? !(h->engine && h->layers_resident == h->n_layers && h->n_layers)
+                    : !h->host)
+                done = 0;
+        }
+        if (done || lost) {
+            cmd[n] = (struct cl_cmd){.type = CMD_SCALE_DONE};
+            cmd[n].u.done.scale_id = so->scale_id;
+            cmd[n].u.done.ok = !lost;
+            if (lost) {
+                cmd[n].u.done.node = who;
+                cluster_cmd_printable(cmd[n].u.done.reason, why[0] ? why : "abandoned");
+            }
+            n++;
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    for (int i = 0; i < n; i++) control_fsm_propose(c, &cmd[i]);
+    return n;
+}
+
+static int leader_plan(struct control *c, uint64_t now_mono)
+{
+    static struct view_buf vb;
+    static struct plan_action act[16];
+    struct plan_config pc;
+    char err[ERRMSG_LEN];
+    plan_config_default(&pc);
+    pthread_mutex_lock(&c->mu);
+    control_view_build(c, &vb, now_mono);
+    int n = vb.v.n_models ? planner_step(&pc, &vb.v, act, 16, err) : 0;
+    struct cl_cmd cmd[16];
+    int nc = 0;
+    for (int i = 0; i < n; i++) {
+        const struct plan_action *a = &act[i];
+        if (a->model < 0 || a->model >= (int)c->st.n_models) continue;
+        struct cl_cmd *k = &cmd[nc++];
+        *k = (struct cl_cmd){.type = CMD_SCALE};
+        k->u.scale.kind = a->kind == PLAN_SCALE_UP         ? SCALE_UP
+                          : a->kind == PLAN_SCALE_DOWN     ? SCALE_DOWN
+                          : a->kind == PLAN_REPLICATE_HOST ? SCALE_REPLICATE
+                                                           : SCALE_DROP_HOST;
+        snprintf(k->u.scale.model, sizeof k->u.scale.model, "%s", c->st.model[a->model]);
+        k->u.scale.source = a->source > 0 ? (uint64_t)a->source : 0;
+        k->u.scale.node = (uint64_t)a->node;
+        for (int j = 0; j < a->n_chain && j < CL_MAX_CHAIN; j++)
+            k->u.scale.chain[k->u.scale.n_chain++] = (uint64_t)a->chain[j];
+        c->decisions++;
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (n < 0) log_warn("cluster", "planner: %s", err);
+    for (int i = 0; i < nc; i++) {
+        const struct cl_scale *s = &cmd[i].u.scale;
+        log_info("cluster", "decision: %s %s on node %llu (source %llu)",
+                 s->kind == SCALE_UP          ? "scale up"
+                 : s->kind == SCALE_DOWN      ? "scale down"
+                 : s->kind == SCALE_REPLICATE ? "replicate"
+                                              : "drop host copy",
+                 s->model, (unsigned long long)s->node, (unsigned long long)s->source);
+        control_fsm_propose(c, &cmd[i]);
+    }
+    return nc;
+}
+
+void control_leader_tick(struct control *c)
+{
+    uint64_t now = now_mono_ms();
+    if (c->inflight) return; /* one batch at a time: decide on what committed */
+    if (raft_last_applied(&c->raft) < raft_last_index(&c->raft)) return;
+    if (leader_membership(c, now)) return;
+    if (leader_scaleouts(c)) return;
+    leader_plan(c, now);
+}
