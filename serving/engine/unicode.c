@@ -99,6 +99,8 @@ uint32_t unicode_decode(const uint8_t *s, size_t n, size_t *i)
         if ((s[k + j] & 0xC0) != 0x80) goto bad;
         cp = cp << 6 | (s[k + j] & 0x3F);
     }
+    /* llama.cpp throws (and aborts tokenizing) on values past U+10FFFF: here they are invalid */
+    if (cp > 0x10FFFF) goto bad;
     *i = k + 1 + (size_t)need;
     return cp;
 bad:

@@ -8,8 +8,9 @@
  *
  * unicode_decode() reads text as llama.cpp does before pre-tokenizing: a lead byte 110xxxxx,
  * 1110xxxx or 11110xxx followed by enough continuation bytes is decoded without further checks
- * (overlong forms, surrogates and values up to 0x1FFFFF pass); any other byte is U+FFFD on its
- * own and decoding resumes at the next byte. */
+ * (overlong forms and surrogates pass); any other byte is U+FFFD on its own and decoding resumes
+ * at the next byte. A 4-byte form of a value past U+10FFFF is invalid too (llama.cpp aborts on
+ * it: there is nothing to agree with). */
 #ifndef STRATA_UNICODE_H
 #define STRATA_UNICODE_H
 

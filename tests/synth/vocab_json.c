@@ -14,6 +14,7 @@
 #define TT_CONTROL 3
 #define TT_USER    4
 #define TT_UNUSED  5
+#define TT_BYTE    6
 
 /* The llama-bpe and qwen2 pre-tokenizer regexes as tokenizer.json spells them. */
 static const char RE_LLAMA3[] =
@@ -29,6 +30,8 @@ struct vb {
     int32_t *type;
     char **merges;
     int n_merges;
+    float *scores; /* SentencePiece only */
+    int spm;
     /* special ids by kind, -1 unset; add_* -1 unset */
     int ids[7];
     int add_bos, add_eos, add_sep;
@@ -50,6 +53,7 @@ static void vb_free(struct vb *v)
     free(v->tok);
     free(v->type);
     free(v->merges);
+    free(v->scores);
     free(v->chat_template);
 }
 
@@ -274,11 +278,7 @@ static int from_hf(struct vb *v, const cJSON *root, const struct vocab_json_opts
     if (!cJSON_IsString(type) || strcmp(type->valuestring, "BPE"))
         return errmsg_set(err, "%s: model type is not BPE (only byte-level BPE is converted)",
                           path);
-    if (cJSON_IsTrue(cJSON_GetObjectItem(model, "byte_fallback")))
-        return errmsg_set(err,
-                          "%s: a SentencePiece-style vocabulary (byte_fallback): its GGUF needs "
-                          "tokenizer.model's scores (use a llama2.c tokenizer.bin)",
-                          path);
+    int spm = cJSON_IsTrue(cJSON_GetObjectItem(model, "byte_fallback"));
     const cJSON *vocab = cJSON_GetObjectItem(model, "vocab"), *added;
     const cJSON *merges = cJSON_GetObjectItem(model, "merges"), *it;
     added = cJSON_GetObjectItem(root, "added_tokens");
@@ -291,6 +291,9 @@ static int from_hf(struct vb *v, const cJSON *root, const struct vocab_json_opts
         const cJSON *id = cJSON_GetObjectItem(it, "id");
         if (cJSON_IsNumber(id) && id->valueint >= n) n = id->valueint + 1;
     }
+    int base = 0; /* the model's own vocabulary, before added tokens */
+    cJSON_ArrayForEach(it, vocab) if (cJSON_IsNumber(it) && it->valueint >= base) base =
+        it->valueint + 1;
     if (n <= 0 || n > (1 << 24)) return errmsg_set(err, "%s: %d tokens", path, n);
     if (vb_alloc(v, n, err) < 0) return -1;
     cJSON_ArrayForEach(it, vocab)
@@ -298,7 +301,9 @@ static int from_hf(struct vb *v, const cJSON *root, const struct vocab_json_opts
         if (!cJSON_IsNumber(it) || it->valueint < 0) continue;
         free(v->tok[it->valueint]);
         if (!(v->tok[it->valueint] = strdup(it->string))) return errmsg_set(err, "out of memory");
-        v->type[it->valueint] = TT_NORMAL;
+        const char *t = it->string;
+        v->type[it->valueint] =
+            spm && strlen(t) == 6 && !strncmp(t, "<0x", 3) && t[5] == '>' ? TT_BYTE : TT_NORMAL;
     }
     cJSON_ArrayForEach(it, added)
     {
@@ -306,7 +311,11 @@ static int from_hf(struct vb *v, const cJSON *root, const struct vocab_json_opts
         if (!cJSON_IsNumber(id) || id->valueint < 0 || !cJSON_IsString(c)) continue;
         int i = id->valueint;
         free(v->tok[i]);
-        if (cJSON_IsTrue(cJSON_GetObjectItem(it, "special")) || looks_special(c->valuestring)) {
+        if (spm && i < base && cJSON_IsTrue(cJSON_GetObjectItem(it, "special"))) {
+            v->tok[i] = strdup(c->valuestring); /* LlamaHfVocab: a special of the base vocabulary */
+            v->type[i] = TT_CONTROL;
+        } else if (cJSON_IsTrue(cJSON_GetObjectItem(it, "special")) ||
+                   looks_special(c->valuestring)) {
             v->tok[i] = strdup(c->valuestring);
             v->type[i] = TT_CONTROL;
         } else {
@@ -326,7 +335,21 @@ static int from_hf(struct vb *v, const cJSON *root, const struct vocab_json_opts
             return errmsg_set(err, "%s: merge %d is neither \"a b\" nor [a, b]", path, k);
         k++;
     }
-    if (o->pre)
+    if (spm) {
+        /* SentencePiece numbers its pieces in the order it learned them and scores them the
+         * same way (a Llama 2 tokenizer.model: piece i scores 259 - i), except runs of spaces,
+         * which score -1e9 (merged last): a normal token scores so, as tokenizer.model would */
+        v->scores = malloc((size_t)n * sizeof *v->scores);
+        if (!v->scores) return errmsg_set(err, "out of memory");
+        for (int i = 0; i < n; i++) {
+            const char *t = v->tok[i];
+            size_t l = strlen(t), k = 0;
+            while (k + 3 <= l && !strncmp(t + k, "\xe2\x96\x81", 3)) k += 3;
+            v->scores[i] = v->type[i] != TT_NORMAL ? 0 : k == l && l >= 6 ? -1e9f : -(float)i;
+        }
+        snprintf(pre, 32, "%s", o->pre ? o->pre : "default");
+        v->spm = 1;
+    } else if (o->pre)
         snprintf(pre, 32, "%s", o->pre);
     else {
         const char *re = split_regex(cJSON_GetObjectItem(root, "pre_tokenizer"));
@@ -569,12 +592,15 @@ int vocab_json_put(struct gguf_writer *w, const struct vocab_json_opts *o,
         return -1;
     }
     int e = 0;
-    e |= gguf_w_str(w, "tokenizer.ggml.model", "gpt2");
+    e |= gguf_w_str(w, "tokenizer.ggml.model", v.spm ? "llama" : "gpt2");
     e |= gguf_w_str(w, "tokenizer.ggml.pre", pre);
     e |= gguf_w_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v.tok, (uint64_t)v.n);
     e |= gguf_w_arr_i32(w, "tokenizer.ggml.token_type", v.type, (uint64_t)v.n);
-    e |= gguf_w_arr_str(w, "tokenizer.ggml.merges", (const char *const *)v.merges,
-                        (uint64_t)v.n_merges);
+    if (v.spm)
+        e |= gguf_w_arr_f32(w, "tokenizer.ggml.scores", v.scores, (uint64_t)v.n);
+    else
+        e |= gguf_w_arr_str(w, "tokenizer.ggml.merges", (const char *const *)v.merges,
+                            (uint64_t)v.n_merges);
     for (int k = 0; k < 7; k++)
         if (v.ids[k] >= 0 && sp_key[k]) e |= gguf_w_u32(w, sp_key[k], (uint32_t)v.ids[k]);
     uint8_t b;

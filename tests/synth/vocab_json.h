@@ -23,8 +23,12 @@
  *     derived from the ranks (every split of a token into two tokens, ordered by the token's rank
  *     then the parts' ranks, as transformers' tiktoken converter does), pre "tekken", bos 1,
  *     eos 2, unk 0.
- * SentencePiece-style tokenizer.json files (byte_fallback, Llama 2) are refused: their GGUF needs
- * the scores of tokenizer.model (use ../shared/models/tokenizer.bin and `strata convert`).
+ *   - a SentencePiece-style tokenizer.json (BPE with byte_fallback, as npm's tokenizer-llama2 has):
+ *     written as tokenizer.ggml.model "llama" with scores, which tokenizer.json lacks (llama.cpp's
+ *     LlamaHfVocab writes -1000 for all, which no merge order survives): a merge result scores
+ *     minus the rank of its first merge, everything else 0; <0xNN> tokens are byte tokens, the
+ *     model's own special tokens control. A real Llama 2 / Mistral 7B GGUF has tokenizer.model's
+ *     scores instead: for those, convert a llama2.c tokenizer.bin (tests/tools/vocab_gguf).
  *
  * No tensors and no general.* keys are written: the caller adds its model (tests/synth/synth_gguf.c)
  * or, for a vocabulary-only file, the tool tests/tools/vocab_gguf.c adds a minimal llama header. */

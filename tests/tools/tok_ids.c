@@ -5,6 +5,9 @@
  *                                                      "ok - NAME (N strings)" or "not ok - ..."
  *   build/tools/tok_ids VOCAB.gguf --records FILE      ids of each record of a corpus file, one
  *                                                      line each (no BOS, no special tokens)
+ *   build/tools/tok_ids VOCAB.gguf --hashes FILE       per record "<count> <fnv64 of that line>",
+ *                                                      the form llama.cpp's ids are kept in
+ *                                                      (tests/fixtures/tokenizer/)
  *   build/tools/tok_ids VOCAB.gguf --bench FILE        encoding speed on a corpus file, MB/s
  *   build/tools/tok_ids VOCAB.gguf TEXT...             ids and pieces of TEXT (special tokens
  *                                                      parsed, BOS as the vocabulary adds it)
@@ -16,6 +19,7 @@
 #include "serving/engine/gguf.h"
 #include "serving/engine/tokenizer.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,7 +101,19 @@ static int each_record(const char *path, uint8_t **buf, size_t *size)
     return 0;
 }
 
-static int records(const struct tokenizer *t, const char *path)
+/* FNV-1a 64 of the ids written as a line "1 2 3". */
+static uint64_t ids_hash(const int *v, int n)
+{
+    uint64_t h = 14695981039346656037ull;
+    char num[16];
+    for (int i = 0; i < n; i++) {
+        int l = snprintf(num, sizeof num, i ? " %d" : "%d", v[i]);
+        for (int k = 0; k < l; k++) h = (h ^ (uint8_t)num[k]) * 1099511628211ull;
+    }
+    return h;
+}
+
+static int records(const struct tokenizer *t, const char *path, int hashes)
 {
     uint8_t *b;
     size_t n;
@@ -113,8 +129,12 @@ static int records(const struct tokenizer *t, const char *path)
             fprintf(stderr, "tok_ids: %s\n", err);
             return 1;
         }
-        for (int i = 0; i < c; i++) fprintf(out, i ? " %d" : "%d", ids[i]);
-        fputc('\n', out);
+        if (hashes)
+            fprintf(out, "%d %016llx\n", c, (unsigned long long)ids_hash(ids, c));
+        else {
+            for (int i = 0; i < c; i++) fprintf(out, i ? " %d" : "%d", ids[i]);
+            fputc('\n', out);
+        }
         p += len;
     }
     free(b);
@@ -180,8 +200,9 @@ static int show(const struct tokenizer *t, int argc, char **argv)
 int main(int argc, char **argv)
 {
     if (argc < 3) {
-        fprintf(stderr, "usage: tok_ids VOCAB.gguf --vectors NAME | --records FILE | "
-                        "--bench FILE | TEXT...\n");
+        fprintf(stderr,
+                "usage: tok_ids VOCAB.gguf --vectors NAME | --records FILE | --hashes FILE | "
+                "--bench FILE | TEXT...\n");
         return 2;
     }
     uint8_t *buf;
@@ -197,7 +218,9 @@ int main(int argc, char **argv)
     if (!strcmp(argv[2], "--vectors") && argc == 4)
         rc = vectors(&t, argv[3]);
     else if (!strcmp(argv[2], "--records") && argc == 4)
-        rc = records(&t, argv[3]);
+        rc = records(&t, argv[3], 0);
+    else if (!strcmp(argv[2], "--hashes") && argc == 4)
+        rc = records(&t, argv[3], 1);
     else if (!strcmp(argv[2], "--bench") && argc == 4)
         rc = bench(&t, argv[1], argv[3]);
     else
