@@ -279,15 +279,15 @@ static int opt_bool(const struct gguf *g, const char *key, int *out, char *err)
     return 0;
 }
 
-/* The first id whose piece is one of the NULL-terminated texts, or -1. */
+/* The id of the first of the NULL-terminated texts that is a piece, or -1. (llama.cpp takes
+ * whichever its hash map yields first; only eot_id itself can differ, never the EOG set.) */
 static int find_any(const struct tokenizer *t, const char *const *texts)
 {
-    int best = -1;
     for (; *texts; texts++) {
         int id = tokenizer_find(t, *texts, strlen(*texts));
-        if (id >= 0 && (best < 0 || id < best)) best = id;
+        if (id >= 0) return id;
     }
-    return best;
+    return -1;
 }
 
 /* llama.cpp's end-of-generation set and the ids it finds by text. */

@@ -16,6 +16,10 @@ struct rig {
     struct scheduler *s;
 };
 
+/* The vocabulary's other end-of-generation tokens for the next rig_open (none by default). */
+static const int *rig_eog;
+static int rig_n_eog;
+
 static void rig_open(struct rig *g, int n_blocks, int block_size, struct sched_config cfg)
 {
     char err[ERRMSG_LEN];
@@ -28,6 +32,8 @@ static void rig_open(struct rig *g, int n_blocks, int block_size, struct sched_c
                             .vocab_size = FAKE_VOCAB,
                             .eos_id = FAKE_EOS,
                             .bos_id = -1,
+                            .eog_ids = rig_eog,
+                            .n_eog = rig_n_eog,
                             .forward = fake_forward,
                             .decode = fake_decode};
     g->s = sched_new(&cfg, &ops, &g->kv, &g->m, err);
@@ -219,6 +225,42 @@ TEST(stop_string_cuts_and_holds_back)
     CHECK_EQ_INT(out_of(r)->text_len, cut);
     CHECK(!memcmp(out_of(r)->text, want, cut));
     sreq_put(r);
+    rig_close(&g);
+}
+
+TEST(end_of_generation_tokens_stop)
+{
+    /* a token of the vocabulary's end-of-generation set (<|eot_id|>, <|im_end|>, ...) ends the
+     * completion as EOS does, and is not part of the text; ignore_eos masks it too */
+    char want[4096];
+    int eos;
+    struct sreq *probe = make_req(9, 5, 30);
+    int len = fake_oracle(probe->prompt, probe->n_prompt, 30, 128, want, &eos);
+    sreq_put(probe);
+    CHECK(len >= 8);
+    static int eog[1];
+    eog[0] = (int)(strchr(fake_chars, want[5]) - fake_chars);
+    size_t cut = (size_t)(strchr(want, want[5]) - want);
+    rig_eog = eog, rig_n_eog = 1;
+    struct rig g;
+    struct sched_config cfg = {.max_seqs = 2, .max_step_tokens = 16, .ctx = 128};
+    rig_open(&g, 64, 4, cfg);
+    rig_eog = NULL, rig_n_eog = 0;
+    char err[ERRMSG_LEN];
+    struct sreq *r = make_req(9, 5, 30), *keep = make_req(9, 5, 30);
+    keep->ignore_eos = 1;
+    CHECK(sched_submit(g.s, r, err) == 0 && sched_submit(g.s, keep, err) == 0);
+    struct sreq *both[2] = {r, keep};
+    CHECK(run_until_done(&g, both, 2, 1000) >= 0);
+    CHECK_EQ_INT(sreq_finish(r), FINISH_STOP);
+    struct sreq_output *o = out_of(r);
+    CHECKF(o->text_len == cut && !memcmp(o->text, want, cut), "got \"%.*s\", want \"%.*s\"",
+           (int)o->text_len, o->text, (int)cut, want);
+    CHECK_EQ_INT(sreq_finish(keep), FINISH_LENGTH);
+    o = out_of(keep);
+    CHECK(o->text_len == 30 && !memchr(o->text, fake_chars[eog[0]], o->text_len));
+    sreq_put(r);
+    sreq_put(keep);
     rig_close(&g);
 }
 
@@ -664,6 +706,7 @@ int main(void)
     RUN(preemption_without_eos_tokens_matches_oracle);
     RUN(cancel_frees_blocks_at_once);
     RUN(stop_string_cuts_and_holds_back);
+    RUN(end_of_generation_tokens_stop);
     RUN(slo_admission_protects_running_requests);
     RUN(least_slack_first);
     RUN(shed_late_rejects_requests_past_their_ttft);
