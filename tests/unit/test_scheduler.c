@@ -4,6 +4,7 @@
 #include "check.h"
 #include "fake_model.h"
 #include "os/common/errmsg.h"
+#include "serving/api/utf8.h"
 #include "serving/sched/scheduler.h"
 
 #include <stdlib.h>
@@ -261,6 +262,51 @@ TEST(end_of_generation_tokens_stop)
     CHECK(o->text_len == 30 && !memchr(o->text, fake_chars[eog[0]], o->text_len));
     sreq_put(r);
     sreq_put(keep);
+    rig_close(&g);
+}
+
+/* Each generated token decodes to the next byte of a text of 2-, 3- and 4-byte characters, as
+ * byte-level BPE tokens split characters. */
+static const char split_text[] = "\xc3\xa9\xe4\xb8\xad\xf0\x9f\x98\x80"
+                                 "a";
+static int split_pos;
+
+static const char *split_decode(void *ctx, int prev, int id, char *scratch, size_t *len)
+{
+    (void)ctx, (void)prev, (void)id;
+    scratch[0] = split_text[split_pos++ % (int)(sizeof split_text - 1)];
+    *len = 1;
+    return scratch;
+}
+
+TEST(characters_split_over_tokens_are_published_whole)
+{
+    struct rig g;
+    struct sched_config cfg = {.max_seqs = 1, .max_step_tokens = 16, .ctx = 128};
+    rig_open(&g, 64, 4, cfg);
+    sched_free(g.s);
+    char err[ERRMSG_LEN];
+    struct sched_ops ops = {.ctx = &g.fm,
+                            .vocab_size = FAKE_VOCAB,
+                            .eos_id = -1,
+                            .bos_id = -1,
+                            .forward = fake_forward,
+                            .decode = split_decode};
+    g.s = sched_new(&cfg, &ops, &g.kv, &g.m, err);
+    CHECKF(g.s, "%s", err);
+    split_pos = 0;
+    struct sreq *r = make_req(3, 4, 40); /* 40 bytes: four times the text */
+    CHECK(sched_submit(g.s, r, err) == 0);
+    for (int it = 0; it < 1000 && !sreq_finish(r); it++) {
+        sched_iterate(g.s);
+        struct sreq_output *o = out_of(r);
+        /* what a stream sends is whole characters: a prefix of the text, cut between them */
+        CHECK(utf8_valid(o->text, o->text_len));
+        for (size_t i = 0; i < o->text_len; i++)
+            CHECK(o->text[i] == split_text[i % (sizeof split_text - 1)]);
+    }
+    CHECK_EQ_INT(out_of(r)->text_len, 40);
+    sreq_put(r);
     rig_close(&g);
 }
 
@@ -707,6 +753,7 @@ int main(void)
     RUN(cancel_frees_blocks_at_once);
     RUN(stop_string_cuts_and_holds_back);
     RUN(end_of_generation_tokens_stop);
+    RUN(characters_split_over_tokens_are_published_whole);
     RUN(slo_admission_protects_running_requests);
     RUN(least_slack_first);
     RUN(shed_late_rejects_requests_past_their_ttft);
