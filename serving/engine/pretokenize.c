@@ -5,26 +5,36 @@
 
 #include <string.h>
 
+/* The names llama.cpp gives these pre-tokenizers, with its defaults for the vocabulary. */
 static const struct {
     const char *name;
     enum pretok p;
+    int ignore_merges, add_bos;
 } names[] = {
-    {"llama-bpe", PRETOK_LLAMA3}, {"llama3", PRETOK_LLAMA3},          {"llama-v3", PRETOK_LLAMA3},
-    {"qwen2", PRETOK_QWEN2},      {"deepseek-r1-qwen", PRETOK_QWEN2}, {"tekken", PRETOK_TEKKEN},
-    {"gpt-2", PRETOK_GPT2},       {"default", PRETOK_DEFAULT},
+    {"llama-bpe", PRETOK_LLAMA3, 1, 1}, {"llama3", PRETOK_LLAMA3, 1, 1},
+    {"llama-v3", PRETOK_LLAMA3, 1, 1},  {"pixtral", PRETOK_LLAMA3, 1, 1},
+    {"smaug-bpe", PRETOK_LLAMA3, 0, 0}, {"dbrx", PRETOK_LLAMA3, 0, 0},
+    {"qwen2", PRETOK_QWEN2, 0, 0},      {"deepseek-r1-qwen", PRETOK_QWEN2, 0, 0},
+    {"megrez", PRETOK_QWEN2, 0, 0},     {"stablelm2", PRETOK_QWEN2, 0, 0},
+    {"tekken", PRETOK_TEKKEN, 1, 1},    {"gpt-2", PRETOK_GPT2, 0, 0},
+    {"default", PRETOK_DEFAULT, 0, 0},
 };
 
-int pretok_by_name(const char *name, size_t len)
+int pretok_by_name(const char *name, size_t len, int *ignore_merges, int *add_bos)
 {
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (strlen(names[i].name) == len && memcmp(names[i].name, name, len) == 0)
+        if (strlen(names[i].name) == len && memcmp(names[i].name, name, len) == 0) {
+            *ignore_merges = names[i].ignore_merges;
+            *add_bos = names[i].add_bos;
             return (int)names[i].p;
+        }
     return -1;
 }
 
 const char *pretok_names(void)
 {
-    return "llama-bpe, llama3, llama-v3, qwen2, deepseek-r1-qwen, tekken, gpt-2, default";
+    return "llama-bpe, llama3, llama-v3, pixtral, smaug-bpe, dbrx, qwen2, deepseek-r1-qwen, "
+           "megrez, stablelm2, tekken, gpt-2, default";
 }
 
 /* ---------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 /* pretokenize: the pre-tokenizers of byte-level BPE vocabularies (GGUF tokenizer.ggml.pre), which
  * cut text into words before merges run, each exactly as llama.cpp (the oracle's commit) cuts:
  *
- *   llama3 (llama-bpe): (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
+ *   llama3 (llama-bpe, ...): (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
  *                       ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
  *   qwen2:              the same with \p{N} (one digit per word)
  *   tekken:             [^\r\n\p{L}\p{N}]?UPPER*LOWER+|[^\r\n\p{L}\p{N}]?UPPER+LOWER*|\p{N}|
@@ -33,8 +33,9 @@ enum pretok {
     PRETOK_TEKKEN,
 };
 
-/* The pre-tokenizer a GGUF tokenizer.ggml.pre names (len bytes, not NUL-terminated), or -1. */
-int pretok_by_name(const char *name, size_t len);
+/* The pre-tokenizer a GGUF tokenizer.ggml.pre names (len bytes, not NUL-terminated), or -1;
+ * with llama.cpp's defaults for such a vocabulary: ignore_merges, and whether it adds BOS. */
+int pretok_by_name(const char *name, size_t len, int *ignore_merges, int *add_bos);
 /* The names accepted, for error messages ("llama-bpe, llama3, ..."). */
 const char *pretok_names(void);
 

@@ -413,11 +413,10 @@ static int read_model(const struct gguf *g, int *model, int *pre, int *ignore_me
     *add_bos = 0;
     if (!gguf_find(g, "tokenizer.ggml.pre")) return 0; /* llama.cpp: "default" */
     if (gguf_get_str(g, "tokenizer.ggml.pre", &s, err) < 0) return -1;
-    *pre = pretok_by_name(s.p, s.len);
+    *pre = pretok_by_name(s.p, s.len, ignore_merges, add_bos);
     if (*pre < 0)
         return errmsg_set(err, "tokenizer.ggml.pre \"%s\" is not supported (supported: %s)",
                           gguf_str_printable(s, buf, sizeof buf), pretok_names());
-    if (*pre == PRETOK_LLAMA3 || *pre == PRETOK_TEKKEN) *ignore_merges = 1, *add_bos = 1;
     return 0;
 }
 

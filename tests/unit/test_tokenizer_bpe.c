@@ -456,8 +456,14 @@ TEST(load_errors)
 {
     struct vocab v;
     CHECK(make(&v, "gpt2", "falcon", -1, -1, 1) < 0);
-    CHECK_STR(err, "tokenizer.ggml.pre \"falcon\" is not supported (supported: llama-bpe, llama3, "
-                   "llama-v3, qwen2, deepseek-r1-qwen, tekken, gpt-2, default)");
+    CHECK_STR(err,
+              "tokenizer.ggml.pre \"falcon\" is not supported (supported: llama-bpe, llama3, "
+              "llama-v3, pixtral, smaug-bpe, dbrx, qwen2, deepseek-r1-qwen, megrez, stablelm2, "
+              "tekken, gpt-2, default)");
+    /* smaug-bpe: llama3's cuts without ignore_merges or a default BOS */
+    CHECKF(make(&v, "gpt2", "smaug-bpe", -1, -1, 1) == 0, "%s", err);
+    CHECK_STR(ids_of(&v.t, "xyz", 3, 0, 1), WANT("%d %d", XY, 'z'));
+    drop(&v);
     CHECK(make(&v, "gpt2", "qwen2", -1, -1, 0) < 0);
     CHECK_STR(err, "tokenizer.ggml.merges: missing (a \"gpt2\" vocabulary needs its merges)");
     CHECK(make(&v, "t5", NULL, -1, -1, 1) < 0);
