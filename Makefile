@@ -106,8 +106,9 @@ $(BUILD)/strata-appliance-test: $(BUILD)/obj/cmd/main_appliance.o $(HOOKS_OBJ) $
 	$(CC) $(LDFLAGS) -o $@ $^ $(BASE_LIBS)
 
 # Programs track the headers they include (-MMD), like the library's objects. Tests, tools and
-# benchmarks share the one synthetic-model generator (tests/synth/synth_gguf.c), compiled once.
-SYNTH_OBJ := $(BUILD)/obj/tests/synth/synth_gguf.o
+# benchmarks share the one synthetic-model generator (tests/synth/synth_gguf.c) and the converter of
+# real vocabularies (tests/synth/vocab_json.c), compiled once.
+SYNTH_OBJ := $(BUILD)/obj/tests/synth/synth_gguf.o $(BUILD)/obj/tests/synth/vocab_json.o
 .SECONDARY: $(SYNTH_OBJ)
 $(BUILD)/tests/%: tests/unit/%.c $(SYNTH_OBJ) $(BUILD)/libstrata.a
 	@mkdir -p $(dir $@)

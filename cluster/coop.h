@@ -84,6 +84,8 @@ struct coop_config {
     struct engine *e;
     struct serve_metrics *m;
     int eos_id, bos_id; /* masked on rows that ask for it (min_tokens, ignore_eos) */
+    const int *eog_ids; /* and these (the tokenizer's end-of-generation tokens) */
+    int n_eog;
     /* joiner */
     int resident;         /* layers resident at start: 0..L (L: not a joiner) */
     int embedding_remote; /* the embedding table is not here yet: resident must be 0 */

@@ -96,6 +96,9 @@ struct wire_coop_token coop_helper_token(struct coop *c, struct hseq *h, uint8_t
     if (flags & WIRE_ROW_MASK_EOS) {
         if (eos >= 0 && eos < c->vocab) lg[eos] = -INFINITY;
         if (eos2 >= 0 && eos2 < c->vocab) lg[eos2] = -INFINITY;
+        for (int i = 0; i < c->cfg.n_eog; i++)
+            if (c->cfg.eog_ids[i] >= 0 && c->cfg.eog_ids[i] < c->vocab)
+                lg[c->cfg.eog_ids[i]] = -INFINITY;
     }
     int t = sampler_sample(&h->smp, lg);
     return (struct wire_coop_token){h->id, (uint32_t)t, h->smp.rng};

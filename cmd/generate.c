@@ -132,7 +132,8 @@ static int prefill(struct generation *g, int n_prompt, int *next, char *err)
 }
 
 /* One token per step from `next` on, each written to stdout as it comes; sampling happens where
- * the logits are (CPU or GPU). Stops after n_gen tokens, at the context's end, or at EOS/BOS. */
+ * the logits are (CPU or GPU). Stops after n_gen tokens, at the context's end, at an
+ * end-of-generation token (EOS, <|eot_id|>, ...) or, in llama2.c-era vocabularies, BOS. */
 static int decode(struct generation *g, int n_prompt, int next, int n_gen, int *n_out, char *err)
 {
     const struct tokenizer *tok = &g->lm->tok;
@@ -141,7 +142,7 @@ static int decode(struct generation *g, int n_prompt, int next, int n_gen, int *
     int cur = n_prompt, prev = g->tokens[n_prompt - 1];
     *n_out = 0;
     while (*n_out < n_gen && cur < g->ctx) {
-        if (next == tok->eos_id || next == tok->bos_id) break;
+        if (tokenizer_is_eog(tok, next) || (tok->model == TOK_SPM && next == tok->bos_id)) break;
         size_t len;
         const char *piece = tokenizer_decode(tok, prev, next, scratch, &len);
         fwrite(piece, 1, len, stdout);

@@ -148,8 +148,13 @@ static int run_inspect(int argc, char **argv)
     } else {
         int bytes = 0;
         for (int b = 0; b < 256; b++) bytes += t.byte_ids[b] >= 0;
-        printf("tokenizer: llama, %d tokens, bos %d, eos %d, %d byte tokens\n", t.vocab_size,
-               t.bos_id, t.eos_id, bytes);
+        if (t.model == TOK_SPM)
+            printf("tokenizer: llama, %d tokens, bos %d, eos %d, %d byte tokens\n", t.vocab_size,
+                   t.bos_id, t.eos_id, bytes);
+        else
+            printf("tokenizer: gpt2 (byte-level BPE), %d tokens, bos %d, eos %d, %d "
+                   "end-of-generation tokens, %d special tokens\n",
+                   t.vocab_size, t.bos_id, t.eos_id, t.n_eog, t.n_special);
         tokenizer_free(&t);
     }
     gguf_free(&g);

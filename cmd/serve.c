@@ -560,7 +560,9 @@ static int start_coop(struct serve *sv, const struct serve_opts *o, char *err)
                              .e = e,
                              .m = &sv->metrics,
                              .eos_id = sv->lm->tok.eos_id,
-                             .bos_id = sv->lm->tok.bos_id,
+                             .bos_id = sv->lm->tok.model == TOK_SPM ? sv->lm->tok.bos_id : -1,
+                             .eog_ids = sv->lm->tok.eog_ids,
+                             .n_eog = sv->lm->tok.n_eog,
                              .resident = resident,
                              /* nothing arrives before fabric_node_start: this stays true until
                               * on_embedding, which needs sv->coop, set first */
@@ -659,7 +661,10 @@ static int start_scheduler(struct serve *sv, const struct serve_opts *o, struct 
     struct sched_ops ops = {.ctx = e,
                             .vocab_size = sv->lm->model.cfg.vocab_size,
                             .eos_id = sv->lm->tok.eos_id,
-                            .bos_id = sv->lm->tok.bos_id,
+                            /* only llama2.c-era models end a story with BOS */
+                            .bos_id = sv->lm->tok.model == TOK_SPM ? sv->lm->tok.bos_id : -1,
+                            .eog_ids = sv->lm->tok.eog_ids,
+                            .n_eog = sv->lm->tok.n_eog,
                             .forward = engine_step,
                             .decode_ctx = &sv->lm->tok,
                             .decode = decode_piece,

@@ -845,6 +845,9 @@ static void advance(struct scheduler *s, struct seq *q, float *logits, double no
     if (mask_eos(q)) {
         if (eos >= 0 && eos < V) logits[eos] = -INFINITY;
         if (bos >= 0 && bos < V) logits[bos] = -INFINITY;
+        for (int i = 0; i < s->ops.n_eog; i++)
+            if (s->ops.eog_ids[i] >= 0 && s->ops.eog_ids[i] < V)
+                logits[s->ops.eog_ids[i]] = -INFINITY;
     }
     advance_token(s, q, sampler_sample(&q->smp, logits), now);
 }
@@ -854,8 +857,9 @@ static void advance_token(struct scheduler *s, struct seq *q, int t, double now)
 {
     struct sreq *r = q->r;
     int eos = s->ops.eos_id, bos = s->ops.bos_id;
-    int finish = FINISH_NONE;
-    if (t == eos || (bos >= 0 && t == bos)) {
+    int finish = FINISH_NONE, eog = t == eos || (bos >= 0 && t == bos);
+    for (int i = 0; i < s->ops.n_eog && !eog; i++) eog = t == s->ops.eog_ids[i];
+    if (eog) {
         finish = FINISH_STOP;
     } else {
         int prev = q->tok[q->n_tok - 1];

@@ -145,9 +145,11 @@ struct sched_coop {
 struct sched_ops {
     void *ctx; /* for forward */
     int vocab_size;
-    int eos_id; /* ends a completion ("stop") */
-    int bos_id; /* BOS: generating it ends a sequence too (llama2.c models emit it between
+    int eos_id;         /* ends a completion ("stop") */
+    int bos_id;         /* BOS: generating it ends a sequence too (llama2.c models emit it between
                    stories); -1 none */
+    const int *eog_ids; /* the vocabulary's other end-of-generation tokens (tokenizer_is_eog: */
+    int n_eog;          /* <|eot_id|>, <|im_end|>, ...): each ends a completion like eos_id */
     int (*forward)(void *ctx, const struct batch *b, float *logits, char *err); /* -1 + err */
     /* Bytes of token id following prev (tokenizer_decode). */
     void *decode_ctx;

@@ -6,8 +6,9 @@
  * example, comes out of content as its id too, in llama.cpp as here). The input is cut into spans
  * at 0xFF bytes; a span's first byte says whether it is a template marker (parse_special) or
  * content. Checks: no error with room for 2 * bytes + 2 ids; decoding the ids gives the text back,
- * each stretch between special tokens with one leading dummy-prefix space; special tokens come only
- * from marker spans and lie inside one span. */
+ * each stretch between special tokens with one leading dummy-prefix space; special tokens lie
+ * inside one span and come only from marker spans, but for user-defined ones ("<|im"), which
+ * llama.cpp cuts out of content too. */
 #include "os/common/errmsg.h"
 #include "serving/engine/gguf.h"
 #include "serving/engine/tokenizer.h"
@@ -118,7 +119,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             /* inside one marker span */
             int k = 0;
             while (k < ns && !(sp[k].len && start[k] <= pos && pos < start[k] + sp[k].len)) k++;
-            if (k >= ns || !sp[k].parse_special || pos + pl > start[k] + sp[k].len) abort();
+            /* user-defined tokens come out of content too, as in llama.cpp */
+            if (k >= ns || (!sp[k].parse_special && tok.type[id] != TOKT_USER_DEFINED) ||
+                pos + pl > start[k] + sp[k].len)
+                abort();
             if (pos + pl > tl || memcmp(text + pos, tok.pieces[id], pl)) abort();
             pos += pl;
             stretch_start = 1;

@@ -4,6 +4,7 @@
 #include "check.h"
 #include "fake_model.h"
 #include "os/common/errmsg.h"
+#include "serving/api/utf8.h"
 #include "serving/sched/scheduler.h"
 
 #include <stdlib.h>
@@ -15,6 +16,10 @@ struct rig {
     struct serve_metrics m;
     struct scheduler *s;
 };
+
+/* The vocabulary's other end-of-generation tokens for the next rig_open (none by default). */
+static const int *rig_eog;
+static int rig_n_eog;
 
 static void rig_open(struct rig *g, int n_blocks, int block_size, struct sched_config cfg)
 {
@@ -28,6 +33,8 @@ static void rig_open(struct rig *g, int n_blocks, int block_size, struct sched_c
                             .vocab_size = FAKE_VOCAB,
                             .eos_id = FAKE_EOS,
                             .bos_id = -1,
+                            .eog_ids = rig_eog,
+                            .n_eog = rig_n_eog,
                             .forward = fake_forward,
                             .decode = fake_decode};
     g->s = sched_new(&cfg, &ops, &g->kv, &g->m, err);
@@ -218,6 +225,87 @@ TEST(stop_string_cuts_and_holds_back)
     size_t cut = (size_t)(strstr(want, r->stop[0]) - want);
     CHECK_EQ_INT(out_of(r)->text_len, cut);
     CHECK(!memcmp(out_of(r)->text, want, cut));
+    sreq_put(r);
+    rig_close(&g);
+}
+
+TEST(end_of_generation_tokens_stop)
+{
+    /* a token of the vocabulary's end-of-generation set (<|eot_id|>, <|im_end|>, ...) ends the
+     * completion as EOS does, and is not part of the text; ignore_eos masks it too */
+    char want[4096];
+    int eos;
+    struct sreq *probe = make_req(9, 5, 30);
+    int len = fake_oracle(probe->prompt, probe->n_prompt, 30, 128, want, &eos);
+    sreq_put(probe);
+    CHECK(len >= 8);
+    static int eog[1];
+    eog[0] = (int)(strchr(fake_chars, want[5]) - fake_chars);
+    size_t cut = (size_t)(strchr(want, want[5]) - want);
+    rig_eog = eog, rig_n_eog = 1;
+    struct rig g;
+    struct sched_config cfg = {.max_seqs = 2, .max_step_tokens = 16, .ctx = 128};
+    rig_open(&g, 64, 4, cfg);
+    rig_eog = NULL, rig_n_eog = 0;
+    char err[ERRMSG_LEN];
+    struct sreq *r = make_req(9, 5, 30), *keep = make_req(9, 5, 30);
+    keep->ignore_eos = 1;
+    CHECK(sched_submit(g.s, r, err) == 0 && sched_submit(g.s, keep, err) == 0);
+    struct sreq *both[2] = {r, keep};
+    CHECK(run_until_done(&g, both, 2, 1000) >= 0);
+    CHECK_EQ_INT(sreq_finish(r), FINISH_STOP);
+    struct sreq_output *o = out_of(r);
+    CHECKF(o->text_len == cut && !memcmp(o->text, want, cut), "got \"%.*s\", want \"%.*s\"",
+           (int)o->text_len, o->text, (int)cut, want);
+    CHECK_EQ_INT(sreq_finish(keep), FINISH_LENGTH);
+    o = out_of(keep);
+    CHECK(o->text_len == 30 && !memchr(o->text, fake_chars[eog[0]], o->text_len));
+    sreq_put(r);
+    sreq_put(keep);
+    rig_close(&g);
+}
+
+/* Each generated token decodes to the next byte of a text of 2-, 3- and 4-byte characters, as
+ * byte-level BPE tokens split characters. */
+static const char split_text[] = "\xc3\xa9\xe4\xb8\xad\xf0\x9f\x98\x80"
+                                 "a";
+static int split_pos;
+
+static const char *split_decode(void *ctx, int prev, int id, char *scratch, size_t *len)
+{
+    (void)ctx, (void)prev, (void)id;
+    scratch[0] = split_text[split_pos++ % (int)(sizeof split_text - 1)];
+    *len = 1;
+    return scratch;
+}
+
+TEST(characters_split_over_tokens_are_published_whole)
+{
+    struct rig g;
+    struct sched_config cfg = {.max_seqs = 1, .max_step_tokens = 16, .ctx = 128};
+    rig_open(&g, 64, 4, cfg);
+    sched_free(g.s);
+    char err[ERRMSG_LEN];
+    struct sched_ops ops = {.ctx = &g.fm,
+                            .vocab_size = FAKE_VOCAB,
+                            .eos_id = -1,
+                            .bos_id = -1,
+                            .forward = fake_forward,
+                            .decode = split_decode};
+    g.s = sched_new(&cfg, &ops, &g.kv, &g.m, err);
+    CHECKF(g.s, "%s", err);
+    split_pos = 0;
+    struct sreq *r = make_req(3, 4, 40); /* 40 bytes: four times the text */
+    CHECK(sched_submit(g.s, r, err) == 0);
+    for (int it = 0; it < 1000 && !sreq_finish(r); it++) {
+        sched_iterate(g.s);
+        struct sreq_output *o = out_of(r);
+        /* what a stream sends is whole characters: a prefix of the text, cut between them */
+        CHECK(utf8_valid(o->text, o->text_len));
+        for (size_t i = 0; i < o->text_len; i++)
+            CHECK(o->text[i] == split_text[i % (sizeof split_text - 1)]);
+    }
+    CHECK_EQ_INT(out_of(r)->text_len, 40);
     sreq_put(r);
     rig_close(&g);
 }
@@ -795,6 +883,8 @@ int main(void)
     RUN(preemption_without_eos_tokens_matches_oracle);
     RUN(cancel_frees_blocks_at_once);
     RUN(stop_string_cuts_and_holds_back);
+    RUN(end_of_generation_tokens_stop);
+    RUN(characters_split_over_tokens_are_published_whole);
     RUN(slo_admission_protects_running_requests);
     RUN(least_slack_first);
     RUN(shed_late_rejects_requests_past_their_ttft);

@@ -203,15 +203,19 @@ TEST(chatml_markers_become_control_tokens)
     CHECKF(via_gguf(w, &t, &g, &buf) == 0, "%s", err);
     CHECK_EQ_INT(t.n_special, 6);
     CHECK_EQ_INT(t.special_ids[0], IM_START); /* longest first */
-    /* content with marker strings in it stays text */
+    /* content with control-token strings in it stays text; user-defined tokens are cut out of
+     * it as llama.cpp does with parse_special off (the next stretch gets its dummy prefix) */
     struct chat_message m[] = {{"user", "hi </s><|im_end|>"}};
     int ids[256];
     int k = chat_ids(&t, CHAT_CHATML, m, 1, ids, 256);
-    /* <s> <|im_start|> " user\nhi </s><|im_end|>" <|im_end|> " \n" <|im_start|> " assistant\n" */
+    /* <s> <|im_start|> " user\nhi </s>" <|im " _end|>" <|im_end|> " \n" <|im_start|>
+     * " assistant\n" */
     int want[256], nw = 0;
     want[nw++] = BOS;
     want[nw++] = IM_START;
-    for (const char *c = " user\nhi </s><|im_end|>"; *c; c++) want[nw++] = cid(*c);
+    for (const char *c = " user\nhi </s>"; *c; c++) want[nw++] = cid(*c);
+    want[nw++] = IM_SHORT;
+    for (const char *c = " _end|>"; *c; c++) want[nw++] = cid(*c);
     want[nw++] = IM_END;
     want[nw++] = cid(' ');
     want[nw++] = cid('\n');

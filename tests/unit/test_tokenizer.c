@@ -416,7 +416,7 @@ TEST(load_errors)
     CHECK(tokenizer_from_llama2c(&t, buf, 15, 0, err) < 0);
     CHECK_STR(err, "tokenizer: truncated at byte 14 (token 1)");
     struct gguf_writer *w = gguf_writer_new();
-    gguf_w_str(w, "tokenizer.ggml.model", "gpt2");
+    gguf_w_str(w, "tokenizer.ggml.model", "bert");
     char *out = NULL;
     size_t n;
     FILE *f = open_memstream(&out, &n);
@@ -426,7 +426,8 @@ TEST(load_errors)
     struct gguf g;
     CHECK(gguf_parse(&g, out, n, err) == 0);
     CHECK(tokenizer_from_gguf(&t, &g, err) < 0);
-    CHECK_STR(err, "tokenizer.ggml.model \"gpt2\" is not supported (only \"llama\")");
+    CHECK_STR(err, "tokenizer.ggml.model \"bert\" is not supported (supported: \"llama\" "
+                   "(SentencePiece), \"gpt2\" (byte-level BPE))");
     gguf_free(&g);
     free(out);
 }

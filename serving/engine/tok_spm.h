@@ -1,0 +1,25 @@
+/* tok_spm: SentencePiece-style BPE with scores and byte fallback (GGUF tokenizer.ggml.model =
+ * "llama"), tokenizing exactly as llama2.c and llama.cpp do for llama vocabularies. Internal to
+ * the tokenizer (tokenizer.c calls it for each raw stretch of text).
+ *
+ * Encoding: the dummy-prefix space (a leading ' ' before the text, as SentencePiece adds, when the
+ * vocabulary's add_space_prefix is on), then each UTF-8 code point becomes its token or, if the
+ * vocabulary lacks it, its bytes as <0xNN> tokens; then the best-scoring adjacent pair is merged
+ * while any merge exists. Invalid UTF-8 is treated byte by byte (byte fallback), never rejected,
+ * never read past the end. The merge loop is llama2.c's (best score wins, leftmost on ties, a
+ * merge must score above -1e10) run with a heap over a linked list, O(n log n) instead of
+ * llama2.c's O(n^2) rescans. Segmentation into "code points" follows llama2.c byte for byte: a
+ * unit starts at every byte that is not a continuation byte (10xxxxxx) and holds at most 4
+ * bytes. */
+#ifndef STRATA_TOK_SPM_H
+#define STRATA_TOK_SPM_H
+
+#include "serving/engine/tokenizer.h"
+
+#include <stddef.h>
+
+/* Encode one raw stretch, appending to out[*o..cap); *o counts every id, also past cap. */
+int spm_encode(const struct tokenizer *t, const char *text, size_t len, int *out, int cap, int *o,
+               char *err);
+
+#endif
