@@ -16,8 +16,9 @@
 #include <stdint.h>
 
 /* 3: a member's rack (cl_node_up.rack); 4: refusals (SCALE_DONE's node and reason, LOAD's refused
- * decisions and held requests) */
-#define CL_CMD_VERSION 4
+ * decisions and held requests); 5: what the planner measures (a load's step model error, steps,
+ * identity, link rate, model bytes, prompt tokens in; a member's deaths and uptime) */
+#define CL_CMD_VERSION 5
 #define CL_STR_LEN     63 /* addresses, model names, GPU types */
 #define CL_MAX_CHAIN   16 /* joiners of one scale-out */
 #define CL_MAX_HOLD    8  /* models a node reports at once */
@@ -121,6 +122,15 @@ struct cl_load {
     float ttft_pred_ms; /* predicted TTFT of a request arriving now (step model) */
     float tok_s;        /* measured decode tokens/s */
     float step_a, step_b, step_c, step_corr; /* the scheduler's step model (seconds) */
+    /* What the planner measures with (docs/control.md "What the planner is fed"): */
+    float step_err;       /* the step model's own error estimate (0.2: a step may take 20% more) */
+    uint32_t step_steps;  /* steps timed into it (a cached prior's included); 0: an untimed prior */
+    uint8_t step_cal;     /* 1: it covers every calibration shape (calibrated or cached) */
+    uint64_t step_id;     /* its identity: model header and hardware (step_identity_hash), 0 none */
+    float link_Bps;       /* the latest weight stream into this node, bytes/s; 0: none measured */
+    uint64_t link_peer;   /* the node at its other end (0: unknown) */
+    uint64_t model_bytes; /* bytes of the model it holds (engine or host copy), 0: none */
+    uint64_t prompt_in;   /* prompt tokens submitted to its scheduler since it started (arrivals) */
     /* Requests this node took while its route found no replica (relays holding them, or served
      * here from a host copy out of the engine), their prompt tokens, and their model: the demand
      * the planner counts as held (a cold start). Nothing else it runs. They travel in the node's
