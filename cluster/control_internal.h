@@ -45,6 +45,7 @@ struct report {
     struct cl_holding hold[CL_MAX_HOLD];
     int n_refused;
     struct cl_refusal refused[CL_MAX_REFUSED];
+    uint64_t prompt_seen; /* the leader's: load.prompt_in when its forecast last counted it */
 };
 
 /* The leader's memory of a node that refused (or failed) a scale-out of a model: no new copy or
@@ -57,6 +58,12 @@ struct refuser {
 };
 
 #define CTL_MAX_REFUSERS 16
+
+/* A load the leader relayed to this node (MSGC_LOADS). */
+struct relayed_load {
+    uint64_t id, at_ms; /* at_ms: local monotonic time the leader's copy was taken */
+    struct cl_load load;
+};
 
 struct control {
     /* Set by control_start, read-only afterwards; except model, cfg.n_layers and
@@ -104,12 +111,15 @@ struct control {
     int n_conf;
     int outstanding[CL_MAX_NODES]; /* requests this node has relayed to member i, in flight */
     /* Loads the leader relayed to us (a follower's view of the others, for routing only). */
-    struct {
-        uint64_t id, at_ms; /* at_ms: local monotonic time the leader's copy was taken */
-        struct cl_load load;
-    } relayed[CL_MAX_NODES];
+    struct relayed_load relayed[CL_MAX_NODES];
     int n_relayed;
     uint64_t suspect_until[CL_MAX_NODES]; /* member i refused a relay: not routed to until then */
+    /* The leader's forecast of each model's prompt tokens/s (control_leader.c), fed from the
+     * reports' prompt_in every tick; started afresh with each leadership (fc_epoch). */
+    struct plan_forecast fc[CL_MAX_MODELS];
+    uint8_t fc_started[CL_MAX_MODELS];
+    int fc_on;
+    uint64_t fc_epoch;
 
     /* The control thread alone. */
     int inflight, was_leader;
@@ -129,6 +139,7 @@ struct control {
     int n_executed;
     uint32_t events_seen;
     uint32_t seen_scales; /* CMD_SCALEs this node has applied and acted on */
+    uint64_t test_next;   /* --test-scale-in: the next forced scale-in, not before (monotonic) */
 
     /* Recovery from a lost quorum (control_recover.c). The request and its answer are guarded by
      * mu (rq_state: 0 none, 1 posted, 2 answered; recover_cv signals the answer), and so are
@@ -163,16 +174,44 @@ static inline uint64_t now_wall_ms(void)
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-/* The planner's view: the committed state plus the latest reports. */
+/* The planner's view: the committed state plus the latest reports. The planner names a node by
+ * its plan id, the rank of its id among the members' (an int whatever the ids are, in the same
+ * order, so the planner's ties by id fall the same way); id[] maps them back. */
 struct view_buf {
     struct plan_node node[CL_MAX_NODES];
     struct plan_model model[CL_MAX_MODELS];
     struct plan_scaleout so[CL_MAX_SCALEOUTS];
+    uint64_t id[CL_MAX_NODES]; /* plan id -> node id */
     char gpu[CL_MAX_NODES][CL_STR_LEN + 1];
-    double tput[CL_MAX_NODES * CL_MAX_MODELS];
-    struct step_model step[CL_MAX_NODES * CL_MAX_MODELS];
+    double tput[CL_MAX_NODES * CL_MAX_MODELS];            /* [gpu_type * n_models + m] */
+    struct step_model step[CL_MAX_NODES * CL_MAX_MODELS]; /* [gpu_type * n_models + m] */
     struct plan_view v;
 };
+
+/* Everything the view is made of (control_view_of is a pure function of it: no struct control,
+ * no raft, no clock). */
+struct view_in {
+    const struct cl_state *st;
+    const struct report *rep; /* the reports this node holds (the leader: every node's) */
+    int n_rep;
+    const struct relayed_load *relayed; /* the leader's copies of the others' loads */
+    int n_relayed;
+    const struct refuser *refuser; /* the leader's memory of refusals */
+    int n_refusers;
+    const struct plan_forecast *fc; /* [st->n_models]: the leader's forecasts, NULL: none */
+    const char *model;              /* this node's model and its bytes (before its report says) */
+    double model_bytes;
+    double ttft_slo_ms, tpot_slo_ms, keep_alive_ms;
+    int replicas_cached;
+    int dead_ms; /* a report older than this is no load */
+    uint64_t now_mono, now_wall;
+};
+
+/* What a node counts as until measured (docs/control.md "What the planner is fed"). */
+#define VIEW_LINK_ASSUMED   1.25e9 /* bytes/s: 10 Gb/s, when no transfer was measured anywhere */
+#define VIEW_FAIL_PRIOR_N   0.1    /* failures seen over ...               */
+#define VIEW_FAIL_PRIOR_DAY 10.0   /* ... days: 1% a day before any evidence */
+#define VIEW_STEP_FITTED    16     /* steps timed before a node's own step model is its own */
 
 /* control.c */
 int control_raft_setup(struct control *c, char *err); /* raft_init .. raft_start on c->dir */
@@ -203,9 +242,30 @@ void control_exec_tick(struct control *c);
 
 /* control_leader.c: membership, ended scale-outs, the planner (the leader, each heartbeat) */
 void control_leader_tick(struct control *c);
+/* The planner's actions act[0..n) on view vb of state st as log commands (pure): a scale-down's
+ * source is the node its sequences go to (plan_action.handover). An action of a kind the log has
+ * no command for, or naming a model or node outside the view, is left out (err says which; ""
+ * when none was). Returns how many commands. */
+int control_leader_commands(const struct view_buf *vb, const struct cl_state *st,
+                            const struct plan_action *act, int n, struct cl_cmd *cmd, int cap,
+                            char *err);
+const char *control_leader_why(int reason); /* enum plan_reason (or CTL_WHY_TEST) in words */
+/* The planner's configuration for this node's options (control.c; mu held). */
+void control_plan_config(const struct control_cfg *cfg, struct plan_config *pc);
 
-/* control_view.c: the planner's view in vb (mu held) */
+#define CTL_WHY_TEST 100 /* a --test-scale-in decision */
+/* The leading signal's smoothing: the simulator's defaults (docs/simulator.md). */
+#define CTL_FC_PERIOD_MS 1000
+#define CTL_FC_ALPHA     0.3
+#define CTL_FC_BETA      0.1
+
+/* control_view.c: the planner's view of in (pure), or of this node's state (mu held); a plan id
+ * of node id, -1 when it is no member */
+void control_view_of(const struct view_in *in, struct view_buf *vb);
 void control_view_build(struct control *c, struct view_buf *vb, uint64_t now_mono);
+int control_view_pid(const struct view_buf *vb, uint64_t id);
+/* A node's failure probability over a day from its deaths and uptime (control_view.c). */
+double control_view_fail_prob(uint32_t downs, double up_ms);
 
 /* control_recover.c */
 int control_recover_at_start(struct control *c, char *err); /* --cluster-recover, checked */

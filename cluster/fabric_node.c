@@ -23,7 +23,8 @@ struct out_msg {
 
 struct peer {
     struct tp_conn *conn;
-    const char *addr; /* configured peers: where to (re)connect */
+    const char *addr; /* configured and dialed peers: where to (re)connect */
+    char dialed[64];  /* a dialed peer's address (fabric_node_dial): addr points here */
     int used;         /* slot taken (configured, or an accepted connection) */
     int reported;     /* state last told to observers */
     int adopted;      /* a module owns the connection now */
@@ -154,9 +155,12 @@ static void drop_peer(struct fabric_node *fn, int i, const char *why)
 
 static void connect_peers(struct fabric_node *fn, double now)
 {
-    for (int i = 0; i < fn->cfg.n_peers; i++) {
+    for (int i = 0; i < FABRIC_MAX_NODE_PEERS; i++) {
         struct peer *p = &fn->peer[i];
-        if (p->conn || now < p->next_try) continue;
+        pthread_mutex_lock(&fn->mu); /* a dial may be filling the slot in */
+        int dial = p->used && p->addr;
+        pthread_mutex_unlock(&fn->mu);
+        if (!dial || p->conn || now < p->next_try) continue;
         char err[ERRMSG_LEN];
         p->conn = tp_connect(fn->t, p->addr, err);
         p->reported = TP_CONNECTING;
@@ -305,6 +309,31 @@ void fabric_node_free(struct fabric_node *fn)
     }
     pthread_mutex_destroy(&fn->mu);
     free(fn);
+}
+
+int fabric_node_dial(struct fabric_node *fn, const char *addr, char *err)
+{
+    if (strlen(addr) >= sizeof fn->peer[0].dialed)
+        return errmsg_set(err, "fabric: address %.80s too long", addr);
+    int slot = -1;
+    pthread_mutex_lock(&fn->mu);
+    for (int i = 0; i < FABRIC_MAX_NODE_PEERS && slot < 0; i++)
+        if (fn->peer[i].used && fn->peer[i].addr && !strcmp(fn->peer[i].addr, addr)) slot = i;
+    for (int i = fn->cfg.n_peers; i < FABRIC_MAX_NODE_PEERS && slot < 0; i++) {
+        struct peer *p = &fn->peer[i];
+        if (p->used) continue;
+        slot = i;
+        snprintf(p->dialed, sizeof p->dialed, "%s", addr);
+        snprintf(p->name, sizeof p->name, "%s", addr);
+        p->conn = NULL;
+        p->adopted = p->warned = p->reported = 0;
+        p->next_try = 0;
+        p->addr = p->dialed;
+        p->used = 1;
+    }
+    pthread_mutex_unlock(&fn->mu);
+    if (slot < 0) return errmsg_set(err, "fabric: %d peers already", FABRIC_MAX_NODE_PEERS);
+    return slot;
 }
 
 int fabric_node_send(struct fabric_node *fn, int peer, const void *msg, size_t len, char *err)
