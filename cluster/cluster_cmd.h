@@ -127,8 +127,9 @@ struct cl_load {
     uint32_t step_steps;  /* steps timed into it (a cached prior's included); 0: an untimed prior */
     uint8_t step_cal;     /* 1: it covers every calibration shape (calibrated or cached) */
     uint64_t step_id;     /* its identity: model header and hardware (step_identity_hash), 0 none */
-    float link_Bps;       /* the latest weight stream into this node, bytes/s; 0: none measured */
-    uint64_t link_peer;   /* the node at its other end (0: unknown) */
+    float link_Bps;       /* the latest weight stream into this node, bytes/s (before one: what
+                             its streams are configured to); 0: neither */
+    uint64_t link_peer;   /* the node at the measured stream's other end (0: none, unknown) */
     uint64_t model_bytes; /* bytes of the model it holds (engine or host copy), 0: none */
     uint64_t prompt_in;   /* prompt tokens submitted to its scheduler since it started (arrivals) */
     /* Requests this node took while its route found no replica (relays holding them, or served

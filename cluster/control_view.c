@@ -12,8 +12,9 @@
  *     covers every calibration shape; per GPU type, the most-timed report of that type (what a
  *     node with no fit of its own, a joiner, is predicted with);
  *   - link rates: the latest weight stream into a node (its report names the other end, which
- *     gets the rate too: the faster of what each end saw); a node measured by no transfer counts
- *     at the mean of the measured ones, VIEW_LINK_ASSUMED when none is;
+ *     gets the rate too: the faster of what each end saw), or before any, the rate a node's
+ *     streams are configured to (--weight-rate, --link-gbps); a node with neither counts at the
+ *     mean of the others, VIEW_LINK_ASSUMED when no node has one;
  *   - failure probability: the deaths the leaders saw (NODE_DOWN) over the node's uptime, with a
  *     prior of 1% a day, to two significant digits (control_view_fail_prob);
  *   - NVLink domain: the host of the node's fabric (else control) address: processes on one

@@ -35,7 +35,7 @@ struct serve_cluster {
     /* the latest weight stream into this node: its start, the node it came from, its rate */
     double join_t0;
     uint64_t join_from, link_peer;
-    double link_Bps;
+    double link_Bps, link_cap; /* measured; configured (control_cfg.link_cap_Bps) */
     int job_pending;
     struct sc_job job;
     /* Control thread only: */
@@ -103,8 +103,8 @@ static void load(void *ctx, struct cl_load *out)
     out->prompt_in = atomic_load(&m->prompt_in);
     pthread_mutex_lock(&sc->mu);
     out->model_bytes = sc->model[0] && sc->bytes > 0 ? (uint64_t)sc->bytes : 0;
-    out->link_Bps = (float)sc->link_Bps;
-    out->link_peer = sc->link_peer;
+    out->link_Bps = (float)(sc->link_Bps > 0 ? sc->link_Bps : sc->link_cap);
+    out->link_peer = sc->link_Bps > 0 ? sc->link_peer : 0;
     pthread_mutex_unlock(&sc->mu);
     struct scheduler *sched = atomic_load(&sc->sched);
     const struct step_model *sm = sched ? sched_step_model(sched) : NULL;
@@ -529,6 +529,7 @@ struct serve_cluster *serve_cluster_start(const struct control_cfg *cfg, struct 
     snprintf(sc->model, sizeof sc->model, "%s", cfg->model ? cfg->model : "");
     sc->n_layers = cfg->n_layers;
     sc->bytes = cfg->model_bytes;
+    sc->link_cap = cfg->link_cap_Bps;
     sc->fake = cfg->standby;
     snprintf(sc->test_refuse, sizeof sc->test_refuse, "%s",
              cfg->test_refuse ? cfg->test_refuse : "");

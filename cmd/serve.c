@@ -757,6 +757,9 @@ static int start_control(struct serve *sv, struct serve_opts *o, struct schedule
     o->cluster.ttft_slo_ms = o->ttft_ms;
     o->cluster.tpot_slo_ms = o->tpot_ms;
     o->cluster.max_step_tokens = sched ? sv->lm->engine.lim.max_tokens : 0;
+    /* a stream from here is paced (--weight-rate) or the fabric's rate is set (--link-gbps) */
+    o->cluster.link_cap_Bps =
+        o->weight_rate_mbs > 0 ? o->weight_rate_mbs * 1e6 : o->fab.link_gbps * 1e9 / 8;
     sv->cluster = serve_cluster_start(&o->cluster, sv->front, &sv->metrics, sched,
                                       sched ? sv->lm->engine.lim.max_tokens : 0, err);
     if (!sv->cluster) return serve_failed(sv, "", err);
