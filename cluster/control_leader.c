@@ -313,7 +313,9 @@ static int leader_plan(struct control *c)
     if (n > 0 && skipped[0]) log_warn("cluster", "%s", skipped);
     for (int i = 0, a = 0; i < nc; i++, a++) {
         const struct cl_scale *s = &cmd[i].u.scale;
-        while (a < n && vb.id[act[a].node] != s->node) a++; /* the action it came from */
+        while (a < n &&
+               (act[a].node < 0 || act[a].node >= vb.v.n_nodes || vb.id[act[a].node] != s->node))
+            a++; /* the action it came from */
         char extra[96] = "";
         if (s->kind == SCALE_DOWN && s->source)
             snprintf(extra, sizeof extra, ", handing its sequences to node %llu",
