@@ -271,6 +271,7 @@ static void put_load(struct wire_w *w, const struct cl_load *l)
     wire_put_u64(w, l->link_peer);
     wire_put_u64(w, l->model_bytes);
     wire_put_u64(w, l->prompt_in);
+    wire_put_u32(w, (uint32_t)l->helping);
 }
 
 static int get_load(struct wire_r *r, struct cl_load *l, char *err)
@@ -289,9 +290,10 @@ static int get_load(struct wire_r *r, struct cl_load *l, char *err)
     l->link_peer = wire_get_u64(r);
     l->model_bytes = wire_get_u64(r);
     l->prompt_in = wire_get_u64(r);
+    l->helping = (int32_t)wire_get_u32(r);
     if (r->bad) return errmsg_set(err, "load: truncated");
-    if (l->queue_len < 0 || l->running < 0 || l->queued_tokens < 0)
-        return errmsg_set(err, "load: negative queue, running or queued tokens");
+    if (l->queue_len < 0 || l->running < 0 || l->queued_tokens < 0 || l->helping < 0)
+        return errmsg_set(err, "load: negative queue, running, queued tokens or helped sequences");
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
         if (!finite_f(*f[i])) return errmsg_set(err, "load: field %zu not finite", i);
     if (l->kv_used < 0 || l->kv_used > 1) return errmsg_set(err, "load: KV use outside [0, 1]");

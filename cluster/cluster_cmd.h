@@ -17,7 +17,7 @@
 
 /* 3: a member's rack (cl_node_up.rack); 4: refusals (SCALE_DONE's node and reason, LOAD's refused
  * decisions and held requests); 5: what the planner measures (a load's step model error, steps,
- * identity, link rate, model bytes, prompt tokens in; a member's deaths and uptime) */
+ * identity, link rate, model bytes, prompt tokens in, sequences helped; a member's deaths and uptime) */
 #define CL_CMD_VERSION 5
 #define CL_STR_LEN     63 /* addresses, model names, GPU types */
 #define CL_MAX_CHAIN   16 /* joiners of one scale-out */
@@ -132,6 +132,7 @@ struct cl_load {
     uint64_t link_peer;   /* the node at the measured stream's other end (0: none, unknown) */
     uint64_t model_bytes; /* bytes of the model it holds (engine or host copy), 0: none */
     uint64_t prompt_in;   /* prompt tokens submitted to its scheduler since it started (arrivals) */
+    int32_t helping; /* other nodes' sequences whose layers run here (a joiner's, a hand-over's) */
     /* Requests this node took while its route found no replica (relays holding them, or served
      * here from a host copy out of the engine), their prompt tokens, and their model: the demand
      * the planner counts as held (a cold start). Nothing else it runs. They travel in the node's

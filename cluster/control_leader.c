@@ -251,8 +251,9 @@ int control_leader_commands(const struct view_buf *vb, const struct cl_state *st
 
 /* --test-scale-in (tests only): instead of the planner, every test_scale_in_ms one forced
  * scale-in of the first model under load: the serving replica with the most running sequences
- * hands them to another serving replica (SCALE_DOWN with a receiver, as a capacity scale-in
- * does), and on the next decision it comes back from its host copy (SCALE_UP from itself). */
+ * (that runs none of another node's) hands them to another serving replica (SCALE_DOWN with a
+ * receiver, as a capacity scale-in does), and on the next decision it comes back from its host
+ * copy (SCALE_UP from itself). */
 static int test_scale_in(struct control *c, const struct view_buf *vb, struct plan_action *act)
 {
     const struct plan_view *v = &vb->v;
@@ -262,7 +263,7 @@ static int test_scale_in(struct control *c, const struct view_buf *vb, struct pl
         const struct plan_node *n = &v->nodes[i];
         if (!n->alive) continue;
         if (n->engine_model < 0 && (n->host_cached & 1)) back = i;
-        if (n->engine_model != m || n->layers_resident < L) continue;
+        if (n->engine_model != m || n->layers_resident < L || n->load.helping) continue;
         if (busiest < 0 || n->load.running_seqs > v->nodes[busiest].load.running_seqs) busiest = i;
     }
     if (v->n_scaleouts) return 0; /* the last one comes back first */

@@ -133,6 +133,7 @@ char *control_json(struct control *c, size_t *len)
             cJSON_AddNumberToObject(l, "link_Bps", ld->link_Bps);
             cJSON_AddNumberToObject(l, "link_peer", (double)ld->link_peer);
             cJSON_AddNumberToObject(l, "prompt_in", (double)ld->prompt_in);
+            cJSON_AddNumberToObject(l, "helping", ld->helping);
         }
         cJSON_AddItemToArray(nodes, n);
     }

@@ -21,6 +21,8 @@
  *     machine share it; no NVLink rate is known (nvlink_Bps 0), so it orders nothing yet;
  *   - model bytes: any holder's report; the TTFT/TPOT SLOs, R and the keep-alive: this node's
  *     options;
+ *   - the sequences a node runs for others (load.helping): its report, or at least those a node
+ *     that handed its sequences to it (its latest decision, a scale-down naming it) still runs;
  *   - the leading signal: the leader's forecast of each model's prompt tokens/s (the planner reads
  *     it only where the forecast has two closed periods). */
 #include "cluster/control_internal.h"
@@ -170,6 +172,7 @@ static void node_load(const struct view_in *in, struct view_buf *vb, struct plan
     pn->load.running_seqs = ld->running;
     pn->load.kv_used = ld->kv_used;
     pn->load.idle_since_ms = ld->idle_ms >= 0 ? vb->v.now_ms - ld->idle_ms : -1;
+    pn->load.helping = ld->helping;
     if (fitted(ld)) pn->step_own = step_of_load(ld);
     /* Requests the node took while its route found no replica wait for one: the planner counts
      * them as held (a cold start). Not the rest of its queue: what a host copy runs because it
@@ -214,6 +217,28 @@ static void links(const struct view_in *in, struct view_buf *vb, const struct cl
         if (vb->node[i].link_Bps <= 0) vb->node[i].link_Bps = n ? sum / n : VIEW_LINK_ASSUMED;
 }
 
+/* A node scaled down naming a receiver, out of the engine and still running sequences, has them
+ * there (a hand-over): the receiver helps them, as its own report will say a heartbeat later. */
+static void handovers(const struct view_in *in, struct view_buf *vb)
+{
+    const struct cl_state *s = in->st;
+    uint32_t first = s->n_events > CL_MAX_EVENTS ? s->n_events - CL_MAX_EVENTS : 0;
+    int seen[CL_MAX_NODES] = {0}, inferred[CL_MAX_NODES] = {0};
+    for (uint32_t k = s->n_events; k-- > first;) { /* the latest decision naming each node */
+        const struct cl_event *e = &s->event[k % CL_MAX_EVENTS];
+        int x = e->type == CMD_SCALE ? control_view_pid(vb, e->node) : -1;
+        if (x < 0 || seen[x]) continue;
+        seen[x] = 1;
+        int y = e->kind == SCALE_DOWN && e->source ? control_view_pid(vb, e->source) : -1;
+        int mi = cluster_state_model(s, e->model);
+        const struct plan_node *n = &vb->node[x];
+        if (y >= 0 && n->engine_model != mi && n->load.running_seqs > 0)
+            inferred[y] += n->load.running_seqs;
+    }
+    for (int i = 0; i < vb->v.n_nodes; i++)
+        if (inferred[i] > vb->node[i].load.helping) vb->node[i].load.helping = inferred[i];
+}
+
 void control_view_of(const struct view_in *in, struct view_buf *vb)
 {
     const struct cl_state *s = in->st;
@@ -242,6 +267,7 @@ void control_view_of(const struct view_in *in, struct view_buf *vb)
             node_load(in, vb, pn, ld[pid], most_steps);
     }
     links(in, vb, ld);
+    handovers(in, vb);
     /* The matrices as the planner indexes them: [gpu_type * n_models + m], packed in place
      * (row g of the packed layout never lies past row g of the padded one). */
     for (int g = 0; g < v->n_gpu_types; g++)

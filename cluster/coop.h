@@ -7,8 +7,8 @@
  * those sequences, inside its own step where it can (the rows join it at layer k, so each
  * layer's weights are read once for both: coop_config.fuse, sched_coop.forward), samples with the
  * sequence's sampler (sent once in MSG_COOP_OPEN, its generator state returned with every token)
- * and answers MSG_COOP_TOKENS; the step completes when the reply comes. k moves up only, between
- * steps: the KV of the layers that became local is transferred from the helper (one
+ * and answers MSG_COOP_TOKENS; the step completes when the reply comes. k moves up only (but for a
+ * hand-over, below), between steps: the KV of the layers that became local is transferred from the helper (one
  * MSG_COOP_KV_REQ naming every running sequence, answered by MSG_COOP_KV chunks that the helper's
  * compute thread reads out between its steps, at most kv_window bytes (4 MiB) per between-step
  * window, and that the joiner installs as they arrive) or recomputed from the saved inputs of

@@ -101,6 +101,8 @@ static void load(void *ctx, struct cl_load *out)
     sc->last_tokens = gen;
     out->tok_s = (float)sc->tok_s;
     out->prompt_in = atomic_load(&m->prompt_in);
+    out->helping = atomic_load(&m->coop_remote_seqs);
+    if (out->helping < 0) out->helping = 0;
     pthread_mutex_lock(&sc->mu);
     out->model_bytes = sc->model[0] && sc->bytes > 0 ? (uint64_t)sc->bytes : 0;
     out->link_Bps = (float)(sc->link_Bps > 0 ? sc->link_Bps : sc->link_cap);

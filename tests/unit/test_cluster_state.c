@@ -171,7 +171,8 @@ TEST(msg_roundtrip_and_rejects)
                                      .link_Bps = 2.5e8f,
                                      .link_peer = 3,
                                      .model_bytes = 1054336,
-                                     .prompt_in = 5000};
+                                     .prompt_in = 5000,
+                                     .helping = 6};
     m.u.load.seen_scales = 7;
     m.u.load.n_hold = 1;
     m.u.load.hold[0] = holding(2, "llama", 1, 1, 22, 22).u.hold;
@@ -203,6 +204,7 @@ TEST(msg_roundtrip_and_rejects)
     CHECK_EQ_INT(out.u.load.load.link_peer, 3);
     CHECK_EQ_INT(out.u.load.load.model_bytes, 1054336);
     CHECK_EQ_INT(out.u.load.load.prompt_in, 5000);
+    CHECK_EQ_INT(out.u.load.load.helping, 6);
     CHECK_EQ_INT(cluster_cmd_msg_encode(buf2, sizeof buf2, &out), n);
     CHECK(!memcmp(buf, buf2, n));
     for (size_t k = 0; k < n; k++) CHECK(cluster_cmd_msg_decode(&out, buf, k, err));

@@ -321,6 +321,41 @@ TEST(the_forecast_reaches_the_model)
     CHECK(!vb.model[1].fc_valid);
 }
 
+/* A hand-over in the committed state: node 1 scaled down naming node 2 as the receiver of its
+ * sequences, out of its engine, still running 3: node 2 runs them (load.helping) before its own
+ * report says so; node 1 back in the engine (its latest decision a scale-up): no longer. */
+TEST(a_handovers_receiver_is_helping)
+{
+    cluster_state_init(&st);
+    n_rep = 0;
+    up(1, "10.0.0.1", 0);
+    up(2, "10.0.0.2", 0);
+    hold(1, "a", 1, 1, 5, 5);
+    hold(2, "a", 1, 1, 5, 5);
+    struct cl_cmd d = {.type = CMD_SCALE, .t_ms = 5};
+    d.u.scale = (struct cl_scale){.kind = SCALE_DOWN, .source = 2, .node = 1};
+    snprintf(d.u.scale.model, sizeof d.u.scale.model, "a");
+    apply(d);
+    report(1, 9900)->running = 3;
+    report(2, 9900)->helping = 1; /* its report lags */
+    static struct view_buf vb;
+    struct view_in in = input();
+    control_view_of(&in, &vb);
+    CHECK_EQ_INT(vb.node[0].engine_model, -1);
+    CHECK_EQ_INT(vb.node[1].load.helping, 3);
+    rep[1].load.helping = 5; /* its report, once larger, wins */
+    control_view_of(&in, &vb);
+    CHECK_EQ_INT(vb.node[1].load.helping, 5);
+    rep[1].load.helping = 0;
+    struct cl_cmd u = {.type = CMD_SCALE, .t_ms = 6};
+    u.u.scale = (struct cl_scale){.kind = SCALE_UP, .source = 1, .node = 1, .n_chain = 1};
+    u.u.scale.chain[0] = 1;
+    snprintf(u.u.scale.model, sizeof u.u.scale.model, "a");
+    apply(u);
+    control_view_of(&in, &vb);
+    CHECK_EQ_INT(vb.node[1].load.helping, 0);
+}
+
 /* Two threads build views of two different clusters at once: each gets its own. */
 static struct cl_state st_b;
 static struct report rep_b[CL_MAX_NODES];
@@ -363,6 +398,7 @@ int main(void)
     RUN(every_models_bytes_from_a_holder);
     RUN(measured_inputs);
     RUN(the_forecast_reaches_the_model);
+    RUN(a_handovers_receiver_is_helping);
     RUN(views_share_no_scratch);
     CHECK_DONE();
 }
