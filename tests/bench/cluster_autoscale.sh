@@ -118,9 +118,9 @@ for label in sys.argv[2:]:
     dec = []
     for f in glob.glob(os.path.join(w, label + "[0-9]*.log")):
         for l in open(f, errors="replace"):
-            m = re.match(r"\[\s*([\d.]+)\] cluster: decision: (scale up|scale down|replicate|drop host copy) \S+ on node (\d+)[^:]*: (.*)$", l)
+            m = re.match(r"\[\s*([\d.]+)\] cluster: decision: (scale up|scale down|replicate|drop host copy) .*: ([^:]*)$", l)
             if m:
-                dec.append((float(m.group(1)), m.group(2), int(m.group(3)), m.group(4).strip()))
+                dec.append((float(m.group(1)), m.group(2), 0, m.group(3).strip()))
     dec.sort()
     ups = [e for e in ev if e["event"] == "scale_up"]
     why = [x[3] for x in dec if x[1] == "scale up"]
@@ -137,7 +137,7 @@ for label in sys.argv[2:]:
         node_s += max(0.0, min(b or end, end) - a) / 1e3
     print("%s: %d scale-ups, %d scale-downs (%d handing sequences over); engines held %.1f node-seconds over the run's %.1f s" % (
         label, len(ups), len([e for e in ev if e["event"] == "scale_down"]),
-        len([x for x in dec if x[1] == "scale down" and "fewer replicas" in x[3]]),
+        len([x for x in dec if x[1] == "scale down" and "fewer" in x[3]]),
         node_s, (end - start) / 1e3))
     for i, up in enumerate(ups):
         done = [e for e in ev if e["event"] == "scale_done" and e["seq"] > up["seq"]

@@ -7,8 +7,9 @@
 # its sequences, then comes back from its host copy, and so on). Meanwhile THREADS clients send
 # greedy completions (streamed and not, to both nodes) and compare each with the text a lone
 # server gives the same prompt.
-#   - handover_load: SCALE_INS forced scale-ins (decisions with a receiver, counted in the
-#     leaders' logs) under load, and at least one hand-over that moved sequences;
+#   - handover_load: SCALE_INS forced scale-ins (scale-downs naming a receiver, as the leaving
+#     nodes' logs say they carried them out) under load, and at least one hand-over that moved
+#     sequences;
 #   - handover_exact: every completion answered 200 with the lone server's exact text (streamed:
 #     every event, [DONE]); none failed, none differs;
 #   - handover_back: sequences came back (a node that served again brought the KV of sequences
@@ -50,7 +51,6 @@ done
 cl_until 60 n1 "d['leader'] is not None and len([n for n in d['nodes'] if n['alive']]) == 2" ||
     { echo "not ok - cluster_handover: no leader with 2 members: $(cl_why n1)"; exit 1; }
 
-forced() { cat "$W/n1.log" "$W/n2.log" | grep -c "decision: scale down .*handing its sequences"; }
 
 # The clients: until SCALE_INS scale-ins were forced (or 10 minutes), then a last round.
 python3 - "$W" "${CL_URL[n1]}" "${CL_URL[n2]}" "$THREADS" "$SCALE_INS" "${PROMPTS[@]}" \
@@ -69,7 +69,7 @@ def forced():
     n = 0
     for f in ("n1.log", "n2.log"):
         n += sum(1 for l in open(w + "/" + f, errors="replace")
-                 if "decision: scale down" in l and "handing its sequences" in l)
+                 if "executing scale-down of" in l and "(its sequences to node" in l)
     return n
 
 
