@@ -190,6 +190,15 @@ char *control_json(struct control *c, size_t *len)
     return text;
 }
 
+int control_member_http(struct control *c, uint64_t id, char *out, size_t cap)
+{
+    pthread_mutex_lock(&c->mu);
+    const struct cl_member *m = cluster_state_member_c(&c->st, id);
+    if (m) snprintf(out, cap, "%s", m->info.http);
+    pthread_mutex_unlock(&c->mu);
+    return m ? 0 : -1;
+}
+
 struct mbuf {
     char *p;
     size_t len, cap;
