@@ -297,7 +297,7 @@ function chart(id, lines, opts) {
   }
   g.textAlign = 'center';
   g.textBaseline = 'alphabetic';
-  for (const [a, label] of timeTicks(span)) g.fillText(label, Math.min(Math.max(X(t1 - a), L + 10), w - R - 12), hgt - 4);
+  for (const [a, label] of timeTicks(span)) if (X(t1 - a) >= L + 8) g.fillText(label, Math.min(X(t1 - a), w - R - 12), hgt - 4);
   if (opts.hline && opts.hline.v > 0) {
     const y = Math.round(Y(opts.hline.v)) + 0.5;
     g.strokeStyle = '#dc2626';
@@ -547,7 +547,7 @@ function drawTimeline(events) {
   g.fillStyle = '#8a93a3';
   g.font = '11px system-ui, sans-serif';
   g.textAlign = 'center';
-  for (const [a, label] of timeTicks(span)) g.fillText(label, Math.min(Math.max(X(t1 - a), L + 12), w - R - 14), hgt - 3);
+  for (const [a, label] of timeTicks(span)) if (X(t1 - a) >= L + 10) g.fillText(label, Math.min(X(t1 - a), w - R - 14), hgt - 3);
   let lastX = -100;
   for (const e of events) {
     const t = e.t_ms / 1000;
