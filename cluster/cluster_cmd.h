@@ -16,9 +16,10 @@
 #include <stdint.h>
 
 /* 3: a member's rack (cl_node_up.rack); 4: refusals (SCALE_DONE's node and reason, LOAD's refused
- * decisions and held requests); 5: what the planner measures (a load's step model error, steps,
- * identity, link rate, model bytes, prompt tokens in, sequences helped; a member's deaths and uptime) */
-#define CL_CMD_VERSION 5
+ * decisions and held requests); 5, on two branches apart: SCALE's reason (ops), what the planner
+ * measures (live: a load's step model error, steps, identity, link rate, model bytes, prompt
+ * tokens in, sequences helped; a member's deaths and uptime); 6: both, merged */
+#define CL_CMD_VERSION 6
 #define CL_STR_LEN     63 /* addresses, model names, GPU types */
 #define CL_MAX_CHAIN   16 /* joiners of one scale-out */
 #define CL_MAX_HOLD    8  /* models a node reports at once */
@@ -71,6 +72,7 @@ struct cl_scale {
     uint64_t node;   /* target (chain[0] for a scale up) */
     uint8_t n_chain;
     uint64_t chain[CL_MAX_CHAIN];
+    char reason[CL_STR_LEN + 1]; /* why the planner decided it, for people ("" none) */
 };
 
 struct cl_cmd {

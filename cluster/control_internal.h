@@ -243,13 +243,13 @@ void control_exec_tick(struct control *c);
 /* control_leader.c: membership, ended scale-outs, the planner (the leader, each heartbeat) */
 void control_leader_tick(struct control *c);
 /* The planner's actions act[0..n) on view vb of state st as log commands (pure): a scale-down's
- * source is the node its sequences go to (plan_action.handover). An action of a kind the log has
+ * source is the node its sequences go to (plan_action.handover), every command's reason what the
+ * planner compared ("predicted TTFT 2638 ms > SLO 300 ms"). An action of a kind the log has
  * no command for, or naming a model or node outside the view, is left out (err says which; ""
  * when none was). Returns how many commands. */
 int control_leader_commands(const struct view_buf *vb, const struct cl_state *st,
                             const struct plan_action *act, int n, struct cl_cmd *cmd, int cap,
                             char *err);
-const char *control_leader_why(int reason); /* enum plan_reason (or CTL_WHY_TEST) in words */
 /* The planner's configuration for this node's options (control.c; mu held). */
 void control_plan_config(const struct control_cfg *cfg, struct plan_config *pc);
 
@@ -266,6 +266,10 @@ void control_view_build(struct control *c, struct view_buf *vb, uint64_t now_mon
 int control_view_pid(const struct view_buf *vb, uint64_t id);
 /* A node's failure probability over a day from its deaths and uptime (control_view.c). */
 double control_view_fail_prob(uint32_t downs, double up_ms);
+
+/* control_status.c: one line for a scaling decision ("scale up m onto 2 -> 3 from node 1: why",
+ * "scale down m on node 3, handing its sequences to node 2: why"), the log's (any thread) */
+void control_scale_line(const struct cl_scale *s, char *out, size_t cap);
 
 /* control_recover.c */
 int control_recover_at_start(struct control *c, char *err); /* --cluster-recover, checked */

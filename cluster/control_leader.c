@@ -169,6 +169,12 @@ static int leader_scaleouts(struct control *c)
             cmd[n] = (struct cl_cmd){.type = CMD_SCALE_DONE};
             cmd[n].u.done.scale_id = so->scale_id;
             cmd[n].u.done.ok = !lost;
+            if (!lost)
+                log_info("cluster", "scale-out %u of %s done: %s after %.1f s", so->scale_id,
+                         so->s.model,
+                         so->s.kind == SCALE_UP ? "every joiner serves alone (k = L)"
+                                                : "the host copy is whole",
+                         (double)(now_wall_ms() - so->started_ms) / 1e3);
             if (lost) {
                 cmd[n].u.done.node = who;
                 cluster_cmd_printable(cmd[n].u.done.reason, why[0] ? why : "abandoned");
@@ -181,27 +187,41 @@ static int leader_scaleouts(struct control *c)
     return n;
 }
 
-const char *control_leader_why(int reason)
+/* Why the planner took action a, in one short line: what it compared (the command's reason, the
+ * event's and the decision line's). */
+static void why_text(const struct plan_action *a, char out[CL_STR_LEN + 1])
 {
-    switch (reason) {
+    char t[128];
+    double v = a->why_value, l = a->why_limit;
+    switch (a->reason) {
     case PLAN_WHY_SLACK:
-        return "the predicted TTFT is past the SLO";
+        snprintf(t, sizeof t, "predicted TTFT %.0f ms > SLO %.0f ms", v, l);
+        break;
     case PLAN_WHY_COLD:
-        return "requests wait with no replica";
+        snprintf(t, sizeof t, "%.0f request(s) held, no replica", v);
+        break;
     case PLAN_WHY_FORECAST:
-        return "the forecast's demand exceeds capacity";
+        snprintf(t, sizeof t, "forecast %.0f tok/s > capacity %.0f tok/s", v, l);
+        break;
     case PLAN_WHY_IDLE:
-        return "idle for the keep-alive";
+        snprintf(t, sizeof t, "idle %.1f s >= keep-alive %.1f s", v / 1e3, l / 1e3);
+        break;
     case PLAN_WHY_CAPACITY:
-        return "the demand fits fewer replicas";
+        snprintf(t, sizeof t, "demand %.0f tok/s fits one replica fewer (%.0f)", v, l);
+        break;
     case PLAN_WHY_DURABILITY:
-        return "host copies";
+        snprintf(t, sizeof t, "host copies %.0f %s R = %.0f", v, v < l ? "<" : ">", l);
+        break;
     case PLAN_WHY_STANDBY:
-        return "a standby too many";
+        snprintf(t, sizeof t, "standbys %.0f > %.0f wanted", v, l);
+        break;
     case CTL_WHY_TEST:
-        return "--test-scale-in";
+        snprintf(t, sizeof t, "--test-scale-in");
+        break;
+    default:
+        snprintf(t, sizeof t, "reason %d", a->reason);
     }
-    return "?";
+    cluster_cmd_printable(out, t);
 }
 
 int control_leader_commands(const struct view_buf *vb, const struct cl_state *st,
@@ -244,6 +264,7 @@ int control_leader_commands(const struct view_buf *vb, const struct cl_state *st
         int src = a->kind == PLAN_SCALE_DOWN ? a->handover : a->source;
         sc->source = src >= 0 ? vb->id[src] : 0;
         for (int j = 0; j < a->n_chain; j++) sc->chain[sc->n_chain++] = vb->id[a->chain[j]];
+        why_text(a, sc->reason);
     }
 #undef NODE_OK
     return nc;
@@ -312,24 +333,10 @@ static int leader_plan(struct control *c)
     pthread_mutex_unlock(&c->mu);
     if (n < 0) log_warn("cluster", "planner: %s", err);
     if (n > 0 && skipped[0]) log_warn("cluster", "%s", skipped);
-    for (int i = 0, a = 0; i < nc; i++, a++) {
-        const struct cl_scale *s = &cmd[i].u.scale;
-        while (a < n &&
-               (act[a].node < 0 || act[a].node >= vb.v.n_nodes || vb.id[act[a].node] != s->node))
-            a++; /* the action it came from */
-        char extra[96] = "";
-        if (s->kind == SCALE_DOWN && s->source)
-            snprintf(extra, sizeof extra, ", handing its sequences to node %llu",
-                     (unsigned long long)s->source);
-        else if (s->kind != SCALE_DOWN && s->kind != SCALE_DROP_HOST)
-            snprintf(extra, sizeof extra, " (source %llu)", (unsigned long long)s->source);
-        log_info("cluster", "decision: %s %s on node %llu%s: %s",
-                 s->kind == SCALE_UP          ? "scale up"
-                 : s->kind == SCALE_DOWN      ? "scale down"
-                 : s->kind == SCALE_REPLICATE ? "replicate"
-                                              : "drop host copy",
-                 s->model, (unsigned long long)s->node, extra,
-                 a < n ? control_leader_why(act[a].reason) : "?");
+    for (int i = 0; i < nc; i++) {
+        char line[ERRMSG_LEN];
+        control_scale_line(&cmd[i].u.scale, line, sizeof line);
+        log_info("cluster", "decision: %s", line);
         control_fsm_propose(c, &cmd[i]);
     }
     return nc;

@@ -444,6 +444,12 @@ static char *get_route(void *ctx, const char *path, size_t *len)
     return control_json(atomic_load(&sc->ctl), len);
 }
 
+static int member_api(void *ctx, uint64_t node, char *addr, size_t cap)
+{
+    struct serve_cluster *sc = ctx;
+    return control_member_http(atomic_load(&sc->ctl), node, addr, cap);
+}
+
 /* POST /v1/cluster/recover {"voters":[ids],"force":bool} (docs/control.md). */
 static int post_route(void *ctx, const char *path, const char *body, size_t len, char **out,
                       size_t *out_len, struct api_error *e)
@@ -561,6 +567,7 @@ struct serve_cluster *serve_cluster_start(const struct control_cfg *cfg, struct 
                            .unreachable = unreachable,
                            .forward_open = forward_open,
                            .post = post_route,
+                           .member_api = member_api,
                            .node_id = cfg->id};
     front_set_ext(f, &fx);
     return sc;

@@ -76,7 +76,7 @@ run() { # run LABEL N_NODES [PLANNER]
         for ((i = 0; i < 4000; i++)); do
             for ((n = 2; n <= nn; n++)); do
                 [ -f "$W/$label-first$n" ] && continue
-                g=$(curl -s -m 1 "${CL_URL[$label$n]}/metrics" 2>/dev/null | sed -n 's/^strata_generated_tokens_total \([0-9]*\).*/\1/p')
+                g=$(curl -s -m 1 "${CL_URL[$label$n]}/metrics" 2>/dev/null | sed -n 's/^strata_generation_tokens_total \([0-9]*\).*/\1/p')
                 [ "${g:-0}" -gt 0 ] && now_ms >"$W/$label-first$n"
             done
             sleep 0.05
@@ -118,9 +118,10 @@ for label in sys.argv[2:]:
     dec = []
     for f in glob.glob(os.path.join(w, label + "[0-9]*.log")):
         for l in open(f, errors="replace"):
-            m = re.match(r"\[\s*([\d.]+)\] cluster: decision: (scale up|scale down|replicate|drop host copy) .*: ([^:]*)$", l)
+            m = re.match(r"\[\s*([\d.]+)\] cluster: decision: (scale up|scale down|copy|drop) (.*): ([^:]*)$", l)
             if m:
-                dec.append((float(m.group(1)), m.group(2), 0, m.group(3).strip()))
+                dec.append((float(m.group(1)), m.group(2), "handing its sequences" in m.group(3),
+                            m.group(4).strip()))
     dec.sort()
     ups = [e for e in ev if e["event"] == "scale_up"]
     why = [x[3] for x in dec if x[1] == "scale up"]
@@ -137,7 +138,7 @@ for label in sys.argv[2:]:
         node_s += max(0.0, min(b or end, end) - a) / 1e3
     print("%s: %d scale-ups, %d scale-downs (%d handing sequences over); engines held %.1f node-seconds over the run's %.1f s" % (
         label, len(ups), len([e for e in ev if e["event"] == "scale_down"]),
-        len([x for x in dec if x[1] == "scale down" and "fewer" in x[3]]),
+        len([x for x in dec if x[1] == "scale down" and x[2]]),
         node_s, (end - start) / 1e3))
     for i, up in enumerate(ups):
         done = [e for e in ev if e["event"] == "scale_done" and e["seq"] > up["seq"]

@@ -131,12 +131,12 @@ curl -s -m 3 -o /dev/null -w '%{http_code}' "$JOINER_URL/v1/completions" \
     -d '{"prompt":"Once upon a time","max_tokens":5,"temperature":0}' >"$W/late_code" &
 LP=$!
 sleep 1.5
-waiting=$(metric "$JOINER_URL" strata_requests_waiting)
+waiting=$(metric "$JOINER_URL" strata_num_requests_waiting)
 wait $LP
 code=$(cat "$W/late_code")
 [ "$code" = 000 ] && grep -q "peer 0 (127.0.0.1:$FP) closed" "$JOINER_LOG" &&
     [ "$waiting" = 1 ] &&
-    ok "after the helper died: a new request waits for the joiner's own layers (no answer in 3 s, strata_requests_waiting $waiting)" ||
+    ok "after the helper died: a new request waits for the joiner's own layers (no answer in 3 s, strata_num_requests_waiting $waiting)" ||
     not_ok "after the helper died: a new request got $code ($waiting waiting)"
 SERVE_PID=$JOINER_PID SERVE_LOG=$JOINER_LOG serve_stop
 

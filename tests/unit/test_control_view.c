@@ -140,7 +140,14 @@ TEST(plan_ids_are_ranks_and_map_back)
     CHECK_EQ_INT(control_view_pid(&vb, 4), -1);
     /* a scale-down of the node with the big id, its sequences to node 3; a scale-up */
     struct plan_action act[2] = {
-        {.kind = PLAN_SCALE_DOWN, .model = 0, .source = -1, .node = 2, .handover = 0},
+        {.kind = PLAN_SCALE_DOWN,
+         .model = 0,
+         .source = -1,
+         .node = 2,
+         .handover = 0,
+         .reason = PLAN_WHY_CAPACITY,
+         .why_value = 120,
+         .why_limit = 300},
         {.kind = PLAN_SCALE_UP, .model = 0, .source = 0, .node = 1, .n_chain = 1, .handover = -1}};
     act[1].chain[0] = 1;
     struct cl_cmd cmd[4];
@@ -153,12 +160,20 @@ TEST(plan_ids_are_ranks_and_map_back)
     CHECK(cmd[1].u.scale.kind == SCALE_UP && cmd[1].u.scale.node == 5);
     CHECK(cmd[1].u.scale.source == 3 && cmd[1].u.scale.n_chain == 1);
     CHECK(cmd[1].u.scale.chain[0] == 5);
+    /* what the planner compared travels as the command's reason; the leader's decision line */
+    CHECK_STR(cmd[0].u.scale.reason, "demand 120 tok/s fits one replica fewer (300)");
+    char line[ERRMSG_LEN];
+    control_scale_line(&cmd[0].u.scale, line, sizeof line);
+    CHECK_STR(line,
+              "scale down a on node 1099511627776, handing its sequences to node 3: demand 120 "
+              "tok/s fits one replica fewer (300)");
     /* and it decodes as the log would carry it */
     uint8_t buf[CL_CMD_MAX];
     struct cl_cmd back;
     size_t n = cluster_cmd_encode(buf, sizeof buf, &cmd[0]);
     CHECK(n && !cluster_cmd_decode(&back, buf, n, err));
     CHECK(back.u.scale.node == BIG && back.u.scale.source == 3);
+    CHECK_STR(back.u.scale.reason, cmd[0].u.scale.reason);
 }
 
 TEST(unknown_kinds_and_outsiders_are_left_out)
@@ -212,6 +227,9 @@ TEST(the_leader_decides_on_the_view)
     CHECK(cmd[0].u.scale.kind == SCALE_UP && cmd[0].u.scale.node == 4);
     CHECK_STR(cmd[0].u.scale.model, "b");
     CHECK(cmd[0].u.scale.source == 2 || cmd[0].u.scale.source == 3);
+    CHECKF(!strncmp(cmd[0].u.scale.reason, "predicted TTFT ", 15) &&
+               strstr(cmd[0].u.scale.reason, " ms > SLO 1000 ms"),
+           "%s", cmd[0].u.scale.reason);
 }
 
 TEST(every_models_bytes_from_a_holder)
