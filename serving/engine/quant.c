@@ -315,6 +315,17 @@ static const struct block_format *format_of(uint32_t type)
     return NULL;
 }
 
+int quant_type_supported(uint32_t type)
+{
+    return type == GGML_F32 || type == GGML_F16 || type == GGML_BF16 || format_of(type);
+}
+
+const char *quant_type_list(void)
+{
+    return "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k, "
+           "iq4_xs";
+}
+
 int quantize_row(uint32_t type, const float *x, void *out, int n)
 {
     if (n < 0) return -1;

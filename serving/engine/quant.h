@@ -121,6 +121,11 @@ uint16_t f32_to_fp16(float f);
 float bf16_to_f32(uint16_t h);
 uint16_t f32_to_bf16(float f);
 
+/* 1 if the type is one of the above (quantize_row, dequantize_row and matmul take it). */
+int quant_type_supported(uint32_t type);
+/* Their names, for messages: "f32, f16, bf16, q8_0, ...". */
+const char *quant_type_list(void);
+
 /* n must be a multiple of the type's block size. Return -1 for unsupported types. */
 int quantize_row(uint32_t type, const float *x, void *out, int n);
 int dequantize_row(uint32_t type, const void *in, float *out, int n);

@@ -24,31 +24,22 @@ static float uniform(void) /* [-1, 1) */
     return (float)((int32_t)(rng >> 32)) / 2147483648.0f;
 }
 
-static const uint32_t types[] = {GGML_F32,  GGML_F16,  GGML_BF16,       GGML_Q8_0,
-                                 GGML_Q4_0, GGML_Q4_K, TENSOR_Q8_0_X16, TENSOR_Q4_0_X16};
+static const uint32_t types[] = {GGML_F32,  GGML_F16,        GGML_BF16,       GGML_Q8_0, GGML_Q4_0,
+                                 GGML_Q4_K, TENSOR_Q8_0_X16, TENSOR_Q4_0_X16, GGML_Q4_1, GGML_Q5_0,
+                                 GGML_Q5_1, GGML_IQ4_NL,     GGML_Q2_K,       GGML_Q3_K, GGML_Q5_K,
+                                 GGML_Q6_K, GGML_IQ4_XS};
 
 /* Float types get a column count that is not a multiple of the vector width (tail path); the
  * block types an odd number of blocks. */
 static int cols_for(uint32_t t)
 {
-    t = repack_base_type(t);
-    return t == GGML_Q4_K ? 768 : (t == GGML_Q8_0 || t == GGML_Q4_0) ? 288 : 200;
+    int blk = ggml_block_elems(repack_base_type(t));
+    return blk == 256 ? 768 : blk == 32 ? 288 : 200;
 }
 
 static size_t row_size(uint32_t t, int cols)
 {
-    switch (repack_base_type(t)) {
-    case GGML_F32:
-        return (size_t)cols * 4;
-    case GGML_F16:
-    case GGML_BF16:
-        return (size_t)cols * 2;
-    case GGML_Q8_0:
-        return (size_t)cols / 32 * sizeof(struct block_q8_0);
-    case GGML_Q4_0:
-        return (size_t)cols / 32 * sizeof(struct block_q4_0);
-    }
-    return (size_t)cols / 256 * sizeof(struct block_q4_K);
+    return (size_t)ggml_row_bytes(repack_base_type(t), (uint64_t)cols);
 }
 
 struct mat {
@@ -97,24 +88,25 @@ static float *make_x(int n_tok, int cols)
  * dequantized weights with the float activations:
  * - every type: float accumulation over `cols` terms, at most cols * 2^-24 * sum|w x| (the
  *   standard bound n*u; in practice far less);
- * - Q8_0, Q4_0, Q4_K: the kernels quantize the activations to int8 per block of 32 (256 for
- *   Q4_K) with step d = max|x|/127, so each x is off by at most d/2: add sum|w| * d/2 over each
- *   block (5% slack for the float computation of d and 1/d). The integer dot itself is exact. */
+ * - the block types: the kernels quantize the activations to int8 per block of 32 (256 for the
+ *   super-blocks) with step d = max|x|/127, so each x is off by at most d/2, plus (Q8_0, whose d
+ *   is stored in f16) 127 * 2^-11 * d: add sum|w| * that over each block (5% slack for the
+ *   float computation of d and 1/d). The integer dot itself is exact. */
 static double tolerance(uint32_t type, const float *w, const float *x, int cols)
 {
     double sabs = 0, q = 0;
     for (int c = 0; c < cols; c++) sabs += fabs((double)w[c] * x[c]);
     double tol = cols * 0x1p-24 * sabs + 1e-30;
     type = repack_base_type(type);
-    if (type == GGML_Q8_0 || type == GGML_Q4_0 || type == GGML_Q4_K) {
-        int bs = type == GGML_Q4_K ? 256 : 32;
+    int bs = ggml_block_elems(type);
+    if (bs > 1) {
         for (int b = 0; b < cols; b += bs) {
             double amax = 0, wsum = 0;
             for (int c = b; c < b + bs; c++) {
                 amax = fmax(amax, fabs(x[c]));
                 wsum += fabs(w[c]);
             }
-            q += wsum * amax / 254;
+            q += wsum * amax * (1.0 / 254 + 0x1p-11); /* + the f16 rounding of d (act_q8) */
         }
         tol += 1.05 * q;
     }
