@@ -18,6 +18,7 @@
 #include "serving/engine/gguf.h"
 #include "serving/engine/matmul_kernels.h"
 #include "serving/engine/quant.h"
+#include "serving/engine/repack.h"
 
 #include <immintrin.h>
 #include <stddef.h>
@@ -496,6 +497,239 @@ TILE(q3_K, q3_K_row)
 TILE(q5_K, q5_K_row)
 TILE(q6_K, q6_K_row)
 TILE(iq4_xs, iq4_xs_row)
+
+/* ---- 16-row records (repack.h) of the super-block formats --------------------------------------
+ * Each 32-byte load holds 4 quant bytes of 8 rows; one broadcast of the matching 4 activation
+ * bytes meets all of them, and vpmaddwd with [s_r, s_r] per row (s_r: row r's sub-block scale)
+ * scales while it adds, so an accumulator's 8 lanes are 8 rows' exact integer sums. The rows'
+ * float arithmetic is then the scalar kernel's, lane by lane: bit-identical results. */
+
+/* The 16 rows' 6-bit values of one field (repack.h's six_bits_x16) as bytes in row order. */
+KERNEL_INLINE __m128i six_bits16(const struct six_bits_x16 *f)
+{
+    const __m128i m4 = _mm_set1_epi8(0x0f);
+    const __m128i lo8 = _mm_loadl_epi64((const __m128i *)f->lo);
+    const __m128i lo =
+        _mm_unpacklo_epi64(_mm_and_si128(lo8, m4), _mm_and_si128(_mm_srli_epi16(lo8, 4), m4));
+    uint32_t h;
+    memcpy(&h, f->hi, 4);
+    __m128i hi = _mm_srlv_epi32(_mm_set1_epi32((int)h), _mm_setr_epi32(0, 2, 4, 6));
+    hi = _mm_slli_epi16(_mm_and_si128(hi, _mm_set1_epi8(3)), 4);
+    return _mm_or_si128(lo, hi);
+}
+
+/* [v_r, v_r] as 16-bit pairs for rows 8*half .. 8*half+7 of 16 row-ordered bytes. */
+KERNEL_INLINE __m256i row_pairs_u8(__m128i v, int half)
+{
+    const __m128i dup =
+        half ? _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15)
+             : _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    return _mm256_cvtepu8_epi16(_mm_shuffle_epi8(v, dup));
+}
+
+static inline __m256i bcast4(const int8_t *p)
+{
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+
+/* Q4_K records: per sub-block j, 4 chunks of 4 bytes per row, each byte elements 32j + i (low
+ * nibble) and 32j + 16 + i (high): both products have the row's scale, so they are added in
+ * 16 bits (at most 2 * 2 * 15 * 127) before one vpmaddwd. */
+KERNEL_INLINE void q4_K_x16_group(const uint8_t *w, const uint8_t *x, size_t xs, int nb, float *y,
+                                  size_t ys, const int NT)
+{
+    const struct block_q4_Kx16 *blk = (const struct block_q4_Kx16 *)w;
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    __m256 accf[2][2];
+#pragma GCC unroll 2
+    for (int t = 0; t < NT; t++) accf[0][t] = accf[1][t] = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++, blk++) {
+        __m256i acc[2][2];
+#pragma GCC unroll 2
+        for (int t = 0; t < NT; t++) acc[0][t] = acc[1][t] = _mm256_setzero_si256();
+        for (int j = 0; j < 8; j++) {
+            const __m128i sc = six_bits16(&blk->sm[j]);
+            const __m256i s0 = row_pairs_u8(sc, 0), s1 = row_pairs_u8(sc, 1);
+#pragma GCC unroll 4
+            for (int c = 0; c < 4; c++) {
+                const uint8_t *q = blk->qs + 64 * (4 * j + c);
+                _mm_prefetch((const char *)q + 2048, _MM_HINT_T0);
+                const __m256i r0 = _mm256_loadu_si256((const __m256i *)q);
+                const __m256i r1 = _mm256_loadu_si256((const __m256i *)(q + 32));
+                const __m256i l0 = _mm256_and_si256(r0, m4), l1 = _mm256_and_si256(r1, m4);
+                const __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(r0, 4), m4);
+                const __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(r1, 4), m4);
+#pragma GCC unroll 2
+                for (int t = 0; t < NT; t++) {
+                    const int8_t *xq =
+                        ((const struct act_q8k *)(x + t * xs) + b)->qs + 32 * j + 4 * c;
+                    const __m256i xl = bcast4(xq), xh = bcast4(xq + 16);
+                    acc[0][t] = _mm256_add_epi32(
+                        acc[0][t], _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(l0, xl),
+                                                                      _mm256_maddubs_epi16(h0, xh)),
+                                                     s0));
+                    acc[1][t] = _mm256_add_epi32(
+                        acc[1][t], _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(l1, xl),
+                                                                      _mm256_maddubs_epi16(h1, xh)),
+                                                     s1));
+                }
+            }
+        }
+        /* mins against the per-32 sums, sub-blocks in pairs: [m_2k, m_2k+1] per row */
+        __m256i mp[2][4];
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            const __m128i a = six_bits16(&blk->sm[8 + 2 * k]), c = six_bits16(&blk->sm[9 + 2 * k]);
+            mp[0][k] = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(a, c));
+            mp[1][k] = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(a, c));
+        }
+        const __m256 d0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk->d));
+        const __m256 d1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk->d + 8)));
+        const __m256 m0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk->dmin));
+        const __m256 m1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk->dmin + 8)));
+#pragma GCC unroll 2
+        for (int t = 0; t < NT; t++) {
+            const struct act_q8k *a = (const struct act_q8k *)(x + t * xs) + b;
+            /* [bs32_2k, bs32_2k+1] in 32-bit lane k */
+            const __m128i b32 = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)a->bsums),
+                                               _mm_loadu_si128((const __m128i *)(a->bsums + 8)));
+            __m256i ms0 = _mm256_setzero_si256(), ms1 = ms0;
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                const __m256i bk = _mm256_broadcastd_epi32(_mm_shuffle_epi32(b32, 0x55 * k));
+                ms0 = _mm256_add_epi32(ms0, _mm256_madd_epi16(mp[0][k], bk));
+                ms1 = _mm256_add_epi32(ms1, _mm256_madd_epi16(mp[1][k], bk));
+            }
+            /* the scalar kernel's d * d_x * isum - dmin * d_x * msum, lane by lane */
+            const __m256 dx = _mm256_set1_ps(a->d);
+            accf[0][t] = _mm256_add_ps(
+                accf[0][t],
+                _mm256_sub_ps(_mm256_mul_ps(_mm256_mul_ps(d0, dx), _mm256_cvtepi32_ps(acc[0][t])),
+                              _mm256_mul_ps(_mm256_mul_ps(m0, dx), _mm256_cvtepi32_ps(ms0))));
+            accf[1][t] = _mm256_add_ps(
+                accf[1][t],
+                _mm256_sub_ps(_mm256_mul_ps(_mm256_mul_ps(d1, dx), _mm256_cvtepi32_ps(acc[1][t])),
+                              _mm256_mul_ps(_mm256_mul_ps(m1, dx), _mm256_cvtepi32_ps(ms1))));
+        }
+    }
+#pragma GCC unroll 2
+    for (int t = 0; t < NT; t++) {
+        _mm256_storeu_ps(y + t * ys, accf[0][t]);
+        _mm256_storeu_ps(y + t * ys + 8, accf[1][t]);
+    }
+}
+
+/* nr rows = nr / 16 records per super-block column, tokens in tiles of 2. */
+#define GROUP_TILE(name, GROUP, BLK)                                                               \
+    void avx2_tile_##name(const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs,        \
+                          int nt, int cols, float *y, size_t ys)                                   \
+    {                                                                                              \
+        for (int g = 0; g < nr; g += REPACK_ROWS)                                                  \
+            for (int t = 0; t < nt; t += 2) {                                                      \
+                if (nt - t >= 2)                                                                   \
+                    GROUP(w + (size_t)g * ws, x + (size_t)t * xs, xs, cols / BLK, y + t * ys + g,  \
+                          ys, 2);                                                                  \
+                else                                                                               \
+                    GROUP(w + (size_t)g * ws, x + (size_t)t * xs, xs, cols / BLK, y + t * ys + g,  \
+                          ys, 1);                                                                  \
+            }                                                                                      \
+    }
+
+GROUP_TILE(q4_K_x16, q4_K_x16_group, QK_K)
+
+/* Q6_K records: per sub-block of 16, three loads give the four 4-element groups (repack.h); the
+ * two products of a pair of groups add in 16 bits (at most 4 * 63 * 127) before one vpmaddwd
+ * with the rows' scales. The -32 offset comes once per record: 32 * sum_j scale_j * bsums_j. */
+KERNEL_INLINE void q6_K_x16_group(const uint8_t *w, const uint8_t *x, size_t xs, int nb, float *y,
+                                  size_t ys, const int NT)
+{
+    const struct block_q6_Kx16 *blk = (const struct block_q6_Kx16 *)w;
+    const __m256i m63 = _mm256_set1_epi8(63), m3 = _mm256_set1_epi8(3);
+    const __m256i m0c = _mm256_set1_epi8(0x0c), m30 = _mm256_set1_epi8(0x30);
+    const __m128i dup0 = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    const __m128i dup1 = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
+    __m256 accf[2][2];
+#pragma GCC unroll 2
+    for (int t = 0; t < NT; t++) accf[0][t] = accf[1][t] = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++, blk++) {
+        __m256i acc[2][2];
+#pragma GCC unroll 2
+        for (int t = 0; t < NT; t++) acc[0][t] = acc[1][t] = _mm256_setzero_si256();
+        for (int j = 0; j < 16; j++) {
+            const __m128i sc = _mm_loadu_si128((const __m128i *)blk->scales[j]);
+            const uint8_t *q = blk->q + 192 * j;
+            _mm_prefetch((const char *)q + 3072, _MM_HINT_T0);
+            _mm_prefetch((const char *)q + 3136, _MM_HINT_T0);
+            _mm_prefetch((const char *)q + 3200, _MM_HINT_T0);
+#pragma GCC unroll 2
+            for (int hf = 0; hf < 2; hf++) {
+                const __m256i s = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc, hf ? dup1 : dup0));
+                const __m256i p0 = _mm256_loadu_si256((const __m256i *)(q + 32 * hf));
+                const __m256i p1 = _mm256_loadu_si256((const __m256i *)(q + 64 + 32 * hf));
+                const __m256i p2 = _mm256_loadu_si256((const __m256i *)(q + 128 + 32 * hf));
+                const __m256i va = _mm256_and_si256(p0, m63), vb = _mm256_and_si256(p1, m63);
+                const __m256i vc = _mm256_and_si256(p2, m63);
+                const __m256i vd = _mm256_or_si256(
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(p0, 6), m3),
+                                    _mm256_and_si256(_mm256_srli_epi16(p1, 4), m0c)),
+                    _mm256_and_si256(_mm256_srli_epi16(p2, 2), m30));
+#pragma GCC unroll 2
+                for (int t = 0; t < NT; t++) {
+                    const int8_t *xq = ((const struct act_q8k *)(x + t * xs) + b)->qs + 16 * j;
+                    const __m256i pab = _mm256_add_epi16(_mm256_maddubs_epi16(va, bcast4(xq)),
+                                                         _mm256_maddubs_epi16(vb, bcast4(xq + 4)));
+                    const __m256i pcd = _mm256_add_epi16(_mm256_maddubs_epi16(vc, bcast4(xq + 8)),
+                                                         _mm256_maddubs_epi16(vd, bcast4(xq + 12)));
+                    acc[hf][t] =
+                        _mm256_add_epi32(acc[hf][t], _mm256_add_epi32(_mm256_madd_epi16(pab, s),
+                                                                      _mm256_madd_epi16(pcd, s)));
+                }
+            }
+        }
+        /* the offsets: sum_j scale_j * bsums_j per row, sub-blocks in pairs */
+        __m256i sp[2][8];
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            const __m128i a = _mm_loadu_si128((const __m128i *)blk->scales[2 * k]);
+            const __m128i c = _mm_loadu_si128((const __m128i *)blk->scales[2 * k + 1]);
+            sp[0][k] = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(a, c));
+            sp[1][k] = _mm256_cvtepi8_epi16(_mm_unpackhi_epi8(a, c));
+        }
+        const __m256 d0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk->d));
+        const __m256 d1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk->d + 8)));
+#pragma GCC unroll 2
+        for (int t = 0; t < NT; t++) {
+            const struct act_q8k *a = (const struct act_q8k *)(x + t * xs) + b;
+            const __m128i bl = _mm_loadu_si128((const __m128i *)a->bsums);
+            const __m128i bh = _mm_loadu_si128((const __m128i *)(a->bsums + 8));
+            __m256i o0 = _mm256_setzero_si256(), o1 = o0;
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++) {
+                const __m256i bk =
+                    _mm256_broadcastd_epi32(_mm_shuffle_epi32(k < 4 ? bl : bh, 0x55 * (k % 4)));
+                o0 = _mm256_add_epi32(o0, _mm256_madd_epi16(sp[0][k], bk));
+                o1 = _mm256_add_epi32(o1, _mm256_madd_epi16(sp[1][k], bk));
+            }
+            const __m256i i0 = _mm256_sub_epi32(acc[0][t], _mm256_slli_epi32(o0, 5));
+            const __m256i i1 = _mm256_sub_epi32(acc[1][t], _mm256_slli_epi32(o1, 5));
+            const __m256 dx = _mm256_set1_ps(a->d);
+            /* the scalar kernel's d * d_x * isum (- 0) */
+            accf[0][t] = _mm256_add_ps(
+                accf[0][t], _mm256_mul_ps(_mm256_mul_ps(d0, dx), _mm256_cvtepi32_ps(i0)));
+            accf[1][t] = _mm256_add_ps(
+                accf[1][t], _mm256_mul_ps(_mm256_mul_ps(d1, dx), _mm256_cvtepi32_ps(i1)));
+        }
+    }
+#pragma GCC unroll 2
+    for (int t = 0; t < NT; t++) {
+        _mm256_storeu_ps(y + t * ys, accf[0][t]);
+        _mm256_storeu_ps(y + t * ys + 8, accf[1][t]);
+    }
+}
+
+GROUP_TILE(q6_K_x16, q6_K_x16_group, QK_K)
 
 #if defined(__clang__)
 #pragma clang attribute pop

@@ -53,6 +53,10 @@ static int kernel_type(uint32_t t)
         return KT_Q8_0_X16;
     case TENSOR_Q4_0_X16:
         return KT_Q4_0_X16;
+    case TENSOR_Q4_K_X16:
+        return KT_Q4_K_X16;
+    case TENSOR_Q6_K_X16:
+        return KT_Q6_K_X16;
     }
     return -1;
 }
@@ -66,8 +70,8 @@ static size_t row_bytes(uint32_t t, int cols)
 /* Which activation format a weight type wants: 0 floats, 1 act_q8, 2 act_q8k, 3 act_q4. */
 static int act_format(uint32_t t)
 {
-    if (repack_base_type(t) != t) return 1;
-    switch (t) {
+    if (t == TENSOR_Q4_0_X16 || t == TENSOR_Q8_0_X16) return 1;
+    switch (repack_base_type(t)) {
     case GGML_Q8_0:
         return 1;
     case GGML_Q2_K:
@@ -270,33 +274,6 @@ static void tile_q4_0_scalar(const uint8_t *w, size_t ws, int nr, const uint8_t 
         }
 }
 
-static void tile_q4_K_scalar(const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs,
-                             int nt, int cols, float *y, size_t ys)
-{
-    for (int r = 0; r < nr; r++)
-        for (int t = 0; t < nt; t++) {
-            const struct block_q4_K *wb = (const struct block_q4_K *)(w + r * ws);
-            const struct act_q8k *a = (const struct act_q8k *)(x + t * xs);
-            float s = 0;
-            for (int b = 0; b < cols / QK_K; b++) {
-                int isum = 0, msum = 0;
-                for (int j = 0; j < 8; j++) {
-                    uint8_t sc, m;
-                    q4_K_scale_min(j, wb[b].scales, &sc, &m);
-                    const uint8_t *q = wb[b].qs + 32 * (j / 2);
-                    const int8_t *xq = a[b].qs + 32 * j;
-                    int dot = 0;
-                    for (int l = 0; l < 32; l++) dot += (j & 1 ? q[l] >> 4 : q[l] & 0xf) * xq[l];
-                    isum += sc * dot;
-                    msum += m * (a[b].bsums[2 * j] + a[b].bsums[2 * j + 1]);
-                }
-                s += fp16_to_f32(wb[b].d) * a[b].d * (float)isum -
-                     fp16_to_f32(wb[b].dmin) * a[b].d * (float)msum;
-            }
-            y[t * ys + r] = s;
-        }
-}
-
 /* The 16-row groups (repack.h): each row's dot is the plain kernel's, with the quants found
  * where repack put them. */
 static void tile_q8_0_x16_scalar(const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs,
@@ -492,6 +469,12 @@ static void kq_q45_K(const uint8_t *scales, const uint8_t *qs, const uint8_t *qh
     }
 }
 
+static void kq_q4_K(const uint8_t *blk, const struct act_q8k *a, int *isum, int *msum)
+{
+    const struct block_q4_K *b = (const struct block_q4_K *)blk;
+    kq_q45_K(b->scales, b->qs, NULL, a, isum, msum);
+}
+
 static void kq_q5_K(const uint8_t *blk, const struct act_q8k *a, int *isum, int *msum)
 {
     const struct block_q5_K *b = (const struct block_q5_K *)blk;
@@ -541,6 +524,9 @@ static void kq_scales(int kt, const uint8_t *blk, float *d, float *dmin)
     case KT_Q3_K:
         memcpy(h, blk + offsetof(struct block_q3_K, d), 2);
         break;
+    case KT_Q4_K:
+        memcpy(h, blk + offsetof(struct block_q4_K, d), 4);
+        break;
     case KT_Q5_K:
         memcpy(h, blk + offsetof(struct block_q5_K, d), 4);
         break;
@@ -555,30 +541,67 @@ static void kq_scales(int kt, const uint8_t *blk, float *d, float *dmin)
     *dmin = fp16_to_f32(h[1]);
 }
 
-static void kquant_tile_scalar(int kt, const uint8_t *w, size_t ws, int nr, const uint8_t *x,
-                               size_t xs, int nt, int cols, float *y, size_t ys)
+/* One super-block's share of a dot product, as every super-block kernel computes it. */
+static float kquant_block(int kt, const uint8_t *blk, const struct act_q8k *a)
 {
     void (*blk_dot)(const uint8_t *, const struct act_q8k *, int *, int *) =
         kt == KT_Q2_K   ? kq_q2_K
         : kt == KT_Q3_K ? kq_q3_K
+        : kt == KT_Q4_K ? kq_q4_K
         : kt == KT_Q5_K ? kq_q5_K
         : kt == KT_Q6_K ? kq_q6_K
                         : kq_iq4_xs;
+    int isum, msum;
+    float d, dmin;
+    blk_dot(blk, a, &isum, &msum);
+    kq_scales(kt, blk, &d, &dmin);
+    return d * a->d * (float)isum - dmin * a->d * (float)msum;
+}
+
+static void kquant_tile_scalar(int kt, const uint8_t *w, size_t ws, int nr, const uint8_t *x,
+                               size_t xs, int nt, int cols, float *y, size_t ys)
+{
     const size_t bb = ws / (size_t)(cols / QK_K); /* bytes per super-block */
     for (int r = 0; r < nr; r++)
         for (int t = 0; t < nt; t++) {
             const struct act_q8k *a = (const struct act_q8k *)(x + t * xs);
             float s = 0;
+            for (int b = 0; b < cols / QK_K; b++) s += kquant_block(kt, w + r * ws + b * bb, &a[b]);
+            y[t * ys + r] = s;
+        }
+}
+
+/* The 16-row records (repack.h): each row's block taken back out, then the row kernel's
+ * arithmetic, so a repacked tensor gives the row layout's results bit for bit. */
+static void kquant_x16_tile_scalar(int kt, uint32_t type, const uint8_t *w, size_t ws, int nr,
+                                   const uint8_t *x, size_t xs, int nt, int cols, float *y,
+                                   size_t ys)
+{
+    const size_t bb = ws / (size_t)(cols / QK_K);
+    uint8_t blk[512];
+    for (int r = 0; r < nr; r++)
+        for (int t = 0; t < nt; t++) {
+            const uint8_t *g = w + (size_t)(r / REPACK_ROWS) * REPACK_ROWS * ws;
+            const struct act_q8k *a = (const struct act_q8k *)(x + t * xs);
+            float s = 0;
             for (int b = 0; b < cols / QK_K; b++) {
-                const uint8_t *blk = w + r * ws + b * bb;
-                int isum, msum;
-                float d, dmin;
-                blk_dot(blk, &a[b], &isum, &msum);
-                kq_scales(kt, blk, &d, &dmin);
-                s += d * a[b].d * (float)isum - dmin * a[b].d * (float)msum;
+                repack_unpack(type, g + (size_t)b * bb * REPACK_ROWS, r % REPACK_ROWS, blk);
+                s += kquant_block(kt, blk, &a[b]);
             }
             y[t * ys + r] = s;
         }
+}
+
+static void tile_q6_K_x16_scalar(const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs,
+                                 int nt, int cols, float *y, size_t ys)
+{
+    kquant_x16_tile_scalar(KT_Q6_K, TENSOR_Q6_K_X16, w, ws, nr, x, xs, nt, cols, y, ys);
+}
+
+static void tile_q4_K_x16_scalar(const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs,
+                                 int nt, int cols, float *y, size_t ys)
+{
+    kquant_x16_tile_scalar(KT_Q4_K, TENSOR_Q4_K_X16, w, ws, nr, x, xs, nt, cols, y, ys);
 }
 
 #define KQUANT_SCALAR(name, KT)                                                                    \
@@ -588,6 +611,7 @@ static void kquant_tile_scalar(int kt, const uint8_t *w, size_t ws, int nr, cons
         kquant_tile_scalar(KT, w, ws, nr, x, xs, nt, cols, y, ys);                                 \
     }
 KQUANT_SCALAR(q2_K, KT_Q2_K)
+KQUANT_SCALAR(q4_K, KT_Q4_K)
 KQUANT_SCALAR(q3_K, KT_Q3_K)
 KQUANT_SCALAR(q5_K, KT_Q5_K)
 KQUANT_SCALAR(q6_K, KT_Q6_K)
@@ -600,7 +624,8 @@ const struct kernel_table kernels_scalar = {
     .tile = {tile_f32_scalar, tile_f16_scalar, tile_bf16_scalar, tile_q8_0_scalar, tile_q4_0_scalar,
              tile_q4_K_scalar, tile_q8_0_x16_scalar, tile_q4_0_x16_scalar, tile_q4_1_scalar,
              tile_q5_0_scalar, tile_q5_1_scalar, tile_iq4_nl_scalar, tile_q2_K_scalar,
-             tile_q3_K_scalar, tile_q5_K_scalar, tile_q6_K_scalar, tile_iq4_xs_scalar},
+             tile_q3_K_scalar, tile_q5_K_scalar, tile_q6_K_scalar, tile_iq4_xs_scalar,
+             tile_q4_K_x16_scalar, tile_q6_K_x16_scalar},
     .quant_q8 = quantize_act_q8,
     .quant_q8k = quantize_act_q8k,
     .quant_q4 = quantize_act_q4,

@@ -1,72 +1,113 @@
-/* repack: ggml rows -> 16-row groups (see repack.h for the layout and why). */
+/* repack: ggml rows -> 16-row groups (see repack.h for the layouts and why). Each layout is a
+ * pair of functions between the 16 rows' ggml blocks at one block index and the record that
+ * replaces them; the super-block ones are in repack_kquants.c. */
 #include "serving/engine/repack.h"
 
 #include "os/common/errmsg.h"
 #include "serving/engine/gguf.h"
 #include "serving/engine/quant.h"
+#include "serving/engine/repack_formats.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+/* ---- Q4_0 and Q8_0 ---------------------------------------------------------------------- */
+
+/* 4 quant bytes at a time: byte group k of row r goes to repack_quant_at(r, 4k). */
+static void pack_q4_0(const uint8_t *const *src, uint8_t *dst)
+{
+    struct block_q4_0x16 *d = (struct block_q4_0x16 *)dst;
+    for (int r = 0; r < REPACK_ROWS; r++) {
+        const struct block_q4_0 *in = (const struct block_q4_0 *)src[r];
+        d->d[r] = in->d;
+        for (int k = 0; k < 4; k++) memcpy(d->qs + repack_quant_at(r, 4 * k), in->qs + 4 * k, 4);
+    }
+}
+
+static void unpack_q4_0(const uint8_t *src, int r, uint8_t *dst)
+{
+    const struct block_q4_0x16 *s = (const struct block_q4_0x16 *)src;
+    struct block_q4_0 *out = (struct block_q4_0 *)dst;
+    out->d = s->d[r];
+    for (int k = 0; k < 4; k++) memcpy(out->qs + 4 * k, s->qs + repack_quant_at(r, 4 * k), 4);
+}
+
+static void pack_q8_0(const uint8_t *const *src, uint8_t *dst)
+{
+    struct block_q8_0x16 *d = (struct block_q8_0x16 *)dst;
+    for (int r = 0; r < REPACK_ROWS; r++) {
+        const struct block_q8_0 *in = (const struct block_q8_0 *)src[r];
+        d->d[r] = in->d;
+        for (int k = 0; k < 8; k++) {
+            uint32_t v;
+            memcpy(&v, in->qs + 4 * k, 4);
+            v ^= 0x80808080u; /* +128 on each byte */
+            memcpy(d->qs + repack_quant_at(r, 4 * k), &v, 4);
+        }
+    }
+}
+
+static void unpack_q8_0(const uint8_t *src, int r, uint8_t *dst)
+{
+    const struct block_q8_0x16 *s = (const struct block_q8_0x16 *)src;
+    struct block_q8_0 *out = (struct block_q8_0 *)dst;
+    out->d = s->d[r];
+    for (int k = 0; k < 8; k++) {
+        uint32_t v;
+        memcpy(&v, s->qs + repack_quant_at(r, 4 * k), 4);
+        v ^= 0x80808080u;
+        memcpy(out->qs + 4 * k, &v, 4);
+    }
+}
+
+/* ---- the table ------------------------------------------------------------------------------ */
+
+static const struct repack_format formats[] = {
+    {GGML_Q4_0, TENSOR_Q4_0_X16, "q4_0x16", pack_q4_0, unpack_q4_0},
+    {GGML_Q8_0, TENSOR_Q8_0_X16, "q8_0x16", pack_q8_0, unpack_q8_0},
+    {GGML_Q4_K, TENSOR_Q4_K_X16, "q4_kx16", repack_pack_q4_K, repack_unpack_q4_K},
+    {GGML_Q6_K, TENSOR_Q6_K_X16, "q6_kx16", repack_pack_q6_K, repack_unpack_q6_K},
+};
+
+static const struct repack_format *format_of(uint32_t type)
+{
+    for (size_t i = 0; i < sizeof formats / sizeof formats[0]; i++)
+        if (formats[i].ggml_type == type || formats[i].type == type) return &formats[i];
+    return NULL;
+}
+
 uint32_t repack_type_of(uint32_t ggml_type)
 {
-    return ggml_type == GGML_Q4_0 ? TENSOR_Q4_0_X16 : ggml_type == GGML_Q8_0 ? TENSOR_Q8_0_X16 : 0;
+    const struct repack_format *f = format_of(ggml_type);
+    return f && f->ggml_type == ggml_type ? f->type : 0;
 }
 
 uint32_t repack_base_type(uint32_t type)
 {
-    return type == TENSOR_Q4_0_X16 ? GGML_Q4_0 : type == TENSOR_Q8_0_X16 ? GGML_Q8_0 : type;
+    const struct repack_format *f = format_of(type);
+    return f && f->type == type ? f->ggml_type : type;
 }
 
 const char *tensor_type_name(uint32_t type)
 {
-    return type == TENSOR_Q4_0_X16   ? "q4_0x16"
-           : type == TENSOR_Q8_0_X16 ? "q8_0x16"
-                                     : ggml_type_name(type);
+    const struct repack_format *f = format_of(type);
+    return f && f->type == type ? f->name : ggml_type_name(type);
 }
 
 int repack_eligible(const struct tensor *t)
 {
-    return repack_type_of(t->type) && t->rows > 0 && t->rows % REPACK_ROWS == 0 &&
-           t->cols % 32 == 0;
-}
-
-/* 4 quant bytes at a time: byte group k of row r goes to repack_quant_at(r, 4k). */
-static void pack_group_q4_0(const uint8_t *src, uint8_t *dst, int nb)
-{
-    const struct block_q4_0 *s = (const struct block_q4_0 *)src;
-    struct block_q4_0x16 *d = (struct block_q4_0x16 *)dst;
-    for (int b = 0; b < nb; b++)
-        for (int r = 0; r < REPACK_ROWS; r++) {
-            const struct block_q4_0 *in = &s[(size_t)r * nb + b];
-            d[b].d[r] = in->d;
-            for (int k = 0; k < 4; k++)
-                memcpy(d[b].qs + repack_quant_at(r, 4 * k), in->qs + 4 * k, 4);
-        }
-}
-
-static void pack_group_q8_0(const uint8_t *src, uint8_t *dst, int nb)
-{
-    const struct block_q8_0 *s = (const struct block_q8_0 *)src;
-    struct block_q8_0x16 *d = (struct block_q8_0x16 *)dst;
-    for (int b = 0; b < nb; b++)
-        for (int r = 0; r < REPACK_ROWS; r++) {
-            const struct block_q8_0 *in = &s[(size_t)r * nb + b];
-            d[b].d[r] = in->d;
-            for (int k = 0; k < 8; k++) {
-                uint32_t v;
-                memcpy(&v, in->qs + 4 * k, 4);
-                v ^= 0x80808080u; /* +128 on each byte */
-                memcpy(d[b].qs + repack_quant_at(r, 4 * k), &v, 4);
-            }
-        }
+    int blk = ggml_block_elems(t->type);
+    return repack_type_of(t->type) && t->rows > 0 && t->rows % REPACK_ROWS == 0 && blk > 1 &&
+           t->cols % blk == 0;
 }
 
 int repack_tensor(struct tensor *t, char *err)
 {
     if (!repack_eligible(t)) return 0;
-    int nb = t->cols / 32;
-    size_t group = ggml_row_bytes(t->type, (uint64_t)t->cols) * REPACK_ROWS;
+    const struct repack_format *f = format_of(t->type);
+    const int nb = t->cols / ggml_block_elems(t->type);
+    const size_t rb = ggml_row_bytes(t->type, (uint64_t)t->cols), bb = rb / (size_t)nb;
+    const size_t group = rb * REPACK_ROWS;
     uint8_t *tmp = malloc(group);
     if (!tmp)
         return errmsg_set(err, "repack: no memory for a %zu-byte group of %d x %d %s", group,
@@ -76,35 +117,38 @@ int repack_tensor(struct tensor *t, char *err)
     for (int g = 0; g < t->rows / REPACK_ROWS; g++) {
         uint8_t *p = w + (size_t)g * group;
         memcpy(tmp, p, group);
-        if (t->type == GGML_Q4_0)
-            pack_group_q4_0(tmp, p, nb);
-        else
-            pack_group_q8_0(tmp, p, nb);
+        for (int b = 0; b < nb; b++) {
+            const uint8_t *src[REPACK_ROWS];
+            for (int r = 0; r < REPACK_ROWS; r++) src[r] = tmp + (size_t)r * rb + (size_t)b * bb;
+            f->pack(src, p + (size_t)b * bb * REPACK_ROWS);
+        }
     }
     free(tmp);
-    t->type = repack_type_of(t->type);
+    t->type = f->type;
     return 0;
+}
+
+void repack_unpack(uint32_t type, const void *record, int r, void *block)
+{
+    format_of(type)->unpack(record, r, block);
+}
+
+void repack_block(const struct tensor *t, int row, int b, void *block)
+{
+    const struct repack_format *f = format_of(t->type);
+    const int nb = t->cols / ggml_block_elems(f->ggml_type);
+    const size_t rb = ggml_row_bytes(f->ggml_type, (uint64_t)t->cols), bb = rb / (size_t)nb;
+    const uint8_t *g = (const uint8_t *)t->data + (size_t)(row / REPACK_ROWS) * rb * REPACK_ROWS;
+    f->unpack(g + (size_t)b * bb * REPACK_ROWS, row % REPACK_ROWS, block);
 }
 
 void repack_dequantize_row(const struct tensor *t, int row, float *out)
 {
-    int nb = t->cols / 32, r = row % REPACK_ROWS;
-    size_t group = ggml_row_bytes(repack_base_type(t->type), (uint64_t)t->cols) * REPACK_ROWS;
-    const uint8_t *g = (const uint8_t *)t->data + (size_t)(row / REPACK_ROWS) * group;
-    for (int b = 0; b < nb; b++, out += 32) {
-        if (t->type == TENSOR_Q4_0_X16) {
-            const struct block_q4_0x16 *blk = (const struct block_q4_0x16 *)g + b;
-            float d = fp16_to_f32(blk->d[r]);
-            for (int i = 0; i < 16; i++) {
-                uint8_t q = blk->qs[repack_quant_at(r, i)];
-                out[i] = d * (float)((q & 0xf) - 8);
-                out[i + 16] = d * (float)((q >> 4) - 8);
-            }
-        } else {
-            const struct block_q8_0x16 *blk = (const struct block_q8_0x16 *)g + b;
-            float d = fp16_to_f32(blk->d[r]);
-            for (int i = 0; i < 32; i++)
-                out[i] = d * (float)((int)blk->qs[repack_quant_at(r, i)] - 128);
-        }
+    const uint32_t base = repack_base_type(t->type);
+    const int blk = ggml_block_elems(base), nb = t->cols / blk;
+    uint8_t block[512];
+    for (int b = 0; b < nb; b++) {
+        repack_block(t, row, b, block);
+        dequantize_row(base, block, out + (size_t)b * blk, blk);
     }
 }

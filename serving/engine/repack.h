@@ -1,5 +1,5 @@
-/* repack: Q4_0 and Q8_0 matrices rewritten in place into 16-row groups, the layout the SIMD
- * kernels read fastest.
+/* repack: quantized matrices rewritten in place into 16-row groups, the layout the SIMD kernels
+ * read fastest (Q4_0 and Q8_0 below; the super-block formats in the second half).
  *
  * In a group, each 32-column block of the 16 rows is one record: the 16 f16 scales, then the
  * quants in 64-byte chunks. Chunk k holds, for rows 0-7 then rows 8-15, 4 consecutive quant
@@ -26,7 +26,13 @@
 #include <stdint.h>
 
 #define REPACK_ROWS 16
-enum { TENSOR_Q4_0_X16 = 0x1002, TENSOR_Q8_0_X16 = 0x1008 };
+/* A repacked tensor's type: 0x1000 | its ggml type. */
+enum {
+    TENSOR_Q4_0_X16 = 0x1002,
+    TENSOR_Q8_0_X16 = 0x1008,
+    TENSOR_Q4_K_X16 = 0x100c,
+    TENSOR_Q6_K_X16 = 0x100e,
+};
 
 struct block_q4_0x16 {
     uint16_t d[16];
@@ -44,17 +50,63 @@ static inline size_t repack_quant_at(int r, int i)
     return (size_t)64 * (i / 4) + 32 * (r / 8) + 4 * (r % 8) + i % 4;
 }
 
-/* The repacked type of a Q4_0/Q8_0 type, else 0; and back (the ggml type a layout holds). */
+/* ---- the super-block formats ---------------------------------------------------------------
+ * One record per super-block of 256 columns of the 16 rows, the 16 rows' blocks rearranged (the
+ * same bytes, so the same size): the f16 scales of the 16 rows side by side, the sub-block scales
+ * transposed (per sub-block, the 16 rows'), and each quant plane of the ggml block 4 bytes per row
+ * at a time as above (byte i of row r at repack_quant_at(r, i)), so one 32-byte load holds 4
+ * bytes of 8 rows and a broadcast of the matching 4 activation bytes meets all of them: the 8
+ * lanes of an integer accumulator are 8 rows' dots, scaled in the same vpmaddwd by a vector of
+ * the 8 rows' sub-block scales, and the row kernel's per-sub-block shuffles and horizontal sums
+ * disappear.
+ *
+ * 6-bit values of 16 rows (Q4_K's scales and mins): 12 bytes per field. lo[k] holds row k's low
+ * 4 bits (low nibble) and row k+8's (high nibble); hi[k] holds the top 2 bits of rows k, k+4,
+ * k+8, k+12 in bits 0-1, 2-3, 4-5, 6-7. */
+struct six_bits_x16 {
+    uint8_t lo[8];
+    uint8_t hi[4];
+};
+/* Q4_K: fields 0-7 the sub-block scales, 8-15 the mins; qs per sub-block j, 16 bytes: byte i
+ * holds element 32j + i (low nibble) and 32j + 16 + i (high), so both nibbles of a byte have
+ * one scale (ggml pairs sub-blocks 2g and 2g+1 in a byte), a plane as above. */
+struct block_q4_Kx16 {
+    uint16_t d[16], dmin[16];
+    struct six_bits_x16 sm[16];
+    uint8_t qs[16 * 128];
+};
+_Static_assert(sizeof(struct block_q4_Kx16) == 16 * 144, "q4_K record size");
+
+/* Q6_K: scales[j][r] is row r's sub-block j scale; per sub-block j (16 elements), 3 chunks of 4
+ * bytes per row (a plane, chunk k of sub-block j at q + 64 * (3j + k)): byte p of chunk k holds
+ * element 16j + 4k + p in its low 6 bits (k = 0, 1, 2), and bits 2k..2k+1 of element 16j + 12 + p
+ * in its top 2: three vpand give three of the four 4-element groups, two shifts and ors more
+ * the fourth (ggml's layout took 4 operations per 32 quants more). */
+struct block_q6_Kx16 {
+    uint16_t d[16];
+    int8_t scales[16][16];
+    uint8_t q[16 * 192];
+};
+_Static_assert(sizeof(struct block_q6_Kx16) == 16 * 210, "q6_K record size");
+
+void six_bits_put(struct six_bits_x16 *f, int r, int v);
+int six_bits_get(const struct six_bits_x16 *f, int r);
+
+/* The repacked type of a type that has one, else 0; and back (the ggml type a layout holds). */
 uint32_t repack_type_of(uint32_t ggml_type);
 uint32_t repack_base_type(uint32_t type);
-/* The name of any tensor type: ggml_type_name() for GGUF types, "q8_0x16"/"q4_0x16" for repacked.
- */
+/* The name of any tensor type: ggml_type_name() for GGUF types, "q8_0x16", "q4_kx16", ... for
+ * repacked ones. */
 const char *tensor_type_name(uint32_t type);
-/* 1 if t can be repacked: Q4_0 or Q8_0 with rows a multiple of 16. */
+/* 1 if t can be repacked: a type with a layout above, rows a multiple of 16. */
 int repack_eligible(const struct tensor *t);
 /* Rewrite t's bytes in place (t->data must be writable) and set its type. Fails only if the
  * 16-row staging buffer cannot be allocated. */
 int repack_tensor(struct tensor *t, char *err);
+/* Row r's ggml block out of one record of a repacked type (at most 512 bytes). */
+void repack_unpack(uint32_t type, const void *record, int r, void *block);
+/* Block b of row `row` of a repacked tensor, as the ggml block it came from (at most 512 bytes). */
+void repack_block(const struct tensor *t, int row, int b, void *block);
 /* Row `row` of a repacked tensor, dequantized (what dequantize_row gives for the source row). */
 void repack_dequantize_row(const struct tensor *t, int row, float *out);
 

@@ -1,0 +1,180 @@
+/* repack_kquants: the 16-row records of the super-block formats (layouts in repack.h). */
+#include "serving/engine/quant.h"
+#include "serving/engine/repack.h"
+#include "serving/engine/repack_formats.h"
+
+#include <stddef.h>
+#include <string.h>
+
+void six_bits_put(struct six_bits_x16 *f, int r, int v)
+{
+    const int k = r % 8, sh = 4 * (r / 8);
+    f->lo[k] = (uint8_t)((f->lo[k] & ~(0xf << sh)) | (v & 0xf) << sh);
+    const int hk = r % 4, hsh = 2 * (r / 4);
+    f->hi[hk] = (uint8_t)((f->hi[hk] & ~(3 << hsh)) | ((v >> 4) & 3) << hsh);
+}
+
+int six_bits_get(const struct six_bits_x16 *f, int r)
+{
+    return (f->lo[r % 8] >> (4 * (r / 8)) & 0xf) | (f->hi[r % 4] >> (2 * (r / 4)) & 3) << 4;
+}
+
+/* A quant plane of n bytes per row, 4 bytes per row at a time (repack_quant_at). */
+static void plane_pack(const uint8_t *const *rows, size_t off, int n, uint8_t *dst)
+{
+    for (int r = 0; r < REPACK_ROWS; r++)
+        for (int i = 0; i < n; i += 4) memcpy(dst + repack_quant_at(r, i), rows[r] + off + i, 4);
+}
+
+static void plane_unpack(const uint8_t *src, int r, int n, uint8_t *dst)
+{
+    for (int i = 0; i < n; i += 4) memcpy(dst + i, src + repack_quant_at(r, i), 4);
+}
+
+/* 4-bit quants of 256 elements between ggml's K layout (byte l of group g: elements 64g + l and
+ * 64g + 32 + l) and the per-sub-block layout (byte 16j + i: elements 32j + i and 32j + 16 + i). */
+static void nibbles_k_to_sub(const uint8_t *k, uint8_t *sub)
+{
+    uint8_t e[256];
+    for (int g = 0; g < 4; g++)
+        for (int l = 0; l < 32; l++)
+            e[64 * g + l] = k[32 * g + l] & 0xf, e[64 * g + 32 + l] = k[32 * g + l] >> 4;
+    for (int j = 0; j < 8; j++)
+        for (int i = 0; i < 16; i++)
+            sub[16 * j + i] = (uint8_t)(e[32 * j + i] | e[32 * j + 16 + i] << 4);
+}
+
+static void nibbles_sub_to_k(const uint8_t *sub, uint8_t *k)
+{
+    uint8_t e[256];
+    for (int j = 0; j < 8; j++)
+        for (int i = 0; i < 16; i++)
+            e[32 * j + i] = sub[16 * j + i] & 0xf, e[32 * j + 16 + i] = sub[16 * j + i] >> 4;
+    for (int g = 0; g < 4; g++)
+        for (int l = 0; l < 32; l++)
+            k[32 * g + l] = (uint8_t)(e[64 * g + l] | e[64 * g + 32 + l] << 4);
+}
+
+/* ---- Q4_K ----------------------------------------------------------------------------------- */
+
+void repack_pack_q4_K(const uint8_t *const *src, uint8_t *dst)
+{
+    struct block_q4_Kx16 *d = (struct block_q4_Kx16 *)dst;
+    uint8_t sub[REPACK_ROWS][128];
+    const uint8_t *rows[REPACK_ROWS];
+    memset(d->sm, 0, sizeof d->sm);
+    for (int r = 0; r < REPACK_ROWS; r++) {
+        const struct block_q4_K *in = (const struct block_q4_K *)src[r];
+        d->d[r] = in->d;
+        d->dmin[r] = in->dmin;
+        for (int j = 0; j < 8; j++) {
+            uint8_t sc, m;
+            q4_K_scale_min(j, in->scales, &sc, &m);
+            six_bits_put(&d->sm[j], r, sc);
+            six_bits_put(&d->sm[8 + j], r, m);
+        }
+        nibbles_k_to_sub(in->qs, sub[r]);
+        rows[r] = sub[r];
+    }
+    plane_pack(rows, 0, 128, d->qs);
+}
+
+/* The 12 scale bytes of Q4_K/Q5_K from 8 scales and 8 mins (quant.h's layout). */
+static void k_scales_put(uint8_t *s, const int *sc, const int *m)
+{
+    memset(s, 0, 12);
+    for (int j = 0; j < 8; j++) {
+        if (j < 4) {
+            s[j] = (uint8_t)sc[j];
+            s[j + 4] = (uint8_t)m[j];
+        } else {
+            s[j + 4] = (uint8_t)((sc[j] & 0xf) | (m[j] & 0xf) << 4);
+            s[j - 4] |= (uint8_t)((sc[j] >> 4) << 6);
+            s[j] |= (uint8_t)((m[j] >> 4) << 6);
+        }
+    }
+}
+
+void repack_unpack_q4_K(const uint8_t *src, int r, uint8_t *dst)
+{
+    const struct block_q4_Kx16 *s = (const struct block_q4_Kx16 *)src;
+    struct block_q4_K *out = (struct block_q4_K *)dst;
+    int sc[8], m[8];
+    for (int j = 0; j < 8; j++)
+        sc[j] = six_bits_get(&s->sm[j], r), m[j] = six_bits_get(&s->sm[8 + j], r);
+    out->d = s->d[r];
+    out->dmin = s->dmin[r];
+    k_scales_put(out->scales, sc, m);
+    uint8_t sub[128];
+    plane_unpack(s->qs, r, 128, sub);
+    nibbles_sub_to_k(sub, out->qs);
+}
+
+/* ---- Q6_K ----------------------------------------------------------------------------------- */
+
+/* The 256 6-bit quants of a Q6_K block (0..63, the format subtracts 32), in element order. */
+static void q6_K_quants(const struct block_q6_K *b, uint8_t *q)
+{
+    for (int e = 0; e < QK_K; e++) {
+        const int h = e / 128, s = e % 128 / 32, l = e % 32;
+        const uint8_t ql = b->ql[64 * h + l + 32 * (s & 1)];
+        q[e] = (uint8_t)((s < 2 ? ql & 0xf : ql >> 4) | ((b->qh[32 * h + l] >> (2 * s)) & 3) << 4);
+    }
+}
+
+static void q6_K_from_quants(const uint8_t *q, struct block_q6_K *b)
+{
+    memset(b->qh, 0, sizeof b->qh);
+    for (int e = 0; e < QK_K; e++) {
+        const int h = e / 128, s = e % 128 / 32, l = e % 32;
+        uint8_t *ql = &b->ql[64 * h + l + 32 * (s & 1)];
+        if (s < 2)
+            *ql = (uint8_t)((*ql & 0xf0) | (q[e] & 0xf));
+        else
+            *ql = (uint8_t)((*ql & 0x0f) | (q[e] & 0xf) << 4);
+        b->qh[32 * h + l] |= (uint8_t)((q[e] >> 4) << (2 * s));
+    }
+}
+
+void repack_pack_q6_K(const uint8_t *const *src, uint8_t *dst)
+{
+    struct block_q6_Kx16 *d = (struct block_q6_Kx16 *)dst;
+    for (int r = 0; r < REPACK_ROWS; r++) {
+        const struct block_q6_K *in = (const struct block_q6_K *)src[r];
+        uint8_t q[QK_K];
+        q6_K_quants(in, q);
+        d->d[r] = in->d;
+        for (int j = 0; j < 16; j++) {
+            d->scales[j][r] = in->scales[j];
+            const uint8_t *e = q + 16 * j;
+            for (int k = 0; k < 3; k++) {
+                uint8_t c[4];
+                for (int p = 0; p < 4; p++)
+                    c[p] = (uint8_t)(e[4 * k + p] | ((e[12 + p] >> (2 * k)) & 3) << 6);
+                memcpy(d->q + 64 * (3 * j + k) + 32 * (r / 8) + 4 * (r % 8), c, 4);
+            }
+        }
+    }
+}
+
+void repack_unpack_q6_K(const uint8_t *src, int r, uint8_t *dst)
+{
+    const struct block_q6_Kx16 *s = (const struct block_q6_Kx16 *)src;
+    struct block_q6_K *out = (struct block_q6_K *)dst;
+    uint8_t q[QK_K];
+    for (int j = 0; j < 16; j++) {
+        uint8_t *e = q + 16 * j;
+        for (int p = 0; p < 4; p++) e[12 + p] = 0;
+        for (int k = 0; k < 3; k++) {
+            uint8_t c[4];
+            memcpy(c, s->q + 64 * (3 * j + k) + 32 * (r / 8) + 4 * (r % 8), 4);
+            for (int p = 0; p < 4; p++) {
+                e[4 * k + p] = c[p] & 63;
+                e[12 + p] |= (uint8_t)((c[p] >> 6) << (2 * k));
+            }
+        }
+        out->scales[j] = s->scales[j][r];
+    }
+    out->d = s->d[r];
+    q6_K_from_quants(q, out);
+}
