@@ -534,33 +534,58 @@ static inline __m256i bcast4(const int8_t *p)
     return _mm256_set1_epi32(v);
 }
 
-/* Q4_K records: per sub-block j, 4 chunks of 4 bytes per row, each byte elements 32j + i (low
- * nibble) and 32j + 16 + i (high): both products have the row's scale, so they are added in
- * 16 bits (at most 2 * 2 * 15 * 127) before one vpmaddwd. */
-KERNEL_INLINE void q4_K_x16_group(const uint8_t *w, const uint8_t *x, size_t xs, int nb, float *y,
-                                  size_t ys, const int NT)
+/* Q4_K and Q5_K records: per sub-block j, 4 chunks of 4 bytes per row, each byte elements
+ * 32j + i (low nibble) and 32j + 16 + i (high), Q5_K's 5th bits or-ed in from its qh plane: both
+ * products have the row's scale, so they are added in 16 bits (at most 2 * 2 * 31 * 127)
+ * before one vpmaddwd. */
+KERNEL_INLINE void k45_x16_group(const int five, const uint8_t *w, const uint8_t *x, size_t xs,
+                                 int nb, float *y, size_t ys, const int NT)
 {
-    const struct block_q4_Kx16 *blk = (const struct block_q4_Kx16 *)w;
-    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    /* Q4_K and Q5_K records share their head (d, dmin, sm); Q5_K's qh comes before its qs. */
+    const size_t rec = five ? sizeof(struct block_q5_Kx16) : sizeof(struct block_q4_Kx16);
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m16 = _mm256_set1_epi8(0x10);
     __m256 accf[2][2];
 #pragma GCC unroll 2
     for (int t = 0; t < NT; t++) accf[0][t] = accf[1][t] = _mm256_setzero_ps();
-    for (int b = 0; b < nb; b++, blk++) {
+    for (int b = 0; b < nb; b++) {
+        const struct block_q4_Kx16 *blk = (const struct block_q4_Kx16 *)(w + (size_t)b * rec);
+        const uint8_t *qs = five ? ((const struct block_q5_Kx16 *)blk)->qs : blk->qs;
+        const uint8_t *qh = ((const struct block_q5_Kx16 *)blk)->qh;
         __m256i acc[2][2];
 #pragma GCC unroll 2
         for (int t = 0; t < NT; t++) acc[0][t] = acc[1][t] = _mm256_setzero_si256();
         for (int j = 0; j < 8; j++) {
             const __m128i sc = six_bits16(&blk->sm[j]);
             const __m256i s0 = row_pairs_u8(sc, 0), s1 = row_pairs_u8(sc, 1);
+            __m256i hb0 = _mm256_setzero_si256(), hb1 = hb0;
+            if (five) {
+                hb0 = _mm256_loadu_si256((const __m256i *)(qh + 64 * j));
+                hb1 = _mm256_loadu_si256((const __m256i *)(qh + 64 * j + 32));
+            }
 #pragma GCC unroll 4
             for (int c = 0; c < 4; c++) {
-                const uint8_t *q = blk->qs + 64 * (4 * j + c);
+                const uint8_t *q = qs + 64 * (4 * j + c);
                 _mm_prefetch((const char *)q + 2048, _MM_HINT_T0);
                 const __m256i r0 = _mm256_loadu_si256((const __m256i *)q);
                 const __m256i r1 = _mm256_loadu_si256((const __m256i *)(q + 32));
-                const __m256i l0 = _mm256_and_si256(r0, m4), l1 = _mm256_and_si256(r1, m4);
-                const __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(r0, 4), m4);
-                const __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(r1, 4), m4);
+                __m256i l0 = _mm256_and_si256(r0, m4), l1 = _mm256_and_si256(r1, m4);
+                __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(r0, 4), m4);
+                __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(r1, 4), m4);
+                if (five) { /* bit 2c (2c + 1) of each qh byte to bit 4 */
+                    const int sl = 4 - 2 * c, sh = 3 - 2 * c;
+                    l0 = _mm256_or_si256(l0, _mm256_and_si256(sl >= 0 ? _mm256_slli_epi16(hb0, sl)
+                                                                      : _mm256_srli_epi16(hb0, -sl),
+                                                              m16));
+                    l1 = _mm256_or_si256(l1, _mm256_and_si256(sl >= 0 ? _mm256_slli_epi16(hb1, sl)
+                                                                      : _mm256_srli_epi16(hb1, -sl),
+                                                              m16));
+                    h0 = _mm256_or_si256(h0, _mm256_and_si256(sh >= 0 ? _mm256_slli_epi16(hb0, sh)
+                                                                      : _mm256_srli_epi16(hb0, -sh),
+                                                              m16));
+                    h1 = _mm256_or_si256(h1, _mm256_and_si256(sh >= 0 ? _mm256_slli_epi16(hb1, sh)
+                                                                      : _mm256_srli_epi16(hb1, -sh),
+                                                              m16));
+                }
 #pragma GCC unroll 2
                 for (int t = 0; t < NT; t++) {
                     const int8_t *xq =
@@ -621,6 +646,18 @@ KERNEL_INLINE void q4_K_x16_group(const uint8_t *w, const uint8_t *x, size_t xs,
     }
 }
 
+KERNEL_INLINE void q4_K_x16_group(const uint8_t *w, const uint8_t *x, size_t xs, int nb, float *y,
+                                  size_t ys, const int NT)
+{
+    k45_x16_group(0, w, x, xs, nb, y, ys, NT);
+}
+
+KERNEL_INLINE void q5_K_x16_group(const uint8_t *w, const uint8_t *x, size_t xs, int nb, float *y,
+                                  size_t ys, const int NT)
+{
+    k45_x16_group(1, w, x, xs, nb, y, ys, NT);
+}
+
 /* nr rows = nr / 16 records per super-block column, tokens in tiles of 2. */
 #define GROUP_TILE(name, GROUP, BLK)                                                               \
     void avx2_tile_##name(const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs,        \
@@ -638,6 +675,7 @@ KERNEL_INLINE void q4_K_x16_group(const uint8_t *w, const uint8_t *x, size_t xs,
     }
 
 GROUP_TILE(q4_K_x16, q4_K_x16_group, QK_K)
+GROUP_TILE(q5_K_x16, q5_K_x16_group, QK_K)
 
 /* Q6_K records: per sub-block of 16, three loads give the four 4-element groups (repack.h); the
  * two products of a pair of groups add in 16 bits (at most 4 * 63 * 127) before one vpmaddwd
@@ -730,6 +768,263 @@ KERNEL_INLINE void q6_K_x16_group(const uint8_t *w, const uint8_t *x, size_t xs,
 }
 
 GROUP_TILE(q6_K_x16, q6_K_x16_group, QK_K)
+
+/* [v_r, v_r] as signed 16-bit pairs for rows 8*half .. 8*half+7 of 16 row-ordered bytes. */
+KERNEL_INLINE __m256i row_pairs_s8(__m128i v, int half)
+{
+    const __m128i dup =
+        half ? _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15)
+             : _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(v, dup));
+}
+
+/* The float step every super-block record ends with, per 8 rows: the scalar kernel's
+ * d * d_x * isum - dmin * d_x * msum, lane by lane (dmin and msum zero for the formats without
+ * mins: X - 0 is X, as in the scalar kernel). */
+KERNEL_INLINE __m256 kq_finish(__m256 acc, __m256 d, __m256 dmin, float dx, __m256i isum,
+                               __m256i msum)
+{
+    const __m256 vdx = _mm256_set1_ps(dx);
+    return _mm256_add_ps(
+        acc, _mm256_sub_ps(_mm256_mul_ps(_mm256_mul_ps(d, vdx), _mm256_cvtepi32_ps(isum)),
+                           _mm256_mul_ps(_mm256_mul_ps(dmin, vdx), _mm256_cvtepi32_ps(msum))));
+}
+
+/* sum_j v_j * bsums_j per row over 16 sub-blocks, v as 16 row-ordered bytes per sub-block
+ * (signed or not), for the 8 rows of `half`: sub-blocks in pairs, [v_2k, v_2k+1] per row against
+ * [bsums_2k, bsums_2k+1]. */
+KERNEL_INLINE __m256i bsum_rows(const __m128i *v, int is_signed, const struct act_q8k *a, int half)
+{
+    const __m128i bl = _mm_loadu_si128((const __m128i *)a->bsums);
+    const __m128i bh = _mm_loadu_si128((const __m128i *)(a->bsums + 8));
+    __m256i s = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k++) {
+        const __m128i pr = half ? _mm_unpackhi_epi8(v[2 * k], v[2 * k + 1])
+                                : _mm_unpacklo_epi8(v[2 * k], v[2 * k + 1]);
+        const __m256i p16 = is_signed ? _mm256_cvtepi8_epi16(pr) : _mm256_cvtepu8_epi16(pr);
+        const __m256i bk =
+            _mm256_broadcastd_epi32(_mm_shuffle_epi32(k < 4 ? bl : bh, 0x55 * (k % 4)));
+        s = _mm256_add_epi32(s, _mm256_madd_epi16(p16, bk));
+    }
+    return s;
+}
+
+/* Q2_K records: per sub-block one chunk, its 4 groups of 4 at bits 2s; the four products add
+ * in 16 bits (at most 8 * 3 * 127). */
+KERNEL_INLINE void q2_K_x16_group(const uint8_t *w, const uint8_t *x, size_t xs, int nb, float *y,
+                                  size_t ys, const int NT)
+{
+    const struct block_q2_Kx16 *blk = (const struct block_q2_Kx16 *)w;
+    const __m256i m3 = _mm256_set1_epi8(3);
+    const __m128i m4 = _mm_set1_epi8(0x0f);
+    __m256 accf[2][2];
+#pragma GCC unroll 2
+    for (int t = 0; t < NT; t++) accf[0][t] = accf[1][t] = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++, blk++) {
+        __m256i acc[2][2];
+        __m128i mins[16];
+#pragma GCC unroll 2
+        for (int t = 0; t < NT; t++) acc[0][t] = acc[1][t] = _mm256_setzero_si256();
+        for (int j = 0; j < 16; j++) {
+            const __m128i raw = _mm_loadu_si128((const __m128i *)blk->scales[j]);
+            const __m128i sc = _mm_and_si128(raw, m4);
+            mins[j] = _mm_and_si128(_mm_srli_epi16(raw, 4), m4);
+            const uint8_t *q = blk->qs + 64 * j;
+            _mm_prefetch((const char *)q + 1536, _MM_HINT_T0);
+#pragma GCC unroll 2
+            for (int hf = 0; hf < 2; hf++) {
+                const __m256i s = row_pairs_u8(sc, hf);
+                const __m256i c = _mm256_loadu_si256((const __m256i *)(q + 32 * hf));
+                const __m256i v0 = _mm256_and_si256(c, m3);
+                const __m256i v1 = _mm256_and_si256(_mm256_srli_epi16(c, 2), m3);
+                const __m256i v2 = _mm256_and_si256(_mm256_srli_epi16(c, 4), m3);
+                const __m256i v3 = _mm256_and_si256(_mm256_srli_epi16(c, 6), m3);
+#pragma GCC unroll 2
+                for (int t = 0; t < NT; t++) {
+                    const int8_t *xq = ((const struct act_q8k *)(x + t * xs) + b)->qs + 16 * j;
+                    const __m256i p = _mm256_add_epi16(
+                        _mm256_add_epi16(_mm256_maddubs_epi16(v0, bcast4(xq)),
+                                         _mm256_maddubs_epi16(v1, bcast4(xq + 4))),
+                        _mm256_add_epi16(_mm256_maddubs_epi16(v2, bcast4(xq + 8)),
+                                         _mm256_maddubs_epi16(v3, bcast4(xq + 12))));
+                    acc[hf][t] = _mm256_add_epi32(acc[hf][t], _mm256_madd_epi16(p, s));
+                }
+            }
+        }
+        const __m256 d0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk->d));
+        const __m256 d1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk->d + 8)));
+        const __m256 m0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk->dmin));
+        const __m256 m1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk->dmin + 8)));
+#pragma GCC unroll 2
+        for (int t = 0; t < NT; t++) {
+            const struct act_q8k *a = (const struct act_q8k *)(x + t * xs) + b;
+            accf[0][t] = kq_finish(accf[0][t], d0, m0, a->d, acc[0][t], bsum_rows(mins, 0, a, 0));
+            accf[1][t] = kq_finish(accf[1][t], d1, m1, a->d, acc[1][t], bsum_rows(mins, 0, a, 1));
+        }
+    }
+#pragma GCC unroll 2
+    for (int t = 0; t < NT; t++) {
+        _mm256_storeu_ps(y + t * ys, accf[0][t]);
+        _mm256_storeu_ps(y + t * ys + 8, accf[1][t]);
+    }
+}
+
+/* Q3_K records: per pair of sub-blocks three chunks give eight groups of 4 values 0..7 (repack.h);
+ * four products add in 16 bits (at most 8 * 7 * 127) per sub-block; the -4 comes once per record,
+ * 4 * sum_j scale_j * bsums_j. */
+KERNEL_INLINE void q3_K_x16_group(const uint8_t *w, const uint8_t *x, size_t xs, int nb, float *y,
+                                  size_t ys, const int NT)
+{
+    const struct block_q3_Kx16 *blk = (const struct block_q3_Kx16 *)w;
+    const __m256i m7 = _mm256_set1_epi8(7), m3 = _mm256_set1_epi8(3), m1 = _mm256_set1_epi8(1);
+    const __m256i m4 = _mm256_set1_epi8(4), m6 = _mm256_set1_epi8(6);
+    const __m128i k32 = _mm_set1_epi8(32);
+    __m256 accf[2][2];
+#pragma GCC unroll 2
+    for (int t = 0; t < NT; t++) accf[0][t] = accf[1][t] = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++, blk++) {
+        __m256i acc[2][2];
+        __m128i sv[16];
+#pragma GCC unroll 2
+        for (int t = 0; t < NT; t++) acc[0][t] = acc[1][t] = _mm256_setzero_si256();
+        for (int k = 0; k < 8; k++) {
+            sv[2 * k] = _mm_sub_epi8(six_bits16(&blk->sc[2 * k]), k32);
+            sv[2 * k + 1] = _mm_sub_epi8(six_bits16(&blk->sc[2 * k + 1]), k32);
+            const uint8_t *q = blk->q + 192 * k;
+            _mm_prefetch((const char *)q + 1536, _MM_HINT_T0);
+            _mm_prefetch((const char *)q + 1600, _MM_HINT_T0);
+            _mm_prefetch((const char *)q + 1664, _MM_HINT_T0);
+#pragma GCC unroll 2
+            for (int hf = 0; hf < 2; hf++) {
+                const __m256i sa = row_pairs_s8(sv[2 * k], hf),
+                              sb = row_pairs_s8(sv[2 * k + 1], hf);
+                const __m256i p0 = _mm256_loadu_si256((const __m256i *)(q + 32 * hf));
+                const __m256i p1 = _mm256_loadu_si256((const __m256i *)(q + 64 + 32 * hf));
+                const __m256i p2 = _mm256_loadu_si256((const __m256i *)(q + 128 + 32 * hf));
+                __m256i g[8];
+                g[0] = _mm256_and_si256(p0, m7);
+                g[1] = _mm256_and_si256(p1, m7);
+                g[2] = _mm256_and_si256(p2, m7);
+                g[3] = _mm256_and_si256(_mm256_srli_epi16(p0, 3), m7);
+                g[4] = _mm256_and_si256(_mm256_srli_epi16(p1, 3), m7);
+                g[5] = _mm256_and_si256(_mm256_srli_epi16(p2, 3), m7);
+                g[6] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(p0, 6), m3),
+                                       _mm256_and_si256(_mm256_srli_epi16(p1, 4), m4));
+                g[7] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(p1, 7), m1),
+                                       _mm256_and_si256(_mm256_srli_epi16(p2, 5), m6));
+#pragma GCC unroll 2
+                for (int t = 0; t < NT; t++) {
+                    const int8_t *xq = ((const struct act_q8k *)(x + t * xs) + b)->qs + 32 * k;
+                    const __m256i pa = _mm256_add_epi16(
+                        _mm256_add_epi16(_mm256_maddubs_epi16(g[0], bcast4(xq)),
+                                         _mm256_maddubs_epi16(g[1], bcast4(xq + 4))),
+                        _mm256_add_epi16(_mm256_maddubs_epi16(g[2], bcast4(xq + 8)),
+                                         _mm256_maddubs_epi16(g[3], bcast4(xq + 12))));
+                    const __m256i pb = _mm256_add_epi16(
+                        _mm256_add_epi16(_mm256_maddubs_epi16(g[4], bcast4(xq + 16)),
+                                         _mm256_maddubs_epi16(g[5], bcast4(xq + 20))),
+                        _mm256_add_epi16(_mm256_maddubs_epi16(g[6], bcast4(xq + 24)),
+                                         _mm256_maddubs_epi16(g[7], bcast4(xq + 28))));
+                    acc[hf][t] =
+                        _mm256_add_epi32(acc[hf][t], _mm256_add_epi32(_mm256_madd_epi16(pa, sa),
+                                                                      _mm256_madd_epi16(pb, sb)));
+                }
+            }
+        }
+        const __m256 d0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk->d));
+        const __m256 d1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk->d + 8)));
+        const __m256 z = _mm256_setzero_ps();
+        const __m256i zi = _mm256_setzero_si256();
+#pragma GCC unroll 2
+        for (int t = 0; t < NT; t++) {
+            const struct act_q8k *a = (const struct act_q8k *)(x + t * xs) + b;
+            const __m256i i0 =
+                _mm256_sub_epi32(acc[0][t], _mm256_slli_epi32(bsum_rows(sv, 1, a, 0), 2));
+            const __m256i i1 =
+                _mm256_sub_epi32(acc[1][t], _mm256_slli_epi32(bsum_rows(sv, 1, a, 1), 2));
+            accf[0][t] = kq_finish(accf[0][t], d0, z, a->d, i0, zi);
+            accf[1][t] = kq_finish(accf[1][t], d1, z, a->d, i1, zi);
+        }
+    }
+#pragma GCC unroll 2
+    for (int t = 0; t < NT; t++) {
+        _mm256_storeu_ps(y + t * ys, accf[0][t]);
+        _mm256_storeu_ps(y + t * ys + 8, accf[1][t]);
+    }
+}
+
+/* IQ4_XS records: the levels by table lookup, |w| by a second lookup and x by w's sign, so the
+ * products are |w| * +-x; each can reach 2 * 127 * 127, so each gets its own vpmaddwd. */
+KERNEL_INLINE void iq4_xs_x16_group(const uint8_t *w, const uint8_t *x, size_t xs, int nb, float *y,
+                                    size_t ys, const int NT)
+{
+    const struct block_iq4_xsx16 *blk = (const struct block_iq4_xsx16 *)w;
+    const __m128i t128 = _mm_loadu_si128((const __m128i *)kvalues_iq4nl);
+    const __m256i tbl = _mm256_broadcastsi128_si256(t128);
+    const __m256i tabs = _mm256_broadcastsi128_si256(_mm_abs_epi8(t128));
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    const __m128i k32 = _mm_set1_epi8(32);
+    __m256 accf[2][2];
+#pragma GCC unroll 2
+    for (int t = 0; t < NT; t++) accf[0][t] = accf[1][t] = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++, blk++) {
+        __m256i acc[2][2];
+#pragma GCC unroll 2
+        for (int t = 0; t < NT; t++) acc[0][t] = acc[1][t] = _mm256_setzero_si256();
+        for (int j = 0; j < 8; j++) {
+            const __m128i sc = _mm_sub_epi8(six_bits16(&blk->sc[j]), k32);
+            const __m256i s0 = row_pairs_s8(sc, 0), s1 = row_pairs_s8(sc, 1);
+#pragma GCC unroll 4
+            for (int c = 0; c < 4; c++) {
+                const uint8_t *q = blk->qs + 64 * (4 * j + c);
+                _mm_prefetch((const char *)q + 2048, _MM_HINT_T0);
+#pragma GCC unroll 2
+                for (int hf = 0; hf < 2; hf++) {
+                    const __m256i raw = _mm256_loadu_si256((const __m256i *)(q + 32 * hf));
+                    const __m256i lo = _mm256_and_si256(raw, m4);
+                    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+                    const __m256i wl = _mm256_shuffle_epi8(tbl, lo),
+                                  wh = _mm256_shuffle_epi8(tbl, hi);
+                    const __m256i al = _mm256_shuffle_epi8(tabs, lo),
+                                  ah = _mm256_shuffle_epi8(tabs, hi);
+                    const __m256i s = hf ? s1 : s0;
+#pragma GCC unroll 2
+                    for (int t = 0; t < NT; t++) {
+                        const int8_t *xq =
+                            ((const struct act_q8k *)(x + t * xs) + b)->qs + 32 * j + 4 * c;
+                        const __m256i pl =
+                            _mm256_maddubs_epi16(al, _mm256_sign_epi8(bcast4(xq), wl));
+                        const __m256i ph =
+                            _mm256_maddubs_epi16(ah, _mm256_sign_epi8(bcast4(xq + 16), wh));
+                        acc[hf][t] = _mm256_add_epi32(
+                            acc[hf][t],
+                            _mm256_add_epi32(_mm256_madd_epi16(pl, s), _mm256_madd_epi16(ph, s)));
+                    }
+                }
+            }
+        }
+        const __m256 d0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk->d));
+        const __m256 d1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk->d + 8)));
+        const __m256 z = _mm256_setzero_ps();
+        const __m256i zi = _mm256_setzero_si256();
+#pragma GCC unroll 2
+        for (int t = 0; t < NT; t++) {
+            const struct act_q8k *a = (const struct act_q8k *)(x + t * xs) + b;
+            accf[0][t] = kq_finish(accf[0][t], d0, z, a->d, acc[0][t], zi);
+            accf[1][t] = kq_finish(accf[1][t], d1, z, a->d, acc[1][t], zi);
+        }
+    }
+#pragma GCC unroll 2
+    for (int t = 0; t < NT; t++) {
+        _mm256_storeu_ps(y + t * ys, accf[0][t]);
+        _mm256_storeu_ps(y + t * ys + 8, accf[1][t]);
+    }
+}
+
+GROUP_TILE(q2_K_x16, q2_K_x16_group, QK_K)
+GROUP_TILE(q3_K_x16, q3_K_x16_group, QK_K)
+GROUP_TILE(iq4_xs_x16, iq4_xs_x16_group, QK_K)
 
 #if defined(__clang__)
 #pragma clang attribute pop

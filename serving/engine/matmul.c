@@ -57,6 +57,14 @@ static int kernel_type(uint32_t t)
         return KT_Q4_K_X16;
     case TENSOR_Q6_K_X16:
         return KT_Q6_K_X16;
+    case TENSOR_Q5_K_X16:
+        return KT_Q5_K_X16;
+    case TENSOR_Q2_K_X16:
+        return KT_Q2_K_X16;
+    case TENSOR_Q3_K_X16:
+        return KT_Q3_K_X16;
+    case TENSOR_IQ4_XS_X16:
+        return KT_IQ4_XS_X16;
     }
     return -1;
 }
@@ -592,17 +600,19 @@ static void kquant_x16_tile_scalar(int kt, uint32_t type, const uint8_t *w, size
         }
 }
 
-static void tile_q6_K_x16_scalar(const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs,
-                                 int nt, int cols, float *y, size_t ys)
-{
-    kquant_x16_tile_scalar(KT_Q6_K, TENSOR_Q6_K_X16, w, ws, nr, x, xs, nt, cols, y, ys);
-}
-
-static void tile_q4_K_x16_scalar(const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs,
-                                 int nt, int cols, float *y, size_t ys)
-{
-    kquant_x16_tile_scalar(KT_Q4_K, TENSOR_Q4_K_X16, w, ws, nr, x, xs, nt, cols, y, ys);
-}
+#define KQUANT_X16_SCALAR(name, KT, TYPE)                                                          \
+    static void tile_##name##_x16_scalar(const uint8_t *w, size_t ws, int nr, const uint8_t *x,    \
+                                         size_t xs, int nt, int cols, float *y, size_t ys)         \
+    {                                                                                              \
+        kquant_x16_tile_scalar(KT, TYPE, w, ws, nr, x, xs, nt, cols, y, ys);                       \
+    }
+KQUANT_X16_SCALAR(q2_K, KT_Q2_K, TENSOR_Q2_K_X16)
+KQUANT_X16_SCALAR(q3_K, KT_Q3_K, TENSOR_Q3_K_X16)
+KQUANT_X16_SCALAR(q4_K, KT_Q4_K, TENSOR_Q4_K_X16)
+KQUANT_X16_SCALAR(q5_K, KT_Q5_K, TENSOR_Q5_K_X16)
+KQUANT_X16_SCALAR(q6_K, KT_Q6_K, TENSOR_Q6_K_X16)
+KQUANT_X16_SCALAR(iq4_xs, KT_IQ4_XS, TENSOR_IQ4_XS_X16)
+#undef KQUANT_X16_SCALAR
 
 #define KQUANT_SCALAR(name, KT)                                                                    \
     static void tile_##name##_scalar(const uint8_t *w, size_t ws, int nr, const uint8_t *x,        \
@@ -621,11 +631,14 @@ KQUANT_SCALAR(iq4_xs, KT_IQ4_XS)
 const struct kernel_table kernels_scalar = {
     .name = "scalar",
     .tile_t = 4,
-    .tile = {tile_f32_scalar, tile_f16_scalar, tile_bf16_scalar, tile_q8_0_scalar, tile_q4_0_scalar,
-             tile_q4_K_scalar, tile_q8_0_x16_scalar, tile_q4_0_x16_scalar, tile_q4_1_scalar,
-             tile_q5_0_scalar, tile_q5_1_scalar, tile_iq4_nl_scalar, tile_q2_K_scalar,
-             tile_q3_K_scalar, tile_q5_K_scalar, tile_q6_K_scalar, tile_iq4_xs_scalar,
-             tile_q4_K_x16_scalar, tile_q6_K_x16_scalar},
+    .tile = {tile_f32_scalar,      tile_f16_scalar,       tile_bf16_scalar,
+             tile_q8_0_scalar,     tile_q4_0_scalar,      tile_q4_K_scalar,
+             tile_q8_0_x16_scalar, tile_q4_0_x16_scalar,  tile_q4_1_scalar,
+             tile_q5_0_scalar,     tile_q5_1_scalar,      tile_iq4_nl_scalar,
+             tile_q2_K_scalar,     tile_q3_K_scalar,      tile_q5_K_scalar,
+             tile_q6_K_scalar,     tile_iq4_xs_scalar,    tile_q4_K_x16_scalar,
+             tile_q6_K_x16_scalar, tile_q5_K_x16_scalar,  tile_q2_K_x16_scalar,
+             tile_q3_K_x16_scalar, tile_iq4_xs_x16_scalar},
     .quant_q8 = quantize_act_q8,
     .quant_q8k = quantize_act_q8k,
     .quant_q4 = quantize_act_q4,

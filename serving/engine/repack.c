@@ -65,8 +65,12 @@ static void unpack_q8_0(const uint8_t *src, int r, uint8_t *dst)
 static const struct repack_format formats[] = {
     {GGML_Q4_0, TENSOR_Q4_0_X16, "q4_0x16", pack_q4_0, unpack_q4_0},
     {GGML_Q8_0, TENSOR_Q8_0_X16, "q8_0x16", pack_q8_0, unpack_q8_0},
+    {GGML_Q2_K, TENSOR_Q2_K_X16, "q2_kx16", repack_pack_q2_K, repack_unpack_q2_K},
+    {GGML_Q3_K, TENSOR_Q3_K_X16, "q3_kx16", repack_pack_q3_K, repack_unpack_q3_K},
     {GGML_Q4_K, TENSOR_Q4_K_X16, "q4_kx16", repack_pack_q4_K, repack_unpack_q4_K},
+    {GGML_Q5_K, TENSOR_Q5_K_X16, "q5_kx16", repack_pack_q5_K, repack_unpack_q5_K},
     {GGML_Q6_K, TENSOR_Q6_K_X16, "q6_kx16", repack_pack_q6_K, repack_unpack_q6_K},
+    {GGML_IQ4_XS, TENSOR_IQ4_XS_X16, "iq4_xsx16", repack_pack_iq4_xs, repack_unpack_iq4_xs},
 };
 
 static const struct repack_format *format_of(uint32_t type)

@@ -31,7 +31,11 @@ enum {
     TENSOR_Q4_0_X16 = 0x1002,
     TENSOR_Q8_0_X16 = 0x1008,
     TENSOR_Q4_K_X16 = 0x100c,
+    TENSOR_Q2_K_X16 = 0x100a,
+    TENSOR_Q3_K_X16 = 0x100b,
+    TENSOR_Q5_K_X16 = 0x100d,
     TENSOR_Q6_K_X16 = 0x100e,
+    TENSOR_IQ4_XS_X16 = 0x1017,
 };
 
 struct block_q4_0x16 {
@@ -77,6 +81,17 @@ struct block_q4_Kx16 {
 };
 _Static_assert(sizeof(struct block_q4_Kx16) == 16 * 144, "q4_K record size");
 
+/* Q5_K: as Q4_K, the 5th bits in qh, 4 bytes per row per sub-block j (a plane): byte p holds in
+ * bit 2c the 5th bit of element 32j + 4c + p and in bit 2c + 1 that of element 32j + 16 + 4c + p
+ * (c = 0..3, the sub-block's 4 chunks of qs). */
+struct block_q5_Kx16 {
+    uint16_t d[16], dmin[16];
+    struct six_bits_x16 sm[16];
+    uint8_t qh[16 * 32];
+    uint8_t qs[16 * 128];
+};
+_Static_assert(sizeof(struct block_q5_Kx16) == 16 * 176, "q5_K record size");
+
 /* Q6_K: scales[j][r] is row r's sub-block j scale; per sub-block j (16 elements), 3 chunks of 4
  * bytes per row (a plane, chunk k of sub-block j at q + 64 * (3j + k)): byte p of chunk k holds
  * element 16j + 4k + p in its low 6 bits (k = 0, 1, 2), and bits 2k..2k+1 of element 16j + 12 + p
@@ -88,6 +103,37 @@ struct block_q6_Kx16 {
     uint8_t q[16 * 192];
 };
 _Static_assert(sizeof(struct block_q6_Kx16) == 16 * 210, "q6_K record size");
+
+/* Q2_K: scales[j][r] is row r's byte for sub-block j (scale | min << 4, as ggml's); per
+ * sub-block j, 4 bytes per row (a plane): byte p holds element 16j + 4s + p in bits 2s..2s+1. */
+struct block_q2_Kx16 {
+    uint16_t d[16], dmin[16];
+    uint8_t scales[16][16];
+    uint8_t qs[16 * 64];
+};
+_Static_assert(sizeof(struct block_q2_Kx16) == 16 * 84, "q2_K record size");
+
+/* Q3_K: the 16 6-bit scales (the format subtracts 32); the 3-bit quants (0..7, the format
+ * subtracts 4) of each 32 elements (sub-blocks 2k and 2k+1), as 8 groups of 4 (group g =
+ * elements 32k + 4g .. + 3), in 3 chunks of 4 bytes per row (a plane, chunk i of pair k at
+ * q + 64 * (3k + i)): byte p of chunk i holds group i's element p in bits 0-2, group i + 3's in
+ * bits 3-5, and in bits 6-7: chunk 0 bits 0-1 of group 6's, chunk 1 bit 2 of group 6's and bit
+ * 0 of group 7's, chunk 2 bits 1-2 of group 7's. */
+struct block_q3_Kx16 {
+    uint16_t d[16];
+    struct six_bits_x16 sc[16];
+    uint8_t q[16 * 96];
+};
+_Static_assert(sizeof(struct block_q3_Kx16) == 16 * 110, "q3_K record size");
+
+/* IQ4_XS: the 8 6-bit scales (the format subtracts 32); qs as the ggml block's (per sub-block j,
+ * byte i: elements 32j + i and 32j + 16 + i), a plane. */
+struct block_iq4_xsx16 {
+    uint16_t d[16];
+    struct six_bits_x16 sc[8];
+    uint8_t qs[16 * 128];
+};
+_Static_assert(sizeof(struct block_iq4_xsx16) == 16 * 136, "iq4_xs record size");
 
 void six_bits_put(struct six_bits_x16 *f, int r, int v);
 int six_bits_get(const struct six_bits_x16 *f, int r);

@@ -17,6 +17,14 @@ struct repack_format {
 /* repack_kquants.c */
 void repack_pack_q4_K(const uint8_t *const *src, uint8_t *dst);
 void repack_unpack_q4_K(const uint8_t *src, int r, uint8_t *dst);
+void repack_pack_q2_K(const uint8_t *const *src, uint8_t *dst);
+void repack_unpack_q2_K(const uint8_t *src, int r, uint8_t *dst);
+void repack_pack_q3_K(const uint8_t *const *src, uint8_t *dst);
+void repack_unpack_q3_K(const uint8_t *src, int r, uint8_t *dst);
+void repack_pack_iq4_xs(const uint8_t *const *src, uint8_t *dst);
+void repack_unpack_iq4_xs(const uint8_t *src, int r, uint8_t *dst);
+void repack_pack_q5_K(const uint8_t *const *src, uint8_t *dst);
+void repack_unpack_q5_K(const uint8_t *src, int r, uint8_t *dst);
 void repack_pack_q6_K(const uint8_t *const *src, uint8_t *dst);
 void repack_unpack_q6_K(const uint8_t *src, int r, uint8_t *dst);
 

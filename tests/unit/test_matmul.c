@@ -24,11 +24,12 @@ static float uniform(void) /* [-1, 1) */
     return (float)((int32_t)(rng >> 32)) / 2147483648.0f;
 }
 
-static const uint32_t types[] = {GGML_F32,    GGML_F16,        GGML_BF16,       GGML_Q8_0,
-                                 GGML_Q4_0,   GGML_Q4_K,       TENSOR_Q8_0_X16, TENSOR_Q4_0_X16,
-                                 GGML_Q4_1,   GGML_Q5_0,       GGML_Q5_1,       GGML_IQ4_NL,
-                                 GGML_Q2_K,   GGML_Q3_K,       GGML_Q5_K,       GGML_Q6_K,
-                                 GGML_IQ4_XS, TENSOR_Q4_K_X16, TENSOR_Q6_K_X16};
+static const uint32_t types[] = {
+    GGML_F32,        GGML_F16,        GGML_BF16,        GGML_Q8_0,       GGML_Q4_0,
+    GGML_Q4_K,       TENSOR_Q8_0_X16, TENSOR_Q4_0_X16,  GGML_Q4_1,       GGML_Q5_0,
+    GGML_Q5_1,       GGML_IQ4_NL,     GGML_Q2_K,        GGML_Q3_K,       GGML_Q5_K,
+    GGML_Q6_K,       GGML_IQ4_XS,     TENSOR_Q4_K_X16,  TENSOR_Q6_K_X16, TENSOR_Q5_K_X16,
+    TENSOR_Q2_K_X16, TENSOR_Q3_K_X16, TENSOR_IQ4_XS_X16};
 
 /* Float types get a column count that is not a multiple of the vector width (tail path); the
  * block types an odd number of blocks. */
