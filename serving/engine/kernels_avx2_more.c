@@ -1026,6 +1026,137 @@ GROUP_TILE(q2_K_x16, q2_K_x16_group, QK_K)
 GROUP_TILE(q3_K_x16, q3_K_x16_group, QK_K)
 GROUP_TILE(iq4_xs_x16, iq4_xs_x16_group, QK_K)
 
+/* ---- 16-row records of Q4_1, Q5_0, Q5_1, IQ4_NL against act_q8 ------------------------------
+ * As matmul_simd.inc's Q4_0 groups: per block, 4 chunks of 4 bytes of 8 rows, the low nibbles
+ * against elements 4k.., the high ones against 16 + 4k..; both products of a chunk add in 16
+ * bits (at most 2 * 2 * 31 * 127) except IQ4_NL's (levels up to 127). The lanes' integer sums
+ * are exact; per block they are scaled in floats (d_w * d_x, + m_w * s_x). */
+
+enum { SB_Q4_1, SB_Q5_0, SB_Q5_1, SB_IQ4_NL };
+
+KERNEL_INLINE void small_x16_group(const int kind, const uint8_t *w, const uint8_t *x, size_t xs,
+                                   int nb, float *y, size_t ys, const int NT)
+{
+    const size_t rec = kind == SB_Q4_1 ? 320 : kind == SB_Q5_0 ? 352 : kind == SB_Q5_1 ? 384 : 288;
+    const int om = 32, oqh = kind == SB_Q5_0 ? 32 : 64;
+    const int oqs = kind == SB_Q4_1 ? 64 : kind == SB_Q5_0 ? 96 : kind == SB_Q5_1 ? 128 : 32;
+    const int has_m = kind == SB_Q4_1 || kind == SB_Q5_1,
+              has_h = kind == SB_Q5_0 || kind == SB_Q5_1;
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m16 = _mm256_set1_epi8(0x10);
+    const __m256i ones = _mm256_set1_epi16(1);
+    const __m128i t128 = _mm_loadu_si128((const __m128i *)kvalues_iq4nl);
+    const __m256i tbl = _mm256_broadcastsi128_si256(t128);
+    const __m256i tabs = _mm256_broadcastsi128_si256(_mm_abs_epi8(t128));
+    __m256 acc[2][2];
+#pragma GCC unroll 2
+    for (int t = 0; t < NT; t++) acc[0][t] = acc[1][t] = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *r = w + (size_t)b * rec;
+        _mm_prefetch((const char *)r + 2048, _MM_HINT_T0);
+        _mm_prefetch((const char *)r + 2112, _MM_HINT_T0);
+        _mm_prefetch((const char *)r + 2176, _MM_HINT_T0);
+        _mm_prefetch((const char *)r + 2240, _MM_HINT_T0);
+        __m256i hb[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+        if (has_h) {
+            hb[0] = _mm256_loadu_si256((const __m256i *)(r + oqh));
+            hb[1] = _mm256_loadu_si256((const __m256i *)(r + oqh + 32));
+        }
+        __m256i is[2][2];
+#pragma GCC unroll 2
+        for (int t = 0; t < NT; t++) {
+            const struct act_q8 *a = (const struct act_q8 *)(x + t * xs) + b;
+            /* Q5_0's q - 16: start from -16 * sum(x) = 2 * neg8sum */
+            is[0][t] = is[1][t] = _mm256_set1_epi32(kind == SB_Q5_0 ? 2 * a->neg8sum : 0);
+        }
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+#pragma GCC unroll 2
+            for (int hf = 0; hf < 2; hf++) {
+                const __m256i raw =
+                    _mm256_loadu_si256((const __m256i *)(r + oqs + 64 * k + 32 * hf));
+                __m256i lo = _mm256_and_si256(raw, m4);
+                __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+                if (has_h) { /* bit 2k (2k + 1) of each byte to bit 4 */
+                    const int sl = 4 - 2 * k, sh = 3 - 2 * k;
+                    const __m256i h = hb[hf];
+                    lo = _mm256_or_si256(lo, _mm256_and_si256(sl >= 0 ? _mm256_slli_epi16(h, sl)
+                                                                      : _mm256_srli_epi16(h, -sl),
+                                                              m16));
+                    hi = _mm256_or_si256(hi, _mm256_and_si256(sh >= 0 ? _mm256_slli_epi16(h, sh)
+                                                                      : _mm256_srli_epi16(h, -sh),
+                                                              m16));
+                }
+                __m256i wl = lo, wh = hi;
+                if (kind == SB_IQ4_NL) {
+                    wl = _mm256_shuffle_epi8(tbl, lo);
+                    wh = _mm256_shuffle_epi8(tbl, hi);
+                    lo = _mm256_shuffle_epi8(tabs, lo);
+                    hi = _mm256_shuffle_epi8(tabs, hi);
+                }
+#pragma GCC unroll 2
+                for (int t = 0; t < NT; t++) {
+                    const int8_t *xq = ((const struct act_q8 *)(x + t * xs) + b)->qs + 4 * k;
+                    __m256i xl = bcast4(xq), xh = bcast4(xq + 16);
+                    if (kind == SB_IQ4_NL) {
+                        xl = _mm256_sign_epi8(xl, wl);
+                        xh = _mm256_sign_epi8(xh, wh);
+                        is[hf][t] = _mm256_add_epi32(
+                            is[hf][t], _mm256_add_epi32(
+                                           _mm256_madd_epi16(_mm256_maddubs_epi16(lo, xl), ones),
+                                           _mm256_madd_epi16(_mm256_maddubs_epi16(hi, xh), ones)));
+                    } else
+                        is[hf][t] = _mm256_add_epi32(
+                            is[hf][t],
+                            _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(lo, xl),
+                                                               _mm256_maddubs_epi16(hi, xh)),
+                                              ones));
+                }
+            }
+        }
+        const __m256 d0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)r));
+        const __m256 d1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(r + 16)));
+        __m256 mw0 = _mm256_setzero_ps(), mw1 = mw0;
+        if (has_m) {
+            mw0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(r + om)));
+            mw1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(r + om + 16)));
+        }
+#pragma GCC unroll 2
+        for (int t = 0; t < NT; t++) {
+            const struct act_q8 *a = (const struct act_q8 *)(x + t * xs) + b;
+            const __m256 dx = _mm256_set1_ps(a->d);
+            acc[0][t] =
+                _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[0][t]), _mm256_mul_ps(d0, dx), acc[0][t]);
+            acc[1][t] =
+                _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[1][t]), _mm256_mul_ps(d1, dx), acc[1][t]);
+            if (has_m) {
+                const __m256 sx = _mm256_set1_ps(a->s);
+                acc[0][t] = _mm256_fmadd_ps(mw0, sx, acc[0][t]);
+                acc[1][t] = _mm256_fmadd_ps(mw1, sx, acc[1][t]);
+            }
+        }
+    }
+#pragma GCC unroll 2
+    for (int t = 0; t < NT; t++) {
+        _mm256_storeu_ps(y + t * ys, acc[0][t]);
+        _mm256_storeu_ps(y + t * ys + 8, acc[1][t]);
+    }
+}
+
+#define SMALL_GROUP(name, KIND)                                                                    \
+    KERNEL_INLINE void name##_x16_group(const uint8_t *w, const uint8_t *x, size_t xs, int nb,     \
+                                        float *y, size_t ys, const int NT)                         \
+    {                                                                                              \
+        small_x16_group(KIND, w, x, xs, nb, y, ys, NT);                                            \
+    }
+SMALL_GROUP(q4_1, SB_Q4_1)
+SMALL_GROUP(q5_0, SB_Q5_0)
+SMALL_GROUP(q5_1, SB_Q5_1)
+SMALL_GROUP(iq4_nl, SB_IQ4_NL)
+GROUP_TILE(q4_1_x16, q4_1_x16_group, 32)
+GROUP_TILE(q5_0_x16, q5_0_x16_group, 32)
+GROUP_TILE(q5_1_x16, q5_1_x16_group, 32)
+GROUP_TILE(iq4_nl_x16, iq4_nl_x16_group, 32)
+
 #if defined(__clang__)
 #pragma clang attribute pop
 #else

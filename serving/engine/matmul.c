@@ -65,6 +65,14 @@ static int kernel_type(uint32_t t)
         return KT_Q3_K_X16;
     case TENSOR_IQ4_XS_X16:
         return KT_IQ4_XS_X16;
+    case TENSOR_Q4_1_X16:
+        return KT_Q4_1_X16;
+    case TENSOR_Q5_0_X16:
+        return KT_Q5_0_X16;
+    case TENSOR_Q5_1_X16:
+        return KT_Q5_1_X16;
+    case TENSOR_IQ4_NL_X16:
+        return KT_IQ4_NL_X16;
     }
     return -1;
 }
@@ -78,7 +86,8 @@ static size_t row_bytes(uint32_t t, int cols)
 /* Which activation format a weight type wants: 0 floats, 1 act_q8, 2 act_q8k, 3 act_q4. */
 static int act_format(uint32_t t)
 {
-    if (t == TENSOR_Q4_0_X16 || t == TENSOR_Q8_0_X16) return 1;
+    /* the 16-row records of the blocks of 32 take act_q8 */
+    if (repack_base_type(t) != t && ggml_block_elems(repack_base_type(t)) == 32) return 1;
     switch (repack_base_type(t)) {
     case GGML_Q8_0:
         return 1;
@@ -600,6 +609,44 @@ static void kquant_x16_tile_scalar(int kt, uint32_t type, const uint8_t *w, size
         }
 }
 
+/* The 16-row records of the nibble formats against act_q8: each row's block taken back out, then
+ * its integer dot and the row kernel's float terms (act_q8 carries what act_q4 does). */
+static void nibble_x16_tile_scalar(int kt, uint32_t type, const uint8_t *w, size_t ws, int nr,
+                                   const uint8_t *x, size_t xs, int nt, int cols, float *y,
+                                   size_t ys)
+{
+    const size_t bb = ws / (size_t)(cols / 32);
+    uint8_t blk[64];
+    for (int r = 0; r < nr; r++)
+        for (int t = 0; t < nt; t++) {
+            const uint8_t *g = w + (size_t)(r / REPACK_ROWS) * REPACK_ROWS * ws;
+            const struct act_q8 *a = (const struct act_q8 *)(x + t * xs);
+            float s = 0;
+            for (int b = 0; b < cols / 32; b++) {
+                repack_unpack(type, g + (size_t)b * bb * REPACK_ROWS, r % REPACK_ROWS, blk);
+                int q[32], dot = 0;
+                nibble_quants(kt, blk, 0, q);
+                for (int j = 0; j < 32; j++) dot += q[j] * a[b].qs[j];
+                const uint16_t *dm = (const uint16_t *)blk;
+                s += fp16_to_f32(dm[0]) * a[b].d * (float)dot;
+                if (kt == KT_Q4_1 || kt == KT_Q5_1) s += fp16_to_f32(dm[1]) * a[b].s;
+            }
+            y[t * ys + r] = s;
+        }
+}
+
+#define NIBBLE_X16_SCALAR(name, KT, TYPE)                                                          \
+    static void tile_##name##_x16_scalar(const uint8_t *w, size_t ws, int nr, const uint8_t *x,    \
+                                         size_t xs, int nt, int cols, float *y, size_t ys)         \
+    {                                                                                              \
+        nibble_x16_tile_scalar(KT, TYPE, w, ws, nr, x, xs, nt, cols, y, ys);                       \
+    }
+NIBBLE_X16_SCALAR(q4_1, KT_Q4_1, TENSOR_Q4_1_X16)
+NIBBLE_X16_SCALAR(q5_0, KT_Q5_0, TENSOR_Q5_0_X16)
+NIBBLE_X16_SCALAR(q5_1, KT_Q5_1, TENSOR_Q5_1_X16)
+NIBBLE_X16_SCALAR(iq4_nl, KT_IQ4_NL, TENSOR_IQ4_NL_X16)
+#undef NIBBLE_X16_SCALAR
+
 #define KQUANT_X16_SCALAR(name, KT, TYPE)                                                          \
     static void tile_##name##_x16_scalar(const uint8_t *w, size_t ws, int nr, const uint8_t *x,    \
                                          size_t xs, int nt, int cols, float *y, size_t ys)         \
@@ -631,14 +678,33 @@ KQUANT_SCALAR(iq4_xs, KT_IQ4_XS)
 const struct kernel_table kernels_scalar = {
     .name = "scalar",
     .tile_t = 4,
-    .tile = {tile_f32_scalar,      tile_f16_scalar,       tile_bf16_scalar,
-             tile_q8_0_scalar,     tile_q4_0_scalar,      tile_q4_K_scalar,
-             tile_q8_0_x16_scalar, tile_q4_0_x16_scalar,  tile_q4_1_scalar,
-             tile_q5_0_scalar,     tile_q5_1_scalar,      tile_iq4_nl_scalar,
-             tile_q2_K_scalar,     tile_q3_K_scalar,      tile_q5_K_scalar,
-             tile_q6_K_scalar,     tile_iq4_xs_scalar,    tile_q4_K_x16_scalar,
-             tile_q6_K_x16_scalar, tile_q5_K_x16_scalar,  tile_q2_K_x16_scalar,
-             tile_q3_K_x16_scalar, tile_iq4_xs_x16_scalar},
+    .tile = {[KT_F32] = tile_f32_scalar,
+             [KT_F16] = tile_f16_scalar,
+             [KT_BF16] = tile_bf16_scalar,
+             [KT_Q8_0] = tile_q8_0_scalar,
+             [KT_Q4_0] = tile_q4_0_scalar,
+             [KT_Q4_1] = tile_q4_1_scalar,
+             [KT_Q5_0] = tile_q5_0_scalar,
+             [KT_Q5_1] = tile_q5_1_scalar,
+             [KT_IQ4_NL] = tile_iq4_nl_scalar,
+             [KT_Q2_K] = tile_q2_K_scalar,
+             [KT_Q3_K] = tile_q3_K_scalar,
+             [KT_Q4_K] = tile_q4_K_scalar,
+             [KT_Q5_K] = tile_q5_K_scalar,
+             [KT_Q6_K] = tile_q6_K_scalar,
+             [KT_IQ4_XS] = tile_iq4_xs_scalar,
+             [KT_Q8_0_X16] = tile_q8_0_x16_scalar,
+             [KT_Q4_0_X16] = tile_q4_0_x16_scalar,
+             [KT_Q4_1_X16] = tile_q4_1_x16_scalar,
+             [KT_Q5_0_X16] = tile_q5_0_x16_scalar,
+             [KT_Q5_1_X16] = tile_q5_1_x16_scalar,
+             [KT_IQ4_NL_X16] = tile_iq4_nl_x16_scalar,
+             [KT_Q2_K_X16] = tile_q2_K_x16_scalar,
+             [KT_Q3_K_X16] = tile_q3_K_x16_scalar,
+             [KT_Q4_K_X16] = tile_q4_K_x16_scalar,
+             [KT_Q5_K_X16] = tile_q5_K_x16_scalar,
+             [KT_Q6_K_X16] = tile_q6_K_x16_scalar,
+             [KT_IQ4_XS_X16] = tile_iq4_xs_x16_scalar},
     .quant_q8 = quantize_act_q8,
     .quant_q8k = quantize_act_q8k,
     .quant_q4 = quantize_act_q4,

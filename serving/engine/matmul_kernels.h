@@ -86,6 +86,10 @@ enum {
     KT_Q2_K_X16,
     KT_Q3_K_X16,
     KT_IQ4_XS_X16,
+    KT_Q4_1_X16,
+    KT_Q5_0_X16,
+    KT_Q5_1_X16,
+    KT_IQ4_NL_X16,
     KT_COUNT
 };
 
@@ -138,6 +142,10 @@ AVX2_MORE(q5_K_x16)
 AVX2_MORE(q2_K_x16)
 AVX2_MORE(q3_K_x16)
 AVX2_MORE(iq4_xs_x16)
+AVX2_MORE(q4_1_x16)
+AVX2_MORE(q5_0_x16)
+AVX2_MORE(q5_1_x16)
+AVX2_MORE(iq4_nl_x16)
 #undef AVX2_MORE
 /* Their entries in a kernel table's .tile. */
 #define AVX2_MORE_TILES                                                                            \
@@ -146,6 +154,8 @@ AVX2_MORE(iq4_xs_x16)
     [KT_Q5_K] = avx2_tile_q5_K, [KT_Q6_K] = avx2_tile_q6_K, [KT_IQ4_XS] = avx2_tile_iq4_xs,        \
     [KT_Q4_K_X16] = avx2_tile_q4_K_x16, [KT_Q6_K_X16] = avx2_tile_q6_K_x16,                        \
     [KT_Q5_K_X16] = avx2_tile_q5_K_x16, [KT_Q2_K_X16] = avx2_tile_q2_K_x16,                        \
-    [KT_Q3_K_X16] = avx2_tile_q3_K_x16, [KT_IQ4_XS_X16] = avx2_tile_iq4_xs_x16
+    [KT_Q3_K_X16] = avx2_tile_q3_K_x16, [KT_IQ4_XS_X16] = avx2_tile_iq4_xs_x16,                    \
+    [KT_Q4_1_X16] = avx2_tile_q4_1_x16, [KT_Q5_0_X16] = avx2_tile_q5_0_x16,                        \
+    [KT_Q5_1_X16] = avx2_tile_q5_1_x16, [KT_IQ4_NL_X16] = avx2_tile_iq4_nl_x16
 
 #endif

@@ -60,11 +60,96 @@ static void unpack_q8_0(const uint8_t *src, int r, uint8_t *dst)
     }
 }
 
+/* ---- Q4_1, Q5_0, Q5_1, IQ4_NL ----------------------------------------------------------------
+ * One function per direction for the four: where d, the min and the 5th bits sit in the ggml
+ * block (offsets; -1 if absent) and in the record. */
+struct small_layout {
+    int m, qh, qs;    /* offsets in the ggml block; -1: none */
+    int rm, rqh, rqs; /* offsets in the record */
+};
+
+static const struct small_layout small_q4_1 = {2, -1, 4, 32, -1, 64};
+static const struct small_layout small_q5_0 = {-1, 2, 6, -1, 32, 96};
+static const struct small_layout small_q5_1 = {2, 4, 8, 32, 64, 128};
+static const struct small_layout small_iq4_nl = {-1, -1, 2, -1, -1, 32};
+
+/* ggml's qh (bit e: the 5th bit of element e) <-> the record's byte p, bits 2k / 2k + 1. */
+static uint32_t qh_to_planes(uint32_t qh)
+{
+    uint32_t out = 0;
+    for (int k = 0; k < 4; k++)
+        for (int p = 0; p < 4; p++) {
+            out |= (qh >> (4 * k + p) & 1) << (8 * p + 2 * k);
+            out |= (qh >> (16 + 4 * k + p) & 1) << (8 * p + 2 * k + 1);
+        }
+    return out;
+}
+
+static uint32_t planes_to_qh(uint32_t v)
+{
+    uint32_t qh = 0;
+    for (int k = 0; k < 4; k++)
+        for (int p = 0; p < 4; p++) {
+            qh |= (v >> (8 * p + 2 * k) & 1) << (4 * k + p);
+            qh |= (v >> (8 * p + 2 * k + 1) & 1) << (16 + 4 * k + p);
+        }
+    return qh;
+}
+
+static void pack_small(const struct small_layout *l, const uint8_t *const *src, uint8_t *dst)
+{
+    for (int r = 0; r < REPACK_ROWS; r++) {
+        memcpy(dst + 2 * r, src[r], 2);
+        if (l->m >= 0) memcpy(dst + l->rm + 2 * r, src[r] + l->m, 2);
+        if (l->qh >= 0) {
+            uint32_t qh;
+            memcpy(&qh, src[r] + l->qh, 4);
+            qh = qh_to_planes(qh);
+            memcpy(dst + l->rqh + repack_quant_at(r, 0), &qh, 4);
+        }
+        for (int k = 0; k < 4; k++)
+            memcpy(dst + l->rqs + repack_quant_at(r, 4 * k), src[r] + l->qs + 4 * k, 4);
+    }
+}
+
+static void unpack_small(const struct small_layout *l, const uint8_t *src, int r, uint8_t *dst)
+{
+    memcpy(dst, src + 2 * r, 2);
+    if (l->m >= 0) memcpy(dst + l->m, src + l->rm + 2 * r, 2);
+    if (l->qh >= 0) {
+        uint32_t v;
+        memcpy(&v, src + l->rqh + repack_quant_at(r, 0), 4);
+        v = planes_to_qh(v);
+        memcpy(dst + l->qh, &v, 4);
+    }
+    for (int k = 0; k < 4; k++)
+        memcpy(dst + l->qs + 4 * k, src + l->rqs + repack_quant_at(r, 4 * k), 4);
+}
+
+#define SMALL(name)                                                                                \
+    static void pack_##name(const uint8_t *const *src, uint8_t *dst)                               \
+    {                                                                                              \
+        pack_small(&small_##name, src, dst);                                                       \
+    }                                                                                              \
+    static void unpack_##name(const uint8_t *src, int r, uint8_t *dst)                             \
+    {                                                                                              \
+        unpack_small(&small_##name, src, r, dst);                                                  \
+    }
+SMALL(q4_1)
+SMALL(q5_0)
+SMALL(q5_1)
+SMALL(iq4_nl)
+#undef SMALL
+
 /* ---- the table ------------------------------------------------------------------------------ */
 
 static const struct repack_format formats[] = {
     {GGML_Q4_0, TENSOR_Q4_0_X16, "q4_0x16", pack_q4_0, unpack_q4_0},
     {GGML_Q8_0, TENSOR_Q8_0_X16, "q8_0x16", pack_q8_0, unpack_q8_0},
+    {GGML_Q4_1, TENSOR_Q4_1_X16, "q4_1x16", pack_q4_1, unpack_q4_1},
+    {GGML_Q5_0, TENSOR_Q5_0_X16, "q5_0x16", pack_q5_0, unpack_q5_0},
+    {GGML_Q5_1, TENSOR_Q5_1_X16, "q5_1x16", pack_q5_1, unpack_q5_1},
+    {GGML_IQ4_NL, TENSOR_IQ4_NL_X16, "iq4_nlx16", pack_iq4_nl, unpack_iq4_nl},
     {GGML_Q2_K, TENSOR_Q2_K_X16, "q2_kx16", repack_pack_q2_K, repack_unpack_q2_K},
     {GGML_Q3_K, TENSOR_Q3_K_X16, "q3_kx16", repack_pack_q3_K, repack_unpack_q3_K},
     {GGML_Q4_K, TENSOR_Q4_K_X16, "q4_kx16", repack_pack_q4_K, repack_unpack_q4_K},

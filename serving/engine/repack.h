@@ -29,6 +29,10 @@
 /* A repacked tensor's type: 0x1000 | its ggml type. */
 enum {
     TENSOR_Q4_0_X16 = 0x1002,
+    TENSOR_Q4_1_X16 = 0x1003,
+    TENSOR_Q5_0_X16 = 0x1006,
+    TENSOR_Q5_1_X16 = 0x1007,
+    TENSOR_IQ4_NL_X16 = 0x1014,
     TENSOR_Q8_0_X16 = 0x1008,
     TENSOR_Q4_K_X16 = 0x100c,
     TENSOR_Q2_K_X16 = 0x100a,
@@ -46,6 +50,33 @@ struct block_q8_0x16 {
     uint16_t d[16];
     uint8_t qs[512];
 };
+
+/* The other blocks of 32 like Q4_0 (nibbles in 4 chunks of 4 bytes per row, as ggml stores them
+ * per row); Q4_1 and Q5_1 add the 16 mins, Q5_0 and Q5_1 the 5th bits as a plane of 4 bytes per
+ * row: byte p holds in bit 2k the 5th bit of element 4k + p and in bit 2k + 1 that of element
+ * 16 + 4k + p (k = 0..3, the chunks). */
+struct block_q4_1x16 {
+    uint16_t d[16], m[16];
+    uint8_t qs[256];
+};
+struct block_q5_0x16 {
+    uint16_t d[16];
+    uint8_t qh[64];
+    uint8_t qs[256];
+};
+struct block_q5_1x16 {
+    uint16_t d[16], m[16];
+    uint8_t qh[64];
+    uint8_t qs[256];
+};
+struct block_iq4_nlx16 {
+    uint16_t d[16];
+    uint8_t qs[256];
+};
+_Static_assert(sizeof(struct block_q4_1x16) == 16 * 20 && sizeof(struct block_q5_0x16) == 16 * 22 &&
+                   sizeof(struct block_q5_1x16) == 16 * 24 &&
+                   sizeof(struct block_iq4_nlx16) == 16 * 18,
+               "32-element record sizes");
 
 /* Where quant byte i (0..31 for Q8_0, 0..15 for Q4_0) of row r (0..15) of a group sits within
  * its record's quants: chunk i / 4, rows 0-7 then 8-15, 4 bytes per row. */
