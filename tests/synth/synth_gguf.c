@@ -4,6 +4,7 @@
 #include "os/common/errmsg.h"
 #include "serving/engine/convert.h"
 #include "serving/engine/quant.h"
+#include "serving/engine/quant_preset.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -173,14 +174,16 @@ static int load_vocab(const struct synth_spec *s, struct tokenizer *tok, char *e
     return 0;
 }
 
-/* One tensor's description, added to the writer without data (fill() makes it while writing). */
+/* One tensor's description, added to the writer without data (fill() makes it while writing).
+ * type: the matrix's type (norms are f32 whatever it says). */
 static void add_tensor(struct gguf_writer *w, struct gen *g, const char *name, uint64_t rows,
-                       uint64_t cols, int norm, const struct synth_spec *s, int *kept)
+                       uint64_t cols, int norm, uint32_t type, const struct synth_spec *s,
+                       int *kept)
 {
     struct gen_tensor *t = &g->t[g->n];
     t->rows = rows, t->cols = cols, t->is_norm = norm;
-    t->type = norm ? GGML_F32 : convert_matrix_type(s->type, t->cols);
-    *kept += !norm && t->type != s->type;
+    t->type = norm ? GGML_F32 : type;
+    *kept += !norm && !s->preset && t->type != s->type;
     uint64_t seed = s->seed * 0x100000001b3ull + (uint64_t)g->n;
     t->seed = splitmix(&seed);
     uint64_t ne[2] = {t->cols, t->rows};
@@ -188,27 +191,42 @@ static void add_tensor(struct gguf_writer *w, struct gen *g, const char *name, u
     g->n++;
 }
 
+/* A matrix's type: the preset's choice for it, or s->type (f32 where its rows do not fit). */
+static uint32_t matrix_type(const struct synth_spec *s, const struct quant_preset *p,
+                            enum quant_tensor_kind kind, int layer, uint64_t cols)
+{
+    if (!p) return convert_matrix_type(s->type, cols);
+    return quant_preset_type(p, kind, layer, s->layers, s->heads / s->kv_heads, cols);
+}
+
 /* Every tensor in execution order: embedding, each layer's nine, final norm, classifier. */
 static int add_tensors(struct gguf_writer *w, struct gen *g, const struct model_config *c,
-                       const struct synth_spec *s)
+                       const struct synth_spec *s, const struct quant_preset *p)
 {
     const uint64_t D = (uint64_t)c->dim, H = (uint64_t)c->hidden_dim, KV = (uint64_t)c->kv_dim,
                    V = (uint64_t)c->vocab_size;
     int kept = 0;
-    add_tensor(w, g, "token_embd.weight", V, D, 0, s, &kept);
+    /* tied: the embedding is the classifier, and llama-quantize types it as one */
+    add_tensor(w, g, "token_embd.weight", V, D, 0,
+               matrix_type(s, p, s->tied ? QT_OUTPUT : QT_TOKEN_EMBD, 0, D), s, &kept);
     for (int l = 0; l < s->layers; l++) {
         const char *k[9] = {"attn_norm", "attn_q",   "attn_k",   "attn_v", "attn_output",
                             "ffn_norm",  "ffn_gate", "ffn_down", "ffn_up"};
+        const enum quant_tensor_kind kinds[9] = {QT_ATTN_Q,   QT_ATTN_Q,      QT_ATTN_K,
+                                                 QT_ATTN_V,   QT_ATTN_OUTPUT, QT_ATTN_Q,
+                                                 QT_FFN_GATE, QT_FFN_DOWN,    QT_FFN_UP};
         const uint64_t rows[9] = {1, D, KV, KV, D, 1, H, D, H},
                        cols[9] = {D, D, D, D, D, D, D, H, D};
         for (int i = 0; i < 9; i++) {
             char nm[64];
             snprintf(nm, sizeof nm, "blk.%d.%s.weight", l, k[i]);
-            add_tensor(w, g, nm, rows[i], cols[i], i == 0 || i == 5, s, &kept);
+            add_tensor(w, g, nm, rows[i], cols[i], i == 0 || i == 5,
+                       matrix_type(s, p, kinds[i], l, cols[i]), s, &kept);
         }
     }
-    add_tensor(w, g, "output_norm.weight", 1, D, 1, s, &kept);
-    if (!s->tied) add_tensor(w, g, "output.weight", V, D, 0, s, &kept);
+    add_tensor(w, g, "output_norm.weight", 1, D, 1, GGML_F32, s, &kept);
+    if (!s->tied)
+        add_tensor(w, g, "output.weight", V, D, 0, matrix_type(s, p, QT_OUTPUT, 0, D), s, &kept);
     return kept;
 }
 
@@ -228,12 +246,17 @@ static int write_file(const char *path, struct gguf_writer *w, char *err)
 int synth_gguf_write(const char *path, const struct synth_spec *s, char *err)
 {
     struct model_config c = config_of(s);
+    const struct quant_preset *p = NULL;
+    if (s->preset && !(p = quant_preset_find(s->preset)))
+        return errmsg_set(err, "preset %s is not one of %s", s->preset, quant_preset_list());
     struct tokenizer tok;
     if (load_vocab(s, &tok, err) < 0) return -1;
     struct gguf_writer *w = gguf_writer_new();
     char name[64];
-    snprintf(name, sizeof name, "synth-%s-%s", s->name, ggml_type_name(s->type));
-    if (convert_put_config(w, &c, s->type, name) < 0 || convert_put_tokenizer(w, &tok) < 0) {
+    snprintf(name, sizeof name, "synth-%s-%s", s->name, p ? p->name : ggml_type_name(s->type));
+    if ((p ? convert_put_config_ftype(w, &c, p->file_type, name)
+           : convert_put_config(w, &c, s->type, name)) < 0 ||
+        convert_put_tokenizer(w, &tok) < 0) {
         tokenizer_free(&tok);
         gguf_writer_free(w);
         return errmsg_set(err, "out of memory");
@@ -245,7 +268,7 @@ int synth_gguf_write(const char *path, const struct synth_spec *s, char *err)
                     s->threads < 1             ? 1
                     : s->threads > MAX_THREADS ? MAX_THREADS
                                                : s->threads};
-    int kept = add_tensors(w, &g, &c, s);
+    int kept = add_tensors(w, &g, &c, s, p);
     if (kept && s->warn_as)
         fprintf(stderr,
                 "%s: %d matrices kept in f32 (rows not a multiple of %s's block "

@@ -27,6 +27,11 @@ struct synth_spec {
     int threads;           /* 1..16; more are clamped to 16 */
     const char *tokenizer; /* a llama2.c tokenizer.bin, or NULL for the synthetic vocabulary */
     const char *warn_as;   /* prefix for the "kept in f32" warning on stderr; NULL: no warning */
+    /* A llama.cpp quantizer preset (quant_preset.h: "Q4_K_M", ...) or NULL. With one, `type` is
+     * ignored and each matrix gets the type llama-quantize gives it under that preset (output
+     * Q6_K, some layers' attn_v/ffn_down more bits, ...); the quantizers being llama.cpp's, the
+     * tensors are the bytes llama-quantize would write from the same f32 weights. */
+    const char *preset;
 };
 
 /* Write the model to path (through path.tmp, renamed when complete). Returns 0, or -1 with err

@@ -17,7 +17,8 @@ struct synth_cfg {
 static int synth_write(const char *path, const struct synth_cfg *c, uint32_t type, uint64_t seed)
 {
     struct synth_spec s = {"test", c->dim, c->hidden, c->layers, c->heads, c->kv_heads, c->vocab,
-                           c->seq, 0,      type,      seed,      1,        NULL,        NULL};
+                           c->seq, 0,      type,      seed,      1,        NULL,        NULL,
+                           NULL};
     char err[ERRMSG_LEN];
     int rc = synth_gguf_write(path, &s, err);
     if (rc) fprintf(stderr, "synth_write %s: %s\n", path, err);

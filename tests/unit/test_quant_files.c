@@ -1,13 +1,15 @@
 /* quant files: quantize_row() writes what llama.cpp's llama-quantize writes, byte for byte, for
- * every weight type its presets produce. ../shared/models/quant-refs/ holds one model quantized
+ * every weight type its presets produce, and quant_preset_type() picks the type it picked for
+ * every tensor. ../shared/models/quant-refs/ holds one model quantized
  * by llama-quantize into 16 presets (README there); its f32 source is synth_model's
  * (dim 256, hidden 768, 4 layers, seed 7, tok512 vocabulary, untied) with output.weight times 16.
  * This regenerates that source, quantizes every tensor of every preset file to the file's type
- * for it, and compares the bytes: one line per file. */
+ * for it, and compares the bytes, and the types with the preset's: one line per file. */
 #include "os/common/errmsg.h"
 #include "serving/engine/convert.h"
 #include "serving/engine/gguf.h"
 #include "serving/engine/quant.h"
+#include "serving/engine/quant_preset.h"
 #include "tests/synth/synth_gguf.h"
 #include "tests/unit/check.h"
 
@@ -22,12 +24,32 @@ static struct gguf src;
 static uint8_t *src_buf;
 static const char *cur; /* the preset under test */
 
+/* The kind and layer of a llama tensor from its name (-1: a norm, not a matrix). */
+static int tensor_kind(const char *name, int *layer)
+{
+    static const struct {
+        const char *suffix;
+        enum quant_tensor_kind kind;
+    } k[] = {{"attn_q.weight", QT_ATTN_Q},     {"attn_k.weight", QT_ATTN_K},
+             {"attn_v.weight", QT_ATTN_V},     {"attn_output.weight", QT_ATTN_OUTPUT},
+             {"ffn_gate.weight", QT_FFN_GATE}, {"ffn_down.weight", QT_FFN_DOWN},
+             {"ffn_up.weight", QT_FFN_UP}};
+    *layer = 0;
+    if (!strcmp(name, "token_embd.weight")) return QT_TOKEN_EMBD;
+    if (!strcmp(name, "output.weight")) return QT_OUTPUT;
+    if (sscanf(name, "blk.%d.", layer) != 1) return -1;
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
+        if (strstr(name, k[i].suffix)) return (int)k[i].kind;
+    return -1;
+}
+
 static int load_source(char *err)
 {
     const char *path = "build/test-quant-files-f32.gguf";
     char tok[4096];
     snprintf(tok, sizeof tok, "%s/models/tok512.bin", check_shared());
-    struct synth_spec s = {"quant-refs", 256, 768, 4, 4, 2, 512, 512, 0, GGML_F32, 7, 1, tok, NULL};
+    struct synth_spec s = {"quant-refs", 256, 768, 4,   4,    2,   512, 512, 0,
+                           GGML_F32,     7,   1,   tok, NULL, NULL};
     size_t size;
     if (synth_gguf_write(path, &s, err) < 0 || convert_read_file(path, &src_buf, &size, err) < 0)
         return -1;
@@ -58,6 +80,12 @@ TEST(preset_file)
         const uint64_t cols = t->ne[0], rows = t->ne[1] * t->ne[2] * t->ne[3];
         const uint64_t rb = ggml_row_bytes(t->type, cols);
         CHECKF(rb && cols <= 4096, "%s: tensor %s: type %s", cur, name, ggml_type_name(t->type));
+        int layer, kind = tensor_kind(name, &layer);
+        if (kind >= 0) { /* the quant-refs model: 4 layers, 4 heads over 2 KV heads */
+            uint32_t want = quant_preset_type(quant_preset_find(cur), kind, layer, 4, 2, cols);
+            CHECKF(want == t->type, "%s: tensor %s is %s, quant_preset_type says %s", cur, name,
+                   ggml_type_name(t->type), ggml_type_name(want));
+        }
         const float scale = gguf_str_eq(t->name, "output.weight") ? 16.0f : 1.0f;
         const float *x = gguf_tensor_data(&src, s);
         const uint8_t *want = gguf_tensor_data(&g, t);
