@@ -150,6 +150,8 @@ static void ref_forward(struct ref *R, int token, int pos, float *logits)
 // helpers
 
 static const struct synth_cfg gqa = {64, 160, 3, 8, 2, 300, 64}; /* head_dim 8, 4 q per kv */
+/* rows of 256 for the super-block types (K-quants, IQ4_XS) */
+static const struct synth_cfg gqa256 = {256, 512, 2, 8, 2, 300, 64};
 
 static struct loaded_model *open_model_kv(const char *path, int max_seqs, int max_tokens,
                                           int kv_type)
@@ -211,24 +213,25 @@ static double tolerance(uint32_t type)
 /* Prefill a 9-token prompt as one batch (logits at every row), compare each row with the
  * reference run token by token; the reference stores keys and values as the cache type does
  * (KV_DEFAULT: f16). */
-static void check_type_kv(uint32_t type, int kv_type)
+static void check_type_cfg(uint32_t type, int kv_type, const struct synth_cfg *cfg)
 {
     char path[128];
     snprintf(path, sizeof path, "build/test-engine-%s.gguf", ggml_type_name(type));
-    CHECK(synth_write(path, &gqa, type, 7) == 0);
+    CHECK(synth_write(path, cfg, type, 7) == 0);
     struct loaded_model *lm = open_model_kv(path, 2, 16, kv_type);
     CHECK(lm);
     struct engine *e = &lm->engine;
     CHECK(e->kv.type == (kv_type == KV_F32 ? KV_F32 : KV_F16));
     /* The SIMD kernels want Q4_0 (and with VNNI Q8_0) matrices in 16-row groups: the engine
      * stored them so, except the 300-row output, which stays in rows. */
+    const int blk = ggml_block_elems(type);
     if (repack_type_of(type) &&
-        matmul_wants_repack(&e->mm, &(struct tensor){.type = type, .rows = 16, .cols = 32})) {
+        matmul_wants_repack(&e->mm, &(struct tensor){.type = type, .rows = 16, .cols = blk})) {
         CHECK(lm->model.layers[0].w_gate.type == repack_type_of(type));
-        CHECK(lm->model.layers[2].wk.type == repack_type_of(type));
+        CHECK(lm->model.layers[cfg->layers - 1].wk.type == repack_type_of(type));
         CHECK(lm->model.output.type == type);
     }
-    int V = gqa.vocab, n = 9;
+    int V = cfg->vocab, n = 9;
     int toks[9] = {1, 260, 7, 299, 42, 100, 3, 280, 259}, pos[9], rows[9];
     int table[64];
     for (int i = 0; i < kv_blocks_for(&e->kv, 64); i++) table[i] = kv_block_alloc(&e->kv);
@@ -253,6 +256,11 @@ static void check_type_kv(uint32_t type, int kv_type)
            ggml_type_name(type), kv_type_name(kv_type), worst, tolerance(type));
     printf("# %s, %s cache: worst relative logit error %.3g (tolerance %.3g)\n",
            ggml_type_name(type), kv_type_name(kv_type), worst, tolerance(type));
+}
+
+static void check_type_kv(uint32_t type, int kv_type)
+{
+    check_type_cfg(type, kv_type, &gqa);
 }
 
 static void check_type(uint32_t type)
@@ -288,6 +296,17 @@ TEST(prefill_matches_reference_q8_0)
 TEST(prefill_matches_reference_q4_0)
 {
     check_type(GGML_Q4_0);
+}
+/* The types of llama.cpp's presets beyond those (the super-block ones at dim 256; every matrix
+ * repacked but the 300-row output). */
+TEST(prefill_matches_reference_every_preset_type)
+{
+    const uint32_t t32[] = {GGML_Q4_1, GGML_Q5_0, GGML_Q5_1, GGML_IQ4_NL};
+    const uint32_t t256[] = {GGML_Q2_K, GGML_Q3_K, GGML_Q4_K, GGML_Q5_K, GGML_Q6_K, GGML_IQ4_XS};
+    for (size_t i = 0; i < sizeof t32 / sizeof t32[0]; i++)
+        check_type_cfg(t32[i], KV_DEFAULT, &gqa);
+    for (size_t i = 0; i < sizeof t256 / sizeof t256[0]; i++)
+        check_type_cfg(t256[i], KV_DEFAULT, &gqa256);
 }
 
 /* Greedy continuation of one sequence, decoding one token per step. */
@@ -688,6 +707,7 @@ int main(void)
     RUN(prefill_matches_reference_bf16);
     RUN(prefill_matches_reference_q8_0);
     RUN(prefill_matches_reference_q4_0);
+    RUN(prefill_matches_reference_every_preset_type);
     RUN(batched_decode_equals_one_by_one);
     RUN(layer_range_split_equals_full);
     RUN(fused_step_equals_separate_steps);
