@@ -494,6 +494,7 @@ TEST(kquant_layouts_bit_identical)
                     for (int c = 0; c < cols; c++) row[c] = (c * 7 + r) % 3 ? 1.0f : -1.0f;
                     quantize_row(base, row, m.data + rb * r, cols);
                 }
+                free(row);
                 for (int i = 0; i < n_tok * cols; i++) x[i] = (i * 5) % 7 < 4 ? 1.0f : -1.0f;
             }
             struct mat rp = m;
