@@ -554,8 +554,9 @@ struct mk {
 
 static uint8_t *make_model(const struct mk *o, size_t *len)
 {
-    static float zeros[4096];
-    for (int i = 0; i < 4096; i++) zeros[i] = (float)i;
+    static float
+        zeros[32768]; /* the largest tensor's bytes (mul 32: 512 x 256 in Q6_K or f32 norms) */
+    for (int i = 0; i < 32768; i++) zeros[i] = (float)i;
     struct gguf_writer *w = gguf_writer_new();
     const char *arch = o->arch ? o->arch : "llama";
     const uint64_t M = o->mul ? (uint64_t)o->mul : 1;

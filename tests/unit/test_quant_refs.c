@@ -47,11 +47,12 @@ static int b64_value(int c)
 
 static int b64_decode(const char *s, uint8_t *out, int cap)
 {
-    int n = 0, bits = 0, acc = 0;
+    int n = 0, bits = 0;
+    uint32_t acc = 0;
     for (; *s && *s != '='; s++) {
         int v = b64_value((unsigned char)*s);
         if (v < 0) return -1;
-        acc = acc << 6 | v;
+        acc = (acc << 6 | (uint32_t)v) & 0xffffff; /* at most 3 bytes pending */
         bits += 6;
         if (bits >= 8) {
             bits -= 8;
