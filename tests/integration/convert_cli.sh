@@ -19,8 +19,8 @@ expect() { # expect <name> <status> <stderr substring> cmd...
 }
 
 expect "convert without arguments is a usage error" 2 "usage: strata convert" $B convert
-expect "convert with an unknown type is a usage error" 2 "unknown type 'q5_0'" \
-    $B convert --tokenizer "$S/tok512.bin" "$S/stories260K.bin" "$W/x.gguf" --type q5_0
+expect "convert with an unknown type is a usage error" 2 "unknown type 'q8_1'" \
+    $B convert --tokenizer "$S/tok512.bin" "$S/stories260K.bin" "$W/x.gguf" --type q8_1
 expect "convert of a missing checkpoint names it" 1 "$W/nope.bin: No such file or directory" \
     $B convert --tokenizer "$S/tok512.bin" "$W/nope.bin" "$W/x.gguf"
 head -c 1000000 "$S/stories260K.bin" >"$W/trunc.bin"
