@@ -121,7 +121,8 @@ extern const struct kernel_table kernels_scalar;
 extern const struct kernel_table kernels_avx2;
 extern const struct kernel_table kernels_avx512;
 
-/* The AVX2 kernels of the formats added after the first six (kernels_avx2_more.c): the AVX2 and
+/* The AVX2 kernels of the formats added after the first six (kernels_avx2_rows.c) and of their
+ * 16-row records (kernels_avx2_records.c): the AVX2 and
  * the AVX-512 tables both use them (no AVX-512 variants yet: none could be tested). They take
  * any nt up to 4. */
 #define AVX2_MORE(name)                                                                            \
