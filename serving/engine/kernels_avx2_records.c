@@ -140,7 +140,7 @@ KERNEL_INLINE void k45_x16_group(const int five, const uint8_t *w, const uint8_t
             __m256i ms0 = _mm256_setzero_si256(), ms1 = ms0;
 #pragma GCC unroll 4
             for (int k = 0; k < 4; k++) {
-                const __m256i bk = _mm256_broadcastd_epi32(_mm_shuffle_epi32(b32, 0x55 * k));
+                const __m256i bk = lane32(b32, k);
                 ms0 = _mm256_add_epi32(ms0, _mm256_madd_epi16(mp[0][k], bk));
                 ms1 = _mm256_add_epi32(ms1, _mm256_madd_epi16(mp[1][k], bk));
             }
@@ -262,8 +262,7 @@ KERNEL_INLINE void q6_K_x16_group(const uint8_t *w, const uint8_t *x, size_t xs,
             __m256i o0 = _mm256_setzero_si256(), o1 = o0;
 #pragma GCC unroll 8
             for (int k = 0; k < 8; k++) {
-                const __m256i bk =
-                    _mm256_broadcastd_epi32(_mm_shuffle_epi32(k < 4 ? bl : bh, 0x55 * (k % 4)));
+                const __m256i bk = lane32(k < 4 ? bl : bh, (k % 4));
                 o0 = _mm256_add_epi32(o0, _mm256_madd_epi16(sp[0][k], bk));
                 o1 = _mm256_add_epi32(o1, _mm256_madd_epi16(sp[1][k], bk));
             }
@@ -320,8 +319,7 @@ KERNEL_INLINE __m256i bsum_rows(const __m128i *v, int is_signed, const struct ac
         const __m128i pr = half ? _mm_unpackhi_epi8(v[2 * k], v[2 * k + 1])
                                 : _mm_unpacklo_epi8(v[2 * k], v[2 * k + 1]);
         const __m256i p16 = is_signed ? _mm256_cvtepi8_epi16(pr) : _mm256_cvtepu8_epi16(pr);
-        const __m256i bk =
-            _mm256_broadcastd_epi32(_mm_shuffle_epi32(k < 4 ? bl : bh, 0x55 * (k % 4)));
+        const __m256i bk = lane32(k < 4 ? bl : bh, (k % 4));
         s = _mm256_add_epi32(s, _mm256_madd_epi16(p16, bk));
     }
     return s;

@@ -196,7 +196,8 @@ KERNEL_INLINE void q2_K_block(const struct block_q2_K *blk, const uint8_t *x, si
 #pragma GCC unroll 2
     for (int h = 0; h < 2; h++) {
         const __m256i q = _mm256_loadu_si256((const __m256i *)(blk->qs + 32 * h));
-        const __m256i sh = _mm256_permute4x64_epi64(sc16, h ? 0xee : 0x44);
+        const __m256i sh =
+            (h ? _mm256_permute4x64_epi64(sc16, 0xee) : _mm256_permute4x64_epi64(sc16, 0x44));
 #pragma GCC unroll 4
         for (int s = 0; s < 4; s++) {
             const __m256i v = _mm256_and_si256(s ? _mm256_srli_epi16(q, 2 * s) : q, m3);
@@ -241,7 +242,8 @@ KERNEL_INLINE void q3_K_block(const struct block_q3_K *blk, const uint8_t *x, si
 #pragma GCC unroll 2
     for (int h = 0; h < 2; h++) {
         const __m256i q = _mm256_loadu_si256((const __m256i *)(blk->qs + 32 * h));
-        const __m256i sh = _mm256_permute4x64_epi64(sc16, h ? 0xee : 0x44);
+        const __m256i sh =
+            (h ? _mm256_permute4x64_epi64(sc16, 0xee) : _mm256_permute4x64_epi64(sc16, 0x44));
 #pragma GCC unroll 4
         for (int s = 0; s < 4; s++) {
             const int k = 4 * h + s; /* hmask bit */
@@ -333,7 +335,8 @@ KERNEL_INLINE void q6_K_block(const struct block_q6_K *blk, const uint8_t *x, si
         const __m256i q0 = _mm256_loadu_si256((const __m256i *)(blk->ql + 64 * h));
         const __m256i q1 = _mm256_loadu_si256((const __m256i *)(blk->ql + 64 * h + 32));
         const __m256i qh = _mm256_loadu_si256((const __m256i *)(blk->qh + 32 * h));
-        const __m256i sh = _mm256_permute4x64_epi64(sc16, h ? 0xee : 0x44);
+        const __m256i sh =
+            (h ? _mm256_permute4x64_epi64(sc16, 0xee) : _mm256_permute4x64_epi64(sc16, 0x44));
         __m256i v[4];
         v[0] = _mm256_or_si256(_mm256_and_si256(q0, m4),
                                _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));

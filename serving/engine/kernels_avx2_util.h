@@ -65,6 +65,13 @@ KERNEL_INLINE __m256i scale_pair(__m256i s, int k)
             }                                                                                      \
     }
 
+/* 32-bit lane k (0..3) of v in all 8 lanes (k need not be a constant: clang wants immediates
+ * for vpshufd). */
+static inline __m256i lane32(__m128i v, int k)
+{
+    return _mm256_permutevar8x32_epi32(_mm256_castsi128_si256(v), _mm256_set1_epi32(k));
+}
+
 static inline __m256i bcast4(const int8_t *p)
 {
     int32_t v;
