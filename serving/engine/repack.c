@@ -7,6 +7,7 @@
 #include "serving/engine/gguf.h"
 #include "serving/engine/quant.h"
 #include "serving/engine/repack_formats.h"
+#include "serving/engine/threadpool.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -190,31 +191,63 @@ int repack_eligible(const struct tensor *t)
            t->cols % blk == 0;
 }
 
-int repack_tensor(struct tensor *t, char *err)
+/* The groups of 16 rows of one tensor, split over the pool's threads; each has its own staging
+ * copy of the group it rewrites. */
+struct repack_job {
+    const struct repack_format *f;
+    uint8_t *w;
+    int nb, groups;
+    size_t rb, bb, group;
+    uint8_t *tmp; /* [threads][group] */
+};
+
+static void repack_worker(void *arg, int ith, int nth)
+{
+    const struct repack_job *j = arg;
+    uint8_t *tmp = j->tmp + (size_t)ith * j->group;
+    for (int g = ith; g < j->groups; g += nth) {
+        uint8_t *p = j->w + (size_t)g * j->group;
+        memcpy(tmp, p, j->group);
+        for (int b = 0; b < j->nb; b++) {
+            const uint8_t *src[REPACK_ROWS];
+            for (int r = 0; r < REPACK_ROWS; r++)
+                src[r] = tmp + (size_t)r * j->rb + (size_t)b * j->bb;
+            j->f->pack(src, p + (size_t)b * j->bb * REPACK_ROWS);
+        }
+    }
+}
+
+int repack_tensor_tp(struct tensor *t, struct threadpool *tp, char *err)
 {
     if (!repack_eligible(t)) return 0;
     const struct repack_format *f = format_of(t->type);
     const int nb = t->cols / ggml_block_elems(t->type);
-    const size_t rb = ggml_row_bytes(t->type, (uint64_t)t->cols), bb = rb / (size_t)nb;
-    const size_t group = rb * REPACK_ROWS;
-    uint8_t *tmp = malloc(group);
-    if (!tmp)
-        return errmsg_set(err, "repack: no memory for a %zu-byte group of %d x %d %s", group,
-                          t->rows, t->cols, ggml_type_name(t->type));
+    const size_t rb = ggml_row_bytes(t->type, (uint64_t)t->cols);
+    const int threads = tp ? threadpool_size(tp) : 1;
     /* The engine owns the weight image: this is the one place that writes to it. */
-    uint8_t *w = (uint8_t *)(uintptr_t)t->data;
-    for (int g = 0; g < t->rows / REPACK_ROWS; g++) {
-        uint8_t *p = w + (size_t)g * group;
-        memcpy(tmp, p, group);
-        for (int b = 0; b < nb; b++) {
-            const uint8_t *src[REPACK_ROWS];
-            for (int r = 0; r < REPACK_ROWS; r++) src[r] = tmp + (size_t)r * rb + (size_t)b * bb;
-            f->pack(src, p + (size_t)b * bb * REPACK_ROWS);
-        }
-    }
-    free(tmp);
+    struct repack_job j = {f,
+                           (uint8_t *)(uintptr_t)t->data,
+                           nb,
+                           t->rows / REPACK_ROWS,
+                           rb,
+                           rb / (size_t)nb,
+                           rb * REPACK_ROWS,
+                           NULL};
+    if (!(j.tmp = malloc(j.group * (size_t)threads)))
+        return errmsg_set(err, "repack: no memory for %d %zu-byte groups of %d x %d %s", threads,
+                          j.group, t->rows, t->cols, ggml_type_name(t->type));
+    if (tp && threads > 1)
+        threadpool_run(tp, repack_worker, &j);
+    else
+        repack_worker(&j, 0, 1);
+    free(j.tmp);
     t->type = f->type;
     return 0;
+}
+
+int repack_tensor(struct tensor *t, char *err)
+{
+    return repack_tensor_tp(t, NULL, err);
 }
 
 void repack_unpack(uint32_t type, const void *record, int r, void *block)

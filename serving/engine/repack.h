@@ -180,6 +180,9 @@ int repack_eligible(const struct tensor *t);
 /* Rewrite t's bytes in place (t->data must be writable) and set its type. Fails only if the
  * 16-row staging buffer cannot be allocated. */
 int repack_tensor(struct tensor *t, char *err);
+/* The same with its groups split over a thread pool's threads (NULL: the calling thread). */
+struct threadpool;
+int repack_tensor_tp(struct tensor *t, struct threadpool *tp, char *err);
 /* Row r's ggml block out of one record of a repacked type (at most 512 bytes). */
 void repack_unpack(uint32_t type, const void *record, int r, void *block);
 /* Block b of row `row` of a repacked tensor, as the ggml block it came from (at most 512 bytes). */

@@ -59,9 +59,16 @@ static void nibbles_sub_to_k(const uint8_t *sub, uint8_t *k)
  * Their ggml blocks hold 2 bits of element 128h + 32s + l in bits 2s of qs[32h + l]; Q3_K adds
  * bit (e / 32) of hmask[e % 32] as the third. */
 
-static int q2_bits(const uint8_t *qs, int e)
+/* All 256 2-bit values of a block, in element order. */
+static void q2_all(const uint8_t *qs, uint8_t *v)
 {
-    return qs[32 * (e / 128) + e % 32] >> (2 * (e % 128 / 32)) & 3;
+    for (int h = 0; h < 2; h++)
+        for (int l = 0; l < 32; l++) {
+            const int b = qs[32 * h + l];
+            uint8_t *e = v + 128 * h + l;
+            e[0] = (uint8_t)(b & 3), e[32] = (uint8_t)(b >> 2 & 3);
+            e[64] = (uint8_t)(b >> 4 & 3), e[96] = (uint8_t)(b >> 6);
+        }
 }
 
 static void q2_bits_put(uint8_t *qs, int e, int v)
@@ -78,12 +85,13 @@ void repack_pack_q2_K(const uint8_t *const *src, uint8_t *dst)
         const struct block_q2_K *in = (const struct block_q2_K *)src[r];
         d->d[r] = in->d;
         d->dmin[r] = in->dmin;
-        memset(q[r], 0, 64);
+        uint8_t v[QK_K];
+        q2_all(in->qs, v);
         for (int j = 0; j < 16; j++) {
             d->scales[j][r] = in->scales[j];
-            for (int s = 0; s < 4; s++)
-                for (int p = 0; p < 4; p++)
-                    q[r][4 * j + p] |= (uint8_t)(q2_bits(in->qs, 16 * j + 4 * s + p) << (2 * s));
+            for (int p = 0; p < 4; p++)
+                q[r][4 * j + p] = (uint8_t)(v[16 * j + p] | v[16 * j + 4 + p] << 2 |
+                                            v[16 * j + 8 + p] << 4 | v[16 * j + 12 + p] << 6);
         }
         rows[r] = q[r];
     }
@@ -140,8 +148,8 @@ void repack_pack_q3_K(const uint8_t *const *src, uint8_t *dst)
         const struct block_q3_K *in = (const struct block_q3_K *)src[r];
         d->d[r] = in->d;
         uint8_t v[QK_K];
-        for (int e = 0; e < QK_K; e++)
-            v[e] = (uint8_t)(q2_bits(in->qs, e) | (in->hmask[e % 32] >> (e / 32) & 1) << 2);
+        q2_all(in->qs, v);
+        for (int e = 0; e < QK_K; e++) v[e] |= (uint8_t)((in->hmask[e & 31] >> (e >> 5) & 1) << 2);
         for (int j = 0; j < 16; j++) six_bits_put(&d->sc[j], r, q3_K_scale(j, in->scales));
         for (int k = 0; k < 8; k++) q3_pack32(v + 32 * k, q[r] + 12 * k);
         rows[r] = q[r];
@@ -321,28 +329,31 @@ void repack_unpack_q5_K(const uint8_t *src, int r, uint8_t *dst)
 
 /* ---- Q6_K ----------------------------------------------------------------------------------- */
 
-/* The 256 6-bit quants of a Q6_K block (0..63, the format subtracts 32), in element order. */
+/* The 256 6-bit quants of a Q6_K block (0..63, the format subtracts 32), in element order:
+ * element 128h + 32s + l from ql[64h + l + 32(s & 1)] (nibble s / 2) and qh[32h + l] (bits 2s). */
 static void q6_K_quants(const struct block_q6_K *b, uint8_t *q)
 {
-    for (int e = 0; e < QK_K; e++) {
-        const int h = e / 128, s = e % 128 / 32, l = e % 32;
-        const uint8_t ql = b->ql[64 * h + l + 32 * (s & 1)];
-        q[e] = (uint8_t)((s < 2 ? ql & 0xf : ql >> 4) | ((b->qh[32 * h + l] >> (2 * s)) & 3) << 4);
-    }
+    for (int h = 0; h < 2; h++)
+        for (int l = 0; l < 32; l++) {
+            const int ql0 = b->ql[64 * h + l], ql1 = b->ql[64 * h + 32 + l], qh = b->qh[32 * h + l];
+            uint8_t *e = q + 128 * h + l;
+            e[0] = (uint8_t)((ql0 & 0xf) | (qh & 3) << 4);
+            e[32] = (uint8_t)((ql1 & 0xf) | (qh >> 2 & 3) << 4);
+            e[64] = (uint8_t)((ql0 >> 4) | (qh >> 4 & 3) << 4);
+            e[96] = (uint8_t)((ql1 >> 4) | (qh >> 6 & 3) << 4);
+        }
 }
 
 static void q6_K_from_quants(const uint8_t *q, struct block_q6_K *b)
 {
-    memset(b->qh, 0, sizeof b->qh);
-    for (int e = 0; e < QK_K; e++) {
-        const int h = e / 128, s = e % 128 / 32, l = e % 32;
-        uint8_t *ql = &b->ql[64 * h + l + 32 * (s & 1)];
-        if (s < 2)
-            *ql = (uint8_t)((*ql & 0xf0) | (q[e] & 0xf));
-        else
-            *ql = (uint8_t)((*ql & 0x0f) | (q[e] & 0xf) << 4);
-        b->qh[32 * h + l] |= (uint8_t)((q[e] >> 4) << (2 * s));
-    }
+    for (int h = 0; h < 2; h++)
+        for (int l = 0; l < 32; l++) {
+            const uint8_t *e = q + 128 * h + l;
+            b->ql[64 * h + l] = (uint8_t)((e[0] & 0xf) | (e[64] & 0xf) << 4);
+            b->ql[64 * h + 32 + l] = (uint8_t)((e[32] & 0xf) | (e[96] & 0xf) << 4);
+            b->qh[32 * h + l] =
+                (uint8_t)((e[0] >> 4) | (e[32] >> 4) << 2 | (e[64] >> 4) << 4 | (e[96] >> 4) << 6);
+        }
 }
 
 void repack_pack_q6_K(const uint8_t *const *src, uint8_t *dst)
