@@ -58,10 +58,10 @@ struct act_q8k {
 typedef void (*tile_fn)(const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt,
                         int cols, float *y, size_t ys);
 
-/* KT_*_X16: the 16-row groups of repack.h (w points at a group, nr is a multiple of 16, ws is
- * still the bytes of one source row; activations are act_q8 for both). Activations: floats for
- * F32/F16/BF16, act_q8 for Q8_0 and the groups, act_q4 for the nibble formats, act_q8k for the
- * super-blocks. */
+/* KT_*_X16: the 16-row records of repack.h (w points at a group, nr is a multiple of 16, ws is
+ * still the bytes of one source row). Activations: floats for F32/F16/BF16; act_q8 for Q8_0 and
+ * the records of the blocks of 32; act_q4 for the nibble formats in rows; act_q8k for the
+ * super-blocks, rows and records. */
 enum {
     KT_F32,
     KT_F16,
@@ -121,10 +121,9 @@ extern const struct kernel_table kernels_scalar;
 extern const struct kernel_table kernels_avx2;
 extern const struct kernel_table kernels_avx512;
 
-/* The AVX2 kernels of the formats added after the first six (kernels_avx2_rows.c) and of their
- * 16-row records (kernels_avx2_records.c): the AVX2 and
- * the AVX-512 tables both use them (no AVX-512 variants yet: none could be tested). They take
- * any nt up to 4. */
+/* The AVX2 kernels of the formats added after the first six (kernels_avx2_rows.c) and of the
+ * 16-row records but Q4_0's and Q8_0's (kernels_avx2_records.c): the AVX2 and the AVX-512 tables
+ * both use them (no AVX-512 variants yet: none could be tested). They take any nt up to 4. */
 #define AVX2_MORE(name)                                                                            \
     void avx2_tile_##name(const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs,        \
                           int nt, int cols, float *y, size_t ys);
