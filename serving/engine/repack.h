@@ -1,7 +1,7 @@
 /* repack: quantized matrices rewritten in place into 16-row groups, the layout the SIMD kernels
- * read fastest (Q4_0 and Q8_0 below; the super-block formats in the second half).
+ * read fastest: every quantized type has one (the blocks of 32 first, then the super-blocks).
  *
- * In a group, each 32-column block of the 16 rows is one record: the 16 f16 scales, then the
+ * Q4_0 and Q8_0: in a group, each 32-column block of the 16 rows is one record: the 16 f16 scales, then the
  * quants in 64-byte chunks. Chunk k holds, for rows 0-7 then rows 8-15, 4 consecutive quant
  * bytes of each row (bytes 4k..4k+3 of the ggml block), so one 32-byte load has 4 bytes of 8
  * rows and one broadcast of 4 activation bytes multiplies all of them (vpdpbusd leaves the 8
@@ -16,7 +16,8 @@
  * weight load feeds a dot product directly (docs/engine.md has the figures).
  *
  * Rows stop being contiguous, so a repacked tensor carries its own type (TENSOR_*_X16) and only
- * matmul and tensor_get_row read it. Only tensors with rows % 16 == 0 are repacked. */
+ * matmul and tensor_get_row read it. Only tensors with rows % 16 == 0 are repacked. Each layout
+ * is lossless: repack_block() gives back any row's ggml block. */
 #ifndef STRATA_REPACK_H
 #define STRATA_REPACK_H
 
