@@ -1,19 +1,27 @@
-/* bench_cuda: the CUDA backend's speed, each figure beside the limit measured in the same run.
+/* bench_cuda: the CUDA backend's speed, each figure beside the limit it is measured against.
  *
+ *   the card: its name, and the HBM peak for it (H100 SXM 3350 GB/s, H200 4800 GB/s, ...: a table
+ *     by name; for a card not in it, memory clock x bus width as the driver reports them)
  *   device-to-device copy GB/s (read + write)   the HBM bandwidth a kernel can reach
  *   host-to-device GB/s from pinned memory      the PCIe rate
- *   per shape (synthetic 1B = TinyLlama-1.1B, 7B = Llama-2-7B) and type (F16, Q8_0, Q4_0):
- *     upload: all spans on the copy stream, GB/s and ms per layer, vs the PCIe rate
- *     decode batch 1: tokens/s and the weight bandwidth it implies (bytes read per token / time),
- *                     as % of the copy bandwidth (target >= 90%)
- *     decode batch 64 (64 sequences at position 128): tokens/s
- *     prefill (one 512-token prompt chunk): tokens/s
+ *   per shape (synthetic 1b = TinyLlama-1.1B, 7b = Llama-2-7B, 8b = Llama-3-8B) and weight type:
+ *     upload: every span host -> device from the registered (pinned) image, seconds and GB/s
+ *     decode batch 1: tokens/s and the weight bandwidth it implies (bytes a step reads / time),
+ *                     as % of the HBM peak and of the measured copy rate
+ *     decode batch N (N sequences at position 128, --batches): tokens/s and x batch 1
+ *     prefill (one --prefill-token prompt chunk, default 1024): tokens/s
  * Times are GPU time between events on the compute stream (embed, all layers, head), averaged
- * over several steps after a warm-up. Without a GPU it prints "skip - bench_cuda: <why>".
- * Options: --quick (1B only), --shape 1b|7b, --type f16|q8_0|q4_0. */
+ * over several steps after a warm-up. One line per shape and type, "bench SHAPE TYPE: ..." or
+ * "bench SHAPE TYPE: failed: why" (a type the kernels lack fails at open; the others still run).
+ * Without a GPU it prints "skip - bench_cuda: <why>". Exit status 1 if any shape/type failed.
+ *
+ * Options: --shape LIST (1b,7b,8b; default 1b,7b), --type LIST (any `strata convert` type;
+ * default f16,q8_0,q4_0), --batches LIST (default 8,32,64,128), --prefill N (default 1024),
+ * --quick (1b only). LIST is comma-separated. */
 #include "serving/engine/cuda/cuda_backend.h"
 #include "os/common/errmsg.h"
 #include "os/runtime/log.h"
+#include "serving/engine/convert.h"
 #include "tests/unit/cuda_synth.h"
 
 #include <stdio.h>
@@ -26,15 +34,27 @@ static const struct {
 } shapes[] = {
     {"1b", {2048, 5632, 22, 32, 4, 32000, 2048}},   /* TinyLlama-1.1B */
     {"7b", {4096, 11008, 32, 32, 32, 32000, 4096}}, /* Llama-2-7B */
+    {"8b", {4096, 14336, 32, 32, 8, 128256, 8192}}, /* Llama-3-8B */
 };
+enum { N_SHAPES = sizeof shapes / sizeof shapes[0] };
+
+/* HBM peaks from the datasheets, by the driver's device name (the first match wins, so the more
+ * specific names come first). */
 static const struct {
-    const char *name;
-    uint32_t type;
-} types[] = {{"f16", GGML_F16}, {"q8_0", GGML_Q8_0}, {"q4_0", GGML_Q4_0}};
+    const char *match;
+    double gbs;
+} hbm_peaks[] = {
+    {"GH200", 4000},           {"H200", 4800},
+    {"H100 NVL", 3900},        {"H100 PCIe", 2000},
+    {"H100", 3350} /* SXM5 */, {"A100-SXM4-80GB", 2039},
+    {"A100 80GB PCIe", 1935},  {"A100", 1555},
+};
 
-enum { CTX = 512, BS = 16, NSEQ = 64, DECODE_POS = 128, PREFILL = 512 };
+enum { BS = 16, DECODE_POS = 128, DECODE_BLOCKS = DECODE_POS / BS + 1, MAX_BATCHES = 16 };
 
-static double d2d_gbs, h2d_gbs;
+static double d2d_gbs, h2d_gbs, peak_gbs;
+static int batches[MAX_BATCHES] = {8, 32, 64, 128}, n_batches = 4, max_batch = 128;
+static int prefill = 1024;
 
 /* Weight bytes a decode step reads: every matrix and norm once, one embedding row. */
 static uint64_t decode_bytes(const struct model *m)
@@ -50,82 +70,190 @@ static uint64_t decode_bytes(const struct model *m)
     return b;
 }
 
-static int run_one(int si, int ti, char *err)
+/* synth_build's fast fill writes valid bytes for F32, F16, BF16, Q8_0 and Q4_0 only; any other
+ * type's matrices are refilled here by tiling ~1 MiB of real quantize_row() output (whole
+ * blocks, so every copy lands on a block boundary), scaled like synth_build's. */
+static int fill_quantized(struct model *m, uint32_t type, char *err)
+{
+    if (type == GGML_F32 || type == GGML_F16 || type == GGML_BF16 || type == GGML_Q8_0 ||
+        type == GGML_Q4_0)
+        return 0;
+    enum { N = 1 << 18 };
+    float *x = malloc(sizeof(float) * N);
+    uint8_t *pat = malloc(ggml_row_bytes(type, N));
+    if (!x || !pat) return free(x), free(pat), errmsg_set(err, "out of host memory");
+    uint64_t rng = 0x9e3779b97f4a7c15ull;
+    int rc = 0;
+    for (int i = -1; i <= m->cfg.n_layers && !rc; i++) {
+        struct tensor *ts[7] = {0};
+        if (i < 0)
+            ts[0] = &m->token_embd;
+        else if (i == m->cfg.n_layers)
+            ts[0] = m->tied_output ? NULL : &m->output;
+        else {
+            struct layer_weights *w = &m->layers[i];
+            struct tensor *l[7] = {&w->wq,     &w->wk,     &w->wv,  &w->wo,
+                                   &w->w_gate, &w->w_down, &w->w_up};
+            memcpy(ts, l, sizeof l);
+        }
+        for (int j = 0; j < 7 && ts[j] && !rc; j++) {
+            struct tensor *t = ts[j];
+            float scale = i < 0 ? 0.5f : 1.0f / sqrtf((float)t->cols);
+            for (int e = 0; e < N; e++) x[e] = scale * synth_uniform(&rng);
+            if (quantize_row(type, x, pat, N) < 0) {
+                rc = errmsg_set(err, "quantize_row cannot write %s", ggml_type_name(type));
+                break;
+            }
+            uint64_t plen = ggml_row_bytes(type, N);
+            uint8_t *d = (uint8_t *)t->data;
+            for (uint64_t o = 0; o < t->nbytes; o += plen)
+                memcpy(d + o, pat, t->nbytes - o < plen ? t->nbytes - o : plen);
+        }
+    }
+    free(x);
+    free(pat);
+    return rc;
+}
+
+static int run_one(int si, uint32_t type, char *err)
 {
     const struct synth_shape *sh = &shapes[si].sh;
+    if (!ggml_row_bytes(type, (uint64_t)sh->dim) || !ggml_row_bytes(type, (uint64_t)sh->hidden))
+        return errmsg_set(err, "rows of %d and %d are not whole %s blocks", sh->dim, sh->hidden,
+                          ggml_type_name(type));
     struct synth s;
-    if (synth_build(&s, sh, types[ti].type, 0, 0, 42)) return errmsg_set(err, "out of host memory");
-    /* Prefill's sequence uses the last 32 blocks; the 64 decode sequences 9 blocks each. */
-    struct engine_limits lim = {.max_tokens = PREFILL,
-                                .max_seqs = NSEQ,
-                                .ctx = CTX,
+    if (synth_build(&s, sh, type, 0, 0, 42)) return errmsg_set(err, "out of host memory");
+    int ctx = 2 * prefill > 2 * DECODE_POS ? 2 * prefill : 2 * DECODE_POS;
+    if (ctx > sh->seq_len) ctx = sh->seq_len;
+    /* The prefill sequence uses the last blocks; each decode sequence DECODE_BLOCKS of its own. */
+    int pf_blocks = (prefill + BS - 1) / BS, n_blocks = max_batch * DECODE_BLOCKS + pf_blocks;
+    int max_tokens = prefill > max_batch ? prefill : max_batch;
+    struct engine_limits lim = {.max_tokens = max_tokens,
+                                .max_seqs = max_batch,
+                                .ctx = ctx,
                                 .kv_block_size = BS,
-                                .kv_blocks = NSEQ * 9 + CTX / BS};
-    struct cuda_engine *ce;
+                                .kv_blocks = n_blocks};
+    struct cuda_engine *ce = NULL;
+    int *tok = calloc((size_t)max_tokens, sizeof(int)),
+        *pos = calloc((size_t)max_tokens, sizeof(int));
+    int *rows = calloc((size_t)max_tokens, sizeof(int)),
+        *blocks = calloc((size_t)n_blocks, sizeof(int));
+    const int **tabs = calloc((size_t)max_tokens, sizeof(int *));
     int rc = -1;
-    if (cuda_engine_open(&ce, &s.m, &lim, err)) goto out_synth;
+    if (!tok || !pos || !rows || !blocks || !tabs) {
+        errmsg_set(err, "out of host memory");
+        goto out;
+    }
+    if (prefill > ctx) {
+        errmsg_set(err, "a %d-token prompt does not fit the shape's context (%d)", prefill, ctx);
+        goto out;
+    }
+    if (fill_quantized(&s.m, type, err) || cuda_engine_open(&ce, &s.m, &lim, err)) goto out;
     if (cuda_engine_register_host(ce, s.image, (s.image_size + 4095) / 4096 * 4096, err))
         fprintf(stderr, "bench_cuda: %s (uploads from pageable memory)\n", err);
     double up_s;
     uint64_t up_bytes;
     if (cuda_time_upload(ce, &up_s, &up_bytes, err)) goto out;
+    for (int i = 0; i < n_blocks; i++) blocks[i] = i;
 
-    static int tok[PREFILL], pos[PREFILL], rows[NSEQ];
-    static const int *tabs[PREFILL];
-    static int blocks[NSEQ * 9 + CTX / BS];
-    for (int i = 0; i < NSEQ * 9 + CTX / BS; i++) blocks[i] = i;
     /* decode, batch 1 */
-    int row0 = 0;
-    tok[0] = 1, pos[0] = DECODE_POS, tabs[0] = blocks;
-    struct batch b1 = {1, tok, pos, tabs, 1, &row0};
-    double t1, t64, tp;
+    tok[0] = 1, pos[0] = DECODE_POS, tabs[0] = blocks, rows[0] = 0;
+    struct batch b1 = {1, tok, pos, tabs, 1, rows};
+    double t1, tb[MAX_BATCHES], tp;
     if (cuda_time_forward(ce, &b1, 20, &t1, err)) goto out;
-    /* decode, batch 64 */
-    for (int i = 0; i < NSEQ; i++)
-        tok[i] = 1 + i, pos[i] = DECODE_POS, tabs[i] = blocks + i * 9, rows[i] = i;
-    struct batch b64 = {NSEQ, tok, pos, tabs, NSEQ, rows};
-    if (cuda_time_forward(ce, &b64, 10, &t64, err)) goto out;
-    /* prefill: one 512-token chunk of one sequence */
-    for (int i = 0; i < PREFILL; i++)
-        tok[i] = 1 + i % 1000, pos[i] = i, tabs[i] = blocks + NSEQ * 9;
-    int last = PREFILL - 1;
-    struct batch bp = {PREFILL, tok, pos, tabs, 1, &last};
+    /* decode, batch N: N sequences at DECODE_POS, one token each */
+    for (int k = 0; k < n_batches; k++) {
+        int n = batches[k];
+        for (int i = 0; i < n; i++)
+            tok[i] = 1 + i, pos[i] = DECODE_POS, tabs[i] = blocks + i * DECODE_BLOCKS, rows[i] = i;
+        struct batch bn = {n, tok, pos, tabs, n, rows};
+        if (cuda_time_forward(ce, &bn, 10, &tb[k], err)) goto out;
+    }
+    /* prefill: one chunk of one sequence, logits for its last token */
+    for (int i = 0; i < prefill; i++)
+        tok[i] = 1 + i % 1000, pos[i] = i, tabs[i] = blocks + max_batch * DECODE_BLOCKS;
+    rows[0] = prefill - 1;
+    struct batch bp = {prefill, tok, pos, tabs, 1, rows};
     if (cuda_time_forward(ce, &bp, 3, &tp, err)) goto out;
 
     uint64_t db = decode_bytes(&s.m);
-    double implied = db / t1 / 1e9;
-    double per_layer_ms = up_s * 1e3 / (sh->layers + 2);
-    printf("%-3s %-5s weights %6.2f GB | upload %6.2f GB/s (%5.1f%% of PCIe), %6.2f ms/layer | "
-           "decode b1 %8.1f tok/s = %7.1f GB/s (%5.1f%% of copy bw) | decode b64 %9.1f tok/s | "
-           "prefill %9.1f tok/s\n",
-           shapes[si].name, types[ti].name, db / 1e9, up_bytes / up_s / 1e9,
-           100.0 * up_bytes / up_s / 1e9 / h2d_gbs, per_layer_ms, 1.0 / t1, implied,
-           100.0 * implied / d2d_gbs, NSEQ / t64, PREFILL / tp);
+    double gbs = db / t1 / 1e9;
+    printf("bench %s %s: weights %.2f GB | upload %.3f s = %.1f GB/s (%.0f%% of the copy rate) "
+           "| decode b1 %.1f tok/s = %.0f GB/s = %.1f%% of HBM peak (%.1f%% of d2d copy)",
+           shapes[si].name, ggml_type_name(type), db / 1e9, up_s, up_bytes / up_s / 1e9,
+           100.0 * up_bytes / up_s / 1e9 / h2d_gbs, 1.0 / t1, gbs, 100.0 * gbs / peak_gbs,
+           100.0 * gbs / d2d_gbs);
+    for (int k = 0; k < n_batches; k++)
+        printf(" | b%d %.0f tok/s (%.1fx)", batches[k], batches[k] / tb[k],
+               batches[k] / tb[k] * t1);
+    printf(" | prefill %d: %.0f tok/s\n", prefill, prefill / tp);
     fflush(stdout);
     rc = 0;
 out:
-    cuda_engine_close(ce);
-out_synth:
+    if (ce) cuda_engine_close(ce);
     synth_free(&s);
+    free(tok), free(pos), free(rows), free(blocks), free(tabs);
     return rc;
+}
+
+/* Split a comma-separated list in place: at most cap items. */
+static int split(char *s, char **items, int cap)
+{
+    int n = 0;
+    for (char *p = strtok(s, ","); p && n < cap; p = strtok(NULL, ",")) items[n++] = p;
+    return n;
+}
+
+static int usage(void)
+{
+    fprintf(stderr, "usage: bench_cuda [--quick] [--shape 1b,7b,8b] [--type f16,q8_0,q4_0,...] "
+                    "[--batches 8,32,64,128] [--prefill N]\n");
+    return 2;
 }
 
 int main(int argc, char **argv)
 {
-    int quick = 0;
-    const char *only_shape = NULL, *only_type = NULL;
+    char shape_arg[256] = "1b,7b", type_arg[256] = "f16,q8_0,q4_0", batch_arg[256] = "";
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--quick"))
-            quick = 1;
-        else if (!strcmp(argv[i], "--shape") && i + 1 < argc)
-            only_shape = argv[++i];
-        else if (!strcmp(argv[i], "--type") && i + 1 < argc)
-            only_type = argv[++i];
-        else {
-            fprintf(stderr, "usage: bench_cuda [--quick] [--shape 1b|7b] [--type f16|q8_0|q4_0]\n");
-            return 2;
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--quick"))
+            strcpy(shape_arg, "1b");
+        else if (!strcmp(a, "--shape") && v)
+            snprintf(shape_arg, sizeof shape_arg, "%s", argv[++i]);
+        else if (!strcmp(a, "--type") && v)
+            snprintf(type_arg, sizeof type_arg, "%s", argv[++i]);
+        else if (!strcmp(a, "--batches") && v)
+            snprintf(batch_arg, sizeof batch_arg, "%s", argv[++i]);
+        else if (!strcmp(a, "--prefill") && v)
+            prefill = atoi(argv[++i]);
+        else
+            return usage();
+    }
+    char *sh_items[8], *ty_items[16], *b_items[MAX_BATCHES];
+    int n_sh = split(shape_arg, sh_items, 8), n_ty = split(type_arg, ty_items, 16);
+    int shape_idx[8];
+    uint32_t type_ids[16];
+    for (int i = 0; i < n_sh; i++) {
+        shape_idx[i] = -1;
+        for (int k = 0; k < N_SHAPES; k++)
+            if (!strcmp(sh_items[i], shapes[k].name)) shape_idx[i] = k;
+        if (shape_idx[i] < 0)
+            return fprintf(stderr, "bench_cuda: unknown shape '%s'\n", sh_items[i]), usage();
+    }
+    for (int i = 0; i < n_ty; i++)
+        if (convert_parse_type(ty_items[i], &type_ids[i]))
+            return fprintf(stderr, "bench_cuda: unknown type '%s'\n", ty_items[i]), usage();
+    if (batch_arg[0]) {
+        n_batches = split(batch_arg, b_items, MAX_BATCHES);
+        max_batch = 1;
+        for (int k = 0; k < n_batches; k++) {
+            batches[k] = atoi(b_items[k]);
+            if (batches[k] < 1 || batches[k] > 4096) return usage();
+            if (batches[k] > max_batch) max_batch = batches[k];
         }
     }
+    if (prefill < 1 || prefill > 65536) return usage();
+
     log_set_quiet(1);
     char err[ERRMSG_LEN];
     if (cuda_probe(err)) {
@@ -148,24 +276,31 @@ int main(int argc, char **argv)
         printf("not ok - bench_cuda: %s\n", err);
         return 1;
     }
+    const char *peak_from = "memory clock x bus width";
+    peak_gbs = info.peak_gbs;
+    for (size_t k = 0; k < sizeof hbm_peaks / sizeof hbm_peaks[0]; k++)
+        if (strstr(info.name, hbm_peaks[k].match)) {
+            peak_gbs = hbm_peaks[k].gbs;
+            peak_from = "datasheet, by name";
+            break;
+        }
+    if (peak_gbs <= 0) peak_gbs = d2d_gbs, peak_from = "unknown: the measured copy rate";
     printf("device: %s, sm_%d%d, %d SMs, %.1f GiB, driver %d\n", info.name, info.cc_major,
            info.cc_minor, info.sms, info.total_mem / 1073741824.0, info.driver_version);
-    printf("device-to-device copy: %.1f GB/s (read+write; datasheet peak %.0f GB/s) | "
-           "host-to-device from pinned memory: %.1f GB/s\n",
-           d2d_gbs, info.peak_gbs, h2d_gbs);
+    printf("HBM peak %.0f GB/s (%s; clock x width says %.0f) | device-to-device copy %.1f GB/s "
+           "(read+write, %.0f%% of peak) | host-to-device from pinned memory %.1f GB/s\n",
+           peak_gbs, peak_from, info.peak_gbs, d2d_gbs, 100.0 * d2d_gbs / peak_gbs, h2d_gbs);
+    fflush(stdout);
     cuda_engine_close(ce);
     synth_free(&tiny);
     int fails = 0;
-    for (int si = 0; si < 2; si++) {
-        if (quick && si > 0) break;
-        if (only_shape && strcmp(only_shape, shapes[si].name)) continue;
-        for (int ti = 0; ti < 3; ti++) {
-            if (only_type && strcmp(only_type, types[ti].name)) continue;
-            if (run_one(si, ti, err)) {
-                printf("%-3s %-5s failed: %s\n", shapes[si].name, types[ti].name, err);
+    for (int i = 0; i < n_sh; i++)
+        for (int j = 0; j < n_ty; j++)
+            if (run_one(shape_idx[i], type_ids[j], err)) {
+                printf("bench %s %s: failed: %s\n", shapes[shape_idx[i]].name,
+                       ggml_type_name(type_ids[j]), err);
+                fflush(stdout);
                 fails++;
             }
-        }
-    }
     return fails ? 1 : 0;
 }
