@@ -178,7 +178,8 @@ static int run_one(int si, uint32_t type, char *err)
 
     uint64_t db = decode_bytes(&s.m);
     double gbs = db / t1 / 1e9;
-    printf("bench %s %s: weights %.2f GB | upload %.3f s = %.1f GB/s (%.0f%% of the copy rate) "
+    printf("bench %s %s: weights %.2f GB | upload %.3f s = %.1f GB/s (%.0f%% of pinned "
+           "host-to-device) "
            "| decode b1 %.1f tok/s = %.0f GB/s = %.1f%% of HBM peak (%.1f%% of d2d copy)",
            shapes[si].name, ggml_type_name(type), db / 1e9, up_s, up_bytes / up_s / 1e9,
            100.0 * up_bytes / up_s / 1e9 / h2d_gbs, 1.0 / t1, gbs, 100.0 * gbs / peak_gbs,
