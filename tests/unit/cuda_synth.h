@@ -2,9 +2,10 @@
  *
  * synth_build() lays out a Llama-shaped model of the given weight type in execution order (span 0
  * token_embd, span 1+l block l, span L+1 output_norm + output), 32-byte aligned like GGUF, with
- * random weights from a fixed seed: exact=1 quantizes real floats with quant.c (tests compare
- * against a reference that dequantizes the same bytes); exact=0 writes valid random bytes
- * directly (benchmarks: 7B shapes in seconds). Norms are F32. (The real tiny model comes through
+ * random weights from a fixed seed: exact=1 quantizes real floats with quant.c row by row (tests
+ * compare against a reference that dequantizes the same bytes); exact=0 tiles each tensor with a
+ * pattern of quant.c-quantized blocks made once per (type, scale) (benchmarks: 8B shapes in
+ * seconds, every type). Norms are F32. (The real tiny model comes through
  * convert.c and model.c instead, as the server loads it: test_cuda's load_stories.) */
 #ifndef STRATA_TEST_CUDA_SYNTH_H
 #define STRATA_TEST_CUDA_SYNTH_H
@@ -119,6 +120,19 @@ static inline int synth_layout(struct synth *s, struct synth_item *it, int n)
     return 0;
 }
 
+/* The fast fill's patterns, one per (type, scale): the embedding's, and one per row length. */
+#define SYNTH_PATTERNS 8
+struct synth_pattern {
+    uint32_t type;
+    float scale;
+    uint8_t *bytes;
+};
+
+static inline void synth_pats_free(struct synth_pattern *p, int n)
+{
+    for (int i = 0; i < n; i++) free(p[i].bytes);
+}
+
 static inline int synth_build(struct synth *s, const struct synth_shape *sh, uint32_t type,
                               int tied, int exact, uint64_t seed)
 {
@@ -132,6 +146,8 @@ static inline int synth_build(struct synth *s, const struct synth_shape *sh, uin
     if (tied) s->m.output = s->m.token_embd;
     uint64_t rng = seed | 1;
     float *row = malloc(sizeof(float) * (size_t)(sh->hidden > sh->dim ? sh->hidden : sh->dim));
+    struct synth_pattern pats[SYNTH_PATTERNS];
+    int npats = 0;
     for (int i = 0; i < n; i++) {
         struct tensor *t = it[i].t;
         uint8_t *d = (uint8_t *)t->data;
@@ -145,34 +161,49 @@ static inline int synth_build(struct synth *s, const struct synth_shape *sh, uin
             }
             continue;
         }
-        /* Fast fill (benchmarks): one ~1 MiB pattern of valid random values of the type, tiled
-         * over the tensor; whole blocks, so every copy lands on a block boundary. */
-        int bsz = (int)ggml_row_bytes(t->type, (uint64_t)ggml_block_elems(t->type));
-        size_t plen = (size_t)bsz * 32768;
-        uint8_t *pat = malloc(plen);
-        if (!pat) return free(row), free(it), -1;
-        if (t->type == GGML_Q8_0 || t->type == GGML_Q4_0) {
-            uint16_t dh = f32_to_fp16(scale / (t->type == GGML_Q8_0 ? 64.f : 4.f));
-            for (size_t b = 0; b < plen / bsz; b++) {
-                uint8_t *blk = pat + b * bsz;
-                memcpy(blk, &dh, 2);
-                for (int j = 2; j < bsz; j++) blk[j] = (uint8_t)synth_rng(&rng);
+        /* Fast fill (benchmarks): a pattern of valid random values of the type, tiled over the
+         * tensor; whole blocks, so every copy lands on a block boundary. Block types: ~1M random
+         * floats quantized by quant.c (the K-quant fits are slow: each distinct pattern is made
+         * once per build and kept in pats[]); F32/F16/BF16: 32768 random values. */
+        int be = ggml_block_elems(t->type);
+        int bsz = (int)ggml_row_bytes(t->type, (uint64_t)be);
+        int nblk = be > 1 ? (1 << 20) / be : 32768;
+        size_t plen = (size_t)bsz * nblk;
+        uint8_t *pat = NULL;
+        for (int k = 0; k < npats; k++)
+            if (pats[k].type == t->type && pats[k].scale == scale) pat = pats[k].bytes;
+        if (!pat) {
+            pat = npats < SYNTH_PATTERNS ? malloc(plen) : NULL;
+            float *f = be > 1 ? malloc(sizeof(float) * (size_t)be * nblk) : NULL;
+            if (!pat || (be > 1 && !f)) {
+                free(pat);
+                free(f);
+                synth_pats_free(pats, npats);
+                free(row);
+                free(it);
+                return -1;
             }
-        } else {
-            for (size_t e = 0; e < plen / bsz; e++) {
-                float f = scale * synth_uniform(&rng);
-                if (t->type == GGML_F32)
-                    memcpy(pat + e * 4, &f, 4);
-                else {
-                    uint16_t h = t->type == GGML_F16 ? f32_to_fp16(f) : f32_to_bf16(f);
-                    memcpy(pat + e * 2, &h, 2);
+            pats[npats++] = (struct synth_pattern){t->type, scale, pat};
+            if (be > 1) {
+                for (size_t e = 0; e < (size_t)be * nblk; e++) f[e] = scale * synth_uniform(&rng);
+                quantize_row(t->type, f, pat, be * nblk);
+                free(f);
+            } else {
+                for (int e = 0; e < nblk; e++) {
+                    float v = scale * synth_uniform(&rng);
+                    if (t->type == GGML_F32)
+                        memcpy(pat + (size_t)e * 4, &v, 4);
+                    else {
+                        uint16_t h = t->type == GGML_F16 ? f32_to_fp16(v) : f32_to_bf16(v);
+                        memcpy(pat + (size_t)e * 2, &h, 2);
+                    }
                 }
             }
         }
         for (uint64_t o = 0; o < t->nbytes; o += plen)
             memcpy(d + o, pat, t->nbytes - o < plen ? t->nbytes - o : plen);
-        free(pat);
     }
+    synth_pats_free(pats, npats);
     free(row);
     free(it);
     return 0;
