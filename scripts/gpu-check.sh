@@ -29,6 +29,14 @@ set -u
 # comes first, from the bundle). NAME  SHAPE (synth_model --shape)  TYPE  TOKENS  [synth_model args]
 # llama3-8b-4l: Llama-3-8B's matrices, vocabulary and heads with 4 of its 32 layers (the full depth
 # is bench_cuda's); 32 there makes it the whole model, at ~6x the generation time.
+# The CUDA kernels take every type quant.h has; synth_model writes f32, f16, bf16, q8_0, q4_0 and
+# q4_k so far. Once it writes q6_k, q5_k and llama-quantize's Q4_K_M mixture (Q4_K, with Q6_K
+# for output and for attn_v/ffn_down in the use_more_bits layers: tests/unit/cuda_synth.h's
+# SYNTH_Q4_K_M), add these rows (and q4_k_m,q6_k to BENCH_TYPES):
+#   tinyllama-q4_k_m     tinyllama                       q4_k_m  32
+#   llama3-8b-4l-q4_k_m  4096,14336,4,32,8,128256,8192   q4_k_m  32  --untied
+#   tinyllama-q6_k       tinyllama                       q6_k    32
+#   tinyllama-q5_k       tinyllama                       q5_k    32
 GENERATE_MODELS="
 tinyllama-q4_0     tinyllama                       q4_0  32
 tinyllama-q8_0     tinyllama                       q8_0  32

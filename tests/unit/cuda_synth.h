@@ -2,7 +2,8 @@
  *
  * synth_build() lays out a Llama-shaped model of the given weight type in execution order (span 0
  * token_embd, span 1+l block l, span L+1 output_norm + output), 32-byte aligned like GGUF, with
- * random weights from a fixed seed: exact=1 quantizes real floats with quant.c row by row (tests
+ * random weights from a fixed seed, every matrix of one type or a preset's mixture
+ * (SYNTH_Q4_K_M): exact=1 quantizes real floats with quant.c row by row (tests
  * compare against a reference that dequantizes the same bytes); exact=0 tiles each tensor with a
  * pattern of quant.c-quantized blocks made once per (type, scale) (benchmarks: 8B shapes in
  * seconds, every type). Norms are F32. (The real tiny model comes through
@@ -50,26 +51,51 @@ struct synth_item {
     int rows, cols, span, norm;
 };
 
+/* Mixtures as llama-quantize's presets make them (llama.cpp's Q4_K_M / Q5_K_M without an
+ * importance matrix): the base type everywhere but Q6_K for the output matrix and for attn_v
+ * and ffn_down in the layers that get more bits (the first and last eighth, and every third in
+ * between). Pass one as synth_build's type. */
+enum { SYNTH_Q4_K_M = 0x10000, SYNTH_Q5_K_M };
+
+static inline const char *synth_type_name(uint32_t type)
+{
+    return type == SYNTH_Q4_K_M ? "q4_k_m" : type == SYNTH_Q5_K_M ? "q5_k_m" : ggml_type_name(type);
+}
+
+/* The type of a matrix: f = 0 token_embd, 1 q, 2 k, 3 v, 4 o, 5 gate, 6 down, 7 up, 8 output. */
+static inline uint32_t synth_matrix_type(uint32_t type, int f, int layer, int n_layers)
+{
+    if (type != SYNTH_Q4_K_M && type != SYNTH_Q5_K_M) return type;
+    int more = layer < n_layers / 8 || layer >= 7 * n_layers / 8 || (layer - n_layers / 8) % 3 == 2;
+    if (f == 8 || ((f == 3 || f == 6) && more)) return GGML_Q6_K;
+    return type == SYNTH_Q4_K_M ? GGML_Q4_K : GGML_Q5_K;
+}
+
 static inline int synth_items(struct model *m, uint32_t type, int tied, struct synth_item *it)
 {
     const struct model_config *c = &m->cfg;
-    int n = 0, qd = c->n_heads * c->head_dim;
-    it[n++] = (struct synth_item){&m->token_embd, type, c->vocab_size, c->dim, 0, 0};
-    for (int l = 0; l < c->n_layers; l++) {
+    int n = 0, qd = c->n_heads * c->head_dim, L = c->n_layers;
+    it[n++] = (struct synth_item){
+        &m->token_embd, synth_matrix_type(type, 0, 0, L), c->vocab_size, c->dim, 0, 0};
+    for (int l = 0; l < L; l++) {
         struct layer_weights *w = &m->layers[l];
+#define MT(f) synth_matrix_type(type, f, l, L)
         it[n++] = (struct synth_item){&w->attn_norm, GGML_F32, 1, c->dim, 1 + l, 1};
-        it[n++] = (struct synth_item){&w->wq, type, qd, c->dim, 1 + l, 0};
-        it[n++] = (struct synth_item){&w->wk, type, c->kv_dim, c->dim, 1 + l, 0};
-        it[n++] = (struct synth_item){&w->wv, type, c->kv_dim, c->dim, 1 + l, 0};
-        it[n++] = (struct synth_item){&w->wo, type, c->dim, qd, 1 + l, 0};
+        it[n++] = (struct synth_item){&w->wq, MT(1), qd, c->dim, 1 + l, 0};
+        it[n++] = (struct synth_item){&w->wk, MT(2), c->kv_dim, c->dim, 1 + l, 0};
+        it[n++] = (struct synth_item){&w->wv, MT(3), c->kv_dim, c->dim, 1 + l, 0};
+        it[n++] = (struct synth_item){&w->wo, MT(4), c->dim, qd, 1 + l, 0};
         it[n++] = (struct synth_item){&w->ffn_norm, GGML_F32, 1, c->dim, 1 + l, 1};
-        it[n++] = (struct synth_item){&w->w_gate, type, c->hidden_dim, c->dim, 1 + l, 0};
-        it[n++] = (struct synth_item){&w->w_down, type, c->dim, c->hidden_dim, 1 + l, 0};
-        it[n++] = (struct synth_item){&w->w_up, type, c->hidden_dim, c->dim, 1 + l, 0};
+        it[n++] = (struct synth_item){&w->w_gate, MT(5), c->hidden_dim, c->dim, 1 + l, 0};
+        it[n++] = (struct synth_item){&w->w_down, MT(6), c->dim, c->hidden_dim, 1 + l, 0};
+        it[n++] = (struct synth_item){&w->w_up, MT(7), c->hidden_dim, c->dim, 1 + l, 0};
+#undef MT
     }
     it[n++] = (struct synth_item){&m->output_norm, GGML_F32, 1, c->dim, c->n_layers + 1, 1};
     if (!tied)
-        it[n++] = (struct synth_item){&m->output, type, c->vocab_size, c->dim, c->n_layers + 1, 0};
+        it[n++] = (struct synth_item){&m->output,      synth_matrix_type(type, 8, 0, L),
+                                      c->vocab_size,   c->dim,
+                                      c->n_layers + 1, 0};
     return n;
 }
 

@@ -23,8 +23,8 @@ enum {
     WI_F16,
     WI_BF16,
     WI_Q8_0,
-    WI_Q4_0,
-    WI_Q4_1, /* from here on the k_quant.cuh types: GEMV by family (k_gemvq_k/32_*) */
+    WI_Q4_0, /* from Q8_0 on the block types: GEMV by family (k_gemvq_k/32_*) */
+    WI_Q4_1,
     WI_Q5_0,
     WI_Q5_1,
     WI_IQ4_NL,
@@ -36,7 +36,6 @@ enum {
     WI_IQ4_XS,
     WI_N
 };
-#define WI_FIRST_KQ WI_Q4_1
 static const char *const wi_name[WI_N] = {"f32",  "f16",  "bf16", "q8_0",   "q4_0",
                                           "q4_1", "q5_0", "q5_1", "iq4_nl", "q2_k",
                                           "q3_k", "q4_k", "q5_k", "q6_k",   "iq4_xs"};
@@ -75,7 +74,7 @@ static const char *const k_name[K_N] = {
 /* The GEMV kernel of weight index t for template j (k_gemv_<type>_<nt> or k_gemvq_<fam>_<nt>). */
 static void gemv_kernel_name(int t, int j, char *out, size_t cap)
 {
-    if (t >= WI_FIRST_KQ)
+    if (gq_of(wi_type[t]) >= 0)
         snprintf(out, cap, "k_gemvq_%s_%d", gq_name[gq_of(wi_type[t])], gemv_nts[j]);
     else
         snprintf(out, cap, "k_gemv_%s_%d", wi_name[t], gemv_nts[j]);
@@ -91,7 +90,7 @@ int cuda_kernel_names(const char **names, int cap)
         for (int j = 0; j < 4; j++) {
             gemv_kernel_name(t, j, gemv_names[t][j], 32);
             /* a family's kernels once (its first type) */
-            if (t >= WI_FIRST_KQ && t != WI_Q4_1 && t != WI_Q2_K) continue;
+            if (gq_of(wi_type[t]) >= 0 && t != WI_Q8_0 && t != WI_Q2_K) continue;
             if (n < cap) names[n++] = gemv_names[t][j];
         }
         if (t == WI_F32) continue;
@@ -222,7 +221,7 @@ static int gemvq_setup(struct cuda_engine *ce, char *err)
     }
     ce->gemvq_smem_limit = lim;
     if (lim <= dflt) return 0;
-    const int first[GQ_N] = {WI_Q2_K, WI_Q4_1}; /* a type of each family */
+    const int first[GQ_N] = {WI_Q2_K, WI_Q8_0}; /* a type of each family */
     for (int f = 0; f < GQ_N; f++)
         for (int j = 0; j < 4; j++)
             CK(cu.FuncSetAttribute(ce->gemv[first[f]][j], CUX_FUNC_ATTR_MAX_DYNAMIC_SHARED,

@@ -90,17 +90,18 @@ uint64_t cuda_ggml_row_bytes(uint32_t type, int cols);
 #define CUDA_ATTN_THREADS    128
 #define CUDA_SAMPLE_THREADS  1024
 
-/* Blocks for a GEMV over `rows` rows: a warp per row (8 per block), half a warp for Q4_0. */
+/* Blocks for a GEMV over `rows` rows: a warp per row, 8 per block (every type). */
 static inline unsigned cuda_gemv_blocks(uint32_t type, int rows)
 {
-    int per_block = CUDA_GEMV_THREADS / 32 * (type == 2 /* Q4_0 */ ? 2 : 1);
+    int per_block = CUDA_GEMV_THREADS / 32;
+    (void)type;
     return (unsigned)((rows + per_block - 1) / per_block);
 }
 
 /* The GEMV kernel family of a type: matrices of one family and one input share a launch (q, k
- * and v; gate and up). The k_quant.cuh types quantize the activations in the kernel: Q8_K for
- * the super-blocks (Q2_K..Q6_K, IQ4_XS: k_gemvq_k_*), Q8_0/Q8_1 for Q4_1, Q5_0, Q5_1, IQ4_NL
- * (k_gemvq_32_*); every other type is its own family (k_gemv_<type>_*). */
+ * and v; gate and up). The block types quantize the activations in the kernel as the CPU does:
+ * Q8_K for the super-blocks (Q2_K..Q6_K, IQ4_XS: k_gemvq_k_*), Q8_0/Q8_1 for Q8_0, Q4_0, Q4_1,
+ * Q5_0, Q5_1, IQ4_NL (k_gemvq_32_*); F32, F16, BF16 are each their own (k_gemv_<type>_*). */
 enum { CUDA_FAM_SUPER = 1000, CUDA_FAM_32 = 1001 };
 static inline int cuda_gemv_family(uint32_t type)
 {
@@ -112,10 +113,12 @@ static inline int cuda_gemv_family(uint32_t type)
     case 14:
     case 23: /* Q2_K..Q6_K, IQ4_XS */
         return CUDA_FAM_SUPER;
+    case 2:
     case 3:
     case 6:
     case 7:
-    case 20: /* Q4_1, Q5_0, Q5_1, IQ4_NL */
+    case 8:
+    case 20: /* Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL */
         return CUDA_FAM_32;
     }
     return (int)type;

@@ -1,10 +1,11 @@
-/* k_gemvq: GEMV (decode, up to 8 tokens) for the block types of k_quant.cuh, with integer dot
+/* k_gemvq: GEMV (decode, up to 8 tokens) for every block type (k_quant.cuh), with integer dot
  * products against activations quantized as the CPU engine quantizes them, so that decoding on
  * the GPU adds the same exact integers as the CPU and differs only in the order floats are summed.
  *
  * One launch: k_gemvq_<fam>_<NT>(gemv_args, x, nt), fam "k" (Q2_K..Q6_K, IQ4_XS: Q8_K
- * activations) or "32" (Q4_1, Q5_0, Q5_1, IQ4_NL: Q8_0/Q8_1 activations); the matrices of one
- * launch may mix the types of a family (Q4_K_M's q, k and v: Q4_K, Q4_K and Q6_K).
+ * activations) or "32" (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL: Q8_0/Q8_1); the matrices of one
+ * launch may mix the types of a family (Q4_K_M's q, k and v: Q4_K, Q4_K and Q6_K). Q8_0 and Q4_0
+ * are in the "32" family (Q8_0 activations, as on the CPU).
  *
  *   1. Each 256-thread block first prefetches its rows' first quants into L2 (so HBM is busy from
  *      the first cycle), then quantizes the nt rows of x into shared memory, all 8 warps together
@@ -118,7 +119,7 @@ template <int WT, int NT>
 __device__ __forceinline__ void gemvq_row_t(const dmat &w, int r, const uint8_t *smem, int nt,
                                             float *acc)
 {
-    const int CH = WT == KQ_Q2_K || WT == KQ_Q3_K ? 4 : kq_is_32(WT) ? 1 : 8;
+    const int CH = WT == KQ_Q2_K || WT == KQ_Q3_K ? 4 : WT == KQ_Q8_0 ? 2 : kq_is_32(WT) ? 1 : 8;
     const int BE = kq_is_32(WT) ? 32 : 256;
     const int lane = threadIdx.x & 31, cols = w.cols, nb = cols / BE, nch = nb * CH;
     const struct kq_planes p = {(const uint8_t *)w.qs, w.e, w.s, (const uint8_t *)w.d};
@@ -150,7 +151,7 @@ __device__ __forceinline__ void gemvq_row_t(const dmat &w, int r, const uint8_t 
                 } else {
                     const float4 m =
                         ((const float4 *)(smem + (size_t)nt * cols))[(size_t)t * nb + b];
-                    acc[t] += kq_dot_32(WT, &ch[u], a, m.x, m.y, __float_as_int(m.z));
+                    acc[t] += kq_dot_32(WT, &ch[u], k, a, m.x, m.y, __float_as_int(m.z));
                 }
             }
         }
@@ -186,6 +187,12 @@ __device__ __forceinline__ void gemvq_row(const dmat &w, int r, const uint8_t *s
         }
     } else {
         switch (w.type) {
+        case KQ_Q8_0:
+            gemvq_row_t<KQ_Q8_0, NT>(w, r, smem, nt, acc);
+            break;
+        case KQ_Q4_0:
+            gemvq_row_t<KQ_Q4_0, NT>(w, r, smem, nt, acc);
+            break;
         case KQ_Q4_1:
             gemvq_row_t<KQ_Q4_1, NT>(w, r, smem, nt, acc);
             break;

@@ -1,5 +1,5 @@
-/* k_quant: the ggml block formats on the device (Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K,
- * Q5_K, Q6_K, IQ4_XS): dequantization, bit-identical to quant.c's, and the integer dot product of
+/* k_quant: the ggml block formats on the device (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K,
+ * Q4_K, Q5_K, Q6_K, IQ4_XS): dequantization, bit-identical to quant.c's, and the integer dot of
  * one 16-byte chunk of quants with activations quantized as the CPU engine quantizes them (ggml's
  * vec_dot_type: Q8_K for the super-blocks, Q8_0 / Q8_1 for the 32-element blocks).
  *
@@ -13,6 +13,8 @@
  * nb blocks keeps each block's fields in up to four planes, block i of plane P at P + i * bytes:
  *
  *   type    qs (quants)   e (high bits)  s (sub-scales)  d (scales)
+ *   Q8_0    32 qs         -              -               2  d
+ *   Q4_0    16 qs         -              -               2  d
  *   Q4_1    16 qs         -              -               4  d, m
  *   Q5_0    16 qs         4  qh          -               2  d
  *   Q5_1    16 qs         4  qh          -               4  d, m
@@ -25,8 +27,9 @@
  *   IQ4_XS  128 qs        -              -               8  d, scales_h, scales_l[4]
  *
  * so a lane's 16-byte load of qs is one aligned vector load and a warp's 32 lanes read 512
- * contiguous bytes. A "chunk" is 16 bytes of qs: 32 weights (64 for Q2_K/Q3_K), from 1 (the
- * 32-element blocks), 4 (Q2_K, Q3_K) or 8 (the rest) chunks per block. */
+ * contiguous bytes. A "chunk" is 16 bytes of qs: 32 weights (16 for Q8_0, 64 for Q2_K/Q3_K), 1
+ * chunk per block for the 32-element nibble formats, 2 for Q8_0, 4 for Q2_K and Q3_K, 8 for the
+ * other super-blocks. */
 #ifndef STRATA_K_QUANT_CUH
 #define STRATA_K_QUANT_CUH
 
@@ -45,9 +48,11 @@
 
 /* ggml type numbers (gguf.h's GGML_*), for the device side which does not include gguf.h. */
 enum {
+    KQ_Q4_0 = 2,
     KQ_Q4_1 = 3,
     KQ_Q5_0 = 6,
     KQ_Q5_1 = 7,
+    KQ_Q8_0 = 8,
     KQ_Q2_K = 10,
     KQ_Q3_K = 11,
     KQ_Q4_K = 12,
@@ -65,7 +70,8 @@ KQ_FN int kq_is_super(int t)
 }
 KQ_FN int kq_is_32(int t)
 {
-    return t == KQ_Q4_1 || t == KQ_Q5_0 || t == KQ_Q5_1 || t == KQ_IQ4_NL;
+    return t == KQ_Q8_0 || t == KQ_Q4_0 || t == KQ_Q4_1 || t == KQ_Q5_0 || t == KQ_Q5_1 ||
+           t == KQ_IQ4_NL;
 }
 KQ_FN int kq_is_block(int t)
 {
@@ -78,7 +84,7 @@ KQ_FN int kq_block_elems(int t)
 /* Bytes per block in each plane (see the table above). */
 KQ_FN int kq_qs_bytes(int t)
 {
-    return kq_is_32(t) ? 16 : (t == KQ_Q2_K || t == KQ_Q3_K) ? 64 : 128;
+    return t == KQ_Q8_0 ? 32 : kq_is_32(t) ? 16 : (t == KQ_Q2_K || t == KQ_Q3_K) ? 64 : 128;
 }
 KQ_FN int kq_e_bytes(int t)
 {
@@ -325,6 +331,23 @@ KQ_FN int kq_k3_scale(uint32_t s0, uint32_t s1, uint32_t s2, int j)
 
 /* ---- dequantization: 16 elements o..o+15 (o % 16 == 0) of block bi, as quant.c computes them --- */
 
+KQ_FN void kq_deq16_q8_0(const struct kq_planes *p, long long bi, int o, float *y)
+{
+    const int8_t *q = (const int8_t *)p->qs + bi * 32 + o;
+    float d = kq_h2f((uint32_t)kq_u16(p->d + bi * 2));
+    KQ_UNROLL
+    for (int i = 0; i < 16; i++) y[i] = kq_mul((float)q[i], d);
+}
+
+KQ_FN void kq_deq16_q4_0(const struct kq_planes *p, long long bi, int o, float *y)
+{
+    const uint8_t *q = p->qs + bi * 16;
+    float d = kq_h2f((uint32_t)kq_u16(p->d + bi * 2));
+    int sh = o >= 16 ? 4 : 0;
+    KQ_UNROLL
+    for (int i = 0; i < 16; i++) y[i] = kq_mul((float)(((q[i] >> sh) & 15) - 8), d);
+}
+
 KQ_FN void kq_deq16_q4_1(const struct kq_planes *p, long long bi, int o, float *y)
 {
     const uint8_t *q = p->qs + bi * 16, *dm = p->d + bi * 4;
@@ -455,6 +478,12 @@ KQ_FN void kq_deq16(int type, const struct kq_planes *p, int r, int cols, int c,
     long long bi = (long long)r * (cols / be) + c / be;
     int o = c % be;
     switch (type) {
+    case KQ_Q8_0:
+        kq_deq16_q8_0(p, bi, o, y);
+        break;
+    case KQ_Q4_0:
+        kq_deq16_q4_0(p, bi, o, y);
+        break;
     case KQ_Q4_1:
         kq_deq16_q4_1(p, bi, o, y);
         break;
@@ -516,6 +545,11 @@ KQ_FN void kq_load(int type, const struct kq_planes *p, long long bi, int k, str
         c->e[0] = kq_ld4(p->e + bi * 4);
         c->d = kq_ld2(p->d + bi * 2);
         break;
+    case KQ_Q8_0:
+        kq_ld16(p->qs + bi * 32 + 16 * k, c->q);
+        c->d = kq_ld2(p->d + bi * 2);
+        break;
+    case KQ_Q4_0:
     case KQ_IQ4_NL:
         kq_ld16(p->qs + bi * 16, c->q);
         c->d = kq_ld2(p->d + bi * 2);
@@ -655,11 +689,16 @@ KQ_FN float kq_dot_super(int type, const struct kq_chunk *c, int k, const int8_t
     return r;
 }
 
-/* 32-element blocks (Q8_0 / Q8_1 activations). */
-KQ_FN float kq_dot_32(int type, const struct kq_chunk *c, const int8_t *aq, float ad, float as,
-                      int asum)
+/* 32-element blocks (Q8_0 / Q8_1 activations). Q8_0's chunk k is half k of the block: its
+ * integers go straight into dp4a and each half is scaled on its own. */
+KQ_FN float kq_dot_32(int type, const struct kq_chunk *c, int k, const int8_t *aq, float ad,
+                      float as, int asum)
 {
     uint32_t A[4], B[4], lo[4], hi[4];
+    if (type == KQ_Q8_0) {
+        kq_lda16(aq + 16 * k, A);
+        return kq_mul(kq_mul(kq_h2f(c->d), ad), (float)kq_dot16(c->q, A));
+    }
     kq_lda16(aq, A);
     kq_lda16(aq + 16, B);
     KQ_UNROLL
@@ -676,6 +715,7 @@ KQ_FN float kq_dot_32(int type, const struct kq_chunk *c, const int8_t *aq, floa
     }
     int dot = kq_dot16(lo, A) + kq_dot16(hi, B);
     if (type == KQ_Q5_0) dot -= 16 * asum;
+    if (type == KQ_Q4_0) dot -= 8 * asum;
     float r = kq_mul(kq_mul(kq_h2f(c->d), ad), (float)dot);
     if (type == KQ_Q4_1 || type == KQ_Q5_1) r = kq_add(r, kq_mul(kq_h2f(c->d >> 16), as));
     return r;
