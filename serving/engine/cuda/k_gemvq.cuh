@@ -31,26 +31,58 @@
 
 enum { GEMVQ_SUPER = 0, GEMVQ_32 = 1 };
 
-/* Quantize rows t < nt of x (nt x cols f32) into shared memory; every thread of the block. */
+/* Where lane `lane` reads its 8 values of the warp's quantization step `step` (FAM_SUPER: one
+ * 256-block a step; FAM_32: eight 32-blocks, 4 lanes each), or NULL past the end. The shared
+ * memory copy has x's layout, so the same offset from x places the quantized values. */
+template <int FAM>
+__device__ __forceinline__ const float *gemvq_src(const float *x, int nt, int cols, int step,
+                                                  int lane)
+{
+    int per = FAM == GEMVQ_SUPER ? 256 : 32, nb = cols / per;
+    int it = FAM == GEMVQ_SUPER ? step : 8 * step + (lane >> 2);
+    if (it >= nt * nb) return NULL;
+    int t = it / nb, b = it - t * nb;
+    return x + (size_t)t * cols + per * b + 8 * (FAM == GEMVQ_SUPER ? lane : lane & 3);
+}
+
+__device__ __forceinline__ uint2 gemvq_pack8(const int *q)
+{
+    uint2 pk;
+    pk.x = (uint32_t)(q[0] & 255) | (uint32_t)(q[1] & 255) << 8 | (uint32_t)(q[2] & 255) << 16 |
+           (uint32_t)(q[3] & 255) << 24;
+    pk.y = (uint32_t)(q[4] & 255) | (uint32_t)(q[5] & 255) << 8 | (uint32_t)(q[6] & 255) << 16 |
+           (uint32_t)(q[7] & 255) << 24;
+    return pk;
+}
+
+/* Quantize rows t < nt of x (nt x cols f32) into shared memory; every thread of the block. A
+ * warp takes steps wib, wib + 8, ...; the next step's values are loaded before this one is
+ * worked, so the L2 latency is paid about once per warp, not once per step. */
 template <int FAM>
 __device__ __forceinline__ void gemvq_quantize(const float *x, int nt, int cols, uint8_t *smem)
 {
-    int lane = threadIdx.x & 31, wib = threadIdx.x >> 5;
+    const int lane = threadIdx.x & 31, wib = threadIdx.x >> 5;
+    const int steps = FAM == GEMVQ_SUPER ? nt * (cols / 256) : (nt * (cols / 32) + 7) / 8;
     int8_t *aq = (int8_t *)smem;
-    if (FAM == GEMVQ_SUPER) {
-        float *ad = (float *)(smem + (size_t)nt * cols);
-        int16_t *bs = (int16_t *)(ad + (size_t)nt * (cols / 256));
-        int nsb = cols / 256, items = nt * nsb;
-        for (int it = wib; it < items; it += GEMVQ_WARPS) { /* warp-uniform */
-            int t = it / nsb, b = it - t * nsb;
-            const float4 *xp = (const float4 *)(x + (size_t)t * cols + 256 * b + 8 * lane);
-            float4 v0 = __ldg(xp), v1 = __ldg(xp + 1);
-            float v[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
-            float am = 0.f;
+    const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
+    const float *src = gemvq_src<FAM>(x, nt, cols, wib, lane);
+    float4 n0 = src ? __ldg((const float4 *)src) : zero;
+    float4 n1 = src ? __ldg((const float4 *)src + 1) : zero;
+    for (int step = wib; step < steps; step += GEMVQ_WARPS) { /* warp-uniform */
+        const float *cur = src;
+        float v[8] = {n0.x, n0.y, n0.z, n0.w, n1.x, n1.y, n1.z, n1.w};
+        src = gemvq_src<FAM>(x, nt, cols, step + GEMVQ_WARPS, lane);
+        n0 = src ? __ldg((const float4 *)src) : zero;
+        n1 = src ? __ldg((const float4 *)src + 1) : zero;
+        size_t off = cur ? (size_t)(cur - x) : 0;
+        float am = 0.f;
 #pragma unroll
-            for (int i = 0; i < 8; i++) am = fmaxf(am, fabsf(v[i]));
+        for (int i = 0; i < 8; i++) am = fmaxf(am, fabsf(v[i]));
+        int q[8], s = 0;
+        if (FAM == GEMVQ_SUPER) {
+            float *ad = (float *)(smem + (size_t)nt * cols);
+            int16_t *bs = (int16_t *)(ad + (size_t)nt * (cols / 256));
             am = warp_max(am);
-            int q[8], s = 0;
             float d = 0.f;
             if (am > 0.f) {
                 float is = kq_q8k_iscale(am);
@@ -61,53 +93,23 @@ __device__ __forceinline__ void gemvq_quantize(const float *x, int nt, int cols,
 #pragma unroll
                 for (int i = 0; i < 8; i++) q[i] = 0;
             }
-            uint2 pk;
-            pk.x = (uint32_t)(q[0] & 255) | (uint32_t)(q[1] & 255) << 8 |
-                   (uint32_t)(q[2] & 255) << 16 | (uint32_t)(q[3] & 255) << 24;
-            pk.y = (uint32_t)(q[4] & 255) | (uint32_t)(q[5] & 255) << 8 |
-                   (uint32_t)(q[6] & 255) << 16 | (uint32_t)(q[7] & 255) << 24;
-            *(uint2 *)(aq + (size_t)t * cols + 256 * b + 8 * lane) = pk;
             s += __shfl_xor_sync(0xffffffffu, s, 1); /* lanes 2g, 2g+1 hold group g of 16 */
-            if (!(lane & 1)) bs[(size_t)t * (cols / 16) + 16 * b + lane / 2] = (int16_t)s;
-            if (lane == 0) ad[(size_t)t * nsb + b] = d;
-        }
-    } else {
-        float4 *meta = (float4 *)(smem + (size_t)nt * cols);
-        int nblk = cols / 32, items = nt * nblk;
-        for (int it0 = 8 * wib; it0 < items; it0 += 8 * GEMVQ_WARPS) { /* warp-uniform */
-            int it = it0 + (lane >> 2), part = lane & 3;
-            bool ok = it < items;
-            int t = ok ? it / nblk : 0, b = ok ? it - t * nblk : 0;
-            float v[8];
-            if (ok) {
-                const float4 *xp = (const float4 *)(x + (size_t)t * cols + 32 * b + 8 * part);
-                float4 v0 = __ldg(xp), v1 = __ldg(xp + 1);
-                v[0] = v0.x, v[1] = v0.y, v[2] = v0.z, v[3] = v0.w;
-                v[4] = v1.x, v[5] = v1.y, v[6] = v1.z, v[7] = v1.w;
-            } else {
-#pragma unroll
-                for (int i = 0; i < 8; i++) v[i] = 0.f;
-            }
-            float am = 0.f;
-#pragma unroll
-            for (int i = 0; i < 8; i++) am = fmaxf(am, fabsf(v[i]));
+            *(uint2 *)(aq + off) = gemvq_pack8(q);
+            if (!(lane & 1)) bs[off / 16] = (int16_t)s;
+            if (lane == 0) ad[off / 256] = d;
+        } else {
+            float4 *meta = (float4 *)(smem + (size_t)nt * cols);
             am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 1));
             am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 2));
             float id = kq_q8_id(am);
-            int q[8], s = 0;
 #pragma unroll
             for (int i = 0; i < 8; i++) q[i] = kq_q8_q(id, v[i]), s += q[i];
             s += __shfl_xor_sync(0xffffffffu, s, 1);
             s += __shfl_xor_sync(0xffffffffu, s, 2);
-            if (ok) {
-                uint2 pk;
-                pk.x = (uint32_t)(q[0] & 255) | (uint32_t)(q[1] & 255) << 8 |
-                       (uint32_t)(q[2] & 255) << 16 | (uint32_t)(q[3] & 255) << 24;
-                pk.y = (uint32_t)(q[4] & 255) | (uint32_t)(q[5] & 255) << 8 |
-                       (uint32_t)(q[6] & 255) << 16 | (uint32_t)(q[7] & 255) << 24;
-                *(uint2 *)(aq + (size_t)t * cols + 32 * b + 8 * part) = pk;
-                if (part == 0)
-                    meta[(size_t)t * nblk + b] =
+            if (cur) {
+                *(uint2 *)(aq + off) = gemvq_pack8(q);
+                if (!(lane & 3))
+                    meta[off / 32] =
                         make_float4(kq_q8_d(am), kq_q8_s(am, s), __int_as_float(s), 0.f);
             }
         }
