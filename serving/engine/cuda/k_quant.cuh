@@ -249,6 +249,16 @@ KQ_FN uint32_t kq_ld2(const uint8_t *p)
     return w;
 #endif
 }
+/* 16 bytes of a weight plane into b[] (p 16-byte aligned: every dequantization's quants are). */
+KQ_FN void kq_ld16b(const uint8_t *p, uint8_t *b)
+{
+#ifdef __CUDA_ARCH__
+    uint4 v = __ldg((const uint4 *)p);
+    memcpy(b, &v, 16);
+#else
+    memcpy(b, p, 16);
+#endif
+}
 /* 16 activation bytes (shared memory on the device, 16-byte aligned). */
 KQ_FN void kq_lda16(const int8_t *p, uint32_t *w)
 {
@@ -333,15 +343,17 @@ KQ_FN int kq_k3_scale(uint32_t s0, uint32_t s1, uint32_t s2, int j)
 
 KQ_FN void kq_deq16_q8_0(const struct kq_planes *p, long long bi, int o, float *y)
 {
-    const int8_t *q = (const int8_t *)p->qs + bi * 32 + o;
+    uint8_t q[16];
+    kq_ld16b(p->qs + bi * 32 + o, q);
     float d = kq_h2f((uint32_t)kq_u16(p->d + bi * 2));
     KQ_UNROLL
-    for (int i = 0; i < 16; i++) y[i] = kq_mul((float)q[i], d);
+    for (int i = 0; i < 16; i++) y[i] = kq_mul((float)(int8_t)q[i], d);
 }
 
 KQ_FN void kq_deq16_q4_0(const struct kq_planes *p, long long bi, int o, float *y)
 {
-    const uint8_t *q = p->qs + bi * 16;
+    uint8_t q[16];
+    kq_ld16b(p->qs + bi * 16, q);
     float d = kq_h2f((uint32_t)kq_u16(p->d + bi * 2));
     int sh = o >= 16 ? 4 : 0;
     KQ_UNROLL
@@ -350,7 +362,9 @@ KQ_FN void kq_deq16_q4_0(const struct kq_planes *p, long long bi, int o, float *
 
 KQ_FN void kq_deq16_q4_1(const struct kq_planes *p, long long bi, int o, float *y)
 {
-    const uint8_t *q = p->qs + bi * 16, *dm = p->d + bi * 4;
+    const uint8_t *dm = p->d + bi * 4;
+    uint8_t q[16];
+    kq_ld16b(p->qs + bi * 16, q);
     float d = kq_h2f((uint32_t)kq_u16(dm)), m = kq_h2f((uint32_t)kq_u16(dm + 2));
     int sh = o >= 16 ? 4 : 0;
     KQ_UNROLL
@@ -359,7 +373,8 @@ KQ_FN void kq_deq16_q4_1(const struct kq_planes *p, long long bi, int o, float *
 
 KQ_FN void kq_deq16_q5(int type, const struct kq_planes *p, long long bi, int o, float *y)
 {
-    const uint8_t *q = p->qs + bi * 16;
+    uint8_t q[16];
+    kq_ld16b(p->qs + bi * 16, q);
     uint32_t qh = (uint32_t)p->e[bi * 4] | (uint32_t)p->e[bi * 4 + 1] << 8 |
                   (uint32_t)p->e[bi * 4 + 2] << 16 | (uint32_t)p->e[bi * 4 + 3] << 24;
     int sh = o >= 16 ? 4 : 0;
@@ -383,7 +398,8 @@ KQ_FN void kq_deq16_q5(int type, const struct kq_planes *p, long long bi, int o,
 
 KQ_FN void kq_deq16_iq4_nl(const struct kq_planes *p, long long bi, int o, float *y)
 {
-    const uint8_t *q = p->qs + bi * 16;
+    uint8_t q[16];
+    kq_ld16b(p->qs + bi * 16, q);
     float d = kq_h2f((uint32_t)kq_u16(p->d + bi * 2));
     int sh = o >= 16 ? 4 : 0;
     KQ_UNROLL
@@ -392,7 +408,9 @@ KQ_FN void kq_deq16_iq4_nl(const struct kq_planes *p, long long bi, int o, float
 
 KQ_FN void kq_deq16_q2_K(const struct kq_planes *p, long long bi, int o, float *y)
 {
-    const uint8_t *q = p->qs + bi * 64 + 32 * (o / 128) + (o & 31), *dd = p->d + bi * 4;
+    const uint8_t *dd = p->d + bi * 4;
+    uint8_t q[16];
+    kq_ld16b(p->qs + bi * 64 + 32 * (o / 128) + (o & 31), q);
     int sc = p->s[bi * 16 + o / 16], sh = 2 * ((o & 127) / 32);
     float d = kq_h2f((uint32_t)kq_u16(dd)), dmin = kq_h2f((uint32_t)kq_u16(dd + 2));
     float dl = kq_mul(d, (float)(sc & 15)), ml = kq_mul(dmin, (float)(sc >> 4));
@@ -402,8 +420,10 @@ KQ_FN void kq_deq16_q2_K(const struct kq_planes *p, long long bi, int o, float *
 
 KQ_FN void kq_deq16_q3_K(const struct kq_planes *p, long long bi, int o, float *y)
 {
-    const uint8_t *q = p->qs + bi * 64 + 32 * (o / 128) + (o & 31);
-    const uint8_t *hm = p->e + bi * 32 + (o & 31), *sc = p->s + bi * 12;
+    const uint8_t *sc = p->s + bi * 12;
+    uint8_t q[16], hm[16];
+    kq_ld16b(p->qs + bi * 64 + 32 * (o / 128) + (o & 31), q);
+    kq_ld16b(p->e + bi * 32 + (o & 31), hm);
     uint32_t s0 =
         (uint32_t)sc[0] | (uint32_t)sc[1] << 8 | (uint32_t)sc[2] << 16 | (uint32_t)sc[3] << 24;
     uint32_t s1 =
@@ -424,9 +444,11 @@ KQ_FN void kq_deq16_q3_K(const struct kq_planes *p, long long bi, int o, float *
 /* Q4_K (e == NULL) and Q5_K. */
 KQ_FN void kq_deq16_q45_K(const struct kq_planes *p, long long bi, int o, int q5, float *y)
 {
-    const uint8_t *h = p->d + bi * 16;
     int g = o / 64, hi = (o / 32) & 1, l0 = o & 31;
-    const uint8_t *q = p->qs + bi * 128 + 32 * g + l0;
+    uint8_t h[16], q[16], qh[16] = {0};
+    kq_ld16b(p->d + bi * 16, h);
+    kq_ld16b(p->qs + bi * 128 + 32 * g + l0, q);
+    if (q5) kq_ld16b(p->e + bi * 32 + l0, qh);
     uint32_t s0 =
         (uint32_t)h[4] | (uint32_t)h[5] << 8 | (uint32_t)h[6] << 16 | (uint32_t)h[7] << 24;
     uint32_t s1 =
@@ -437,7 +459,6 @@ KQ_FN void kq_deq16_q45_K(const struct kq_planes *p, long long bi, int o, int q5
     kq_k4_scale_min(s0, s1, s2, 2 * g + hi, &sc, &m);
     float d1 = kq_mul(kq_h2f((uint32_t)kq_u16(h)), (float)sc);
     float m1 = kq_mul(kq_h2f((uint32_t)kq_u16(h + 2)), (float)m);
-    const uint8_t *qh = q5 ? p->e + bi * 32 + l0 : q;
     KQ_UNROLL
     for (int i = 0; i < 16; i++) {
         int v = (q[i] >> (4 * hi)) & 15;
@@ -449,8 +470,9 @@ KQ_FN void kq_deq16_q45_K(const struct kq_planes *p, long long bi, int o, int q5
 KQ_FN void kq_deq16_q6_K(const struct kq_planes *p, long long bi, int o, float *y)
 {
     int hh = o / 128, s = (o & 127) / 32, l0 = o & 31;
-    const uint8_t *ql = p->qs + bi * 128 + 64 * hh + l0 + 32 * (s & 1);
-    const uint8_t *qh = p->e + bi * 64 + 32 * hh + l0;
+    uint8_t ql[16], qh[16];
+    kq_ld16b(p->qs + bi * 128 + 64 * hh + l0 + 32 * (s & 1), ql);
+    kq_ld16b(p->e + bi * 64 + 32 * hh + l0, qh);
     float dsc =
         kq_mul(kq_h2f((uint32_t)kq_u16(p->d + bi * 2)), (float)(int8_t)p->s[bi * 16 + o / 16]);
     KQ_UNROLL
@@ -466,7 +488,8 @@ KQ_FN void kq_deq16_iq4_xs(const struct kq_planes *p, long long bi, int o, float
     int ib = o / 32, sh = (o & 16) ? 4 : 0;
     int ls = ((h[4 + ib / 2] >> (4 * (ib & 1))) & 15) | ((kq_u16(h + 2) >> (2 * ib)) & 3) << 4;
     float dl = kq_mul(kq_h2f((uint32_t)kq_u16(h)), (float)(ls - 32));
-    const uint8_t *q = p->qs + bi * 128 + 16 * ib;
+    uint8_t q[16];
+    kq_ld16b(p->qs + bi * 128 + 16 * ib, q);
     KQ_UNROLL
     for (int i = 0; i < 16; i++) y[i] = kq_mul(dl, (float)kq_iq4_level((q[i] >> sh) & 15));
 }
