@@ -190,10 +190,12 @@ static inline int synth_build(struct synth *s, const struct synth_shape *sh, uin
         /* Fast fill (benchmarks): a pattern of valid random values of the type, tiled over the
          * tensor; whole blocks, so every copy lands on a block boundary. Block types: ~1M random
          * floats quantized by quant.c (the K-quant fits are slow: each distinct pattern is made
-         * once per build and kept in pats[]); F32/F16/BF16: 32768 random values. */
+         * once per build and kept in pats[]); F32/F16/BF16: 32768 random values; no more than the
+         * first tensor that uses the pattern holds. */
         int be = ggml_block_elems(t->type);
         int bsz = (int)ggml_row_bytes(t->type, (uint64_t)be);
         int nblk = be > 1 ? (1 << 20) / be : 32768;
+        if ((uint64_t)nblk * bsz > t->nbytes) nblk = (int)(t->nbytes / bsz); /* small models */
         size_t plen = (size_t)bsz * nblk;
         uint8_t *pat = NULL;
         for (int k = 0; k < npats; k++)
