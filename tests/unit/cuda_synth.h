@@ -152,6 +152,7 @@ struct synth_pattern {
     uint32_t type;
     float scale;
     uint8_t *bytes;
+    size_t len;
 };
 
 static inline void synth_pats_free(struct synth_pattern *p, int n)
@@ -199,7 +200,8 @@ static inline int synth_build(struct synth *s, const struct synth_shape *sh, uin
         size_t plen = (size_t)bsz * nblk;
         uint8_t *pat = NULL;
         for (int k = 0; k < npats; k++)
-            if (pats[k].type == t->type && pats[k].scale == scale) pat = pats[k].bytes;
+            if (pats[k].type == t->type && pats[k].scale == scale)
+                pat = pats[k].bytes, plen = pats[k].len;
         if (!pat) {
             pat = npats < SYNTH_PATTERNS ? malloc(plen) : NULL;
             float *f = be > 1 ? malloc(sizeof(float) * (size_t)be * nblk) : NULL;
@@ -211,7 +213,7 @@ static inline int synth_build(struct synth *s, const struct synth_shape *sh, uin
                 free(it);
                 return -1;
             }
-            pats[npats++] = (struct synth_pattern){t->type, scale, pat};
+            pats[npats++] = (struct synth_pattern){t->type, scale, pat, plen};
             if (be > 1) {
                 for (size_t e = 0; e < (size_t)be * nblk; e++) f[e] = scale * synth_uniform(&rng);
                 quantize_row(t->type, f, pat, be * nblk);
