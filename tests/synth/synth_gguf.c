@@ -295,8 +295,7 @@ static int add_tensors(struct gguf_writer *w, struct gen *g, const struct model_
         }
     }
     /* tied: scaling the embedding would scale the input too, so the final norm takes it */
-    add_tensor(w, g, "output_norm.weight", 1, D, NORM, s->tied ? out_scale : 1, GGML_F32, s,
-               &kept);
+    add_tensor(w, g, "output_norm.weight", 1, D, NORM, s->tied ? out_scale : 1, GGML_F32, s, &kept);
     if (!s->tied)
         add_tensor(w, g, "output.weight", V, D, MATRIX, out_scale,
                    matrix_type(s, p, QT_OUTPUT, 0, D), s, &kept);
