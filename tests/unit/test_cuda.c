@@ -21,6 +21,7 @@
  * each alone; weights must be uploaded before use; the device sampler's greedy and top_k=1 paths.
  */
 #include "drivers/cuda/cu_api.h"
+#include "serving/engine/backends.h"
 #include "serving/engine/cuda/cuda_backend.h"
 #include "drivers/cuda/cuda_fatbin.h"
 #include "serving/engine/cuda/cuda_plan.h"
@@ -213,7 +214,13 @@ TEST(fatbin_embedded)
     }
 }
 
-static const struct engine_backend fake_cpu = {.name = "cpu"};
+/* backends_pick over the real list chose cpu, and its line is "backend cpu: <why>". */
+static void picked_cpu(const char *why)
+{
+    char line[ERRMSG_LEN];
+    CHECK_STR(backends_pick(backends_all, NULL, line)->name, "cpu");
+    CHECKF(!strncmp(line, "backend cpu: ", 13) && !strcmp(line + 13, why), "line: %s", line);
+}
 
 TEST(backend_falls_back_without_libcuda)
 {
@@ -228,7 +235,7 @@ TEST(backend_falls_back_without_libcuda)
     else
         CHECK_STR(why, "built without CUDA kernels; no CUDA device (/nonexistent/libcuda.so.1 not "
                        "found)");
-    CHECK(engine_pick_backend(&fake_cpu) == &fake_cpu);
+    picked_cpu(why);
     unsetenv("STRATA_LIBCUDA");
     cu_api_unload();
 }
@@ -248,7 +255,7 @@ TEST(backend_stub_driver_resolves_and_fails_init)
     /* Every symbol resolves (no "missing symbol"), and the stub's cuInit refuses. */
     CHECK(cuda_probe(why) == -1);
     CHECKF(strncmp(why, "no CUDA device (cuInit: ", 24) == 0, "why: %s", why);
-    CHECK(engine_pick_backend(&fake_cpu) == &fake_cpu);
+    picked_cpu(why);
     unsetenv("STRATA_LIBCUDA");
     cu_api_unload();
 }
@@ -256,7 +263,7 @@ TEST(backend_stub_driver_resolves_and_fails_init)
 TEST(backend_forced_cpu)
 {
     setenv("STRATA_BACKEND", "cpu", 1);
-    CHECK(engine_pick_backend(&fake_cpu) == &fake_cpu);
+    picked_cpu("STRATA_BACKEND=cpu");
     unsetenv("STRATA_BACKEND");
 }
 
