@@ -125,7 +125,7 @@ static int prefill(struct generation *g, int n_prompt, int *next, char *err)
                           .logit_rows = &last};
         if (final ? engine_forward_sample(e, &b, &smp, next, g->logits)
                   : engine_forward(e, &b, g->logits))
-            return errmsg_set(err, "forward pass failed at position %d", done);
+            return errmsg_set(err, "position %d: %s", done, engine_error(e));
         done += n;
     }
     return 0;
@@ -160,7 +160,7 @@ static int decode(struct generation *g, int n_prompt, int next, int n_gen, int *
                           .n_logits = 1,
                           .logit_rows = &zero};
         if (engine_forward_sample(g->e, &b, &smp, &next, g->logits))
-            return errmsg_set(err, "forward pass failed at position %d", cur);
+            return errmsg_set(err, "position %d: %s", cur, engine_error(g->e));
         cur++;
     }
     return 0;

@@ -216,7 +216,7 @@ static int check_header(const struct ckpt_header *h, const char *what, struct mo
 
 /* Where a tensor lies in the checkpoint, in floats after the header. */
 struct src {
-    const char *gguf_name; /* with %d for the layer */
+    const char *gguf_name; /* a layer's: model.h's layer_tensor_name, "blk.N." in front */
     uint64_t rows, cols;   /* per layer */
     int per_layer;
     int is_norm;
@@ -250,15 +250,15 @@ static uint64_t ckpt_layout(const struct model_config *c, int shared, struct src
                    HS = (uint64_t)c->head_dim;
     const struct src layout[N_SRC] = {
         [EMB] = {"token_embd.weight", V, D, 0, 0},
-        [RMS_ATT] = {"blk.%d.attn_norm.weight", 1, D, 1, 1},
-        [WQ] = {"blk.%d.attn_q.weight", D, D, 1, 0},
-        [WK] = {"blk.%d.attn_k.weight", KV, D, 1, 0},
-        [WV] = {"blk.%d.attn_v.weight", KV, D, 1, 0},
-        [WO] = {"blk.%d.attn_output.weight", D, D, 1, 0},
-        [RMS_FFN] = {"blk.%d.ffn_norm.weight", 1, D, 1, 1},
-        [W1] = {"blk.%d.ffn_gate.weight", H, D, 1, 0},
-        [W2] = {"blk.%d.ffn_down.weight", D, H, 1, 0},
-        [W3] = {"blk.%d.ffn_up.weight", H, D, 1, 0},
+        [RMS_ATT] = {layer_tensor_name[LT_ATTN_NORM], 1, D, 1, 1},
+        [WQ] = {layer_tensor_name[LT_ATTN_Q], D, D, 1, 0},
+        [WK] = {layer_tensor_name[LT_ATTN_K], KV, D, 1, 0},
+        [WV] = {layer_tensor_name[LT_ATTN_V], KV, D, 1, 0},
+        [WO] = {layer_tensor_name[LT_ATTN_OUT], D, D, 1, 0},
+        [RMS_FFN] = {layer_tensor_name[LT_FFN_NORM], 1, D, 1, 1},
+        [W1] = {layer_tensor_name[LT_FFN_GATE], H, D, 1, 0},
+        [W2] = {layer_tensor_name[LT_FFN_DOWN], D, H, 1, 0},
+        [W3] = {layer_tensor_name[LT_FFN_UP], H, D, 1, 0},
         [RMS_FINAL] = {"output_norm.weight", 1, D, 0, 1},
         [FREQ] = {NULL, 2 * S, HS / 2, 0, 0},
         [WCLS] = {"output.weight", shared ? 0 : V, D, 0, 0},
@@ -309,7 +309,10 @@ static int add_tensor(struct gguf_writer *w, const struct src *sp, const float *
                       uint32_t type, struct converted *cv, char *err)
 {
     char tname[64];
-    snprintf(tname, sizeof tname, sp->gguf_name, l);
+    if (sp->per_layer)
+        snprintf(tname, sizeof tname, "blk.%d.%s", l, sp->gguf_name);
+    else
+        snprintf(tname, sizeof tname, "%s", sp->gguf_name);
     uint64_t ne[2] = {sp->cols, sp->rows};
     uint32_t tt = sp->is_norm ? GGML_F32 : convert_matrix_type(type, sp->cols);
     const void *data = x;

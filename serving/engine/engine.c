@@ -16,9 +16,9 @@
  * fwd_kernels.h (SIMD), attention threaded over (token, kv heads) tasks. */
 #include "serving/engine/engine.h"
 
-#include "serving/engine/cuda/cuda_backend.h"
 #include "os/common/errmsg.h"
 #include "os/runtime/log.h"
+#include "serving/engine/backends.h"
 #include "serving/engine/fwd_kernels.h"
 #include "serving/engine/repack.h"
 #include "serving/engine/sampler.h"
@@ -148,16 +148,12 @@ size_t engine_arena_bytes(const struct model_config *c, const struct engine_limi
 // ----------------------------------------------------------------------------
 // the CPU backend
 
-static int cpu_embed(struct engine *e, const struct batch *b, float *x)
+/* The step operations cannot fail on the CPU once the engine has checked the batch: err unused. */
+static int cpu_embed(struct engine *e, const struct batch *b, float *x, char *err)
 {
-    const struct model_config *c = e->cfg;
-    for (int t = 0; t < b->n; t++) {
-        int id = b->token[t];
-        if (id < 0 || id >= c->vocab_size)
-            return errmsg_set(e->err, "engine: token id %d is outside the vocabulary (%d)", id,
-                              c->vocab_size);
-        tensor_get_row(&e->model->token_embd, id, x + (size_t)t * c->dim);
-    }
+    (void)err;
+    for (int t = 0; t < b->n; t++)
+        tensor_get_row(&e->model->token_embd, b->token[t], x + (size_t)t * e->cfg->dim);
     return 0;
 }
 
@@ -197,8 +193,9 @@ static void attention_worker(void *ctx, int ith, int nth)
     }
 }
 
-static int cpu_layers(struct engine *e, const struct batch *b, int l0, int l1, float *x)
+static int cpu_layers(struct engine *e, const struct batch *b, int l0, int l1, float *x, char *err)
 {
+    (void)err;
     const struct model_config *c = e->cfg;
     int n = b->n, dim = c->dim, hd = c->head_dim, qdim = c->q_dim, kvd = c->kv_dim,
         hid = c->hidden_dim;
@@ -256,8 +253,10 @@ static int cpu_layers(struct engine *e, const struct batch *b, int l0, int l1, f
     return 0;
 }
 
-static int cpu_head(struct engine *e, const struct batch *b, const float *x, float *logits)
+static int cpu_head(struct engine *e, const struct batch *b, const float *x, float *logits,
+                    char *err)
 {
+    (void)err;
     const struct model_config *c = e->cfg;
     for (int i = 0; i < b->n_logits; i++)
         rmsnorm(e->xb + (size_t)i * c->dim, x + (size_t)b->logit_rows[i] * c->dim,
@@ -299,32 +298,22 @@ static int cpu_repack(struct engine *e, char *err)
     return 0;
 }
 
-static const struct engine_backend cpu_backend = {.name = "cpu",
-                                                  .batch_invariant = 1,
-                                                  .embed = cpu_embed,
-                                                  .layers = cpu_layers,
-                                                  .head = cpu_head};
+/* The CPU serves from the weight image itself, repacked unless the image is shared (keep_layout). */
+static int cpu_init(struct engine *e, struct arena *a, char *err)
+{
+    (void)a;
+    return e->lim.keep_layout ? 0 : cpu_repack(e, err);
+}
+
+const struct engine_backend cpu_backend = {.name = "cpu",
+                                           .batch_invariant = 1,
+                                           .init = cpu_init,
+                                           .embed = cpu_embed,
+                                           .layers = cpu_layers,
+                                           .head = cpu_head};
 
 // ----------------------------------------------------------------------------
 // the engine
-
-const struct engine_backend *engine_pick_backend(const struct engine_backend *cpu)
-{
-    char why[ERRMSG_LEN];
-    const char *force = getenv("STRATA_BACKEND");
-    if (force && !strcmp(force, "cpu")) {
-        log_info("engine", "backend cpu: STRATA_BACKEND=cpu");
-        return cpu;
-    }
-    if (cuda_probe(why)) {
-        log_info("engine", "backend cpu: %s", why);
-        return cpu;
-    }
-    char name[128];
-    cuda_device_name(name, sizeof name);
-    log_info("engine", "backend cuda (%s)", name);
-    return &cuda_backend;
-}
 
 int engine_init(struct engine *e, struct model *m, const struct engine_limits *lim_in,
                 struct arena *a, char *err)
@@ -382,15 +371,9 @@ int engine_init(struct engine *e, struct model *m, const struct engine_limits *l
         return -1;
     }
     e->fwd = fwd_kernels_for(matmul_isa_of(&e->mm));
-    /* cuda when a GPU and the kernels are there (logs which and why); its init uploads the
-     * weights. If it fails, the CPU serves. */
-    e->be = engine_pick_backend(&cpu_backend);
-    if (e->be->init && e->be->init(e, a, err)) {
-        log_warn("engine", "backend %s: %s; the CPU serves", e->be->name, err);
-        e->be = &cpu_backend;
-    }
-    if (e->be == &cpu_backend && !l->keep_layout && cpu_repack(e, err)) return -1;
-    return 0;
+    /* The first of backends.h's list that can serve (it logs which and why): a device's init
+     * uploads the weights, the CPU's repacks them. */
+    return backends_start(e, a, backends_all, err);
 }
 
 void engine_free(struct engine *e)
@@ -419,10 +402,21 @@ static int check_batch(struct engine *e, const struct batch *b)
     return 0;
 }
 
+/* A backend call failed with its reason in e->err: name the engine and the backend. */
+static int backend_failed(struct engine *e)
+{
+    backends_name_error(e->be, e->err);
+    return errmsg_prefix(e->err, "engine: ");
+}
+
 int engine_embed(struct engine *e, const struct batch *b, float *x)
 {
     if (check_batch(e, b)) return -1;
-    return e->be->embed(e, b, x);
+    for (int t = 0; t < b->n; t++)
+        if (b->token[t] < 0 || b->token[t] >= e->cfg->vocab_size)
+            return errmsg_set(e->err, "engine: token id %d is outside the vocabulary (%d)",
+                              b->token[t], e->cfg->vocab_size);
+    return e->be->embed(e, b, x, e->err) ? backend_failed(e) : 0;
 }
 
 int engine_layers(struct engine *e, const struct batch *b, int l0, int l1, float *x)
@@ -430,13 +424,14 @@ int engine_layers(struct engine *e, const struct batch *b, int l0, int l1, float
     if (check_batch(e, b)) return -1;
     if (l0 < 0 || l1 > e->cfg->n_layers || l0 > l1)
         return errmsg_set(e->err, "engine: layers [%d, %d) of %d", l0, l1, e->cfg->n_layers);
-    return e->be->layers(e, b, l0, l1, x);
+    return e->be->layers(e, b, l0, l1, x, e->err) ? backend_failed(e) : 0;
 }
 
 int engine_head(struct engine *e, const struct batch *b, const float *x, float *logits)
 {
     if (check_batch(e, b)) return -1;
-    return b->n_logits ? e->be->head(e, b, x, logits) : 0;
+    if (!b->n_logits) return 0;
+    return e->be->head(e, b, x, logits, e->err) ? backend_failed(e) : 0;
 }
 
 int engine_forward(struct engine *e, const struct batch *b, float *logits)
@@ -450,11 +445,8 @@ int engine_forward_sample(struct engine *e, const struct batch *b, struct sample
                           int *tokens, float *logits)
 {
     if (check_batch(e, b)) return -1;
-    if (e->be->forward_sample && b->n_logits <= e->lim.max_seqs) {
-        if (e->be->forward_sample(e, b, samplers, tokens, e->err) == 0) return 0;
-        log_error("engine", "%s", e->err);
-        return -1;
-    }
+    if (e->be->forward_sample && b->n_logits <= e->lim.max_seqs)
+        return e->be->forward_sample(e, b, samplers, tokens, e->err) ? backend_failed(e) : 0;
     if (engine_forward(e, b, logits)) return -1;
     for (int i = 0; i < b->n_logits; i++)
         tokens[i] = sampler_sample(samplers[i], logits + (size_t)i * e->cfg->vocab_size);

@@ -13,9 +13,9 @@
  *   engine_head    final norm + output matrix for the rows that want logits
  *   engine_forward all three
  *
- * Backends (CPU in engine.c, CUDA in cuda/) implement the same operations behind struct
- * engine_backend; the engine picks one at init. All buffers are carved from the arena at init:
- * a step allocates nothing. */
+ * Backends (the CPU in engine.c, CUDA in cuda/) implement the same operations behind struct
+ * engine_backend; engine_init takes the first of backends.h's list that can serve. All buffers
+ * are carved from the arena at init: a step allocates nothing. */
 #ifndef STRATA_ENGINE_H
 #define STRATA_ENGINE_H
 
@@ -54,6 +54,12 @@ struct batch {
 struct engine;
 struct sampler;
 
+/* A backend: the step operations on one kind of hardware, a table of functions (as ggml's). The
+ * engine checks a batch, then calls the backend; every call that can fail takes err and follows
+ * os/common/errmsg.h (0, or -1 with the reason written). The engine passes its own e->err and
+ * puts "engine: " and the backend's name in front where the reason does not already start with
+ * it, so engine_error() reads "engine: cuda: span 3 (blk.2) has not been uploaded". The list of
+ * backends and the choice among them: backends.h. */
 struct engine_backend {
     const char *name;
     /* 1: a row's results are bit-identical whatever other rows share its batch (the CPU's matmul
@@ -62,13 +68,21 @@ struct engine_backend {
     /* 1: the KV cache lives on the device, not in engine.kv (its rows cannot be read or written
      * from the host: cooperative execution recomputes instead of transferring KV) */
     int kv_on_device;
-    int (*embed)(struct engine *e, const struct batch *b, float *x);
-    int (*layers)(struct engine *e, const struct batch *b, int l0, int l1, float *x);
-    int (*head)(struct engine *e, const struct batch *b, const float *x, float *logits);
-    /* Optional (NULL where a backend has nothing to do; the CPU backend needs none of them). */
-    /* After the engine's own init: device set-up, arena registration (once). */
+    /* 0 when this backend can serve on this machine; else -1 and why ("no CUDA device
+     * (libcuda.so.1 not found)"). NULL: it always can (the CPU). */
+    int (*probe)(char *err);
+    /* The device it serves on, for the log and the step model's identity; after probe() said
+     * yes. NULL: the host's CPU. */
+    void (*device_name)(char *name, size_t cap);
+    /* After the engine's own init: device set-up, weights, arena registration (once). */
     int (*init)(struct engine *e, struct arena *a, char *err);
-    void (*free)(struct engine *e);
+    void (*free)(struct engine *e); /* NULL where init allocated nothing */
+    /* engine.h's operations on a checked batch (token ids in the vocabulary, positions in the
+     * context, a valid layer range, n_logits > 0 for head). */
+    int (*embed)(struct engine *e, const struct batch *b, float *x, char *err);
+    int (*layers)(struct engine *e, const struct batch *b, int l0, int l1, float *x, char *err);
+    int (*head)(struct engine *e, const struct batch *b, const float *x, float *logits, char *err);
+    /* Optional (NULL where a backend has nothing to do; the CPU backend needs none of them). */
     /* Forward, then tokens[i] for row logit_rows[i] drawn with samplers[i] (its generator
      * advances as sampler_sample's would): only the tokens leave the device. */
     int (*forward_sample)(struct engine *e, const struct batch *b, struct sampler *const *samplers,
@@ -102,16 +116,13 @@ struct engine {
 size_t engine_arena_bytes(const struct model_config *cfg, const struct engine_limits *lim);
 /* Fill in defaults (0 fields) and clamp to the model. Fails if ctx exceeds the model's. */
 int engine_limits_resolve(struct engine_limits *lim, const struct model_config *cfg, char *err);
-/* The backend to serve with: cuda when cuda_probe() (cuda/cuda_backend.h) says it can and
- * $STRATA_BACKEND is not "cpu", else `cpu`. Logs "engine: backend cuda (NVIDIA H100 ...)" or
- * "engine: backend cpu: <why>". engine_init() calls it; tests pass their own `cpu`. */
-const struct engine_backend *engine_pick_backend(const struct engine_backend *cpu);
 int engine_init(struct engine *e, struct model *m, const struct engine_limits *lim, struct arena *a,
                 char *err);
 void engine_free(struct engine *e);
 
 /* The step operations return 0, or -1 with the reason in engine_error(e) ("engine: batch of 300
- * tokens, the limit is 256"). One thread drives an engine, so the reason is that thread's. */
+ * tokens (1..256)", "engine: cuda: ..." when the backend failed). One thread drives an engine,
+ * so the reason is that thread's. */
 const char *engine_error(const struct engine *e);
 int engine_embed(struct engine *e, const struct batch *b, float *x);
 int engine_layers(struct engine *e, const struct batch *b, int l0, int l1, float *x);

@@ -25,69 +25,74 @@
 #define TENSOR_ALIGN 64   /* SIMD loads and cache lines */
 #define SPAN_ALIGN   4096 /* a span starts on a page: it can be registered, mapped or sent alone */
 
-/* A layer's tensors in execution order (the order of its span). */
-enum {
-    K_ATTN_NORM,
-    K_ATTN_Q,
-    K_ATTN_K,
-    K_ATTN_V,
-    K_Q_BIAS,
-    K_K_BIAS,
-    K_V_BIAS,
-    K_Q_NORM,
-    K_K_NORM,
-    K_ROPE_FREQS, /* not named blk.N: the file's one rope_freqs.weight, copied into every layer */
-    K_ATTN_OUT,
-    K_FFN_NORM,
-    K_FFN_GATE,
-    K_FFN_DOWN,
-    K_FFN_UP,
-    N_LAYER_KINDS
+const char *const layer_tensor_name[LAYER_TENSORS] = {
+    [LT_ATTN_NORM] = "attn_norm.weight",  [LT_ATTN_Q] = "attn_q.weight",
+    [LT_ATTN_K] = "attn_k.weight",        [LT_ATTN_V] = "attn_v.weight",
+    [LT_Q_BIAS] = "attn_q.bias",          [LT_K_BIAS] = "attn_k.bias",
+    [LT_V_BIAS] = "attn_v.bias",          [LT_Q_NORM] = "attn_q_norm.weight",
+    [LT_K_NORM] = "attn_k_norm.weight",   [LT_ROPE_FREQS] = "rope_freqs.weight",
+    [LT_ATTN_OUT] = "attn_output.weight", [LT_FFN_NORM] = "ffn_norm.weight",
+    [LT_FFN_GATE] = "ffn_gate.weight",    [LT_FFN_DOWN] = "ffn_down.weight",
+    [LT_FFN_UP] = "ffn_up.weight",
 };
-static const char *const layer_kind_name[N_LAYER_KINDS] = {
-    [K_ATTN_NORM] = "attn_norm.weight",  [K_ATTN_Q] = "attn_q.weight",
-    [K_ATTN_K] = "attn_k.weight",        [K_ATTN_V] = "attn_v.weight",
-    [K_Q_BIAS] = "attn_q.bias",          [K_K_BIAS] = "attn_k.bias",
-    [K_V_BIAS] = "attn_v.bias",          [K_Q_NORM] = "attn_q_norm.weight",
-    [K_K_NORM] = "attn_k_norm.weight",   [K_ROPE_FREQS] = NULL,
-    [K_ATTN_OUT] = "attn_output.weight", [K_FFN_NORM] = "ffn_norm.weight",
-    [K_FFN_GATE] = "ffn_gate.weight",    [K_FFN_DOWN] = "ffn_down.weight",
-    [K_FFN_UP] = "ffn_up.weight",
-};
-static const size_t layer_kind_field[N_LAYER_KINDS] = {
-    [K_ATTN_NORM] = offsetof(struct layer_weights, attn_norm),
-    [K_ATTN_Q] = offsetof(struct layer_weights, wq),
-    [K_ATTN_K] = offsetof(struct layer_weights, wk),
-    [K_ATTN_V] = offsetof(struct layer_weights, wv),
-    [K_Q_BIAS] = offsetof(struct layer_weights, bq),
-    [K_K_BIAS] = offsetof(struct layer_weights, bk),
-    [K_V_BIAS] = offsetof(struct layer_weights, bv),
-    [K_Q_NORM] = offsetof(struct layer_weights, q_norm),
-    [K_K_NORM] = offsetof(struct layer_weights, k_norm),
-    [K_ROPE_FREQS] = offsetof(struct layer_weights, rope_freqs),
-    [K_ATTN_OUT] = offsetof(struct layer_weights, wo),
-    [K_FFN_NORM] = offsetof(struct layer_weights, ffn_norm),
-    [K_FFN_GATE] = offsetof(struct layer_weights, w_gate),
-    [K_FFN_DOWN] = offsetof(struct layer_weights, w_down),
-    [K_FFN_UP] = offsetof(struct layer_weights, w_up),
+/* Where each lives in struct layer_weights. */
+static const size_t layer_kind_field[LAYER_TENSORS] = {
+    [LT_ATTN_NORM] = offsetof(struct layer_weights, attn_norm),
+    [LT_ATTN_Q] = offsetof(struct layer_weights, wq),
+    [LT_ATTN_K] = offsetof(struct layer_weights, wk),
+    [LT_ATTN_V] = offsetof(struct layer_weights, wv),
+    [LT_Q_BIAS] = offsetof(struct layer_weights, bq),
+    [LT_K_BIAS] = offsetof(struct layer_weights, bk),
+    [LT_V_BIAS] = offsetof(struct layer_weights, bv),
+    [LT_Q_NORM] = offsetof(struct layer_weights, q_norm),
+    [LT_K_NORM] = offsetof(struct layer_weights, k_norm),
+    [LT_ROPE_FREQS] = offsetof(struct layer_weights, rope_freqs),
+    [LT_ATTN_OUT] = offsetof(struct layer_weights, wo),
+    [LT_FFN_NORM] = offsetof(struct layer_weights, ffn_norm),
+    [LT_FFN_GATE] = offsetof(struct layer_weights, w_gate),
+    [LT_FFN_DOWN] = offsetof(struct layer_weights, w_down),
+    [LT_FFN_UP] = offsetof(struct layer_weights, w_up),
 };
 
-/* 1 if a layer of this config has tensor kind k. */
-static int kind_present(const struct model_config *c, int k)
+int layer_tensor_present(const struct model_config *c, int k)
 {
     switch (k) {
-    case K_Q_BIAS:
-    case K_K_BIAS:
-    case K_V_BIAS:
+    case LT_Q_BIAS:
+    case LT_K_BIAS:
+    case LT_V_BIAS:
         return c->qkv_bias;
-    case K_Q_NORM:
-    case K_K_NORM:
+    case LT_Q_NORM:
+    case LT_K_NORM:
         return c->qk_norm;
-    case K_ROPE_FREQS:
+    case LT_ROPE_FREQS:
         return c->rope_freqs;
     default:
         return 1;
     }
+}
+
+const char *layer_tensor_vector(int k)
+{
+    switch (k) {
+    case LT_ATTN_NORM:
+    case LT_FFN_NORM:
+    case LT_Q_NORM:
+    case LT_K_NORM:
+        return "norm weights";
+    case LT_Q_BIAS:
+    case LT_K_BIAS:
+    case LT_V_BIAS:
+        return "biases";
+    case LT_ROPE_FREQS:
+        return "rope frequency factors";
+    default:
+        return NULL;
+    }
+}
+
+const struct tensor *layer_tensor(const struct layer_weights *w, int k)
+{
+    return (const struct tensor *)((const char *)w + layer_kind_field[k]);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -284,7 +289,7 @@ static int read_config(struct model_config *c, const struct gguf *g, const char 
 /* ---------------------------------------------------------------------------------------------
  * Tensors */
 
-/* "blk.N.KIND" (KIND one of layer_kind_name) -> layer and kind; -1 if the name is not of that
+/* "blk.N.KIND" (KIND one of layer_tensor_name) -> layer and kind; -1 if the name is not of that
  * form. */
 static int parse_layer_name(struct gguf_str name, int *layer, int *kind)
 {
@@ -296,10 +301,10 @@ static int parse_layer_name(struct gguf_str name, int *layer, int *kind)
     while (p < end && *p >= '0' && *p <= '9' && p - digits < 6) n = n * 10 + (*p++ - '0');
     if (p == digits || p >= end || *p != '.' || (*digits == '0' && p - digits > 1)) return -1;
     p++;
-    for (int k = 0; k < N_LAYER_KINDS; k++) {
-        if (!layer_kind_name[k]) continue;
-        size_t kl = strlen(layer_kind_name[k]);
-        if ((size_t)(end - p) == kl && memcmp(p, layer_kind_name[k], kl) == 0) {
+    for (int k = 0; k < LAYER_TENSORS; k++) {
+        if (k == LT_ROPE_FREQS) continue; /* the file's one, not blk.N's */
+        size_t kl = strlen(layer_tensor_name[k]);
+        if ((size_t)(end - p) == kl && memcmp(p, layer_tensor_name[k], kl) == 0) {
             *layer = (int)n;
             *kind = k;
             return 0;
@@ -368,7 +373,7 @@ static uint64_t align_up(uint64_t x, uint64_t a)
 struct found {
     const struct gguf_tensor *embd, *out_norm, *out; /* out NULL: tied to embd */
     const struct gguf_tensor *rope_freqs;            /* one for every layer */
-    const struct gguf_tensor *(*lt)[N_LAYER_KINDS];
+    const struct gguf_tensor *(*lt)[LAYER_TENSORS];
 };
 
 /* One pass over the file's tensors: each name must be one the architecture knows (gguf_parse
@@ -391,11 +396,11 @@ static int find_tensors(struct found *f, struct model_config *c, const struct gg
             f->out_norm = t;
         else if (gguf_str_eq(t->name, "output.weight"))
             f->out = t;
-        else if (gguf_str_eq(t->name, "rope_freqs.weight") && a->rope_freqs)
+        else if (gguf_str_eq(t->name, layer_tensor_name[LT_ROPE_FREQS]) && a->rope_freqs)
             f->rope_freqs = t;
         else if (parse_layer_name(t->name, &layer, &kind) == 0 &&
-                 (kind < K_Q_BIAS || kind > K_V_BIAS || a->qkv_bias) &&
-                 (kind < K_Q_NORM || kind > K_K_NORM || a->qk_norm)) {
+                 (kind < LT_Q_BIAS || kind > LT_V_BIAS || a->qkv_bias) &&
+                 (kind < LT_Q_NORM || kind > LT_K_NORM || a->qk_norm)) {
             if (layer >= L)
                 return errmsg_set(err, "%s: tensor %s: layer %d is beyond block_count %d", what,
                                   gguf_str_printable(t->name, name, sizeof name), layer, L);
@@ -408,15 +413,16 @@ static int find_tensors(struct found *f, struct model_config *c, const struct gg
     if (!f->embd) return errmsg_set(err, "%s: missing tensor token_embd.weight", what);
     if (!f->out_norm) return errmsg_set(err, "%s: missing tensor output_norm.weight", what);
     if (a->qkv_bias == OPTIONAL) /* llama: biases if the first layer has any */
-        c->qkv_bias = f->lt[0][K_Q_BIAS] || f->lt[0][K_K_BIAS] || f->lt[0][K_V_BIAS];
+        c->qkv_bias = f->lt[0][LT_Q_BIAS] || f->lt[0][LT_K_BIAS] || f->lt[0][LT_V_BIAS];
     c->rope_freqs = f->rope_freqs != NULL;
     for (int l = 0; l < L; l++)
-        for (int k = 0; k < N_LAYER_KINDS; k++)
-            if (k != K_ROPE_FREQS && kind_present(c, k) && !f->lt[l][k])
-                return errmsg_set(err, "%s: missing tensor blk.%d.%s", what, l, layer_kind_name[k]);
-            else if (!kind_present(c, k) && f->lt[l][k]) /* a bias beside biasless layers */
+        for (int k = 0; k < LAYER_TENSORS; k++)
+            if (k != LT_ROPE_FREQS && layer_tensor_present(c, k) && !f->lt[l][k])
+                return errmsg_set(err, "%s: missing tensor blk.%d.%s", what, l,
+                                  layer_tensor_name[k]);
+            else if (!layer_tensor_present(c, k) && f->lt[l][k]) /* a bias beside biasless layers */
                 return errmsg_set(err, "%s: tensor blk.%d.%s: blk.0 has no q/k/v biases", what, l,
-                                  layer_kind_name[k]);
+                                  layer_tensor_name[k]);
     return 0;
 }
 
@@ -428,41 +434,37 @@ static int check_shapes(const struct found *f, const struct model_config *c, con
                    qd = (uint64_t)c->q_dim, hd = (uint64_t)c->head_dim,
                    voc = (uint64_t)c->vocab_size;
     const struct expect e_embd = {dim, voc, "dim", "vocab"}, e_norm = {dim, 0, "dim", "dim"};
-    const struct expect e_layer[N_LAYER_KINDS] = {
-        [K_ATTN_NORM] = e_norm,
-        [K_ATTN_Q] = {dim, qd, "dim", "n_heads*head_dim"},
-        [K_ATTN_K] = {dim, kv, "dim", "kv_dim"},
-        [K_ATTN_V] = {dim, kv, "dim", "kv_dim"},
-        [K_Q_BIAS] = {qd, 0, "n_heads*head_dim", ""},
-        [K_K_BIAS] = {kv, 0, "kv_dim", ""},
-        [K_V_BIAS] = {kv, 0, "kv_dim", ""},
-        [K_Q_NORM] = {hd, 0, "head_dim", ""},
-        [K_K_NORM] = {hd, 0, "head_dim", ""},
-        [K_ROPE_FREQS] = {hd / 2, 0, "head_dim/2", ""},
-        [K_ATTN_OUT] = {qd, dim, "n_heads*head_dim", "dim"},
-        [K_FFN_NORM] = e_norm,
-        [K_FFN_GATE] = {dim, hid, "dim", "hidden_dim"},
-        [K_FFN_DOWN] = {hid, dim, "hidden_dim", "dim"},
-        [K_FFN_UP] = {dim, hid, "dim", "hidden_dim"},
+    const struct expect e_layer[LAYER_TENSORS] = {
+        [LT_ATTN_NORM] = e_norm,
+        [LT_ATTN_Q] = {dim, qd, "dim", "n_heads*head_dim"},
+        [LT_ATTN_K] = {dim, kv, "dim", "kv_dim"},
+        [LT_ATTN_V] = {dim, kv, "dim", "kv_dim"},
+        [LT_Q_BIAS] = {qd, 0, "n_heads*head_dim", ""},
+        [LT_K_BIAS] = {kv, 0, "kv_dim", ""},
+        [LT_V_BIAS] = {kv, 0, "kv_dim", ""},
+        [LT_Q_NORM] = {hd, 0, "head_dim", ""},
+        [LT_K_NORM] = {hd, 0, "head_dim", ""},
+        [LT_ROPE_FREQS] = {hd / 2, 0, "head_dim/2", ""},
+        [LT_ATTN_OUT] = {qd, dim, "n_heads*head_dim", "dim"},
+        [LT_FFN_NORM] = e_norm,
+        [LT_FFN_GATE] = {dim, hid, "dim", "hidden_dim"},
+        [LT_FFN_DOWN] = {hid, dim, "hidden_dim", "dim"},
+        [LT_FFN_UP] = {dim, hid, "dim", "hidden_dim"},
     };
     /* "dim" when qd == dim, as the messages always said for Llama 2 shapes */
-    struct expect eq = e_layer[K_ATTN_Q], eo = e_layer[K_ATTN_OUT];
+    struct expect eq = e_layer[LT_ATTN_Q], eo = e_layer[LT_ATTN_OUT];
     if (qd == dim) eq.rows_name = "dim", eo.cols_name = "dim";
     if (check_tensor(f->embd, e_embd, NULL, what, err) < 0 ||
         check_tensor(f->out_norm, e_norm, "norm weights", what, err) < 0 ||
         (f->out && check_tensor(f->out, e_embd, NULL, what, err) < 0) ||
-        (f->rope_freqs && check_tensor(f->rope_freqs, e_layer[K_ROPE_FREQS],
+        (f->rope_freqs && check_tensor(f->rope_freqs, e_layer[LT_ROPE_FREQS],
                                        "rope frequency factors", what, err) < 0))
         return -1;
     for (int l = 0; l < c->n_layers; l++)
-        for (int k = 0; k < N_LAYER_KINDS; k++) {
-            if (k == K_ROPE_FREQS || !kind_present(c, k)) continue;
-            const char *f32_only =
-                k == K_ATTN_NORM || k == K_FFN_NORM || k == K_Q_NORM || k == K_K_NORM
-                    ? "norm weights"
-                : k >= K_Q_BIAS && k <= K_V_BIAS ? "biases"
-                                                 : NULL;
-            struct expect e = k == K_ATTN_Q ? eq : k == K_ATTN_OUT ? eo : e_layer[k];
+        for (int k = 0; k < LAYER_TENSORS; k++) {
+            if (k == LT_ROPE_FREQS || !layer_tensor_present(c, k)) continue;
+            const char *f32_only = layer_tensor_vector(k);
+            struct expect e = k == LT_ATTN_Q ? eq : k == LT_ATTN_OUT ? eo : e_layer[k];
             if (check_tensor(f->lt[l][k], e, f32_only, what, err) < 0) return -1;
         }
     return 0;
@@ -470,7 +472,7 @@ static int check_shapes(const struct found *f, const struct model_config *c, con
 
 /* Span s's tensors in execution order: where each goes in the model (dst) and its kind (-1 for
  * the embedding and the head's). lay_out, describe_tensors and model_bind walk the same list. */
-#define SPAN_MAX_TENSORS N_LAYER_KINDS
+#define SPAN_MAX_TENSORS LAYER_TENSORS
 static int span_members(struct model *m, int s, struct tensor **dst, int *kind)
 {
     const int L = m->cfg.n_layers;
@@ -481,8 +483,8 @@ static int span_members(struct model *m, int s, struct tensor **dst, int *kind)
         dst[n] = &m->output_norm, kind[n++] = -1;
         if (!m->tied_output) dst[n] = &m->output, kind[n++] = -2;
     } else {
-        for (int k = 0; k < N_LAYER_KINDS; k++)
-            if (kind_present(&m->cfg, k))
+        for (int k = 0; k < LAYER_TENSORS; k++)
+            if (layer_tensor_present(&m->cfg, k))
                 dst[n] = (struct tensor *)((char *)&m->layers[s - 1] + layer_kind_field[k]),
                 kind[n++] = k;
     }
@@ -494,7 +496,7 @@ static const struct gguf_tensor *member_src(const struct found *f, int s, int L,
 {
     if (s == 0) return f->embd;
     if (s == L + 1) return kind == -1 ? f->out_norm : f->out;
-    return kind == K_ROPE_FREQS ? f->rope_freqs : f->lt[s - 1][kind];
+    return kind == LT_ROPE_FREQS ? f->rope_freqs : f->lt[s - 1][kind];
 }
 
 /* The weight image in execution order: span 0 the embedding, 1+l block l, L+1 the head; each

@@ -89,6 +89,37 @@ struct layer_weights {
     struct tensor w_up;       /* (hidden_dim, dim) */
 };
 
+/* A layer's tensors in execution order (the order of its span), the one list of them: the file's
+ * name of each is "blk.N." + layer_tensor_name[k] ("attn_q.weight"), but for rope_freqs, the
+ * file's one "rope_freqs.weight" that every layer gets a copy of. The CUDA plan, the converter
+ * and the synthetic-model writer name the tensors from here. */
+enum layer_tensor {
+    LT_ATTN_NORM,
+    LT_ATTN_Q,
+    LT_ATTN_K,
+    LT_ATTN_V,
+    LT_Q_BIAS, /* cfg.qkv_bias */
+    LT_K_BIAS,
+    LT_V_BIAS,
+    LT_Q_NORM, /* cfg.qk_norm */
+    LT_K_NORM,
+    LT_ROPE_FREQS, /* cfg.rope_freqs */
+    LT_ATTN_OUT,
+    LT_FFN_NORM,
+    LT_FFN_GATE,
+    LT_FFN_DOWN,
+    LT_FFN_UP,
+    LAYER_TENSORS
+};
+extern const char *const layer_tensor_name[LAYER_TENSORS];
+/* 1 when a layer of config c has tensor k (the bracketed ones above only where c says). */
+int layer_tensor_present(const struct model_config *c, int k);
+/* What an f32 vector is for messages ("norm weights", "biases", "rope frequency factors"); NULL
+ * for a matrix. */
+const char *layer_tensor_vector(int k);
+/* Tensor k of a layer (w->wq for LT_ATTN_Q). */
+const struct tensor *layer_tensor(const struct layer_weights *w, int k);
+
 struct span {
     uint64_t offset, size; /* in the weight image */
 };

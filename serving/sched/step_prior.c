@@ -2,7 +2,7 @@
 
 #include "os/runtime/clock.h"
 #include "os/runtime/log.h"
-#include "serving/engine/cuda/cuda_backend.h"
+#include "serving/engine/engine.h"
 #include "serving/engine/kv_cache.h"
 #include "serving/engine/matmul.h"
 
@@ -99,8 +99,8 @@ void step_identity_of(const struct loaded_model *lm, struct step_identity *id)
     snprintf(id->model, sizeof id->model, "blake2b:%s", x);
     const struct engine *e = &lm->engine;
     char dev[128];
-    if (e->be && !strcmp(e->be->name, "cuda"))
-        cuda_device_name(dev, sizeof dev);
+    if (e->be && e->be->device_name)
+        e->be->device_name(dev, sizeof dev);
     else
         cpu_name(dev, sizeof dev);
     snprintf(id->hardware, sizeof id->hardware, "%s %s (%s), %d threads, kv %s%s",

@@ -3,6 +3,7 @@
 
 #include "os/common/errmsg.h"
 #include "serving/engine/convert.h"
+#include "serving/engine/model.h"
 #include "serving/engine/quant.h"
 #include "serving/engine/quant_preset.h"
 #include "tests/synth/vocab_json.h"
@@ -259,37 +260,39 @@ static int add_tensors(struct gguf_writer *w, struct gen *g, const struct model_
                 qk = s->qk_scale > 0 ? s->qk_scale : 1.0f;
     int kept = 0;
     if (c->rope_freqs)
-        add_tensor(w, g, "rope_freqs.weight", 1, HD / 2, FACTORS, 1, GGML_F32, s, &kept);
+        add_tensor(w, g, layer_tensor_name[LT_ROPE_FREQS], 1, HD / 2, FACTORS, 1, GGML_F32, s,
+                   &kept);
     /* tied: the embedding is the classifier, and llama-quantize types it as one */
     add_tensor(w, g, "token_embd.weight", V, D, MATRIX, 1,
                matrix_type(s, p, s->tied ? QT_OUTPUT : QT_TOKEN_EMBD, 0, D), s, &kept);
     for (int l = 0; l < s->layers; l++) {
+        /* model.h's list, in its order; rope_freqs is the file's one, written above */
         const struct {
-            const char *name;
             uint64_t rows, cols;
             int kind, present;
             float scale;
             enum quant_tensor_kind qt; /* matrices only */
-        } ts[] = {
-            {"attn_norm.weight", 1, D, NORM, 1, 1, QT_ATTN_Q},
-            {"attn_q.weight", Q, D, MATRIX, 1, qk, QT_ATTN_Q},
-            {"attn_k.weight", KV, D, MATRIX, 1, qk, QT_ATTN_K},
-            {"attn_v.weight", KV, D, MATRIX, 1, 1, QT_ATTN_V},
-            {"attn_q.bias", 1, Q, BIAS, c->qkv_bias, 1, QT_ATTN_Q},
-            {"attn_k.bias", 1, KV, BIAS, c->qkv_bias, 1, QT_ATTN_Q},
-            {"attn_v.bias", 1, KV, BIAS, c->qkv_bias, 1, QT_ATTN_Q},
-            {"attn_q_norm.weight", 1, HD, NORM, c->qk_norm, 1, QT_ATTN_Q},
-            {"attn_k_norm.weight", 1, HD, NORM, c->qk_norm, 1, QT_ATTN_Q},
-            {"attn_output.weight", D, Q, MATRIX, 1, 1, QT_ATTN_OUTPUT},
-            {"ffn_norm.weight", 1, D, NORM, 1, 1, QT_ATTN_Q},
-            {"ffn_gate.weight", H, D, MATRIX, 1, 1, QT_FFN_GATE},
-            {"ffn_down.weight", D, H, MATRIX, 1, 1, QT_FFN_DOWN},
-            {"ffn_up.weight", H, D, MATRIX, 1, 1, QT_FFN_UP},
+        } ts[LAYER_TENSORS] = {
+            [LT_ATTN_NORM] = {1, D, NORM, 1, 1, QT_ATTN_Q},
+            [LT_ATTN_Q] = {Q, D, MATRIX, 1, qk, QT_ATTN_Q},
+            [LT_ATTN_K] = {KV, D, MATRIX, 1, qk, QT_ATTN_K},
+            [LT_ATTN_V] = {KV, D, MATRIX, 1, 1, QT_ATTN_V},
+            [LT_Q_BIAS] = {1, Q, BIAS, c->qkv_bias, 1, QT_ATTN_Q},
+            [LT_K_BIAS] = {1, KV, BIAS, c->qkv_bias, 1, QT_ATTN_Q},
+            [LT_V_BIAS] = {1, KV, BIAS, c->qkv_bias, 1, QT_ATTN_Q},
+            [LT_Q_NORM] = {1, HD, NORM, c->qk_norm, 1, QT_ATTN_Q},
+            [LT_K_NORM] = {1, HD, NORM, c->qk_norm, 1, QT_ATTN_Q},
+            [LT_ROPE_FREQS] = {1, HD / 2, FACTORS, 0, 1, QT_ATTN_Q},
+            [LT_ATTN_OUT] = {D, Q, MATRIX, 1, 1, QT_ATTN_OUTPUT},
+            [LT_FFN_NORM] = {1, D, NORM, 1, 1, QT_ATTN_Q},
+            [LT_FFN_GATE] = {H, D, MATRIX, 1, 1, QT_FFN_GATE},
+            [LT_FFN_DOWN] = {D, H, MATRIX, 1, 1, QT_FFN_DOWN},
+            [LT_FFN_UP] = {H, D, MATRIX, 1, 1, QT_FFN_UP},
         };
         for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) {
             if (!ts[i].present) continue;
             char nm[64];
-            snprintf(nm, sizeof nm, "blk.%d.%s", l, ts[i].name);
+            snprintf(nm, sizeof nm, "blk.%d.%s", l, layer_tensor_name[i]);
             uint32_t type =
                 ts[i].kind == MATRIX ? matrix_type(s, p, ts[i].qt, l, ts[i].cols) : GGML_F32;
             add_tensor(w, g, nm, ts[i].rows, ts[i].cols, ts[i].kind, ts[i].scale, type, s, &kept);

@@ -3,6 +3,7 @@
 #include "os/common/errmsg.h"
 #include "os/runtime/log.h"
 #include "serving/engine/convert.h"
+#include "serving/engine/model.h"
 #include "serving/engine/quant.h"
 #include "tests/unit/check.h"
 
@@ -87,8 +88,8 @@ TEST(convert_f32_bit_exact)
     struct gguf_str s;
     CHECK(gguf_get_str(&g, "general.name", &s, err) == 0 && gguf_str_eq(s, "stories260K"));
     /* Every tensor equals the checkpoint's floats, and they come in execution order. */
-    const char *kinds[9] = {"attn_norm", "attn_q",   "attn_k",   "attn_v", "attn_output",
-                            "ffn_norm",  "ffn_gate", "ffn_down", "ffn_up"};
+    const int kinds[9] = {LT_ATTN_NORM, LT_ATTN_Q,   LT_ATTN_K,   LT_ATTN_V, LT_ATTN_OUT,
+                          LT_FFN_NORM,  LT_FFN_GATE, LT_FFN_DOWN, LT_FFN_UP};
     const char *src[9] = {"rms_att", "wq", "wk", "wv", "wo", "rms_ffn", "w1", "w2", "w3"};
     const size_t n[9] = {D, D * D, KV * D, KV * D, D * D, D, H * D, D * H, H * D};
     const struct gguf_tensor *t = gguf_find_tensor(&g, "token_embd.weight");
@@ -97,7 +98,7 @@ TEST(convert_f32_bit_exact)
     for (int l = 0; l < L; l++)
         for (int k = 0; k < 9; k++) {
             char name[64];
-            snprintf(name, sizeof name, "blk.%d.%s.weight", l, kinds[k]);
+            snprintf(name, sizeof name, "blk.%d.%s", l, layer_tensor_name[kinds[k]]);
             t = gguf_find_tensor(&g, name);
             CHECKF(t && t == &g.tensors[1 + l * 9 + k], "%s", name);
             CHECK_EQ_INT(t->nbytes, n[k] * 4);

@@ -21,6 +21,7 @@
  * each alone; weights must be uploaded before use; the device sampler's greedy and top_k=1 paths.
  */
 #include "drivers/cuda/cu_api.h"
+#include "serving/engine/backends.h"
 #include "serving/engine/cuda/cuda_backend.h"
 #include "drivers/cuda/cuda_fatbin.h"
 #include "serving/engine/cuda/cuda_plan.h"
@@ -213,7 +214,13 @@ TEST(fatbin_embedded)
     }
 }
 
-static const struct engine_backend fake_cpu = {.name = "cpu"};
+/* backends_pick over the real list chose cpu, and its line is "backend cpu: <why>". */
+static void picked_cpu(const char *why)
+{
+    char line[ERRMSG_LEN];
+    CHECK_STR(backends_pick(backends_all, NULL, line)->name, "cpu");
+    CHECKF(!strncmp(line, "backend cpu: ", 13) && !strcmp(line + 13, why), "line: %s", line);
+}
 
 TEST(backend_falls_back_without_libcuda)
 {
@@ -228,7 +235,7 @@ TEST(backend_falls_back_without_libcuda)
     else
         CHECK_STR(why, "built without CUDA kernels; no CUDA device (/nonexistent/libcuda.so.1 not "
                        "found)");
-    CHECK(engine_pick_backend(&fake_cpu) == &fake_cpu);
+    picked_cpu(why);
     unsetenv("STRATA_LIBCUDA");
     cu_api_unload();
 }
@@ -248,7 +255,7 @@ TEST(backend_stub_driver_resolves_and_fails_init)
     /* Every symbol resolves (no "missing symbol"), and the stub's cuInit refuses. */
     CHECK(cuda_probe(why) == -1);
     CHECKF(strncmp(why, "no CUDA device (cuInit: ", 24) == 0, "why: %s", why);
-    CHECK(engine_pick_backend(&fake_cpu) == &fake_cpu);
+    picked_cpu(why);
     unsetenv("STRATA_LIBCUDA");
     cu_api_unload();
 }
@@ -256,7 +263,7 @@ TEST(backend_stub_driver_resolves_and_fails_init)
 TEST(backend_forced_cpu)
 {
     setenv("STRATA_BACKEND", "cpu", 1);
-    CHECK(engine_pick_backend(&fake_cpu) == &fake_cpu);
+    picked_cpu("STRATA_BACKEND=cpu");
     unsetenv("STRATA_BACKEND");
 }
 
@@ -417,28 +424,30 @@ TEST(plan_rejects_what_the_kernels_lack)
     s.m.layers[1].wk.type = 9; /* Q8_1: ggml's activation type, never a weight */
     s.m.layers[1].wk.nbytes = ggml_row_bytes(9, 256) * s.m.layers[1].wk.rows;
     CHECK(cuda_plan_weights(&p, &s.m, err) == -1);
-    CHECK_STR(err, "cuda: tensor blk.1.attn_k: type q8_1 is not supported by the CUDA kernels");
+    CHECK_STR(err,
+              "cuda: tensor blk.1.attn_k.weight: type q8_1 is not supported by the CUDA kernels");
     s.m.layers[1].wk.nbytes = ggml_row_bytes(GGML_Q8_0, 256) * s.m.layers[1].wk.rows;
     s.m.layers[1].wk.type = TENSOR_Q8_0_X16; /* what a CPU engine leaves in a shared model */
     CHECK(cuda_plan_weights(&p, &s.m, err) == -1);
-    CHECK_STR(err, "cuda: tensor blk.1.attn_k: type q8_0x16 is not supported by the CUDA kernels");
+    CHECK_STR(
+        err, "cuda: tensor blk.1.attn_k.weight: type q8_0x16 is not supported by the CUDA kernels");
     s.m.layers[1].wk.type = GGML_Q8_0;
     s.m.layers[0].ffn_norm.type = GGML_F16;
     CHECK(cuda_plan_weights(&p, &s.m, err) == -1);
-    CHECK_STR(err, "cuda: tensor blk.0.ffn_norm: norm weights must be f32, not f16");
+    CHECK_STR(err, "cuda: tensor blk.0.ffn_norm.weight: norm weights must be f32, not f16");
     s.m.layers[0].ffn_norm.type = GGML_F32;
     s.m.layers[0].wq.cols = 48;
     CHECK(cuda_plan_weights(&p, &s.m, err) == -1);
-    CHECK_STR(err, "cuda: tensor blk.0.attn_q: 48 columns is not a multiple of 32");
+    CHECK_STR(err, "cuda: tensor blk.0.attn_q.weight: 48 columns is not a multiple of 32");
     s.m.layers[0].wq.type = GGML_Q6_K;
     s.m.layers[0].wq.cols = 288;
     CHECK(cuda_plan_weights(&p, &s.m, err) == -1);
-    CHECK_STR(err, "cuda: tensor blk.0.attn_q: 288 columns is not a multiple of 256");
+    CHECK_STR(err, "cuda: tensor blk.0.attn_q.weight: 288 columns is not a multiple of 256");
     s.m.layers[0].wq.type = GGML_Q8_0;
     s.m.layers[0].wq.cols = 256;
     s.m.layers[0].wq.nbytes -= 34;
     CHECK(cuda_plan_weights(&p, &s.m, err) == -1);
-    CHECKF(strstr(err, "blk.0.attn_q: 69598 bytes, expected 69632") != NULL, "%s", err);
+    CHECKF(strstr(err, "blk.0.attn_q.weight: 69598 bytes, expected 69632") != NULL, "%s", err);
     s.m.layers[0].wq.nbytes += 34;
     /* a tensor of layer 0 somewhere else in memory: the span would not be one copy */
     static uint8_t elsewhere[256 * 4];

@@ -600,22 +600,25 @@ static uint8_t *make_model(const struct mk *o, size_t *len)
     int n = 0;
 #define T(nm, c, r)                                                                                \
     (snprintf(ts[n].name, 48, "%s", nm), ts[n].cols = (c)*M, ts[n].rows = (r)*M, n++)
-    if (o->rope_freqs) T("rope_freqs.weight", hd / 2, 0);
+    if (o->rope_freqs) T(layer_tensor_name[LT_ROPE_FREQS], hd / 2, 0);
     T("token_embd.weight", 8, 10);
     for (int l = 0; l < 2; l++) {
-        const char *k[14] = {"attn_norm.weight",   "attn_q.weight",      "attn_k.weight",
-                             "attn_v.weight",      "attn_q.bias",        "attn_k.bias",
-                             "attn_v.bias",        "attn_q_norm.weight", "attn_k_norm.weight",
-                             "attn_output.weight", "ffn_norm.weight",    "ffn_gate.weight",
-                             "ffn_down.weight",    "ffn_up.weight"};
-        const uint64_t c[14] = {8, 8, 8, 8, qd, kvd, kvd, hd, hd, qd, 8, 8, 16, 8},
-                       r[14] = {0, qd, kvd, kvd, 0, 0, 0, 0, 0, 8, 0, 16, 8, 16};
-        for (int i = 0; i < 14; i++) {
-            if (i >= 4 && i <= 6 && (!o->bias || l < o->bias_from)) continue;
-            if ((i == 7 || i == 8) && !o->qk_norm) continue;
+        /* model.h's list (model_plan_architectures spells the expected order out) */
+        uint64_t c[LAYER_TENSORS] =
+            {[LT_ATTN_NORM] = 8, [LT_ATTN_Q] = 8,    [LT_ATTN_K] = 8,   [LT_ATTN_V] = 8,
+             [LT_Q_BIAS] = qd,   [LT_K_BIAS] = kvd,  [LT_V_BIAS] = kvd, [LT_Q_NORM] = hd,
+             [LT_K_NORM] = hd,   [LT_ATTN_OUT] = qd, [LT_FFN_NORM] = 8, [LT_FFN_GATE] = 8,
+             [LT_FFN_DOWN] = 16, [LT_FFN_UP] = 8},
+                 r[LAYER_TENSORS] = {
+                     [LT_ATTN_Q] = qd,   [LT_ATTN_K] = kvd, [LT_ATTN_V] = kvd, [LT_ATTN_OUT] = 8,
+                     [LT_FFN_GATE] = 16, [LT_FFN_DOWN] = 8, [LT_FFN_UP] = 16};
+        for (int k = 0; k < LAYER_TENSORS; k++) {
+            if (k == LT_ROPE_FREQS) continue; /* the file's one, above */
+            if (k >= LT_Q_BIAS && k <= LT_V_BIAS && (!o->bias || l < o->bias_from)) continue;
+            if ((k == LT_Q_NORM || k == LT_K_NORM) && !o->qk_norm) continue;
             char nm[48];
-            snprintf(nm, sizeof nm, "blk.%d.%s", l, k[i]);
-            T(nm, c[i], r[i]);
+            snprintf(nm, sizeof nm, "blk.%d.%s", l, layer_tensor_name[k]);
+            T(nm, c[k], r[k]);
         }
     }
     T("output_norm.weight", 8, 0);

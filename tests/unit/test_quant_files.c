@@ -7,6 +7,7 @@
  * for it, and compares the bytes, and the types with the preset's: one line per file. */
 #include "os/common/errmsg.h"
 #include "serving/engine/convert.h"
+#include "serving/engine/model.h"
 #include "serving/engine/gguf.h"
 #include "serving/engine/quant.h"
 #include "serving/engine/quant_preset.h"
@@ -28,18 +29,17 @@ static const char *cur; /* the preset under test */
 static int tensor_kind(const char *name, int *layer)
 {
     static const struct {
-        const char *suffix;
+        int tensor; /* model.h's enum layer_tensor */
         enum quant_tensor_kind kind;
-    } k[] = {{"attn_q.weight", QT_ATTN_Q},     {"attn_k.weight", QT_ATTN_K},
-             {"attn_v.weight", QT_ATTN_V},     {"attn_output.weight", QT_ATTN_OUTPUT},
-             {"ffn_gate.weight", QT_FFN_GATE}, {"ffn_down.weight", QT_FFN_DOWN},
-             {"ffn_up.weight", QT_FFN_UP}};
+    } k[] = {{LT_ATTN_Q, QT_ATTN_Q},        {LT_ATTN_K, QT_ATTN_K},     {LT_ATTN_V, QT_ATTN_V},
+             {LT_ATTN_OUT, QT_ATTN_OUTPUT}, {LT_FFN_GATE, QT_FFN_GATE}, {LT_FFN_DOWN, QT_FFN_DOWN},
+             {LT_FFN_UP, QT_FFN_UP}};
     *layer = 0;
     if (!strcmp(name, "token_embd.weight")) return QT_TOKEN_EMBD;
     if (!strcmp(name, "output.weight")) return QT_OUTPUT;
     if (sscanf(name, "blk.%d.", layer) != 1) return -1;
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
-        if (strstr(name, k[i].suffix)) return (int)k[i].kind;
+        if (strstr(name, layer_tensor_name[k[i].tensor])) return (int)k[i].kind;
     return -1;
 }
 

@@ -1029,25 +1029,20 @@ static void be_free(struct engine *e)
     e->backend_state = NULL;
 }
 
-static int be_embed(struct engine *e, const struct batch *b, float *x)
+static int be_embed(struct engine *e, const struct batch *b, float *x, char *err)
 {
-    char err[ERRMSG_LEN];
-    if (cuda_embed(e->backend_state, b, x, err)) return log_error("cuda", "%s", err), -1;
-    return 0;
+    return cuda_embed(e->backend_state, b, x, err);
 }
 
-static int be_layers(struct engine *e, const struct batch *b, int l0, int l1, float *x)
+static int be_layers(struct engine *e, const struct batch *b, int l0, int l1, float *x, char *err)
 {
-    char err[ERRMSG_LEN];
-    if (cuda_layers(e->backend_state, b, l0, l1, x, err)) return log_error("cuda", "%s", err), -1;
-    return 0;
+    return cuda_layers(e->backend_state, b, l0, l1, x, err);
 }
 
-static int be_head(struct engine *e, const struct batch *b, const float *x, float *logits)
+static int be_head(struct engine *e, const struct batch *b, const float *x, float *logits,
+                   char *err)
 {
-    char err[ERRMSG_LEN];
-    if (cuda_head(e->backend_state, b, x, logits, err)) return log_error("cuda", "%s", err), -1;
-    return 0;
+    return cuda_head(e->backend_state, b, x, logits, err);
 }
 
 static int be_forward_sample(struct engine *e, const struct batch *b,
@@ -1072,6 +1067,8 @@ const struct engine_backend cuda_backend = {
      * (cuda_use_gemm), and the two round differently */
     .batch_invariant = 0,
     .kv_on_device = 1,
+    .probe = cuda_probe,
+    .device_name = cuda_device_name,
     .embed = be_embed,
     .layers = be_layers,
     .head = be_head,
@@ -1083,7 +1080,7 @@ const struct engine_backend cuda_backend = {
 };
 
 /* ---------------------------------------------------------------------------------------------
- * Backend selection */
+ * The probe (backends.c asks it before init) */
 
 int cuda_probe(char *why)
 {

@@ -1,8 +1,8 @@
 /* cuda_backend: the engine on an NVIDIA GPU (engine.h's contract), through the driver API that
  * cu_api.h loads at run time and the kernels embedded by cuda_fatbin.c.
  *
- * Start-up: the engine (engine_pick_backend, engine.c) asks cuda_probe() whether CUDA can serve:
- * the kernels are embedded, libcuda.so.1 loads and a device exists.
+ * Start-up: engine_init (backends.c) asks cuda_probe(), the backend's probe, whether CUDA can
+ * serve: the kernels are embedded, libcuda.so.1 loads and a device exists.
  * A cuda_engine owns a context (the device's primary context), a compute stream and a copy
  * stream, all weights resident in device memory (laid out by cuda_plan), the paged KV cache in
  * device memory (same block ids as the host kv_cache, so the scheduler's block tables apply
@@ -33,6 +33,7 @@ int cuda_probe(char *why);
 /* The name of device 0 ("?" when it cannot be read); after cuda_probe() succeeded. */
 void cuda_device_name(char *name, size_t cap);
 
+/* engine.h's backend over a cuda_engine (in engine.backend_state); its errors say "cuda: ...". */
 extern const struct engine_backend cuda_backend;
 
 struct cuda_device_info {

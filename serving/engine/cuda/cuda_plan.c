@@ -46,52 +46,24 @@ uint64_t cuda_ggml_row_bytes(uint32_t type, int cols)
     return device_type && cols > 0 ? ggml_row_bytes(type, (uint64_t)cols) : 0;
 }
 
-static const char *const layer_names[CUDA_LAYER_TENSORS] = {
-    [CM_ATTN_NORM] = "attn_norm",
-    [CM_Q] = "attn_q",
-    [CM_K] = "attn_k",
-    [CM_V] = "attn_v",
-    [CM_O] = "attn_output",
-    [CM_FFN_NORM] = "ffn_norm",
-    [CM_GATE] = "ffn_gate",
-    [CM_DOWN] = "ffn_down",
-    [CM_UP] = "ffn_up",
-    [CM_BQ] = "attn_q.bias",
-    [CM_BK] = "attn_k.bias",
-    [CM_BV] = "attn_v.bias",
-    [CM_Q_NORM] = "attn_q_norm",
-    [CM_K_NORM] = "attn_k_norm",
-    [CM_ROPE_FREQS] = "rope_freqs",
+/* Each device slot's tensor in model.h's list (its name, its field, whether a config has it). */
+static const int slot_tensor[CUDA_LAYER_TENSORS] = {
+    [CM_ATTN_NORM] = LT_ATTN_NORM,
+    [CM_Q] = LT_ATTN_Q,
+    [CM_K] = LT_ATTN_K,
+    [CM_V] = LT_ATTN_V,
+    [CM_O] = LT_ATTN_OUT,
+    [CM_FFN_NORM] = LT_FFN_NORM,
+    [CM_GATE] = LT_FFN_GATE,
+    [CM_DOWN] = LT_FFN_DOWN,
+    [CM_UP] = LT_FFN_UP,
+    [CM_BQ] = LT_Q_BIAS,
+    [CM_BK] = LT_K_BIAS,
+    [CM_BV] = LT_V_BIAS,
+    [CM_Q_NORM] = LT_Q_NORM,
+    [CM_K_NORM] = LT_K_NORM,
+    [CM_ROPE_FREQS] = LT_ROPE_FREQS,
 };
-
-/* What a vector must be: NULL for a matrix. */
-static const char *vector_kind(int f)
-{
-    switch (f) {
-    case CM_ATTN_NORM:
-    case CM_FFN_NORM:
-    case CM_Q_NORM:
-    case CM_K_NORM:
-        return "norm weights";
-    case CM_BQ:
-    case CM_BK:
-    case CM_BV:
-        return "biases";
-    case CM_ROPE_FREQS:
-        return "rope frequency factors";
-    default:
-        return NULL;
-    }
-}
-
-/* 1 if a layer of config c has tensor f. */
-static int layer_has(const struct model_config *c, int f)
-{
-    if (f >= CM_BQ && f <= CM_BV) return c->qkv_bias;
-    if (f == CM_Q_NORM || f == CM_K_NORM) return c->qk_norm;
-    if (f == CM_ROPE_FREQS) return c->rope_freqs;
-    return 1;
-}
 
 /* Fill one mat's shape and device sizes; the offsets come later. f32_only: NULL for a matrix,
  * else what the vector is (read element-wise: no row padding). */
@@ -168,7 +140,7 @@ int cuda_plan_weights(struct cuda_plan *p, const struct model *m, char *err)
     p->n_spans = L + 2;
     p->layer_stride = 0;
     for (int f = 0; f < CUDA_LAYER_TENSORS; f++)
-        p->layer_slot[f] = layer_has(&m->cfg, f) ? p->layer_stride++ : -1;
+        p->layer_slot[f] = layer_tensor_present(&m->cfg, slot_tensor[f]) ? p->layer_stride++ : -1;
     size_t max_mats = (size_t)p->layer_stride * L + 3;
     p->mats = calloc(max_mats, sizeof *p->mats);
     /* Names outlive the plan's users only as long as the plan: one buffer, freed with it. */
@@ -180,36 +152,22 @@ int cuda_plan_weights(struct cuda_plan *p, const struct model *m, char *err)
         return errmsg_set(err, "cuda: out of memory for the weight plan");
     }
     int n = 0;
-    snprintf(names, 32, "token_embd");
+    snprintf(names, 32, "token_embd.weight");
     if (plan_mat(&p->mats[n++], &m->token_embd, names, 0, NULL, err)) goto fail;
     for (int l = 0; l < L; l++) {
         const struct layer_weights *lw = &m->layers[l];
-        const struct tensor *ts[CUDA_LAYER_TENSORS] = {
-            [CM_ATTN_NORM] = &lw->attn_norm,
-            [CM_Q] = &lw->wq,
-            [CM_K] = &lw->wk,
-            [CM_V] = &lw->wv,
-            [CM_O] = &lw->wo,
-            [CM_FFN_NORM] = &lw->ffn_norm,
-            [CM_GATE] = &lw->w_gate,
-            [CM_DOWN] = &lw->w_down,
-            [CM_UP] = &lw->w_up,
-            [CM_BQ] = &lw->bq,
-            [CM_BK] = &lw->bk,
-            [CM_BV] = &lw->bv,
-            [CM_Q_NORM] = &lw->q_norm,
-            [CM_K_NORM] = &lw->k_norm,
-            [CM_ROPE_FREQS] = &lw->rope_freqs,
-        };
         for (int f = 0; f < CUDA_LAYER_TENSORS; f++) {
             if (p->layer_slot[f] < 0) continue;
             char *nm = names + (size_t)n * 32;
-            snprintf(nm, 32, "blk.%d.%s", l, layer_names[f]);
-            if (plan_mat(&p->mats[n++], ts[f], nm, 1 + l, vector_kind(f), err)) goto fail;
+            int k = slot_tensor[f];
+            snprintf(nm, 32, "blk.%d.%s", l, layer_tensor_name[k]);
+            if (plan_mat(&p->mats[n++], layer_tensor(lw, k), nm, 1 + l, layer_tensor_vector(k),
+                         err))
+                goto fail;
         }
     }
     p->embd = 0;
-    snprintf(names + (size_t)n * 32, 32, "output_norm");
+    snprintf(names + (size_t)n * 32, 32, "output_norm.weight");
     p->out_norm = n;
     if (plan_mat(&p->mats[n], &m->output_norm, names + (size_t)n * 32, L + 1, "norm weights", err))
         goto fail;
@@ -217,7 +175,7 @@ int cuda_plan_weights(struct cuda_plan *p, const struct model *m, char *err)
     if (m->tied_output) {
         p->out = p->embd;
     } else {
-        snprintf(names + (size_t)n * 32, 32, "output");
+        snprintf(names + (size_t)n * 32, 32, "output.weight");
         p->out = n;
         if (plan_mat(&p->mats[n], &m->output, names + (size_t)n * 32, L + 1, NULL, err)) goto fail;
         n++;

@@ -20,7 +20,8 @@
 
 #define CUDA_DEV_ALIGN 256 /* every device array starts on a 256-byte boundary */
 
-/* A layer's tensors: the nine every architecture has, then the ones the config may add. */
+/* A layer's tensors on the device: the nine every architecture has, then the ones the config may
+ * add (model.h's enum layer_tensor names each: cuda_plan.c's slot_tensor). */
 enum {
     CM_ATTN_NORM,
     CM_Q,
@@ -42,7 +43,7 @@ enum {
 
 struct cuda_mat {
     const struct tensor *t; /* host tensor */
-    const char *name;       /* "blk.3.attn_q", for messages */
+    const char *name;       /* "blk.3.attn_q.weight", the file's name, for messages */
     int span;
     uint32_t type;
     int rows, cols, ld; /* ld: elements per device row (F32/F16/BF16), else cols */
