@@ -19,7 +19,7 @@
 struct generate_opts {
     const char *model, *prompt;
     double temp, top_p, min_p, seed;
-    int n_gen, top_k, threads, chunk, verbose, kv_type;
+    int n_gen, top_k, threads, chunk, verbose, kv_type, attn;
 };
 
 /* One sequence's run: the model, its buffers (allocated once), the sampler. */
@@ -51,6 +51,7 @@ static int parse_opts(int argc, char **argv, struct generate_opts *o)
         {"--threads", OPT_INT, &o->threads, 1, 1024, NULL, "N"},
         {"--batch", OPT_INT, &o->chunk, 1, 65536, NULL, "N"},
         {"--kv-type", OPT_PARSE, &o->kv_type, 0, 0, opts_kv_type, "f16|f32"},
+        {"--attn", OPT_PARSE, &o->attn, 0, 0, opts_attn, "exact|ggml-fa"},
         {"-v", OPT_FLAG, &o->verbose, 0, 0, NULL, NULL},
     };
     const int n = (int)(sizeof t / sizeof t[0]);
@@ -72,7 +73,8 @@ static int generation_open(struct generation *g, const struct generate_opts *o, 
         .limits = {.max_seqs = 1,
                    .max_tokens = o->chunk,
                    .threads = o->threads,
-                   .kv_type = o->kv_type},
+                   .kv_type = o->kv_type,
+                   .attn = o->attn},
         .verbose = o->verbose,
     };
     if (loader_open(g->lm, o->model, &lo, err)) {

@@ -1,6 +1,7 @@
 #include "cmd/options.h"
 
 #include "os/common/errmsg.h"
+#include "serving/engine/fwd_kernels.h"
 #include "serving/engine/kv_cache.h"
 
 #include <errno.h>
@@ -112,6 +113,13 @@ void opts_usage(FILE *f, const char *cmd, const struct opt *table, int n)
         col += fprintf(f, "%s", item);
     }
     fputc('\n', f);
+}
+
+int opts_attn(const char *v, void *dst, char *err)
+{
+    if ((*(int *)dst = attn_mode_parse(v)) == ATTN_DEFAULT)
+        return errmsg_set(err, "--attn %s: want exact or ggml-fa", v);
+    return 0;
 }
 
 int opts_kv_type(const char *v, void *dst, char *err)

@@ -42,6 +42,8 @@ struct opt {
 
 /* OPT_PARSE for --kv-type: f16|f32 into an int (enum kv_type). */
 int opts_kv_type(const char *value, void *dst, char *err);
+/* OPT_PARSE for --attn: exact|ggml-fa into an int (enum attn_mode, fwd_kernels.h). */
+int opts_attn(const char *value, void *dst, char *err);
 
 /* Parse argv[1..argc-1] against table[0..n-1]. 0 on success; -1 with err on the first problem. */
 int opts_parse(const struct opt *table, int n, int argc, char **argv, char *err);

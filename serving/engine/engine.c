@@ -93,6 +93,14 @@ int engine_limits_resolve(struct engine_limits *lim, const struct model_config *
     if (lim->kv_type == KV_DEFAULT) lim->kv_type = KV_F16;
     if (lim->kv_type != KV_F32 && lim->kv_type != KV_F16)
         return errmsg_set(err, "kv cache element type %d: want f32 or f16", lim->kv_type);
+    if (lim->attn == ATTN_DEFAULT) {
+        const char *env = getenv("STRATA_ATTN");
+        if (env && *env && (lim->attn = attn_mode_parse(env)) == ATTN_DEFAULT)
+            return errmsg_set(err, "STRATA_ATTN=%s: want exact or ggml-fa", env);
+        if (lim->attn == ATTN_DEFAULT) lim->attn = ATTN_EXACT;
+    }
+    if (lim->attn != ATTN_EXACT && lim->attn != ATTN_GGML)
+        return errmsg_set(err, "attention mode %d: want exact or ggml-fa", lim->attn);
     if (lim->kv_blocks <= 0)
         lim->kv_blocks = lim->max_seqs * ((lim->ctx + lim->kv_block_size - 1) / lim->kv_block_size);
     if (lim->threads <= 0) {
@@ -189,7 +197,7 @@ static void attention_worker(void *ctx, int ith, int nth)
             .hd = hd,
             .scale = 1.0f / sqrtf((float)hd),
         };
-        e->fwd->attend(&a, g0 * group, g1 * group);
+        e->attend(&a, g0 * group, g1 * group);
     }
 }
 
@@ -371,9 +379,14 @@ int engine_init(struct engine *e, struct model *m, const struct engine_limits *l
         return -1;
     }
     e->fwd = fwd_kernels_for(matmul_isa_of(&e->mm));
+    e->attend = l->attn == ATTN_GGML ? fwd_attend_ggml : e->fwd->attend;
     /* The first of backends.h's list that can serve (it logs which and why): a device's init
      * uploads the weights, the CPU's repacks them. */
-    return backends_start(e, a, backends_all, err);
+    if (backends_start(e, a, backends_all, err)) return -1;
+    if (l->attn == ATTN_GGML)
+        log_info("engine", "attention ggml-fa (llama.cpp's CPU flash attention, plain C)%s",
+                 e->be == &cpu_backend ? "" : ": the device ignores it");
+    return 0;
 }
 
 void engine_free(struct engine *e)

@@ -26,6 +26,7 @@
 #include "serving/engine/model.h"
 
 struct fwd_kernels;
+struct attn_args;
 
 /* The engine's limits, for every backend; engine_limits_resolve() is the one place that gives a 0
  * field its default (the value after the colon). */
@@ -37,6 +38,7 @@ struct engine_limits {
     int kv_blocks;     /* enough for max_seqs full contexts */
     int kv_type;       /* enum kv_type: KV_DEFAULT = f16 */
     int threads;       /* the online CPUs */
+    int attn;          /* enum attn_mode (fwd_kernels.h): $STRATA_ATTN, else ATTN_EXACT (CPU) */
     /* 1: the weight image keeps GGUF's layout (no CPU repack): it is shared with fabric peers
      * (a source sends it, a joiner forwards it) or still arriving when the engine starts. */
     int keep_layout;
@@ -102,6 +104,7 @@ struct engine {
     struct threadpool *tp;
     struct matmul_ctx mm;
     const struct fwd_kernels *fwd; /* attention, SwiGLU: the ISA mm chose */
+    void (*attend)(const struct attn_args *a, int h0, int h1); /* fwd's, or lim.attn's */
     /* activations, each max_tokens rows */
     float *xb, *xb2, *q, *k, *v, *att_out, *hb, *hb2,
         *att_scores;      /* att_scores: per thread n_heads x fwd_att_floats(ctx) */

@@ -52,6 +52,17 @@ void fwd_attend_scalar(const struct attn_args *a, int h0, int h1);
 void fwd_kv_store_scalar(const struct kv_cache *kv, int layer, int block, int slot, const float *k,
                          const float *v);
 
+/* Which attention the engine runs (engine_limits.attn). ATTN_EXACT: the kernels above (exact
+ * two-pass softmax in f32 over the cache's keys and values). ATTN_GGML: fwd_attend_ggml, what
+ * llama.cpp's default CPU flash attention computes (fwd_attn_ggml.c: the query rounded to f16,
+ * an online softmax and, with an f16 cache, an f16 accumulator of the values), in plain C on
+ * every ISA: for reproducing llama.cpp's greedy text, not for speed. */
+enum attn_mode { ATTN_DEFAULT, ATTN_EXACT, ATTN_GGML };
+/* "exact" or "ggml-fa" -> the mode; ATTN_DEFAULT for anything else. */
+int attn_mode_parse(const char *s);
+const char *attn_mode_name(int mode);
+void fwd_attend_ggml(const struct attn_args *a, int h0, int h1);
+
 /* Scratch floats attend needs for a context of ctx positions (rounded up to whole vectors). */
 static inline size_t fwd_att_floats(int ctx)
 {

@@ -1,6 +1,7 @@
 /* fwd_kernels: attention over the paged cache (f32 and f16) and SwiGLU, every ISA this CPU has,
  * against a double-precision reference; a token's result does not depend on how its heads are
- * split; the f16 cache store rounds exactly as the compiler's _Float16 conversion does. */
+ * split; the f16 cache store rounds exactly as the compiler's _Float16 conversion does; the
+ * ggml-fa attention's f16 accumulation. */
 #include "os/common/errmsg.h"
 #include "check.h"
 
@@ -280,6 +281,65 @@ TEST(swiglu_matches_reference_every_isa)
     }
 }
 
+/* The ggml-fa attention (fwd_attn_ggml.c): within f16 accumulation error of the exact reference
+ * (and, on an f16 cache over 71 positions, not equal to it: the accumulator is f16); position 0
+ * alone gives its value exactly; two positions with equal keys give f16(v0 + v1) * 0.5 exactly,
+ * the sum rounded to f16 as llama.cpp's accumulator rounds it. */
+TEST(attend_ggml_fa)
+{
+    for (int type = KV_F32; type <= KV_F16; type++) {
+        struct fixture f;
+        fixture_init(&f, type, 8, 2, 64, 16, 71);
+        double worst = 0;
+        for (int pos = 0; pos < 71; pos += 7) {
+            reference(&f, pos % 2, pos);
+            struct attn_args args = args_for(&f, pos % 2, pos);
+            fwd_attend_ggml(&args, 0, f.n_heads);
+            for (int j = 0; j < f.n_heads * f.hd; j++)
+                worst = fmax(worst, fabs((double)f.out[j] - f.ref[j]));
+        }
+        if (type == KV_F32)
+            CHECKF(worst < 2e-5, "f32 cache: error %.3g", worst);
+        else
+            CHECKF(worst > 1e-5 && worst < 3e-3, "f16 cache: error %.3g", worst);
+        struct attn_args args = args_for(&f, 0, 0);
+        fwd_attend_ggml(&args, 0, f.n_heads);
+        for (int h = 0; h < f.n_heads; h++)
+            for (int i = 0; i < f.hd; i++) {
+                const void *v = kv_value_at(&f.kv, 0, f.table[0], 0, (h / 4) * f.hd + i);
+                CHECK(f.out[h * f.hd + i] == (float)elt(&f.kv, v, 0));
+            }
+        /* position 1 gets position 0's keys (its values stay) */
+        int kvd = f.n_kv_heads * f.hd, rounded = 0;
+        float *k = malloc(sizeof(float) * kvd), *v = malloc(sizeof(float) * kvd);
+        for (int i = 0; i < kvd; i++) {
+            const void *kb = kv_key_block(&f.kv, 0, f.table[0]);
+            k[i] = (float)elt(&f.kv, kb, (size_t)i * f.kv.block_size);
+            v[i] = (float)elt(&f.kv, kv_value_at(&f.kv, 0, f.table[0], 1, i), 0);
+        }
+        fwd_kv_store_scalar(&f.kv, 0, f.table[0], 1, k, v);
+        args = args_for(&f, 0, 1);
+        fwd_attend_ggml(&args, 0, f.n_heads);
+        for (int h = 0; h < f.n_heads; h++)
+            for (int i = 0; i < f.hd; i++) {
+                int c = (h / 4) * f.hd + i;
+                float v0 = (float)elt(&f.kv, kv_value_at(&f.kv, 0, f.table[0], 0, c), 0);
+                float v1 = (float)elt(&f.kv, kv_value_at(&f.kv, 0, f.table[0], 1, c), 0);
+                float sum = v0 + v1;
+                if (type == KV_F16) {
+                    _Float16 r = (_Float16)sum;
+                    rounded += (float)r != sum;
+                    sum = (float)r;
+                }
+                CHECKF(f.out[h * f.hd + i] == sum * 0.5f, "%s cache, head %d, %d: %.9g, want %.9g",
+                       kv_type_name(type), h, i, f.out[h * f.hd + i], sum * 0.5f);
+            }
+        CHECK(type == KV_F32 || rounded > 0);
+        free(k), free(v);
+        fixture_free(&f);
+    }
+}
+
 int main(void)
 {
     printf("# best ISA on this CPU: %s\n", matmul_isa());
@@ -288,5 +348,6 @@ int main(void)
     RUN(kv_store_rounds_like_float16);
     RUN(attend_split_heads_bit_identical);
     RUN(swiglu_matches_reference_every_isa);
+    RUN(attend_ggml_fa);
     CHECK_DONE();
 }
