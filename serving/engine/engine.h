@@ -37,8 +37,9 @@ struct engine_limits {
     int kv_blocks;     /* enough for max_seqs full contexts */
     int kv_type;       /* enum kv_type: KV_DEFAULT = f16 */
     int threads;       /* the online CPUs */
-    /* 1: the weight image keeps GGUF's layout (no CPU repack): it is shared with fabric peers
-     * (a source sends it, a joiner forwards it) or still arriving when the engine starts. */
+    /* 1: engine_init leaves the weight image in GGUF's layout (no CPU repack): it is still
+     * arriving (a fabric joiner repacks each span as it lands: engine_repack_span), or peers
+     * read it as it is (one-sided, rdma), or a source repacks it once it has taken its CRCs. */
     int keep_layout;
 };
 
@@ -109,6 +110,21 @@ const struct engine_backend *engine_pick_backend(const struct engine_backend *cp
 int engine_init(struct engine *e, struct model *m, const struct engine_limits *lim, struct arena *a,
                 char *err);
 void engine_free(struct engine *e);
+
+/* The CPU backend's own layouts (repack.h) for span s's matrices (model.h: a block's seven, the
+ * output, the tied embedding), rewritten in place, the work that engine_init does for every span
+ * without keep_layout. For an image that arrives later: call it before the span is used (a step
+ * must never read one half-rewritten); use_pool: on the engine's threads (only while no step
+ * runs), else on the calling thread. A no-op on a device backend (it uploads GGUF's bytes).
+ * Returns the matrices rewritten, or -1 with err (no memory for the staging copy). */
+int engine_repack_span(struct engine *e, int span, int use_pool, char *err);
+/* 1 when the backend multiplies from its own layouts (the CPU's: engine_repack_span does work). */
+int engine_repacks(const struct engine *e);
+/* Bytes [off, off + len) of the weight image (image: where the tensors live) as GGUF lays them
+ * out, whatever spans were rewritten: what a holder sends its peers. Not while a span in the
+ * range is being rewritten. */
+void engine_read_gguf(const struct engine *e, const uint8_t *image, uint64_t off, size_t len,
+                      uint8_t *out);
 
 /* The step operations return 0, or -1 with the reason in engine_error(e) ("engine: batch of 300
  * tokens, the limit is 256"). One thread drives an engine, so the reason is that thread's. */
