@@ -91,6 +91,7 @@ static void on_span(void *ctx, int span)
             log_warn("loader", "span %d: device upload: %s", span, err);
     }
     if (span == 0) {
+        atomic_store(&sl->embedding, 1);
         log_info("loader", "%s: the embedding is here", sl->name);
         if (sl->on_embedding) sl->on_embedding(sl->ctx);
     }
@@ -100,6 +101,7 @@ static void on_span(void *ctx, int span)
         if (sl->on_resident) sl->on_resident(sl->ctx, k);
     }
     if (weight_store_complete(&sl->store)) {
+        atomic_store(&sl->complete, 1);
         log_info("loader", "%s: every span verified: serving alone", sl->name);
         if (sl->repacked)
             log_info("loader",
@@ -146,6 +148,8 @@ int stream_loader_source(struct stream_loader *sl, struct loaded_model *lm, cons
         return -1;
     atomic_store(&sl->engine_ready, 1);
     atomic_store(&sl->k, m->cfg.n_layers);
+    atomic_store(&sl->embedding, 1);
+    atomic_store(&sl->complete, 1);
     if (lp) layer_progress_full(lp, m->cfg.n_layers, m->n_spans, m->image_size);
     return 0;
 }
@@ -184,5 +188,10 @@ int stream_loader_k(const struct stream_loader *sl)
 
 int stream_loader_complete(const struct stream_loader *sl)
 {
-    return weight_store_complete(&sl->store);
+    return atomic_load(&sl->complete);
+}
+
+int stream_loader_embedding(const struct stream_loader *sl)
+{
+    return atomic_load(&sl->embedding);
 }

@@ -24,8 +24,9 @@
  * read_image turns a rewritten chunk back (engine_read_gguf), and the memory is the image's own.
  * keep_gguf is for a transport whose peers read the arena one-sided (rdma): they see it as it is.
  *
- * Threads: everything here runs on the fabric thread except the readers (stream_loader_engine,
- * _k, _complete: atomics), which any thread may call. */
+ * Threads: everything here runs on the fabric thread except the readers (stream_loader_k,
+ * _complete, _embedding: atomics, set once a span is usable), which any thread may call; the
+ * store's weight_store_span_ready says verified, which comes before the rewrite. */
 #ifndef STRATA_STREAM_LOADER_H
 #define STRATA_STREAM_LOADER_H
 
@@ -46,6 +47,8 @@ struct stream_loader {
     void *ctx;
     atomic_int engine_ready; /* lm's engine is started (joiner: after the header) */
     atomic_int k;
+    /* the embedding / every span here and usable (repacked: the store's own flags come first) */
+    atomic_int embedding, complete;
     char name[80];
     int keep_gguf; /* set before the stream starts: 1 = never rewrite the image (above) */
     /* fabric thread: matrices rewritten as spans landed, and the seconds it took */
@@ -67,5 +70,6 @@ void stream_loader_free(struct stream_loader *sl);
 /* Consecutive blocks held with the embedding (0 until the embedding and block 0 are here). */
 int stream_loader_k(const struct stream_loader *sl);
 int stream_loader_complete(const struct stream_loader *sl);
+int stream_loader_embedding(const struct stream_loader *sl);
 
 #endif

@@ -175,7 +175,7 @@ void weight_node_step(struct weight_node *wn)
 
 int weight_node_embedding_ready(const struct weight_node *wn)
 {
-    return weight_store_span_ready(&wn->sl.store, 0);
+    return stream_loader_embedding(&wn->sl);
 }
 
 int weight_node_engine_ready(const struct weight_node *wn)

@@ -55,7 +55,7 @@ void weight_node_step(struct weight_node *wn);
 
 /* Any thread. */
 int weight_node_engine_ready(const struct weight_node *wn);    /* lm's engine is started */
-int weight_node_embedding_ready(const struct weight_node *wn); /* span 0 verified */
+int weight_node_embedding_ready(const struct weight_node *wn); /* span 0 here, usable */
 /* Blocks usable here: consecutive blocks with the embedding, at most L-1 until the head has
  * arrived too (k = L means "serves alone"). */
 int weight_node_k(const struct weight_node *wn);

@@ -10,8 +10,8 @@
  * span by span as each lands) and send GGUF's bytes; the corrupted-header run keeps GGUF's layout
  * (keep_gguf, as over rdma). And for Q4_0, Q8_0 and Q4_K: a joiner (and a second one pulling from
  * it once it is complete, every chunk turned back into GGUF's bytes) ends with the tensor types,
- * the image bytes, the logits and the greedy text of a node that loaded the file, and a block is
- * in those types before k says it is resident. */
+ * the image bytes, the logits and the greedy text of a node that loaded the file, and a block (the
+ * embedding) is in those types before k (on_embedding) says it is there. */
 #include "cluster/stream_loader.h"
 #include "serving/engine/repack.h"
 #include "serving/engine/sampler.h"
@@ -251,9 +251,11 @@ static void check_span_types(const struct model *m, int s)
             CHECKF(repack_base_type(b[i]->type) != b[i]->type || !strcmp(isa, "scalar"),
                    "block %d matrix %d: %s on %s", s - 1, i, tensor_type_name(b[i]->type), isa);
         }
+    } else if (s == 0) { /* the embedding: the output too when tied */
+        CHECK_EQ_INT((int)m->token_embd.type, (int)r->token_embd.type);
+        if (r->tied_output) CHECK_EQ_INT((int)m->output.type, (int)r->output.type);
     } else {
         CHECK_EQ_INT((int)m->output.type, (int)r->output.type);
-        CHECK_EQ_INT((int)m->token_embd.type, (int)r->token_embd.type);
     }
 }
 
@@ -262,6 +264,14 @@ static void on_resident_chain(void *ctx, int k)
     (void)ctx;
     /* the blocks k says are here are already in the engine's layouts (same thread: the stream) */
     for (int l = 0; l < k; l++) check_span_types(&chain_j1->lm->model, 1 + l);
+    early_checks++;
+}
+
+static void on_embedding_chain(void *ctx)
+{
+    (void)ctx;
+    CHECK(stream_loader_embedding(chain_j1));
+    check_span_types(&chain_j1->lm->model, 0); /* a tied embedding is the output: repacked */
     early_checks++;
 }
 
@@ -315,6 +325,7 @@ static void streamed_like_file_loaded(uint32_t type, int tied)
     chain_j1 = &j1;
     early_checks = 0;
     j1.on_resident = on_resident_chain;
+    j1.on_embedding = on_embedding_chain;
     CHECK(auth_init(err) == 0);
     char a_src[32], a_j1[32];
     snprintf(a_src, sizeof a_src, "127.0.0.1:%d", free_port());
@@ -352,7 +363,7 @@ static void streamed_like_file_loaded(uint32_t type, int tied)
         CHECKF(weight_stream_step(w2, err) == 0, "%s", err);
     }
     CHECK(stream_loader_complete(&j1) && stream_loader_complete(&j2));
-    CHECK_EQ_INT(early_checks, c.layers);
+    CHECK_EQ_INT(early_checks, c.layers + 1);
     const size_t size = file_lm.model.image_size;
     enum { N = 12 };
     int want[N], got[N];
@@ -369,7 +380,10 @@ static void streamed_like_file_loaded(uint32_t type, int tied)
         CHECK(!memcmp(got, want, sizeof want));
         CHECK(!memcmp(lg, lw, sizeof(float) * N * c.vocab));
     }
-    if (tied) CHECK(file_lm.model.token_embd.type == file_lm.model.output.type);
+    if (tied) /* the embedding is the output, repacked (span 0 got rewritten) */
+        CHECK(file_lm.model.token_embd.type == file_lm.model.output.type &&
+              (file_lm.model.token_embd.type == repack_type_of(type) ||
+               !strcmp(matmul_isa(), "scalar")));
     free(lw), free(lg);
     weight_stream_free(ws), weight_stream_free(w1), weight_stream_free(w2);
     tp_destroy(ts), tp_destroy(t1), tp_destroy(t2);
