@@ -33,7 +33,9 @@ static void repack_span(struct stream_loader *sl, int span)
         log_warn("loader", "%s: span %d stays in GGUF's layout: %s", sl->name, span, err);
     else
         sl->repacked += n;
-    sl->repack_s += now_s() - t0;
+    double dt = now_s() - t0;
+    sl->repack_s += dt;
+    if (dt > sl->repack_max_s) sl->repack_max_s = dt;
 }
 
 /* Header verified: plan, check, start the engine; the weight pool becomes the stream's image. */
@@ -106,8 +108,9 @@ static void on_span(void *ctx, int span)
         if (sl->repacked)
             log_info("loader",
                      "%s: %d matrices stored in 16-row groups for the %s kernels as they landed "
-                     "(%.2f s on this thread)",
-                     sl->name, sl->repacked, matmul_isa_of(&sl->lm->engine.mm), sl->repack_s);
+                     "(%.2f s on this thread, %.3f s the longest span)",
+                     sl->name, sl->repacked, matmul_isa_of(&sl->lm->engine.mm), sl->repack_s,
+                     sl->repack_max_s);
         if (sl->on_complete) sl->on_complete(sl->ctx);
     }
 }

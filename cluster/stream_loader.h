@@ -51,9 +51,10 @@ struct stream_loader {
     atomic_int embedding, complete;
     char name[80];
     int keep_gguf; /* set before the stream starts: 1 = never rewrite the image (above) */
-    /* fabric thread: matrices rewritten as spans landed, and the seconds it took */
+    /* fabric thread: matrices rewritten as spans landed, the seconds it took, the longest span's
+     * (the fabric thread does nothing else meanwhile) */
     int repacked;
-    double repack_s;
+    double repack_s, repack_max_s;
 };
 
 /* lm: zeroed storage the loader fills (joiner). opts.limits.keep_layout is forced on. */
