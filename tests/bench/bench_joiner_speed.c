@@ -99,7 +99,8 @@ static struct tp *tp_at(const char *listen)
 
 /* source -> two joiners (one repacking as spans land, one keeping GGUF's layout), to the end. */
 static int stream_two(const char *path, const struct loader_opts *o, struct loaded_model *jr,
-                      struct loaded_model *jg, double *secs, double *repack_s, double *span_max)
+                      struct loaded_model *jg, double *secs, double *repack_s, double *span_max,
+                      double *read_gbs)
 {
     static struct loaded_model src_lm;
     static struct stream_loader src, sr, sg;
@@ -143,6 +144,15 @@ static int stream_two(const char *path, const struct loader_opts *o, struct load
             goto close_tp;
     }
     *secs = clock_now() - t0;
+    /* what a holder's send path costs: its whole image back in GGUF's bytes, 1 MiB at a time */
+    size_t size = (size_t)src_lm.model.image_size, step = (size_t)1 << 20;
+    uint8_t *buf = malloc(step);
+    double tr = clock_now();
+    for (size_t off = 0; buf && off < size; off += step)
+        engine_read_gguf(&src_lm.engine, src_lm.weights, off, size - off < step ? size - off : step,
+                         buf);
+    *read_gbs = buf ? size / (clock_now() - tr) / 1e9 : 0;
+    free(buf);
     *repack_s = sr.repack_s;
     *span_max = sr.repack_max_s;
     rc = 0;
@@ -177,9 +187,9 @@ static void bench(const struct shape *s, uint32_t type, int threads)
     of.limits.keep_layout = 0;
     static struct loaded_model lm[3]; /* file, joiner, gguf */
     memset(lm, 0, sizeof lm);
-    double stream_s = 0, repack_s = 0, span_max = 0;
+    double stream_s = 0, repack_s = 0, span_max = 0, read_gbs = 0;
     if (loader_open(&lm[0], path, &of, err) ||
-        stream_two(path, &o, &lm[1], &lm[2], &stream_s, &repack_s, &span_max)) {
+        stream_two(path, &o, &lm[1], &lm[2], &stream_s, &repack_s, &span_max, &read_gbs)) {
         fprintf(stderr, "%s %s: %s\n", s->name, ggml_type_name(type), err);
         for (int i = 0; i < 3; i++)
             if (lm[i].engine_started) loader_close(&lm[i]);
@@ -207,10 +217,10 @@ static void bench(const struct shape *s, uint32_t type, int threads)
     printf("%-14s %-4s %d thr | file-loaded: prefill %7.1f, decode %6.2f tok/s | joiner at k = L: "
            "prefill %7.1f (%.2fx), decode %6.2f (%.2fx) | in GGUF's layout: prefill %7.1f, decode "
            "%6.2f | %s; streamed in %.1f s, repacked as it landed in %.2f s (one span at most %.3f "
-           "s) | %s\n",
+           "s); a holder reads GGUF's bytes back at %.1f GB/s | %s\n",
            s->name, ggml_type_name(type), threads, p[0], d[0], p[1], p[1] / p[0], d[1], d[1] / d[0],
            p[2], d[2], same ? "image, tokens, logits identical" : "IMAGE OR OUTPUT DIFFERS",
-           stream_s, repack_s, span_max, matmul_isa());
+           stream_s, repack_s, span_max, read_gbs, matmul_isa());
     fflush(stdout);
 out:
     for (int i = 0; i < 3; i++) free(r[i].logits), loader_close(&lm[i]);
