@@ -268,7 +268,6 @@ static int cpu_head(struct engine *e, const struct batch *b, const float *x, flo
 
 /* Store the matrices in the layouts the chosen kernels read fastest (repack.h), in the weight
  * image. Only the CPU backend does this: a device backend uploads the ggml bytes. */
-static const struct engine_backend cpu_backend;
 
 /* The matrices span s holds (model.h): a block's seven, the head's output, and the embedding when
  * it is the tied output (the lookup, tensor_get_row, reads any layout). */
@@ -289,7 +288,7 @@ int engine_repack_span(struct engine *e, int span, int use_pool, char *err)
     struct model *m = e->model;
     struct tensor *mats[7];
     int n = span_matrices(m, span, mats), done = 0;
-    if (e->be != &cpu_backend) return 0;
+    if (!engine_repacks(e)) return 0;
     for (int i = 0; i < n; i++) {
         if (!matmul_wants_repack(&e->mm, mats[i])) continue;
         if (repack_tensor_tp(mats[i], use_pool ? e->tp : NULL, err)) return -1;
@@ -301,7 +300,7 @@ int engine_repack_span(struct engine *e, int span, int use_pool, char *err)
 
 int engine_repacks(const struct engine *e)
 {
-    return e->be == &cpu_backend;
+    return !strcmp(e->be->name, "cpu"); /* by name: the repack is the CPU backend's own */
 }
 
 void engine_read_gguf(const struct engine *e, const uint8_t *image, uint64_t off, size_t len,

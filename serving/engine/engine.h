@@ -37,9 +37,9 @@ struct engine_limits {
     int kv_blocks;     /* enough for max_seqs full contexts */
     int kv_type;       /* enum kv_type: KV_DEFAULT = f16 */
     int threads;       /* the online CPUs */
-    /* 1: engine_init leaves the weight image in GGUF's layout (no CPU repack): it is still
-     * arriving (a fabric joiner repacks each span as it lands: engine_repack_span), or peers
-     * read it as it is (one-sided, rdma), or a source repacks it once it has taken its CRCs. */
+    /* 1: the weight image keeps GGUF's layout (no CPU repack): it is shared with fabric peers
+     * that read it one-sided (rdma), or still arriving (a joiner repacks each span as it lands:
+     * engine_repack_span), or a fabric source repacks it once it took its CRCs (stream_loader.h). */
     int keep_layout;
 };
 
