@@ -288,7 +288,6 @@ int engine_repack_span(struct engine *e, int span, int use_pool, char *err)
     struct model *m = e->model;
     struct tensor *mats[7];
     int n = span_matrices(m, span, mats), done = 0;
-    if (!engine_repacks(e)) return 0;
     for (int i = 0; i < n; i++) {
         if (!matmul_wants_repack(&e->mm, mats[i])) continue;
         if (repack_tensor_tp(mats[i], use_pool ? e->tp : NULL, err)) return -1;
@@ -300,7 +299,7 @@ int engine_repack_span(struct engine *e, int span, int use_pool, char *err)
 
 int engine_repacks(const struct engine *e)
 {
-    return !strcmp(e->be->name, "cpu"); /* by name: the repack is the CPU backend's own */
+    return e->be && !strcmp(e->be->name, "cpu"); /* by name: the repack is the CPU's own */
 }
 
 void engine_read_gguf(const struct engine *e, const uint8_t *image, uint64_t off, size_t len,

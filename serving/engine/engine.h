@@ -115,10 +115,10 @@ void engine_free(struct engine *e);
  * output, the tied embedding), rewritten in place, the work that engine_init does for every span
  * without keep_layout. For an image that arrives later: call it before the span is used (a step
  * must never read one half-rewritten); use_pool: on the engine's threads (only while no step
- * runs), else on the calling thread. A no-op on a device backend (it uploads GGUF's bytes).
- * Returns the matrices rewritten, or -1 with err (no memory for the staging copy). */
+ * runs), else on the calling thread. For the CPU backend only (engine_repacks: a device backend
+ * uploads GGUF's bytes). Returns the matrices rewritten, or -1 with err (no staging memory). */
 int engine_repack_span(struct engine *e, int span, int use_pool, char *err);
-/* 1 when the backend multiplies from its own layouts (the CPU's: engine_repack_span does work). */
+/* 1 when the engine runs on the CPU backend, which multiplies from its own layouts (repack.h). */
 int engine_repacks(const struct engine *e);
 /* Bytes [off, off + len) of the weight image (image: where the tensors live) as GGUF lays them
  * out, whatever spans were rewritten: what a holder sends its peers. Not while a span in the
