@@ -16,8 +16,17 @@
  * Source (stream_loader_source): a model loaded from a file (loader_open with
  * limits.keep_layout) offers its arena image and header bytes as they are: nothing is copied.
  *
- * Threads: everything here runs on the fabric thread except the readers (stream_loader_engine,
- * _k, _complete: atomics), which any thread may call. */
+ * The engine's own layouts: a CPU engine multiplies fastest from its 16-row records (repack.h),
+ * which a file-loaded engine makes at init. Unless keep_gguf, the joiner rewrites each span in
+ * place as it verifies, before k (or the embedding) says it is there, so a step never reads one
+ * half-rewritten; a source does all of it once the manifest's CRCs are taken
+ * (stream_loader_repack). Either way a downstream peer still receives GGUF's bytes: the store's
+ * read_image turns a rewritten chunk back (engine_read_gguf), and the memory is the image's own.
+ * keep_gguf is for a transport whose peers read the arena one-sided (rdma): they see it as it is.
+ *
+ * Threads: everything here runs on the fabric thread except the readers (stream_loader_k,
+ * _complete, _embedding: atomics, set once a span is usable), which any thread may call; the
+ * store's weight_store_span_ready says verified, which comes before the rewrite. */
 #ifndef STRATA_STREAM_LOADER_H
 #define STRATA_STREAM_LOADER_H
 
@@ -38,7 +47,14 @@ struct stream_loader {
     void *ctx;
     atomic_int engine_ready; /* lm's engine is started (joiner: after the header) */
     atomic_int k;
+    /* the embedding / every span here and usable (repacked: the store's own flags come first) */
+    atomic_int embedding, complete;
     char name[80];
+    int keep_gguf; /* set before the stream starts: 1 = never rewrite the image (above) */
+    /* fabric thread: matrices rewritten as spans landed, the seconds it took, the longest span's
+     * (the fabric thread does nothing else meanwhile) */
+    int repacked;
+    double repack_s, repack_max_s;
 };
 
 /* lm: zeroed storage the loader fills (joiner). opts.limits.keep_layout is forced on. */
@@ -47,10 +63,14 @@ void stream_loader_joiner(struct stream_loader *sl, struct loaded_model *lm,
 /* lm: loaded from a file with keep_layout. name: the model's name in the manifest. */
 int stream_loader_source(struct stream_loader *sl, struct loaded_model *lm, const char *name,
                          uint32_t chunk_size, struct layer_progress *lp, char *err);
+/* Source, before it serves (the engine's threads do it): every span into the engine's layouts,
+ * peers still getting GGUF's bytes. A no-op on a device backend. */
+int stream_loader_repack(struct stream_loader *sl, char *err);
 void stream_loader_free(struct stream_loader *sl);
 
 /* Consecutive blocks held with the embedding (0 until the embedding and block 0 are here). */
 int stream_loader_k(const struct stream_loader *sl);
 int stream_loader_complete(const struct stream_loader *sl);
+int stream_loader_embedding(const struct stream_loader *sl);
 
 #endif

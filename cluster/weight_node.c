@@ -124,6 +124,9 @@ struct weight_node *weight_node_source(const struct weight_node_config *cfg,
             log_warn("fabric", "%s", xerr);
         }
     }
+    /* The engine's own layouts, peers getting GGUF's bytes; not where they read the arena. */
+    wn->sl.keep_gguf = tp_can_pull(t);
+    if (stream_loader_repack(&wn->sl, err)) goto fail;
     if (node_attach(wn, err)) goto fail;
     log_info("fabric", "weights: offering %s (%d spans, %.1f MiB) to joiners", name,
              lm->model.n_spans, lm->model.image_size / 1048576.0);
@@ -144,6 +147,7 @@ struct weight_node *weight_node_joiner(const struct weight_node_config *cfg,
     struct weight_node *wn = node_new(cfg, 1, err);
     if (!wn) return NULL;
     stream_loader_joiner(&wn->sl, lm, lo, cfg->lp);
+    wn->sl.keep_gguf = tp_can_pull(fabric_node_tp(cfg->fabric));
     wn->sl.on_resident = on_resident;
     wn->sl.on_embedding = on_embedding;
     wn->sl.on_complete = on_complete;
@@ -171,7 +175,7 @@ void weight_node_step(struct weight_node *wn)
 
 int weight_node_embedding_ready(const struct weight_node *wn)
 {
-    return weight_store_span_ready(&wn->sl.store, 0);
+    return stream_loader_embedding(&wn->sl);
 }
 
 int weight_node_engine_ready(const struct weight_node *wn)

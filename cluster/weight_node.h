@@ -1,9 +1,10 @@
 /* weight_node: the serving process as a node of the weight fabric.
  *
  * A source (strata serve -m M --fabric ...) offers the model its engine runs from: the arena's
- * weight image (GGUF layout, engine_limits.keep_layout) and the file's GGUF header, nothing
- * copied; the arena is registered once with the transport (tp_expose) so rdma joiners read it
- * one-sided. A joiner (strata serve --peers A,B with no -m) pulls the weights from the first
+ * weight image and the file's GGUF header, nothing copied; the arena is registered once with the
+ * transport (tp_expose) so rdma joiners read it one-sided. Source and joiner alike run from the
+ * CPU engine's own layouts, sending GGUF's bytes (stream_loader.h), except over rdma, where
+ * peers read the image as it is and it keeps GGUF's layout. A joiner (strata serve --peers A,B with no -m) pulls the weights from the first
  * peer that can serve them straight into its engine's arena (cluster/stream_loader.h): the
  * engine starts when the header has arrived, k = resident blocks grows as spans verify
  * (on_resident), and when every span is here the node serves alone (on_complete). A joiner with
@@ -38,7 +39,7 @@ struct weight_node_config {
 struct weight_node;
 
 /* lm: loaded from a file with limits.keep_layout; name: the model's name for peers. Registers on
- * cfg->fabric (before fabric_node_start). */
+ * cfg->fabric (before fabric_node_start); repacks lm's engine (before it serves). */
 struct weight_node *weight_node_source(const struct weight_node_config *cfg,
                                        struct loaded_model *lm, const char *name, char *err);
 /* lm: zeroed storage the loader fills when the header arrives. */
@@ -54,7 +55,7 @@ void weight_node_step(struct weight_node *wn);
 
 /* Any thread. */
 int weight_node_engine_ready(const struct weight_node *wn);    /* lm's engine is started */
-int weight_node_embedding_ready(const struct weight_node *wn); /* span 0 verified */
+int weight_node_embedding_ready(const struct weight_node *wn); /* span 0 here, usable */
 /* Blocks usable here: consecutive blocks with the embedding, at most L-1 until the head has
  * arrived too (k = L means "serves alone"). */
 int weight_node_k(const struct weight_node *wn);

@@ -406,7 +406,8 @@ static int load_model(struct serve *sv, const struct serve_opts *o, struct loade
                                     .on_embedding = on_embedding,
                                     .ctx = sv};
     if (o->model) {
-        /* A fabric node keeps GGUF's layout: its arena image is what it sends. */
+        /* A fabric source loads in GGUF's layout, what its manifest's CRCs are of; then
+         * weight_node_source repacks it (peers still get GGUF's bytes). */
         lo->limits.keep_layout = sv->fabric != NULL;
         if (loader_open(sv->lm, o->model, lo, err)) return -1;
         const struct model *m = &sv->lm->model;

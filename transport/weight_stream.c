@@ -185,6 +185,8 @@ static void store_forget(struct weight_store *s)
     s->ctx = keep.ctx;
     s->alloc_image = keep.alloc_image;
     s->alloc_ctx = keep.alloc_ctx;
+    s->read_image = keep.read_image;
+    s->read_ctx = keep.read_ctx;
 }
 
 static int same_model(const struct wire_manifest *a, const struct wire_manifest *b)
@@ -243,6 +245,7 @@ struct weight_stream {
     uint32_t pull_unit;
     uint64_t pull_off;
     uint8_t *msg;
+    uint8_t *stage; /* a chunk as the manifest has it, when the store rewrote its image */
     struct weight_stream_stats st;
     int early_drops; /* image chunks that came before the image existed (header re-fetched) */
     int reject;      /* the header was rejected: forget this holder's model */
@@ -277,6 +280,7 @@ void weight_stream_free(struct weight_stream *ws)
     for (int i = 0; i < ws->n_f; i++) tp_close(ws->f[i].c);
     tp_close(ws->up);
     free(ws->msg);
+    free(ws->stage);
     free(ws);
 }
 
@@ -406,6 +410,11 @@ static int send_chunk(struct weight_stream *ws, struct feeder *f, uint32_t u, ui
         .len = len,
         .data = unit_base(ws->s, u) + off,
     };
+    if (u > 0 && ws->s->read_image) {
+        if (!ws->stage && !(ws->stage = malloc(WIRE_MAX_MSG))) return -1;
+        ws->s->read_image(ws->s->read_ctx, ch.offset, len, ws->stage);
+        ch.data = ws->stage;
+    }
     ch.crc = crc32c(0, ch.data, len);
     size_t n = wire_chunk_encode(ws->msg, WIRE_MAX_MSG, &ch);
     if (!n) return -1;

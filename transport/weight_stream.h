@@ -53,6 +53,13 @@ struct weight_store {
      * peer. Required on a joiner. */
     uint8_t *(*alloc_image)(void *ctx, uint64_t size, char *err);
     void *alloc_ctx;
+    /* Optional, on a holder whose image no longer holds every byte as the manifest has it (an
+     * engine rewrote verified spans into its own layout): image bytes [off, off + len) as the
+     * manifest has them, into out, for a chunk sent downstream. Called on the thread that steps
+     * the stream. NULL: the image is sent as it is. (A peer that reads the image one-sided, rdma,
+     * sees it as it is: such a holder must not rewrite it.) */
+    void (*read_image)(void *ctx, uint64_t off, uint32_t len, uint8_t *out);
+    void *read_ctx;
 };
 
 /* Source: a store that holds everything. header/image stay owned by the caller. spans must be in

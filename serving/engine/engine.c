@@ -273,14 +273,60 @@ static int cpu_head(struct engine *e, const struct batch *b, const float *x, flo
     return 0;
 }
 
-/* Store the matrices in the layouts the chosen kernels read fastest (repack.h), once, in the
- * weight image. Only the CPU backend does this: a device backend uploads the ggml bytes. */
-static int cpu_repack_one(struct engine *e, struct tensor *t, int *done, char *err)
+/* Store the matrices in the layouts the chosen kernels read fastest (repack.h), in the weight
+ * image. Only the CPU backend does this: a device backend uploads the ggml bytes. */
+
+/* The matrices span s holds (model.h): a block's seven, the head's output, and the embedding when
+ * it is the tied output (the lookup, tensor_get_row, reads any layout). */
+static int span_matrices(struct model *m, int s, struct tensor **out)
 {
-    if (!matmul_wants_repack(&e->mm, t)) return 0;
-    if (repack_tensor_tp(t, e->tp, err)) return -1;
-    ++*done;
-    return 0;
+    int L = m->cfg.n_layers, n = 0;
+    if (s >= 1 && s <= L) {
+        struct layer_weights *w = &m->layers[s - 1];
+        struct tensor *mats[] = {&w->wq, &w->wk, &w->wv, &w->wo, &w->w_gate, &w->w_down, &w->w_up};
+        for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) out[n++] = mats[i];
+    } else if ((s == 0 && m->tied_output) || (s == L + 1 && !m->tied_output))
+        out[n++] = &m->output;
+    return n;
+}
+
+int engine_repack_span(struct engine *e, int span, int use_pool, char *err)
+{
+    struct model *m = e->model;
+    struct tensor *mats[7];
+    int n = span_matrices(m, span, mats), done = 0;
+    for (int i = 0; i < n; i++) {
+        if (!matmul_wants_repack(&e->mm, mats[i])) continue;
+        if (repack_tensor_tp(mats[i], use_pool ? e->tp : NULL, err)) return -1;
+        done++;
+    }
+    if (span == 0 && done) m->token_embd.type = m->output.type; /* the tied output: one tensor */
+    return done;
+}
+
+int engine_repacks(const struct engine *e)
+{
+    return e->be && !strcmp(e->be->name, "cpu"); /* by name: the repack is the CPU's own */
+}
+
+void engine_read_gguf(const struct engine *e, const uint8_t *image, uint64_t off, size_t len,
+                      uint8_t *out)
+{
+    struct model *m = e->model;
+    memcpy(out, image + off, len);
+    for (int s = 0; s < m->n_spans; s++) {
+        const struct span *sp = &m->spans[s];
+        if (sp->offset >= off + len || sp->offset + sp->size <= off) continue;
+        struct tensor *mats[7];
+        int n = span_matrices(m, s, mats);
+        for (int i = 0; i < n; i++) {
+            const struct tensor *t = mats[i];
+            if (repack_base_type(t->type) == t->type) continue; /* still in ggml's rows */
+            uint64_t t0 = (uint64_t)((const uint8_t *)t->data - image), t1 = t0 + t->nbytes;
+            uint64_t a = off > t0 ? off : t0, b = off + len < t1 ? off + len : t1;
+            if (a < b) repack_read_gguf(t, a - t0, b - a, out + (a - off));
+        }
+    }
 }
 
 static int cpu_repack(struct engine *e, char *err)
@@ -289,15 +335,11 @@ static int cpu_repack(struct engine *e, char *err)
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     int done = 0;
-    for (int l = 0; l < m->cfg.n_layers; l++) {
-        struct layer_weights *w = &m->layers[l];
-        struct tensor *mats[] = {&w->wq, &w->wk, &w->wv, &w->wo, &w->w_gate, &w->w_down, &w->w_up};
-        for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++)
-            if (cpu_repack_one(e, mats[i], &done, err)) return -1;
+    for (int s = 0; s < m->n_spans; s++) {
+        int n = engine_repack_span(e, s, 1, err);
+        if (n < 0) return -1;
+        done += n;
     }
-    /* The embedding table too when tied: the lookup (tensor_get_row) reads any layout. */
-    if (cpu_repack_one(e, &m->output, &done, err)) return -1;
-    if (m->tied_output) m->token_embd.type = m->output.type;
     clock_gettime(CLOCK_MONOTONIC, &t1);
     if (done)
         log_info("engine", "%d matrices stored in 16-row groups for the %s kernels (%.2f s)", done,

@@ -40,7 +40,8 @@ struct engine_limits {
     int threads;       /* the online CPUs */
     int attn;          /* enum attn_mode (fwd_kernels.h): $STRATA_ATTN, else ATTN_EXACT (CPU) */
     /* 1: the weight image keeps GGUF's layout (no CPU repack): it is shared with fabric peers
-     * (a source sends it, a joiner forwards it) or still arriving when the engine starts. */
+     * that read it one-sided (rdma), or still arriving (a joiner repacks each span as it lands:
+     * engine_repack_span), or a fabric source repacks it once it took its CRCs (stream_loader.h). */
     int keep_layout;
 };
 
@@ -122,6 +123,21 @@ int engine_limits_resolve(struct engine_limits *lim, const struct model_config *
 int engine_init(struct engine *e, struct model *m, const struct engine_limits *lim, struct arena *a,
                 char *err);
 void engine_free(struct engine *e);
+
+/* The CPU backend's own layouts (repack.h) for span s's matrices (model.h: a block's seven, the
+ * output, the tied embedding), rewritten in place, the work that engine_init does for every span
+ * without keep_layout. For an image that arrives later: call it before the span is used (a step
+ * must never read one half-rewritten); use_pool: on the engine's threads (only while no step
+ * runs), else on the calling thread. For the CPU backend only (engine_repacks: a device backend
+ * uploads GGUF's bytes). Returns the matrices rewritten, or -1 with err (no staging memory). */
+int engine_repack_span(struct engine *e, int span, int use_pool, char *err);
+/* 1 when the engine runs on the CPU backend, which multiplies from its own layouts (repack.h). */
+int engine_repacks(const struct engine *e);
+/* Bytes [off, off + len) of the weight image (image: where the tensors live) as GGUF lays them
+ * out, whatever spans were rewritten: what a holder sends its peers. Not while a span in the
+ * range is being rewritten. */
+void engine_read_gguf(const struct engine *e, const uint8_t *image, uint64_t off, size_t len,
+                      uint8_t *out);
 
 /* The step operations return 0, or -1 with the reason in engine_error(e) ("engine: batch of 300
  * tokens (1..256)", "engine: cuda: ..." when the backend failed). One thread drives an engine,

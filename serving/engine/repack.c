@@ -274,3 +274,20 @@ void repack_dequantize_row(const struct tensor *t, int row, float *out)
         dequantize_row(base, block, out + (size_t)b * blk, blk);
     }
 }
+
+void repack_read_gguf(const struct tensor *t, size_t off, size_t len, void *out)
+{
+    const struct repack_format *f = format_of(t->type);
+    const int nb = t->cols / ggml_block_elems(f->ggml_type);
+    const size_t rb = ggml_row_bytes(f->ggml_type, (uint64_t)t->cols), bb = rb / (size_t)nb;
+    const uint8_t *w = t->data;
+    uint8_t *o = out;
+    _Alignas(16) uint8_t block[512]; /* the unpackers write a ggml block struct */
+    while (len) {
+        size_t row = off / rb, b = off % rb / bb, at = off % bb, n = bb - at < len ? bb - at : len;
+        const uint8_t *rec = w + row / REPACK_ROWS * rb * REPACK_ROWS + b * bb * REPACK_ROWS;
+        f->unpack(rec, (int)(row % REPACK_ROWS), block);
+        memcpy(o, block + at, n);
+        o += n, off += n, len -= n;
+    }
+}

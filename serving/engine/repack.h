@@ -190,5 +190,8 @@ void repack_unpack(uint32_t type, const void *record, int r, void *block);
 void repack_block(const struct tensor *t, int row, int b, void *block);
 /* Row `row` of a repacked tensor, dequantized (what dequantize_row gives for the source row). */
 void repack_dequantize_row(const struct tensor *t, int row, float *out);
+/* Bytes [off, off + len) of a repacked tensor's data as they were before repack_tensor (ggml's
+ * rows): what a weight holder sends its peers from an image it has rewritten. */
+void repack_read_gguf(const struct tensor *t, size_t off, size_t len, void *out);
 
 #endif

@@ -9,6 +9,8 @@
 # - chain: source -> joiner (--listen) -> second joiner, exact text at the end of the chain;
 # - resume: the source is killed mid-stream, the joiner resumes from the second holder, exact;
 # - other_model: a holder of another model on the way is skipped with a log line naming it;
+# - repacked: a Q4_K_M model's source, joiner and chained joiner run from the 16-row layouts of a
+#   node that loaded the file (the same matrices) and give its text;
 # - wrong_key: a joiner without the cluster key exits 1 with a line saying it was refused (and the
 #   source keeps serving its own clients).
 set -u
@@ -148,6 +150,43 @@ else
     not_ok "other_model: no log line about the holder of another model: $(why r)"
 fi
 cl_kill r
+
+# --- repacked: a quantized model (Q4_K_M: Q4_K and Q6_K, 16-row multiples) is run from the CPU
+# engine's 16-row layouts by the source (after taking its CRCs), by a joiner (each span as it
+# lands) and by a joiner pulling from it (GGUF's bytes sent back from the rewritten spans): the
+# same matrices as a node that loaded the file without the fabric, the same text.
+QM=$W/q4km.gguf
+if ! build/tools/synth_model --shape tiny-gqa --preset Q4_K_M --seed 11 --output-scale 4 \
+    -o "$QM" >/dev/null 2>&1; then
+    not_ok "repacked: synth_model failed"
+else
+    cl_serve qa -m "$QM"
+    cl_serve qs -m "$QM" "${FAB[@]}" --listen 127.0.0.1:$((CL_BASE + 6))
+    cl_ready qa 20 && cl_ready qs 20 || not_ok "repacked: the file-loaded nodes did not start"
+    QREF=$(cl_complete qa "$P" $N)
+    cl_serve q1 "${FAB[@]}" --peers 127.0.0.1:$((CL_BASE + 6)) --listen 127.0.0.1:$((CL_BASE + 7)) \
+        --stop-the-world
+    cl_serve q2 "${FAB[@]}" --peers 127.0.0.1:$((CL_BASE + 7)) --stop-the-world
+    n_file=$(sed -n 's/.*engine: \([0-9]*\) matrices stored in 16-row groups.*/\1/p' "$W/qa.log")
+    if ! cl_ready q1 40 || ! cl_ready q2 40; then
+        not_ok "repacked: the joiners never became ready: $(why q1) $(why q2)"
+    elif [ -z "$QREF" ] || [ "$(cl_complete qs "$P" $N)" != "$QREF" ] ||
+        [ "$(cl_complete q1 "$P" $N)" != "$QREF" ] || [ "$(cl_complete q2 "$P" $N)" != "$QREF" ]; then
+        not_ok "repacked: text differs from the file-loaded node's '$QREF'"
+    elif [ -z "$n_file" ] ||
+        ! grep -q ": $n_file matrices stored in 16-row groups .*peers receive GGUF's layout" "$W/qs.log" ||
+        ! grep -q ": $n_file matrices stored in 16-row groups .* as they landed" "$W/q1.log" ||
+        ! grep -q ": $n_file matrices stored in 16-row groups .* as they landed" "$W/q2.log" ||
+        ! grep -q "joined" "$W/q1.log"; then
+        not_ok "repacked: not every node stored the file-loaded node's ${n_file:-?} matrices in 16-row groups"
+    else
+        ok "repacked (Q4_K_M: source, joiner and the joiner behind it store the $n_file matrices a file-loaded node does in 16-row groups; the same text)"
+    fi
+    cl_kill q2
+    cl_kill q1
+    cl_kill qs
+    cl_kill qa
+fi
 
 # --- wrong_key
 cl_serve bad --fabric tcp --key-file "$W/badkey" --peers 127.0.0.1:$((CL_BASE + 5))

@@ -444,7 +444,7 @@ TEST(kernel_tables_complete)
 }
 
 /* Every layout's records give back each row's ggml block byte for byte (repack_block), and
- * tensor_get_row reads them. */
+ * any byte range of the rows (repack_read_gguf). */
 TEST(repack_roundtrip_every_layout)
 {
     char err[ERRMSG_LEN];
@@ -467,6 +467,19 @@ TEST(repack_roundtrip_every_layout)
                 CHECKF(!memcmp(blk, src + r * rb + b * bb, bb), "%s: row %d block %d differs",
                        tensor_type_name(type), r, b);
             }
+        /* any byte range back in ggml's rows (what a fabric holder sends): all of it, and ranges
+         * that start and end inside blocks, rows and groups */
+        uint8_t *back = malloc(m.t.nbytes);
+        repack_read_gguf(&m.t, 0, m.t.nbytes, back);
+        CHECKF(!memcmp(back, src, m.t.nbytes), "%s: the whole tensor", tensor_type_name(type));
+        for (size_t off = 0; off < m.t.nbytes; off += 1 + off / 2 + bb / 3) {
+            size_t len = (m.t.nbytes - off) / 3 + 1;
+            memset(back, 0xa5, m.t.nbytes);
+            repack_read_gguf(&m.t, off, len, back);
+            CHECKF(!memcmp(back, src + off, len) && back[len] == 0xa5, "%s: %zu bytes at %zu",
+                   tensor_type_name(type), len, off);
+        }
+        free(back);
         free(src);
         mat_free(&m);
     }

@@ -2,11 +2,19 @@
  * a synthetic Q4_0 GGUF offers its arena image, a joiner with no file plans its arena from the
  * received header and receives the spans in place. Checked: the blocks become resident in
  * execution order (k = 1..L reported once each, the head last), a partial joiner runs layers
- * [0, k) with the same hidden states as the source, the complete joiner's logits equal the
- * source's exactly, a corrupted span or header is fetched again, and a holder whose manifest
+ * [0, k) with the same hidden states as the source, the complete joiner's image and logits equal
+ * the source's exactly, a corrupted span or header is fetched again, and a holder whose manifest
  * does not match its GGUF header is refused with a message saying so. The same for a Llama 3.1
- * file (rope_freqs, which every layer's span carries) and a qwen3 one (q/k norms). */
+ * file (rope_freqs, which every layer's span carries) and a qwen3 one (q/k norms, tied).
+ * Both ends rewrite their matrices into the engine's 16-row layouts (the source once, the joiner
+ * span by span as each lands) and send GGUF's bytes; the corrupted-header run keeps GGUF's layout
+ * (keep_gguf, as over rdma). And for Q4_0, Q8_0 and Q4_K: a joiner (and a second one pulling from
+ * it once it is complete, every chunk turned back into GGUF's bytes) ends with the tensor types,
+ * the image bytes, the logits and the greedy text of a node that loaded the file, and a block (the
+ * embedding) is in those types before k (on_embedding) says it is there. */
 #include "cluster/stream_loader.h"
+#include "serving/engine/repack.h"
+#include "serving/engine/sampler.h"
 #include "tests/unit/check.h"
 #include "tests/unit/free_port.h"
 #include "tests/unit/synth.h"
@@ -112,7 +120,7 @@ static void hidden_after(struct loaded_model *lm, int k, float *x)
     for (int i = 0; i < kv_blocks_for(&e->kv, 64); i++) kv_block_free(&e->kv, table[i]);
 }
 
-static void stream_model_arch(int corrupt_unit, const struct synth_arch *arch)
+static void stream_model_arch(int corrupt_unit, const struct synth_arch *arch, int keep)
 {
     const char *path = "build/test-stream-loader.gguf";
     CHECK(synth_write_arch(path, &cfg, arch, GGML_Q4_0, 5) == 0);
@@ -121,9 +129,12 @@ static void stream_model_arch(int corrupt_unit, const struct synth_arch *arch)
     CHECKF(loader_open(&src_lm, path, &o, err) == 0, "%s", err);
     static struct stream_loader src, dst;
     CHECKF(stream_loader_source(&src, &src_lm, "synthetic", 8192, NULL, err) == 0, "%s", err);
+    src.keep_gguf = keep;
+    CHECKF(stream_loader_repack(&src, err) == 0, "%s", err);
     struct layer_progress lp;
     layer_progress_init(&lp);
     stream_loader_joiner(&dst, &dst_lm, &o, &lp);
+    dst.keep_gguf = keep;
     dst.on_resident = on_resident;
     dst.on_complete = on_complete;
     n_ks = n_complete = 0;
@@ -169,6 +180,11 @@ static void stream_model_arch(int corrupt_unit, const struct synth_arch *arch)
     forward_logits(&src_lm, la);
     forward_logits(&dst_lm, lb);
     CHECK(!memcmp(la, lb, sizeof(float) * 5 * cfg.vocab));
+    /* the layout: both rewrote their matrices (a CPU with SIMD kernels), or kept GGUF's */
+    uint32_t t = dst_lm.model.layers[0].wq.type;
+    CHECK(t == src_lm.model.layers[0].wq.type);
+    CHECK(keep ? t == GGML_Q4_0
+               : t == repack_type_of(GGML_Q4_0) || !strcmp(matmul_isa(), "scalar"));
     free(la), free(lb), free(a), free(b);
     pair_close(&p);
     stream_loader_free(&src);
@@ -178,15 +194,15 @@ static void stream_model_arch(int corrupt_unit, const struct synth_arch *arch)
     remove(path);
 }
 
-static void stream_model(int corrupt_unit)
+static void stream_model(int corrupt_unit, int keep)
 {
     const struct synth_arch llama2 = {0};
-    stream_model_arch(corrupt_unit, &llama2);
+    stream_model_arch(corrupt_unit, &llama2, keep);
 }
 
 TEST(stream_in_order_partial_then_exact)
 {
-    stream_model(-1);
+    stream_model(-1, 0);
 }
 
 TEST(stream_other_architectures)
@@ -197,18 +213,198 @@ TEST(stream_other_architectures)
                                        .rope_theta = 500000,
                                        .qk_scale = 4},
                             qwen3 = {.arch = ARCH_QWEN3, .head_dim = 16, .tied = 1, .qk_scale = 4};
-    stream_model_arch(-1, &llama31);
-    stream_model_arch(-1, &qwen3);
+    stream_model_arch(-1, &llama31, 0);
+    stream_model_arch(-1, &qwen3, 0);
 }
 
 TEST(corrupted_block_is_fetched_again)
 {
-    stream_model(3); /* unit 3 = span 2 = block 1 */
+    stream_model(3, 0); /* unit 3 = span 2 = block 1 */
 }
 
 TEST(corrupted_header_is_fetched_again)
 {
-    stream_model(0);
+    stream_model(0, 1); /* and the image stays in GGUF's layout, as over rdma */
+}
+
+/* ---- a streamed node against one that loaded the file ---- */
+
+static struct loaded_model file_lm; /* the reference: loader_open without keep_layout */
+static struct stream_loader *chain_j1;
+static int early_checks;
+
+/* Every matrix of span s in the reference's types, which are the engine's own (repacked) ones
+ * wherever the kernels have a layout for the type (not on the scalar ISA). */
+static void check_span_types(const struct model *m, int s)
+{
+    const struct model *r = &file_lm.model;
+    const char *isa = matmul_isa();
+    if (s >= 1 && s <= r->cfg.n_layers) {
+        const struct layer_weights *w = &m->layers[s - 1], *f = &r->layers[s - 1];
+        const struct tensor *a[] = {&w->wq,     &w->wk,     &w->wv,  &w->wo,
+                                    &w->w_gate, &w->w_down, &w->w_up},
+                            *b[] = {&f->wq,     &f->wk,     &f->wv,  &f->wo,
+                                    &f->w_gate, &f->w_down, &f->w_up};
+        for (int i = 0; i < 7; i++) {
+            CHECKF(a[i]->type == b[i]->type, "block %d matrix %d: %s, the file-loaded engine's %s",
+                   s - 1, i, tensor_type_name(a[i]->type), tensor_type_name(b[i]->type));
+            CHECKF(repack_base_type(b[i]->type) != b[i]->type || !strcmp(isa, "scalar"),
+                   "block %d matrix %d: %s on %s", s - 1, i, tensor_type_name(b[i]->type), isa);
+        }
+    } else if (s == 0) { /* the embedding: the output too when tied */
+        CHECK_EQ_INT((int)m->token_embd.type, (int)r->token_embd.type);
+        if (r->tied_output) CHECK_EQ_INT((int)m->output.type, (int)r->output.type);
+    } else {
+        CHECK_EQ_INT((int)m->output.type, (int)r->output.type);
+    }
+}
+
+static void on_resident_chain(void *ctx, int k)
+{
+    (void)ctx;
+    /* the blocks k says are here are already in the engine's layouts (same thread: the stream) */
+    for (int l = 0; l < k; l++) check_span_types(&chain_j1->lm->model, 1 + l);
+    early_checks++;
+}
+
+static void on_embedding_chain(void *ctx)
+{
+    (void)ctx;
+    CHECK(stream_loader_embedding(chain_j1));
+    check_span_types(&chain_j1->lm->model, 0); /* a tied embedding is the output: repacked */
+    early_checks++;
+}
+
+/* Greedy decoding: a 4-token prompt, then n tokens; every step's logits kept. */
+static void greedy(struct loaded_model *lm, int vocab, int n, int *tokens, float *logits)
+{
+    struct engine *e = &lm->engine;
+    int table[8], nb = kv_blocks_for(&e->kv, 64);
+    for (int i = 0; i < nb; i++) table[i] = kv_block_alloc(&e->kv);
+    const int *blocks[4] = {table, table, table, table};
+    int prompt[4] = {1, 260, 7, 299}, pos[4] = {0, 1, 2, 3}, last = 3;
+    struct batch b = {4, prompt, pos, blocks, 1, &last};
+    CHECK(engine_forward(e, &b, logits) == 0);
+    for (int i = 0; i < n; i++) {
+        tokens[i] = sampler_argmax(logits + (size_t)i * vocab, vocab);
+        if (i + 1 == n) break;
+        int p = 4 + i, row = 0;
+        struct batch d = {1, &tokens[i], &p, blocks, 1, &row};
+        CHECK(engine_forward(e, &d, logits + (size_t)(i + 1) * vocab) == 0);
+    }
+    for (int i = 0; i < nb; i++) kv_block_free(&e->kv, table[i]);
+}
+
+static struct tp *tp_at(const char *listen)
+{
+    struct tp_config c = {.kind = "tcp", .listen = listen};
+    memset(c.key.k, 3, 32);
+    struct tp *t = tp_open(&c, err);
+    CHECKF(t, "%s", err);
+    return t;
+}
+
+/* source (a file, rewritten) -> j1 -> j2, each hop paced so j1 forwards spans both before and
+ * after it has rewritten them; then j1 and j2 against the file-loaded engine. */
+static void streamed_like_file_loaded(uint32_t type, int tied)
+{
+    const struct synth_cfg c = {256, 512, 3, 4, 2, 320, 64};
+    const struct synth_arch arch = {.tied = tied};
+    const char *path = "build/test-stream-loader-layout.gguf";
+    CHECK(synth_write_arch(path, &c, &arch, type, 9) == 0);
+    struct loader_opts o = opts(), of = opts();
+    of.limits.keep_layout = 0;
+    static struct loaded_model src_lm, j1_lm, j2_lm;
+    static struct stream_loader src, j1, j2;
+    CHECKF(loader_open(&file_lm, path, &of, err) == 0, "%s", err);
+    CHECKF(loader_open(&src_lm, path, &o, err) == 0, "%s", err);
+    CHECKF(stream_loader_source(&src, &src_lm, "synthetic", 8192, NULL, err) == 0, "%s", err);
+    CHECKF(stream_loader_repack(&src, err) == 0, "%s", err);
+    stream_loader_joiner(&j1, &j1_lm, &o, NULL);
+    stream_loader_joiner(&j2, &j2_lm, &o, NULL);
+    chain_j1 = &j1;
+    early_checks = 0;
+    j1.on_resident = on_resident_chain;
+    j1.on_embedding = on_embedding_chain;
+    CHECK(auth_init(err) == 0);
+    char a_src[32], a_j1[32];
+    snprintf(a_src, sizeof a_src, "127.0.0.1:%d", free_port());
+    snprintf(a_j1, sizeof a_j1, "127.0.0.1:%d", free_port());
+    struct tp *ts = tp_at(a_src), *t1 = tp_at(a_j1), *t2 = tp_at(NULL);
+    const char *p1[1] = {a_src}, *p2[1] = {a_j1};
+    struct weight_stream_config cs = {.t = ts,
+                                      .store = &src.store,
+                                      .corrupt_unit = -1,
+                                      .chunk_size = 8192,
+                                      .rate_bytes = 8e6},
+                                c1 = {.t = t1,
+                                      .store = &j1.store,
+                                      .peers = p1,
+                                      .n_peers = 1,
+                                      .corrupt_unit = -1,
+                                      .retry_ms = 20,
+                                      .rate_bytes = 4e6},
+                                c2 = {.t = t2,
+                                      .store = &j2.store,
+                                      .peers = p2,
+                                      .n_peers = 1,
+                                      .corrupt_unit = -1,
+                                      .retry_ms = 20};
+    struct weight_stream *ws = weight_stream_new(&cs, err), *w1 = weight_stream_new(&c1, err),
+                         *w2 = weight_stream_new(&c2, err);
+    CHECK(ws && w1 && w2);
+    time_t t0 = time(NULL);
+    while (!(weight_stream_finished(w1) && weight_stream_finished(w2)) && time(NULL) - t0 < 30) {
+        tp_poll(ts, 0);
+        tp_poll(t1, 0);
+        tp_poll(t2, 1);
+        CHECKF(weight_stream_step(ws, err) == 0, "%s", err);
+        CHECKF(weight_stream_step(w1, err) == 0, "%s", err);
+        CHECKF(weight_stream_step(w2, err) == 0, "%s", err);
+    }
+    CHECK(stream_loader_complete(&j1) && stream_loader_complete(&j2));
+    CHECK_EQ_INT(early_checks, c.layers + 1);
+    const size_t size = file_lm.model.image_size;
+    enum { N = 12 };
+    int want[N], got[N];
+    float *lw = malloc(sizeof(float) * N * c.vocab), *lg = malloc(sizeof(float) * N * c.vocab);
+    greedy(&file_lm, c.vocab, N, want, lw);
+    struct loaded_model *joiners[2] = {&j1_lm, &j2_lm};
+    for (int j = 0; j < 2; j++) {
+        struct loaded_model *lm = joiners[j];
+        for (int s = 0; s < lm->model.n_spans; s++) check_span_types(&lm->model, s);
+        /* the same bytes as the file-loaded engine's image: repacked alike, from GGUF's bytes */
+        CHECK(lm->model.image_size == size && !memcmp(lm->weights, file_lm.weights, size));
+        CHECK(!lm->engine.lim.keep_layout || !strcmp(matmul_isa(), "scalar"));
+        greedy(lm, c.vocab, N, got, lg);
+        CHECK(!memcmp(got, want, sizeof want));
+        CHECK(!memcmp(lg, lw, sizeof(float) * N * c.vocab));
+    }
+    if (tied) /* the embedding is the output, repacked (span 0 got rewritten) */
+        CHECK(file_lm.model.token_embd.type == file_lm.model.output.type &&
+              (file_lm.model.token_embd.type == repack_type_of(type) ||
+               !strcmp(matmul_isa(), "scalar")));
+    free(lw), free(lg);
+    weight_stream_free(ws), weight_stream_free(w1), weight_stream_free(w2);
+    tp_destroy(ts), tp_destroy(t1), tp_destroy(t2);
+    stream_loader_free(&src), stream_loader_free(&j1), stream_loader_free(&j2);
+    loader_close(&src_lm), loader_close(&j1_lm), loader_close(&j2_lm), loader_close(&file_lm);
+    remove(path);
+}
+
+TEST(streamed_node_has_the_file_loaded_layout_q4_0)
+{
+    streamed_like_file_loaded(GGML_Q4_0, 0);
+}
+
+TEST(streamed_node_has_the_file_loaded_layout_q8_0_tied)
+{
+    streamed_like_file_loaded(GGML_Q8_0, 1);
+}
+
+TEST(streamed_node_has_the_file_loaded_layout_q4_k)
+{
+    streamed_like_file_loaded(GGML_Q4_K, 0);
 }
 
 TEST(manifest_not_matching_header_is_refused)
@@ -284,6 +480,9 @@ int main(void)
     RUN(stream_other_architectures);
     RUN(corrupted_block_is_fetched_again);
     RUN(corrupted_header_is_fetched_again);
+    RUN(streamed_node_has_the_file_loaded_layout_q4_0);
+    RUN(streamed_node_has_the_file_loaded_layout_q8_0_tied);
+    RUN(streamed_node_has_the_file_loaded_layout_q4_k);
     RUN(manifest_not_matching_header_is_refused);
     RUN(header_that_is_not_gguf_is_refused);
     CHECK_DONE();
