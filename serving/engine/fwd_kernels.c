@@ -1,6 +1,6 @@
 /* fwd_kernels: the plain C kernels (the reference the SIMD ones are tested against) and the
  * choice of table. The SIMD kernels are in fwd_simd.inc, compiled by kernels_avx2.c and
- * kernels_avx512.c. */
+ * kernels_avx512.c (x86-64); aarch64 runs the plain C ones. */
 #include "serving/engine/fwd_kernels.h"
 
 #include "serving/engine/quant.h"
@@ -9,7 +9,9 @@
 #include <stdint.h>
 #include <string.h>
 
+#if defined(__x86_64__)
 extern const struct fwd_kernels fwd_kernels_avx2, fwd_kernels_avx512;
+#endif
 
 /* Element i of a run of cache elements. */
 static inline float kv_elt(const struct kv_cache *kv, const void *run, size_t i)
@@ -96,7 +98,11 @@ static const struct fwd_kernels fwd_kernels_scalar = {
 
 const struct fwd_kernels *fwd_kernels_for(const char *isa)
 {
+#if defined(__x86_64__)
     if (isa && !strcmp(isa, "avx512")) return &fwd_kernels_avx512;
     if (isa && !strcmp(isa, "avx2")) return &fwd_kernels_avx2;
+#else
+    (void)isa; /* the plain C kernels under every table */
+#endif
     return &fwd_kernels_scalar;
 }
