@@ -1,6 +1,6 @@
 /* fwd_kernels: the plain C kernels (the reference the SIMD ones are tested against) and the
  * choice of table. The SIMD kernels are in fwd_simd.inc, compiled by kernels_avx2.c and
- * kernels_avx512.c (x86-64); aarch64 runs the plain C ones. */
+ * kernels_avx512.c (x86-64), kernels_neon.c and kernels_neon_dotprod.c (aarch64). */
 #include "serving/engine/fwd_kernels.h"
 
 #include "serving/engine/quant.h"
@@ -11,6 +11,8 @@
 
 #if defined(__x86_64__)
 extern const struct fwd_kernels fwd_kernels_avx2, fwd_kernels_avx512;
+#elif defined(__aarch64__)
+extern const struct fwd_kernels fwd_kernels_neon, fwd_kernels_dotprod;
 #endif
 
 /* Element i of a run of cache elements. */
@@ -101,8 +103,11 @@ const struct fwd_kernels *fwd_kernels_for(const char *isa)
 #if defined(__x86_64__)
     if (isa && !strcmp(isa, "avx512")) return &fwd_kernels_avx512;
     if (isa && !strcmp(isa, "avx2")) return &fwd_kernels_avx2;
+#elif defined(__aarch64__)
+    if (isa && !strcmp(isa, "dotprod")) return &fwd_kernels_dotprod;
+    if (isa && !strcmp(isa, "neon")) return &fwd_kernels_neon;
 #else
-    (void)isa; /* the plain C kernels under every table */
+    (void)isa;
 #endif
     return &fwd_kernels_scalar;
 }
