@@ -6,6 +6,7 @@
 #include "serving/engine/gguf.h"
 #include "serving/engine/matmul_kernels.h"
 #include "serving/engine/quant.h"
+#include "serving/engine/repack.h"
 
 #include <arm_neon.h>
 #include <math.h>
@@ -24,6 +25,15 @@ static inline __attribute__((always_inline)) int32x4_t dot_s8_widen(int32x4_t ac
     return vpadalq_s16(acc, vmull_high_s8(a, b));
 }
 #define DOT_S8(acc, a, b) dot_s8_widen((acc), (a), (b))
+/* Lane j gets bytes 4j .. 4j+3: the s16 products summed by pairs, then the pairs by pairs. */
+static inline __attribute__((always_inline)) int32x4_t dot4_s8_widen(int32x4_t acc, int8x16_t a,
+                                                                     int8x16_t b)
+{
+    const int32x4_t lo = vpaddlq_s16(vmull_s8(vget_low_s8(a), vget_low_s8(b)));
+    const int32x4_t hi = vpaddlq_s16(vmull_high_s8(a, b));
+    return vaddq_s32(acc, vpaddq_s32(lo, hi));
+}
+#define DOT4_S8(acc, a, b) dot4_s8_widen((acc), (a), (b))
 
 /* fwd_simd.inc's primitives (attention, SwiGLU), 4 floats a vector. */
 #define VF              float32x4_t

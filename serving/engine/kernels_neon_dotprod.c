@@ -15,6 +15,7 @@
 #include "serving/engine/gguf.h"
 #include "serving/engine/matmul_kernels.h"
 #include "serving/engine/quant.h"
+#include "serving/engine/repack.h"
 
 #include <arm_neon.h>
 #include <math.h>
@@ -22,9 +23,10 @@
 #include <stdint.h>
 #include <string.h>
 
-#define KNAME(x)          x##_dotprod
-#define ISA_NAME          "dotprod"
-#define DOT_S8(acc, a, b) vdotq_s32((acc), (a), (b))
+#define KNAME(x)           x##_dotprod
+#define ISA_NAME           "dotprod"
+#define DOT_S8(acc, a, b)  vdotq_s32((acc), (a), (b))
+#define DOT4_S8(acc, a, b) vdotq_s32((acc), (a), (b)) /* sdot's lanes are those */
 
 /* fwd_simd.inc's primitives (attention, SwiGLU), 4 floats a vector. */
 #define VF              float32x4_t
