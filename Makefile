@@ -206,9 +206,9 @@ check-cluster: all build/init
 # The engine on aarch64 (docs/arm64.md): serving/engine (the CPU backend; CUDA's host code
 # without kernels) and the engine's unit tests cross-built with Debian's aarch64 gcc into
 # build/arm64, then run under qemu-aarch64 user emulation by scripts/check-arm64.sh: on qemu's
-# `max` CPU (dotprod chosen; test_engine also with STRATA_ISA=neon and =scalar) and on a
-# Cortex-A57 (Armv8.0, no dot product: neon chosen). Correctness only: emulated time says nothing
-# of speed. Only tests that need nothing past libc (no cJSON, libsodium, ... for arm64 here).
+# `max` CPU (i8mm chosen; test_engine also with STRATA_ISA=dotprod, neon, scalar), a Neoverse N1
+# (dotprod chosen) and a Cortex-A57 (Armv8.0: neon chosen). Correctness only: emulated time says
+# nothing of speed. Only tests that need nothing past libc (no cJSON, libsodium, ... for arm64).
 ARM64_CC    ?= aarch64-linux-gnu-gcc
 ARM64_AR    ?= aarch64-linux-gnu-ar
 ARM64_QEMU  ?= qemu-aarch64 -L /usr/aarch64-linux-gnu

@@ -1,11 +1,12 @@
 #!/bin/bash
 # check-arm64.sh DIR TEST...: run the engine's aarch64 test programs (built by `make check-arm64`
 # into DIR) under qemu-aarch64 user emulation, so that every kernel table runs:
-#   qemu's `max` CPU (dotprod, i8mm, SVE2): every test with the table the engine picks (dotprod;
-#     test_matmul walks scalar, neon and dotprod itself), then test_engine again with
-#     STRATA_ISA=neon and STRATA_ISA=scalar (the whole forward pass on each table);
-#   a Cortex-A57 (Armv8.0: NEON, no dot product): test_fwd_kernels and test_engine, where the
-#     engine's own choice must fall back to neon (a dotprod instruction there would trap).
+#   qemu's `max` CPU (dotprod, i8mm, SVE2): every test with the table the engine picks (i8mm;
+#     test_matmul walks scalar, neon, dotprod and i8mm itself), then test_engine again with
+#     STRATA_ISA=dotprod, =neon and =scalar (the whole forward pass on each table);
+#   a Neoverse N1 (dot product, no i8mm) and a Cortex-A57 (Armv8.0: NEON, no dot product):
+#     test_fwd_kernels, and test_engine on the A57, where the engine's own choice must fall back
+#     to dotprod and neon (an instruction the CPU lacks would trap under qemu).
 # A test that prints "# ... ISA on this CPU: X" must name the table expected on that CPU (one
 # more "ok"/"not ok" line). Lines come out as "ok - [arm64 CPU ISA] TEST: name" (not ok, skip
 # alike); a program that exits non-zero without a "not ok" line is one "not ok". Exit status 1 if
@@ -45,13 +46,13 @@ run() { # run <cpu> <STRATA_ISA or ""> <expected table> <test>
     fi
 }
 
-for t in "$@"; do run max "" dotprod "$t"; done
+for t in "$@"; do run max "" i8mm "$t"; done
 for t in "$@"; do
     [ "$t" = test_engine ] || continue
-    run max neon neon "$t"
-    run max scalar scalar "$t"
+    for isa in dotprod neon scalar; do run max $isa $isa "$t"; done
 done
 for t in "$@"; do
+    case $t in test_fwd_kernels) run neoverse-n1 "" dotprod "$t" ;; esac
     case $t in test_fwd_kernels | test_engine) run cortex-a57 "" neon "$t" ;; esac
 done
 exit $fail

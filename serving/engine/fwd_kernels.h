@@ -42,8 +42,8 @@ struct fwd_kernels {
     void (*swiglu)(float *g, const float *u, int n);
 };
 
-/* The kernels for "avx512", "avx2", "dotprod", "neon" or "scalar" (matmul_isa_of's names, the
- * two NEON ones the same code); scalar for any other.
+/* The kernels for "avx512", "avx2", "i8mm", "dotprod", "neon" or "scalar" (matmul_isa_of's
+ * names, the three NEON ones the same code); scalar for any other.
  * The caller asks only for an ISA the CPU has (matmul_isa names the best one). */
 const struct fwd_kernels *fwd_kernels_for(const char *isa);
 

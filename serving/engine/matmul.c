@@ -741,15 +741,24 @@ static int (*const kernel_have[])(void) = {NULL, have_avx2, have_avx512};
 #include <sys/auxv.h>
 
 /* Advanced SIMD is in every aarch64 CPU; the dot-product instructions (Armv8.2's optional
- * FEAT_DotProd: Neoverse N1/V1/V2, Cortex-A76 on) are reported by the kernel in AT_HWCAP. */
+ * FEAT_DotProd: Neoverse N1/V1/V2, Cortex-A76 on) and the int8 matrix multiply (FEAT_I8MM:
+ * Neoverse V1/V2) are reported by the kernel in AT_HWCAP and AT_HWCAP2. */
+#ifndef HWCAP2_I8MM
+#define HWCAP2_I8MM (1 << 13)
+#endif
 static int have_dotprod(void)
 {
     return (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
 }
 
+static int have_i8mm(void)
+{
+    return have_dotprod() && (getauxval(AT_HWCAP2) & HWCAP2_I8MM) != 0;
+}
+
 const struct kernel_table *const kernel_tables[] = {&kernels_scalar, &kernels_neon,
-                                                    &kernels_dotprod};
-static int (*const kernel_have[])(void) = {NULL, NULL, have_dotprod};
+                                                    &kernels_dotprod, &kernels_i8mm};
+static int (*const kernel_have[])(void) = {NULL, NULL, have_dotprod, have_i8mm};
 #else
 const struct kernel_table *const kernel_tables[] = {&kernels_scalar};
 static int (*const kernel_have[])(void) = {NULL};

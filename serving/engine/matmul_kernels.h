@@ -122,6 +122,7 @@ extern const struct kernel_table kernels_avx2;    /* x86-64 only */
 extern const struct kernel_table kernels_avx512;  /* x86-64 only */
 extern const struct kernel_table kernels_neon;    /* aarch64 only */
 extern const struct kernel_table kernels_dotprod; /* aarch64 only */
+extern const struct kernel_table kernels_i8mm;    /* aarch64 only */
 
 /* This architecture's tables, lowest first (kernels_scalar is [0]), kernel_tables_n of them:
  * what STRATA_ISA names and the tests walk. The CPU may lack the higher ones. */

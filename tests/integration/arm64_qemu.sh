@@ -1,10 +1,10 @@
 #!/bin/bash
 # arm64_qemu: the engine cross-built for aarch64 and its matrix kernels checked under qemu-aarch64
-# user emulation (docs/arm64.md), the share of `make check-arm64` that fits make test (~45 s
-# here: ~15 s of cross build, ~30 s of emulation): test_matmul on qemu's `max` CPU, which walks
-# the scalar, neon and dotprod tables against the reference and against each other (the K-quants
-# bit for bit), test_quant (fp16 against the hardware's FCVT) and test_gguf there, and
-# test_fwd_kernels on `max` and on a Cortex-A57 (no dot product), where the engine must choose
+# user emulation (docs/arm64.md), the share of `make check-arm64` that fits make test (~35 s of
+# CPU here: ~12 s of cross build, the rest emulation): test_matmul on qemu's `max` CPU, which walks
+# the scalar, neon, dotprod and i8mm tables against the reference and against each other (the
+# K-quants bit for bit), test_quant (fp16 against the hardware's FCVT) and test_gguf there, and
+# test_fwd_kernels on `max`, a Neoverse N1 and a Cortex-A57, where the engine must choose i8mm,
 # dotprod and neon by itself. `make check-arm64` runs the rest (test_engine on every table, the
 # tokenizers, the quantizers against llama-quantize's files).
 set -u
