@@ -1,6 +1,7 @@
-/* kernels_neon_i8mm: the kernels of kernels_neon_dotprod.c, with Q8_0 and Q4_0 rows by the int8
- * matrix multiply (smmla, FEAT_I8MM: Armv8.6, Neoverse V1 and V2 / NVIDIA Grace); matmul.c picks
- * this table when AT_HWCAP says HWCAP_ASIMDDP and AT_HWCAP2 HWCAP2_I8MM.
+/* kernels_neon_i8mm: the kernels of kernels_neon_dotprod.c, with the rows of Q8_0, Q4_0, Q4_K,
+ * Q5_K and Q6_K by the int8 matrix multiply (smmla, FEAT_I8MM: Armv8.6, Neoverse V1 and V2 /
+ * NVIDIA Grace); matmul.c picks this table when AT_HWCAP says HWCAP_ASIMDDP and AT_HWCAP2
+ * HWCAP2_I8MM.
  * The target is set for this file by the pragma, not by Makefile flags, so the rest of the
  * program stays baseline Armv8.0, as kernels_avx2.c does on x86. */
 #if defined(__aarch64__) /* the whole file: x86-64 has kernels_avx*.c */
