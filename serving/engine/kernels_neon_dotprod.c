@@ -17,6 +17,11 @@
 #include "serving/engine/quant.h"
 #include "serving/engine/repack.h"
 
+/* clang 14's arm_neon.h declares the dot-product (and i8mm) intrinsics only under the feature
+ * macros, not for functions that the target attribute above enables: say so before it. */
+#if defined(__clang__) && !defined(__ARM_FEATURE_DOTPROD)
+#define __ARM_FEATURE_DOTPROD 1
+#endif
 #include <arm_neon.h>
 #include <math.h>
 #include <stddef.h>
