@@ -37,7 +37,11 @@ DEPS_MISSING := $(strip \
     $(if $(wildcard $(DEPS_INCLUDE)/sodium.h),,libsodium-dev) \
     $(if $(wildcard $(DEPS_INCLUDE)/raft.h),,libraft-dev) \
     $(if $(wildcard $(DEPS_INCLUDE)/uv.h),,libuv1-dev) \
-    $(if $(wildcard $(DEPS_INCLUDE)/simgrid/engine.h),,libsimgrid-dev))
+    $(if $(wildcard $(DEPS_INCLUDE)/simgrid/engine.h),,libsimgrid-dev) \
+    $(if $(filter check-arm64,$(MAKECMDGOALS)), \
+      $(if $(shell command -v aarch64-linux-gnu-gcc 2>/dev/null),,gcc-aarch64-linux-gnu) \
+      $(if $(wildcard /usr/aarch64-linux-gnu/include/stdio.h),,libc6-dev-arm64-cross) \
+      $(if $(shell command -v qemu-aarch64 2>/dev/null),,qemu-user)))
 ifneq ($(DEPS_MISSING),)
 $(error missing packages: $(DEPS_MISSING). Install them (and the rest of the toolchain) with `make deps` (scripts/install-deps.sh: apt-get, as root or through sudo), then run make again)
 endif
@@ -68,7 +72,7 @@ TOOL_BIN := $(TOOL_SRC:tests/tools/%.c=$(BUILD)/tools/%)
 BENCH_SRC := $(sort $(wildcard tests/bench/bench_*.c))
 BENCH_BIN := $(BENCH_SRC:tests/bench/%.c=$(BUILD)/bench/%)
 
-.PHONY: all test bench run image deps clean fuzz check-fabric check-cluster format
+.PHONY: all test bench run image deps clean fuzz check-fabric check-cluster check-arm64 format
 all: $(BUILD)/strata $(BUILD)/strata-appliance $(BUILD)/strata-appliance-test $(TEST_BIN) $(TOOL_BIN)
 
 # DPDK headers only where the NIC driver is compiled.
@@ -198,6 +202,35 @@ CLUSTER_UNIT := test_fabric_node test_cluster_state test_recover_req test_sealed
 check-cluster: all build/init
 	@fail=0; for t in $(CLUSTER_UNIT); do $(BUILD)/tests/$$t 2>/dev/null || fail=1; done; \
 	for s in tests/integration/cluster_*.sh; do bash $$s || fail=1; done; exit $$fail
+
+# The engine on aarch64 (docs/arm64.md): serving/engine (the CPU backend; CUDA's host code
+# without kernels) and the engine's unit tests cross-built with Debian's aarch64 gcc into
+# build/arm64, then run under qemu-aarch64 user emulation by scripts/check-arm64.sh: on qemu's
+# `max` CPU (i8mm chosen; test_engine also with STRATA_ISA=dotprod, neon, scalar), a Neoverse N1
+# (dotprod chosen) and a Cortex-A57 (Armv8.0: neon chosen). Correctness only: emulated time says
+# nothing of speed. Only tests that need nothing past libc (no cJSON, libsodium, ... for arm64).
+ARM64_CC    ?= aarch64-linux-gnu-gcc
+ARM64_AR    ?= aarch64-linux-gnu-ar
+ARM64_QEMU  ?= qemu-aarch64 -L /usr/aarch64-linux-gnu
+ARM64_BUILD := build/arm64
+ARM64_SRC   := $(sort $(wildcard serving/engine/*.c serving/engine/cuda/*.c) drivers/cuda/cu_api.c \
+                 drivers/cuda/cuda_fatbin.c os/common/errmsg.c os/runtime/arena.c os/runtime/log.c \
+                 os/runtime/clock.c serving/api/utf8.c)
+ARM64_OBJ   := $(ARM64_SRC:%.c=$(ARM64_BUILD)/obj/%.o) $(ARM64_BUILD)/obj/tests/synth/synth_gguf.o
+ARM64_TESTS := test_matmul test_fwd_kernels test_quant test_quant_files test_gguf test_convert \
+               test_tokenizer test_tokenizer_bpe test_engine
+ARM64_FLAGS  = $(filter-out $(SANFLAGS),$(CFLAGS_BASE))
+$(ARM64_BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(ARM64_CC) $(ARM64_FLAGS) -MMD -MP -c $< -o $@
+$(ARM64_BUILD)/libengine.a: $(ARM64_OBJ)
+	rm -f $@ && $(ARM64_AR) rcs $@ $^
+$(ARM64_BUILD)/tests/%: tests/unit/%.c $(ARM64_BUILD)/libengine.a
+	@mkdir -p $(dir $@)
+	$(ARM64_CC) $(ARM64_FLAGS) -MMD -MP -o $@ $< $(ARM64_BUILD)/libengine.a -ldl -lm -pthread
+-include $(ARM64_OBJ:.o=.d) $(ARM64_TESTS:%=$(ARM64_BUILD)/tests/%.d)
+check-arm64: $(ARM64_TESTS:%=$(ARM64_BUILD)/tests/%)
+	@ARM64_QEMU="$(ARM64_QEMU)" scripts/check-arm64.sh $(ARM64_BUILD)/tests $(ARM64_TESTS)
 
 deps:
 	@scripts/install-deps.sh

@@ -4,6 +4,7 @@ set -eu
 PKGS="build-essential clang pkg-config libclang-rt-14-dev
 dpdk-dev libdpdk-dev rdma-core libibverbs-dev ibverbs-utils
 musl-tools busybox-static cpio kmod zstd xz-utils
+gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
 qemu-system-x86 qemu-utils ovmf ipxe-qemu systemd-boot-efi mtools dosfstools fdisk gdisk e2fsprogs
 linux-headers-amd64
 pxelinux syslinux-common

@@ -1,6 +1,6 @@
 /* fwd_kernels: the plain C kernels (the reference the SIMD ones are tested against) and the
  * choice of table. The SIMD kernels are in fwd_simd.inc, compiled by kernels_avx2.c and
- * kernels_avx512.c. */
+ * kernels_avx512.c (x86-64), kernels_neon*.c (aarch64). */
 #include "serving/engine/fwd_kernels.h"
 
 #include "serving/engine/quant.h"
@@ -9,7 +9,11 @@
 #include <stdint.h>
 #include <string.h>
 
+#if defined(__x86_64__)
 extern const struct fwd_kernels fwd_kernels_avx2, fwd_kernels_avx512;
+#elif defined(__aarch64__)
+extern const struct fwd_kernels fwd_kernels_neon, fwd_kernels_dotprod, fwd_kernels_i8mm;
+#endif
 
 /* Element i of a run of cache elements. */
 static inline float kv_elt(const struct kv_cache *kv, const void *run, size_t i)
@@ -96,7 +100,15 @@ static const struct fwd_kernels fwd_kernels_scalar = {
 
 const struct fwd_kernels *fwd_kernels_for(const char *isa)
 {
+#if defined(__x86_64__)
     if (isa && !strcmp(isa, "avx512")) return &fwd_kernels_avx512;
     if (isa && !strcmp(isa, "avx2")) return &fwd_kernels_avx2;
+#elif defined(__aarch64__)
+    if (isa && !strcmp(isa, "i8mm")) return &fwd_kernels_i8mm;
+    if (isa && !strcmp(isa, "dotprod")) return &fwd_kernels_dotprod;
+    if (isa && !strcmp(isa, "neon")) return &fwd_kernels_neon;
+#else
+    (void)isa;
+#endif
     return &fwd_kernels_scalar;
 }

@@ -7,8 +7,8 @@
  * The cache holds f32 or f16 (kv->type); attend reads either, kv_store writes one position's
  * keys and values (kv_dim floats each) into the cache in its type and layout (kv_cache.h; f16:
  * round to nearest even, the same bits on every ISA). The SIMD attention wants head sizes and
- * block sizes that are multiples of its vector width (8 floats for AVX2, 16 for AVX-512): other
- * shapes run the plain C kernel.
+ * block sizes that are multiples of its vector width (8 floats for AVX2, 16 for AVX-512, 4 for
+ * NEON): other shapes run the plain C kernel.
  * swiglu: g[i] = silu(g[i]) * u[i] for i < n.
  * A token's result depends only on its own inputs (not on the batch, the threads, or which heads
  * the caller groups into one call), so batched and one-by-one decoding agree exactly. The SIMD
@@ -42,7 +42,8 @@ struct fwd_kernels {
     void (*swiglu)(float *g, const float *u, int n);
 };
 
-/* The kernels for "avx512", "avx2" or "scalar" (matmul_isa_of's names); scalar for any other.
+/* The kernels for "avx512", "avx2", "i8mm", "dotprod", "neon" or "scalar" (matmul_isa_of's
+ * names, the three NEON ones the same code); scalar for any other.
  * The caller asks only for an ISA the CPU has (matmul_isa names the best one). */
 const struct fwd_kernels *fwd_kernels_for(const char *isa);
 

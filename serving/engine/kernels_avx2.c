@@ -2,6 +2,7 @@
  * The target is set per function by the pragma, not by Makefile flags, so the rest of the program
  * stays baseline x86-64 and this file builds with any compiler flags (the fuzz build uses clang).
  */
+#if defined(__x86_64__) /* the whole file: aarch64 has kernels_neon*.c */
 #include "serving/engine/fwd_kernels.h"
 #include "serving/engine/matmul_kernels.h"
 #include "serving/engine/quant.h"
@@ -78,3 +79,4 @@ static inline __m256i x16_q8_dot_signed(__m256i acc, __m256i w, __m256i x)
 #else
 #pragma GCC pop_options
 #endif
+#endif /* __x86_64__ */

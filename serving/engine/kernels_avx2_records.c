@@ -3,6 +3,7 @@
  * super-blocks against act_q8k, bit-identical to the scalar kernels, and the blocks of 32 against
  * act_q8. Used by the AVX2 and the AVX-512 tables (see kernels_avx2_rows.c); a call takes any nt
  * up to 4, as tiles of 2 tokens. Target set per function by the pragma, as in kernels_avx2.c. */
+#if defined(__x86_64__) /* the whole file: aarch64 has kernels_neon*.c */
 #include "serving/engine/gguf.h"
 #include "serving/engine/matmul_kernels.h"
 #include "serving/engine/quant.h"
@@ -682,3 +683,4 @@ GROUP_TILE(iq4_nl_x16, iq4_nl_x16_group, 32)
 #else
 #pragma GCC pop_options
 #endif
+#endif /* __x86_64__ */

@@ -17,6 +17,7 @@
  * 128 bits and 2k+1's in the high, so a vector of [scale_2k x8 | scale_2k+1 x8] (one vpshufb of
  * the super-block's 16-bit scales) weights both. Target set per function by the pragma, as in
  * kernels_avx2.c. */
+#if defined(__x86_64__) /* the whole file: aarch64 has kernels_neon*.c */
 #include "serving/engine/gguf.h"
 #include "serving/engine/matmul_kernels.h"
 #include "serving/engine/quant.h"
@@ -451,3 +452,4 @@ TILE(iq4_xs, iq4_xs_row)
 #else
 #pragma GCC pop_options
 #endif
+#endif /* __x86_64__ */

@@ -2,6 +2,7 @@
  * (Zen 4, Ice Lake and later): vpdpbusd/vpdpwssd for the integer dots, 512-bit FMA for float
  * weights and attention, and 32 vector registers for 4 x 4 tiles. Target set per function by the
  * pragma, as in kernels_avx2.c. */
+#if defined(__x86_64__) /* the whole file: aarch64 has kernels_neon*.c */
 #include "serving/engine/fwd_kernels.h"
 #include "serving/engine/matmul_kernels.h"
 #include "serving/engine/quant.h"
@@ -72,3 +73,4 @@
 #else
 #pragma GCC pop_options
 #endif
+#endif /* __x86_64__ */

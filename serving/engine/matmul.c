@@ -1,5 +1,6 @@
 /* matmul: the driver (ISA choice, activation quantization, splitting rows over threads) and the
- * scalar reference kernels. The SIMD kernels live in kernels_avx2.c and kernels_avx512.c. */
+ * scalar reference kernels. The SIMD kernels live in kernels_avx2*.c and kernels_avx512.c (x86-64)
+ * and kernels_neon*.c (aarch64). */
 #include "serving/engine/matmul.h"
 
 #include "os/common/errmsg.h"
@@ -8,7 +9,6 @@
 #include "serving/engine/quant.h"
 #include "serving/engine/repack.h"
 
-#include <cpuid.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -712,6 +712,10 @@ const struct kernel_table kernels_scalar = {
 
 /* ---- ISA choice ----------------------------------------------------------------------------- */
 
+/* Each architecture's tables, lowest first, and whether this CPU runs each (NULL: always). */
+#if defined(__x86_64__)
+#include <cpuid.h>
+
 static int have_f16c(void)
 {
     /* cpuid, not __builtin_cpu_supports: clang 14 does not know "f16c". */
@@ -730,15 +734,48 @@ static int have_avx512(void)
            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
 }
 
+const struct kernel_table *const kernel_tables[] = {&kernels_scalar, &kernels_avx2,
+                                                    &kernels_avx512};
+static int (*const kernel_have[])(void) = {NULL, have_avx2, have_avx512};
+#elif defined(__aarch64__)
+#include <sys/auxv.h>
+
+/* Advanced SIMD is in every aarch64 CPU; the dot-product instructions (Armv8.2's optional
+ * FEAT_DotProd: Neoverse N1/V1/V2, Cortex-A76 on) and the int8 matrix multiply (FEAT_I8MM:
+ * Neoverse V1/V2) are reported by the kernel in AT_HWCAP and AT_HWCAP2. */
+#ifndef HWCAP2_I8MM
+#define HWCAP2_I8MM (1 << 13)
+#endif
+static int have_dotprod(void)
+{
+    return (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+}
+
+static int have_i8mm(void)
+{
+    return have_dotprod() && (getauxval(AT_HWCAP2) & HWCAP2_I8MM) != 0;
+}
+
+const struct kernel_table *const kernel_tables[] = {&kernels_scalar, &kernels_neon,
+                                                    &kernels_dotprod, &kernels_i8mm};
+static int (*const kernel_have[])(void) = {NULL, NULL, have_dotprod, have_i8mm};
+#else
+const struct kernel_table *const kernel_tables[] = {&kernels_scalar};
+static int (*const kernel_have[])(void) = {NULL};
+#endif
+const int kernel_tables_n = sizeof kernel_tables / sizeof *kernel_tables;
+
+/* The best table this CPU runs, or the best up to the one STRATA_ISA names (a lower one when the
+ * CPU lacks it; an unknown name limits nothing). */
 static const struct kernel_table *choose_kernels(void)
 {
     pthread_once(&f16_table_once, f16_table_fill);
     const char *want = getenv("STRATA_ISA");
-    int limit = 2; /* 0 scalar, 1 avx2, 2 avx512 */
-    if (want && !strcmp(want, "scalar")) limit = 0;
-    if (want && !strcmp(want, "avx2")) limit = 1;
-    if (limit >= 2 && have_avx512()) return &kernels_avx512;
-    if (limit >= 1 && have_avx2()) return &kernels_avx2;
+    int limit = kernel_tables_n - 1;
+    for (int i = 0; want && i < kernel_tables_n; i++)
+        if (!strcmp(want, kernel_tables[i]->name)) limit = i;
+    for (int i = limit; i > 0; i--)
+        if (!kernel_have[i] || kernel_have[i]()) return kernel_tables[i];
     return &kernels_scalar;
 }
 

@@ -1,4 +1,5 @@
-/* matmul: the kernels of the forward pass, with a run-time choice of SIMD (AVX-512, AVX2, plain C).
+/* matmul: the kernels of the forward pass, with a run-time choice of SIMD (x86-64: AVX-512, AVX2;
+ * aarch64: NEON with the int8 matrix multiply, with the dot product, plain NEON; plain C).
  *
  * matmul(): y[t][r] = sum_c W[r][c] * x[t][c] for t < n_tok, r < W.rows, over the thread pool.
  * For quantized W the activations are first quantized to Q8 blocks (as ggml does) and the dot
@@ -45,8 +46,9 @@ int matmul_wants_repack(const struct matmul_ctx *k, const struct tensor *t);
 /* Dequantize row `row` of W (embedding lookup); any layout, repacked ones included. */
 void tensor_get_row(const struct tensor *w, int row, float *out);
 
-/* The instruction set in use: "avx512", "avx2" or "scalar". STRATA_ISA=scalar|avx2|avx512 in the
- * environment forces a lower one (tests compare them). */
+/* The instruction set in use: "avx512", "avx2" or "scalar" on x86-64, "i8mm", "dotprod", "neon"
+ * or "scalar" on aarch64. STRATA_ISA=<one of those> in the environment forces a lower one (tests
+ * compare them). */
 const char *matmul_isa(void);
 /* The instruction set a context chose at matmul_init. */
 const char *matmul_isa_of(const struct matmul_ctx *k);

@@ -118,8 +118,16 @@ void quantize_act_q4(const float *x, struct act_q4 *a, int nb);
 void act_q4_pack(const struct act_q8 q[2], struct act_q4 *a);
 
 extern const struct kernel_table kernels_scalar;
-extern const struct kernel_table kernels_avx2;
-extern const struct kernel_table kernels_avx512;
+extern const struct kernel_table kernels_avx2;    /* x86-64 only */
+extern const struct kernel_table kernels_avx512;  /* x86-64 only */
+extern const struct kernel_table kernels_neon;    /* aarch64 only */
+extern const struct kernel_table kernels_dotprod; /* aarch64 only */
+extern const struct kernel_table kernels_i8mm;    /* aarch64 only */
+
+/* This architecture's tables, lowest first (kernels_scalar is [0]), kernel_tables_n of them:
+ * what STRATA_ISA names and the tests walk. The CPU may lack the higher ones. */
+extern const struct kernel_table *const kernel_tables[];
+extern const int kernel_tables_n;
 
 /* The AVX2 kernels of the formats added after the first six (kernels_avx2_rows.c) and of the
  * 16-row records but Q4_0's and Q8_0's (kernels_avx2_records.c): the AVX2 and the AVX-512 tables

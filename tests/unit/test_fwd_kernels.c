@@ -7,18 +7,22 @@
 
 #include "serving/engine/fwd_kernels.h"
 #include "serving/engine/matmul.h"
+#include "serving/engine/matmul_kernels.h"
 
 #include <math.h>
 #include <stdint.h>
 
-static const char *isas[] = {"scalar", "avx2", "avx512"};
+/* This architecture's tables, lowest first (matmul_kernels.h): fwd_kernels_for takes their names. */
+#define N_ISAS kernel_tables_n
+#define ISA(i) kernel_tables[i]->name
 
-/* 1 if this CPU runs the ISA's kernels (matmul_isa names the best it has). */
+/* 1 if this CPU runs the ISA's kernels (matmul_isa names the best it has; it has every lower one). */
 static int have_isa(int i)
 {
     const char *best = matmul_isa();
-    int rank = !strcmp(best, "avx512") ? 2 : !strcmp(best, "avx2") ? 1 : 0;
-    return i <= rank;
+    for (int j = i; j < kernel_tables_n; j++)
+        if (!strcmp(best, kernel_tables[j]->name)) return 1;
+    return 0;
 }
 
 static uint32_t rng = 12345;
@@ -143,10 +147,10 @@ static void attend_matches_reference(int type)
                 for (int d = 0; d < 8; d++) {
                     int layer = d % 2, pos = poss[d];
                     reference(&f, layer, pos);
-                    for (int i = 0; i < 3; i++) {
+                    for (int i = 0; i < N_ISAS; i++) {
                         if (!have_isa(i)) continue;
-                        const struct fwd_kernels *fk = fwd_kernels_for(isas[i]);
-                        CHECK(!strcmp(fk->name, isas[i]));
+                        const struct fwd_kernels *fk = fwd_kernels_for(ISA(i));
+                        CHECK(!strcmp(fk->name, ISA(i)));
                         struct attn_args args = args_for(&f, layer, pos);
                         fk->attend(&args, 0, f.n_heads);
                         double worst = 0;
@@ -202,9 +206,9 @@ TEST(kv_store_rounds_like_float16)
                 size_t bytes = kv_cache_bytes(type, 2, kvd, bs, 2);
                 uint8_t *mem = malloc(bytes);
                 CHECK(mem && kv_cache_init(&kv, mem, type, 2, kvd, hd, bs, 2, err) == 0);
-                for (int i = 0; i < 3; i++) {
+                for (int i = 0; i < N_ISAS; i++) {
                     if (!have_isa(i)) continue;
-                    const struct fwd_kernels *fk = fwd_kernels_for(isas[i]);
+                    const struct fwd_kernels *fk = fwd_kernels_for(ISA(i));
                     memset(mem, 0xa5, bytes);
                     int slot = bs - 2;
                     fk->kv_store(&kv, 1, 1, slot, k, v);
@@ -238,9 +242,9 @@ TEST(kv_store_rounds_like_float16)
  * the same bits as one call over all of them. */
 TEST(attend_split_heads_bit_identical)
 {
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < N_ISAS; i++) {
         if (!have_isa(i)) continue;
-        const struct fwd_kernels *fk = fwd_kernels_for(isas[i]);
+        const struct fwd_kernels *fk = fwd_kernels_for(ISA(i));
         struct fixture f;
         fixture_init(&f, KV_F16, 8, 2, 64, 16, 50);
         struct attn_args args = args_for(&f, 1, 37);
@@ -267,9 +271,9 @@ TEST(swiglu_matches_reference_every_isa)
         u[j] = frand();
     }
     g0[9] = 0.0f, g0[10] = -0.0f, g0[11] = 1e-30f;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < N_ISAS; i++) {
         if (!have_isa(i)) continue;
-        const struct fwd_kernels *fk = fwd_kernels_for(isas[i]);
+        const struct fwd_kernels *fk = fwd_kernels_for(ISA(i));
         memcpy(g, g0, sizeof g);
         fk->swiglu(g, u, N);
         for (int j = 0; j < N; j++) {

@@ -116,16 +116,23 @@ static double tolerance(uint32_t type, const float *w, const float *x, int cols)
     return tol;
 }
 
-static const char *isas[] = {"scalar", "avx2", "avx512"};
+/* This architecture's kernel tables, lowest first (scalar, then avx2, avx512 or neon, dotprod). */
+#define N_ISAS  kernel_tables_n
+#define ISA(ii) kernel_tables[ii]->name
 
 static int init_ctx(struct matmul_ctx *k, const char *isa, struct threadpool *tp, void **scratch,
                     int max_tok, int max_cols)
 {
-    char err[ERRMSG_LEN];
+    char err[ERRMSG_LEN], *was = getenv("STRATA_ISA"); /* the run's own choice, put back */
+    was = was ? strdup(was) : NULL;
     setenv("STRATA_ISA", isa, 1);
     *scratch = malloc(matmul_scratch_size(max_tok, max_cols) + 1);
     int rc = matmul_init(k, tp, *scratch, max_tok, max_cols, err);
-    unsetenv("STRATA_ISA");
+    if (was)
+        setenv("STRATA_ISA", was, 1);
+    else
+        unsetenv("STRATA_ISA");
+    free(was);
     if (rc) {
         fprintf(stderr, "%s\n", err);
         return -1;
@@ -147,12 +154,30 @@ TEST(all_types_isas_batches_vs_reference)
             mat_make(&m, type, rows, cols);
             float *x = make_x(17, cols);
             float *y = malloc(sizeof(float) * 17 * rows), *ys = malloc(sizeof(float) * 17 * rows);
+            /* Per (token, row), whatever the batch and ISA: the exact dot, its tolerance, and the
+             * bound on float summation order (2 n u sum|w x|) that an ISA may differ from scalar
+             * by, the integer dots being the same. Computed once (emulated runs feel it). */
+            double *ref = malloc(sizeof(double) * 17 * rows),
+                   *tol = malloc(sizeof(double) * 17 * rows);
+            double *order = malloc(sizeof(double) * 17 * rows);
+            for (int t = 0; t < 17; t++)
+                for (int r = 0; r < rows; r++) {
+                    const float *wr = m.deq + (size_t)r * cols, *xt = x + (size_t)t * cols;
+                    double d = 0, sabs = 0;
+                    for (int c = 0; c < cols; c++) {
+                        d += (double)wr[c] * xt[c];
+                        sabs += fabs((double)wr[c] * xt[c]);
+                    }
+                    ref[t * rows + r] = d;
+                    tol[t * rows + r] = tolerance(type, wr, xt, cols);
+                    order[t * rows + r] = 2 * cols * 0x1p-24 * sabs + 1e-30;
+                }
             for (size_t ni = 0; ni < 5; ni++) {
                 int n_tok = n_toks[ni];
-                for (int ii = 0; ii < 3; ii++) {
+                for (int ii = 0; ii < N_ISAS; ii++) {
                     struct matmul_ctx k;
                     void *scratch;
-                    int rc = init_ctx(&k, isas[ii], NULL, &scratch, 17, cols);
+                    int rc = init_ctx(&k, ISA(ii), NULL, &scratch, 17, cols);
                     CHECK(rc >= 0);
                     if (rc == 1) {
                         missing = 1;
@@ -161,29 +186,24 @@ TEST(all_types_isas_batches_vs_reference)
                     }
                     matmul(&k, ii == 0 ? ys : y, &m.t, x, n_tok);
                     free(scratch);
-                    for (int t = 0; t < n_tok; t++)
-                        for (int r = 0; r < rows; r++) {
-                            const float *wr = m.deq + (size_t)r * cols, *xt = x + (size_t)t * cols;
-                            double ref = 0;
-                            for (int c = 0; c < cols; c++) ref += (double)wr[c] * xt[c];
-                            double got = (ii == 0 ? ys : y)[t * rows + r];
-                            double tol = tolerance(type, wr, xt, cols);
-                            CHECKF(fabs(got - ref) <= tol,
-                                   "%s %s rows=%d n_tok=%d: y[%d][%d] = %.9g, reference %.9g, "
-                                   "tolerance %.3g",
-                                   tensor_type_name(type), isas[ii], rows, n_tok, t, r, got, ref,
-                                   tol);
-                            if (ii == 0) continue;
-                            /* Same integer dots as scalar: only float summation order differs. */
-                            double s = ys[t * rows + r];
-                            double sabs = 0;
-                            for (int c = 0; c < cols; c++) sabs += fabs((double)wr[c] * xt[c]);
-                            CHECKF(fabs(got - s) <= 2 * cols * 0x1p-24 * sabs + 1e-30,
-                                   "%s %s vs scalar rows=%d n_tok=%d: y[%d][%d] %.9g vs %.9g",
-                                   tensor_type_name(type), isas[ii], rows, n_tok, t, r, got, s);
-                        }
+                    for (int i = 0; i < n_tok * rows; i++) {
+                        int t = i / rows, r = i % rows;
+                        double got = (ii == 0 ? ys : y)[i];
+                        CHECKF(fabs(got - ref[i]) <= tol[i],
+                               "%s %s rows=%d n_tok=%d: y[%d][%d] = %.9g, reference %.9g, "
+                               "tolerance %.3g",
+                               tensor_type_name(type), ISA(ii), rows, n_tok, t, r, got, ref[i],
+                               tol[i]);
+                        if (ii == 0) continue;
+                        CHECKF(fabs(got - ys[i]) <= order[i],
+                               "%s %s vs scalar rows=%d n_tok=%d: y[%d][%d] %.9g vs %.9g",
+                               tensor_type_name(type), ISA(ii), rows, n_tok, t, r, got, ys[i]);
+                    }
                 }
             }
+            free(ref);
+            free(tol);
+            free(order);
             free(x);
             free(y);
             free(ys);
@@ -204,24 +224,24 @@ TEST(q4_0_every_block_count)
         mat_make(&m, GGML_Q4_0, rows, cols);
         float *x = make_x(5, cols);
         float *y = malloc(sizeof(float) * 5 * rows), *one = malloc(sizeof(float) * rows);
-        for (int ii = 0; ii < 3; ii++) {
+        for (int ii = 0; ii < N_ISAS; ii++) {
             struct matmul_ctx k;
             void *scratch;
-            int rc = init_ctx(&k, isas[ii], NULL, &scratch, 5, cols);
+            int rc = init_ctx(&k, ISA(ii), NULL, &scratch, 5, cols);
             CHECK(rc >= 0);
             if (rc == 0) {
                 matmul(&k, y, &m.t, x, 5);
                 for (int t = 0; t < 5; t++) {
                     matmul(&k, one, &m.t, x + (size_t)t * cols, 1);
                     CHECKF(!memcmp(one, y + (size_t)t * rows, sizeof(float) * rows),
-                           "%s %d blocks: token %d alone differs from in a batch", isas[ii], nb, t);
+                           "%s %d blocks: token %d alone differs from in a batch", ISA(ii), nb, t);
                     for (int r = 0; r < rows; r++) {
                         const float *wr = m.deq + (size_t)r * cols, *xt = x + (size_t)t * cols;
                         double ref = 0;
                         for (int c = 0; c < cols; c++) ref += (double)wr[c] * xt[c];
                         double tol = tolerance(GGML_Q4_0, wr, xt, cols);
                         CHECKF(fabs(y[t * rows + r] - ref) <= tol,
-                               "%s %d blocks: y[%d][%d] = %.9g, reference %.9g", isas[ii], nb, t, r,
+                               "%s %d blocks: y[%d][%d] = %.9g, reference %.9g", ISA(ii), nb, t, r,
                                y[t * rows + r], ref);
                     }
                 }
@@ -310,9 +330,9 @@ TEST(activation_quantizers_bit_identical)
     CHECK(a4[N / 64 - 1].d[1] == 0 && a4[N / 64 - 1].off[4] == 0 && a4[N / 64 - 1].hi[31] == 0);
     CHECK(a[0].d == 0 && a[0].qs[5] == 0);
     CHECK(a[1].d == 1.0f && a[1].qs[1] == -14 && a[1].qs[2] == -14 && a[1].qs[3] == -12);
-    const struct kernel_table *tables[] = {&kernels_avx2, &kernels_avx512};
+    const struct kernel_table *const *tables = kernel_tables + 1; /* the SIMD ones */
     int ran = 0;
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < kernel_tables_n - 1; i++) {
         struct matmul_ctx k;
         void *scratch;
         if (init_ctx(&k, tables[i]->name, NULL, &scratch, 1, 32) != 0) {
@@ -437,10 +457,11 @@ TEST(repack_layout_exact)
 /* Every kernel table has a kernel for every layout (matmul would call through NULL). */
 TEST(kernel_tables_complete)
 {
-    const struct kernel_table *tables[] = {&kernels_scalar, &kernels_avx2, &kernels_avx512};
-    for (int i = 0; i < 3; i++)
+    CHECK(kernel_tables[0] == &kernels_scalar);
+    for (int i = 0; i < kernel_tables_n; i++)
         for (int k = 0; k < KT_COUNT; k++)
-            CHECKF(tables[i]->tile[k], "%s: no kernel for layout %d", tables[i]->name, k);
+            CHECKF(kernel_tables[i]->tile[k], "%s: no kernel for layout %d", kernel_tables[i]->name,
+                   k);
 }
 
 /* Every layout's records give back each row's ggml block byte for byte (repack_block), and
@@ -517,18 +538,18 @@ TEST(kquant_layouts_bit_identical)
             CHECK(repack_tensor(&rp.t, err) == 0 && rp.t.type == type);
             float *want = malloc(sizeof(float) * n_tok * rows),
                   *got = malloc(sizeof(float) * n_tok * rows);
-            for (int ii = 0; ii < 3; ii++)
+            for (int ii = 0; ii < N_ISAS; ii++)
                 for (int layout = 0; layout < 2; layout++) {
                     struct matmul_ctx k;
                     void *scratch;
-                    int rc = init_ctx(&k, isas[ii], NULL, &scratch, n_tok, cols);
+                    int rc = init_ctx(&k, ISA(ii), NULL, &scratch, n_tok, cols);
                     if (rc == 0) {
                         matmul(&k, ii == 0 && layout == 0 ? want : got, layout ? &rp.t : &m.t, x,
                                n_tok);
                         if (ii || layout)
                             CHECKF(!memcmp(want, got, sizeof(float) * n_tok * rows),
                                    "%s %s%s: not the scalar row kernel's bits",
-                                   tensor_type_name(type), isas[ii], extreme ? ", extremes" : "");
+                                   tensor_type_name(type), ISA(ii), extreme ? ", extremes" : "");
                     }
                     free(scratch);
                 }
@@ -565,10 +586,10 @@ TEST(extremes_every_type)
         for (int i = 0; i < n_tok * cols; i++) x[i] = (i * 5) % 7 < 4 ? 1.0f : -1.0f;
         if (type != base) CHECK(repack_tensor(&m.t, err) == 0 && m.t.type == type);
         float *y = malloc(sizeof(float) * n_tok * rows);
-        for (int ii = 0; ii < 3; ii++) {
+        for (int ii = 0; ii < N_ISAS; ii++) {
             struct matmul_ctx k;
             void *scratch;
-            if (init_ctx(&k, isas[ii], NULL, &scratch, n_tok, cols) == 0) {
+            if (init_ctx(&k, ISA(ii), NULL, &scratch, n_tok, cols) == 0) {
                 matmul(&k, y, &m.t, x, n_tok);
                 for (int t = 0; t < n_tok; t++)
                     for (int r = 0; r < rows; r++) {
@@ -577,7 +598,7 @@ TEST(extremes_every_type)
                         for (int c = 0; c < cols; c++) ref += (double)wr[c] * xt[c];
                         CHECKF(fabs(y[t * rows + r] - ref) <= tolerance(type, wr, xt, cols),
                                "%s %s extremes: y[%d][%d] = %.6g, reference %.6g",
-                               tensor_type_name(type), isas[ii], t, r, y[t * rows + r], ref);
+                               tensor_type_name(type), ISA(ii), t, r, y[t * rows + r], ref);
                     }
             }
             free(scratch);
@@ -589,16 +610,32 @@ TEST(extremes_every_type)
     }
 }
 
+/* STRATA_ISA names a table: that one when the CPU has it, else a lower one, never a higher. */
 TEST(isa_override)
 {
-    setenv("STRATA_ISA", "scalar", 1);
-    CHECK_STR(matmul_isa(), "scalar");
+    char *was = getenv("STRATA_ISA");
+    was = was ? strdup(was) : NULL;
     unsetenv("STRATA_ISA");
     const char *best = matmul_isa();
-    CHECK(!strcmp(best, "scalar") || !strcmp(best, "avx2") || !strcmp(best, "avx512"));
-    setenv("STRATA_ISA", "avx2", 1);
-    CHECK(strcmp(matmul_isa(), "avx512") != 0); /* forces a lower one, never a higher */
-    unsetenv("STRATA_ISA");
+    int rank = -1;
+    for (int i = 0; i < kernel_tables_n; i++)
+        if (!strcmp(best, ISA(i))) rank = i;
+    CHECKF(rank >= 0, "best ISA %s is not one of this architecture's tables", best);
+    for (int i = 0; i < kernel_tables_n; i++) {
+        setenv("STRATA_ISA", ISA(i), 1);
+        const char *got = matmul_isa();
+        int r = -1;
+        for (int j = 0; j < kernel_tables_n; j++)
+            if (!strcmp(got, ISA(j))) r = j;
+        CHECKF(r == (i < rank ? i : rank), "STRATA_ISA=%s gave %s (best %s)", ISA(i), got, best);
+    }
+    setenv("STRATA_ISA", "no-such-isa", 1);
+    CHECK_STR(matmul_isa(), best);
+    if (was)
+        setenv("STRATA_ISA", was, 1);
+    else
+        unsetenv("STRATA_ISA");
+    free(was);
 }
 
 struct tp_job {

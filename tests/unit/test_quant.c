@@ -1,12 +1,15 @@
-/* quant: conversions and quantizers against hand-computed ggml bit patterns, the hardware F16C
- * conversion where the CPU has it, and round-trip error bounds. */
+/* quant: conversions and quantizers against hand-computed ggml bit patterns, the hardware's
+ * half-precision conversion (x86 F16C where the CPU has it, aarch64 FCVT), and round-trip error
+ * bounds. */
 #include "serving/engine/gguf.h"
 #include "serving/engine/quant.h"
 #include "tests/unit/check.h"
 
+#include <stdint.h>
+#if defined(__x86_64__)
 #include <cpuid.h>
 #include <immintrin.h>
-#include <stdint.h>
+#endif
 
 static uint32_t bits(float f)
 {
@@ -89,6 +92,8 @@ TEST(fp16_all_halves_round_trip)
     }
 }
 
+#if defined(__x86_64__)
+#define HW_FP16 "F16C"
 __attribute__((target("f16c"))) static uint16_t hw_f32_to_fp16(float f)
 {
     return (uint16_t)_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT);
@@ -97,11 +102,50 @@ __attribute__((target("f16c"))) static float hw_fp16_to_f32(uint16_t h)
 {
     return _cvtsh_ss(h);
 }
-
-TEST(fp16_matches_f16c)
+static int have_hw_fp16(void)
 {
     unsigned a, b, c, d;
-    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_F16C)) SKIP("CPU has no F16C");
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
+#elif defined(__aarch64__)
+/* FCVT, which every aarch64 CPU has (and the NEON kernels convert scales with). */
+#define HW_FP16 "FCVT"
+static uint16_t hw_f32_to_fp16(float f)
+{
+    __fp16 h = (__fp16)f;
+    uint16_t u;
+    memcpy(&u, &h, 2);
+    return u;
+}
+static float hw_fp16_to_f32(uint16_t h)
+{
+    __fp16 f;
+    memcpy(&f, &h, 2);
+    return (float)f;
+}
+static int have_hw_fp16(void)
+{
+    return 1;
+}
+#else
+#define HW_FP16 "hardware conversion"
+static uint16_t hw_f32_to_fp16(float f)
+{
+    return (uint16_t)f;
+}
+static float hw_fp16_to_f32(uint16_t h)
+{
+    return h;
+}
+static int have_hw_fp16(void)
+{
+    return 0;
+}
+#endif
+
+TEST(fp16_matches_hardware)
+{
+    if (!have_hw_fp16()) SKIP("CPU has no " HW_FP16);
     for (uint32_t h = 0; h < 65536; h++) {
         float a = fp16_to_f32((uint16_t)h), b = hw_fp16_to_f32((uint16_t)h);
         CHECKF(bits(a) == bits(b) || (isnan(a) && isnan(b)), "0x%04x: %a vs %a", h, (double)a,
@@ -113,9 +157,9 @@ TEST(fp16_matches_f16c)
         uint32_t u = next_u32();
         if (i & 1) u = (u & 0x807fffff) | ((uint32_t)(96 + (u >> 23) % 48) << 23);
         float f = from_bits(u);
-        if (isnan(f)) continue; /* F16C keeps NaN payloads; ggml writes 0x7e00 */
-        CHECKF(f32_to_fp16(f) == hw_f32_to_fp16(f), "%a (0x%08x): 0x%04x vs F16C 0x%04x", (double)f,
-               u, f32_to_fp16(f), hw_f32_to_fp16(f));
+        if (isnan(f)) continue; /* the hardware keeps NaN payloads; ggml writes 0x7e00 */
+        CHECKF(f32_to_fp16(f) == hw_f32_to_fp16(f), "%a (0x%08x): 0x%04x vs " HW_FP16 " 0x%04x",
+               (double)f, u, f32_to_fp16(f), hw_f32_to_fp16(f));
     }
 }
 
@@ -392,7 +436,7 @@ int main(void)
 {
     RUN(fp16_edge_cases);
     RUN(fp16_all_halves_round_trip);
-    RUN(fp16_matches_f16c);
+    RUN(fp16_matches_hardware);
     RUN(bf16_edge_cases);
     RUN(q8_0_known_block);
     RUN(q4_0_known_block);
