@@ -8,6 +8,8 @@
  * shares, and which thread owns each of its fields, is in control_internal.h. */
 #include "cluster/control_internal.h"
 
+#include <sodium.h>
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -195,6 +197,7 @@ int control_raft_setup(struct control *c, char *err)
                                     .on_ctl = control_channel_on_ctl,
                                     .on_fwd = control_channel_on_fwd,
                                     .on_refused = control_channel_on_refused,
+                                    .on_impostor = control_channel_on_impostor,
                                     .handshake_ms = c->cfg.handshake_ms};
     if (raft_transport_init(&c->transport, &tc, err)) return -1;
     int rc = raft_uv_init(&c->io, &c->loop, c->dir, &c->transport);
@@ -262,6 +265,7 @@ struct control *control_start(const struct control_cfg *cfg, const struct contro
     c->start_wall = now_wall_ms();
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->recover_cv, NULL);
+    signed_replay_init(&c->signed_seen);
     cluster_state_init(&c->st);
     if (!cfg->id) {
         errmsg_set(err, "cluster: --node-id is required with --cluster");
@@ -319,6 +323,7 @@ fail_loop:
 fail:
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->recover_cv);
+    signed_replay_fini(&c->signed_seen);
     free(c);
     return NULL;
 }
@@ -335,6 +340,8 @@ void control_stop(struct control *c)
     fwd_channels_free(c->fwd);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->recover_cv);
+    signed_replay_fini(&c->signed_seen);
+    sodium_memzero(&c->key, sizeof c->key);
     free(c);
 }
 

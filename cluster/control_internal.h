@@ -17,9 +17,11 @@
 #include "cluster/planner.h"
 #include "cluster/raft_transport.h"
 #include "cluster/recover_req.h"
+#include "cluster/signed_request.h"
 #include "cluster/voter_policy.h"
 #include "os/common/errmsg.h"
 #include "os/runtime/log.h"
+#include "os/runtime/wall_clock.h"
 
 #include <pthread.h>
 #include <raft.h>
@@ -100,6 +102,7 @@ struct control {
     uint64_t leader_id, term, commit_index, applied_index, last_index;
     char leader_addr[CL_STR_LEN + 1];
     uint64_t decisions, refused, handshake_timeouts, reports_in, proposals_failed, leaderships;
+    uint64_t impostors; /* messages in another node's name than the handshake proved (refused) */
     struct vp_server conf[CL_MAX_NODES]; /* raft's configuration, as this node holds it */
     int n_conf;
     int outstanding[CL_MAX_NODES]; /* requests this node has relayed to member i, in flight */
@@ -147,6 +150,8 @@ struct control {
     int recover_event; /* a recovery to record in the log once this node leads */
     uint64_t recoveries;
     uint64_t last_recovery_ms;
+    struct signed_replay signed_seen; /* nonces of signed requests accepted (its own mutex) */
+    uint64_t signed_refused;          /* guarded by mu: signed requests refused */
 };
 
 static inline uint64_t now_mono_ms(void)
@@ -158,9 +163,7 @@ static inline uint64_t now_mono_ms(void)
 
 static inline uint64_t now_wall_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+    return wall_clock_ms();
 }
 
 /* The planner's view: the committed state plus the latest reports. */
@@ -188,6 +191,7 @@ int control_fsm_propose(struct control *c, struct cl_cmd *cmd);
 void control_channel_on_ctl(void *ctx, struct sconn *s, uint64_t id, const char *addr);
 void control_channel_on_fwd(void *ctx, struct sconn *s, uint64_t id, const char *addr);
 void control_channel_on_refused(void *ctx, const char *peer, const char *why, int timed_out);
+void control_channel_on_impostor(void *ctx);
 void control_channel_report(struct control *c);
 void control_channel_join_tick(struct control *c, int force);
 void control_channel_rejoin_tick(struct control *c, uint64_t now, int leader_known);

@@ -59,6 +59,9 @@ char *control_json(struct control *c, size_t *len)
     cJSON_AddNumberToObject(root, "decisions", (double)c->decisions);
     cJSON_AddNumberToObject(root, "refused_connections", (double)c->refused);
     cJSON_AddNumberToObject(root, "handshake_timeouts", (double)c->handshake_timeouts);
+    cJSON_AddNumberToObject(root, "impostor_messages", (double)c->impostors);
+    cJSON_AddNumberToObject(root, "forged_frames", (double)sconn_forged_frames());
+    cJSON_AddNumberToObject(root, "signed_requests_refused", (double)c->signed_refused);
     cJSON_AddNumberToObject(root, "recoveries", (double)c->recoveries);
     if (c->last_recovery_ms)
         cJSON_AddNumberToObject(root, "last_recovery_ms", (double)c->last_recovery_ms);
@@ -207,6 +210,8 @@ char *control_metrics(struct control *c, size_t *len)
         {"strata_cluster_decisions_total", "counter", c->decisions},
         {"strata_cluster_refused_total", "counter", c->refused},
         {"strata_cluster_handshake_timeouts_total", "counter", c->handshake_timeouts},
+        {"strata_cluster_impostor_messages_total", "counter", c->impostors},
+        {"strata_cluster_forged_frames_total", "counter", sconn_forged_frames()},
         {"strata_cluster_recoveries_total", "counter", c->recoveries},
         {"strata_cluster_voters", "gauge", (uint64_t)n_voters},
         {"strata_cluster_load_reports_total", "counter", c->reports_in},

@@ -535,13 +535,13 @@ void front_held_model(struct front *f, char *out, size_t cap)
     pthread_mutex_unlock(&f->mu);
 }
 
-int front_adopt(struct front *f, int fd)
+int front_adopt(struct front *f, int fd, uint64_t from_node)
 {
     if (!f->http) {
         close(fd);
         return -1;
     }
-    return http_server_adopt(f->http, fd);
+    return http_server_adopt(f->http, fd, from_node);
 }
 
 static void front_unreachable(void *ctx, uint64_t node)
@@ -946,7 +946,12 @@ static void on_request(void *ctx, struct http_conn *c, const struct http_request
         char *x = NULL;
         size_t xlen = 0;
         int rc = 1;
-        if (check_auth(f, req, &e) || (rc = ext->post(ext->ctx, p, body, len, &x, &xlen, &e)) < 0) {
+        /* With an API key, the key or a request signed with the cluster key; without one, only
+         * the signature (the route checks it: ext->post). */
+        int has_key = f->cfg.api_key && f->cfg.api_key[0];
+        int key_ok = has_key && !check_auth(f, req, &e);
+        if ((has_key && !key_ok && !req->signature[0]) ||
+            (rc = ext->post(ext->ctx, req, body, len, key_ok, &x, &xlen, &e)) < 0) {
             send_error(f, c, &e);
             return;
         }
