@@ -158,6 +158,12 @@ int control_forward_open(struct control *c, uint64_t node, int timeout_ms, int c
 struct recover_req;
 int control_recover(struct control *c, const struct recover_req *r, char *msg, size_t cap);
 
+/* An operator's request to a state-changing endpoint signed with the cluster key
+ * (cluster/signed_request.h: X-Strata-Signature's value sig, sig_len bytes), checked against this
+ * node's id, wall clock and nonces seen. 0, or -1 with err the reason (any thread). */
+int control_check_signed(struct control *c, const char *method, const char *path, const char *sig,
+                         size_t sig_len, const void *body, size_t len, char *err);
+
 /* GET /v1/cluster (JSON) and the cluster part of /metrics: malloc'd text, *len its length. */
 char *control_json(struct control *c, size_t *len);
 char *control_metrics(struct control *c, size_t *len);

@@ -381,14 +381,36 @@ static char *get_route(void *ctx, const char *path, size_t *len)
     return control_json(atomic_load(&sc->ctl), len);
 }
 
-/* POST /v1/cluster/recover {"voters":[ids],"force":bool} (docs/control.md). */
-static int post_route(void *ctx, const char *path, const char *body, size_t len, char **out,
-                      size_t *out_len, struct api_error *e)
+/* POST /v1/cluster/recover {"voters":[ids],"force":bool} (docs/control.md). It changes raft's
+ * configuration, so it is never open: the API key where the node has one, else a request signed
+ * with the cluster key (`strata cluster recover`), else 403 with the reason. */
+static int post_route(void *ctx, const struct http_request *req, const char *body, size_t len,
+                      int key_ok, char **out, size_t *out_len, struct api_error *e)
 {
     struct serve_cluster *sc = ctx;
     struct recover_req rq;
     char msg[ERRMSG_LEN];
+    const char *path = req->path;
     if (strcmp(path, "/v1/cluster/recover")) return 1;
+    if (!key_ok) {
+        if (!req->signature[0]) {
+            api_error_set(e, 403, "invalid_request_error", NULL,
+                          "POST %s changes the cluster: this node has no API key, so the request "
+                          "must be signed with the cluster key (X-Strata-Signature; `strata "
+                          "cluster recover --key-file K --voters ...` signs it)",
+                          path);
+            e->code = "signature_required";
+            return -1;
+        }
+        if (req->signature_truncated ||
+            control_check_signed(atomic_load(&sc->ctl), req->method, path, req->signature,
+                                 strlen(req->signature), body, len, msg)) {
+            api_error_set(e, 403, "invalid_request_error", NULL, "POST %s: %s", path,
+                          req->signature_truncated ? "signature: header too long" : msg);
+            e->code = "bad_signature";
+            return -1;
+        }
+    }
     if (recover_req_parse(&rq, body, len, msg))
         return api_error_set(e, 400, "invalid_request_error", "voters", "%s", msg);
     int status = control_recover(atomic_load(&sc->ctl), &rq, msg, sizeof msg);
@@ -441,8 +463,7 @@ static int forward_open(void *ctx, uint64_t node, int timeout_ms, int cancel_fd,
 static void forward_in(void *ctx, int fd, uint64_t from)
 {
     struct serve_cluster *sc = ctx;
-    (void)from;
-    front_adopt(sc->front, fd);
+    front_adopt(sc->front, fd, from);
 }
 
 static char *metrics(void *ctx, size_t *len)
