@@ -127,6 +127,7 @@ static void on_tick(uv_timer_t *t)
     }
     if (leader && control_recover_add_tick(c)) return;
     if (leader) control_conf_tick(c);
+    if (leader && control_lost_tick(c)) return;
     if (leader) control_leader_tick(c);
 }
 

@@ -131,6 +131,12 @@ int control_holders_fabric(struct control *c, const char *model, const uint64_t 
  * joiner may take it as its helper), else 0. */
 int control_fabric_serves(struct control *c, const char *model, const char *fabric);
 
+/* Whether a request for `model` (resolved as control_route resolves it) must fail at once: the
+ * cluster recorded the model lost (CMD_MODEL: no live node holds some of its layers), the committed
+ * state still says so, and this node does not hold it whole itself. 1 with why (the model, the
+ * missing layers, since when), else 0. Any thread. */
+int control_model_lost(struct control *c, const char *model, char *why, size_t cap);
+
 /* A request relayed to node (+1) or ended there (-1): control_route counts what this node has in
  * flight at each member beyond the member's last report (thread-safe). */
 void control_routed(struct control *c, uint64_t node, int delta);

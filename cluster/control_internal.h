@@ -205,6 +205,10 @@ void control_conf_tick(struct control *c);
 /* control_exec.c: carry out the committed decisions that name this node */
 void control_exec_tick(struct control *c);
 
+/* control_lost.c: the leader records models no live node holds whole (CMD_MODEL); how many it
+ * proposed */
+int control_lost_tick(struct control *c);
+
 /* control_leader.c: membership, ended scale-outs, the planner (the leader, each heartbeat) */
 void control_leader_tick(struct control *c);
 

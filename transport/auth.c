@@ -219,7 +219,8 @@ int auth_hello_id_check(const struct cluster_key *key, const uint8_t *body, size
     uint8_t m[WIRE_MAC_LEN];
     id_mac(key, who, WIRE_HELLO_ID, body, WIRE_NONCE_LEN + 8, m);
     if (sodium_memcmp(m, body + WIRE_NONCE_LEN + 8, WIRE_MAC_LEN))
-        return errmsg_set(err, "hello from node %llu: MAC does not verify (wrong cluster key)",
+        return errmsg_set(err,
+                          "hello: MAC does not verify (wrong cluster key; it claims node %llu)",
                           (unsigned long long)who);
     memcpy(nonce, body, WIRE_NONCE_LEN);
     *id = who;

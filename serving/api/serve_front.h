@@ -112,6 +112,11 @@ struct front_ext {
      * carries req->signature instead) the route checks the signature or refuses. */
     int (*post)(void *ctx, const struct http_request *req, const char *body, size_t len, int key_ok,
                 char **out, size_t *out_len, struct api_error *e);
+    /* 1 when a request for `model` ("" : this node's, or the cluster's only one) must fail at
+     * once because the cluster lost it (no live node holds some of its layers), with why naming
+     * the model and the missing layers: completions get 503 (code model_lost), held ones too,
+     * and /health says so. Thread-safe (front and relay threads). */
+    int (*lost)(void *ctx, const char *model, char *why, size_t cap);
 };
 void front_set_ext(struct front *f, const struct front_ext *ext);
 /* Any thread: fd, a forward channel from cluster member from_node, becomes a connection of the
