@@ -164,6 +164,9 @@ static void on_stop(uv_async_t *a)
     if (c->join) sealed_conn_close(c->join, "stopping");
     fwd_channels_stop(c->fwd);
     if (c->raft_open) raft_close(&c->raft, raft_closed);
+    /* The forward channels a front keeps in its pool (and any other connection) end now: the
+     * loop must run out, and the front is freed only after this thread has returned. */
+    sealed_conn_close_all(&c->loop, "stopping");
 }
 
 static void *control_main(void *arg)

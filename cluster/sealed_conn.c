@@ -4,6 +4,7 @@
 #include "os/runtime/log.h"
 
 #include <arpa/inet.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +35,44 @@ int sealed_conn_parse_addr(const char *hostport, struct sockaddr_in *sa, char *e
 
 static atomic_ullong forged;
 
+/* Every open sconn, of every loop (tests run several loops in several threads). */
+static pthread_mutex_t live_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct sconn *live;
+
+static void live_add(struct sconn *c)
+{
+    pthread_mutex_lock(&live_mu);
+    c->live_next = live;
+    if (live) live->live_prev = c;
+    live = c;
+    pthread_mutex_unlock(&live_mu);
+}
+
+static void live_remove(struct sconn *c)
+{
+    pthread_mutex_lock(&live_mu);
+    if (c->live_prev)
+        c->live_prev->live_next = c->live_next;
+    else if (live == c)
+        live = c->live_next;
+    if (c->live_next) c->live_next->live_prev = c->live_prev;
+    c->live_prev = c->live_next = NULL;
+    pthread_mutex_unlock(&live_mu);
+}
+
+void sealed_conn_close_all(uv_loop_t *loop, const char *why)
+{
+    for (;;) {
+        struct sconn *c = NULL;
+        pthread_mutex_lock(&live_mu);
+        for (struct sconn *p = live; p && !c; p = p->live_next)
+            if (p->loop == loop) c = p;
+        pthread_mutex_unlock(&live_mu);
+        if (!c) return;
+        sealed_conn_close(c, why); /* leaves the list */
+    }
+}
+
 unsigned long long sconn_forged_frames(void)
 {
     return atomic_load(&forged);
@@ -59,6 +98,7 @@ static void handle_closed(uv_handle_t *h)
 void sealed_conn_close(struct sconn *c, const char *why)
 {
     if (c->state == SC_CLOSED) return;
+    live_remove(c);
     int was_handshake = c->state == SC_HANDSHAKE;
     c->state = SC_CLOSED;
     snprintf(c->why, sizeof c->why, "%s", why ? why : "closed");
@@ -366,6 +406,7 @@ static struct sconn *sealed_conn_new(uv_loop_t *loop, const struct cluster_key *
     uv_timer_init(loop, &c->deadline);
     c->deadline.data = c;
     c->open_handles = 2;
+    live_add(c);
     return c;
 }
 

@@ -62,7 +62,8 @@ struct sconn {
     struct sconn_cbs cb;
     int is_client, state, piped, open_handles, timed_out;
     uint64_t self_id, want_id;
-    unsigned forged; /* frames that did not open (logged: the first few) */
+    unsigned forged;                     /* frames that did not open (logged: the first few) */
+    struct sconn *live_prev, *live_next; /* every sconn not yet closed (sealed_conn_close_all) */
     uint8_t nonce[WIRE_NONCE_LEN];
     struct session s;
     uint64_t tx_seq, rx_seq;
@@ -105,6 +106,10 @@ int sealed_conn_relay_fd(struct sconn *c, char *err);
 void sealed_conn_close(struct sconn *c, const char *why);
 int sealed_conn_is_open(const struct sconn *c);
 
+/* Close every connection of this loop still open (a stopping control thread: the forward channels
+ * a front keeps in its pool would otherwise keep the loop, and the process, running). On the
+ * loop's thread. */
+void sealed_conn_close_all(uv_loop_t *loop, const char *why);
 /* Frames dropped because they did not open (forged or corrupted), every connection of the process. */
 unsigned long long sconn_forged_frames(void);
 

@@ -9,6 +9,8 @@
 #     changes (same leader, same voters);
 #   - identity: a control connection that proved node 9 in its handshake is answered as node 9,
 #     and refused when its OPEN or a load report then claims node 2 (counted: impostor_messages);
+#   - stop: a node that forwarded requests over pooled channels stops on SIGTERM within the
+#     grace period (it used to wait forever for those channels);
 #   - recover: nodes 2 and 3 are killed; `strata cluster recover --key-file K --voters 1` (no
 #     --node: the CLI asks /v1/cluster) makes node 1 the leader of a one-voter configuration;
 #   - secrets: the cluster key (hex either case, base64, raw bytes) appears in no node's log,
@@ -81,6 +83,24 @@ if [ "$p_self" = answered ] && [[ "$p_open" == closed* ]] && [[ "$p_load" == clo
     ok "cluster_trust: identity: node 9 (proved) answered; its OPEN as node 2 and its load report as node 2 refused ($p_load), counted ($i0 -> $i1); another key fails the handshake"
 else
     not_ok "cluster_trust: identity: self '$p_self', open '$p_open', load '$p_load', key '$p_key', impostors $i0 -> $i1"
+fi
+
+# ---- stop: a node whose front keeps forward channels in its pool stops on SIGTERM (its control
+# loop used to wait for those channels, which the front closes only after it)
+for i in 1 2 3 4 5; do
+    curl -s -m 20 -o /dev/null "${CL_URL[n3]}/v1/completions" -d '{"prompt":"Once upon a time","max_tokens":4,"temperature":0}'
+done
+fwd=$(curl -s "${CL_URL[n3]}/metrics" | awk '$1 ~ /^strata_forwarded_requests_total/ { s += $2 } END { print s + 0 }')
+t0=$(date +%s%N)
+kill -TERM "${CL_PID[n3]}"
+for ((i = 0; i < 150; i++)); do kill -0 "${CL_PID[n3]}" 2>/dev/null || break; sleep 0.1; done
+wait "${CL_PID[n3]}" 2>/dev/null
+st=$?
+ms=$((($(date +%s%N) - t0) / 1000000))
+if [ "$fwd" -ge 5 ] && [ $st = 0 ] && [ $ms -lt 8000 ] && grep -q "strata serve: stopped" "$W/n3.log"; then
+    ok "cluster_trust: stop: node 3 forwarded $fwd requests over pooled channels and stopped on SIGTERM in $ms ms (status 0)"
+else
+    not_ok "cluster_trust: stop: forwarded $fwd, exit status $st after $ms ms: $(cl_why n3)"
 fi
 
 # ---- recover through the CLI, signed
