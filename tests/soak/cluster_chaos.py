@@ -298,17 +298,25 @@ def watch(stop):
         stop.wait(1.0)
 
 
+WHY = [""]
+
+
 def healthy(probe=True):
+    """A leader every live node agrees on, every node alive in its state and in raft's
+    configuration, and (probe) an exact answer from every node. WHY[0]: what is missing."""
     views = {i: cluster(i) for i in range(1, A.nodes + 1) if alive(i)}
     if len(views) < A.nodes or any(v is None for v in views.values()):
+        WHY[0] = f"nodes answering /v1/cluster: {sorted(i for i, v in views.items() if v)}"
         return False
     leaders = {v["leader"] for v in views.values()}
     if len(leaders) != 1 or None in leaders:
+        WHY[0] = f"leaders seen: {sorted(map(str, leaders))}"
         return False
     lead = views[leaders.pop()]
     members = {n["id"]: n["alive"] for n in lead["nodes"]}
     conf = set(lead["voters"]) | set(lead["non_voters"])
     if any(not members.get(i) or i not in conf for i in range(1, A.nodes + 1)):
+        WHY[0] = f"members {members}, configuration {sorted(conf)}"
         return False
     if not probe:
         return True
@@ -317,20 +325,27 @@ def healthy(probe=True):
         try:
             c, r = post(f"10.77.0.{i}", 8080,
                         {"prompt": "Once upon a time", "max_tokens": 8, "temperature": 0}, 10)
-            ok = r.status == 200 and json.loads(r.read())["choices"][0]["text"] == ref
+            body = r.read()
+            ok = r.status == 200 and json.loads(body)["choices"][0]["text"] == ref
             c.close()
-        except Exception:  # noqa: BLE001
+            if not ok:
+                WHY[0] = f"node {i} answered HTTP {r.status} {body[:120]!r}"
+        except Exception as e:  # noqa: BLE001
             ok = False
+            WHY[0] = f"node {i}: {e}"
         if not ok:
             return False
     return True
 
 
 def wait_healthy(limit):
-    t0 = time.monotonic()
+    t0, said = time.monotonic(), 0
     while time.monotonic() - t0 < limit:
         if healthy():
             return time.monotonic() - t0
+        if time.monotonic() - t0 > 10 * (said + 1):
+            said += 1
+            say("not healthy yet:", WHY[0])
         time.sleep(0.2)
     return None
 
