@@ -458,10 +458,13 @@ def fault_slow():
 
 
 def fault_disk():
-    i = RNG.randint(1, A.nodes)
+    """The leader's raft directory (a tmpfs) full, long enough for raft to need new space (a
+    snapshot every 64 entries, new segments)."""
+    i, _ = leader()
+    i = i or RNG.randint(1, A.nodes)
     filler = os.path.join(raft_dir(i), "filler")
     sh(f"dd if=/dev/zero of={filler} bs=64k status=none", check=False)  # until ENOSPC
-    time.sleep(RNG.uniform(5, 10))
+    time.sleep(RNG.uniform(15, 25))
     gone = not alive(i)
     os.unlink(filler)
     if gone:  # it stopped on the full disk: an operator restarts it
