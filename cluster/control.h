@@ -112,9 +112,11 @@ void control_exec_failed(struct control *c, const char *model, const char *why);
  * report; a follower holds only its own, so it routes on the committed replicas with the other
  * nodes' loads unknown (taken as idle). Among replicas predicted equal, this node wins (no hop),
  * then the lowest id. `model` names a model of the cluster; "" or an unknown name means this
- * node's model, else the cluster's only model. http_out gets "local" (this node), "none" (no live
- * replica: the caller holds the request or serves it here if it can), or the chosen node's API
- * address host:port, with *node its id. 0, or -1 with err (a view the planner refuses). */
+ * node's model, else the cluster's only model, except that this node's own model, named before
+ * the state knows it, is never taken for another ("none": served here). http_out gets "local"
+ * (this node), "none" (no live replica: the caller holds the request or serves it here if it
+ * can), or the chosen node's API address host:port, with *node its id. 0, or -1 with err (a
+ * view the planner refuses). */
 int control_route(struct control *c, const char *model, int prompt_tokens, char *http_out,
                   size_t cap, uint64_t *node, char *err);
 /* The model this node now serves (an empty member that joined one; thread-safe). */

@@ -212,6 +212,11 @@ int control_lost_tick(struct control *c);
 /* control_leader.c: membership, ended scale-outs, the planner (the leader, each heartbeat) */
 void control_leader_tick(struct control *c);
 
+/* control_route.c: the model a request for `model` means (mu held): the one it names when the
+ * state knows it, else this node's, else the cluster's only one; -1 for none, or when it names
+ * this node's model before the state knows it (served here, never taken for another model) */
+int control_model_index(const struct control *c, const char *model);
+
 /* control_view.c: the planner's view in vb (mu held) */
 void control_view_build(struct control *c, struct view_buf *vb, uint64_t now_mono);
 

@@ -39,21 +39,11 @@ int control_lost_tick(struct control *c)
     return n;
 }
 
-/* The model a request means, as control_route picks it (mu held). */
-static int model_of(const struct control *c, const char *model)
-{
-    const struct cl_state *s = &c->st;
-    int mi = model && model[0] ? cluster_state_model(s, model) : -1;
-    if (mi < 0 && c->model[0]) mi = cluster_state_model(s, c->model);
-    if (mi < 0 && s->n_models == 1) mi = 0;
-    return mi;
-}
-
 int control_model_lost(struct control *c, const char *model, char *why, size_t cap)
 {
     int lost = 0;
     pthread_mutex_lock(&c->mu);
-    int mi = model_of(c, model);
+    int mi = control_model_index(c, model);
     uint16_t first = 0, L = 0;
     uint64_t holder;
     if (mi >= 0 && c->st.lost[mi].lost && cluster_state_missing(&c->st, mi, &first, &L, &holder)) {
