@@ -167,6 +167,19 @@ endif
 $(BUILD)/tests/test_cuda: CFLAGS += -DSTRATA_NVCC_BUILD
 endif
 
+# The operator's page (GET /, serving/api/ui_page.c): serving/api/ui/index.html with ui.css and
+# ui.js put in place of its two marker lines, one document embedded with .incbin. Outside $(BUILD)
+# so the SAN build reuses it; the fuzz archive compiles the page's stand-in.
+UI_SRC  := serving/api/ui/index.html serving/api/ui/ui.css serving/api/ui/ui.js
+UI_PAGE := build/gen/ui.html
+$(UI_PAGE): $(UI_SRC)
+	@mkdir -p $(dir $@)
+	sed -e '/<!-- strata:css -->/{r serving/api/ui/ui.css' -e 'd}' \
+	    -e '/<!-- strata:js -->/{r serving/api/ui/ui.js' -e 'd}' serving/api/ui/index.html >$@.tmp
+	mv $@.tmp $@
+$(BUILD)/obj/serving/api/ui_page.o: CFLAGS_EXTRA = -DSTRATA_UI_PAGE='"$(UI_PAGE)"'
+$(BUILD)/obj/serving/api/ui_page.o: $(UI_PAGE)
+
 -include $(LIB_OBJ:.o=.d) $(SYNTH_OBJ:.o=.d) $(BUILD)/obj/cmd/main.d $(BUILD)/obj/cmd/main_appliance.d \
     $(HOOKS_OBJ:.o=.d) \
     $(TEST_BIN:=.d) $(TOOL_BIN:=.d) $(BENCH_BIN:=.d)

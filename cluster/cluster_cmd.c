@@ -173,6 +173,7 @@ size_t cluster_cmd_encode(uint8_t *out, size_t cap, const struct cl_cmd *c)
         wire_put_u64(&w, s->node);
         wire_put_u8(&w, s->n_chain);
         for (int i = 0; i < s->n_chain && i < CL_MAX_CHAIN; i++) wire_put_u64(&w, s->chain[i]);
+        cluster_cmd_put_str(&w, s->reason);
         break;
     }
     case CMD_SCALE_DONE:
@@ -233,6 +234,7 @@ int cluster_cmd_decode(struct cl_cmd *c, const uint8_t *buf, size_t len, char *e
         for (int i = 0; i < s->n_chain; i++)
             if (!(s->chain[i] = wire_get_u64(&r)) && !r.bad)
                 return errmsg_set(err, "SCALE: chain[%d] is node 0", i);
+        cluster_cmd_get_str(&r, s->reason);
         if (!r.bad && (!s->model[0] || !s->node))
             return errmsg_set(err, "SCALE: empty model name or target node 0");
         break;

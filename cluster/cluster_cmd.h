@@ -16,9 +16,9 @@
 #include <stdint.h>
 
 /* 3: a member's rack (cl_node_up.rack); 4: refusals (SCALE_DONE's node and reason, LOAD's refused
- * decisions and held requests); 5: CMD_MODEL (a model lost or found again) and each model's lost
- * flag in snapshots */
-#define CL_CMD_VERSION 5
+ * decisions and held requests); 5: SCALE's reason; 6: CMD_MODEL (a model lost or found again)
+ * and each model's lost flag in snapshots */
+#define CL_CMD_VERSION 6
 #define CL_STR_LEN     63 /* addresses, model names, GPU types */
 #define CL_MAX_CHAIN   16 /* joiners of one scale-out */
 #define CL_MAX_HOLD    8  /* models a node reports at once */
@@ -72,6 +72,7 @@ struct cl_scale {
     uint64_t node;   /* target (chain[0] for a scale up) */
     uint8_t n_chain;
     uint64_t chain[CL_MAX_CHAIN];
+    char reason[CL_STR_LEN + 1]; /* why the planner decided it, for people ("" none) */
 };
 
 struct cl_cmd {

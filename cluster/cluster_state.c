@@ -142,7 +142,7 @@ static int apply(struct cl_state *s, const struct cl_cmd *c)
             s->n_scaleouts < CL_MAX_SCALEOUTS)
             s->scaleout[s->n_scaleouts++] =
                 (struct cl_scaleout){.scale_id = id, .s = *sc, .started_ms = c->t_ms};
-        event_add(s, c, sc->kind, sc->node, sc->source, sc->model, NULL);
+        event_add(s, c, sc->kind, sc->node, sc->source, sc->model, sc->reason);
         return 0;
     }
     case CMD_SCALE_DONE:
@@ -198,6 +198,7 @@ static void put_scale(struct wire_w *w, const struct cl_scale *sc)
     wire_put_u64(w, sc->node);
     wire_put_u8(w, sc->n_chain);
     for (int i = 0; i < sc->n_chain; i++) wire_put_u64(w, sc->chain[i]);
+    cluster_cmd_put_str(w, sc->reason);
 }
 
 static int get_scale(struct wire_r *r, struct cl_scale *sc)
@@ -209,6 +210,7 @@ static int get_scale(struct wire_r *r, struct cl_scale *sc)
     sc->n_chain = wire_get_u8(r);
     if (r->bad || sc->n_chain > CL_MAX_CHAIN) return -1;
     for (int i = 0; i < sc->n_chain; i++) sc->chain[i] = wire_get_u64(r);
+    cluster_cmd_get_str(r, sc->reason);
     return r->bad ? -1 : 0;
 }
 
@@ -217,7 +219,7 @@ size_t cluster_state_encoded_max(void)
     /* Every string at its longest, every table full. */
     size_t up = 8 + 5 * (1 + CL_STR_LEN) + 1 + 4; /* addr, http, fabric, gpu, rack */
     size_t member = up + 1 + 8 + CL_MAX_MODELS * 6;
-    size_t scale = 1 + 1 + CL_STR_LEN + 8 + 8 + 1 + 8 * CL_MAX_CHAIN;
+    size_t scale = 1 + 1 + CL_STR_LEN + 8 + 8 + 1 + 8 * CL_MAX_CHAIN + 1 + CL_STR_LEN;
     return 4 + 6 * 4 + 2 * 8 + CL_MAX_NODES * member + CL_MAX_MODELS * (1 + CL_STR_LEN + 13) +
            CL_MAX_SCALEOUTS * (4 + scale + 8) +
            CL_MAX_EVENTS * (8 + 4 + 2 + 16 + 2 * (1 + CL_STR_LEN));

@@ -175,5 +175,8 @@ int control_check_signed(struct control *c, const char *method, const char *path
 /* GET /v1/cluster (JSON) and the cluster part of /metrics: malloc'd text, *len its length. */
 char *control_json(struct control *c, size_t *len);
 char *control_metrics(struct control *c, size_t *len);
+/* The API address ("host:port") of member id, for the operator's page to read its /metrics
+ * through a forward channel: 0, or -1 when id is no member of the committed state. */
+int control_member_http(struct control *c, uint64_t id, char *out, size_t cap);
 
 #endif

@@ -220,6 +220,10 @@ int control_model_index(const struct control *c, const char *model);
 /* control_view.c: the planner's view in vb (mu held) */
 void control_view_build(struct control *c, struct view_buf *vb, uint64_t now_mono);
 
+/* control_status.c: one line for a scaling decision ("scale up m onto 2 -> 3 from node 1: why"),
+ * the console's and the log's (any thread) */
+void control_scale_line(const struct cl_scale *s, char *out, size_t cap);
+
 /* control_recover.c */
 int control_recover_at_start(struct control *c, char *err); /* --cluster-recover, checked */
 /* raft_recover and a new term (from control_raft_setup) */

@@ -169,6 +169,12 @@ static int leader_scaleouts(struct control *c)
             cmd[n] = (struct cl_cmd){.type = CMD_SCALE_DONE};
             cmd[n].u.done.scale_id = so->scale_id;
             cmd[n].u.done.ok = !lost;
+            if (!lost)
+                log_info("cluster", "scale-out %u of %s done: %s after %.1f s", so->scale_id,
+                         so->s.model,
+                         so->s.kind == SCALE_UP ? "every joiner serves alone (k = L)"
+                                                : "the host copy is whole",
+                         (double)(now_wall_ms() - so->started_ms) / 1e3);
             if (lost) {
                 cmd[n].u.done.node = who;
                 cluster_cmd_printable(cmd[n].u.done.reason, why[0] ? why : "abandoned");
@@ -179,6 +185,36 @@ static int leader_scaleouts(struct control *c)
     pthread_mutex_unlock(&c->mu);
     for (int i = 0; i < n; i++) control_fsm_propose(c, &cmd[i]);
     return n;
+}
+
+/* Why the planner took action a, in one short line (the event's reason, the console's line). */
+static void why_text(const struct plan_action *a, char out[CL_STR_LEN + 1])
+{
+    char t[128];
+    double v = a->why_value, l = a->why_limit;
+    switch (a->reason) {
+    case PLAN_WHY_SLACK:
+        snprintf(t, sizeof t, "predicted TTFT %.0f ms > SLO %.0f ms", v, l);
+        break;
+    case PLAN_WHY_COLD:
+        snprintf(t, sizeof t, "%.0f request(s) held, no replica", v);
+        break;
+    case PLAN_WHY_FORECAST:
+        snprintf(t, sizeof t, "forecast %.0f tok/s > capacity %.0f tok/s", v, l);
+        break;
+    case PLAN_WHY_IDLE:
+        snprintf(t, sizeof t, "idle %.1f s >= keep-alive %.1f s", v / 1e3, l / 1e3);
+        break;
+    case PLAN_WHY_CAPACITY:
+        snprintf(t, sizeof t, "demand %.0f tok/s fits one replica fewer (%.0f)", v, l);
+        break;
+    case PLAN_WHY_DURABILITY:
+        snprintf(t, sizeof t, "host copies %.0f %s R = %.0f", v, v < l ? "<" : ">", l);
+        break;
+    default:
+        snprintf(t, sizeof t, "standbys %.0f > %.0f wanted", v, l);
+    }
+    cluster_cmd_printable(out, t);
 }
 
 static int leader_plan(struct control *c, uint64_t now_mono)
@@ -207,18 +243,15 @@ static int leader_plan(struct control *c, uint64_t now_mono)
         k->u.scale.node = (uint64_t)a->node;
         for (int j = 0; j < a->n_chain && j < CL_MAX_CHAIN; j++)
             k->u.scale.chain[k->u.scale.n_chain++] = (uint64_t)a->chain[j];
+        why_text(a, k->u.scale.reason);
         c->decisions++;
     }
     pthread_mutex_unlock(&c->mu);
     if (n < 0) log_warn("cluster", "planner: %s", err);
     for (int i = 0; i < nc; i++) {
-        const struct cl_scale *s = &cmd[i].u.scale;
-        log_info("cluster", "decision: %s %s on node %llu (source %llu)",
-                 s->kind == SCALE_UP          ? "scale up"
-                 : s->kind == SCALE_DOWN      ? "scale down"
-                 : s->kind == SCALE_REPLICATE ? "replicate"
-                                              : "drop host copy",
-                 s->model, (unsigned long long)s->node, (unsigned long long)s->source);
+        char line[ERRMSG_LEN];
+        control_scale_line(&cmd[i].u.scale, line, sizeof line);
+        log_info("cluster", "decision: %s", line);
         control_fsm_propose(c, &cmd[i]);
     }
     return nc;

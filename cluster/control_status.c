@@ -41,6 +41,36 @@ static const char *event_name(const struct cl_event *e)
     return "?";
 }
 
+void control_scale_line(const struct cl_scale *s, char *out, size_t cap)
+{
+    size_t n = 0;
+    out[0] = 0;
+#define ADD(...)                                                                                   \
+    do {                                                                                           \
+        int k_ = snprintf(out + n, n < cap ? cap - n : 0, __VA_ARGS__);                            \
+        if (k_ > 0) n += (size_t)k_;                                                               \
+    } while (0)
+    switch (s->kind) {
+    case SCALE_UP:
+        ADD("scale up %s onto ", s->model);
+        for (int i = 0; i < s->n_chain && i < CL_MAX_CHAIN; i++)
+            ADD("%s%llu", i ? " -> " : "", (unsigned long long)s->chain[i]);
+        ADD(" from node %llu", (unsigned long long)s->source);
+        break;
+    case SCALE_DOWN:
+        ADD("scale down %s on node %llu", s->model, (unsigned long long)s->node);
+        break;
+    case SCALE_REPLICATE:
+        ADD("copy %s into node %llu's host memory from node %llu", s->model,
+            (unsigned long long)s->node, (unsigned long long)s->source);
+        break;
+    default:
+        ADD("drop %s's host copy on node %llu", s->model, (unsigned long long)s->node);
+    }
+    if (s->reason[0]) ADD(": %s", s->reason);
+#undef ADD
+}
+
 char *control_json(struct control *c, size_t *len)
 {
     cJSON *root = cJSON_CreateObject();
@@ -177,6 +207,15 @@ char *control_json(struct control *c, size_t *len)
     cJSON_Delete(root);
     *len = text ? strlen(text) : 0;
     return text;
+}
+
+int control_member_http(struct control *c, uint64_t id, char *out, size_t cap)
+{
+    pthread_mutex_lock(&c->mu);
+    const struct cl_member *m = cluster_state_member_c(&c->st, id);
+    if (m) snprintf(out, cap, "%s", m->info.http);
+    pthread_mutex_unlock(&c->mu);
+    return m ? 0 : -1;
 }
 
 struct mbuf {

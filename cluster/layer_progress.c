@@ -1,6 +1,7 @@
 #include "cluster/layer_progress.h"
 
 #include "os/runtime/clock.h"
+#include "os/runtime/log.h"
 
 #include <cjson/cJSON.h>
 #include <stdarg.h>
@@ -140,4 +141,50 @@ char *layer_progress_prom(const struct layer_progress *lp, size_t *len)
     }
     *len = o.n;
     return o.p;
+}
+
+void layer_progress_line(char *out, size_t cap, int k, int L, uint64_t bytes, uint64_t total,
+                         double rate, double elapsed)
+{
+    double mb = (double)bytes / 1e6, total_mb = (double)total / 1e6;
+    if (elapsed >= 0) {
+        snprintf(out, cap, "weights: %d/%d layers, %.1f MB in %.1f s (%.1f MB/s)", k, L, mb,
+                 elapsed, elapsed > 0 ? mb / elapsed : 0);
+        return;
+    }
+    if (!total) {
+        snprintf(out, cap, "weights: waiting for the header, %.1f MB, %.1f MB/s", mb, rate / 1e6);
+        return;
+    }
+    char eta[32] = "ETA ?";
+    if (rate > 0 && bytes <= total) snprintf(eta, sizeof eta, "ETA %.1f s", (total - bytes) / rate);
+    snprintf(out, cap, "weights: %d/%d layers, %.1f of %.1f MB, %.1f MB/s, %s", k, L, mb, total_mb,
+             rate / 1e6, eta);
+}
+
+void layer_progress_report(struct layer_progress *lp)
+{
+    double now = clock_now();
+    int state = atomic_load(&lp->state);
+    uint64_t bytes = atomic_load(&lp->bytes);
+    char line[160];
+    if (state == LP_FAILED || lp->report_done) return;
+    if (state == LP_READY) {
+        lp->report_done = 1;
+        layer_progress_line(line, sizeof line, atomic_load(&lp->layers_resident),
+                            atomic_load(&lp->layers_total), bytes, atomic_load(&lp->bytes_total), 0,
+                            now - lp->t0);
+        log_info("fabric", "%s", line);
+        return;
+    }
+    if (!lp->report_t) lp->report_t = lp->t0;
+    double dt = now - lp->report_t;
+    if (dt < 1.0) return;
+    /* The mean since the join: bytes land a span at a time, so a one-second rate jumps between
+     * 0 and twice the pace; the mean gives an ETA that counts down. */
+    layer_progress_line(line, sizeof line, atomic_load(&lp->layers_resident),
+                        atomic_load(&lp->layers_total), bytes, atomic_load(&lp->bytes_total),
+                        (double)bytes / (now - lp->t0), -1);
+    lp->report_t = now;
+    log_info("fabric", "%s", line);
 }

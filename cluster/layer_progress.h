@@ -28,6 +28,9 @@ struct layer_progress {
     /* per span (model.h order): its bytes and the time from t0 to its verification (0: not yet) */
     atomic_ullong span_bytes[MODEL_MAX_LAYERS + 2];
     atomic_ullong span_us[MODEL_MAX_LAYERS + 2];
+    /* layer_progress_report's own (its caller's thread: the one driving the stream) */
+    double report_t;
+    int report_done;
 };
 
 void layer_progress_init(struct layer_progress *lp);
@@ -43,5 +46,13 @@ struct cJSON;
 void layer_progress_json(const struct layer_progress *lp, struct cJSON *o);
 /* Prometheus text: gauges of the state and counts, per-layer bytes and seconds. malloc'd. */
 char *layer_progress_prom(const struct layer_progress *lp, size_t *len);
+/* The console while weights stream: call it as often as you like from the thread that drives the
+ * stream; it logs at most one line a second ("weights: 7/24 layers, 45.2 of 111.0 MB, 12.3 MB/s,
+ * ETA 5.4 s"), the first a second after the join, and one line when every span is here. */
+void layer_progress_report(struct layer_progress *lp);
+/* That line: k of L layers, bytes of total at rate bytes/s (the mean since the join; a negative
+ * elapsed: the final line, elapsed seconds since the join). Exposed for the test. */
+void layer_progress_line(char *out, size_t cap, int k, int L, uint64_t bytes, uint64_t total,
+                         double rate, double elapsed);
 
 #endif

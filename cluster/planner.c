@@ -406,6 +406,7 @@ struct demand {
     double hold_tok_s;   /* the same with fc_z_in errors: what scale-in keeps capacity for */
     double kv_sum;       /* the replicas' KV use, summed fractions */
     int n_serving;
+    double why_value, why_limit; /* plan_action's, for the scale-up */
 };
 
 /* The time to stream m to a new replica from its fastest live holder (the proactive horizon). */
@@ -492,10 +493,13 @@ static void model_demand(const struct plan_config *cfg, const struct plan_view *
         d->trigger = queued > 0;
         d->slack = -INF_MS / 2;
         d->reason = PLAN_WHY_COLD;
+        d->why_value = queued;
     } else if (queued > 0) {
         d->slack = pm->ttft_slo_ms - best;
         d->trigger = d->slack < 0; /* the scheduler's slack test; 0 is on time */
         d->reason = PLAN_WHY_SLACK;
+        d->why_value = best;
+        d->why_limit = pm->ttft_slo_ms;
     }
     if (d->trigger) {
         int needed = (int)ceil(work / pm->ttft_slo_ms);
@@ -504,7 +508,11 @@ static void model_demand(const struct plan_config *cfg, const struct plan_view *
     }
     if (add_fc > d->add) { /* the forecast asks for more than the queue does */
         d->add = add_fc;
-        d->reason = d->trigger ? d->reason : PLAN_WHY_FORECAST;
+        if (!d->trigger) {
+            d->reason = PLAN_WHY_FORECAST;
+            d->why_value = d->demand_tok_s;
+            d->why_limit = n_rep * d->rep_tok_s * cfg->util_high;
+        }
         d->trigger = 1;
         if (d->slack >= INF_MS) d->slack = 0;
     }
@@ -576,7 +584,9 @@ static void scale_up(const struct plan_config *cfg, const struct plan_view *v, s
                                     .node = c->id,
                                     .n_chain = 1,
                                     .reason = d->reason,
-                                    .handover = -1};
+                                    .handover = -1,
+                                    .why_value = d->why_value,
+                                    .why_limit = d->why_limit};
             a.chain[0] = c->id;
             if (emit(out, cap, n_out, &a)) return;
         } else if (j >= n_standby) {
@@ -595,7 +605,9 @@ static void scale_up(const struct plan_config *cfg, const struct plan_view *v, s
                             .source = v->nodes[src].id,
                             .n_chain = nc,
                             .reason = d->reason,
-                            .handover = -1};
+                            .handover = -1,
+                            .why_value = d->why_value,
+                            .why_limit = d->why_limit};
     for (int j = 0; j < nc; j++) a.chain[j] = v->nodes[chain[j]].id;
     a.node = a.chain[0];
     emit(out, cap, n_out, &a);
@@ -643,7 +655,9 @@ static void restore_r(const struct plan_view *v, struct tick *t, int m, struct p
                             .model = m,
                             .source = v->nodes[src].id,
                             .reason = PLAN_WHY_DURABILITY,
-                            .handover = -1};
+                            .handover = -1,
+                            .why_value = holders + pending,
+                            .why_limit = pm->replicas_cached};
     while (a.n_chain < want && a.n_chain < PLAN_MAX_CHAIN) {
         /* A rack with no copy yet first (a rack's switch or power takes all its copies at
          * once), then the lowest failure probability, then the lowest id. */
@@ -753,7 +767,9 @@ static void scale_down(const struct plan_config *cfg, const struct plan_view *v,
                                 .source = -1,
                                 .node = v->nodes[best].id,
                                 .reason = PLAN_WHY_IDLE,
-                                .handover = -1};
+                                .handover = -1,
+                                .why_value = v->now_ms - v->nodes[best].load.idle_since_ms,
+                                .why_limit = pm->keep_alive_ms};
         if (standbys_of(v, m) < standby_want && serves_alone(v, &v->nodes[best], m))
             a.keep_layers = keep;
         emit(out, cap, n_out, &a);
@@ -789,7 +805,9 @@ static void scale_down(const struct plan_config *cfg, const struct plan_view *v,
                                 .source = -1,
                                 .node = v->nodes[best].id,
                                 .reason = PLAN_WHY_DURABILITY,
-                                .handover = -1};
+                                .handover = -1,
+                                .why_value = holders,
+                                .why_limit = pm->replicas_cached};
         emit(out, cap, n_out, &a);
     }
 }
@@ -850,7 +868,9 @@ static void scale_in(const struct plan_config *cfg, const struct plan_view *v, s
                                 .node = leaving->id,
                                 .reason = PLAN_WHY_CAPACITY,
                                 .handover = to >= 0 ? v->nodes[to].id : -1,
-                                .keep_layers = standbys < standby_want ? standby_keep : 0};
+                                .keep_layers = standbys < standby_want ? standby_keep : 0,
+                                .why_value = d->hold_tok_s,
+                                .why_limit = (d->n_serving - 1) * d->rep_tok_s * cfg->util_low};
         standbys += a.keep_layers > 0;
         if (emit(out, cap, n_out, &a)) return;
     }
@@ -877,7 +897,9 @@ static void trim_standby(const struct plan_config *cfg, const struct plan_view *
                             .source = -1,
                             .node = v->nodes[best].id,
                             .reason = PLAN_WHY_STANDBY,
-                            .handover = -1};
+                            .handover = -1,
+                            .why_value = have,
+                            .why_limit = want};
     emit(out, cap, n_out, &a);
 }
 

@@ -209,6 +209,12 @@ struct plan_action {
     int handover;    /* PLAN_SCALE_DOWN: the node taking its running and queued requests (-1:
                       * none, the node is idle) */
     int keep_layers; /* PLAN_SCALE_DOWN: layers [0, keep_layers) stay resident (a standby) */
+    /* What the reason compared, for people (the log, /v1/cluster's events): SLACK the best
+     * predicted TTFT and the SLO (ms); COLD the requests held (limit 0); FORECAST the demand and
+     * the replicas' capacity (prompt tokens/s); IDLE the idle time and the keep-alive (ms);
+     * CAPACITY the demand and what one replica fewer takes (tokens/s); DURABILITY the host
+     * copies and R; STANDBY the standbys and how many are wanted. */
+    double why_value, why_limit;
 };
 
 struct plan_route {

@@ -434,6 +434,12 @@ static char *get_route(void *ctx, const char *path, size_t *len)
     return control_json(atomic_load(&sc->ctl), len);
 }
 
+static int member_api(void *ctx, uint64_t node, char *addr, size_t cap)
+{
+    struct serve_cluster *sc = ctx;
+    return control_member_http(atomic_load(&sc->ctl), node, addr, cap);
+}
+
 /* POST /v1/cluster/recover {"voters":[ids],"force":bool} (docs/control.md). It changes raft's
  * configuration, so it is never open: the API key where the node has one, else a request signed
  * with the cluster key (`strata cluster recover`), else 403 with the reason. */
@@ -578,6 +584,7 @@ struct serve_cluster *serve_cluster_start(const struct control_cfg *cfg, struct 
                            .forward_open = forward_open,
                            .post = post_route,
                            .lost = lost_route,
+                           .member_api = member_api,
                            .node_id = cfg->id};
     front_set_ext(f, &fx);
     return sc;

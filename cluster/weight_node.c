@@ -101,6 +101,7 @@ static void poll_stream(void *ctx, struct fabric_node *fn)
     if (wn->joiner) {
         const struct weight_stream_stats *st = weight_stream_stats(wn->ws);
         atomic_store(&wn->cfg.lp->bytes, st->bytes_rx);
+        layer_progress_report(wn->cfg.lp);
         if (weight_stream_finished(wn->ws) && !wn->done_logged) {
             wn->done_logged = 1;
             log_info("fabric", "weights: %llu bytes received, %llu resumes, %llu refetches",

@@ -490,6 +490,8 @@ static int serve_failed(struct serve *sv, const char *what, const char *err)
 static int start_front(struct serve *sv, struct serve_opts *o, pthread_t *thread, char *err)
 {
     metrics_init(&sv->metrics);
+    atomic_store(&sv->metrics.slo_ttft_us, (unsigned long long)(o->ttft_ms * 1e3));
+    atomic_store(&sv->metrics.slo_tpot_us, (unsigned long long)(o->tpot_ms * 1e3));
     /* A kept channel is the other node's idle keep-alive connection: give it up well before that
      * node's --idle-timeout-ms (the same on every node of a rack) closes it. */
     struct front_config fc = {.api_key = o->api_key,

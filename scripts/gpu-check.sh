@@ -452,7 +452,7 @@ step_serve() {
     burst "$url" $n $tokens serve
     local finished steps stoks gen
     finished=$(metric "$url" 'strata_requests_total{outcome="length"}')
-    gen=$(metric "$url" strata_generated_tokens_total)
+    gen=$(metric "$url" strata_generation_tokens_total)
     steps=$(metric "$url" strata_steps_total)
     stoks=$(metric "$url" strata_step_tokens_total)
     echo "== /metrics after the burst"

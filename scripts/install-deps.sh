@@ -8,8 +8,9 @@ qemu-system-x86 qemu-utils ovmf ipxe-qemu systemd-boot-efi mtools dosfstools fdi
 linux-headers-amd64
 pxelinux syslinux-common
 libcjson-dev libsodium-dev libraft-dev libuv1-dev
-python3-numpy python3-requests iproute2 curl
-libsimgrid-dev gnuplot-nox"
+python3-numpy python3-requests python3-yaml iproute2 curl
+libsimgrid-dev gnuplot-nox
+chromium"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -8,6 +8,10 @@ cd "$(dirname "$0")/.."
 JOBS=${JOBS:-$(nproc)}
 LOG=build/test-logs
 mkdir -p "$LOG"
+# Servers cache their fitted step model under $XDG_CACHE_HOME/strata (serving/sched/step_prior.h):
+# the tests' servers get a cache of their own, empty at every run, not the user's.
+export XDG_CACHE_HOME=$PWD/build/test-cache
+rm -rf "$XDG_CACHE_HOME" && mkdir -p "$XDG_CACHE_HOME"
 pass=0 fail=0 skip=0
 failed_names=()
 

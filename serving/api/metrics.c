@@ -27,12 +27,12 @@ void metrics_init(struct serve_metrics *m)
     int nt = (int)(sizeof token_bounds / sizeof token_bounds[0]);
     hist_init(&m->ttft, "strata_time_to_first_token_seconds", "Time from arrival to first token.",
               latency_bounds, nl);
-    hist_init(&m->tpot, "strata_time_per_output_token_seconds",
+    hist_init(&m->tpot, "strata_request_time_per_output_token_seconds",
               "Mean time between output tokens of a request.", token_bounds, nt);
-    hist_init(&m->e2e, "strata_request_latency_seconds", "Time from arrival to last token.",
+    hist_init(&m->e2e, "strata_e2e_request_latency_seconds", "Time from arrival to last token.",
               latency_bounds, nl);
-    hist_init(&m->queue, "strata_queue_time_seconds", "Time from arrival to first admission.",
-              latency_bounds, nl);
+    hist_init(&m->queue, "strata_request_queue_time_seconds",
+              "Time from arrival to first admission.", latency_bounds, nl);
     hist_init(&m->step, "strata_step_seconds", "Duration of one model step.", token_bounds, nt);
 }
 
@@ -119,14 +119,14 @@ char *metrics_render(struct serve_metrics *m, size_t *len)
         outf(&o, "strata_requests_total{outcome=\"%s\"} %llu\n", names[i], ld(&m->requests[i]));
     counter(&o, "strata_prompt_tokens_total", "Prompt tokens of admitted requests.",
             &m->prompt_tokens);
-    counter(&o, "strata_generated_tokens_total", "Completion tokens delivered.",
+    counter(&o, "strata_generation_tokens_total", "Completion tokens delivered.",
             &m->generated_tokens);
     counter(&o, "strata_goodput_tokens_total",
             "Completion tokens of requests that met their TTFT and TPOT targets.",
             &m->goodput_tokens);
     counter(&o, "strata_slo_met_total", "Finished requests that met their SLOs.", &m->slo_met);
     counter(&o, "strata_slo_missed_total", "Finished requests that missed an SLO.", &m->slo_missed);
-    counter(&o, "strata_preemptions_total", "Sequences preempted for KV blocks (recomputed).",
+    counter(&o, "strata_num_preemptions_total", "Sequences preempted for KV blocks (recomputed).",
             &m->preemptions);
     counter(&o, "strata_steps_total", "Model steps run.", &m->steps);
     counter(&o, "strata_step_tokens_total", "Tokens computed in model steps.", &m->step_tokens);
@@ -135,14 +135,23 @@ char *metrics_render(struct serve_metrics *m, size_t *len)
     hist(&o, &m->e2e);
     hist(&o, &m->queue);
     hist(&o, &m->step);
-    gauge(&o, "strata_requests_running", "Sequences in the running batch.", &m->running);
-    gauge(&o, "strata_requests_waiting", "Requests waiting for admission.", &m->waiting);
+    gauge(&o, "strata_num_requests_running", "Sequences in the running batch.", &m->running);
+    gauge(&o, "strata_num_requests_waiting", "Requests waiting for admission.", &m->waiting);
     gauge(&o, "strata_kv_blocks_used", "KV-cache blocks in use.", &m->kv_blocks_used);
     gauge(&o, "strata_kv_blocks_total", "KV-cache blocks in the pool.", &m->kv_blocks_total);
+    int used = atomic_load_explicit(&m->kv_blocks_used, memory_order_relaxed);
+    int total = atomic_load_explicit(&m->kv_blocks_total, memory_order_relaxed);
+    outf(&o,
+         "# HELP strata_kv_cache_usage_perc KV-cache blocks in use, 0 to 1 (1 = full).\n"
+         "# TYPE strata_kv_cache_usage_perc gauge\nstrata_kv_cache_usage_perc %.4f\n",
+         total > 0 ? (double)used / total : 0.0);
+    outf(&o,
+         "# HELP strata_slo_ttft_seconds The default TTFT target (--ttft-ms).\n"
+         "# TYPE strata_slo_ttft_seconds gauge\nstrata_slo_ttft_seconds %.6f\n"
+         "# HELP strata_slo_tpot_seconds The default time-per-output-token target (--tpot-ms).\n"
+         "# TYPE strata_slo_tpot_seconds gauge\nstrata_slo_tpot_seconds %.6f\n",
+         (double)ld(&m->slo_ttft_us) / 1e6, (double)ld(&m->slo_tpot_us) / 1e6);
     gauge(&o, "strata_http_connections", "Open HTTP connections.", &m->connections);
-    gauge(&o, "strata_layers_total", "Transformer layers of the model.", &m->layers_total);
-    gauge(&o, "strata_layers_resident", "Layers whose weights this node holds.",
-          &m->layers_resident);
     gauge(&o, "strata_coop_k", "Layers this node runs itself per step (the rest on a helper).",
           &m->coop_k);
     gauge(&o, "strata_coop_embedding_remote",

@@ -5,7 +5,8 @@
  * the other; /metrics reads a slightly torn but always monotone snapshot. Histograms keep
  * per-bucket counts (rendered cumulative), the count and the sum in microseconds.
  *
- * Goodput counts the completion tokens of requests that met both their TTFT and TPOT targets. */
+ * Goodput counts the completion tokens of requests that met both their TTFT and TPOT targets.
+ * Names follow vLLM's where the meaning is the same (strata_ for vllm:), docs/operations.md. */
 #ifndef STRATA_METRICS_H
 #define STRATA_METRICS_H
 
@@ -38,6 +39,7 @@ struct serve_metrics {
     atomic_ullong slo_met, slo_missed, preemptions, steps, step_tokens;
     struct histogram ttft, tpot, e2e, queue, step;
     atomic_int running, waiting, kv_blocks_used, kv_blocks_total, connections;
+    atomic_ullong slo_ttft_us, slo_tpot_us; /* the default targets (set once at start) */
     /* requests taken while the route found no replica (held in a relay, or served here from a
      * host copy), in flight, and their prompt tokens (the front; cluster/control.h) */
     atomic_int no_replica;

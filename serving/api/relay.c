@@ -43,19 +43,21 @@ char *relay_request_text(const struct relay_config *cfg, size_t *len)
     char auth[HTTP_MAX_TOKEN + 32] = "";
     if (cfg->bearer && cfg->bearer[0])
         snprintf(auth, sizeof auth, "Authorization: Bearer %s\r\n", cfg->bearer);
+    int get = cfg->method && !strcmp(cfg->method, "GET");
     int n = snprintf(head, sizeof head,
-                     "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
-                     "Content-Length: %zu\r\n%sX-Strata-Forwarded: %llu\r\nConnection: %s"
-                     "\r\n\r\n",
-                     cfg->path, cfg->target ? cfg->target : "", cfg->body_len, auth,
+                     "%s %s HTTP/1.1\r\nHost: %s\r\n%sContent-Length: %zu\r\n%s"
+                     "X-Strata-Forwarded: %llu\r\nConnection: %s\r\n\r\n",
+                     get ? "GET" : "POST", cfg->path, cfg->target ? cfg->target : "",
+                     get ? "" : "Content-Type: application/json\r\n", get ? 0 : cfg->body_len, auth,
                      (unsigned long long)cfg->self, cfg->keep_alive ? "keep-alive" : "close");
     if (n < 0 || (size_t)n >= sizeof head) return NULL;
     char *out = malloc((size_t)n + cfg->body_len + 1);
     if (!out) return NULL;
     memcpy(out, head, (size_t)n);
-    memcpy(out + n, cfg->body, cfg->body_len);
-    out[(size_t)n + cfg->body_len] = 0;
-    *len = (size_t)n + cfg->body_len;
+    size_t body_len = get ? 0 : cfg->body_len;
+    if (body_len) memcpy(out + n, cfg->body, body_len);
+    out[(size_t)n + body_len] = 0;
+    *len = (size_t)n + body_len;
     return out;
 }
 

@@ -66,6 +66,7 @@ struct relay_config {
     const char *target;   /* the chosen node's API "host:port"; NULL or "": hold, ask route */
     uint64_t target_node; /* its id (messages, metrics) */
     const char *path;     /* "/v1/completions", "/v1/chat/completions", "/tokenize", ... */
+    const char *method;   /* a static string; NULL: "POST" ("GET": no body is sent) */
     const char *body;
     size_t body_len;
     const char *bearer; /* the client's bearer token, NULL: none */

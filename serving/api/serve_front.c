@@ -6,6 +6,7 @@
 #include "serving/api/api_response.h"
 #include "serving/api/relay.h"
 #include "serving/api/tokenize_api.h"
+#include "serving/api/ui_page.h"
 #include "os/runtime/log.h"
 
 #include <cjson/cJSON.h>
@@ -38,6 +39,7 @@ struct front_req {
     long long created;
     int chat, stream, include_usage, first_sent;
     int tokenize; /* relayed /tokenize (1) or /detokenize (2), not a completion */
+    int probe;    /* a member's /metrics for the operator's page: no routing, no forward counts */
     int began;    /* stream headers sent (at the first token, so a rejection can still be a 503) */
     int no_replica;         /* taken while no replica existed (counted while it waits/runs) */
     long no_replica_tokens; /* its prompt tokens */
@@ -337,7 +339,7 @@ static void front_req_free(struct front_req *fr)
         relay_cancel(fr->relay); /* closes the upstream connection: cancelled there too */
         struct front *f = fr->f;
         const struct front_ext *ext = atomic_load(&f->ext);
-        if (fr->node && ext && ext->routed) ext->routed(ext->ctx, fr->node, -1);
+        if (fr->node && !fr->probe && ext && ext->routed) ext->routed(ext->ctx, fr->node, -1);
         if (fr->relay_prev)
             fr->relay_prev->relay_next = fr->relay_next;
         else
@@ -700,7 +702,7 @@ static void relay_deliver(struct front *f, struct front_req *fr)
     }
     if (o.data && fr->began) http_stream_write(c, o.data, o.len);
     if (o.failed) {
-        struct fwd_count *k = fwd_count(f, fr->node);
+        struct fwd_count *k = fr->probe ? NULL : fwd_count(f, fr->node);
         if (k) k->failed++;
         log_warn("route", "%s", o.error);
         struct api_error e;
@@ -914,6 +916,90 @@ static void handle_tokenize(struct front *f, struct http_conn *c, const struct h
     free(out);
 }
 
+/* ---------------------------------------------------------------- the operator's page */
+
+/* GET /: the page (HTML, CSS and JS compiled into the binary). It is open like /health: it
+ * holds nothing, and every fetch it makes carries the key the operator typed. The policy lets it
+ * fetch from this node only. */
+static void handle_page(struct front *f, struct http_conn *c)
+{
+    (void)f;
+    size_t len = 0;
+    const char *page = ui_page(&len);
+    http_respond(c, 200, "text/html; charset=utf-8", page, len,
+                 "Cache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\n"
+                 "Content-Security-Policy: default-src 'none'; script-src 'unsafe-inline'; "
+                 "style-src 'unsafe-inline'; img-src data:; connect-src 'self'\r\n");
+}
+
+/* GET /v1/cluster/nodes/ID/metrics: member ID's /metrics for the page, which reads every member
+ * through the node it was opened on: this node's own here, another's relayed through a forward
+ * channel (never counted as a forwarded request, never routed elsewhere, never relayed twice). */
+static void handle_node_metrics(struct front *f, struct http_conn *c,
+                                const struct http_request *req)
+{
+    struct api_error e;
+    const struct front_ext *ext = atomic_load(&f->ext);
+    unsigned long long id = 0;
+    int end = 0;
+    char addr[RELAY_ADDR_LEN] = "", err[ERRMSG_LEN];
+    if (sscanf(req->path, "/v1/cluster/nodes/%llu/metrics%n", &id, &end) != 1 || !end ||
+        req->path[end] || !id) {
+        api_error_set(&e, 404, "invalid_request_error", NULL, "Unknown request URL: GET %s.",
+                      req->path);
+        send_error(f, c, &e);
+        return;
+    }
+    if (ext && id == ext->node_id) {
+        handle_metrics(f, c);
+        return;
+    }
+    if (!ext || !ext->member_api || ext->member_api(ext->ctx, id, addr, sizeof addr) ||
+        req->forwarded) {
+        api_error_set(&e, 404, "invalid_request_error", NULL, "Node %llu is no member %s.", id,
+                      ext ? "of this cluster" : "(this node runs without --cluster)");
+        send_error(f, c, &e);
+        return;
+    }
+    struct front_req *fr = calloc(1, sizeof *fr);
+    if (!fr) {
+        api_error_set(&e, 500, "server_error", NULL, "out of memory");
+        send_error(f, c, &e);
+        return;
+    }
+    if (!addr[0]) snprintf(addr, sizeof addr, "node-%llu", id);
+    fr->req = *req;
+    fr->f = f;
+    fr->conn = c;
+    fr->probe = 1;
+    fr->node = id;
+    struct relay_config rc = {.target = addr,
+                              .target_node = id,
+                              .path = "/metrics",
+                              .method = "GET",
+                              .body = "",
+                              .bearer = req->has_auth ? req->bearer : NULL,
+                              .self = ext->node_id,
+                              .model = "",
+                              .connect_timeout_ms = f->cfg.forward_connect_ms,
+                              .idle_timeout_ms = f->cfg.forward_connect_ms,
+                              .wake = front_wake,
+                              .wake_ctx = f,
+                              .open_channel = ext->forward_open ? front_open_channel : NULL,
+                              .channel_ctx = f,
+                              .pool = f->pool};
+    if (!(fr->relay = relay_start(&rc, err))) {
+        free(fr);
+        api_error_set(&e, 500, "server_error", NULL, "%s", err);
+        send_error(f, c, &e);
+        return;
+    }
+    fr->relay_next = f->relays;
+    if (f->relays) f->relays->relay_prev = fr;
+    f->relays = fr;
+    http_conn_set_user(c, fr);
+}
+
 /* ---------------------------------------------------------------- handler */
 
 static void on_request(void *ctx, struct http_conn *c, const struct http_request *req,
@@ -936,6 +1022,22 @@ static void on_request(void *ctx, struct http_conn *c, const struct http_request
             handle_metrics(f, c);
         else
             goto method;
+        return;
+    }
+    if (!strcmp(p, "/")) {
+        if (get)
+            handle_page(f, c);
+        else
+            goto method;
+        return;
+    }
+    if (!strncmp(p, "/v1/cluster/nodes/", 18)) {
+        if (check_auth(f, req, &e)) {
+            send_error(f, c, &e);
+            return;
+        }
+        if (!get) goto method;
+        handle_node_metrics(f, c, req);
         return;
     }
     int is_models = !strcmp(p, "/v1/models"), is_cmpl = !strcmp(p, "/v1/completions"),
@@ -1023,7 +1125,7 @@ static void on_abort(void *ctx, struct http_conn *c, void *user)
     (void)c;
     struct scheduler *s = atomic_load(&f->sched);
     if (fr->r && s) sched_cancel(s, fr->r);
-    if (fr->relay)
+    if (fr->relay && !fr->probe)
         log_info("route", "client gone: the forward to node %llu is cancelled",
                  (unsigned long long)fr->node);
     fr->conn = NULL;

@@ -2,8 +2,10 @@
  *
  * Routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, POST /tokenize,
  * POST /detokenize (llama.cpp's shapes: serving/api/tokenize_api.h), GET /health, GET /metrics,
- * and GET and POST routes of a front_ext (GET /v1/cluster, POST /v1/cluster/recover), behind the
- * API key like the others. A completion request is
+ * GET / (the operator's page, serving/api/ui_page.h: open, its own fetches carry the key), GET
+ * /v1/cluster/nodes/ID/metrics (member ID's /metrics, relayed through a forward channel; its own
+ * here) and GET and POST routes of a front_ext (GET /v1/cluster, POST /v1/cluster/recover), behind
+ * the API key like the others. A completion request is
  * authenticated (optional bearer key), validated (api_request), rendered (chat_template),
  * tokenized, checked against the context, and submitted to the scheduler; its output comes back
  * through front_notify (scheduler thread: queue the request, once) and front_wake (wake the front),
@@ -117,6 +119,9 @@ struct front_ext {
      * the model and the missing layers: completions get 503 (code model_lost), held ones too,
      * and /health says so. Thread-safe (front and relay threads). */
     int (*lost)(void *ctx, const char *model, char *why, size_t cap);
+    /* The API address of member node (GET /v1/cluster/nodes/ID/metrics: its /metrics through a
+     * forward channel): 0, or -1 when node is no member. Front thread. */
+    int (*member_api)(void *ctx, uint64_t node, char *addr, size_t cap);
 };
 void front_set_ext(struct front *f, const struct front_ext *ext);
 /* Any thread: fd, a forward channel from cluster member from_node, becomes a connection of the

@@ -20,8 +20,11 @@ static const struct {
     uint32_t type;
     uint32_t file_type; /* llama.cpp's general.file_type (llama_ftype) */
 } types[] = {
-    {"f32", GGML_F32, 0},   {"f16", GGML_F16, 1},   {"bf16", GGML_BF16, 32},
-    {"q8_0", GGML_Q8_0, 7}, {"q4_0", GGML_Q4_0, 2}, {"q4_k", GGML_Q4_K, 15},
+    {"f32", GGML_F32, 0},    {"f16", GGML_F16, 1},    {"bf16", GGML_BF16, 32},
+    {"q8_0", GGML_Q8_0, 7},  {"q4_0", GGML_Q4_0, 2},  {"q4_1", GGML_Q4_1, 3},
+    {"q5_0", GGML_Q5_0, 8},  {"q5_1", GGML_Q5_1, 9},  {"iq4_nl", GGML_IQ4_NL, 25},
+    {"q2_k", GGML_Q2_K, 10}, {"q3_k", GGML_Q3_K, 12}, {"q4_k", GGML_Q4_K, 15},
+    {"q5_k", GGML_Q5_K, 17}, {"q6_k", GGML_Q6_K, 18}, {"iq4_xs", GGML_IQ4_XS, 30},
 };
 
 int convert_parse_type(const char *name, uint32_t *type)
@@ -83,6 +86,12 @@ int convert_put_config(struct gguf_writer *w, const struct model_config *c, uint
     uint32_t file_type = 0;
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         if (types[i].type == type) file_type = types[i].file_type;
+    return convert_put_config_ftype(w, c, file_type, name);
+}
+
+int convert_put_config_ftype(struct gguf_writer *w, const struct model_config *c,
+                             uint32_t file_type, const char *name)
+{
     const char *arch = model_arch_name(c->arch);
     char k[64];
 #define AKEY(suffix) (snprintf(k, sizeof k, "%s.%s", arch, suffix), k)

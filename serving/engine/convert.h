@@ -38,6 +38,9 @@ int convert_llama2c_files(const char *ckpt_path, const char *tok_path, const cha
 /* general.* keys and cfg under its architecture's prefix ("llama.block_count"). */
 int convert_put_config(struct gguf_writer *w, const struct model_config *cfg, uint32_t type,
                        const char *name);
+/* The same with general.file_type given (a llama.cpp preset's, quant_preset.h). */
+int convert_put_config_ftype(struct gguf_writer *w, const struct model_config *cfg,
+                             uint32_t file_type, const char *name);
 /* tokenizer.ggml.* keys for t. */
 int convert_put_tokenizer(struct gguf_writer *w, const struct tokenizer *t);
 /* The type a matrix with rows of `cols` elements gets when `type` is requested: `type` if cols is

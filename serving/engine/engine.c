@@ -271,7 +271,7 @@ static int cpu_head(struct engine *e, const struct batch *b, const float *x, flo
 static int cpu_repack_one(struct engine *e, struct tensor *t, int *done, char *err)
 {
     if (!matmul_wants_repack(&e->mm, t)) return 0;
-    if (repack_tensor(t, err)) return -1;
+    if (repack_tensor_tp(t, e->tp, err)) return -1;
     ++*done;
     return 0;
 }

@@ -40,14 +40,23 @@ enum gguf_vtype {
 };
 
 /* Tensor element types (ggml numbering). Only the ones Strata computes with are listed; the reader
- * also knows the sizes of the other ggml types (Q4_1, Q5_*, K-quants, ints, F64) so it can parse
- * such files, and model_plan rejects them with a message. */
+ * also knows the sizes of the other fixed-layout ggml types (Q8_1, Q8_K, ints, F64) so it can
+ * parse such files, and model_plan rejects them with a message. Block layouts: quant.h. */
 enum ggml_type {
     GGML_F32 = 0,
     GGML_F16 = 1,
     GGML_Q4_0 = 2,
+    GGML_Q4_1 = 3,
+    GGML_Q5_0 = 6,
+    GGML_Q5_1 = 7,
     GGML_Q8_0 = 8,
+    GGML_Q2_K = 10,
+    GGML_Q3_K = 11,
     GGML_Q4_K = 12,
+    GGML_Q5_K = 13,
+    GGML_Q6_K = 14,
+    GGML_IQ4_NL = 20,
+    GGML_IQ4_XS = 23,
     GGML_BF16 = 30,
 };
 

@@ -65,7 +65,10 @@ static inline __m256i x16_q8_dot_signed(__m256i acc, __m256i w, __m256i x)
 #define X16_Q8_DOT(acc, u, x)                                                                      \
     x16_q8_dot_signed((acc), _mm256_xor_si256((u), _mm256_set1_epi8((char)0x80)), (x))
 #define X16_Q8_BIAS(neg8sum) 0
-#define REPACK_TYPES         (1u << GGML_Q4_0 | 1u << GGML_Q8_0)
+#define REPACK_TYPES                                                                               \
+    (1u << GGML_Q4_0 | 1u << GGML_Q8_0 | 1u << GGML_Q4_K | 1u << GGML_Q6_K | 1u << GGML_Q5_K |     \
+     1u << GGML_Q2_K | 1u << GGML_Q3_K | 1u << GGML_IQ4_XS | 1u << GGML_Q4_1 | 1u << GGML_Q5_0 |   \
+     1u << GGML_Q5_1 | 1u << GGML_IQ4_NL)
 
 #include "serving/engine/matmul_simd.inc"
 #include "serving/engine/fwd_simd.inc"

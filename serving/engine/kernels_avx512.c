@@ -59,7 +59,10 @@
 
 #define X16_Q8_DOT(acc, u, x) _mm256_dpbusd_epi32((acc), (u), (x))
 #define X16_Q8_BIAS(neg8sum)  (16 * (neg8sum)) /* -128 * sum(x) */
-#define REPACK_TYPES          (1u << GGML_Q4_0 | 1u << GGML_Q8_0)
+#define REPACK_TYPES                                                                               \
+    (1u << GGML_Q4_0 | 1u << GGML_Q8_0 | 1u << GGML_Q4_K | 1u << GGML_Q6_K | 1u << GGML_Q5_K |     \
+     1u << GGML_Q2_K | 1u << GGML_Q3_K | 1u << GGML_IQ4_XS | 1u << GGML_Q4_1 | 1u << GGML_Q5_0 |   \
+     1u << GGML_Q5_1 | 1u << GGML_IQ4_NL)
 
 #include "serving/engine/matmul_simd.inc"
 #include "serving/engine/fwd_simd.inc"

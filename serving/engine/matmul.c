@@ -29,12 +29,50 @@ static int kernel_type(uint32_t t)
         return KT_Q8_0;
     case GGML_Q4_0:
         return KT_Q4_0;
+    case GGML_Q4_1:
+        return KT_Q4_1;
+    case GGML_Q5_0:
+        return KT_Q5_0;
+    case GGML_Q5_1:
+        return KT_Q5_1;
+    case GGML_IQ4_NL:
+        return KT_IQ4_NL;
+    case GGML_Q2_K:
+        return KT_Q2_K;
+    case GGML_Q3_K:
+        return KT_Q3_K;
     case GGML_Q4_K:
         return KT_Q4_K;
+    case GGML_Q5_K:
+        return KT_Q5_K;
+    case GGML_Q6_K:
+        return KT_Q6_K;
+    case GGML_IQ4_XS:
+        return KT_IQ4_XS;
     case TENSOR_Q8_0_X16:
         return KT_Q8_0_X16;
     case TENSOR_Q4_0_X16:
         return KT_Q4_0_X16;
+    case TENSOR_Q4_K_X16:
+        return KT_Q4_K_X16;
+    case TENSOR_Q6_K_X16:
+        return KT_Q6_K_X16;
+    case TENSOR_Q5_K_X16:
+        return KT_Q5_K_X16;
+    case TENSOR_Q2_K_X16:
+        return KT_Q2_K_X16;
+    case TENSOR_Q3_K_X16:
+        return KT_Q3_K_X16;
+    case TENSOR_IQ4_XS_X16:
+        return KT_IQ4_XS_X16;
+    case TENSOR_Q4_1_X16:
+        return KT_Q4_1_X16;
+    case TENSOR_Q5_0_X16:
+        return KT_Q5_0_X16;
+    case TENSOR_Q5_1_X16:
+        return KT_Q5_1_X16;
+    case TENSOR_IQ4_NL_X16:
+        return KT_IQ4_NL_X16;
     }
     return -1;
 }
@@ -48,10 +86,26 @@ static size_t row_bytes(uint32_t t, int cols)
 /* Which activation format a weight type wants: 0 floats, 1 act_q8, 2 act_q8k, 3 act_q4. */
 static int act_format(uint32_t t)
 {
-    return t == GGML_Q8_0 || repack_base_type(t) != t ? 1
-           : t == GGML_Q4_K                           ? 2
-           : t == GGML_Q4_0                           ? 3
-                                                      : 0;
+    /* the 16-row records of the blocks of 32 take act_q8 */
+    if (repack_base_type(t) != t && ggml_block_elems(repack_base_type(t)) == 32) return 1;
+    switch (repack_base_type(t)) {
+    case GGML_Q8_0:
+        return 1;
+    case GGML_Q2_K:
+    case GGML_Q3_K:
+    case GGML_Q4_K:
+    case GGML_Q5_K:
+    case GGML_Q6_K:
+    case GGML_IQ4_XS:
+        return 2;
+    case GGML_Q4_0:
+    case GGML_Q4_1:
+    case GGML_Q5_0:
+    case GGML_Q5_1:
+    case GGML_IQ4_NL:
+        return 3;
+    }
+    return 0;
 }
 
 /* Rows a kernel call must start on and take a multiple of. */
@@ -89,27 +143,37 @@ void quantize_act_q8(const float *x, struct act_q8 *a, int nb)
             a[b].qs[j] = (int8_t)q;
             sum += q;
         }
-        a[b].d = amax / 127.0f;
+        const float d = amax / 127.0f;
+        a[b].d = fp16_to_f32(f32_to_fp16(d));
         a[b].neg8sum = -8 * sum;
+        a[b].s = fp16_to_f32(f32_to_fp16(d * (float)sum));
     }
 }
 
 void quantize_act_q8k(const float *x, struct act_q8k *a, int nb)
 {
     for (int b = 0; b < nb; b++, x += QK_K) {
-        float amax = 0;
-        for (int j = 0; j < QK_K; j++) amax = fmaxf(amax, fabsf(x[j]));
-        float id = amax > 0 ? 127.0f / amax : 0.0f;
-        for (int s = 0; s < 8; s++) {
+        float max = 0, amax = 0;
+        for (int j = 0; j < QK_K; j++)
+            if (fabsf(x[j]) > amax) {
+                amax = fabsf(x[j]);
+                max = x[j];
+            }
+        if (!amax) {
+            memset(&a[b], 0, sizeof a[b]);
+            continue;
+        }
+        const float iscale = -127.f / max;
+        for (int s = 0; s < 16; s++) {
             int sum = 0;
-            for (int j = 32 * s; j < 32 * s + 32; j++) {
-                int q = round_even(x[j] * id);
-                a[b].qs[j] = (int8_t)q;
-                sum += q;
+            for (int j = 16 * s; j < 16 * s + 16; j++) {
+                int q = round_even(iscale * x[j]);
+                a[b].qs[j] = (int8_t)(q < 127 ? q : 127);
+                sum += a[b].qs[j];
             }
             a[b].bsums[s] = (int16_t)sum;
         }
-        a[b].d = amax / 127.0f;
+        a[b].d = 1 / iscale;
     }
 }
 
@@ -121,6 +185,7 @@ void act_q4_pack(const struct act_q8 q[2], struct act_q4 *a)
         memcpy(a->hi + 16 * h, q[h].qs + 16, 16);
         a->off[4 * h] = q[h].neg8sum;
         a->d[h] = q[h].d;
+        a->s[h] = q[h].s;
     }
 }
 
@@ -226,33 +291,6 @@ static void tile_q4_0_scalar(const uint8_t *w, size_t ws, int nr, const uint8_t 
         }
 }
 
-static void tile_q4_K_scalar(const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs,
-                             int nt, int cols, float *y, size_t ys)
-{
-    for (int r = 0; r < nr; r++)
-        for (int t = 0; t < nt; t++) {
-            const struct block_q4_K *wb = (const struct block_q4_K *)(w + r * ws);
-            const struct act_q8k *a = (const struct act_q8k *)(x + t * xs);
-            float s = 0;
-            for (int b = 0; b < cols / QK_K; b++) {
-                int isum = 0, msum = 0;
-                for (int j = 0; j < 8; j++) {
-                    uint8_t sc, m;
-                    q4_K_scale_min(j, wb[b].scales, &sc, &m);
-                    const uint8_t *q = wb[b].qs + 32 * (j / 2);
-                    const int8_t *xq = a[b].qs + 32 * j;
-                    int dot = 0;
-                    for (int l = 0; l < 32; l++) dot += (j & 1 ? q[l] >> 4 : q[l] & 0xf) * xq[l];
-                    isum += sc * dot;
-                    msum += m * a[b].bsums[j];
-                }
-                s += fp16_to_f32(wb[b].d) * a[b].d * (float)isum -
-                     fp16_to_f32(wb[b].dmin) * a[b].d * (float)msum;
-            }
-            y[t * ys + r] = s;
-        }
-}
-
 /* The 16-row groups (repack.h): each row's dot is the plain kernel's, with the quants found
  * where repack put them. */
 static void tile_q8_0_x16_scalar(const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs,
@@ -297,11 +335,376 @@ static void tile_q4_0_x16_scalar(const uint8_t *w, size_t ws, int nr, const uint
         }
 }
 
+/* The nibble formats in rows against act_q4: block b's activations are pair b / 2, half b % 2.
+ * Each kernel's integer dot is exact; per block it adds d_w * d_x * dot (+ m_w * s_x for the
+ * formats with a minimum, as ggml's Q8_1 dot products do). */
+static const int8_t *act_q4_lo(const struct act_q4 *a, int b)
+{
+    return a[b / 2].lo + 16 * (b % 2);
+}
+static const int8_t *act_q4_hi(const struct act_q4 *a, int b)
+{
+    return a[b / 2].hi + 16 * (b % 2);
+}
+static float act_q4_s(const struct act_q4 *a, int b)
+{
+    return a[b / 2].s[b % 2];
+}
+static float act_q4_d(const struct act_q4 *a, int b)
+{
+    return a[b / 2].d[b % 2];
+}
+
+/* Integer dot of 32 quants (q[0..15] meet lo, q[16..31] hi) with a block's activations. */
+static int dot32_q4(const int *q, const struct act_q4 *a, int b)
+{
+    const int8_t *lo = act_q4_lo(a, b), *hi = act_q4_hi(a, b);
+    int isum = 0;
+    for (int j = 0; j < 16; j++) isum += q[j] * lo[j] + q[j + 16] * hi[j];
+    return isum;
+}
+
+/* The 32 quants of block b of a nibble format, as the integers the format multiplies by d. */
+static void nibble_quants(int kt, const uint8_t *row, int b, int *q)
+{
+    const uint8_t *qs = NULL, *qh = NULL;
+    switch (kt) {
+    case KT_Q4_1:
+        qs = ((const struct block_q4_1 *)row)[b].qs;
+        break;
+    case KT_Q5_0:
+        qs = ((const struct block_q5_0 *)row)[b].qs, qh = ((const struct block_q5_0 *)row)[b].qh;
+        break;
+    case KT_Q5_1:
+        qs = ((const struct block_q5_1 *)row)[b].qs, qh = ((const struct block_q5_1 *)row)[b].qh;
+        break;
+    default: /* KT_IQ4_NL */
+        qs = ((const struct block_iq4_nl *)row)[b].qs;
+    }
+    for (int j = 0; j < 16; j++) {
+        q[j] = qs[j] & 0xf;
+        q[j + 16] = qs[j] >> 4;
+        if (qh) {
+            q[j] |= (qh[j / 8] >> (j % 8) & 1) << 4;
+            q[j + 16] |= (qh[2 + j / 8] >> (j % 8) & 1) << 4;
+        }
+        if (kt == KT_IQ4_NL) q[j] = kvalues_iq4nl[q[j]], q[j + 16] = kvalues_iq4nl[q[j + 16]];
+        if (kt == KT_Q5_0) q[j] -= 16, q[j + 16] -= 16;
+    }
+}
+
+static void nibble_tile_scalar(int kt, const uint8_t *w, size_t ws, int nr, const uint8_t *x,
+                               size_t xs, int nt, int cols, float *y, size_t ys)
+{
+    for (int r = 0; r < nr; r++)
+        for (int t = 0; t < nt; t++) {
+            const uint8_t *row = w + r * ws;
+            const struct act_q4 *a = (const struct act_q4 *)(x + t * xs);
+            float s = 0;
+            for (int b = 0; b < cols / 32; b++) {
+                int q[32];
+                nibble_quants(kt, row, b, q);
+                const float dx = act_q4_d(a, b);
+                const int dot = dot32_q4(q, a, b);
+                if (kt == KT_Q4_1 || kt == KT_Q5_1) {
+                    const uint16_t *dm =
+                        (const uint16_t *)(row + (size_t)b * (kt == KT_Q4_1 ? 20 : 24));
+                    s += fp16_to_f32(dm[0]) * dx * (float)dot + fp16_to_f32(dm[1]) * act_q4_s(a, b);
+                } else {
+                    const uint16_t *d =
+                        (const uint16_t *)(row + (size_t)b * (kt == KT_Q5_0 ? 22 : 18));
+                    s += fp16_to_f32(*d) * dx * (float)dot;
+                }
+            }
+            y[t * ys + r] = s;
+        }
+}
+
+#define NIBBLE_SCALAR(name, KT)                                                                    \
+    static void tile_##name##_scalar(const uint8_t *w, size_t ws, int nr, const uint8_t *x,        \
+                                     size_t xs, int nt, int cols, float *y, size_t ys)             \
+    {                                                                                              \
+        nibble_tile_scalar(KT, w, ws, nr, x, xs, nt, cols, y, ys);                                 \
+    }
+NIBBLE_SCALAR(q4_1, KT_Q4_1)
+NIBBLE_SCALAR(q5_0, KT_Q5_0)
+NIBBLE_SCALAR(q5_1, KT_Q5_1)
+NIBBLE_SCALAR(iq4_nl, KT_IQ4_NL)
+#undef NIBBLE_SCALAR
+
+/* The super-block formats against act_q8k: per super-block, an exact integer sum of
+ * (sub-block scale) x (sub-block dot), then d_w * d_x * isum (- dmin_w * d_x * msum, the mins
+ * against the activations' sums). Offsets (Q3_K's -4, Q6_K's -32) come in through bsums. */
+
+/* Q2_K: 16 sub-blocks of 16, q 0..3. */
+static void kq_q2_K(const uint8_t *blk, const struct act_q8k *a, int *isum, int *msum)
+{
+    const struct block_q2_K *b = (const struct block_q2_K *)blk;
+    *isum = *msum = 0;
+    for (int j = 0; j < 16; j++) {
+        int dot = 0;
+        for (int e = 16 * j; e < 16 * j + 16; e++)
+            dot += ((b->qs[32 * (e / 128) + e % 32] >> (2 * (e % 128 / 32))) & 3) * a->qs[e];
+        *isum += (b->scales[j] & 0xf) * dot;
+        *msum += (b->scales[j] >> 4) * a->bsums[j];
+    }
+}
+
+/* Q3_K: 16 sub-blocks of 16, q = 0..7 (the stored bits; the format subtracts 4), scale - 32. */
+static void kq_q3_K(const uint8_t *blk, const struct act_q8k *a, int *isum, int *msum)
+{
+    const struct block_q3_K *b = (const struct block_q3_K *)blk;
+    *isum = *msum = 0;
+    for (int j = 0; j < 16; j++) {
+        int dot = 0;
+        for (int e = 16 * j; e < 16 * j + 16; e++) {
+            int q = (b->qs[32 * (e / 128) + e % 32] >> (2 * (e % 128 / 32))) & 3;
+            q |= (b->hmask[e % 32] >> (e / 32) & 1) << 2;
+            dot += q * a->qs[e];
+        }
+        *isum += (q3_K_scale(j, b->scales) - 32) * (dot - 4 * a->bsums[j]);
+    }
+}
+
+/* Q4_K and Q5_K: 8 sub-blocks of 32, 6-bit scales and mins. */
+static void kq_q45_K(const uint8_t *scales, const uint8_t *qs, const uint8_t *qh,
+                     const struct act_q8k *a, int *isum, int *msum)
+{
+    *isum = *msum = 0;
+    for (int j = 0; j < 8; j++) {
+        uint8_t sc, m;
+        q4_K_scale_min(j, scales, &sc, &m);
+        const uint8_t *q = qs + 32 * (j / 2);
+        int dot = 0;
+        for (int l = 0; l < 32; l++) {
+            int v = j & 1 ? q[l] >> 4 : q[l] & 0xf;
+            if (qh) v |= (qh[l] >> j & 1) << 4;
+            dot += v * a->qs[32 * j + l];
+        }
+        *isum += sc * dot;
+        *msum += m * (a->bsums[2 * j] + a->bsums[2 * j + 1]);
+    }
+}
+
+static void kq_q4_K(const uint8_t *blk, const struct act_q8k *a, int *isum, int *msum)
+{
+    const struct block_q4_K *b = (const struct block_q4_K *)blk;
+    kq_q45_K(b->scales, b->qs, NULL, a, isum, msum);
+}
+
+static void kq_q5_K(const uint8_t *blk, const struct act_q8k *a, int *isum, int *msum)
+{
+    const struct block_q5_K *b = (const struct block_q5_K *)blk;
+    kq_q45_K(b->scales, b->qs, b->qh, a, isum, msum);
+}
+
+/* Q6_K: 16 sub-blocks of 16, q = 0..63 (the format subtracts 32), int8 scales. */
+static void kq_q6_K(const uint8_t *blk, const struct act_q8k *a, int *isum, int *msum)
+{
+    const struct block_q6_K *b = (const struct block_q6_K *)blk;
+    *isum = *msum = 0;
+    for (int j = 0; j < 16; j++) {
+        int dot = 0;
+        for (int e = 16 * j; e < 16 * j + 16; e++) {
+            const int h = e / 128, s = e % 128 / 32, l = e % 32;
+            const uint8_t ql = b->ql[64 * h + l + 32 * (s & 1)];
+            int q = (s < 2 ? ql & 0xf : ql >> 4) | ((b->qh[32 * h + l] >> (2 * s)) & 3) << 4;
+            dot += q * a->qs[e];
+        }
+        *isum += b->scales[j] * (dot - 32 * a->bsums[j]);
+    }
+}
+
+/* IQ4_XS: 8 sub-blocks of 32, levels from kvalues_iq4nl, 6-bit scales - 32. */
+static void kq_iq4_xs(const uint8_t *blk, const struct act_q8k *a, int *isum, int *msum)
+{
+    const struct block_iq4_xs *b = (const struct block_iq4_xs *)blk;
+    *isum = *msum = 0;
+    for (int j = 0; j < 8; j++) {
+        const uint8_t *q = b->qs + 16 * j;
+        const int8_t *xq = a->qs + 32 * j;
+        int dot = 0;
+        for (int l = 0; l < 16; l++)
+            dot += kvalues_iq4nl[q[l] & 0xf] * xq[l] + kvalues_iq4nl[q[l] >> 4] * xq[l + 16];
+        *isum += (iq4_xs_scale(j, b) - 32) * dot;
+    }
+}
+
+/* Where d and dmin sit in each super-block (dmin: -1 for the formats without mins). */
+static void kq_scales(int kt, const uint8_t *blk, float *d, float *dmin)
+{
+    uint16_t h[2] = {0, 0};
+    switch (kt) {
+    case KT_Q2_K:
+        memcpy(h, blk + offsetof(struct block_q2_K, d), 4);
+        break;
+    case KT_Q3_K:
+        memcpy(h, blk + offsetof(struct block_q3_K, d), 2);
+        break;
+    case KT_Q4_K:
+        memcpy(h, blk + offsetof(struct block_q4_K, d), 4);
+        break;
+    case KT_Q5_K:
+        memcpy(h, blk + offsetof(struct block_q5_K, d), 4);
+        break;
+    case KT_Q6_K:
+        memcpy(h, blk + offsetof(struct block_q6_K, d), 2);
+        break;
+    case KT_IQ4_XS:
+        memcpy(h, blk + offsetof(struct block_iq4_xs, d), 2);
+        break;
+    }
+    *d = fp16_to_f32(h[0]);
+    *dmin = fp16_to_f32(h[1]);
+}
+
+/* One super-block's share of a dot product, as every super-block kernel computes it. */
+static float kquant_block(int kt, const uint8_t *blk, const struct act_q8k *a)
+{
+    void (*blk_dot)(const uint8_t *, const struct act_q8k *, int *, int *) =
+        kt == KT_Q2_K   ? kq_q2_K
+        : kt == KT_Q3_K ? kq_q3_K
+        : kt == KT_Q4_K ? kq_q4_K
+        : kt == KT_Q5_K ? kq_q5_K
+        : kt == KT_Q6_K ? kq_q6_K
+                        : kq_iq4_xs;
+    int isum, msum;
+    float d, dmin;
+    blk_dot(blk, a, &isum, &msum);
+    kq_scales(kt, blk, &d, &dmin);
+    return d * a->d * (float)isum - dmin * a->d * (float)msum;
+}
+
+static void kquant_tile_scalar(int kt, const uint8_t *w, size_t ws, int nr, const uint8_t *x,
+                               size_t xs, int nt, int cols, float *y, size_t ys)
+{
+    const size_t bb = ws / (size_t)(cols / QK_K); /* bytes per super-block */
+    for (int r = 0; r < nr; r++)
+        for (int t = 0; t < nt; t++) {
+            const struct act_q8k *a = (const struct act_q8k *)(x + t * xs);
+            float s = 0;
+            for (int b = 0; b < cols / QK_K; b++) s += kquant_block(kt, w + r * ws + b * bb, &a[b]);
+            y[t * ys + r] = s;
+        }
+}
+
+/* The 16-row records (repack.h): each row's block taken back out, then the row kernel's
+ * arithmetic, so a repacked tensor gives the row layout's results bit for bit. */
+static void kquant_x16_tile_scalar(int kt, uint32_t type, const uint8_t *w, size_t ws, int nr,
+                                   const uint8_t *x, size_t xs, int nt, int cols, float *y,
+                                   size_t ys)
+{
+    const size_t bb = ws / (size_t)(cols / QK_K);
+    uint8_t blk[512];
+    for (int r = 0; r < nr; r++)
+        for (int t = 0; t < nt; t++) {
+            const uint8_t *g = w + (size_t)(r / REPACK_ROWS) * REPACK_ROWS * ws;
+            const struct act_q8k *a = (const struct act_q8k *)(x + t * xs);
+            float s = 0;
+            for (int b = 0; b < cols / QK_K; b++) {
+                repack_unpack(type, g + (size_t)b * bb * REPACK_ROWS, r % REPACK_ROWS, blk);
+                s += kquant_block(kt, blk, &a[b]);
+            }
+            y[t * ys + r] = s;
+        }
+}
+
+/* The 16-row records of the nibble formats against act_q8: each row's block taken back out, then
+ * its integer dot and the row kernel's float terms (act_q8 carries what act_q4 does). */
+static void nibble_x16_tile_scalar(int kt, uint32_t type, const uint8_t *w, size_t ws, int nr,
+                                   const uint8_t *x, size_t xs, int nt, int cols, float *y,
+                                   size_t ys)
+{
+    const size_t bb = ws / (size_t)(cols / 32);
+    uint8_t blk[64];
+    for (int r = 0; r < nr; r++)
+        for (int t = 0; t < nt; t++) {
+            const uint8_t *g = w + (size_t)(r / REPACK_ROWS) * REPACK_ROWS * ws;
+            const struct act_q8 *a = (const struct act_q8 *)(x + t * xs);
+            float s = 0;
+            for (int b = 0; b < cols / 32; b++) {
+                repack_unpack(type, g + (size_t)b * bb * REPACK_ROWS, r % REPACK_ROWS, blk);
+                int q[32], dot = 0;
+                nibble_quants(kt, blk, 0, q);
+                for (int j = 0; j < 32; j++) dot += q[j] * a[b].qs[j];
+                const uint16_t *dm = (const uint16_t *)blk;
+                s += fp16_to_f32(dm[0]) * a[b].d * (float)dot;
+                if (kt == KT_Q4_1 || kt == KT_Q5_1) s += fp16_to_f32(dm[1]) * a[b].s;
+            }
+            y[t * ys + r] = s;
+        }
+}
+
+#define NIBBLE_X16_SCALAR(name, KT, TYPE)                                                          \
+    static void tile_##name##_x16_scalar(const uint8_t *w, size_t ws, int nr, const uint8_t *x,    \
+                                         size_t xs, int nt, int cols, float *y, size_t ys)         \
+    {                                                                                              \
+        nibble_x16_tile_scalar(KT, TYPE, w, ws, nr, x, xs, nt, cols, y, ys);                       \
+    }
+NIBBLE_X16_SCALAR(q4_1, KT_Q4_1, TENSOR_Q4_1_X16)
+NIBBLE_X16_SCALAR(q5_0, KT_Q5_0, TENSOR_Q5_0_X16)
+NIBBLE_X16_SCALAR(q5_1, KT_Q5_1, TENSOR_Q5_1_X16)
+NIBBLE_X16_SCALAR(iq4_nl, KT_IQ4_NL, TENSOR_IQ4_NL_X16)
+#undef NIBBLE_X16_SCALAR
+
+#define KQUANT_X16_SCALAR(name, KT, TYPE)                                                          \
+    static void tile_##name##_x16_scalar(const uint8_t *w, size_t ws, int nr, const uint8_t *x,    \
+                                         size_t xs, int nt, int cols, float *y, size_t ys)         \
+    {                                                                                              \
+        kquant_x16_tile_scalar(KT, TYPE, w, ws, nr, x, xs, nt, cols, y, ys);                       \
+    }
+KQUANT_X16_SCALAR(q2_K, KT_Q2_K, TENSOR_Q2_K_X16)
+KQUANT_X16_SCALAR(q3_K, KT_Q3_K, TENSOR_Q3_K_X16)
+KQUANT_X16_SCALAR(q4_K, KT_Q4_K, TENSOR_Q4_K_X16)
+KQUANT_X16_SCALAR(q5_K, KT_Q5_K, TENSOR_Q5_K_X16)
+KQUANT_X16_SCALAR(q6_K, KT_Q6_K, TENSOR_Q6_K_X16)
+KQUANT_X16_SCALAR(iq4_xs, KT_IQ4_XS, TENSOR_IQ4_XS_X16)
+#undef KQUANT_X16_SCALAR
+
+#define KQUANT_SCALAR(name, KT)                                                                    \
+    static void tile_##name##_scalar(const uint8_t *w, size_t ws, int nr, const uint8_t *x,        \
+                                     size_t xs, int nt, int cols, float *y, size_t ys)             \
+    {                                                                                              \
+        kquant_tile_scalar(KT, w, ws, nr, x, xs, nt, cols, y, ys);                                 \
+    }
+KQUANT_SCALAR(q2_K, KT_Q2_K)
+KQUANT_SCALAR(q4_K, KT_Q4_K)
+KQUANT_SCALAR(q3_K, KT_Q3_K)
+KQUANT_SCALAR(q5_K, KT_Q5_K)
+KQUANT_SCALAR(q6_K, KT_Q6_K)
+KQUANT_SCALAR(iq4_xs, KT_IQ4_XS)
+#undef KQUANT_SCALAR
+
 const struct kernel_table kernels_scalar = {
     .name = "scalar",
     .tile_t = 4,
-    .tile = {tile_f32_scalar, tile_f16_scalar, tile_bf16_scalar, tile_q8_0_scalar, tile_q4_0_scalar,
-             tile_q4_K_scalar, tile_q8_0_x16_scalar, tile_q4_0_x16_scalar},
+    .tile = {[KT_F32] = tile_f32_scalar,
+             [KT_F16] = tile_f16_scalar,
+             [KT_BF16] = tile_bf16_scalar,
+             [KT_Q8_0] = tile_q8_0_scalar,
+             [KT_Q4_0] = tile_q4_0_scalar,
+             [KT_Q4_1] = tile_q4_1_scalar,
+             [KT_Q5_0] = tile_q5_0_scalar,
+             [KT_Q5_1] = tile_q5_1_scalar,
+             [KT_IQ4_NL] = tile_iq4_nl_scalar,
+             [KT_Q2_K] = tile_q2_K_scalar,
+             [KT_Q3_K] = tile_q3_K_scalar,
+             [KT_Q4_K] = tile_q4_K_scalar,
+             [KT_Q5_K] = tile_q5_K_scalar,
+             [KT_Q6_K] = tile_q6_K_scalar,
+             [KT_IQ4_XS] = tile_iq4_xs_scalar,
+             [KT_Q8_0_X16] = tile_q8_0_x16_scalar,
+             [KT_Q4_0_X16] = tile_q4_0_x16_scalar,
+             [KT_Q4_1_X16] = tile_q4_1_x16_scalar,
+             [KT_Q5_0_X16] = tile_q5_0_x16_scalar,
+             [KT_Q5_1_X16] = tile_q5_1_x16_scalar,
+             [KT_IQ4_NL_X16] = tile_iq4_nl_x16_scalar,
+             [KT_Q2_K_X16] = tile_q2_K_x16_scalar,
+             [KT_Q3_K_X16] = tile_q3_K_x16_scalar,
+             [KT_Q4_K_X16] = tile_q4_K_x16_scalar,
+             [KT_Q5_K_X16] = tile_q5_K_x16_scalar,
+             [KT_Q6_K_X16] = tile_q6_K_x16_scalar,
+             [KT_IQ4_XS_X16] = tile_iq4_xs_x16_scalar},
     .quant_q8 = quantize_act_q8,
     .quant_q8k = quantize_act_q8k,
     .quant_q4 = quantize_act_q4,

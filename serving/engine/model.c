@@ -14,6 +14,7 @@
 #include "serving/engine/model.h"
 
 #include "os/common/errmsg.h"
+#include "serving/engine/quant.h"
 
 #include <limits.h>
 #include <stddef.h>
@@ -343,20 +344,10 @@ static int check_tensor(const struct gguf_tensor *t, struct expect e, const char
                               ggml_type_name(t->type), f32_only);
         return 0;
     }
-    switch (t->type) {
-    case GGML_F32:
-    case GGML_F16:
-    case GGML_BF16:
-    case GGML_Q8_0:
-    case GGML_Q4_0:
-    case GGML_Q4_K:
-        return 0;
-    default:
-        return errmsg_set(err,
-                          "%s: tensor %s: type %s (%u) is not supported (f32, f16, bf16, "
-                          "q8_0, q4_0, q4_k)",
-                          what, name, ggml_type_name(t->type), t->type);
-    }
+    if (!quant_type_supported(t->type))
+        return errmsg_set(err, "%s: tensor %s: type %s (%u) is not supported (%s)", what, name,
+                          ggml_type_name(t->type), t->type, quant_type_list());
+    return 0;
 }
 
 static void set_tensor(struct tensor *dst, const struct gguf_tensor *src)

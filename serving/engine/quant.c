@@ -1,13 +1,17 @@
-/* quant: conversions and the reference (de)quantizers, in plain C.
+/* quant: conversions, the blocks of 32 (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) and the dispatch; the
+ * super-blocks are in quant_kquants.c, IQ4_NL/IQ4_XS in quant_iq4.c.
  *
  * Bit-exactness with ggml is the point: a model quantized here must be byte for byte the file
- * llama.cpp's converter writes from the same floats, so the arithmetic below keeps ggml's order
- * of float operations (and this file is compiled without FMA contraction: -std=c11 implies
- * -ffp-contract=off in GCC). The SIMD kernels in matmul_*.c never quantize weights; they only
- * read these formats. */
+ * llama.cpp's quantizer writes from the same floats, so the arithmetic keeps ggml's order of
+ * float operations (and these files are compiled without FMA contraction: -std=c11 implies
+ * -ffp-contract=off in GCC), and dequantization evaluates ggml's expressions in ggml's order. The
+ * SIMD kernels in matmul_*.c never quantize weights; they only read these formats. */
 #include "serving/engine/quant.h"
 
 #include "serving/engine/gguf.h"
+#include "serving/engine/quant_blocks.h"
+
+#include <float.h>
 
 #include <math.h>
 #include <string.h>
@@ -139,176 +143,188 @@ static void dequantize_q4_0(const struct block_q4_0 *b, float *y, int nb)
     }
 }
 
-/* ---- Q4_K ------------------------------------------------------------------------------------
- * A super-block of 256 is 8 sub-blocks of 32, each x ~ d*sc*q - dmin*m with q in 0..15 and
- * 6-bit sc, m. The 12 scale bytes hold sub-blocks 0-3 in the low 6 bits of bytes 0-3 (sc) and 4-7
- * (m); sub-blocks 4-7 keep their low 4 bits in bytes 8-11 (sc low nibble, m high nibble) and their
- * top 2 bits in the spare top bits of bytes 0-3 (sc) and 4-7 (m). qs holds 4 groups of 64:
- * byte l of group g has element 64g+l in its low nibble and 64g+32+l in its high nibble. */
+/* ---- Q4_1, Q5_0, Q5_1 ----------------------------------------------------------------------- */
 
-/* Round to nearest, ties to even, for |v| < 2^22: adding 1.5*2^23 puts the integer in the low
- * mantissa bits (the float addition does the rounding), the same trick as ggml's nearest_int. */
-static inline int round_even(float v)
+/* Q4_1 and Q5_1 span [min, max] in 2^bits - 1 steps. The float -> int8/uint8 casts truncate
+ * x/d + 0.5 (rounding half up), as ggml's do. */
+static void quantize_q4_1(const float *x, struct block_q4_1 *y, int nb)
 {
-    float t = v + 12582912.f;
-    uint32_t i = f32_bits(t);
-    return (int)(i & 0x007fffff) - 0x00400000;
-}
-
-void q4_K_scale_min(int j, const uint8_t *s, uint8_t *sc, uint8_t *m)
-{
-    if (j < 4) {
-        *sc = s[j] & 63;
-        *m = s[j + 4] & 63;
-    } else {
-        *sc = (uint8_t)((s[j + 4] & 0xf) | ((s[j - 4] >> 6) << 4));
-        *m = (uint8_t)((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
-    }
-}
-
-static inline uint8_t clamp_u(int v, int hi)
-{
-    return (uint8_t)(v < 0 ? 0 : v > hi ? hi : v);
-}
-
-/* Fit x ~ scale*L + min (min <= 0) over one sub-block of 32 with weights w, by trying a grid of
- * inverse scales around nmax/(max-min) and solving weighted least squares for (scale, min) at
- * each; keeps the best weighted squared error. Returns scale, stores -min in *neg_min. This is
- * ggml's make_qkx2_quants with rmin=-1, rdelta=0.1, nstep=20, squared error. */
-static float fit_scale_min(const float *x, const float *w, uint8_t *L, float *neg_min)
-{
-    const int n = 32, nmax = 15, nstep = 20;
-    const float rmin = -1.0f, rdelta = 0.1f;
-    uint8_t Laux[32];
-    float min = x[0], max = x[0];
-    float sum_w = w[0];
-    float sum_x = sum_w * x[0];
-    for (int i = 1; i < n; i++) {
-        if (x[i] < min) min = x[i];
-        if (x[i] > max) max = x[i];
-        sum_w += w[i];
-        sum_x += w[i] * x[i];
-    }
-    if (min > 0) min = 0;
-    if (max == min) {
-        memset(L, 0, n);
-        *neg_min = -min;
-        return 0.0f;
-    }
-    float iscale = nmax / (max - min);
-    float scale = 1 / iscale;
-    float best = 0;
-    for (int i = 0; i < n; i++) {
-        L[i] = clamp_u(round_even(iscale * (x[i] - min)), nmax);
-        float diff = scale * L[i] + min - x[i];
-        best += w[i] * (diff * diff);
-    }
-    for (int is = 0; is <= nstep; is++) {
-        iscale = (rmin + rdelta * is + nmax) / (max - min);
-        float sum_l = 0, sum_l2 = 0, sum_xl = 0;
-        for (int i = 0; i < n; i++) {
-            int l = clamp_u(round_even(iscale * (x[i] - min)), nmax);
-            Laux[i] = (uint8_t)l;
-            sum_l += w[i] * l;
-            sum_l2 += w[i] * l * l;
-            sum_xl += w[i] * l * x[i];
+    for (int i = 0; i < nb; i++, x += 32) {
+        float min = FLT_MAX, max = -FLT_MAX;
+        for (int j = 0; j < 32; j++) {
+            if (x[j] < min) min = x[j];
+            if (x[j] > max) max = x[j];
         }
-        float D = sum_w * sum_l2 - sum_l * sum_l;
-        if (D > 0) {
-            float this_scale = (sum_w * sum_xl - sum_x * sum_l) / D;
-            float this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D;
-            if (this_min > 0) {
-                this_min = 0;
-                this_scale = sum_xl / sum_l2;
-            }
-            float err = 0;
-            for (int i = 0; i < n; i++) {
-                float diff = this_scale * Laux[i] + this_min - x[i];
-                err += w[i] * (diff * diff);
-            }
-            if (err < best) {
-                memcpy(L, Laux, n);
-                best = err;
-                scale = this_scale;
-                min = this_min;
+        const float d = (max - min) / 15;
+        const float id = d ? 1.0f / d : 0.0f;
+        y[i].d = f32_to_fp16(d);
+        y[i].m = f32_to_fp16(min);
+        for (int j = 0; j < 16; j++) {
+            int q0 = (int8_t)((x[j] - min) * id + 0.5f),
+                q1 = (int8_t)((x[j + 16] - min) * id + 0.5f);
+            if (q0 > 15) q0 = 15;
+            if (q1 > 15) q1 = 15;
+            y[i].qs[j] = (uint8_t)(q0 | (q1 << 4));
+        }
+    }
+}
+
+/* Q5_0: like Q4_0 with 16 steps each side (the extreme maps to -16). */
+static void quantize_q5_0(const float *x, struct block_q5_0 *y, int nb)
+{
+    for (int i = 0; i < nb; i++, x += 32) {
+        float amax = 0.0f, max = 0.0f;
+        for (int j = 0; j < 32; j++) {
+            if (amax < fabsf(x[j])) {
+                amax = fabsf(x[j]);
+                max = x[j];
             }
         }
-    }
-    *neg_min = -min;
-    return scale;
-}
-
-static void quantize_q4_K(const float *x, struct block_q4_K *y, int nb)
-{
-    for (int i = 0; i < nb; i++, x += QK_K) {
-        uint8_t L[QK_K];
-        float scales[8], mins[8], w[32];
-        float max_scale = 0, max_min = 0;
-        for (int j = 0; j < 8; j++) {
-            const float *xs = x + 32 * j;
-            /* Weights favour large elements on top of the sub-block's RMS (ggml's choice). */
-            float sum_x2 = 0;
-            for (int l = 0; l < 32; l++) sum_x2 += xs[l] * xs[l];
-            float av_x = sqrtf(sum_x2 / 32);
-            for (int l = 0; l < 32; l++) w[l] = av_x + fabsf(xs[l]);
-            scales[j] = fit_scale_min(xs, w, L + 32 * j, &mins[j]);
-            if (scales[j] > max_scale) max_scale = scales[j];
-            if (mins[j] > max_min) max_min = mins[j];
+        const float d = max / -16;
+        const float id = d ? 1.0f / d : 0.0f;
+        y[i].d = f32_to_fp16(d);
+        uint32_t qh = 0;
+        for (int j = 0; j < 16; j++) {
+            int q0 = (int8_t)(x[j] * id + 16.5f), q1 = (int8_t)(x[j + 16] * id + 16.5f);
+            if (q0 > 31) q0 = 31;
+            if (q1 > 31) q1 = 31;
+            y[i].qs[j] = (uint8_t)((q0 & 0xf) | ((q1 & 0xf) << 4));
+            qh |= (uint32_t)(q0 >> 4) << j | (uint32_t)(q1 >> 4) << (j + 16);
         }
-        float inv_scale = max_scale > 0 ? 63.f / max_scale : 0.f;
-        float inv_min = max_min > 0 ? 63.f / max_min : 0.f;
-        memset(y[i].scales, 0, sizeof y[i].scales);
-        for (int j = 0; j < 8; j++) {
-            /* ggml stores nearest_int's result in a uint8_t before clamping to 63. */
-            uint8_t ls = (uint8_t)round_even(inv_scale * scales[j]);
-            uint8_t lm = (uint8_t)round_even(inv_min * mins[j]);
-            if (ls > 63) ls = 63;
-            if (lm > 63) lm = 63;
-            if (j < 4) {
-                y[i].scales[j] = ls;
-                y[i].scales[j + 4] = lm;
-            } else {
-                y[i].scales[j + 4] = (uint8_t)((ls & 0xf) | ((lm & 0xf) << 4));
-                y[i].scales[j - 4] |= (uint8_t)((ls >> 4) << 6);
-                y[i].scales[j] |= (uint8_t)((lm >> 4) << 6);
-            }
-        }
-        y[i].d = f32_to_fp16(max_scale / 63.f);
-        y[i].dmin = f32_to_fp16(max_min / 63.f);
-        /* Requantize against the scales as stored (6-bit, f16), not the fitted floats. */
-        for (int j = 0; j < 8; j++) {
-            uint8_t sc, m;
-            q4_K_scale_min(j, y[i].scales, &sc, &m);
-            const float d = fp16_to_f32(y[i].d) * sc;
-            if (!d) continue;
-            const float dm = fp16_to_f32(y[i].dmin) * m;
-            for (int l = 0; l < 32; l++)
-                L[32 * j + l] = clamp_u(round_even((x[32 * j + l] + dm) / d), 15);
-        }
-        for (int g = 0; g < 4; g++)
-            for (int l = 0; l < 32; l++)
-                y[i].qs[32 * g + l] = (uint8_t)(L[64 * g + l] | (L[64 * g + 32 + l] << 4));
+        memcpy(y[i].qh, &qh, 4);
     }
 }
 
-static void dequantize_q4_K(const struct block_q4_K *b, float *y, int nb)
+static void quantize_q5_1(const float *x, struct block_q5_1 *y, int nb)
 {
-    for (int i = 0; i < nb; i++) {
-        const float d = fp16_to_f32(b[i].d), dmin = fp16_to_f32(b[i].dmin);
-        for (int g = 0; g < 4; g++) {
-            uint8_t sc, m;
-            q4_K_scale_min(2 * g, b[i].scales, &sc, &m);
-            const float d1 = d * sc, m1 = dmin * m;
-            q4_K_scale_min(2 * g + 1, b[i].scales, &sc, &m);
-            const float d2 = d * sc, m2 = dmin * m;
-            const uint8_t *q = b[i].qs + 32 * g;
-            for (int l = 0; l < 32; l++) *y++ = d1 * (q[l] & 0xf) - m1;
-            for (int l = 0; l < 32; l++) *y++ = d2 * (q[l] >> 4) - m2;
+    for (int i = 0; i < nb; i++, x += 32) {
+        float min = FLT_MAX, max = -FLT_MAX;
+        for (int j = 0; j < 32; j++) {
+            if (x[j] < min) min = x[j];
+            if (x[j] > max) max = x[j];
         }
+        const float d = (max - min) / 31;
+        const float id = d ? 1.0f / d : 0.0f;
+        y[i].d = f32_to_fp16(d);
+        y[i].m = f32_to_fp16(min);
+        uint32_t qh = 0;
+        for (int j = 0; j < 16; j++) {
+            /* No clamp: (x - min)/d + 0.5 < 31.5 (ggml clamps neither). */
+            uint8_t q0 = (uint8_t)((x[j] - min) * id + 0.5f);
+            uint8_t q1 = (uint8_t)((x[j + 16] - min) * id + 0.5f);
+            y[i].qs[j] = (uint8_t)((q0 & 0xf) | ((q1 & 0xf) << 4));
+            qh |= (uint32_t)((q0 >> 4) & 1) << j | (uint32_t)((q1 >> 4) & 1) << (j + 16);
+        }
+        memcpy(y[i].qh, &qh, 4);
+    }
+}
+
+static void dequantize_q4_1(const struct block_q4_1 *b, float *y, int nb)
+{
+    for (int i = 0; i < nb; i++, y += 32) {
+        const float d = fp16_to_f32(b[i].d), m = fp16_to_f32(b[i].m);
+        for (int j = 0; j < 16; j++) {
+            y[j] = (b[i].qs[j] & 0xf) * d + m;
+            y[j + 16] = (b[i].qs[j] >> 4) * d + m;
+        }
+    }
+}
+
+/* The 5-bit quants of a Q5_0/Q5_1 block, 0..31. */
+static void q5_quants(const uint8_t *qs, const uint8_t *qh_bytes, int *q)
+{
+    uint32_t qh;
+    memcpy(&qh, qh_bytes, 4);
+    for (int j = 0; j < 16; j++) {
+        q[j] = (qs[j] & 0xf) | (int)((qh >> j) & 1) << 4;
+        q[j + 16] = (qs[j] >> 4) | (int)((qh >> (j + 16)) & 1) << 4;
+    }
+}
+
+static void dequantize_q5_0(const struct block_q5_0 *b, float *y, int nb)
+{
+    for (int i = 0; i < nb; i++, y += 32) {
+        const float d = fp16_to_f32(b[i].d);
+        int q[32];
+        q5_quants(b[i].qs, b[i].qh, q);
+        for (int j = 0; j < 32; j++) y[j] = (q[j] - 16) * d;
+    }
+}
+
+static void dequantize_q5_1(const struct block_q5_1 *b, float *y, int nb)
+{
+    for (int i = 0; i < nb; i++, y += 32) {
+        const float d = fp16_to_f32(b[i].d), m = fp16_to_f32(b[i].m);
+        int q[32];
+        q5_quants(b[i].qs, b[i].qh, q);
+        for (int j = 0; j < 32; j++) y[j] = q[j] * d + m;
     }
 }
 
 /* ---- dispatch ------------------------------------------------------------------------------- */
+
+typedef void (*quantize_fn)(const float *x, void *y, int nb);
+typedef void (*dequantize_fn)(const void *b, float *y, int nb);
+
+/* Each format's pair behind one signature (calls through a cast pointer would be undefined). */
+#define WRAP(name, blk)                                                                            \
+    static void qw_##name(const float *x, void *y, int nb)                                         \
+    {                                                                                              \
+        quantize_##name(x, (struct blk *)y, nb);                                                   \
+    }                                                                                              \
+    static void dw_##name(const void *b, float *y, int nb)                                         \
+    {                                                                                              \
+        dequantize_##name((const struct blk *)b, y, nb);                                           \
+    }
+WRAP(q8_0, block_q8_0)
+WRAP(q4_0, block_q4_0)
+WRAP(q4_1, block_q4_1)
+WRAP(q5_0, block_q5_0)
+WRAP(q5_1, block_q5_1)
+WRAP(iq4_nl, block_iq4_nl)
+WRAP(q2_K, block_q2_K)
+WRAP(q3_K, block_q3_K)
+WRAP(q4_K, block_q4_K)
+WRAP(q5_K, block_q5_K)
+WRAP(q6_K, block_q6_K)
+WRAP(iq4_xs, block_iq4_xs)
+#undef WRAP
+
+/* The block formats: elements per block, quantizer, dequantizer. */
+static const struct block_format {
+    uint32_t type;
+    int block;
+    quantize_fn quantize;
+    dequantize_fn dequantize;
+} formats[] = {
+#define FMT(T, blk, name)                                                                          \
+    {                                                                                              \
+        T, blk, qw_##name, dw_##name                                                               \
+    }
+    FMT(GGML_Q8_0, 32, q8_0),   FMT(GGML_Q4_0, 32, q4_0),   FMT(GGML_Q4_1, 32, q4_1),
+    FMT(GGML_Q5_0, 32, q5_0),   FMT(GGML_Q5_1, 32, q5_1),   FMT(GGML_IQ4_NL, 32, iq4_nl),
+    FMT(GGML_Q2_K, QK_K, q2_K), FMT(GGML_Q3_K, QK_K, q3_K), FMT(GGML_Q4_K, QK_K, q4_K),
+    FMT(GGML_Q5_K, QK_K, q5_K), FMT(GGML_Q6_K, QK_K, q6_K), FMT(GGML_IQ4_XS, QK_K, iq4_xs),
+#undef FMT
+};
+
+static const struct block_format *format_of(uint32_t type)
+{
+    for (size_t i = 0; i < sizeof formats / sizeof formats[0]; i++)
+        if (formats[i].type == type) return &formats[i];
+    return NULL;
+}
+
+int quant_type_supported(uint32_t type)
+{
+    return type == GGML_F32 || type == GGML_F16 || type == GGML_BF16 || format_of(type);
+}
+
+const char *quant_type_list(void)
+{
+    return "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k, "
+           "iq4_xs";
+}
 
 int quantize_row(uint32_t type, const float *x, void *out, int n)
 {
@@ -323,20 +339,11 @@ int quantize_row(uint32_t type, const float *x, void *out, int n)
         for (int i = 0; i < n; i++) h[i] = type == GGML_F16 ? f32_to_fp16(x[i]) : f32_to_bf16(x[i]);
         return 0;
     }
-    case GGML_Q8_0:
-        if (n % QK8_0) return -1;
-        quantize_q8_0(x, out, n / QK8_0);
-        return 0;
-    case GGML_Q4_0:
-        if (n % QK4_0) return -1;
-        quantize_q4_0(x, out, n / QK4_0);
-        return 0;
-    case GGML_Q4_K:
-        if (n % QK_K) return -1;
-        quantize_q4_K(x, out, n / QK_K);
-        return 0;
     }
-    return -1;
+    const struct block_format *f = format_of(type);
+    if (!f || n % f->block) return -1;
+    f->quantize(x, out, n / f->block);
+    return 0;
 }
 
 int dequantize_row(uint32_t type, const void *in, float *out, int n)
@@ -353,18 +360,9 @@ int dequantize_row(uint32_t type, const void *in, float *out, int n)
             out[i] = type == GGML_F16 ? fp16_to_f32(h[i]) : bf16_to_f32(h[i]);
         return 0;
     }
-    case GGML_Q8_0:
-        if (n % QK8_0) return -1;
-        dequantize_q8_0(in, out, n / QK8_0);
-        return 0;
-    case GGML_Q4_0:
-        if (n % QK4_0) return -1;
-        dequantize_q4_0(in, out, n / QK4_0);
-        return 0;
-    case GGML_Q4_K:
-        if (n % QK_K) return -1;
-        dequantize_q4_K(in, out, n / QK_K);
-        return 0;
     }
-    return -1;
+    const struct block_format *f = format_of(type);
+    if (!f || n % f->block) return -1;
+    f->dequantize(in, out, n / f->block);
+    return 0;
 }

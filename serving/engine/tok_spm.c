@@ -72,14 +72,27 @@ int spm_encode(const struct tokenizer *t, const char *text, size_t len, int *out
 {
     if (len > (size_t)(INT32_MAX / 4))
         return errmsg_set(err, "tokenizer: text of %zu bytes is too long", len);
-    /* At most one symbol per byte, plus the dummy prefix. */
-    size_t max_syms = len + 1;
+    /* llama.cpp cuts the text into units after escaping each ' ' as U+2581 (e2 96 81), the
+     * vocabulary's spelling of a space: on invalid UTF-8 a unit can end inside an escaped space,
+     * so the units are cut from the escaped text. At most one symbol per escaped byte, plus the
+     * dummy prefix. */
+    size_t elen = 0;
+    for (size_t i = 0; i < len; i++) elen += text[i] == ' ' ? 3 : 1;
+    size_t max_syms = elen + 1;
     struct sym *s = malloc(max_syms * sizeof *s);
     struct cand *h = malloc(3 * max_syms * sizeof *h);
-    if (!s || !h) {
+    char *esc = malloc(elen + 1);
+    if (!s || !h || !esc) {
         free(s);
         free(h);
+        free(esc);
         return errmsg_set(err, "tokenizer: out of memory for %zu bytes of text", len);
+    }
+    for (size_t i = 0, k = 0; i < len; i++) {
+        if (text[i] == ' ')
+            esc[k++] = (char)0xe2, esc[k++] = (char)0x96, esc[k++] = (char)0x81;
+        else
+            esc[k++] = text[i];
     }
     int ns = 0;
 #define PUSH(tok)     (s[ns].id = (tok), s[ns].prev = ns - 1, s[ns].next = ns + 1, ns++)
@@ -88,17 +101,32 @@ int spm_encode(const struct tokenizer *t, const char *text, size_t len, int *out
         int sp = tokenizer_find2(t, " ", 1, "", 0);
         PUSH(sp >= 0 ? sp : BYTE_TOKEN(' '));
     }
-    for (size_t i = 0; i < len;) {
-        /* One unit: a byte, then the continuation bytes after it, 4 bytes at most. */
-        size_t j = i + 1;
-        while (j < len && j - i < 4 && ((uint8_t)text[j] & 0xC0) == 0x80) j++;
-        int id = tokenizer_find2(t, text + i, (int)(j - i), "", 0);
+    for (size_t i = 0; i < elen;) {
+        /* One unit: as many bytes as the lead byte announces (1 for ASCII and for a stray
+         * continuation byte, 2 for 110xxxxx, 3 for 1110xxxx, 4 for 1111xxxx), cut at the end of
+         * the text, whatever the bytes after it are: llama.cpp's segmentation (llama2.c ended a
+         * unit at the next byte that is not a continuation byte; the same on valid UTF-8). */
+        static const uint8_t unit_len[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
+        size_t j = i + unit_len[(uint8_t)esc[i] >> 4];
+        if (j > elen) j = elen;
+        /* The unit in the vocabulary's spelling here: whole escaped spaces back to ' '. */
+        char key[4];
+        int kl = 0;
+        for (size_t k = i; k < j; k++) {
+            if (k + 3 <= j && !memcmp(esc + k, "\xe2\x96\x81", 3)) {
+                key[kl++] = ' ';
+                k += 2;
+            } else
+                key[kl++] = esc[k];
+        }
+        int id = tokenizer_find2(t, key, kl, "", 0);
         if (id >= 0)
             PUSH(id);
         else
-            for (size_t k = i; k < j; k++) PUSH(BYTE_TOKEN(text[k]));
+            for (size_t k = i; k < j; k++) PUSH(BYTE_TOKEN(esc[k]));
         i = j;
     }
+    free(esc);
 #undef PUSH
 #undef BYTE_TOKEN
     if (ns) s[ns - 1].next = -1;

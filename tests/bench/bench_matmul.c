@@ -6,9 +6,9 @@
  *         bandwidth of a 1 GiB buffer with the same thread count (membw.c).
  * prefill: 64 tokens x one 2048 x 2048 matrix; GFLOP/s = 2 * rows * cols * 64 / time.
  * Best of several runs (others share this machine: figures are noisy).
- * Q8_0x16 and Q4_0x16 are the same weights in repack.h's 16-row groups (what the engine stores
- * for the SIMD kernels), beside the ggml rows they came from.
- * Usage: [BENCH_TYPES=Q8_0,Q4_0] [BENCH_SHAPE=ROWSxCOLS] bench_matmul [threads...]
+ * TYPEx16 are the same weights in repack.h's 16-row records (what the engine stores for the SIMD
+ * kernels), beside the ggml rows they came from.
+ * Usage: [BENCH_TYPES=Q8_0,Q4_0] [BENCH_ISAS=avx2] [BENCH_SHAPE=ROWSxCOLS] bench_matmul [threads...]
  * (default: 1 2 threads, 5632x2048; e.g. BENCH_SHAPE=768x768 for stories110M's attention
  * matrices, each decode pass then crossing many small matrices as the engine does). */
 #include "os/common/errmsg.h"
@@ -38,22 +38,30 @@ static const struct {
              {TENSOR_Q8_0_X16, "Q8_0x16"},
              {GGML_Q4_0, "Q4_0"},
              {TENSOR_Q4_0_X16, "Q4_0x16"},
-             {GGML_Q4_K, "Q4_K"}};
+             {GGML_Q4_1, "Q4_1"},
+             {TENSOR_Q4_1_X16, "Q4_1x16"},
+             {GGML_Q5_0, "Q5_0"},
+             {TENSOR_Q5_0_X16, "Q5_0x16"},
+             {GGML_Q5_1, "Q5_1"},
+             {TENSOR_Q5_1_X16, "Q5_1x16"},
+             {GGML_IQ4_NL, "IQ4_NL"},
+             {TENSOR_IQ4_NL_X16, "IQ4_NLx16"},
+             {GGML_Q2_K, "Q2_K"},
+             {TENSOR_Q2_K_X16, "Q2_Kx16"},
+             {GGML_Q3_K, "Q3_K"},
+             {TENSOR_Q3_K_X16, "Q3_Kx16"},
+             {GGML_Q4_K, "Q4_K"},
+             {TENSOR_Q4_K_X16, "Q4_Kx16"},
+             {GGML_Q5_K, "Q5_K"},
+             {TENSOR_Q5_K_X16, "Q5_Kx16"},
+             {GGML_Q6_K, "Q6_K"},
+             {TENSOR_Q6_K_X16, "Q6_Kx16"},
+             {GGML_IQ4_XS, "IQ4_XS"},
+             {TENSOR_IQ4_XS_X16, "IQ4_XSx16"}};
 
 static size_t row_size(uint32_t t, int cols)
 {
-    switch (repack_base_type(t)) {
-    case GGML_F32:
-        return (size_t)cols * 4;
-    case GGML_F16:
-    case GGML_BF16:
-        return (size_t)cols * 2;
-    case GGML_Q8_0:
-        return (size_t)cols / 32 * sizeof(struct block_q8_0);
-    case GGML_Q4_0:
-        return (size_t)cols / 32 * sizeof(struct block_q4_0);
-    }
-    return (size_t)cols / 256 * sizeof(struct block_q4_K);
+    return (size_t)ggml_row_bytes(repack_base_type(t), (uint64_t)cols);
 }
 
 /* A buffer of `bytes` filled with rows quantized from random floats (64 distinct rows, copied:
@@ -141,7 +149,7 @@ int main(int argc, char **argv)
         printf("memory read bandwidth, %d thread%s: %.1f GB/s (1 GiB streaming read)\n",
                thread_counts[i], thread_counts[i] > 1 ? "s" : "", bw[i]);
     }
-    printf("%-5s %-7s %3s  %13s %8s  %17s\n", "type", "isa", "thr", "decode GB/s", "of mem",
+    printf("%-9s %-7s %3s  %13s %8s  %17s\n", "type", "isa", "thr", "decode GB/s", "of mem",
            "prefill64 GFLOP/s");
 
     size_t scratch_size = matmul_scratch_size(pf_tok, cols > pf_dim ? cols : pf_dim);
@@ -154,7 +162,7 @@ int main(int argc, char **argv)
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
         uint32_t type = types[ti].type;
         /* BENCH_TYPES=Q4_0 also runs Q4_0x16 (the layout the engine uses) */
-        if (only && !strstr(only, types[ti].name) &&
+        if (only && !strcasestr(only, types[ti].name) &&
             !(repack_base_type(type) != type &&
               strcasestr(only, ggml_type_name(repack_base_type(type)))))
             continue;
@@ -169,7 +177,9 @@ int main(int argc, char **argv)
             return 1;
         }
         struct tensor pf = {pw, type, pf_dim, pf_dim, row_size(type, pf_dim) * pf_dim};
+        const char *only_isas = getenv("BENCH_ISAS"); /* e.g. BENCH_ISAS=avx2,avx512 */
         for (int ii = 0; ii < 3; ii++) {
+            if (only_isas && !strstr(only_isas, isas[ii])) continue;
             for (int ci = 0; ci < n_counts; ci++) {
                 int nth = thread_counts[ci];
                 struct threadpool *tp = threadpool_new(nth, err);
@@ -210,7 +220,7 @@ int main(int argc, char **argv)
                     if (dt < pbest) pbest = dt;
                 }
                 double gflops = 2.0 * pf_dim * pf_dim * pf_tok / pbest / 1e9;
-                printf("%-5s %-7s %3d  %13.1f %7.0f%%  %17.1f\n", types[ti].name, isas[ii], nth,
+                printf("%-9s %-7s %3d  %13.1f %7.0f%%  %17.1f\n", types[ti].name, isas[ii], nth,
                        gbs, 100 * gbs / bw[ci], gflops);
                 fflush(stdout);
                 threadpool_free(tp);

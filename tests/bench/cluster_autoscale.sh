@@ -64,7 +64,7 @@ run() { # run LABEL N_NODES
         for ((i = 0; i < 4000; i++)); do
             for ((n = 2; n <= nn; n++)); do
                 [ -f "$W/$label-first$n" ] && continue
-                g=$(curl -s -m 1 "${CL_URL[$label$n]}/metrics" 2>/dev/null | sed -n 's/^strata_generated_tokens_total \([0-9]*\).*/\1/p')
+                g=$(curl -s -m 1 "${CL_URL[$label$n]}/metrics" 2>/dev/null | sed -n 's/^strata_generation_tokens_total \([0-9]*\).*/\1/p')
                 [ "${g:-0}" -gt 0 ] && now_ms >"$W/$label-first$n"
             done
             sleep 0.05

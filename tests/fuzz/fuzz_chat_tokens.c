@@ -5,11 +5,14 @@
  * can be reached by BPE merges from plain text (a special piece that can, a one-character one for
  * example, comes out of content as its id too, in llama.cpp as here). The input is cut into spans
  * at 0xFF bytes; a span's first byte says whether it is a template marker (parse_special) or
- * content. Checks: no error with room for 2 * bytes + 2 ids; decoding the ids gives the text back,
+ * content. Checks: no error with room for 3 * bytes + 2 * spans + 2 ids, every id in range; when
+ * every span is valid UTF-8 (invalid bytes split as llama.cpp splits them need not come back),
+ * decoding the ids gives the text back (a literal U+2581 as the space it stands for),
  * each stretch between special tokens with one leading dummy-prefix space; special tokens lie
  * inside one span and come only from marker spans, but for user-defined ones ("<|im"), which
  * llama.cpp cuts out of content too. */
 #include "os/common/errmsg.h"
+#include "serving/api/utf8.h"
 #include "serving/engine/gguf.h"
 #include "serving/engine/tokenizer.h"
 
@@ -82,6 +85,23 @@ static int is_special(int id)
     return 0;
 }
 
+/* Whether the decoded piece p[0..len) is the text at *pos, a ' ' matching a literal U+2581 too
+ * (SentencePiece's written space); advances *pos past it. */
+static int matches(const char *text, size_t tl, size_t *pos, const char *p, size_t len)
+{
+    size_t at = *pos;
+    for (size_t j = 0; j < len; j++) {
+        if (p[j] == ' ' && at + 3 <= tl && memcmp(text + at, "\xe2\x96\x81", 3) == 0)
+            at += 3;
+        else if (at < tl && text[at] == p[j])
+            at++;
+        else
+            return 0;
+    }
+    *pos = at;
+    return 1;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     struct tok_span sp[64];
@@ -102,13 +122,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         ns++;
         i = j + 1;
     }
-    int cap = (int)(2 * tl + 2);
+    /* a span that is not valid UTF-8 is split as llama.cpp splits it (lead-byte lengths after
+     * spaces became U+2581): a space may cost three byte tokens and the text need not come back */
+    int valid = 1;
+    for (int k = 0; k < ns; k++) valid &= utf8_valid(sp[k].text, sp[k].len);
+    int cap = (int)(3 * tl + 2 * (size_t)ns + 2);
     int *ids = malloc((size_t)cap * sizeof *ids);
     char err[ERRMSG_LEN];
     int n;
     if (!ids) abort();
     if (tokenizer_encode_spans(&tok, sp, ns, 1, ids, cap, &n, err)) abort();
     if (n < 1 || ids[0] != tok.bos_id) abort();
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= tok.vocab_size) abort();
+    if (!valid) {
+        free(ids);
+        free(text);
+        return 0;
+    }
     /* decode: pieces (spaces as ' ', <0xNN> as the byte); drop one leading ' ' per stretch */
     size_t pos = 0;
     int stretch_start = 1;
@@ -136,8 +167,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             p++, len--;
             stretch_start = 0;
         }
-        if (pos + len > tl || memcmp(text + pos, p, len)) abort();
-        pos += len;
+        if (!matches(text, tl, &pos, p, len)) abort();
     }
     if (pos != tl) abort();
     free(ids);

@@ -19,8 +19,8 @@ expect() { # expect <name> <status> <stderr substring> cmd...
 }
 
 expect "convert without arguments is a usage error" 2 "usage: strata convert" $B convert
-expect "convert with an unknown type is a usage error" 2 "unknown type 'q5_0'" \
-    $B convert --tokenizer "$S/tok512.bin" "$S/stories260K.bin" "$W/x.gguf" --type q5_0
+expect "convert with an unknown type is a usage error" 2 "unknown type 'q8_1'" \
+    $B convert --tokenizer "$S/tok512.bin" "$S/stories260K.bin" "$W/x.gguf" --type q8_1
 expect "convert with an unknown option names it" 2 "strata convert: unknown option '--bogus'" \
     $B convert --tokenizer "$S/tok512.bin" "$S/stories260K.bin" "$W/x.gguf" --bogus
 expect "inspect of two files is a usage error naming the second" 2 "unexpected argument 'b.gguf'" \

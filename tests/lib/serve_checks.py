@@ -370,7 +370,7 @@ def scenario_api(url, pid):
     check("metrics: TTFT histogram counts every finished request",
           m.get(("strata_time_to_first_token_seconds_count", "")) == counts["done"],
           str(m.get(("strata_time_to_first_token_seconds_count", ""))))
-    check("metrics: gauges at rest", m.get(("strata_requests_running", "")) == 0
+    check("metrics: gauges at rest", m.get(("strata_num_requests_running", "")) == 0
           and m.get(("strata_kv_blocks_used", "")) == 0, "running/kv not 0")
 
 
@@ -425,7 +425,7 @@ def scenario_preempt(url):
     st, text = Server(url).metrics()
     m = parse_prometheus(text)
     check("preempt: sequences were preempted and recomputed",
-          m[("strata_preemptions_total", "")] > 0, str(m[("strata_preemptions_total", "")]))
+          m[("strata_num_preemptions_total", "")] > 0, str(m[("strata_num_preemptions_total", "")]))
     check("preempt: every KV block back in the pool", m[("strata_kv_blocks_used", "")] == 0,
           str(m[("strata_kv_blocks_used", "")]))
 
@@ -447,7 +447,7 @@ def scenario_cancel(url):
         got += k
     m = parse_prometheus(s.metrics()[1])
     check("cancel: the stream is running and holds KV blocks",
-          m[("strata_kv_blocks_used", "")] > 0 and m[("strata_requests_running", "")] == 1,
+          m[("strata_kv_blocks_used", "")] > 0 and m[("strata_num_requests_running", "")] == 1,
           f"kv {m[('strata_kv_blocks_used', '')]}")
     sock.close()
     for _ in range(300):
@@ -457,10 +457,10 @@ def scenario_cancel(url):
         time.sleep(0.01)
     check("cancel: disconnect cancels the request and frees its blocks (visible in /metrics)",
           outcome(m, "cancelled") == 1 and m[("strata_kv_blocks_used", "")] == 0
-          and m[("strata_requests_running", "")] == 0,
+          and m[("strata_num_requests_running", "")] == 0,
           f"cancelled {outcome(m, 'cancelled')}, kv {m[('strata_kv_blocks_used', '')]}")
-    check("cancel: generation stopped early", m[("strata_generated_tokens_total", "")] < 400,
-          str(m[("strata_generated_tokens_total", "")]))
+    check("cancel: generation stopped early", m[("strata_generation_tokens_total", "")] < 400,
+          str(m[("strata_generation_tokens_total", "")]))
     st, _, r = s.json("POST", "/v1/completions", {"prompt": "One day", "max_tokens": 5,
                                                    "temperature": 0})
     check("cancel: the server serves the next request", st == 200, f"{st} {r}")
@@ -562,8 +562,8 @@ def scenario_stall(url, timeout_ms):
           str(bad[:2]))
     check("stall: meanwhile the stalled stream is still running and holds KV blocks",
           outcome(m, "cancelled") == outcome(m0, "cancelled")
-          and m[("strata_requests_running", "")] == 1 and m[("strata_kv_blocks_used", "")] > 0,
-          f"running {m[('strata_requests_running', '')]} kv {m[('strata_kv_blocks_used', '')]} "
+          and m[("strata_num_requests_running", "")] == 1 and m[("strata_kv_blocks_used", "")] > 0,
+          f"running {m[('strata_num_requests_running', '')]} kv {m[('strata_kv_blocks_used', '')]} "
           f"cancelled {outcome(m, 'cancelled')}")
     # after the timeout without acknowledged progress: dropped, cancelled, blocks freed
     deadline = time.time() + timeout_ms / 1e3 + 20
@@ -575,11 +575,11 @@ def scenario_stall(url, timeout_ms):
         time.sleep(0.05)
     check("stall: the stalled request is cancelled and its KV blocks freed (/metrics)",
           outcome(m, "cancelled") == outcome(m0, "cancelled") + 1
-          and m[("strata_kv_blocks_used", "")] == 0 and m[("strata_requests_running", "")] == 0,
+          and m[("strata_kv_blocks_used", "")] == 0 and m[("strata_num_requests_running", "")] == 0,
           f"cancelled {outcome(m, 'cancelled')} kv {m[('strata_kv_blocks_used', '')]}")
     check("stall: generation stopped early",
-          m[("strata_generated_tokens_total", "")] - m0[("strata_generated_tokens_total", "")]
-          < 480 + sum(n for _, n in jobs), str(m[("strata_generated_tokens_total", "")]))
+          m[("strata_generation_tokens_total", "")] - m0[("strata_generation_tokens_total", "")]
+          < 480 + sum(n for _, n in jobs), str(m[("strata_generation_tokens_total", "")]))
     # the client, reading again, finds the stream cut short
     rest = b""
     try:

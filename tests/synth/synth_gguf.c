@@ -4,6 +4,7 @@
 #include "os/common/errmsg.h"
 #include "serving/engine/convert.h"
 #include "serving/engine/quant.h"
+#include "serving/engine/quant_preset.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -217,18 +218,20 @@ static int load_vocab(const struct synth_spec *s, struct tokenizer *tok, char *e
 /* Element distributions: matrices ~ N(0, 0.02), norm weights ~ 1 + N(0, 0.05), biases ~ N(0, 0.2). */
 enum { MATRIX, NORM, BIAS, FACTORS };
 
-/* One tensor's description, added to the writer without data (fill() makes it while writing). */
+/* One tensor's description, added to the writer without data (fill() makes it while writing).
+ * type: a matrix's type (the others are f32 whatever it says). */
 static void add_tensor(struct gguf_writer *w, struct gen *g, const char *name, uint64_t rows,
-                       uint64_t cols, int kind, float scale, const struct synth_spec *s, int *kept)
+                       uint64_t cols, int kind, float scale, uint32_t type,
+                       const struct synth_spec *s, int *kept)
 {
     struct gen_tensor *t = &g->t[g->n];
     t->rows = rows, t->cols = cols;
-    t->type = kind != MATRIX ? GGML_F32 : convert_matrix_type(s->type, t->cols);
+    t->type = kind != MATRIX ? GGML_F32 : type;
     t->mean = kind == NORM ? 1.0f : 0.0f;
     t->std = kind == NORM ? 0.05f : kind == BIAS ? 0.2f : 0.02f;
     t->scale = scale;
     t->values = kind == FACTORS ? g->rope_freqs : NULL;
-    *kept += kind == MATRIX && t->type != s->type;
+    *kept += kind == MATRIX && !s->preset && t->type != s->type;
     uint64_t seed = s->seed * 0x100000001b3ull + (uint64_t)g->n;
     t->seed = splitmix(&seed);
     uint64_t ne[2] = {t->cols, t->rows};
@@ -236,50 +239,67 @@ static void add_tensor(struct gguf_writer *w, struct gen *g, const char *name, u
     g->n++;
 }
 
+/* A matrix's type: the preset's choice for it, or s->type (f32 where its rows do not fit). */
+static uint32_t matrix_type(const struct synth_spec *s, const struct quant_preset *p,
+                            enum quant_tensor_kind kind, int layer, uint64_t cols)
+{
+    if (!p) return convert_matrix_type(s->type, cols);
+    return quant_preset_type(p, kind, layer, s->layers, s->heads / s->kv_heads, cols);
+}
+
 /* Every tensor in execution order (rope_freqs first, as llama.cpp's converter writes it):
  * embedding, each layer's, final norm, classifier. */
 static int add_tensors(struct gguf_writer *w, struct gen *g, const struct model_config *c,
-                       const struct synth_spec *s)
+                       const struct synth_spec *s, const struct quant_preset *p)
 {
     const uint64_t D = (uint64_t)c->dim, H = (uint64_t)c->hidden_dim, KV = (uint64_t)c->kv_dim,
                    Q = (uint64_t)c->q_dim, HD = (uint64_t)c->head_dim, V = (uint64_t)c->vocab_size;
     const float out_scale = s->output_scale > 0 ? s->output_scale : 1.0f,
                 qk = s->qk_scale > 0 ? s->qk_scale : 1.0f;
     int kept = 0;
-    if (c->rope_freqs) add_tensor(w, g, "rope_freqs.weight", 1, HD / 2, FACTORS, 1, s, &kept);
-    add_tensor(w, g, "token_embd.weight", V, D, MATRIX, 1, s, &kept);
+    if (c->rope_freqs)
+        add_tensor(w, g, "rope_freqs.weight", 1, HD / 2, FACTORS, 1, GGML_F32, s, &kept);
+    /* tied: the embedding is the classifier, and llama-quantize types it as one */
+    add_tensor(w, g, "token_embd.weight", V, D, MATRIX, 1,
+               matrix_type(s, p, s->tied ? QT_OUTPUT : QT_TOKEN_EMBD, 0, D), s, &kept);
     for (int l = 0; l < s->layers; l++) {
         const struct {
             const char *name;
             uint64_t rows, cols;
             int kind, present;
             float scale;
+            enum quant_tensor_kind qt; /* matrices only */
         } ts[] = {
-            {"attn_norm.weight", 1, D, NORM, 1, 1},
-            {"attn_q.weight", Q, D, MATRIX, 1, qk},
-            {"attn_k.weight", KV, D, MATRIX, 1, qk},
-            {"attn_v.weight", KV, D, MATRIX, 1, 1},
-            {"attn_q.bias", 1, Q, BIAS, c->qkv_bias, 1},
-            {"attn_k.bias", 1, KV, BIAS, c->qkv_bias, 1},
-            {"attn_v.bias", 1, KV, BIAS, c->qkv_bias, 1},
-            {"attn_q_norm.weight", 1, HD, NORM, c->qk_norm, 1},
-            {"attn_k_norm.weight", 1, HD, NORM, c->qk_norm, 1},
-            {"attn_output.weight", D, Q, MATRIX, 1, 1},
-            {"ffn_norm.weight", 1, D, NORM, 1, 1},
-            {"ffn_gate.weight", H, D, MATRIX, 1, 1},
-            {"ffn_down.weight", D, H, MATRIX, 1, 1},
-            {"ffn_up.weight", H, D, MATRIX, 1, 1},
+            {"attn_norm.weight", 1, D, NORM, 1, 1, QT_ATTN_Q},
+            {"attn_q.weight", Q, D, MATRIX, 1, qk, QT_ATTN_Q},
+            {"attn_k.weight", KV, D, MATRIX, 1, qk, QT_ATTN_K},
+            {"attn_v.weight", KV, D, MATRIX, 1, 1, QT_ATTN_V},
+            {"attn_q.bias", 1, Q, BIAS, c->qkv_bias, 1, QT_ATTN_Q},
+            {"attn_k.bias", 1, KV, BIAS, c->qkv_bias, 1, QT_ATTN_Q},
+            {"attn_v.bias", 1, KV, BIAS, c->qkv_bias, 1, QT_ATTN_Q},
+            {"attn_q_norm.weight", 1, HD, NORM, c->qk_norm, 1, QT_ATTN_Q},
+            {"attn_k_norm.weight", 1, HD, NORM, c->qk_norm, 1, QT_ATTN_Q},
+            {"attn_output.weight", D, Q, MATRIX, 1, 1, QT_ATTN_OUTPUT},
+            {"ffn_norm.weight", 1, D, NORM, 1, 1, QT_ATTN_Q},
+            {"ffn_gate.weight", H, D, MATRIX, 1, 1, QT_FFN_GATE},
+            {"ffn_down.weight", D, H, MATRIX, 1, 1, QT_FFN_DOWN},
+            {"ffn_up.weight", H, D, MATRIX, 1, 1, QT_FFN_UP},
         };
         for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) {
             if (!ts[i].present) continue;
             char nm[64];
             snprintf(nm, sizeof nm, "blk.%d.%s", l, ts[i].name);
-            add_tensor(w, g, nm, ts[i].rows, ts[i].cols, ts[i].kind, ts[i].scale, s, &kept);
+            uint32_t type =
+                ts[i].kind == MATRIX ? matrix_type(s, p, ts[i].qt, l, ts[i].cols) : GGML_F32;
+            add_tensor(w, g, nm, ts[i].rows, ts[i].cols, ts[i].kind, ts[i].scale, type, s, &kept);
         }
     }
     /* tied: scaling the embedding would scale the input too, so the final norm takes it */
-    add_tensor(w, g, "output_norm.weight", 1, D, NORM, s->tied ? out_scale : 1, s, &kept);
-    if (!s->tied) add_tensor(w, g, "output.weight", V, D, MATRIX, out_scale, s, &kept);
+    add_tensor(w, g, "output_norm.weight", 1, D, NORM, s->tied ? out_scale : 1, GGML_F32, s,
+               &kept);
+    if (!s->tied)
+        add_tensor(w, g, "output.weight", V, D, MATRIX, out_scale,
+                   matrix_type(s, p, QT_OUTPUT, 0, D), s, &kept);
     return kept;
 }
 
@@ -299,12 +319,17 @@ static int write_file(const char *path, struct gguf_writer *w, char *err)
 int synth_gguf_write(const char *path, const struct synth_spec *s, char *err)
 {
     struct model_config c = config_of(s);
+    const struct quant_preset *p = NULL;
+    if (s->preset && !(p = quant_preset_find(s->preset)))
+        return errmsg_set(err, "preset %s is not one of %s", s->preset, quant_preset_list());
     struct tokenizer tok;
     if (load_vocab(s, &tok, err) < 0) return -1;
     struct gguf_writer *w = gguf_writer_new();
     char name[64];
-    snprintf(name, sizeof name, "synth-%s-%s", s->name, ggml_type_name(s->type));
-    if (convert_put_config(w, &c, s->type, name) < 0 || convert_put_tokenizer(w, &tok) < 0) {
+    snprintf(name, sizeof name, "synth-%s-%s", s->name, p ? p->name : ggml_type_name(s->type));
+    if ((p ? convert_put_config_ftype(w, &c, p->file_type, name)
+           : convert_put_config(w, &c, s->type, name)) < 0 ||
+        convert_put_tokenizer(w, &tok) < 0) {
         tokenizer_free(&tok);
         gguf_writer_free(w);
         return errmsg_set(err, "out of memory");
@@ -322,7 +347,7 @@ int synth_gguf_write(const char *path, const struct synth_spec *s, char *err)
         gguf_writer_free(w);
         return errmsg_set(err, "out of memory");
     }
-    int kept = add_tensors(w, &g, &c, s);
+    int kept = add_tensors(w, &g, &c, s, p);
     if (kept && s->warn_as)
         fprintf(stderr,
                 "%s: %d matrices kept in f32 (rows not a multiple of %s's block "

@@ -43,6 +43,11 @@ struct synth_spec {
     float qk_scale;     /* 0: 1; attn_q and attn_k times this: attention scores with a spread
                            (random q . k are near 0, every position weighs alike and position
                            encodings barely matter), as a trained model's */
+    /* A llama.cpp quantizer preset (quant_preset.h: "Q4_K_M", ...) or NULL. With one, `type` is
+     * ignored and each matrix gets the type llama-quantize gives it under that preset (output
+     * Q6_K, some layers' attn_v/ffn_down more bits, ...); the quantizers being llama.cpp's, the
+     * tensors are the bytes llama-quantize would write from the same f32 weights. */
+    const char *preset;
 };
 
 /* Write the model to path (through path.tmp, renamed when complete). Returns 0, or -1 with err

@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""Reference tokenizer: a literal transcription of llama2.c's encode() (run.c), slow on purpose.
+"""Reference tokenizer: a literal transcription of llama2.c's encode() (run.c), slow on purpose,
+with llama.cpp's cutting of the text into units (spaces escaped as U+2581, a unit as long as its
+lead byte announces), which differs from llama2.c's on invalid UTF-8 only.
 
 Used once to produce the expected token ids recorded in tests/unit/test_tokenizer.c; it is an
 independent implementation (naive O(n^2) merge loop, byte fallback as id byte+3, dictionary
@@ -54,24 +56,21 @@ def encode(text, vocab, scores, bos=True):
         tokens.append(1)
     if text:
         tokens.append(lookup.get(b" ", -1))
-    buf = b""
+    # Units as llama.cpp cuts them: spaces escaped as U+2581 first, then as many bytes as the
+    # lead byte announces (a stray continuation byte alone), cut at the end; the same as
+    # llama2.c's on valid UTF-8.
+    esc = text.replace(b" ", b"\xe2\x96\x81")
     i = 0
-    while i < len(text):
-        c = text[i]
-        if (c & 0xC0) != 0x80:
-            buf = b""
-        buf += bytes([c])
-        nxt = text[i + 1] if i + 1 < len(text) else 0
-        if (nxt & 0xC0) == 0x80 and len(buf) < 4:
-            i += 1
-            continue
-        tid = lookup.get(buf, -1)
+    while i < len(esc):
+        c = esc[i]
+        n = 1 if c < 0xC0 else 2 if c < 0xE0 else 3 if c < 0xF0 else 4
+        buf = esc[i:i + n]
+        tid = lookup.get(buf.replace(b"\xe2\x96\x81", b" "), -1)
         if tid != -1:
             tokens.append(tid)
         else:
             tokens.extend(b + 3 for b in buf)
-        buf = b""
-        i += 1
+        i += len(buf)
     while True:
         best_score, best_id, best_idx = -1e10, -1, -1
         # llama2.c merges across BOS too; BOS's piece "\n<s>\n" never starts a merge in these

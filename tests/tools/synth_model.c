@@ -1,8 +1,8 @@
 /* synth_model: write a complete llama, qwen2 or qwen3 GGUF with random weights, for tests and
  * benchmarks.
  *
- *   build/tools/synth_model --shape stories15M|stories110M|tinyllama|tiny-gqa|D,H,L,NH,NKV,V,S
- *       --type f32|f16|bf16|q8_0|q4_0|q4_k --seed S -o OUT.gguf
+ *   build/tools/synth_model --shape stories15M|stories110M|tinyllama|llama3-8b|tiny-gqa|
+ *       D,H,L,NH,NKV,V,S --type TYPE|--preset PRESET --seed S -o OUT.gguf
  *       [--tokenizer ../shared/models/tokenizer.bin] [--tied|--untied] [--threads N]
  *       [--arch llama|qwen2|qwen3] [--head-dim N] [--bias] [--rope-freqs] [--rope-theta T]
  *       [--output-scale S] [--qk-scale S]
@@ -16,9 +16,14 @@
  *
  * The command line of tests/synth/synth_gguf.c, the one synthetic-model generator (weights,
  * vocabulary and determinism are described there); --threads defaults to all CPUs, and the bytes
- * do not depend on it. */
+ * do not depend on it. --type: every matrix that ggml type (f32, f16, bf16, q8_0, q4_0, q4_1,
+ * q5_0, q5_1, iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_xs); --preset: a llama.cpp quantizer
+ * preset (Q4_K_M, Q3_K_S, Q6_K, IQ4_XS, ...: quant_preset.h), each matrix the type llama-quantize
+ * gives it, so the file is the one llama-quantize writes from the f32 model. --type also takes
+ * the preset names that are not type names (q4_k_m, q3_k_s, ...). */
 #include "os/common/errmsg.h"
 #include "serving/engine/convert.h"
+#include "serving/engine/quant_preset.h"
 #include "tests/synth/synth_gguf.h"
 
 #include <stdio.h>
@@ -34,24 +39,28 @@ static const struct shape {
     {"stories15M", 288, 768, 6, 6, 6, 32000, 256, 1},
     {"stories110M", 768, 2048, 12, 12, 12, 32000, 1024, 1},
     {"tinyllama", 2048, 5632, 22, 32, 4, 32000, 2048, 0},
+    /* Llama-3-8B's shape with a 32000-token vocabulary (the real one is 128256) */
+    {"llama3-8b", 4096, 14336, 32, 32, 8, 32000, 8192, 0},
     /* small, grouped-query, every row a multiple of 256 so that every type applies */
     {"tiny-gqa", 256, 512, 2, 8, 2, 512, 256, 0},
 };
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: synth_model --shape stories15M|stories110M|tinyllama|tiny-gqa|"
-                    "D,H,L,NH,NKV,V,S --type f32|f16|bf16|q8_0|q4_0|q4_k --seed S -o OUT.gguf "
-                    "[--tokenizer TOK.bin] [--tied|--untied] [--threads N] "
-                    "[--arch llama|qwen2|qwen3] [--head-dim N] [--bias] [--rope-freqs] "
-                    "[--rope-theta T] [--output-scale S] [--qk-scale S]\n");
+    fprintf(stderr,
+            "usage: synth_model --shape stories15M|stories110M|tinyllama|llama3-8b|tiny-gqa|"
+            "D,H,L,NH,NKV,V,S --type f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|iq4_nl|q2_k|q3_k|q4_k|"
+            "q5_k|q6_k|iq4_xs|--preset %s --seed S -o OUT.gguf [--tokenizer TOK.bin] "
+            "[--tied|--untied] [--threads N] [--arch llama|qwen2|qwen3] [--head-dim N] [--bias] "
+            "[--rope-freqs] [--rope-theta T] [--output-scale S] [--qk-scale S]\n",
+            quant_preset_list());
     return 2;
 }
 
 int main(int argc, char **argv)
 {
     struct shape sh = {0};
-    const char *out = NULL, *tok_path = NULL;
+    const char *out = NULL, *tok_path = NULL, *preset = NULL;
     uint32_t type = GGML_F32;
     uint64_t seed = 1;
     int tied = -1, have_shape = 0, threads = 0, arch = ARCH_LLAMA, head_dim = 0, bias = 0,
@@ -74,7 +83,13 @@ int main(int argc, char **argv)
                 have_shape = 1;
             }
         } else if (!strcmp(a, "--type") && v) {
-            if (convert_parse_type(argv[++i], &type) < 0) return usage();
+            if (convert_parse_type(argv[++i], &type) < 0) {
+                if (!quant_preset_find(argv[i])) return usage();
+                preset = argv[i];
+            }
+        } else if (!strcmp(a, "--preset") && v) {
+            preset = argv[++i];
+            if (!quant_preset_find(preset)) return usage();
         } else if (!strcmp(a, "--seed") && v)
             seed = strtoull(argv[++i], NULL, 0);
         else if (!strcmp(a, "-o") && v)
@@ -130,7 +145,7 @@ int main(int argc, char **argv)
         sh.tied,  type,          seed,       cpus < 1 ? 1 : cpus > 16 ? 16 : (int)cpus,
         tok_path, "synth_model", arch,       head_dim,
         bias,     rope_freqs,    rope_theta, output_scale,
-        qk_scale,
+        qk_scale, preset,
     };
     char err[ERRMSG_LEN];
     if (synth_gguf_write(out, &spec, err) < 0) {

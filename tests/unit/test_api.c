@@ -274,6 +274,9 @@ TEST(metrics_text)
     metrics_request(&m, OUTCOME_INVALID);
     hist_observe(&m.ttft, 0.003);
     hist_observe(&m.ttft, 100);
+    atomic_store(&m.kv_blocks_used, 3);
+    atomic_store(&m.kv_blocks_total, 12);
+    atomic_store(&m.slo_ttft_us, 300000);
     size_t len;
     char *t = metrics_render(&m, &len);
     CHECK(strstr(t, "strata_requests_total{outcome=\"stop\"} 1\n"));
@@ -282,6 +285,20 @@ TEST(metrics_text)
     CHECK(strstr(t, "strata_time_to_first_token_seconds_bucket{le=\"+Inf\"} 2\n"));
     CHECK(strstr(t, "strata_time_to_first_token_seconds_count 2\n"));
     CHECK(strstr(t, "# TYPE strata_kv_blocks_used gauge\n"));
+    /* vLLM's names (docs/operations.md) */
+    CHECK(strstr(t, "\nstrata_kv_cache_usage_perc 0.2500\n"));
+    CHECK(strstr(t, "\nstrata_slo_ttft_seconds 0.300000\n"));
+    CHECK(strstr(t, "# TYPE strata_request_time_per_output_token_seconds histogram\n"));
+    CHECK(strstr(t, "# TYPE strata_e2e_request_latency_seconds histogram\n"));
+    CHECK(strstr(t, "# TYPE strata_num_requests_running gauge\n"));
+    CHECK(strstr(t, "# TYPE strata_generation_tokens_total counter\n"));
+    /* each name declared once (Prometheus refuses a second TYPE line) */
+    for (const char *p = t; (p = strstr(p, "# TYPE ")); p++) {
+        const char *e = strchr(p + 7, ' ');
+        char name[128];
+        snprintf(name, sizeof name, "# TYPE %.*s ", (int)(e - p - 7), p + 7);
+        CHECK(!strstr(p + 1, name));
+    }
     CHECK_EQ_INT(strlen(t), len);
     free(t);
 }

@@ -46,6 +46,8 @@ static struct cl_cmd scale(int kind, const char *model, uint64_t source, uint64_
     c.u.scale.source = source;
     c.u.scale.node = node;
     if (kind == SCALE_UP) c.u.scale.chain[c.u.scale.n_chain++] = node;
+    if (kind == SCALE_UP)
+        snprintf(c.u.scale.reason, sizeof c.u.scale.reason, "predicted TTFT 812 ms > SLO 300 ms");
     return c;
 }
 
@@ -127,6 +129,12 @@ TEST(cmd_rejects_bad_fields)
     buf[2 + 8 + 1 + 1 + 1 + 8 + 8] = CL_MAX_CHAIN + 1;
     CHECK(cluster_cmd_decode(&out, buf, n, err));
     CHECK(strstr(err, "chain"));
+    c = scale(SCALE_UP, "m", 1, 2);
+    n = enc(&c, buf);
+    CHECKF(!cluster_cmd_decode(&out, buf, n, err), "%s", err);
+    CHECK_STR(out.u.scale.reason, "predicted TTFT 812 ms > SLO 300 ms");
+    buf[n - 1] = '\t'; /* the reason's last byte: not printable */
+    CHECK(cluster_cmd_decode(&out, buf, n, err));
     c = (struct cl_cmd){.type = CMD_RAFT_CONF, .t_ms = 1, .u.conf = {3, CONF_VOTER}};
     n = enc(&c, buf);
     buf[n - 1] = CONF_RECOVERED + 1; /* no such change */
@@ -282,6 +290,10 @@ TEST(state_apply_membership_holdings_scaling)
     /* Scale up node 2 from node 1: in progress, node 2 joins with k = 0 of 22. */
     CHECK_EQ_INT(cluster_state_apply(&s, (c = scale(SCALE_UP, "llama", 1, 2), &c)), 0);
     CHECK_EQ_INT(s.n_scaleouts, 1);
+    /* The planner's reason travels with the decision into the event (every node shows it). */
+    CHECK_STR(s.event[(s.n_events - 1) % CL_MAX_EVENTS].reason,
+              "predicted TTFT 812 ms > SLO 300 ms");
+    CHECK_STR(s.scaleout[0].s.reason, "predicted TTFT 812 ms > SLO 300 ms");
     const struct cl_member *m2 = cluster_state_member_c(&s, 2);
     CHECK(m2->hold[0].engine && m2->hold[0].layers_resident == 0 && m2->hold[0].n_layers == 22);
     CHECK_EQ_INT(cluster_state_apply(&s, (c = holding(2, "llama", 0, 1, 22, 22), &c)), 0);

@@ -283,7 +283,9 @@ TEST(convert_files)
     CHECK_STR(err, "/nonexistent/x.bin: No such file or directory");
     uint32_t type;
     CHECK(convert_parse_type("Q4_0", &type) == 0 && type == GGML_Q4_0);
-    CHECK(convert_parse_type("q5_0", &type) < 0);
+    CHECK(convert_parse_type("q5_0", &type) == 0 && type == GGML_Q5_0);
+    CHECK(convert_parse_type("IQ4_XS", &type) == 0 && type == GGML_IQ4_XS);
+    CHECK(convert_parse_type("q8_1", &type) < 0); /* an activation format only */
 }
 
 int main(void)

@@ -175,6 +175,8 @@ static void ref_forward(struct ref *R, int token, int pos, float *logits)
 // helpers
 
 static const struct synth_cfg gqa = {64, 160, 3, 8, 2, 300, 64}; /* head_dim 8, 4 q per kv */
+/* rows of 256 for the super-block types (K-quants, IQ4_XS) */
+static const struct synth_cfg gqa256 = {256, 512, 2, 8, 2, 300, 64};
 
 static struct loaded_model *open_model_kv(const char *path, int max_seqs, int max_tokens,
                                           int kv_type)
@@ -252,12 +254,12 @@ static const struct synth_arch llama2 = {0};
 /* Prefill an n-token prompt as one batch (logits at every row), compare each row with the
  * reference run token by token; the reference stores keys and values as the cache type does
  * (KV_DEFAULT: f16). */
-static void check_model(const struct synth_arch *a, const char *name, uint32_t type, int kv_type,
-                        int n)
+static void check_model(const struct synth_cfg *cfg, const struct synth_arch *a, const char *name,
+                        uint32_t type, int kv_type, int n)
 {
     char path[128];
     snprintf(path, sizeof path, "build/test-engine-%s.gguf", ggml_type_name(type));
-    CHECK(synth_write_arch(path, &gqa, a, type, 7) == 0);
+    CHECK(synth_write_arch(path, cfg, a, type, 7) == 0);
     const int sharp = a->qk_scale > 1;
     struct loaded_model *lm = open_model_kv(path, 2, 48, kv_type);
     CHECK(lm);
@@ -267,13 +269,14 @@ static void check_model(const struct synth_arch *a, const char *name, uint32_t t
     CHECK(lm->model.cfg.arch == a->arch);
     /* The SIMD kernels want Q4_0 (and with VNNI Q8_0) matrices in 16-row groups: the engine
      * stored them so, except the 300-row output, which stays in rows. */
+    const int blk = ggml_block_elems(type);
     if (repack_type_of(type) &&
-        matmul_wants_repack(&e->mm, &(struct tensor){.type = type, .rows = 16, .cols = 32})) {
+        matmul_wants_repack(&e->mm, &(struct tensor){.type = type, .rows = 16, .cols = blk})) {
         CHECK(lm->model.layers[0].w_gate.type == repack_type_of(type));
-        CHECK(lm->model.layers[2].wk.type == repack_type_of(type));
+        CHECK(lm->model.layers[cfg->layers - 1].wk.type == repack_type_of(type));
         CHECK(lm->model.output.type == type);
     }
-    int V = gqa.vocab;
+    int V = cfg->vocab;
     int toks[48], pos[48], rows[48];
     int table[64];
     for (int i = 0; i < kv_blocks_for(&e->kv, 64); i++) table[i] = kv_block_alloc(&e->kv);
@@ -305,9 +308,14 @@ static void check_model(const struct synth_arch *a, const char *name, uint32_t t
            ggml_type_name(type), kv_type_name(kv_type), worst, tol);
 }
 
+static void check_type_cfg(uint32_t type, int kv_type, const struct synth_cfg *cfg)
+{
+    check_model(cfg, &llama2, "llama 2", type, kv_type, 9);
+}
+
 static void check_type_kv(uint32_t type, int kv_type)
 {
-    check_model(&llama2, "llama 2", type, kv_type, 9);
+    check_type_cfg(type, kv_type, &gqa);
 }
 
 static void check_type(uint32_t type)
@@ -343,6 +351,17 @@ TEST(prefill_matches_reference_q8_0)
 TEST(prefill_matches_reference_q4_0)
 {
     check_type(GGML_Q4_0);
+}
+/* The types of llama.cpp's presets beyond those (the super-block ones at dim 256; every matrix
+ * repacked but the 300-row output). */
+TEST(prefill_matches_reference_every_preset_type)
+{
+    const uint32_t t32[] = {GGML_Q4_1, GGML_Q5_0, GGML_Q5_1, GGML_IQ4_NL};
+    const uint32_t t256[] = {GGML_Q2_K, GGML_Q3_K, GGML_Q4_K, GGML_Q5_K, GGML_Q6_K, GGML_IQ4_XS};
+    for (size_t i = 0; i < sizeof t32 / sizeof t32[0]; i++)
+        check_type_cfg(t32[i], KV_DEFAULT, &gqa);
+    for (size_t i = 0; i < sizeof t256 / sizeof t256[0]; i++)
+        check_type_cfg(t256[i], KV_DEFAULT, &gqa256);
 }
 
 /* Greedy continuation of one sequence, decoding one token per step. */
@@ -512,9 +531,9 @@ TEST(layer_range_split_equals_full)
 TEST(architectures_match_reference)
 {
     for (int i = 0; i < N_ARCH_CASES; i++) {
-        check_model(&arch_cases[i].a, arch_cases[i].name, GGML_F32, KV_DEFAULT, 40);
-        check_model(&arch_cases[i].a, arch_cases[i].name, GGML_F32, KV_F32, 40);
-        check_model(&arch_cases[i].a, arch_cases[i].name, GGML_Q8_0, KV_DEFAULT, 40);
+        check_model(&gqa, &arch_cases[i].a, arch_cases[i].name, GGML_F32, KV_DEFAULT, 40);
+        check_model(&gqa, &arch_cases[i].a, arch_cases[i].name, GGML_F32, KV_F32, 40);
+        check_model(&gqa, &arch_cases[i].a, arch_cases[i].name, GGML_Q8_0, KV_DEFAULT, 40);
     }
 }
 
@@ -795,6 +814,7 @@ int main(void)
     RUN(prefill_matches_reference_bf16);
     RUN(prefill_matches_reference_q8_0);
     RUN(prefill_matches_reference_q4_0);
+    RUN(prefill_matches_reference_every_preset_type);
     RUN(batched_decode_equals_one_by_one);
     RUN(layer_range_split_equals_full);
     RUN(architectures_match_reference);

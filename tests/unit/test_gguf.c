@@ -162,13 +162,17 @@ TEST(roundtrip_every_kv_type)
 
 TEST(roundtrip_every_tensor_type)
 {
-    const uint32_t types[] = {GGML_F32, GGML_F16, GGML_Q4_0, GGML_Q8_0, GGML_Q4_K, GGML_BF16};
-    const uint64_t bytes_per_256[] = {1024, 512, 144, 272, 144, 512};
+    enum { NT = 15 };
+    const uint32_t types[NT] = {GGML_F32,  GGML_F16,  GGML_Q4_0, GGML_Q8_0, GGML_Q4_K,
+                                GGML_BF16, GGML_Q4_1, GGML_Q5_0, GGML_Q5_1, GGML_IQ4_NL,
+                                GGML_Q2_K, GGML_Q3_K, GGML_Q5_K, GGML_Q6_K, GGML_IQ4_XS};
+    const uint64_t bytes_per_256[NT] = {1024, 512, 144, 272, 144, 512, 160, 176,
+                                        192,  144, 84,  110, 176, 210, 136};
     struct gguf_writer *w = gguf_writer_new();
     CHECK(gguf_w_str(w, "general.architecture", "test") == 0);
-    uint8_t *data[6];
-    char name[6][32];
-    for (int i = 0; i < 6; i++) {
+    uint8_t *data[NT];
+    char name[NT][32];
+    for (int i = 0; i < NT; i++) {
         uint64_t ne[3] = {256, 3, 2}; /* 6 rows of 256 */
         CHECK_EQ_INT(ggml_row_bytes(types[i], 256), bytes_per_256[i]);
         size_t n = bytes_per_256[i] * 6;
@@ -187,9 +191,9 @@ TEST(roundtrip_every_tensor_type)
     CHECKF(buf, "%s", err);
     struct gguf g;
     CHECKF(gguf_parse(&g, buf, len, err) == 0, "%s", err);
-    CHECK_EQ_INT(g.n_tensors, 6);
+    CHECK_EQ_INT(g.n_tensors, NT);
     CHECK_EQ_INT(g.data_offset % 32, 0);
-    for (int i = 0; i < 6; i++) {
+    for (int i = 0; i < NT; i++) {
         const struct gguf_tensor *t = gguf_find_tensor(&g, name[i]);
         CHECK(t);
         CHECK(t == &g.tensors[i]); /* in the order added */
@@ -203,7 +207,7 @@ TEST(roundtrip_every_tensor_type)
         CHECK(memcmp(gguf_tensor_data(&g, t), data[i], t->nbytes) == 0);
         free(data[i]);
     }
-    CHECK(gguf_find_tensor(&g, "t.q4_1") == NULL);
+    CHECK(gguf_find_tensor(&g, "t.q8_1") == NULL);
     gguf_free(&g);
     free(buf);
 }
@@ -229,6 +233,10 @@ TEST(type_table)
     CHECK_EQ_INT(ggml_block_elems(GGML_Q4_K), 256);
     CHECK_EQ_INT(ggml_block_elems(4), 0); /* removed Q4_2 */
     CHECK_EQ_INT(ggml_row_bytes(GGML_Q4_0, 64), 36);
+    CHECK_STR(ggml_type_name(GGML_IQ4_XS), "iq4_xs");
+    CHECK_EQ_INT(ggml_block_elems(GGML_IQ4_NL), 32);
+    CHECK_EQ_INT(ggml_row_bytes(GGML_IQ4_XS, 512), 272);
+    CHECK_EQ_INT(ggml_row_bytes(GGML_Q6_K, 256), 210);
     CHECK_EQ_INT(ggml_row_bytes(GGML_Q8_0, 33), 0);
     CHECK_EQ_INT(ggml_row_bytes(77, 32), 0);
     CHECK_EQ_INT(ggml_row_bytes(GGML_F32, UINT64_MAX / 2), 0); /* overflow */
@@ -558,8 +566,9 @@ struct mk {
 
 static uint8_t *make_model(const struct mk *o, size_t *len)
 {
-    static float zeros[4096];
-    for (int i = 0; i < 4096; i++) zeros[i] = (float)i;
+    static float
+        zeros[32768]; /* the largest tensor's bytes (mul 32: 512 x 256 in Q6_K or f32 norms) */
+    for (int i = 0; i < 32768; i++) zeros[i] = (float)i;
     struct gguf_writer *w = gguf_writer_new();
     const char *arch = o->arch ? o->arch : "llama";
     const uint64_t M = o->mul ? (uint64_t)o->mul : 1;
@@ -773,10 +782,13 @@ TEST(model_plan_file_out_of_order)
 
 TEST(model_plan_quantized_types)
 {
-    const uint32_t ok[] = {GGML_F16, GGML_BF16, GGML_Q8_0, GGML_Q4_0};
-    for (int i = 0; i < 4; i++) {
-        struct mk o = {.matrix_type = ok[i], .mul = 4};
-        CHECK_STR(plan_msg(&o), "");
+    const uint32_t ok[] = {GGML_F16,  GGML_BF16, GGML_Q8_0,   GGML_Q4_0,  GGML_Q4_1,
+                           GGML_Q5_0, GGML_Q5_1, GGML_IQ4_NL, GGML_Q2_K,  GGML_Q3_K,
+                           GGML_Q4_K, GGML_Q5_K, GGML_Q6_K,   GGML_IQ4_XS};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        /* rows a multiple of 256 for the super-block types */
+        struct mk o = {.matrix_type = ok[i], .mul = ggml_block_elems(ok[i]) == 256 ? 32 : 4};
+        CHECKF(!strcmp(plan_msg(&o), ""), "%s: %s", ggml_type_name(ok[i]), plan_msg(&o));
     }
 }
 
@@ -1004,10 +1016,12 @@ TEST(model_plan_architecture_errors)
 
 TEST(model_plan_unsupported_type)
 {
-    /* q4_1 parses (the reader knows its size) and the model refuses it. */
-    struct mk o = {.matrix_type = 3, .mul = 4};
-    CHECK_STR(plan_msg(&o), "m.gguf: tensor token_embd.weight: type q4_1 (3) is not supported "
-                            "(f32, f16, bf16, q8_0, q4_0, q4_k)");
+    /* q8_1 (an activation format) parses (the reader knows its size) and the model refuses it,
+     * listing what it takes. */
+    struct mk o = {.matrix_type = 9, .mul = 4};
+    CHECK_STR(plan_msg(&o), "m.gguf: tensor token_embd.weight: type q8_1 (9) is not supported "
+                            "(f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k, "
+                            "q4_k, q5_k, q6_k, iq4_xs)");
 }
 
 int main(void)

@@ -24,31 +24,25 @@ static float uniform(void) /* [-1, 1) */
     return (float)((int32_t)(rng >> 32)) / 2147483648.0f;
 }
 
-static const uint32_t types[] = {GGML_F32,  GGML_F16,  GGML_BF16,       GGML_Q8_0,
-                                 GGML_Q4_0, GGML_Q4_K, TENSOR_Q8_0_X16, TENSOR_Q4_0_X16};
+static const uint32_t types[] = {
+    GGML_F32,        GGML_F16,         GGML_BF16,         GGML_Q8_0,       GGML_Q4_0,
+    GGML_Q4_K,       TENSOR_Q8_0_X16,  TENSOR_Q4_0_X16,   GGML_Q4_1,       GGML_Q5_0,
+    GGML_Q5_1,       GGML_IQ4_NL,      GGML_Q2_K,         GGML_Q3_K,       GGML_Q5_K,
+    GGML_Q6_K,       GGML_IQ4_XS,      TENSOR_Q4_K_X16,   TENSOR_Q6_K_X16, TENSOR_Q5_K_X16,
+    TENSOR_Q2_K_X16, TENSOR_Q3_K_X16,  TENSOR_IQ4_XS_X16, TENSOR_Q4_1_X16, TENSOR_Q5_0_X16,
+    TENSOR_Q5_1_X16, TENSOR_IQ4_NL_X16};
 
 /* Float types get a column count that is not a multiple of the vector width (tail path); the
  * block types an odd number of blocks. */
 static int cols_for(uint32_t t)
 {
-    t = repack_base_type(t);
-    return t == GGML_Q4_K ? 768 : (t == GGML_Q8_0 || t == GGML_Q4_0) ? 288 : 200;
+    int blk = ggml_block_elems(repack_base_type(t));
+    return blk == 256 ? 768 : blk == 32 ? 288 : 200;
 }
 
 static size_t row_size(uint32_t t, int cols)
 {
-    switch (repack_base_type(t)) {
-    case GGML_F32:
-        return (size_t)cols * 4;
-    case GGML_F16:
-    case GGML_BF16:
-        return (size_t)cols * 2;
-    case GGML_Q8_0:
-        return (size_t)cols / 32 * sizeof(struct block_q8_0);
-    case GGML_Q4_0:
-        return (size_t)cols / 32 * sizeof(struct block_q4_0);
-    }
-    return (size_t)cols / 256 * sizeof(struct block_q4_K);
+    return (size_t)ggml_row_bytes(repack_base_type(t), (uint64_t)cols);
 }
 
 struct mat {
@@ -97,24 +91,25 @@ static float *make_x(int n_tok, int cols)
  * dequantized weights with the float activations:
  * - every type: float accumulation over `cols` terms, at most cols * 2^-24 * sum|w x| (the
  *   standard bound n*u; in practice far less);
- * - Q8_0, Q4_0, Q4_K: the kernels quantize the activations to int8 per block of 32 (256 for
- *   Q4_K) with step d = max|x|/127, so each x is off by at most d/2: add sum|w| * d/2 over each
- *   block (5% slack for the float computation of d and 1/d). The integer dot itself is exact. */
+ * - the block types: the kernels quantize the activations to int8 per block of 32 (256 for the
+ *   super-blocks) with step d = max|x|/127, so each x is off by at most d/2, plus (Q8_0, whose d
+ *   is stored in f16) 127 * 2^-11 * d: add sum|w| * that over each block (5% slack for the
+ *   float computation of d and 1/d). The integer dot itself is exact. */
 static double tolerance(uint32_t type, const float *w, const float *x, int cols)
 {
     double sabs = 0, q = 0;
     for (int c = 0; c < cols; c++) sabs += fabs((double)w[c] * x[c]);
     double tol = cols * 0x1p-24 * sabs + 1e-30;
     type = repack_base_type(type);
-    if (type == GGML_Q8_0 || type == GGML_Q4_0 || type == GGML_Q4_K) {
-        int bs = type == GGML_Q4_K ? 256 : 32;
+    int bs = ggml_block_elems(type);
+    if (bs > 1) {
         for (int b = 0; b < cols; b += bs) {
             double amax = 0, wsum = 0;
             for (int c = b; c < b + bs; c++) {
                 amax = fmax(amax, fabs(x[c]));
                 wsum += fabs(w[c]);
             }
-            q += wsum * amax / 254;
+            q += wsum * amax * (1.0 / 254 + 0x1p-11); /* + the f16 rounding of d (act_q8) */
         }
         tol += 1.05 * q;
     }
@@ -439,6 +434,148 @@ TEST(repack_layout_exact)
     mat_free(&q8);
 }
 
+/* Every kernel table has a kernel for every layout (matmul would call through NULL). */
+TEST(kernel_tables_complete)
+{
+    const struct kernel_table *tables[] = {&kernels_scalar, &kernels_avx2, &kernels_avx512};
+    for (int i = 0; i < 3; i++)
+        for (int k = 0; k < KT_COUNT; k++)
+            CHECKF(tables[i]->tile[k], "%s: no kernel for layout %d", tables[i]->name, k);
+}
+
+/* Every layout's records give back each row's ggml block byte for byte (repack_block), and
+ * tensor_get_row reads them. */
+TEST(repack_roundtrip_every_layout)
+{
+    char err[ERRMSG_LEN];
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
+        uint32_t type = types[ti], base = repack_base_type(type);
+        if (base == type) continue;
+        const int rows = 32, cols = ggml_block_elems(base) == 256 ? 512 : 96;
+        const int nb = cols / ggml_block_elems(base);
+        struct mat m;
+        mat_make(&m, base, rows, cols);
+        const size_t rb = row_size(base, cols), bb = rb / nb;
+        uint8_t *src = malloc(m.t.nbytes);
+        memcpy(src, m.data, m.t.nbytes);
+        CHECK(repack_tensor(&m.t, err) == 0 && m.t.type == type);
+        CHECK(memcmp(src, m.data, m.t.nbytes) != 0);
+        for (int r = 0; r < rows; r++)
+            for (int b = 0; b < nb; b++) {
+                uint8_t blk[512];
+                repack_block(&m.t, r, b, blk);
+                CHECKF(!memcmp(blk, src + r * rb + b * bb, bb), "%s: row %d block %d differs",
+                       tensor_type_name(type), r, b);
+            }
+        free(src);
+        mat_free(&m);
+    }
+}
+
+/* The super-block records' kernels finish each row with the scalar kernel's float arithmetic, so
+ * repacked and row layouts give the same bits, on every ISA, and so do the ISAs; weights and
+ * activations at the levels' extremes (all +-1: every activation +-127) check that no 16-bit sum
+ * overflows anywhere. */
+TEST(kquant_layouts_bit_identical)
+{
+    char err[ERRMSG_LEN];
+    const int rows = 32, cols = 512, n_tok = 3;
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
+        uint32_t type = types[ti], base = repack_base_type(type);
+        if (base == type || ggml_block_elems(base) != 256) continue;
+        for (int extreme = 0; extreme < 2; extreme++) {
+            struct mat m;
+            mat_make(&m, base, rows, cols);
+            float *x = make_x(n_tok, cols);
+            if (extreme) {
+                float *row = malloc(sizeof(float) * cols);
+                size_t rb = row_size(base, cols);
+                for (int r = 0; r < rows; r++) {
+                    for (int c = 0; c < cols; c++) row[c] = (c * 7 + r) % 3 ? 1.0f : -1.0f;
+                    quantize_row(base, row, m.data + rb * r, cols);
+                }
+                free(row);
+                for (int i = 0; i < n_tok * cols; i++) x[i] = (i * 5) % 7 < 4 ? 1.0f : -1.0f;
+            }
+            struct mat rp = m;
+            rp.data = malloc(m.t.nbytes);
+            memcpy(rp.data, m.data, m.t.nbytes);
+            rp.t.data = rp.data;
+            CHECK(repack_tensor(&rp.t, err) == 0 && rp.t.type == type);
+            float *want = malloc(sizeof(float) * n_tok * rows),
+                  *got = malloc(sizeof(float) * n_tok * rows);
+            for (int ii = 0; ii < 3; ii++)
+                for (int layout = 0; layout < 2; layout++) {
+                    struct matmul_ctx k;
+                    void *scratch;
+                    int rc = init_ctx(&k, isas[ii], NULL, &scratch, n_tok, cols);
+                    if (rc == 0) {
+                        matmul(&k, ii == 0 && layout == 0 ? want : got, layout ? &rp.t : &m.t, x,
+                               n_tok);
+                        if (ii || layout)
+                            CHECKF(!memcmp(want, got, sizeof(float) * n_tok * rows),
+                                   "%s %s%s: not the scalar row kernel's bits",
+                                   tensor_type_name(type), isas[ii], extreme ? ", extremes" : "");
+                    }
+                    free(scratch);
+                }
+            free(want);
+            free(got);
+            free(rp.data);
+            free(x);
+            free(m.deq);
+            free(m.data);
+        }
+    }
+}
+
+/* Weights and activations at their levels' extremes (every value +-1: activations +-127, weights
+ * at their end levels), every type and layout, every ISA against the reference: the 16-bit
+ * partial sums the kernels take must not overflow. */
+TEST(extremes_every_type)
+{
+    char err[ERRMSG_LEN];
+    const int rows = 32, n_tok = 2;
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
+        uint32_t type = types[ti], base = repack_base_type(type);
+        if (ggml_block_elems(base) < 32) continue;
+        const int cols = cols_for(type);
+        struct mat m;
+        mat_make(&m, base, rows, cols);
+        float *row = malloc(sizeof(float) * cols), *x = make_x(n_tok, cols);
+        const size_t rb = row_size(base, cols);
+        for (int r = 0; r < rows; r++) {
+            for (int c = 0; c < cols; c++) row[c] = (c * 7 + r) % 3 ? 1.0f : -1.0f;
+            quantize_row(base, row, m.data + rb * r, cols);
+            dequantize_row(base, m.data + rb * r, m.deq + (size_t)r * cols, cols);
+        }
+        for (int i = 0; i < n_tok * cols; i++) x[i] = (i * 5) % 7 < 4 ? 1.0f : -1.0f;
+        if (type != base) CHECK(repack_tensor(&m.t, err) == 0 && m.t.type == type);
+        float *y = malloc(sizeof(float) * n_tok * rows);
+        for (int ii = 0; ii < 3; ii++) {
+            struct matmul_ctx k;
+            void *scratch;
+            if (init_ctx(&k, isas[ii], NULL, &scratch, n_tok, cols) == 0) {
+                matmul(&k, y, &m.t, x, n_tok);
+                for (int t = 0; t < n_tok; t++)
+                    for (int r = 0; r < rows; r++) {
+                        const float *wr = m.deq + (size_t)r * cols, *xt = x + (size_t)t * cols;
+                        double ref = 0;
+                        for (int c = 0; c < cols; c++) ref += (double)wr[c] * xt[c];
+                        CHECKF(fabs(y[t * rows + r] - ref) <= tolerance(type, wr, xt, cols),
+                               "%s %s extremes: y[%d][%d] = %.6g, reference %.6g",
+                               tensor_type_name(type), isas[ii], t, r, y[t * rows + r], ref);
+                    }
+            }
+            free(scratch);
+        }
+        free(y);
+        free(row);
+        free(x);
+        mat_free(&m);
+    }
+}
+
 TEST(isa_override)
 {
     setenv("STRATA_ISA", "scalar", 1);
@@ -543,6 +680,10 @@ int main(void)
     RUN(tensor_get_row_dequantizes);
     RUN(multi_mixed_layouts);
     RUN(repack_layout_exact);
+    RUN(kernel_tables_complete);
+    RUN(repack_roundtrip_every_layout);
+    RUN(kquant_layouts_bit_identical);
+    RUN(extremes_every_type);
     RUN(isa_override);
     RUN(threadpool_runs_each_part_once_per_job);
     RUN(threadpool_parts_each_once);

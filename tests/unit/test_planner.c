@@ -107,6 +107,9 @@ TEST(scale_up_exactly_at_slack_boundary)
     CHECK_EQ_INT(a[0].kind, PLAN_SCALE_UP);
     CHECK_EQ_INT(a[0].source, 0);
     CHECK(a[0].n_chain >= 1);
+    /* what the reason compared, for the event's text: the best prediction and the SLO */
+    CHECK_EQ_INT(a[0].reason, PLAN_WHY_SLACK);
+    CHECK(a[0].why_value == 375.0 && a[0].why_limit == 374.99);
     struct plan_node *n0 = &g.nodes[0];
     CHECK(planner_predict_ttft_ms(&g.cfg, &g.v, n0, 0, 128) == 375.0);
 }
@@ -627,6 +630,8 @@ TEST(proactive_scale_up_on_the_forecast)
     CHECK_EQ_INT(a[0].kind, PLAN_SCALE_UP);
     CHECK_EQ_INT(a[0].reason, PLAN_WHY_FORECAST);
     CHECK_EQ_INT(a[0].n_chain, 2);
+    CHECKF(a[0].why_value == 3000 && fabs(a[0].why_limit - 1024 * 1.1) < 1e-6, "%g vs %g",
+           a[0].why_value, a[0].why_limit);
     g.models[0].fc_level = 1000;
     CHECK_EQ_INT(step(&g, a, 8), 0);
     g.models[0].fc_trend = 1000;

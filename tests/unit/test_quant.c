@@ -275,13 +275,115 @@ TEST(round_trip_error_bounds)
     CHECKF(se / sx < 0.01, "Q4_K relative squared error %g", se / sx);
 }
 
+/* Hand-built blocks of every other type, a few elements each worked out from ggml's formula
+ * (quant.h): the fields at the places ggml puts them. */
+TEST(dequant_hand_built_blocks)
+{
+    float y[256];
+    /* Q4_1: x = d*q + m; byte 3 holds elements 3 (low) and 19 (high) */
+    struct block_q4_1 b41 = {0x3c00, 0xbc00, {0}}; /* d 1, m -1 */
+    b41.qs[3] = 0xa5;
+    CHECK(dequantize_row(GGML_Q4_1, &b41, y, 32) == 0);
+    CHECK(y[3] == 4.0f && y[19] == 9.0f && y[0] == -1.0f);
+    /* Q5_0: x = d*(q-16), the 5th bit of element e is bit e of qh */
+    struct block_q5_0 b50 = {0x4000, {0}, {0}}; /* d 2 */
+    uint32_t qh = 1u << 3 | 1u << 19;
+    memcpy(b50.qh, &qh, 4);
+    b50.qs[3] = 0x21;
+    CHECK(dequantize_row(GGML_Q5_0, &b50, y, 32) == 0);
+    CHECK(y[3] == 2.0f && y[19] == 4.0f && y[4] == -32.0f);
+    /* Q5_1: x = d*q + m */
+    struct block_q5_1 b51 = {0x3800, 0x3c00, {0}, {0}}; /* d 0.5, m 1 */
+    memcpy(b51.qh, &qh, 4);
+    b51.qs[3] = 0x21;
+    CHECK(dequantize_row(GGML_Q5_1, &b51, y, 32) == 0);
+    CHECK(y[3] == 9.5f && y[19] == 10.0f && y[4] == 1.0f);
+    /* IQ4_NL: x = d*kvalues[nibble] */
+    struct block_iq4_nl bnl = {0x3c00, {0}};
+    bnl.qs[0] = 0xf0;
+    CHECK(dequantize_row(GGML_IQ4_NL, &bnl, y, 32) == 0);
+    CHECK(y[0] == -127.0f && y[16] == 113.0f && y[1] == -127.0f);
+    /* Q2_K: element 37 = 128*0 + 32*1 + 5: bits 2-3 of qs[5], sub-block 2 (scales[2] = sc | m<<4);
+     * element 165 = 128 + 32 + 5: bits 2-3 of qs[37], sub-block 10 */
+    struct block_q2_K b2;
+    memset(&b2, 0, sizeof b2);
+    b2.d = 0x3c00, b2.dmin = 0x3800; /* 1, 0.5 */
+    b2.scales[2] = 0x53, b2.scales[10] = 0x21;
+    b2.qs[5] = 0x0c, b2.qs[37] = 0x04;
+    CHECK(dequantize_row(GGML_Q2_K, &b2, y, 256) == 0);
+    CHECK(y[37] == 6.5f && y[165] == 0.0f && y[32] == -2.5f);
+    /* Q3_K: sub-block 2's scale = low nibble of scales[2] | bits 0-1 of scales[10] << 4 = 37
+     * (minus 32: 5); element 37's q = bits 2-3 of qs[5] | bit 1 of hmask[5] << 2, minus 4 */
+    struct block_q3_K b3;
+    memset(&b3, 0, sizeof b3);
+    b3.d = 0x3c00;
+    b3.scales[2] = 0x05, b3.scales[10] = 0x02;
+    b3.qs[5] = 0x0c, b3.hmask[5] = 0x02;
+    b3.qs[6] = 0x0c; /* element 38: hmask bit clear, 3 - 4 */
+    CHECK(dequantize_row(GGML_Q3_K, &b3, y, 256) == 0);
+    CHECK(q3_K_scale(2, b3.scales) == 37);
+    CHECK(y[37] == 15.0f && y[38] == -5.0f && y[32] == -20.0f);
+    /* Q5_K: element 40 = sub-block 1 (high nibble of qs[8] in group 0), 5th bit = bit 1 of qh[8];
+     * sub-block 1's scale and min are bytes 1 and 5 */
+    struct block_q5_K b5;
+    memset(&b5, 0, sizeof b5);
+    b5.d = 0x3c00, b5.dmin = 0x3800;
+    b5.scales[1] = 2, b5.scales[5] = 3;
+    b5.qs[8] = 0x70, b5.qh[8] = 0x02;
+    CHECK(dequantize_row(GGML_Q5_K, &b5, y, 256) == 0);
+    CHECK(y[40] == 44.5f && y[41] == -1.5f && y[0] == 0.0f);
+    /* Q6_K: element 195 = 128 + 64 + 3: high nibble of ql[64 + 3], bits 4-5 of qh[32 + 3],
+     * scale 195 / 16 = 12 */
+    struct block_q6_K b6;
+    memset(&b6, 0, sizeof b6);
+    b6.d = 0x3c00;
+    b6.scales[12] = -3;
+    b6.ql[67] = 0xa0, b6.qh[35] = 0x20;
+    CHECK(dequantize_row(GGML_Q6_K, &b6, y, 256) == 0);
+    CHECK(y[195] == -30.0f && y[194] == 96.0f && y[0] == 0.0f);
+    /* IQ4_XS: sub-block 3's scale = high nibble of scales_l[1] | bits 6-7 of scales_h << 4 = 37
+     * (minus 32: 5); element 114 = 96 + 16 + 2: high nibble of qs[48 + 2] */
+    struct block_iq4_xs bx;
+    memset(&bx, 0, sizeof bx);
+    bx.d = 0x3c00;
+    bx.scales_l[1] = 0x50, bx.scales_h = 2 << 6;
+    bx.qs[50] = 0xf0;
+    CHECK(dequantize_row(GGML_IQ4_XS, &bx, y, 256) == 0);
+    CHECK(iq4_xs_scale(3, &bx) == 37);
+    CHECK(y[114] == 565.0f && y[98] == -635.0f && y[0] == 4064.0f); /* sub-block 0: (0-32)*-127 */
+}
+
+/* Every type: dequantize(quantize(x)) stays close to x (relative squared error per type, a
+ * generous multiple of what the format gives on uniform noise). */
+TEST(round_trip_every_type)
+{
+    static const struct {
+        uint32_t type;
+        double max_rel;
+    } t[] = {{GGML_Q4_1, 0.01},  {GGML_Q5_0, 0.003}, {GGML_Q5_1, 0.003}, {GGML_IQ4_NL, 0.02},
+             {GGML_Q2_K, 0.15},  {GGML_Q3_K, 0.05},  {GGML_Q4_K, 0.01},  {GGML_Q5_K, 0.003},
+             {GGML_Q6_K, 0.001}, {GGML_IQ4_XS, 0.02}};
+    enum { N = 2048 };
+    static float x[N], y[N];
+    static uint8_t buf[N * 2];
+    for (int i = 0; i < N; i++) x[i] = uniform() * (i % 512 < 256 ? 1.0f : 30.0f);
+    for (size_t k = 0; k < sizeof t / sizeof t[0]; k++) {
+        CHECK(quantize_row(t[k].type, x, buf, N) == 0 && dequantize_row(t[k].type, buf, y, N) == 0);
+        double se = 0, sx = 0;
+        for (int i = 0; i < N; i++)
+            se += (double)(y[i] - x[i]) * (y[i] - x[i]), sx += (double)x[i] * x[i];
+        CHECKF(se / sx < t[k].max_rel, "%s: relative squared error %.3g", ggml_type_name(t[k].type),
+               se / sx);
+    }
+}
+
 TEST(bad_arguments)
 {
     float x[64] = {0};
     uint8_t buf[512];
     CHECK(quantize_row(GGML_Q8_0, x, buf, 33) == -1);
     CHECK(quantize_row(GGML_Q4_K, x, buf, 64) == -1);
-    CHECK(quantize_row(7, x, buf, 32) == -1);
+    CHECK(quantize_row(9, x, buf, 32) == -1); /* Q8_1: an activation format only */
     CHECK(dequantize_row(99, buf, x, 32) == -1);
     CHECK(dequantize_row(GGML_Q4_0, buf, x, 31) == -1);
 }
@@ -296,6 +398,8 @@ int main(void)
     RUN(q4_0_known_block);
     RUN(q4_K_known_block);
     RUN(round_trip_error_bounds);
+    RUN(dequant_hand_built_blocks);
+    RUN(round_trip_every_type);
     RUN(bad_arguments);
     CHECK_DONE();
 }

@@ -148,6 +148,15 @@ TEST(request_text_is_exact)
     t = relay_request_text(&c, &n);
     CHECK(t && !strstr(t, "Authorization"));
     free(t);
+    /* A member's /metrics for the operator's page: GET, no body */
+    c.method = "GET";
+    c.path = "/metrics";
+    c.bearer = "sk-1";
+    t = relay_request_text(&c, &n);
+    want = "GET /metrics HTTP/1.1\r\nHost: 10.0.0.2:8080\r\nContent-Length: 0\r\n"
+           "Authorization: Bearer sk-1\r\nX-Strata-Forwarded: 7\r\nConnection: close\r\n\r\n";
+    CHECKF(t && n == strlen(want) && !strcmp(t, want), "%.600s", t ? t : "(null)");
+    free(t);
 }
 
 /* ---------------------------------------------------------------- end to end */

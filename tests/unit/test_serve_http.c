@@ -767,6 +767,42 @@ TEST(api_key)
     r = http("GET", "/health", NULL, NULL);
     CHECK_EQ_INT(r.status, 200);
     resp_free(&r);
+    /* the operator's page is open (it holds nothing; its fetches carry the key) */
+    r = http("GET", "/", NULL, NULL);
+    CHECK_EQ_INT(r.status, 200);
+    resp_free(&r);
+    /* a member's metrics through this node: behind the key */
+    r = http("GET", "/v1/cluster/nodes/2/metrics", NULL, NULL);
+    check_error_shape(&r, 401);
+    resp_free(&r);
+}
+
+/* GET /: one self-contained page: HTML with its style and script inline, nothing fetched from
+ * anywhere else (no URL with a scheme, the policy allows this node only), the build's page and
+ * not the stand-in. Without --cluster a member's metrics are a 404 naming why. */
+TEST(operators_page)
+{
+    struct resp r = http("GET", "/", NULL, NULL);
+    CHECK_EQ_INT(r.status, 200);
+    CHECK(r.raw && strstr(r.raw, "Content-Type: text/html; charset=utf-8\r\n"));
+    CHECK(r.raw && strstr(r.raw, "Content-Security-Policy: default-src 'none'; "));
+    CHECK(r.body && !strncmp(r.body, "<!doctype html>", 15));
+    CHECK(r.body && strstr(r.body, "<style>") && strstr(r.body, "<script>"));
+    CHECK(r.body && strstr(r.body, "function parseProm(") && strstr(r.body, ".kbar {"));
+    CHECK(r.body && !strstr(r.body, "<!-- strata:"));
+    CHECK(r.body && !strstr(r.body, "http://") && !strstr(r.body, "https://") &&
+          !strstr(r.body, " src="));
+    resp_free(&r);
+    r = http("POST", "/", "{}", NULL);
+    check_error_shape(&r, 405);
+    resp_free(&r);
+    r = http("GET", "/v1/cluster/nodes/2/metrics", NULL, NULL);
+    check_error_shape(&r, 404);
+    CHECK(r.body && strstr(r.body, "without --cluster"));
+    resp_free(&r);
+    r = http("GET", "/v1/cluster/nodes/2/metricsx", NULL, NULL);
+    check_error_shape(&r, 404);
+    resp_free(&r);
 }
 
 TEST(graceful_shutdown_finishes_streams)
@@ -820,6 +856,7 @@ int main(void)
     RUN(chunked_bad_bodies_get_errors);
     RUN(stalled_stream_reader_is_dropped);
     RUN(tokenize_and_detokenize);
+    RUN(operators_page);
     RUN(api_key);
     RUN(graceful_shutdown_finishes_streams);
     stop();

@@ -263,8 +263,23 @@ TEST(header_that_is_not_gguf_is_refused)
     CHECK(loader_open_header(&lm, "peer", trunc, sizeof trunc, &o, err) == -1);
 }
 
+/* The console's progress line while weights stream, and the last one. */
+TEST(progress_line_for_the_console)
+{
+    char line[160];
+    layer_progress_line(line, sizeof line, 7, 24, 45000000, 111000000, 12000000, -1);
+    CHECK_STR(line, "weights: 7/24 layers, 45.0 of 111.0 MB, 12.0 MB/s, ETA 5.5 s");
+    layer_progress_line(line, sizeof line, 0, 24, 0, 111000000, 0, -1);
+    CHECK_STR(line, "weights: 0/24 layers, 0.0 of 111.0 MB, 0.0 MB/s, ETA ?");
+    layer_progress_line(line, sizeof line, 0, 0, 100000, 0, 100000, -1);
+    CHECK_STR(line, "weights: waiting for the header, 0.1 MB, 0.1 MB/s");
+    layer_progress_line(line, sizeof line, 24, 24, 111000000, 111000000, 0, 9.25);
+    CHECK_STR(line, "weights: 24/24 layers, 111.0 MB in 9.2 s (12.0 MB/s)");
+}
+
 int main(void)
 {
+    RUN(progress_line_for_the_console);
     RUN(stream_in_order_partial_then_exact);
     RUN(stream_other_architectures);
     RUN(corrupted_block_is_fetched_again);
