@@ -210,7 +210,7 @@ bench: deps all benches
 	@scripts/run-bench.sh
 
 # The chaos soak (tests/soak/cluster_chaos.sh): 10 minutes of faults under load, at least 20
-# faults, nothing wrong, nothing hung (never in make test; a 2-minute version is,
+# faults, nothing wrong, nothing hung (never in make test; a one-minute version is,
 # tests/integration/cluster_chaos.sh). SOAK_SECONDS, SOAK_SEED change it.
 soak: all
 	@bash tests/soak/cluster_chaos.sh --duration $${SOAK_SECONDS:-600} --seed $${SOAK_SEED:-1}

@@ -10,13 +10,14 @@
 # client's 60 s; at the end no raft commit is lost, R = 2 host copies are back and every node is
 # in raft's configuration. The driver is tests/soak/cluster_chaos.py; its report (a table) is in
 # the work dir and printed as "# " lines.
-#   tests/soak/cluster_chaos.sh [--duration S] [--seed N] [--rate R] [--min-faults F]
-# `make soak` runs 10 minutes (>= 20 faults); tests/integration/cluster_chaos.sh, in `make test`,
-# 2 minutes (>= 5 faults). Needs root (namespaces, tmpfs) and python3.
+#   tests/soak/cluster_chaos.sh [--duration S] [--seed N] [--rate R] [--min-faults F] [--nodes N]
+#                               [--kinds kill_leader,partition,...]
+# `make soak` runs 10 minutes (>= 20 faults, every kind); tests/integration/cluster_chaos.sh, in
+# `make test`, about a minute (the quick kinds). Needs root (namespaces, tmpfs) and python3.
 set -u
 cd "$(dirname "$0")/../.."
 . tests/lib/serve.sh
-DURATION=600 SEED=1 RATE=1.5 MIN_FAULTS=20 NAME=cluster_chaos
+DURATION=600 SEED=1 RATE=1.5 MIN_FAULTS=20 NAME=cluster_chaos NODES=5 KINDS=
 while [ $# -gt 0 ]; do
     case $1 in
     --duration) DURATION=$2; shift 2 ;;
@@ -24,7 +25,10 @@ while [ $# -gt 0 ]; do
     --rate) RATE=$2; shift 2 ;;
     --min-faults) MIN_FAULTS=$2; shift 2 ;;
     --name) NAME=$2; shift 2 ;;
-    *) echo "usage: $0 [--duration S] [--seed N] [--rate R] [--min-faults F]" >&2; exit 2 ;;
+    --nodes) NODES=$2; shift 2 ;;
+    --kinds) KINDS=$2; shift 2 ;;
+    *) echo "usage: $0 [--duration S] [--seed N] [--rate R] [--min-faults F] [--nodes N]" \
+        "[--kinds K,...]" >&2; exit 2 ;;
     esac
 done
 [ -x "$STRATA" ] || { echo "not ok - $NAME: $STRATA not built"; exit 1; }
@@ -43,7 +47,7 @@ trap cleanup EXIT
 head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$W/key"
 ip netns add "$HUB" || { echo "not ok - $NAME: cannot make a network namespace"; exit 1; }
 ip netns exec "$HUB" python3 tests/soak/cluster_chaos.py --duration "$DURATION" --seed "$SEED" \
-    --rate "$RATE" --min-faults "$MIN_FAULTS" --work "$W" --strata "$(realpath "$STRATA")" \
+    --rate "$RATE" --min-faults "$MIN_FAULTS" --nodes "$NODES" --kinds "$KINDS" --work "$W" --strata "$(realpath "$STRATA")" \
     --model "$(realpath "$SERVE_MODEL")" --trace "$TRACE" --hub "$HUB"
 rc=$?
 [ $rc = 0 ] || echo "# $NAME: logs in $W (kept with KEEP=1)"
