@@ -211,6 +211,10 @@ int control_lost_tick(struct control *c);
 
 /* control_leader.c: membership, ended scale-outs, the planner (the leader, each heartbeat) */
 void control_leader_tick(struct control *c);
+/* The planner's decisions on this node's view (mu held), as CMD_SCALEs with their reasons: up to
+ * cap into cmd; their count, or -1 with err (a view the planner refuses). */
+int control_leader_decide(struct control *c, uint64_t now_mono, struct cl_cmd *cmd, int cap,
+                          char *err);
 
 /* control_route.c: the model a request for `model` means (mu held): the one it names when the
  * state knows it, else this node's, else the cluster's only one; -1 for none, or when it names

@@ -217,19 +217,18 @@ static void why_text(const struct plan_action *a, char out[CL_STR_LEN + 1])
     cluster_cmd_printable(out, t);
 }
 
-static int leader_plan(struct control *c, uint64_t now_mono)
+int control_leader_decide(struct control *c, uint64_t now_mono, struct cl_cmd *cmd, int cap,
+                          char *err)
 {
     static struct view_buf vb;
     static struct plan_action act[16];
     struct plan_config pc;
-    char err[ERRMSG_LEN];
     plan_config_default(&pc);
-    pthread_mutex_lock(&c->mu);
     control_view_build(c, &vb, now_mono);
     int n = vb.v.n_models ? planner_step(&pc, &vb.v, act, 16, err) : 0;
-    struct cl_cmd cmd[16];
+    if (n < 0) return -1;
     int nc = 0;
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n && nc < cap; i++) {
         const struct plan_action *a = &act[i];
         if (a->model < 0 || a->model >= (int)c->st.n_models) continue;
         struct cl_cmd *k = &cmd[nc++];
@@ -244,17 +243,26 @@ static int leader_plan(struct control *c, uint64_t now_mono)
         for (int j = 0; j < a->n_chain && j < CL_MAX_CHAIN; j++)
             k->u.scale.chain[k->u.scale.n_chain++] = (uint64_t)a->chain[j];
         why_text(a, k->u.scale.reason);
-        c->decisions++;
     }
+    return nc;
+}
+
+static int leader_plan(struct control *c, uint64_t now_mono)
+{
+    struct cl_cmd cmd[16];
+    char err[ERRMSG_LEN];
+    pthread_mutex_lock(&c->mu);
+    int nc = control_leader_decide(c, now_mono, cmd, 16, err);
+    if (nc > 0) c->decisions += (uint64_t)nc;
     pthread_mutex_unlock(&c->mu);
-    if (n < 0) log_warn("cluster", "planner: %s", err);
+    if (nc < 0) log_warn("cluster", "planner: %s", err);
     for (int i = 0; i < nc; i++) {
         char line[ERRMSG_LEN];
         control_scale_line(&cmd[i].u.scale, line, sizeof line);
         log_info("cluster", "decision: %s", line);
         control_fsm_propose(c, &cmd[i]);
     }
-    return nc;
+    return nc > 0 ? nc : 0;
 }
 
 void control_leader_tick(struct control *c)

@@ -68,8 +68,12 @@ void control_view_build(struct control *c, struct view_buf *vb, uint64_t now_mon
         for (uint32_t k = 0; k < s->n_scaleouts; k++) {
             const struct cl_scale *sc = &s->scaleout[k].s;
             if ((int)sc->source == pn->id) pn->sources_busy++;
+            /* A joiner short of its scale-out's model's layers (not model 0's) runs the rest on
+             * the source. */
+            int sm = cluster_state_model(s, sc->model);
             for (int j = 0; j < sc->n_chain; j++)
-                if (sc->chain[j] == m->info.id && pn->layers_resident < vb->model[0].layers)
+                if (sc->chain[j] == m->info.id && sm >= 0 &&
+                    pn->layers_resident < vb->model[sm].layers)
                     pn->helper = (int)sc->source;
         }
         pn->load.idle_since_ms = -1;
