@@ -287,6 +287,15 @@ static void put_load(struct wire_w *w, const struct cl_load *l)
     const float f[] = {l->kv_used, l->idle_ms, l->ttft_pred_ms, l->tok_s,
                        l->step_a,  l->step_b,  l->step_c,       l->step_corr};
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) wire_put_f32(w, f[i]);
+    wire_put_f32(w, l->step_err);
+    wire_put_u32(w, l->step_steps);
+    wire_put_u8(w, l->step_cal);
+    wire_put_u64(w, l->step_id);
+    wire_put_f32(w, l->link_Bps);
+    wire_put_u64(w, l->link_peer);
+    wire_put_u64(w, l->model_bytes);
+    wire_put_u64(w, l->prompt_in);
+    wire_put_u32(w, (uint32_t)l->helping);
 }
 
 static int get_load(struct wire_r *r, struct cl_load *l, char *err)
@@ -297,12 +306,24 @@ static int get_load(struct wire_r *r, struct cl_load *l, char *err)
     float *f[] = {&l->kv_used, &l->idle_ms, &l->ttft_pred_ms, &l->tok_s,
                   &l->step_a,  &l->step_b,  &l->step_c,       &l->step_corr};
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) *f[i] = wire_get_f32(r);
+    l->step_err = wire_get_f32(r);
+    l->step_steps = wire_get_u32(r);
+    l->step_cal = wire_get_u8(r);
+    l->step_id = wire_get_u64(r);
+    l->link_Bps = wire_get_f32(r);
+    l->link_peer = wire_get_u64(r);
+    l->model_bytes = wire_get_u64(r);
+    l->prompt_in = wire_get_u64(r);
+    l->helping = (int32_t)wire_get_u32(r);
     if (r->bad) return errmsg_set(err, "load: truncated");
-    if (l->queue_len < 0 || l->running < 0 || l->queued_tokens < 0)
-        return errmsg_set(err, "load: negative queue, running or queued tokens");
+    if (l->queue_len < 0 || l->running < 0 || l->queued_tokens < 0 || l->helping < 0)
+        return errmsg_set(err, "load: negative queue, running, queued tokens or helped sequences");
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
         if (!finite_f(*f[i])) return errmsg_set(err, "load: field %zu not finite", i);
     if (l->kv_used < 0 || l->kv_used > 1) return errmsg_set(err, "load: KV use outside [0, 1]");
+    if (!finite_f(l->step_err) || l->step_err < 0 || !finite_f(l->link_Bps) || l->link_Bps < 0)
+        return errmsg_set(err, "load: step model error or link rate negative or not finite");
+    if (l->step_cal > 1) return errmsg_set(err, "load: calibrated flag %u", l->step_cal);
     return 0;
 }
 

@@ -16,9 +16,12 @@
 #include <stdint.h>
 
 /* 3: a member's rack (cl_node_up.rack); 4: refusals (SCALE_DONE's node and reason, LOAD's refused
- * decisions and held requests); 5: SCALE's reason; 6: CMD_MODEL (a model lost or found again)
- * and each model's lost flag in snapshots */
-#define CL_CMD_VERSION 6
+ * decisions and held requests); 5, on two branches apart: SCALE's reason (ops), what the planner
+ * measures (live: a load's step model error, steps, identity, link rate, model bytes, prompt
+ * tokens in, sequences helped; a member's deaths and uptime); 6: both, merged; 6 on trust: ops's
+ * reason and CMD_MODEL (a model lost or found again) with each model's lost flag in snapshots;
+ * 7: all of them */
+#define CL_CMD_VERSION 7
 #define CL_STR_LEN     63 /* addresses, model names, GPU types */
 #define CL_MAX_CHAIN   16 /* joiners of one scale-out */
 #define CL_MAX_HOLD    8  /* models a node reports at once */
@@ -131,6 +134,17 @@ struct cl_load {
     float ttft_pred_ms; /* predicted TTFT of a request arriving now (step model) */
     float tok_s;        /* measured decode tokens/s */
     float step_a, step_b, step_c, step_corr; /* the scheduler's step model (seconds) */
+    /* What the planner measures with (docs/control.md "What the planner is fed"): */
+    float step_err;       /* the step model's own error estimate (0.2: a step may take 20% more) */
+    uint32_t step_steps;  /* steps timed into it (a cached prior's included); 0: an untimed prior */
+    uint8_t step_cal;     /* 1: it covers every calibration shape (calibrated or cached) */
+    uint64_t step_id;     /* its identity: model header and hardware (step_identity_hash), 0 none */
+    float link_Bps;       /* the latest weight stream into this node, bytes/s (before one: what
+                             its streams are configured to); 0: neither */
+    uint64_t link_peer;   /* the node at the measured stream's other end (0: none, unknown) */
+    uint64_t model_bytes; /* bytes of the model it holds (engine or host copy), 0: none */
+    uint64_t prompt_in;   /* prompt tokens submitted to its scheduler since it started (arrivals) */
+    int32_t helping; /* other nodes' sequences whose layers run here (a joiner's, a hand-over's) */
     /* Requests this node took while its route found no replica (relays holding them, or served
      * here from a host copy out of the engine), their prompt tokens, and their model: the demand
      * the planner counts as held (a cold start). Nothing else it runs. They travel in the node's

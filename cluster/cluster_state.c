@@ -121,6 +121,8 @@ static int apply(struct cl_state *s, const struct cl_cmd *c)
         struct cl_member *m = cluster_state_member(s, c->u.down);
         if (!m || !m->alive) return 1;
         m->alive = 0;
+        m->downs++;
+        if (c->t_ms > m->since_ms) m->up_ms += c->t_ms - m->since_ms;
         m->since_ms = c->t_ms;
         event_add(s, c, 0, c->u.down, 0, NULL, NULL);
         return 0;
@@ -218,7 +220,7 @@ size_t cluster_state_encoded_max(void)
 {
     /* Every string at its longest, every table full. */
     size_t up = 8 + 5 * (1 + CL_STR_LEN) + 1 + 4; /* addr, http, fabric, gpu, rack */
-    size_t member = up + 1 + 8 + CL_MAX_MODELS * 6;
+    size_t member = up + 1 + 8 + 4 + 8 + CL_MAX_MODELS * 6;
     size_t scale = 1 + 1 + CL_STR_LEN + 8 + 8 + 1 + 8 * CL_MAX_CHAIN + 1 + CL_STR_LEN;
     return 4 + 6 * 4 + 2 * 8 + CL_MAX_NODES * member + CL_MAX_MODELS * (1 + CL_STR_LEN + 13) +
            CL_MAX_SCALEOUTS * (4 + scale + 8) +
@@ -243,6 +245,8 @@ size_t cluster_state_encode(const struct cl_state *s, uint8_t *out, size_t cap)
         cluster_cmd_put_node_up(&w, &m->info);
         wire_put_u8(&w, m->alive);
         wire_put_u64(&w, m->since_ms);
+        wire_put_u32(&w, m->downs);
+        wire_put_u64(&w, m->up_ms);
         for (int k = 0; k < CL_MAX_MODELS; k++) {
             wire_put_u8(&w, m->hold[k].host);
             wire_put_u8(&w, m->hold[k].engine);
@@ -310,6 +314,8 @@ int cluster_state_decode(struct cl_state *s, const uint8_t *buf, size_t len, cha
         if (cluster_cmd_get_node_up(&r, &m->info, why)) r.bad = 1;
         m->alive = wire_get_u8(&r);
         m->since_ms = wire_get_u64(&r);
+        m->downs = wire_get_u32(&r);
+        m->up_ms = wire_get_u64(&r);
         for (int k = 0; k < CL_MAX_MODELS; k++) {
             m->hold[k].host = wire_get_u8(&r);
             m->hold[k].engine = wire_get_u8(&r);

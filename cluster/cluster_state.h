@@ -34,6 +34,8 @@ struct cl_member {
     struct cl_node_up info;
     uint8_t alive;
     uint64_t since_ms;                  /* last NODE_UP / NODE_DOWN */
+    uint32_t downs;                     /* NODE_DOWNs it has had (deaths seen by the leaders) */
+    uint64_t up_ms;                     /* time alive before since_ms (its failures' exposure) */
     struct cl_hold hold[CL_MAX_MODELS]; /* by model index */
 };
 

@@ -349,13 +349,24 @@ void control_stop(struct control *c)
     free(c);
 }
 
-void control_set_model(struct control *c, const char *model, int n_layers, double bytes)
+void control_set_model(struct control *c, const char *model, int n_layers, double bytes,
+                       int max_step_tokens)
 {
     pthread_mutex_lock(&c->mu);
     snprintf(c->model, sizeof c->model, "%s", model);
     c->cfg.n_layers = n_layers;
     c->cfg.model_bytes = bytes;
+    c->cfg.max_step_tokens = max_step_tokens;
     pthread_mutex_unlock(&c->mu);
+}
+
+void control_plan_config(const struct control_cfg *cfg, struct plan_config *pc)
+{
+    plan_config_default(pc);
+    if (cfg->max_step_tokens > 0) pc->max_step_tokens = cfg->max_step_tokens;
+    /* proactive: the simulator's policy "strata"; reactive: "strata-reactive" */
+    pc->proactive = pc->handover = cfg->proactive != 0;
+    pc->standby_max = 0; /* partial residency is not carried out live (docs/control.md) */
 }
 
 uint64_t control_id(const struct control *c)

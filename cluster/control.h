@@ -53,6 +53,13 @@ struct control_cfg {
                              0: never; `strata serve` defaults to CONTROL_REMOVE_MS) */
     int handshake_ms;     /* a connection's handshake deadline (0: SCONN_HANDSHAKE_MS) */
     double ttft_slo_ms;   /* the planner's TTFT target for the model */
+    double tpot_slo_ms;   /* ... and its TPOT target (0: none: prefill chunks are not bounded) */
+    int max_step_tokens;  /* the scheduler's token budget per step (0: the planner's default) */
+    double link_cap_Bps;  /* what a weight stream from here may take (its pacing, the fabric's
+                             configured rate): reported as the link until one is measured; 0 */
+    int proactive;        /* --cluster-planner proactive: the forecast scales up ahead of the SLO
+                             and busy replicas leave by hand-over (capacity scale-in); 0 reactive:
+                             the predicted TTFT past the SLO, idle replicas leave */
     double keep_alive_ms; /* idle time before scale-down (default 10000) */
     int scaleout_timeout_ms; /* a scale-out not done by then is abandoned (default 600000) */
     int replicas_cached;     /* R (default 1) */
@@ -60,6 +67,8 @@ struct control_cfg {
                                 (cluster/recover_req.h); NULL: none */
     const char *test_refuse; /* --test-refuse KIND (tests only): the executor refuses every
                                 "replicate" or "scale-up" decision; NULL: none */
+    int test_scale_in_ms;    /* --test-scale-in MS (tests only): instead of the planner, the
+                                busiest replica hands its sequences over every MS and comes back */
 };
 
 /* What the serving process gives the control thread (called on the control thread; must be
@@ -83,7 +92,9 @@ struct cluster_exec {
     void *ctx;
     int (*scale_up)(void *ctx, const char *model, uint64_t source, const uint64_t *chain,
                     int n_chain, char *err);
-    int (*scale_down)(void *ctx, const char *model, char *err);
+    /* handover: the replica that takes the node's running sequences (a capacity scale-in:
+     * cluster/coop.h's hand-over), 0: none (what runs finishes here) */
+    int (*scale_down)(void *ctx, const char *model, uint64_t handover, char *err);
     int (*replicate)(void *ctx, const char *model, uint64_t source, char *err);
     int (*drop_host)(void *ctx, const char *model, char *err);
 };
@@ -119,9 +130,19 @@ void control_exec_failed(struct control *c, const char *model, const char *why);
  * view the planner refuses). */
 int control_route(struct control *c, const char *model, int prompt_tokens, char *http_out,
                   size_t cap, uint64_t *node, char *err);
-/* The model this node now serves (an empty member that joined one; thread-safe). */
-void control_set_model(struct control *c, const char *model, int n_layers, double bytes);
+/* The model this node now serves (an empty member that joined one; thread-safe), its bytes and
+ * its scheduler's token budget per step. */
+void control_set_model(struct control *c, const char *model, int n_layers, double bytes,
+                       int max_step_tokens);
 uint64_t control_id(const struct control *c);
+/* The step model of a member (not this node) whose own has the identity step_id (the model's
+ * header and the hardware: serving/sched/step_cache.h step_identity_hash) and is fitted (timed
+ * steps, or calibrated), from the load reports this node holds (the leader relays every node's):
+ * the most-timed one. 1 with *m, its error, whether it covers every calibration shape and the
+ * node; 0 when no member has one (thread-safe). */
+struct step_model;
+int control_member_step(struct control *c, uint64_t step_id, struct step_model *m, double *err,
+                        int *calibrated, uint64_t *node);
 /* A member's fabric address from the replicated state; -1 when unknown or it has none. */
 int control_node_fabric(struct control *c, uint64_t id, char out[CL_STR_LEN + 1]);
 

@@ -66,11 +66,13 @@ void control_exec_tick(struct control *c)
     for (int i = 0; i < n_todo; i++) {
         const struct cl_scale *s = &todo[i].s;
         if (!scaleout_names(&todo[i], c->cfg.id) || exec_done(c, todo[i].scale_id)) continue;
-        int rc = 0;
+        int rc;
         if (s->kind == SCALE_UP && c->ex.scale_up)
             rc = c->ex.scale_up(c->ex.ctx, s->model, s->source, s->chain, s->n_chain, err);
         else if (s->kind == SCALE_REPLICATE && c->ex.replicate)
             rc = c->ex.replicate(c->ex.ctx, s->model, s->source, err);
+        else
+            continue; /* no handler here (a test's executor): nothing was carried out */
         if (rc) {
             /* The leader hears it with the next report and abandons the scale-out. */
             log_warn("cluster", "refused decision %u (%s of %s from node %llu): %s",
@@ -90,14 +92,17 @@ void control_exec_tick(struct control *c)
         if (e->type != CMD_SCALE || e->node != c->cfg.id || e->t_ms < c->start_wall) continue;
         int rc = 0;
         if (e->kind == SCALE_DOWN && c->ex.scale_down)
-            rc = c->ex.scale_down(c->ex.ctx, e->model, err);
+            rc = c->ex.scale_down(c->ex.ctx, e->model, e->source, err);
         else if (e->kind == SCALE_DROP_HOST && c->ex.drop_host)
             rc = c->ex.drop_host(c->ex.ctx, e->model, err);
         else
             continue;
-        log_info("cluster", "executing %s of %s%s%s",
-                 e->kind == SCALE_DOWN ? "scale-down" : "host-copy drop", e->model, rc ? ": " : "",
-                 rc ? err : "");
+        char to[64] = "";
+        if (e->kind == SCALE_DOWN && e->source)
+            snprintf(to, sizeof to, " (its sequences to node %llu)", (unsigned long long)e->source);
+        log_info("cluster", "executing %s of %s%s%s%s",
+                 e->kind == SCALE_DOWN ? "scale-down" : "host-copy drop", e->model, to,
+                 rc ? ": " : "", rc ? err : "");
     }
     c->seen_scales = n_scales;
 }

@@ -13,6 +13,7 @@
 struct proposal {
     struct raft_apply req;
     struct control *c;
+    int type; /* its command's (a CMD_SCALE counts as a decision once committed) */
 };
 
 static struct control *fsm_control(struct raft_fsm *fsm)
@@ -130,12 +131,13 @@ static void proposed(struct raft_apply *req, int status, void *result)
     struct control *c = p->c;
     (void)result;
     c->inflight--;
-    if (status) {
-        pthread_mutex_lock(&c->mu);
+    pthread_mutex_lock(&c->mu);
+    if (status)
         c->proposals_failed++;
-        pthread_mutex_unlock(&c->mu);
-        log_warn("cluster", "proposal not committed: %s", raft_strerror(status));
-    }
+    else if (p->type == CMD_SCALE)
+        c->decisions++;
+    pthread_mutex_unlock(&c->mu);
+    if (status) log_warn("cluster", "proposal not committed: %s", raft_strerror(status));
     free(p);
 }
 
@@ -153,6 +155,7 @@ int control_fsm_propose(struct control *c, struct cl_cmd *cmd)
     }
     memcpy(b.base, tmp, n);
     p->c = c;
+    p->type = cmd->type;
     p->req.data = p;
     int rc = raft_apply(&c->raft, &p->req, &b, 1, proposed);
     if (rc) {

@@ -47,6 +47,7 @@ struct report {
     struct cl_holding hold[CL_MAX_HOLD];
     int n_refused;
     struct cl_refusal refused[CL_MAX_REFUSED];
+    uint64_t prompt_seen; /* the leader's: load.prompt_in when its forecast last counted it */
 };
 
 /* The leader's memory of a node that refused (or failed) a scale-out of a model: no new copy or
@@ -59,6 +60,12 @@ struct refuser {
 };
 
 #define CTL_MAX_REFUSERS 16
+
+/* A load the leader relayed to this node (MSGC_LOADS). */
+struct relayed_load {
+    uint64_t id, at_ms; /* at_ms: local monotonic time the leader's copy was taken */
+    struct cl_load load;
+};
 
 struct control {
     /* Set by control_start, read-only afterwards; except model, cfg.n_layers and
@@ -107,12 +114,15 @@ struct control {
     int n_conf;
     int outstanding[CL_MAX_NODES]; /* requests this node has relayed to member i, in flight */
     /* Loads the leader relayed to us (a follower's view of the others, for routing only). */
-    struct {
-        uint64_t id, at_ms; /* at_ms: local monotonic time the leader's copy was taken */
-        struct cl_load load;
-    } relayed[CL_MAX_NODES];
+    struct relayed_load relayed[CL_MAX_NODES];
     int n_relayed;
     uint64_t suspect_until[CL_MAX_NODES]; /* member i refused a relay: not routed to until then */
+    /* The leader's forecast of each model's prompt tokens/s (control_leader.c), fed from the
+     * reports' prompt_in every tick; started afresh with each leadership (fc_epoch). */
+    struct plan_forecast fc[CL_MAX_MODELS];
+    uint8_t fc_started[CL_MAX_MODELS];
+    int fc_on;
+    uint64_t fc_epoch;
 
     /* The control thread alone. */
     int inflight, was_leader;
@@ -132,6 +142,7 @@ struct control {
     int n_executed;
     uint32_t events_seen;
     uint32_t seen_scales; /* CMD_SCALEs this node has applied and acted on */
+    uint64_t test_next;   /* --test-scale-in: the next forced scale-in, not before (monotonic) */
 
     /* Recovery from a lost quorum (control_recover.c). The request and its answer are guarded by
      * mu (rq_state: 0 none, 1 posted, 2 answered; recover_cv signals the answer), and so are
@@ -166,16 +177,44 @@ static inline uint64_t now_wall_ms(void)
     return wall_clock_ms();
 }
 
-/* The planner's view: the committed state plus the latest reports. */
+/* The planner's view: the committed state plus the latest reports. The planner names a node by
+ * its plan id, the rank of its id among the members' (an int whatever the ids are, in the same
+ * order, so the planner's ties by id fall the same way); id[] maps them back. */
 struct view_buf {
     struct plan_node node[CL_MAX_NODES];
     struct plan_model model[CL_MAX_MODELS];
     struct plan_scaleout so[CL_MAX_SCALEOUTS];
+    uint64_t id[CL_MAX_NODES]; /* plan id -> node id */
     char gpu[CL_MAX_NODES][CL_STR_LEN + 1];
-    double tput[CL_MAX_NODES * CL_MAX_MODELS];
-    struct step_model step[CL_MAX_NODES * CL_MAX_MODELS];
+    double tput[CL_MAX_NODES * CL_MAX_MODELS];            /* [gpu_type * n_models + m] */
+    struct step_model step[CL_MAX_NODES * CL_MAX_MODELS]; /* [gpu_type * n_models + m] */
     struct plan_view v;
 };
+
+/* Everything the view is made of (control_view_of is a pure function of it: no struct control,
+ * no raft, no clock). */
+struct view_in {
+    const struct cl_state *st;
+    const struct report *rep; /* the reports this node holds (the leader: every node's) */
+    int n_rep;
+    const struct relayed_load *relayed; /* the leader's copies of the others' loads */
+    int n_relayed;
+    const struct refuser *refuser; /* the leader's memory of refusals */
+    int n_refusers;
+    const struct plan_forecast *fc; /* [st->n_models]: the leader's forecasts, NULL: none */
+    const char *model;              /* this node's model and its bytes (before its report says) */
+    double model_bytes;
+    double ttft_slo_ms, tpot_slo_ms, keep_alive_ms;
+    int replicas_cached;
+    int dead_ms; /* a report older than this is no load */
+    uint64_t now_mono, now_wall;
+};
+
+/* What a node counts as until measured (docs/control.md "What the planner is fed"). */
+#define VIEW_LINK_ASSUMED   1.25e9 /* bytes/s: 10 Gb/s, when no transfer was measured anywhere */
+#define VIEW_FAIL_PRIOR_N   0.1    /* failures seen over ...               */
+#define VIEW_FAIL_PRIOR_DAY 10.0   /* ... days: 1% a day before any evidence */
+#define VIEW_STEP_FITTED    16     /* steps timed before a node's own step model is its own */
 
 /* control.c */
 int control_raft_setup(struct control *c, char *err); /* raft_init .. raft_start on c->dir */
@@ -211,21 +250,38 @@ int control_lost_tick(struct control *c);
 
 /* control_leader.c: membership, ended scale-outs, the planner (the leader, each heartbeat) */
 void control_leader_tick(struct control *c);
-/* The planner's decisions on this node's view (mu held), as CMD_SCALEs with their reasons: up to
- * cap into cmd; their count, or -1 with err (a view the planner refuses). */
-int control_leader_decide(struct control *c, uint64_t now_mono, struct cl_cmd *cmd, int cap,
-                          char *err);
+/* The planner's actions act[0..n) on view vb of state st as log commands (pure): a scale-down's
+ * source is the node its sequences go to (plan_action.handover), every command's reason what the
+ * planner compared ("predicted TTFT 2638 ms > SLO 300 ms"). An action of a kind the log has
+ * no command for, or naming a model or node outside the view, is left out (err says which; ""
+ * when none was). Returns how many commands. */
+int control_leader_commands(const struct view_buf *vb, const struct cl_state *st,
+                            const struct plan_action *act, int n, struct cl_cmd *cmd, int cap,
+                            char *err);
+/* The planner's configuration for this node's options (control.c; mu held). */
+void control_plan_config(const struct control_cfg *cfg, struct plan_config *pc);
 
 /* control_route.c: the model a request for `model` means (mu held): the one it names when the
  * state knows it, else this node's, else the cluster's only one; -1 for none, or when it names
  * this node's model before the state knows it (served here, never taken for another model) */
 int control_model_index(const struct control *c, const char *model);
 
-/* control_view.c: the planner's view in vb (mu held) */
-void control_view_build(struct control *c, struct view_buf *vb, uint64_t now_mono);
+#define CTL_WHY_TEST 100 /* a --test-scale-in decision */
+/* The leading signal's smoothing: the simulator's defaults (docs/simulator.md). */
+#define CTL_FC_PERIOD_MS 1000
+#define CTL_FC_ALPHA     0.3
+#define CTL_FC_BETA      0.1
 
-/* control_status.c: one line for a scaling decision ("scale up m onto 2 -> 3 from node 1: why"),
- * the console's and the log's (any thread) */
+/* control_view.c: the planner's view of in (pure), or of this node's state (mu held); a plan id
+ * of node id, -1 when it is no member */
+void control_view_of(const struct view_in *in, struct view_buf *vb);
+void control_view_build(struct control *c, struct view_buf *vb, uint64_t now_mono);
+int control_view_pid(const struct view_buf *vb, uint64_t id);
+/* A node's failure probability over a day from its deaths and uptime (control_view.c). */
+double control_view_fail_prob(uint32_t downs, double up_ms);
+
+/* control_status.c: one line for a scaling decision ("scale up m onto 2 -> 3 from node 1: why",
+ * "scale down m on node 3, handing its sequences to node 2: why"), the log's (any thread) */
 void control_scale_line(const struct cl_scale *s, char *out, size_t cap);
 
 /* control_recover.c */

@@ -187,7 +187,8 @@ static int leader_scaleouts(struct control *c)
     return n;
 }
 
-/* Why the planner took action a, in one short line (the event's reason, the console's line). */
+/* Why the planner took action a, in one short line: what it compared (the command's reason, the
+ * event's and the decision line's). */
 static void why_text(const struct plan_action *a, char out[CL_STR_LEN + 1])
 {
     char t[128];
@@ -211,66 +212,180 @@ static void why_text(const struct plan_action *a, char out[CL_STR_LEN + 1])
     case PLAN_WHY_DURABILITY:
         snprintf(t, sizeof t, "host copies %.0f %s R = %.0f", v, v < l ? "<" : ">", l);
         break;
-    default:
+    case PLAN_WHY_STANDBY:
         snprintf(t, sizeof t, "standbys %.0f > %.0f wanted", v, l);
+        break;
+    case CTL_WHY_TEST:
+        snprintf(t, sizeof t, "--test-scale-in");
+        break;
+    default:
+        snprintf(t, sizeof t, "reason %d", a->reason);
     }
     cluster_cmd_printable(out, t);
 }
 
-int control_leader_decide(struct control *c, uint64_t now_mono, struct cl_cmd *cmd, int cap,
-                          char *err)
+int control_leader_commands(const struct view_buf *vb, const struct cl_state *st,
+                            const struct plan_action *act, int n, struct cl_cmd *cmd, int cap,
+                            char *err)
 {
-    static struct view_buf vb;
-    static struct plan_action act[16];
-    struct plan_config pc;
-    plan_config_default(&pc);
-    control_view_build(c, &vb, now_mono);
-    int n = vb.v.n_models ? planner_step(&pc, &vb.v, act, 16, err) : 0;
-    if (n < 0) return -1;
+    static const uint8_t kinds[] = {[PLAN_SCALE_UP] = SCALE_UP,
+                                    [PLAN_SCALE_DOWN] = SCALE_DOWN,
+                                    [PLAN_REPLICATE_HOST] = SCALE_REPLICATE,
+                                    [PLAN_DROP_HOST] = SCALE_DROP_HOST};
     int nc = 0;
+    if (err) err[0] = 0;
+#define NODE_OK(x) ((x) >= 0 && (x) < vb->v.n_nodes)
     for (int i = 0; i < n && nc < cap; i++) {
         const struct plan_action *a = &act[i];
-        if (a->model < 0 || a->model >= (int)c->st.n_models) continue;
+        const char *bad = NULL;
+        if (a->kind < 0 || a->kind >= (int)sizeof kinds || !kinds[a->kind])
+            bad = "a kind the log has no command for";
+        else if (a->model < 0 || a->model >= (int)st->n_models)
+            bad = "a model outside the view";
+        else if (!NODE_OK(a->node) || (a->source >= 0 && !NODE_OK(a->source)) ||
+                 (a->kind == PLAN_SCALE_DOWN && a->handover >= 0 && !NODE_OK(a->handover)) ||
+                 a->n_chain < 0 || a->n_chain > CL_MAX_CHAIN)
+            bad = "a node outside the view";
+        for (int j = 0; j < a->n_chain && j < PLAN_MAX_CHAIN && !bad; j++)
+            if (!NODE_OK(a->chain[j])) bad = "a node outside the view";
+        if (bad) {
+            if (err)
+                errmsg_set(err, "planner action %d (kind %d, model %d, node %d): %s: left out", i,
+                           a->kind, a->model, a->node, bad);
+            continue;
+        }
         struct cl_cmd *k = &cmd[nc++];
         *k = (struct cl_cmd){.type = CMD_SCALE};
-        k->u.scale.kind = a->kind == PLAN_SCALE_UP         ? SCALE_UP
-                          : a->kind == PLAN_SCALE_DOWN     ? SCALE_DOWN
-                          : a->kind == PLAN_REPLICATE_HOST ? SCALE_REPLICATE
-                                                           : SCALE_DROP_HOST;
-        snprintf(k->u.scale.model, sizeof k->u.scale.model, "%s", c->st.model[a->model]);
-        k->u.scale.source = a->source > 0 ? (uint64_t)a->source : 0;
-        k->u.scale.node = (uint64_t)a->node;
-        for (int j = 0; j < a->n_chain && j < CL_MAX_CHAIN; j++)
-            k->u.scale.chain[k->u.scale.n_chain++] = (uint64_t)a->chain[j];
-        why_text(a, k->u.scale.reason);
+        struct cl_scale *sc = &k->u.scale;
+        sc->kind = kinds[a->kind];
+        snprintf(sc->model, sizeof sc->model, "%s", st->model[a->model]);
+        sc->node = vb->id[a->node];
+        /* a scale-down's source is the replica taking its sequences (the hand-over), 0: none */
+        int src = a->kind == PLAN_SCALE_DOWN ? a->handover : a->source;
+        sc->source = src >= 0 ? vb->id[src] : 0;
+        for (int j = 0; j < a->n_chain; j++) sc->chain[sc->n_chain++] = vb->id[a->chain[j]];
+        why_text(a, sc->reason);
     }
+#undef NODE_OK
     return nc;
 }
 
-static int leader_plan(struct control *c, uint64_t now_mono)
+/* --test-scale-in (tests only): instead of the planner, every test_scale_in_ms one forced
+ * scale-in of the first model under load: the serving replica with the most running sequences
+ * (that runs none of another node's) hands them to another serving replica (SCALE_DOWN with a
+ * receiver, as a capacity scale-in does), and on the next decision it comes back from its host
+ * copy (SCALE_UP from itself). */
+static int test_scale_in(struct control *c, const struct view_buf *vb, struct plan_action *act)
 {
+    const struct plan_view *v = &vb->v;
+    if (!v->n_models || c->test_next > now_mono_ms()) return 0;
+    int m = 0, L = v->models[0].layers, busiest = -1, back = -1, to = -1;
+    for (int i = 0; i < v->n_nodes; i++) {
+        const struct plan_node *n = &v->nodes[i];
+        if (!n->alive) continue;
+        if (n->engine_model < 0 && (n->host_cached & 1)) back = i;
+        if (n->engine_model != m || n->layers_resident < L || n->load.helping) continue;
+        if (busiest < 0 || n->load.running_seqs > v->nodes[busiest].load.running_seqs) busiest = i;
+    }
+    if (v->n_scaleouts) return 0; /* the last one comes back first */
+    if (back >= 0) {
+        act[0] = (struct plan_action){.kind = PLAN_SCALE_UP,
+                                      .model = m,
+                                      .source = back,
+                                      .node = back,
+                                      .n_chain = 1,
+                                      .reason = CTL_WHY_TEST,
+                                      .handover = -1};
+        act[0].chain[0] = back;
+        return 1;
+    }
+    for (int i = 0; i < v->n_nodes && busiest >= 0; i++) {
+        const struct plan_node *n = &v->nodes[i];
+        if (i != busiest && n->alive && n->engine_model == m && n->layers_resident >= L &&
+            (to < 0 || n->load.kv_used < v->nodes[to].load.kv_used))
+            to = i;
+    }
+    if (to < 0) return 0;
+    c->test_next = now_mono_ms() + (uint64_t)c->cfg.test_scale_in_ms;
+    act[0] = (struct plan_action){.kind = PLAN_SCALE_DOWN,
+                                  .model = m,
+                                  .source = -1,
+                                  .node = busiest,
+                                  .reason = CTL_WHY_TEST,
+                                  .handover = to};
+    return 1;
+}
+
+static int leader_plan(struct control *c)
+{
+    static struct view_buf vb; /* the control thread's */
+    struct plan_action act[16];
     struct cl_cmd cmd[16];
-    char err[ERRMSG_LEN];
+    struct plan_config pc;
+    char err[ERRMSG_LEN], skipped[ERRMSG_LEN];
     pthread_mutex_lock(&c->mu);
-    int nc = control_leader_decide(c, now_mono, cmd, 16, err);
-    if (nc > 0) c->decisions += (uint64_t)nc;
+    control_plan_config(&c->cfg, &pc);
+    control_view_build(c, &vb, now_mono_ms());
+    int n = !vb.v.n_models                ? 0
+            : c->cfg.test_scale_in_ms > 0 ? test_scale_in(c, &vb, act)
+                                          : planner_step(&pc, &vb.v, act, 16, err);
+    int nc = n > 0 ? control_leader_commands(&vb, &c->st, act, n, cmd, 16, skipped) : 0;
     pthread_mutex_unlock(&c->mu);
-    if (nc < 0) log_warn("cluster", "planner: %s", err);
+    if (n < 0) log_warn("cluster", "planner: %s", err);
+    if (n > 0 && skipped[0]) log_warn("cluster", "%s", skipped);
     for (int i = 0; i < nc; i++) {
         char line[ERRMSG_LEN];
         control_scale_line(&cmd[i].u.scale, line, sizeof line);
         log_info("cluster", "decision: %s", line);
         control_fsm_propose(c, &cmd[i]);
     }
-    return nc > 0 ? nc : 0;
+    return nc;
+}
+
+/* Every fresh report's prompt tokens submitted since the last one, into its model's forecast. */
+static void leader_forecast(struct control *c)
+{
+    uint64_t now = now_mono_ms(), wall = now_wall_ms();
+    double tokens[CL_MAX_MODELS] = {0};
+    pthread_mutex_lock(&c->mu);
+    if (c->fc_epoch != c->leader_since) c->fc_on = 0, c->fc_epoch = c->leader_since;
+    if (!c->fc_on) {
+        memset(c->fc_started, 0, sizeof c->fc_started);
+        for (int k = 0; k < c->n_rep; k++) c->rep[k].prompt_seen = c->rep[k].load.prompt_in;
+        c->fc_on = 1;
+    }
+    for (uint32_t m = 0; m < c->st.n_models; m++)
+        if (!c->fc_started[m]) {
+            planner_forecast_init(&c->fc[m], (double)wall, CTL_FC_PERIOD_MS, CTL_FC_ALPHA,
+                                  CTL_FC_BETA);
+            c->fc_started[m] = 1;
+        }
+    for (int k = 0; k < c->n_rep; k++) {
+        struct report *r = &c->rep[k];
+        uint64_t in = r->load.prompt_in;
+        /* a restarted node counts from 0 again */
+        uint64_t d = in >= r->prompt_seen ? in - r->prompt_seen : in;
+        r->prompt_seen = in;
+        if (!d || now - r->at_ms > (uint64_t)c->cfg.dead_ms) continue;
+        int mi = -1;
+        for (int h = 0; h < r->n_hold && mi < 0; h++)
+            if (r->hold[h].engine) mi = cluster_state_model(&c->st, r->hold[h].model);
+        for (int h = 0; h < r->n_hold && mi < 0; h++)
+            if (r->hold[h].host) mi = cluster_state_model(&c->st, r->hold[h].model);
+        if (mi >= 0) tokens[mi] += (double)d;
+    }
+    for (uint32_t m = 0; m < c->st.n_models; m++)
+        planner_forecast_observe(&c->fc[m], (double)wall, tokens[m]);
+    pthread_mutex_unlock(&c->mu);
 }
 
 void control_leader_tick(struct control *c)
 {
     uint64_t now = now_mono_ms();
+    leader_forecast(c);      /* every tick: the arrivals are measured whether or not we decide */
     if (c->inflight) return; /* one batch at a time: decide on what committed */
     if (raft_last_applied(&c->raft) < raft_last_index(&c->raft)) return;
     if (leader_membership(c, now)) return;
     if (leader_scaleouts(c)) return;
-    leader_plan(c, now);
+    leader_plan(c);
 }

@@ -35,25 +35,26 @@ int control_route(struct control *c, const char *model, int prompt_tokens, char 
     struct view_buf *vb = malloc(sizeof *vb);
     if (!vb) return errmsg_set(err, "route: out of memory");
     struct plan_config pc;
-    plan_config_default(&pc);
     struct plan_route rt = {.node = -1};
     int rc = 0;
     *node = 0;
     snprintf(http_out, cap, "none");
     pthread_mutex_lock(&c->mu);
+    control_plan_config(&c->cfg, &pc);
     const struct cl_state *s = &c->st;
     int mi = control_model_index(c, model);
+    uint64_t now = now_mono_ms();
     if (mi >= 0) {
-        control_view_build(c, vb, now_mono_ms());
+        control_view_build(c, vb, now);
         /* What we relayed and is still in flight there, beyond what that node last reported
          * (a follower has no one's report but its own): queued work of that size. */
         for (int i = 0; i < vb->v.n_nodes; i++) {
             struct plan_node *pn = &vb->node[i];
-            int k = member_index(s, (uint64_t)pn->id);
+            int k = member_index(s, vb->id[i]);
             int o = k >= 0 ? c->outstanding[k] : 0,
                 have = pn->load.queue_len + pn->load.running_seqs;
-            if (k >= 0 && c->suspect_until[k] > now_mono_ms()) pn->alive = 0;
-            if ((uint64_t)pn->id == c->cfg.id || o <= have) continue;
+            if (k >= 0 && c->suspect_until[k] > now) pn->alive = 0;
+            if (vb->id[i] == c->cfg.id || o <= have) continue;
             pn->load.queue_len += o - have;
             pn->load.queued_tokens += (long)(o - have) * (prompt_tokens > 16 ? prompt_tokens : 16);
             pn->load.idle_since_ms = -1;
@@ -62,19 +63,19 @@ int control_route(struct control *c, const char *model, int prompt_tokens, char 
     }
     if (!rc && rt.node >= 0) {
         /* Equal predictions: serve here rather than pay a hop. */
-        for (int i = 0; i < vb->v.n_nodes; i++) {
-            const struct plan_node *pn = &vb->node[i];
-            if ((uint64_t)pn->id != c->cfg.id || !pn->alive || pn->engine_model != mi) continue;
-            if (planner_predict_ttft_ms(&pc, &vb->v, pn, mi, prompt_tokens) <= rt.predicted_ttft_ms)
-                rt.node = pn->id;
-        }
-        const struct cl_member *m = cluster_state_member_c(s, (uint64_t)rt.node);
-        if ((uint64_t)rt.node == c->cfg.id) {
+        int me = control_view_pid(vb, c->cfg.id);
+        const struct plan_node *pn = me >= 0 ? &vb->node[me] : NULL;
+        if (pn && pn->alive && pn->engine_model == mi && !pn->standby &&
+            planner_predict_ttft_ms(&pc, &vb->v, pn, mi, prompt_tokens) <= rt.predicted_ttft_ms)
+            rt.node = me;
+        uint64_t id = vb->id[rt.node];
+        const struct cl_member *m = cluster_state_member_c(s, id);
+        if (id == c->cfg.id) {
             snprintf(http_out, cap, "local");
             *node = c->cfg.id;
         } else if (m && m->info.http[0]) {
             snprintf(http_out, cap, "%s", m->info.http);
-            *node = (uint64_t)rt.node;
+            *node = id;
         }
     }
     pthread_mutex_unlock(&c->mu);

@@ -59,6 +59,7 @@ void control_scale_line(const struct cl_scale *s, char *out, size_t cap)
         break;
     case SCALE_DOWN:
         ADD("scale down %s on node %llu", s->model, (unsigned long long)s->node);
+        if (s->source) ADD(", handing its sequences to node %llu", (unsigned long long)s->source);
         break;
     case SCALE_REPLICATE:
         ADD("copy %s into node %llu's host memory from node %llu", s->model,
@@ -119,6 +120,8 @@ char *control_json(struct control *c, size_t *len)
                                                              : "joined");
         cJSON_AddBoolToObject(n, "alive", m->alive);
         cJSON_AddNumberToObject(n, "since_ms", (double)m->since_ms);
+        cJSON_AddNumberToObject(n, "downs", m->downs); /* its failure rate's evidence */
+        cJSON_AddNumberToObject(n, "up_ms", (double)m->up_ms);
         cJSON_AddStringToObject(n, "gpu", m->info.gpu);
         cJSON_AddStringToObject(n, "rack", m->info.rack);
         cJSON_AddNumberToObject(n, "tokens_per_s", m->info.tok_s);
@@ -155,6 +158,18 @@ char *control_json(struct control *c, size_t *len)
             cJSON_AddNumberToObject(l, "predicted_ttft_ms", ld->ttft_pred_ms);
             cJSON_AddNumberToObject(l, "tokens_per_s", ld->tok_s);
             cJSON_AddNumberToObject(l, "idle_ms", ld->idle_ms);
+            /* what the planner measures with (docs/control.md "What the planner is fed") */
+            cJSON *sm = cJSON_AddObjectToObject(l, "step_model");
+            cJSON_AddNumberToObject(sm, "a_us", ld->step_a * ld->step_corr * 1e6);
+            cJSON_AddNumberToObject(sm, "b_us", ld->step_b * ld->step_corr * 1e6);
+            cJSON_AddNumberToObject(sm, "c_us", ld->step_c * ld->step_corr * 1e6);
+            cJSON_AddNumberToObject(sm, "err", ld->step_err);
+            cJSON_AddNumberToObject(sm, "steps", ld->step_steps);
+            cJSON_AddBoolToObject(sm, "calibrated", ld->step_cal);
+            cJSON_AddNumberToObject(l, "link_Bps", ld->link_Bps);
+            cJSON_AddNumberToObject(l, "link_peer", (double)ld->link_peer);
+            cJSON_AddNumberToObject(l, "prompt_in", (double)ld->prompt_in);
+            cJSON_AddNumberToObject(l, "helping", ld->helping);
         }
         cJSON_AddItemToArray(nodes, n);
     }

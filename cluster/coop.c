@@ -110,6 +110,7 @@ struct coop *coop_new(const struct coop_config *cfg, char *err)
         return NULL;
     }
     atomic_init(&c->helper, cfg->helper_peer);
+    atomic_init(&c->ho_peer, -1);
     if (c->cfg.serve_remote && c->cfg.fuse && !c->e->be->batch_invariant) {
         log_info("coop",
                  "remote steps run apart from ours: the %s backend's rows depend on their "
@@ -266,7 +267,7 @@ void coop_set_scheduler(struct coop *c, struct scheduler *s)
 struct sched_coop coop_sched_hooks(struct coop *c)
 {
     struct sched_coop h = {.ctx = c, .n_layers = c->L};
-    if (c->cfg.resident < c->L || c->n_sched) {
+    if (c->cfg.resident < c->L || c->n_sched || c->cfg.handover) {
         h.resident = coop_joiner_resident;
         h.ready = coop_joiner_ready;
         h.fill = coop_kvfill_fill;
@@ -275,6 +276,9 @@ struct sched_coop coop_sched_hooks(struct coop *c)
         h.all_local = coop_joiner_all_local;
         h.seq_end = coop_joiner_seq_end;
         h.lost = coop_joiner_lost;
+        if (c->cfg.handover) h.lower = coop_handover_lower;
+        /* a node that serves alone from the start runs every layer from the first step */
+        if (c->cfg.resident == c->L && !c->n_sched) h.start_k = c->L;
     }
     if (c->cfg.serve_remote) h.serve = coop_helper_serve;
     if (c->cfg.serve_remote && c->cfg.fuse) h.forward = coop_fuse_forward;

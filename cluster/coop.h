@@ -7,8 +7,8 @@
  * those sequences, inside its own step where it can (the rows join it at layer k, so each
  * layer's weights are read once for both: coop_config.fuse, sched_coop.forward), samples with the
  * sequence's sampler (sent once in MSG_COOP_OPEN, its generator state returned with every token)
- * and answers MSG_COOP_TOKENS; the step completes when the reply comes. k moves up only, between
- * steps: the KV of the layers that became local is transferred from the helper (one
+ * and answers MSG_COOP_TOKENS; the step completes when the reply comes. k moves up only (but for a
+ * hand-over, below), between steps: the KV of the layers that became local is transferred from the helper (one
  * MSG_COOP_KV_REQ naming every running sequence, answered by MSG_COOP_KV chunks that the helper's
  * compute thread reads out between its steps, at most kv_window bytes (4 MiB) per between-step
  * window, and that the joiner installs as they arrive) or recomputed from the saved inputs of
@@ -39,6 +39,22 @@
  * none is. The helper runs a peer's messages in order (the fused step takes at most one step of
  * a peer, the next waits), so a sequence's chunks reach its KV in order; replies come in order.
  * A step of more rows than one message holds runs unpipelined once the flights are back.
+ *
+ * Hand-over (coop_config.handover, a cluster member that serves alone): a node that leaves the
+ * engine (a capacity scale-in) hands its running sequences to another replica with
+ * coop_handover(receiver's fabric address): the receiver becomes its helper and, at the step
+ * boundary after its connection opened, k falls from L to 0: every running sequence is opened
+ * there (with its sampler as it is now) and its computed positions sent as token ids for the
+ * receiver to compute their KV (a recompute, one batch), and from then on each step's rows go
+ * there as token ids and its tokens come back, as for a joiner before its embedding: this node's
+ * front keeps streaming them, its engine computes nothing for them. A sequence that cannot be
+ * moved, or a receiver that refuses or is not connected within HO_WAIT_S, gives the hand-over up
+ * with nothing moved (they finish here, as before). Once no sequence is left at the receiver, or
+ * when the node serves again (coop_handover_end) or the receiver is gone, k is L again: the KV
+ * of the sequences still running is filled (transfer or recompute from their token ids, as a
+ * joiner's rise), so none fails because of the scale-in. A node whose own steps run remote right
+ * now (k < L) answers other nodes' steps with an error at once: two hand-overs into each other
+ * never wait on each other.
  *
  * Threads: the scheduler's compute thread calls the sched_coop hooks (serving/sched/scheduler.h);
  * the fabric thread runs the message handlers, which validate and queue and never block;
@@ -108,6 +124,7 @@ struct coop_config {
     int fuse; /* 1: remote steps run inside our own steps (--coop-fuse on, the default), on a
                  backend whose rows do not depend on their batch; 0: between them */
     size_t kv_window;  /* KV answer bytes sent between two of our steps (0: KV_WINDOW_BYTES) */
+    int handover;      /* 1: this node may hand its sequences over (a cluster member) */
     int test_kv_fault; /* enum coop_kv_fault */
 };
 
@@ -124,6 +141,16 @@ void coop_set_resident(struct coop *c, int k);
 void coop_set_embedding_local(struct coop *c);
 /* 1 while the scheduler still sends token ids (the embedding runs on the helper). */
 int coop_embedding_remote(const struct coop *c);
+/* Any thread: hand this node's running sequences to the replica at fabric address `receiver`
+ * (see above). 0, or -1 (err) when it cannot (no hand-over here, a partial node, no fabric slot).
+ */
+int coop_handover(struct coop *c, const char *receiver, char *err);
+/* Any thread: the node serves again: sequences handed over come back (k = L at the next
+ * boundary). */
+void coop_handover_end(struct coop *c);
+/* Hand-overs done, sequences moved, hand-overs given up (nothing moved) so far. */
+void coop_handover_counts(const struct coop *c, unsigned long long *done, unsigned long long *seqs,
+                          unsigned long long *failed);
 /* The target set by coop_set_resident (or the schedule), and the k the scheduler runs now. */
 int coop_resident(const struct coop *c);
 int coop_current_k(const struct coop *c);

@@ -25,6 +25,13 @@
 
 #define MAX_SCHEDULE 64
 
+/* A hand-over's states: NONE; ASKED (the receiver's connection is coming: the scheduler lowers k
+ * to 0 at the step boundary after it opened); AWAY (k = 0: the receiver runs every layer of this
+ * node's sequences; back at k = L once none is left there, or the receiver is gone); BACK (the
+ * node serves again: k = L at the next boundary, the KV brought back by the fill). */
+enum coop_ho { HO_NONE, HO_ASKED, HO_AWAY, HO_BACK };
+#define HO_WAIT_S 10.0 /* a receiver not connected by then: the hand-over is given up */
+
 /* Joiner: a sequence some of whose layers run on the helper. x holds, for every computed position,
  * a hidden state saved at the input of layer xl[pos] (what was sent at the time, or where the last
  * recompute left it): the input of a KV recompute. A transfer does not advance it, so after one
@@ -144,6 +151,14 @@ struct coop {
     unsigned long long n_sent, n_piped;
     int logged_k0, logged_k1;
 
+    /* Hand-over (coop_handover.c): this node's sequences to another replica. ho_state and
+     * ho_peer any thread; ho_tokens and the counts the compute thread's. */
+    atomic_int ho_state;     /* enum coop_ho */
+    atomic_int ho_peer;      /* the receiver's fabric peer, -1: none */
+    _Atomic double ho_asked; /* clock_now() when it was asked (it gives up after HO_WAIT_S) */
+    int ho_tokens;           /* AWAY: the steps send token ids (the receiver runs every layer) */
+    atomic_ullong ho_done, ho_seqs, ho_failed;
+
     /* Helper. */
     struct scheduler *sched;                     /* set before the fabric starts; poked by it */
     pthread_mutex_t wmu;                         /* the work queue */
@@ -198,6 +213,27 @@ const char *coop_joiner_lost(void *ctx, unsigned seq);
 void coop_joiner_all_local(void *ctx);
 void coop_joiner_seq_end(void *ctx, unsigned seq);
 struct jseq *coop_joiner_find(struct coop *c, unsigned id);
+
+/* The joiner's sequence table, its helper's answers and CLOSE (the hand-over uses them too). */
+struct jseq *coop_joiner_js_get(struct coop *c, unsigned id, char *err);
+void coop_joiner_js_drop(struct coop *c, struct jseq *j);
+int coop_joiner_send_close(struct coop *c, int helper, const uint32_t *ids, uint32_t n, char *err);
+int coop_joiner_wait_reply(struct coop *c, int helper_peer, uint64_t step, unsigned session,
+                           struct wire_coop_tokens *t, char *err);
+int coop_joiner_reply_check(struct coop *c, int hp, const struct wire_coop_tokens *t, int want,
+                            const unsigned *seq_of_row, char *err);
+
+/* Rows go as hidden states (1) or as token ids (0: before the embedding, or handed over). */
+static inline int coop_rows_embedded(struct coop *c)
+{
+    return atomic_load(&c->emb_now) && !c->ho_tokens;
+}
+
+/* coop_handover.c: the k a boundary runs given the hand-over (k: the layers resident), and the
+ * lower hook (every running sequence opened at the receiver, its positions recomputed there) */
+int coop_handover_k(struct coop *c, int k);
+int coop_handover_lower(void *ctx, int n_seqs, const unsigned *seq, struct sampler *const *smp,
+                        const int *const *tok, const int *n, char *err);
 
 /* coop_kvfill.c: the fill hook (k rose from k0 to k1) */
 void coop_kvfill_fill(void *ctx, int n_seqs, const unsigned *seq, const int *const *blocks,

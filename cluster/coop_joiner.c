@@ -17,7 +17,7 @@ struct jseq *coop_joiner_find(struct coop *c, unsigned id)
     return NULL;
 }
 
-static struct jseq *js_get(struct coop *c, unsigned id, char *err)
+struct jseq *coop_joiner_js_get(struct coop *c, unsigned id, char *err)
 {
     struct jseq *j = coop_joiner_find(c, id);
     if (j) return j;
@@ -41,14 +41,14 @@ static struct jseq *js_get(struct coop *c, unsigned id, char *err)
     return j;
 }
 
-static void js_drop(struct coop *c, struct jseq *j)
+void coop_joiner_js_drop(struct coop *c, struct jseq *j)
 {
     free(j->x), free(j->xl), free(j->tok);
     *j = c->js[--c->n_js];
 }
 
 /* Tell the helper to drop sequences ids[0..n): 0, or -1 with err. */
-static int send_close(struct coop *c, int helper, const uint32_t *ids, uint32_t n, char *err)
+int coop_joiner_send_close(struct coop *c, int helper, const uint32_t *ids, uint32_t n, char *err)
 {
     while (n) {
         uint32_t m = n > 4096 ? 4096 : n;
@@ -78,6 +78,7 @@ int coop_joiner_resident(void *ctx, unsigned long long steps)
     }
     /* no layer runs here before the embedding does (the puller's k counts blocks with it) */
     int k = atomic_load(&c->emb_now) ? atomic_load(&c->target) : 0;
+    k = coop_handover_k(c, k); /* 0 while this node's sequences run on a receiver */
     if (k != atomic_load(&c->k_now) && c->n_sent)
         log_info("coop",
                  "k %d -> %d; so far %llu steps sent (%llu with another in flight), %.3f s in our "
@@ -101,8 +102,8 @@ static int wait_reply_(struct coop *c, const char *helper, uint64_t step, unsign
                        const struct timespec *until, struct wire_coop_tokens *t, char *err);
 /* Wait for the reply to step `step`; the helper leaving or the timeout fail it. A reply to an
  * earlier step (one that failed here before its answer came) is dropped. */
-static int wait_reply(struct coop *c, int helper_peer, uint64_t step, unsigned session,
-                      struct wire_coop_tokens *t, char *err)
+int coop_joiner_wait_reply(struct coop *c, int helper_peer, uint64_t step, unsigned session,
+                           struct wire_coop_tokens *t, char *err)
 {
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
@@ -168,7 +169,7 @@ static int step_prepare(struct coop *c, const struct batch *b, int k, const unsi
     if (!open) return errmsg_set(err, "helper %s is not connected", helper);
     /* Sequences new to the helper are opened with their sampler as it is now. */
     for (int i = 0; i < b->n; i++) {
-        struct jseq *j = js_get(c, seq[i], err);
+        struct jseq *j = coop_joiner_js_get(c, seq[i], err);
         if (!j) return -1;
         if (j->opened && j->session != session) {
             if (b->pos[i] != 0)
@@ -193,7 +194,7 @@ static int step_prepare(struct coop *c, const struct batch *b, int k, const unsi
     }
     /* Our layers (their time per row and layer: the recompute cost model's prior); without the
      * embedding, none: the rows go as token ids (WIRE_TOKENS) and the helper embeds them. */
-    int emb = atomic_load(&c->emb_now);
+    int emb = coop_rows_embedded(c);
     if (!emb && k != 0) return errmsg_set(err, "coop: %d local layers without the embedding", k);
     double tl = clock_now();
     if (emb && engine_embed(c->e, b, c->x))
@@ -225,7 +226,7 @@ static int step_send_rows(struct coop *c, const struct batch *b, int k, const un
                           const unsigned char *mask, int hp, int r0, int n, int *lr, int *want,
                           uint64_t *step_out, char *err)
 {
-    int emb = atomic_load(&c->emb_now);
+    int emb = coop_rows_embedded(c);
     uint8_t dtype = emb ? (uint8_t)c->cfg.dtype : WIRE_TOKENS;
     *want = 0;
     for (int i = 0; i < n; i++) {
@@ -260,8 +261,8 @@ static int step_send_rows(struct coop *c, const struct batch *b, int k, const un
 
 /* The answer t to a message of `want` logit rows whose sequences are seq_of_row[0..want): 0, or
  * -1 (err) when it is an error or does not match. */
-static int reply_check(struct coop *c, int hp, const struct wire_coop_tokens *t, int want,
-                       const unsigned *seq_of_row, char *err)
+int coop_joiner_reply_check(struct coop *c, int hp, const struct wire_coop_tokens *t, int want,
+                            const unsigned *seq_of_row, char *err)
 {
     const char *helper = fabric_node_peer_name(c->cfg.fabric, hp);
     if (t->status) return errmsg_set(err, "helper %s: %s", helper, t->error);
@@ -296,7 +297,7 @@ int coop_joiner_step(void *ctx, const struct batch *b, int k, const unsigned *se
     if (step_prepare(c, b, k, seq, smp, &session, &hp, err)) return -1;
     /* The rest, in messages of at most WIRE_MAX_MSG bytes, each answered before the next (token
      * rows in chunks of the configured dtype's rows too: the helper's scratch is sized by them). */
-    int tok_rows = !atomic_load(&c->emb_now);
+    int tok_rows = !coop_rows_embedded(c);
     uint32_t per = wire_activations_max_rows((uint32_t)c->dim, (uint8_t)c->cfg.dtype);
     int lr = 0; /* logit rows handled */
     for (int r0 = 0; r0 < b->n; r0 += (int)per) {
@@ -305,9 +306,9 @@ int coop_joiner_step(void *ctx, const struct batch *b, int k, const unsigned *se
         uint64_t step;
         if (step_send_rows(c, b, k, seq, mask, hp, r0, n, &lr, &want, &step, err)) return -1;
         struct wire_coop_tokens t;
-        if (wait_reply(c, hp, step, session, &t, err)) return -1;
+        if (coop_joiner_wait_reply(c, hp, step, session, &t, err)) return -1;
         for (int i = 0; i < want; i++) c->rows.seq[i] = seq[b->logit_rows[lr0 + i]];
-        if (reply_check(c, hp, &t, want, c->rows.seq, err)) return -1;
+        if (coop_joiner_reply_check(c, hp, &t, want, c->rows.seq, err)) return -1;
         for (int i = 0; i < want; i++) {
             tokens[lr0 + i] = (int)t.tok[i].token;
             smp[b->logit_rows[lr0 + i]]->rng = t.tok[i].rng;
@@ -330,7 +331,7 @@ int coop_joiner_send(void *ctx, const struct batch *b, int k, const unsigned *se
     struct flight *f = &c->fl[(c->fl_first + c->n_fl) % COOP_MAX_FLIGHTS];
     if (step_prepare(c, b, k, seq, smp, &f->session, &f->helper, err)) return -1;
     int lr = 0;
-    f->token_rows = !atomic_load(&c->emb_now);
+    f->token_rows = !coop_rows_embedded(c);
     if (step_send_rows(c, b, k, seq, mask, f->helper, 0, b->n, &lr, &f->want, &f->step, err))
         return -1;
     f->rows = b->n;
@@ -352,8 +353,8 @@ int coop_joiner_recv(void *ctx, int *tokens, uint64_t *rng, char *err)
     c->fl_first = (c->fl_first + 1) % COOP_MAX_FLIGHTS;
     c->n_fl--;
     struct wire_coop_tokens t;
-    if (wait_reply(c, f->helper, f->step, f->session, &t, err) ||
-        reply_check(c, f->helper, &t, f->want, f->seq, err)) {
+    if (coop_joiner_wait_reply(c, f->helper, f->step, f->session, &t, err) ||
+        coop_joiner_reply_check(c, f->helper, &t, f->want, f->seq, err)) {
         log_warn("coop", "pipelined step %llu (%d rows) failed with %d more in flight: %s",
                  (unsigned long long)f->step, f->rows, c->n_fl, err);
         return -1;
@@ -394,7 +395,7 @@ void coop_joiner_all_local(void *ctx)
     for (int i = 0; i < c->n_js; i++)
         if (ids && c->js[i].opened && c->js[i].session == session) ids[n++] = c->js[i].id;
     char err[ERRMSG_LEN];
-    if (open && n && send_close(c, hp, ids, n, err))
+    if (open && n && coop_joiner_send_close(c, hp, ids, n, err))
         log_warn("coop", "could not tell the helper to drop %u sequences: %s", n, err);
     else if (n)
         log_info("coop", "all layers local: the helper drops %u sequences", n);
@@ -403,7 +404,7 @@ void coop_joiner_all_local(void *ctx)
              "%.3f s waiting for the helper's answers",
              c->n_sent, c->n_piped, c->t_local, c->t_wait);
     free(ids);
-    while (c->n_js) js_drop(c, &c->js[c->n_js - 1]);
+    while (c->n_js) coop_joiner_js_drop(c, &c->js[c->n_js - 1]);
 }
 
 void coop_joiner_seq_end(void *ctx, unsigned seq)
@@ -417,7 +418,7 @@ void coop_joiner_seq_end(void *ctx, unsigned seq)
     pthread_mutex_unlock(&c->mu);
     uint32_t id = seq;
     char err[ERRMSG_LEN];
-    if (live && send_close(c, hp, &id, 1, err))
+    if (live && coop_joiner_send_close(c, hp, &id, 1, err))
         log_warn("coop", "could not tell the helper to drop sequence %u: %s", seq, err);
-    js_drop(c, j);
+    coop_joiner_js_drop(c, j);
 }

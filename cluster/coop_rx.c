@@ -146,6 +146,19 @@ static int on_activations(void *ctx, struct fabric_node *fn, int peer, const uin
         }
     }
     p->last_step = a.step;
+    if (atomic_load(&c->k_now) < c->L) {
+        /* our own steps run on a helper right now (a hand-over): the compute thread may be
+         * waiting on it, which may be waiting on this answer: refuse at once */
+        uint8_t buf[WIRE_COOP_ERR_LEN + 64];
+        struct wire_coop_tokens t = {.step = a.step, .status = 1};
+        snprintf(t.error, sizeof t.error,
+                 "this node runs %d of %d layers itself right now (its own sequences are "
+                 "handed over): not a helper",
+                 atomic_load(&c->k_now), c->L);
+        size_t n = wire_coop_tokens_encode(buf, sizeof buf, &t);
+        if (n) fabric_node_send(fn, peer, buf, n, err);
+        return 0;
+    }
     struct work shape = {.layer = a.layer, .rows = a.n, .step = a.step};
     for (uint32_t i = 0; i < a.n; i++) shape.wants += (flags[i] & WIRE_ROW_LOGITS) != 0;
     return queue_work(c, W_ACT, peer, msg, len, &shape);
@@ -241,6 +254,7 @@ static int on_tokens(void *ctx, struct fabric_node *fn, int peer, const uint8_t 
 /* 1 when peer may be our helper: the configured one or an alternative (mu held). */
 static int helper_candidate(const struct coop *c, int peer)
 {
+    if (peer == atomic_load(&((struct coop *)c)->ho_peer)) return 1; /* a hand-over's receiver */
     if (c->cfg.helper_peer < 0) return 0;
     if (peer == c->cfg.helper_peer) return 1;
     for (int i = 0; i < c->n_alt; i++)
@@ -305,7 +319,7 @@ int coop_attach(struct coop *c, char *err)
 {
     struct fabric_node *fn = c->cfg.fabric;
     int bad = fabric_node_on_peer(fn, on_peer, c);
-    if (c->cfg.resident < c->L || c->n_sched) {
+    if (c->cfg.resident < c->L || c->n_sched || c->cfg.handover) {
         bad |= fabric_node_on(fn, MSG_COOP_TOKENS, on_tokens, c);
         bad |= fabric_node_on(fn, MSG_COOP_KV, on_kv, c);
     }

@@ -23,15 +23,15 @@ struct out_msg {
 
 struct peer {
     struct tp_conn *conn;
-    const char *addr; /* configured peers: where to (re)connect */
+    const char *addr; /* configured and dialed peers: where to (re)connect */
+    char dialed[64];  /* a dialed peer's address (fabric_node_dial): addr points here */
     int used;         /* slot taken (configured, or an accepted connection) */
     int reported;     /* state last told to observers */
     int adopted;      /* a module owns the connection now */
     int warned;       /* a failed (re)connection was logged: quiet until it opens again */
     double next_try;
     int backoff_ms;   /* configured: the wait before the next attempt (doubles to 5 s) */
-    atomic_int added; /* fabric_node_add_peer: addr_buf becomes addr on the next round */
-    char addr_buf[64];
+    atomic_int added; /* fabric_node_add_peer: tried at once on the next round, back-off reset */
     atomic_int open;
     atomic_int close_req;
     char name[48];
@@ -118,7 +118,8 @@ int fabric_node_add_poller(struct fabric_node *fn, fabric_poll_fn f, void *ctx)
 
 #define MAX_BACKOFF_MS 5000
 
-/* A configured peer that failed: try again after its back-off, which doubles until it opens. */
+/* A configured or dialed peer that failed: try again after its back-off, which doubles until it
+ * opens. */
 static void retry_later(struct fabric_node *fn, struct peer *p, double now)
 {
     if (p->backoff_ms < fn->cfg.retry_ms) p->backoff_ms = fn->cfg.retry_ms;
@@ -128,29 +129,9 @@ static void retry_later(struct fabric_node *fn, struct peer *p, double now)
 
 int fabric_node_add_peer(struct fabric_node *fn, const char *addr)
 {
-    int slot = -1;
-    pthread_mutex_lock(&fn->mu);
-    for (int i = 0; i < FABRIC_MAX_NODE_PEERS && slot < 0; i++)
-        if (fn->peer[i].used && (fn->peer[i].addr || atomic_load(&fn->peer[i].added)) &&
-            !strcmp(fn->peer[i].name, addr))
-            slot = i;
-    if (slot >= 0) {
-        atomic_store(&fn->peer[slot].added, 1); /* known: the next round tries it at once */
-    } else {
-        for (int i = fn->cfg.n_peers; i < FABRIC_MAX_NODE_PEERS && slot < 0; i++)
-            if (!fn->peer[i].used) slot = i;
-        if (slot >= 0) {
-            struct peer *p = &fn->peer[slot];
-            p->used = 1;
-            p->conn = NULL;
-            p->adopted = 0;
-            p->reported = TP_CLOSED;
-            snprintf(p->addr_buf, sizeof p->addr_buf, "%s", addr);
-            snprintf(p->name, sizeof p->name, "%s", addr);
-            atomic_store(&p->added, 1);
-        }
-    }
-    pthread_mutex_unlock(&fn->mu);
+    char err[ERRMSG_LEN];
+    int slot = fabric_node_dial(fn, addr, err);
+    if (slot >= 0) atomic_store(&fn->peer[slot].added, 1); /* the next round tries it at once */
     return slot;
 }
 
@@ -160,9 +141,6 @@ static void take_added(struct fabric_node *fn)
     for (int i = 0; i < FABRIC_MAX_NODE_PEERS; i++) {
         struct peer *p = &fn->peer[i];
         if (!atomic_exchange(&p->added, 0)) continue;
-        pthread_mutex_lock(&fn->mu);
-        if (!p->addr) p->addr = p->addr_buf;
-        pthread_mutex_unlock(&fn->mu);
         p->next_try = 0;
         p->backoff_ms = fn->cfg.retry_ms;
         p->warned = 0;
@@ -213,7 +191,10 @@ static void connect_peers(struct fabric_node *fn, double now)
     take_added(fn);
     for (int i = 0; i < FABRIC_MAX_NODE_PEERS; i++) {
         struct peer *p = &fn->peer[i];
-        if (!p->addr || p->conn || now < p->next_try) continue;
+        pthread_mutex_lock(&fn->mu); /* a dial may be filling the slot in */
+        int dial = p->used && p->addr;
+        pthread_mutex_unlock(&fn->mu);
+        if (!dial || p->conn || now < p->next_try) continue;
         char err[ERRMSG_LEN];
         p->conn = tp_connect(fn->t, p->addr, err);
         p->reported = TP_CONNECTING;
@@ -366,6 +347,31 @@ void fabric_node_free(struct fabric_node *fn)
     }
     pthread_mutex_destroy(&fn->mu);
     free(fn);
+}
+
+int fabric_node_dial(struct fabric_node *fn, const char *addr, char *err)
+{
+    if (strlen(addr) >= sizeof fn->peer[0].dialed)
+        return errmsg_set(err, "fabric: address %.80s too long", addr);
+    int slot = -1;
+    pthread_mutex_lock(&fn->mu);
+    for (int i = 0; i < FABRIC_MAX_NODE_PEERS && slot < 0; i++)
+        if (fn->peer[i].used && fn->peer[i].addr && !strcmp(fn->peer[i].addr, addr)) slot = i;
+    for (int i = fn->cfg.n_peers; i < FABRIC_MAX_NODE_PEERS && slot < 0; i++) {
+        struct peer *p = &fn->peer[i];
+        if (p->used) continue;
+        slot = i;
+        snprintf(p->dialed, sizeof p->dialed, "%s", addr);
+        snprintf(p->name, sizeof p->name, "%s", addr);
+        p->conn = NULL;
+        p->adopted = p->warned = p->reported = 0;
+        p->next_try = 0;
+        p->addr = p->dialed;
+        p->used = 1;
+    }
+    pthread_mutex_unlock(&fn->mu);
+    if (slot < 0) return errmsg_set(err, "fabric: %d peers already", FABRIC_MAX_NODE_PEERS);
+    return slot;
 }
 
 int fabric_node_send(struct fabric_node *fn, int peer, const void *msg, size_t len, char *err)

@@ -26,7 +26,7 @@
  *     handler of that message type: the node stops reading it and the module owns it from then on
  *     (it already has the first message, in the handler's arguments).
  * Everything is set up before fabric_node_start and torn down by fabric_node_free (which joins the
- * thread); registration after start is refused. */
+ * thread); registration after start is refused (a peer dialed later, fabric_node_dial, is not). */
 #ifndef STRATA_FABRIC_NODE_H
 #define STRATA_FABRIC_NODE_H
 
@@ -70,9 +70,13 @@ void fabric_node_free(struct fabric_node *fn);
 /* Any thread: queue one application message (at most WIRE_MAX_MSG bytes) for `peer`. -1 (err)
  * when the peer is not open or memory is short. Messages to one peer leave in order. */
 int fabric_node_send(struct fabric_node *fn, int peer, const void *msg, size_t len, char *err);
+/* Any thread: a peer to connect to from now on (and reconnect to, as a configured one), e.g. a
+ * cluster member met at run time: its peer number (the same one when addr was configured or
+ * dialed before), or -1 (err) when every slot is taken. Its TP_OPEN reaches the observers. */
+int fabric_node_dial(struct fabric_node *fn, const char *addr, char *err);
 /* Any thread: addr ("IP:PORT") holds something we need (a holder of our model came back, or a
- * new one): connect to it as a configured peer from the next round on, at once (a known one's
- * back-off is reset). Returns its peer number, -1 when every slot is taken. Configured peers that
+ * new one): fabric_node_dial, and tried at once on the next round (a known one's back-off is
+ * reset). Returns its peer number, -1 when every slot is taken. Configured and dialed peers that
  * fail are retried after retry_ms, doubling to 5 s, until they open. */
 int fabric_node_add_peer(struct fabric_node *fn, const char *addr);
 /* Any thread: close `peer` at the fabric thread's next round, logging `why`. */

@@ -176,6 +176,7 @@ struct tick {
     unsigned char sources[PLAN_MAX_NODES];   /* times chosen as a source this tick */
     unsigned char switching[PLAN_MAX_NODES]; /* 1 + the model a joiner switches to, 0: none */
     float kv_in[PLAN_MAX_NODES];             /* KV share a hand-over brings it this tick */
+    unsigned char receiving[PLAN_MAX_NODES]; /* a hand-over's receiver this tick: it stays */
 };
 
 static int chain_has(const struct plan_scaleout *so, int id)
@@ -705,8 +706,8 @@ static int in_scaleout(const struct plan_view *v, int id)
 
 static int idle_for(const struct plan_view *v, const struct plan_node *n, double ms)
 {
-    return n->load.queue_len == 0 && n->load.running_seqs == 0 && n->load.idle_since_ms >= 0 &&
-           v->now_ms - n->load.idle_since_ms >= ms;
+    return n->load.queue_len == 0 && n->load.running_seqs == 0 && n->load.helping == 0 &&
+           n->load.idle_since_ms >= 0 && v->now_ms - n->load.idle_since_ms >= ms;
 }
 
 /* Partial residency: how many standbys m should have (the burst the forecast may miss, in
@@ -835,7 +836,8 @@ static void scale_in(const struct plan_config *cfg, const struct plan_view *v, s
         int best = -1;
         for (int i = 0; i < v->n_nodes; i++) {
             const struct plan_node *n = &v->nodes[i];
-            if (!serves_alone(v, n, m) || n->standby || in_scaleout(v, n->id) || t->taken[i])
+            if (!serves_alone(v, n, m) || n->standby || in_scaleout(v, n->id) || t->taken[i] ||
+                t->receiving[i] || n->load.helping > 0)
                 continue;
             const struct plan_node *b = best >= 0 ? &v->nodes[best] : NULL;
             if (!b || n->load.running_seqs < b->load.running_seqs ||
@@ -860,6 +862,7 @@ static void scale_in(const struct plan_config *cfg, const struct plan_view *v, s
             }
             if (to < 0) return; /* nobody can take its sequences now */
             t->kv_in[to] += (float)leaving->load.kv_used;
+            t->receiving[to] = 1;
         }
         t->taken[best] = 1;
         struct plan_action a = {.kind = PLAN_SCALE_DOWN,

@@ -66,7 +66,9 @@
  *   fc_z_in errors) needs at cfg->util_low and the KV at 75%, as many a tick as that allows, the
  *   fewest running sequences first; a busy one hands its sequences to the serving replica with
  *   the most KV room (plan_action.handover): the executor moves them (KV transfer), so none fails
- *   or restarts. Not while m scales out or is late.
+ *   or restarts. Not while m scales out or is late. A replica running other nodes' sequences
+ *   (load.helping: a receiver of a hand-over, a helper), or picked as a receiver this tick, does
+ *   not leave; nor is a helping node idle (scale-down, host-copy drop).
  * - Partial residency (cfg->standby_max > 0): a replica that leaves keeps layers [0, k) resident
  *   as a standby (plan_action.keep_layers, plan_node.standby) while fewer than S standbys exist,
  *   S = ceil(fc_err / one replica's capacity) (one forecast error's burst, in replicas), k the
@@ -109,6 +111,8 @@ struct plan_load {
     int running_seqs;     /* admitted sequences (decoding or mid-prefill) */
     double kv_used;       /* fraction of KV blocks in use, 0..1 */
     double idle_since_ms; /* view time since when queue and running are both empty; < 0: busy */
+    int helping; /* other nodes' sequences whose layers run here (a joiner's, a hand-over's): the
+                  * node is not idle and does not leave (they would fail) */
 };
 
 struct plan_node {

@@ -1,5 +1,6 @@
 #include "cluster/serve_cluster.h"
 
+#include "cluster/coop.h"
 #include "cluster/planner.h"
 #include "cluster/recover_req.h"
 #include "serving/api/api_request.h"
@@ -19,6 +20,8 @@ struct serve_cluster {
     struct serve_metrics *m;
     struct front *front;               /* forward channels from members become its connections */
     _Atomic(struct scheduler *) sched; /* NULL while the node has no engine */
+    struct coop *coop;                 /* mu: its cooperative execution (hand-overs), NULL none */
+    atomic_ullong step_id;             /* its step model's identity (step_identity_hash), 0 */
     atomic_int max_step_tokens;
     atomic_int fresh;     /* an engine just came up: its keep-alive starts now */
     int fake;             /* --cluster-standby: the stand-in executor */
@@ -28,6 +31,11 @@ struct serve_cluster {
     pthread_cond_t cv;
     char model[CL_STR_LEN + 1]; /* "" : an empty member */
     int n_layers, host, engine, k, joining;
+    double bytes; /* the model's */
+    /* the latest weight stream into this node: its start, the node it came from, its rate */
+    double join_t0;
+    uint64_t join_from, link_peer;
+    double link_Bps, link_cap; /* measured; configured (control_cfg.link_cap_Bps) */
     int job_pending;
     struct sc_job job;
     /* Control thread only: */
@@ -143,6 +151,14 @@ static void load(void *ctx, struct cl_load *out)
     sc->last_t = t;
     sc->last_tokens = gen;
     out->tok_s = (float)sc->tok_s;
+    out->prompt_in = atomic_load(&m->prompt_in);
+    out->helping = atomic_load(&m->coop_remote_seqs);
+    if (out->helping < 0) out->helping = 0;
+    pthread_mutex_lock(&sc->mu);
+    out->model_bytes = sc->model[0] && sc->bytes > 0 ? (uint64_t)sc->bytes : 0;
+    out->link_Bps = (float)(sc->link_Bps > 0 ? sc->link_Bps : sc->link_cap);
+    out->link_peer = sc->link_Bps > 0 ? sc->link_peer : 0;
+    pthread_mutex_unlock(&sc->mu);
     struct scheduler *sched = atomic_load(&sc->sched);
     const struct step_model *sm = sched ? sched_step_model(sched) : NULL;
     if (sm) {
@@ -151,6 +167,10 @@ static void load(void *ctx, struct cl_load *out)
         out->step_b = (float)copy.b;
         out->step_c = (float)copy.c;
         out->step_corr = (float)copy.corr;
+        out->step_err = (float)sched_step_err(sched);
+        out->step_steps = (uint32_t)atomic_load(&m->steps);
+        out->step_cal = sched_calibrated(sched) != 0;
+        out->step_id = atomic_load(&sc->step_id);
         out->ttft_pred_ms = (float)planner_drain_ms(&copy, out->queued_tokens + 16, running,
                                                     atomic_load(&sc->max_step_tokens));
     }
@@ -214,6 +234,8 @@ static int start_join(struct serve_cluster *sc, const char *model, uint64_t sour
     for (int i = 0; i < j->n_other; i++)
         j->other_serves[i] = control_fabric_serves(ctl, model, j->other_fabric[i]);
     snprintf(sc->model, sizeof sc->model, "%s", model);
+    sc->join_t0 = now_s();
+    sc->join_from = up ? up : source;
     sc->joining = 1;
     sc->engine = engine;
     sc->host = 0;
@@ -268,9 +290,10 @@ static int do_scale_up(void *ctx, const char *model, uint64_t source, const uint
         rc = start_join(sc, model, source, chain, n_chain, 1, err);
     else if (!rc && sc->fake)
         rc = fake_scale_up(sc);
-    else if (!rc && sc->host) /* the whole model is in host memory here: serve it at once */
+    else if (!rc && sc->host) { /* the whole model is in host memory here: serve it at once */
         sc->engine = 1, sc->k = sc->n_layers;
-    else if (!rc && sc->joining)
+        if (sc->coop) coop_handover_end(sc->coop); /* sequences handed over come back */
+    } else if (!rc && sc->joining)
         sc->engine = 1; /* a replication in progress becomes a scale-up */
     else if (!rc)
         rc = start_join(sc, model, source, chain, n_chain, 1, err);
@@ -282,10 +305,15 @@ static int do_scale_up(void *ctx, const char *model, uint64_t source, const uint
     return rc;
 }
 
-static int do_scale_down(void *ctx, const char *model, char *err)
+static int do_scale_down(void *ctx, const char *model, uint64_t handover, char *err)
 {
     struct serve_cluster *sc = ctx;
-    if (!atomic_load(&sc->ctl)) return busy(err);
+    struct control *ctl = atomic_load(&sc->ctl);
+    if (!ctl) return busy(err);
+    char to[CL_STR_LEN + 1] = "", e[ERRMSG_LEN];
+    if (handover && control_node_fabric(ctl, handover, to))
+        log_warn("cluster", "scale-down: node %llu has no fabric address: no hand-over",
+                 (unsigned long long)handover);
     pthread_mutex_lock(&sc->mu);
     int rc = check_model(sc, model, err);
     if (!rc) {
@@ -293,6 +321,9 @@ static int do_scale_down(void *ctx, const char *model, char *err)
         sc->engine = 0;
         if (sc->fake) sc->k = 0;
         publish(sc);
+        /* a hand-over: what runs here moves to that replica (cluster/coop.h) */
+        if (to[0] && sc->coop && coop_handover(sc->coop, to, e))
+            log_warn("cluster", "scale-down of %s: %s (what runs here finishes here)", model, e);
     }
     pthread_mutex_unlock(&sc->mu);
     return rc;
@@ -361,14 +392,34 @@ void serve_cluster_attach(struct serve_cluster *sc, struct scheduler *s, const c
                           int n_layers, double bytes, int max_step_tokens)
 {
     struct control *ctl = atomic_load(&sc->ctl);
-    control_set_model(ctl, model, n_layers, bytes);
+    control_set_model(ctl, model, n_layers, bytes, max_step_tokens);
     atomic_store(&sc->max_step_tokens, max_step_tokens);
     atomic_store(&sc->sched, s);
     atomic_store(&sc->fresh, 1);
     pthread_mutex_lock(&sc->mu);
     sc->n_layers = n_layers;
+    sc->bytes = bytes;
     publish(sc);
     pthread_mutex_unlock(&sc->mu);
+}
+
+void serve_cluster_set_coop(struct serve_cluster *sc, struct coop *coop)
+{
+    pthread_mutex_lock(&sc->mu);
+    sc->coop = coop;
+    pthread_mutex_unlock(&sc->mu);
+}
+
+void serve_cluster_set_step_id(struct serve_cluster *sc, uint64_t id)
+{
+    atomic_store(&sc->step_id, id);
+}
+
+int serve_cluster_member_step(struct serve_cluster *sc, uint64_t id, struct step_model *m,
+                              double *err, int *calibrated, uint64_t *node)
+{
+    struct control *ctl = sc ? atomic_load(&sc->ctl) : NULL;
+    return ctl ? control_member_step(ctl, id, m, err, calibrated, node) : 0;
 }
 
 void serve_cluster_resident(struct serve_cluster *sc, int k)
@@ -379,7 +430,17 @@ void serve_cluster_resident(struct serve_cluster *sc, int k)
         if (sc->n_layers && k >= sc->n_layers) {
             sc->host = 1; /* every layer verified: the arena is a whole host copy */
             sc->joining = 0;
-            log_info("cluster", "%s: every layer here, serving alone", sc->model);
+            /* the link's rate as this stream measured it: the model over the join's time */
+            double t = now_s() - sc->join_t0;
+            if (sc->bytes > 0 && t > 0) {
+                sc->link_Bps = sc->bytes / t;
+                sc->link_peer = sc->join_from;
+            }
+            log_info("cluster",
+                     "%s: every layer here, serving alone (%.0f bytes in %.2f s from node %llu: "
+                     "%.3f MB/s)",
+                     sc->model, sc->bytes, t, (unsigned long long)sc->join_from,
+                     sc->link_Bps / 1e6);
         }
         if (!sc->engine && sc->joining) sc->k = 0; /* a replication reports only the copy */
         publish(sc);
@@ -412,6 +473,8 @@ void serve_cluster_detach(struct serve_cluster *sc)
 {
     atomic_store(&sc->sched, NULL);
     serve_cluster_on_holder(sc, NULL, NULL);
+    atomic_store(&sc->step_id, 0);
+    serve_cluster_set_coop(sc, NULL);
 }
 
 void serve_cluster_dropped(struct serve_cluster *sc)
@@ -554,6 +617,8 @@ struct serve_cluster *serve_cluster_start(const struct control_cfg *cfg, struct 
     pthread_cond_init(&sc->cv, NULL);
     snprintf(sc->model, sizeof sc->model, "%s", cfg->model ? cfg->model : "");
     sc->n_layers = cfg->n_layers;
+    sc->bytes = cfg->model_bytes;
+    sc->link_cap = cfg->link_cap_Bps;
     sc->fake = cfg->standby;
     snprintf(sc->test_refuse, sizeof sc->test_refuse, "%s",
              cfg->test_refuse ? cfg->test_refuse : "");

@@ -15,7 +15,9 @@
  *              A node holding another model out of its engine switches: that model goes first
  *              (SC_JOB_JOIN with drop_first), unless this node holds its last host copy.
  *   scale_down the node leaves the engine: it reports engine 0 and the routing sends it nothing;
- *              the weights stay as its host copy.
+ *              the weights stay as its host copy. A scale-down naming a receiver hands the
+ *              node's running sequences to that replica (cluster/coop.h "Hand-over"); without
+ *              one, what runs finishes here.
  *   replicate  as scale_up, but the node reports only the host copy it gains (engine 0).
  *   drop_host  a node with the model out of its engine frees it (serve_cluster_wait_job returns
  *              SC_JOB_DROP: the main thread tears the engine down and waits empty again).
@@ -79,6 +81,17 @@ void serve_cluster_join_failed(struct serve_cluster *sc, const char *why);
  * serve_cluster_detach clears it. */
 void serve_cluster_on_holder(struct serve_cluster *sc,
                              void (*fn)(void *ctx, const char *fabric, int serves), void *ctx);
+/* The engine's cooperative execution (NULL: none): a scale-down naming a receiver hands this
+ * node's running sequences to it (coop_handover), a scale-up brings them back. */
+struct coop;
+void serve_cluster_set_coop(struct serve_cluster *sc, struct coop *coop);
+/* The identity of the step model the scheduler runs (step_identity_hash): the load reports carry
+ * it, and a member starting the same model on the same hardware takes this node's model as its
+ * prior (serve_cluster_member_step). */
+void serve_cluster_set_step_id(struct serve_cluster *sc, uint64_t id);
+/* control_member_step through this node's control plane (0 when there is none). */
+int serve_cluster_member_step(struct serve_cluster *sc, uint64_t id, struct step_model *m,
+                              double *err, int *calibrated, uint64_t *node);
 /* Main thread, before tearing an engine down: load reports stop reading the scheduler. */
 void serve_cluster_detach(struct serve_cluster *sc);
 /* Main thread, after: the host copy is gone, the node is an empty member again. */

@@ -2,7 +2,17 @@
 
 #include "cmd/test_hooks.h"
 
+#include "os/common/errmsg.h"
+
 #include <string.h>
+
+static int parse_planner(const char *v, void *dst, char *err)
+{
+    if (strcmp(v, "reactive") && strcmp(v, "proactive"))
+        return errmsg_set(err, "--cluster-planner %s: want reactive or proactive", v);
+    *(int *)dst = !strcmp(v, "proactive");
+    return 0;
+}
 
 int cluster_options(struct control_cfg *c, struct opt *t)
 {
@@ -20,6 +30,7 @@ int cluster_options(struct control_cfg *c, struct opt *t)
         {"--gpu-type", OPT_STR, &c->gpu, 0, 0, NULL, "NAME"},
         {"--rack", OPT_STR, &c->rack, 0, 0, NULL, "NAME"},
         {"--cluster-recover", OPT_STR, &c->recover, 0, 0, NULL, "ID,..."},
+        {"--cluster-planner", OPT_PARSE, &c->proactive, 0, 0, parse_planner, "reactive|proactive"},
     };
     memcpy(t, table, sizeof table);
     /* the stand-in executor and the refusals: test hooks (cmd/test_hooks.h) */

@@ -7,7 +7,10 @@
  *   --scaleout-timeout-ms MS  --gpu-type NAME  --rack NAME
  *   --cluster-recover ID,... (force this raft configuration on the log in --raft-dir, once:
  *   cluster/recover_req.h)
- * and, in a test build only, --cluster-standby and --test-refuse (cmd/test_hooks.h).
+ *   --cluster-planner reactive|proactive (default reactive; proactive: the leading signal and
+ *   capacity scale-in with hand-over, the simulator's policy "strata")
+ * and, in a test build only, --cluster-standby, --test-refuse and --test-scale-in
+ * (cmd/test_hooks.h).
  *
  * The node id and the cluster key are the fabric's (--node-id, --key-file: cmd/fabric_opts.h). */
 #ifndef STRATA_CLUSTER_OPTS_H
@@ -16,7 +19,7 @@
 #include "cluster/control.h"
 #include "cmd/options.h"
 
-#define CLUSTER_N_OPTS 13
+#define CLUSTER_N_OPTS 14
 
 /* Writes CLUSTER_N_OPTS entries pointing into c at t, and the test hooks' after them
  * (TEST_HOOKS_CLUSTER_N_OPTS); returns how many. */

@@ -584,6 +584,8 @@ static int start_coop(struct serve *sv, const struct serve_opts *o, char *err)
                              .fuse = o->coop_fuse,
                              .pipeline = o->coop_pipeline,
                              .kv_window = (size_t)o->coop_kv_window,
+                             /* a cluster member that leaves the engine hands over what runs */
+                             .handover = control_enabled(&o->cluster),
                              .test_kv_fault = o->hooks.kv_fault};
     if (!(sv->coop = coop_new(&cc, err)) || coop_attach(sv->coop, err) ||
         (pulling && fabric_node_start(sv->fabric, err)) || (pulling && wait_servable(sv, o, err)))
@@ -621,14 +623,31 @@ static void step_prior_start(struct serve *sv, const struct serve_opts *o, struc
     snprintf(sv->state_dir, sizeof sv->state_dir, "%s", none ? "" : dir);
     sv->state_remount = remount;
     step_identity_of(sv->lm, &sv->step_id);
+    /* a cluster member with the same model on the same hardware (its load reports) */
+    struct step_member mem, *member = NULL;
+    double merr;
+    int mcal;
+    uint64_t mnode;
+    if (serve_cluster_member_step(sv->cluster, step_identity_hash(&sv->step_id), &mem.m, &merr,
+                                  &mcal, &mnode)) {
+        double k = mem.m.corr > 0 ? mem.m.corr : 1;
+        mem.m = (struct step_model){mem.m.a * k, mem.m.b * k, mem.m.c * k, 1};
+        mem.err = merr;
+        mem.calibrated = mcal;
+        mem.node = mnode;
+        member = &mem;
+    }
     struct step_prior p;
-    step_prior_choose(sv->lm, &sv->step_id, none ? NULL : dir, o->model != NULL, &p);
+    step_prior_choose(sv->lm, &sv->step_id, none ? NULL : dir, member, o->model != NULL, &p);
     int cached = p.source == STEP_FROM_CACHE;
     sv->prior_steps = cached ? p.steps : 0;
-    sched_set_prior(sched, &p.m, p.err, cached);
+    sched_set_prior(sched, &p.m, p.err, p.calibrated);
     char what[4400];
     if (cached)
         snprintf(what, sizeof what, "cached in %s, fitted on this hardware", p.path);
+    else if (p.source == STEP_FROM_MEMBER)
+        snprintf(what, sizeof what, "node %llu's, fitted on the same hardware%s", p.node,
+                 p.calibrated ? " over every calibration shape" : "");
     else if (p.bw > 0)
         snprintf(what, sizeof what, "a default from %.0f MiB of weights read at %.1f GB/s",
                  (double)sv->lm->model.image_size / (1 << 20), p.bw / 1e9);
@@ -639,7 +658,8 @@ static void step_prior_start(struct serve *sv, const struct serve_opts *o, struc
             "strata serve: step model: %s%.1f us/token + %.1f us/sequence + %.1f us, error %.0f%% "
             "(%s; %s)\n",
             cached ? "" : "prior ", p.m.a * 1e6, p.m.b * 1e6, p.m.c * 1e6, p.err * 100, what,
-            cached ? "corrected by every step" : "corrected by every step, calibrated while idle");
+            p.calibrated ? "corrected by every step"
+                         : "corrected by every step, calibrated while idle");
 }
 
 /* The compute thread, serving at once: its step model starts from the best prior and is corrected
@@ -737,9 +757,17 @@ static int start_control(struct serve *sv, struct serve_opts *o, struct schedule
     o->cluster.n_layers = sched ? sv->lm->model.cfg.n_layers : 0;
     o->cluster.model_bytes = sched ? (double)sv->lm->model.image_size : 0;
     o->cluster.ttft_slo_ms = o->ttft_ms;
+    o->cluster.tpot_slo_ms = o->tpot_ms;
+    o->cluster.max_step_tokens = sched ? sv->lm->engine.lim.max_tokens : 0;
+    /* a stream from here is paced (--weight-rate) or the fabric's rate is set (--link-gbps) */
+    o->cluster.link_cap_Bps =
+        o->weight_rate_mbs > 0 ? o->weight_rate_mbs * 1e6 : o->fab.link_gbps * 1e9 / 8;
     sv->cluster = serve_cluster_start(&o->cluster, sv->front, &sv->metrics, sched,
                                       sched ? sv->lm->engine.lim.max_tokens : 0, err);
-    return sv->cluster ? 0 : serve_failed(sv, "", err);
+    if (!sv->cluster) return serve_failed(sv, "", err);
+    serve_cluster_set_coop(sv->cluster, sv->coop);
+    if (sched) serve_cluster_set_step_id(sv->cluster, step_identity_hash(&sv->step_id));
+    return 0;
 }
 
 /* The model, cooperative execution (on the fabric), the compute thread, ready. */
@@ -844,6 +872,8 @@ static void member_loop(struct serve *sv, struct serve_opts *o, struct scheduler
         }
         serve_cluster_attach(sv->cluster, *sched, job.model, sv->lm->model.cfg.n_layers,
                              (double)sv->lm->model.image_size, sv->lm->engine.lim.max_tokens);
+        serve_cluster_set_coop(sv->cluster, sv->coop);
+        serve_cluster_set_step_id(sv->cluster, step_identity_hash(&sv->step_id));
         serve_cluster_resident(sv->cluster, weight_node_k(sv->weights));
         serve_cluster_on_holder(sv->cluster, on_holder, sv);
     }

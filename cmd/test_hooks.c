@@ -56,6 +56,7 @@ int test_hooks_cluster_options(struct control_cfg *c, struct opt *t)
     const struct opt table[TEST_HOOKS_CLUSTER_N_OPTS] = {
         {"--cluster-standby", OPT_FLAG, &c->standby, 0, 0, NULL, NULL},
         {"--test-refuse", OPT_STR, &c->test_refuse, 0, 0, NULL, "replicate|scale-up"},
+        {"--test-scale-in", OPT_INT, &c->test_scale_in_ms, 1, 3600000, NULL, "MS"},
     };
     memcpy(t, table, sizeof table);
     return TEST_HOOKS_CLUSTER_N_OPTS;
@@ -69,7 +70,8 @@ void test_hooks_usage(FILE *f)
             "  ready (boot/cmdline.md); --test-kv-fault: a helper that answers KV requests\n"
             "  wrongly; --test-refuse: the executor refuses such decisions; --cluster-standby:\n"
             "  the stand-in executor (holds the model out of its engine, moves no weights);\n"
-            "  --test-clock-file: the wall clock jumps by the milliseconds the file holds\n");
+            "  --test-clock-file: the wall clock jumps by the milliseconds the file holds;\n"
+            "  --test-scale-in MS: the leader forces a scale-in with hand-over every MS\n");
 }
 
 /* segv is a crash the handlers report (os/runtime/pid1.c); panic is one they cannot, with the
@@ -131,7 +133,8 @@ int test_hooks_serve_options(struct test_hooks *h, struct opt *t)
 int test_hooks_cluster_options(struct control_cfg *c, struct opt *t)
 {
     (void)c;
-    const char *names[TEST_HOOKS_CLUSTER_N_OPTS] = {"--cluster-standby", "--test-refuse"};
+    const char *names[TEST_HOOKS_CLUSTER_N_OPTS] = {"--cluster-standby", "--test-refuse",
+                                                    "--test-scale-in"};
     for (int i = 0; i < TEST_HOOKS_CLUSTER_N_OPTS; i++)
         t[i] = (struct opt){names[i], OPT_REFUSE, NULL, 0, 0, NULL, TEST_HOOKS_ABSENT};
     return TEST_HOOKS_CLUSTER_N_OPTS;

@@ -8,6 +8,8 @@
  *   --test-clock-file PATH    the wall clock moves by the offset (ms, signed) PATH holds, read
  *                             every tick: a clock jump (os/runtime/wall_clock.h) on a shared host
  *   --cluster-standby         the stand-in executor (cluster/serve_cluster.h)
+ *   --test-scale-in MS        the leader forces a scale-in with hand-over every MS (and brings the
+ *                             node back), instead of planning (cluster/control_leader.c)
  *
  * They exist only in a test build: this file compiled with STRATA_TEST_HOOKS, linked ahead of
  * libstrata into build/strata (the developer's and the tests' binary) and
@@ -30,7 +32,8 @@
     "a test hook, and this binary is built without them (build/strata and "                        \
     "build/strata-appliance-test have them)"
 
-/* serve's hooks (the cluster's two go to struct control_cfg: standby, test_refuse). */
+/* serve's hooks (the cluster's three go to struct control_cfg: standby, test_refuse,
+ * test_scale_in_ms). */
 struct test_hooks {
     const char *crash; /* --test-crash: segv | panic, once ready; NULL: none */
     int hang_s;        /* --test-hang: -1 never (set it before parsing) */
@@ -40,7 +43,7 @@ struct test_hooks {
 };
 
 #define TEST_HOOKS_SERVE_N_OPTS   5
-#define TEST_HOOKS_CLUSTER_N_OPTS 2
+#define TEST_HOOKS_CLUSTER_N_OPTS 3
 
 /* 1 in a test build, 0 without the hooks. */
 extern const int test_hooks_built;

@@ -36,12 +36,15 @@ tinyllama-q4_k     tinyllama                       q4_k  32
 llama3-8b-4l-q4_0  4096,14336,4,32,8,128256,8192   q4_0  32  --untied
 llama3-8b-4l-q8_0  4096,14336,4,32,8,128256,8192   q8_0  32  --untied
 llama3-8b-4l-q4_k  4096,14336,4,32,8,128256,8192   q4_k  32  --untied
+tinyllama-q4_k_m   tinyllama                       q4_k_m  32
+llama3-8b-4l-q4_k_m  4096,14336,4,32,8,128256,8192 q4_k_m  32  --untied
+tinyllama-q6_k     tinyllama                       q6_k  32
 "
 # Without a GPU each model above is replaced by this small shape of the same type (the plumbing runs).
 STANDIN_SHAPE=tiny-gqa
 # The benchmark (bench_cuda --shape, --type, --batches, --prefill).
 BENCH_SHAPES=1b,8b
-BENCH_TYPES=f16,q8_0,q4_0,q4_k
+BENCH_TYPES=f16,q8_0,q4_0,q4_k,q4_k_m,q6_k
 BENCH_BATCHES=8,32,64,128
 BENCH_PREFILL=1024
 # The steps in order, each with its time limit in seconds.

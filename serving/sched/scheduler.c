@@ -408,7 +408,7 @@ struct scheduler *sched_new(const struct sched_config *cfg, const struct sched_o
     s->fl_tok = malloc((size_t)S * sizeof *s->fl_tok);
     s->fl_rng = malloc((size_t)S * sizeof *s->fl_rng);
     fl_ok &= s->fl_tok && s->fl_rng;
-    s->k = s->ops.coop.resident ? 0 : s->ops.coop.n_layers;
+    s->k = s->ops.coop.resident ? s->ops.coop.start_k : s->ops.coop.n_layers;
     if (!s->running || !s->b_token || !s->b_pos || !s->b_logit_rows || !s->b_blocks || !s->logits ||
         !s->plan || !s->pads || !s->b_seq || !s->b_smp || !s->b_mask || !s->b_out || !fl_ok) {
         errmsg_set(err, "scheduler: out of memory for %d sequences x %d tokens", S, T);
@@ -511,6 +511,8 @@ int sched_submit(struct scheduler *s, struct sreq *r, char *err)
         return errmsg_set(err, "the prompt needs %d KV blocks; the pool has %d", need,
                           s->kv->n_blocks);
     r->t_arrival = r->t_arrival ? r->t_arrival : clock_now();
+    atomic_fetch_add_explicit(&s->m->prompt_in, (unsigned long long)r->n_prompt,
+                              memory_order_relaxed);
     sreq_get(r);
     pthread_mutex_lock(&s->mu);
     r->st->queue_next = NULL;
@@ -968,6 +970,37 @@ static void raise_k(struct scheduler *s, int k1)
     if (k1 == c->n_layers && c->all_local) c->all_local(c->ctx);
 }
 
+/* coop: k fell to k1 between steps (a hand-over): every sequence with computed positions moves to
+ * the helper with its KV (the hook), or none does and k stays. */
+static void lower_k(struct scheduler *s, int k1)
+{
+    const struct sched_coop *c = &s->ops.coop;
+    int cap = s->n_running ? s->n_running : 1, n_seqs = 0;
+    unsigned *ids = malloc((size_t)cap * sizeof *ids);
+    struct sampler **smp = malloc((size_t)cap * sizeof *smp);
+    const int **tok = malloc((size_t)cap * sizeof *tok);
+    int *n = malloc((size_t)cap * sizeof *n);
+    char err[ERRMSG_LEN] = "out of memory";
+    int rc = -1;
+    if (ids && smp && tok && n) {
+        for (int i = 0; i < s->n_running; i++) {
+            struct seq *q = s->running[i];
+            if (!q->n_computed) continue;
+            ids[n_seqs] = q->id, smp[n_seqs] = &q->smp, tok[n_seqs] = q->tok;
+            n[n_seqs++] = q->n_computed;
+        }
+        rc = c->lower(c->ctx, n_seqs, ids, smp, tok, n, err);
+    }
+    free(ids), free(smp), free(tok), free(n);
+    if (rc) {
+        log_warn("sched", "layers [%d, %d) stay here: %s", k1, s->k, err);
+        return;
+    }
+    log_info("sched", "layers [0, %d) of %d run here now (%d sequences handed over)", k1,
+             c->n_layers, n_seqs);
+    s->k = k1;
+}
+
 static void step_observe(struct scheduler *s, int n, int n_seqs, double secs)
 {
     step_online_observe(&s->sm, n, n_seqs, secs);
@@ -1025,6 +1058,9 @@ static int coop_boundary(struct scheduler *s)
     if (k > s->k) {
         flight_land(s); /* k rises with nothing in flight */
         raise_k(s, k);
+    } else if (k < s->k && co->lower) {
+        flight_land(s);
+        lower_k(s, k);
     }
     /* a helper that failed took the upper layers' KV of its sequences with it */
     for (int i = s->n_running - 1; co->lost && s->k < co->n_layers && i >= 0; i--) {

@@ -98,8 +98,9 @@ void sreq_put(struct sreq *r);
 struct sched_coop {
     void *ctx;
     int n_layers;
-    /* Step boundary: the layers this node runs itself from now on (n_layers: all). Never lower
-     * than before. `steps` counts the steps run so far. */
+    int start_k; /* with `resident`: the layers run here before the first boundary (0: none) */
+    /* Step boundary: the layers this node runs itself from now on (n_layers: all). Lower than
+     * before only with `lower` (a hand-over). `steps` counts the steps run so far. */
     int (*resident)(void *ctx, unsigned long long steps);
     /* 1 when a split step can run now (a helper is connected). */
     int (*ready)(void *ctx);
@@ -109,6 +110,13 @@ struct sched_coop {
      * recomputed, -1 failed (errs + i * ERRMSG_LEN: why). */
     void (*fill)(void *ctx, int n_seqs, const unsigned *seq, const int *const *blocks, const int *n,
                  int k0, int k1, int *rc, char *errs);
+    /* k fell (a hand-over, cluster/coop.h): open the n_seqs running sequences seq[i], whose
+     * positions [0, n[i]) are computed (their token ids tok[i]), at the helper with their
+     * samplers, and have it compute their KV of every layer, all at once. 0: done, the steps run
+     * there from now on; -1 (err): none moved (k stays; they keep running here). NULL: k never
+     * falls. */
+    int (*lower)(void *ctx, int n_seqs, const unsigned *seq, struct sampler *const *smp,
+                 const int *const *tok, const int *n, char *err);
     /* Run b with layers [0, k) here and [k, L) + head remote. Row i belongs to sequence seq[i]
      * whose sampler is smp[i]; tokens[j] is logit row j's token (its sampler's generator state
      * updated), end-of-sequence excluded where mask[j]. */

@@ -122,14 +122,28 @@ int step_cache_parse(const char *buf, size_t len, const struct step_identity *id
     return 0;
 }
 
+static void identity_digest(const struct step_identity *id, unsigned char h[8])
+{
+    crypto_generichash_state st;
+    crypto_generichash_init(&st, NULL, 0, 8);
+    crypto_generichash_update(&st, (const unsigned char *)id->model, strlen(id->model) + 1);
+    crypto_generichash_update(&st, (const unsigned char *)id->hardware, strlen(id->hardware) + 1);
+    crypto_generichash_final(&st, h, 8);
+}
+
+uint64_t step_identity_hash(const struct step_identity *id)
+{
+    unsigned char h[8];
+    identity_digest(id, h);
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) v |= (uint64_t)h[i] << (8 * i);
+    return v ? v : 1; /* 0 means "none" on the wire */
+}
+
 void step_cache_path(char *out, size_t cap, const char *dir, const struct step_identity *id)
 {
     unsigned char h[8];
-    crypto_generichash_state st;
-    crypto_generichash_init(&st, NULL, 0, sizeof h);
-    crypto_generichash_update(&st, (const unsigned char *)id->model, strlen(id->model) + 1);
-    crypto_generichash_update(&st, (const unsigned char *)id->hardware, strlen(id->hardware) + 1);
-    crypto_generichash_final(&st, h, sizeof h);
+    identity_digest(id, h);
     char x[2 * sizeof h + 1];
     hex(x, h, sizeof h);
     snprintf(out, cap, "%s/step-model-%s.txt", dir, x);

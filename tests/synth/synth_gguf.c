@@ -5,6 +5,7 @@
 #include "serving/engine/convert.h"
 #include "serving/engine/quant.h"
 #include "serving/engine/quant_preset.h"
+#include "tests/synth/vocab_json.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -295,8 +296,7 @@ static int add_tensors(struct gguf_writer *w, struct gen *g, const struct model_
         }
     }
     /* tied: scaling the embedding would scale the input too, so the final norm takes it */
-    add_tensor(w, g, "output_norm.weight", 1, D, NORM, s->tied ? out_scale : 1, GGML_F32, s,
-               &kept);
+    add_tensor(w, g, "output_norm.weight", 1, D, NORM, s->tied ? out_scale : 1, GGML_F32, s, &kept);
     if (!s->tied)
         add_tensor(w, g, "output.weight", V, D, MATRIX, out_scale,
                    matrix_type(s, p, QT_OUTPUT, 0, D), s, &kept);
@@ -316,25 +316,47 @@ static int write_file(const char *path, struct gguf_writer *w, char *err)
     return rc;
 }
 
-int synth_gguf_write(const char *path, const struct synth_spec *s, char *err)
+int synth_gguf_write(const char *path, const struct synth_spec *spec, char *err)
 {
-    struct model_config c = config_of(s);
+    struct synth_spec sv = *spec;
+    const struct synth_spec *s = &sv;
     const struct quant_preset *p = NULL;
     if (s->preset && !(p = quant_preset_find(s->preset)))
         return errmsg_set(err, "preset %s is not one of %s", s->preset, quant_preset_list());
-    struct tokenizer tok;
-    if (load_vocab(s, &tok, err) < 0) return -1;
     struct gguf_writer *w = gguf_writer_new();
+    if (!w) return errmsg_set(err, "out of memory");
+    /* a real vocabulary first: its size is the model's */
+    if (s->vocab_json) {
+        struct vocab_json_opts o = {.tokenizer = s->vocab_json,
+                                    .tokenizer_config = s->vocab_config};
+        struct vocab_json_info info;
+        if (vocab_json_put(w, &o, &info, err) < 0) {
+            gguf_writer_free(w);
+            return -1;
+        }
+        sv.vocab = info.n_vocab;
+    }
+    struct model_config c = config_of(s);
     char name[64];
     snprintf(name, sizeof name, "synth-%s-%s", s->name, p ? p->name : ggml_type_name(s->type));
     if ((p ? convert_put_config_ftype(w, &c, p->file_type, name)
-           : convert_put_config(w, &c, s->type, name)) < 0 ||
-        convert_put_tokenizer(w, &tok) < 0) {
-        tokenizer_free(&tok);
+           : convert_put_config(w, &c, s->type, name)) < 0) {
         gguf_writer_free(w);
         return errmsg_set(err, "out of memory");
     }
-    tokenizer_free(&tok);
+    if (!s->vocab_json) {
+        struct tokenizer tok;
+        if (load_vocab(s, &tok, err) < 0) {
+            gguf_writer_free(w);
+            return -1;
+        }
+        int rc = convert_put_tokenizer(w, &tok);
+        tokenizer_free(&tok);
+        if (rc < 0) {
+            gguf_writer_free(w);
+            return errmsg_set(err, "out of memory");
+        }
+    }
 
     const int max_t = 4 + 14 * s->layers;
     struct gen g = {calloc((size_t)max_t, sizeof *g.t), 0,

@@ -10,7 +10,9 @@
  * written first, as that converter does. Matrices whose rows are not a multiple of
  * the type's block stay f32 (as `strata convert` does). Without a tokenizer the vocabulary is
  * synthetic: <unk>, <s>, </s>, the 256 <0xNN> byte tokens, printable ASCII, " x" and letter pairs,
- * so the file is a complete model the tokenizer accepts. Tensors are generated one at a time while
+ * so the file is a complete model the tokenizer accepts; with vocab_json it is a real one (a
+ * Hugging Face tokenizer.json written as llama.cpp's converter does: tests/synth/vocab_json.h),
+ * and the model's vocabulary size is that tokenizer's, whatever `vocab` says. Tensors are generated one at a time while
  * the file is written (a 1.1B f32 model needs one tensor's memory, not the model's), rows split
  * over the threads; the bytes do not depend on the number of threads.
  *
@@ -48,6 +50,8 @@ struct synth_spec {
      * Q6_K, some layers' attn_v/ffn_down more bits, ...); the quantizers being llama.cpp's, the
      * tensors are the bytes llama-quantize would write from the same f32 weights. */
     const char *preset;
+    const char *vocab_json;   /* a tokenizer.json (Llama 3, Qwen...) instead of `tokenizer` */
+    const char *vocab_config; /* its tokenizer_config.json (chat template, add_bos), or NULL */
 };
 
 /* Write the model to path (through path.tmp, renamed when complete). Returns 0, or -1 with err

@@ -6,13 +6,17 @@
  *       [--tokenizer ../shared/models/tokenizer.bin] [--tied|--untied] [--threads N]
  *       [--arch llama|qwen2|qwen3] [--head-dim N] [--bias] [--rope-freqs] [--rope-theta T]
  *       [--output-scale S] [--qk-scale S]
+ *       [--vocab-json tokenizer.json [--vocab-config tokenizer_config.json]]
  *
  * --arch qwen2 writes q/k/v biases, qwen3 per-head q/k norms; --bias gives a llama file biases;
  * --head-dim sets key_length (heads x head dim may then differ from dim, as in Mistral Nemo and
  * Qwen3); --rope-freqs writes Llama 3.1's rope_freqs.weight; --output-scale multiplies the
  * logits (output.weight, or output_norm.weight when tied: a peaked next-token distribution, as a
  * trained model's); --qk-scale multiplies attn_q and attn_k (attention scores with a spread, so
- * that positions matter, as in a trained model).
+ * that positions matter, as in a trained model); --vocab-json writes a real vocabulary (Llama 3's,
+ * Qwen's: a Hugging Face tokenizer.json, with its tokenizer_config.json's chat template and
+ * add_bos) as llama.cpp's converter does, and the model's vocabulary is its size (the shape's V is
+ * ignored).
  *
  * The command line of tests/synth/synth_gguf.c, the one synthetic-model generator (weights,
  * vocabulary and determinism are described there); --threads defaults to all CPUs, and the bytes
@@ -52,7 +56,8 @@ static int usage(void)
             "D,H,L,NH,NKV,V,S --type f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|iq4_nl|q2_k|q3_k|q4_k|"
             "q5_k|q6_k|iq4_xs|--preset %s --seed S -o OUT.gguf [--tokenizer TOK.bin] "
             "[--tied|--untied] [--threads N] [--arch llama|qwen2|qwen3] [--head-dim N] [--bias] "
-            "[--rope-freqs] [--rope-theta T] [--output-scale S] [--qk-scale S]\n",
+            "[--rope-freqs] [--rope-theta T] [--output-scale S] [--qk-scale S] "
+            "[--vocab-json tokenizer.json [--vocab-config tokenizer_config.json]]\n",
             quant_preset_list());
     return 2;
 }
@@ -60,7 +65,7 @@ static int usage(void)
 int main(int argc, char **argv)
 {
     struct shape sh = {0};
-    const char *out = NULL, *tok_path = NULL, *preset = NULL;
+    const char *out = NULL, *tok_path = NULL, *preset = NULL, *vjson = NULL, *vconfig = NULL;
     uint32_t type = GGML_F32;
     uint64_t seed = 1;
     int tied = -1, have_shape = 0, threads = 0, arch = ARCH_LLAMA, head_dim = 0, bias = 0,
@@ -96,6 +101,10 @@ int main(int argc, char **argv)
             out = argv[++i];
         else if (!strcmp(a, "--tokenizer") && v)
             tok_path = argv[++i];
+        else if (!strcmp(a, "--vocab-json") && v)
+            vjson = argv[++i];
+        else if (!strcmp(a, "--vocab-config") && v)
+            vconfig = argv[++i];
         else if (!strcmp(a, "--threads") && v)
             threads = atoi(argv[++i]);
         else if (!strcmp(a, "--arch") && v) {
@@ -122,10 +131,10 @@ int main(int argc, char **argv)
         else
             return usage();
     }
-    if (!have_shape || !out) return usage();
+    if (!have_shape || !out || (tok_path && vjson) || (vconfig && !vjson)) return usage();
     if (tied >= 0) sh.tied = tied;
     if (sh.dim <= 0 || sh.hidden <= 0 || sh.layers <= 0 || sh.layers > MODEL_MAX_LAYERS ||
-        sh.heads <= 0 || sh.kv_heads <= 0 || sh.vocab < 3 || sh.seq <= 0 ||
+        sh.heads <= 0 || sh.kv_heads <= 0 || (sh.vocab < 3 && !vjson) || sh.seq <= 0 ||
         (!head_dim && sh.dim % sh.heads) || sh.heads % sh.kv_heads ||
         (head_dim ? head_dim : sh.dim / sh.heads) % 2 || head_dim < 0 || head_dim > 4096) {
         fprintf(stderr, "synth_model: inconsistent shape %d,%d,%d,%d,%d,%d,%d (head dim %d)\n",
@@ -145,7 +154,7 @@ int main(int argc, char **argv)
         sh.tied,  type,          seed,       cpus < 1 ? 1 : cpus > 16 ? 16 : (int)cpus,
         tok_path, "synth_model", arch,       head_dim,
         bias,     rope_freqs,    rope_theta, output_scale,
-        qk_scale, preset,
+        qk_scale, preset,        vjson,      vconfig,
     };
     char err[ERRMSG_LEN];
     if (synth_gguf_write(out, &spec, err) < 0) {

@@ -2,12 +2,14 @@
  *
  * synth_build() lays out a Llama-shaped model of the given weight type in execution order (span 0
  * token_embd, span 1+l block l, span L+1 output_norm + output), 32-byte aligned like GGUF, with
- * random weights from a fixed seed: exact=1 quantizes real floats with quant.c (tests compare
- * against a reference that dequantizes the same bytes); exact=0 writes valid random bytes
- * directly (benchmarks: 7B shapes in seconds). Norms are F32. synth_build_arch adds another
- * architecture's parts (model.h): q/k/v biases, q/k norms, rope_freqs (factors from 1 to 8), a
- * head dimension of its own. (The real tiny model comes through convert.c and model.c instead,
- * as the server loads it: test_cuda's load_stories.) */
+ * random weights from a fixed seed, every matrix of one type or a preset's mixture
+ * (SYNTH_Q4_K_M): exact=1 quantizes real floats with quant.c row by row (tests compare against
+ * a reference that dequantizes the same bytes); exact=0 tiles each tensor with a pattern of
+ * quant.c-quantized blocks made once per (type, scale) (benchmarks: 8B shapes in seconds, every
+ * type). Norms are F32. synth_build_arch adds another architecture's parts (model.h): q/k/v
+ * biases, q/k norms, rope_freqs (factors from 1 to 8), a head dimension of its own. (The real
+ * tiny model comes through convert.c and model.c instead, as the server loads it: test_cuda's
+ * load_stories.) */
 #ifndef STRATA_TEST_CUDA_SYNTH_H
 #define STRATA_TEST_CUDA_SYNTH_H
 
@@ -57,17 +59,39 @@ struct synth_item {
     int rows, cols, span, norm; /* norm: an SYNTH_* vector kind, 0 for a matrix */
 };
 
+/* Mixtures as llama-quantize's presets make them (llama.cpp's Q4_K_M / Q5_K_M without an
+ * importance matrix): the base type everywhere but Q6_K for the output matrix and for attn_v
+ * and ffn_down in the layers that get more bits (the first and last eighth, and every third in
+ * between). Pass one as synth_build's type. */
+enum { SYNTH_Q4_K_M = 0x10000, SYNTH_Q5_K_M };
+
+static inline const char *synth_type_name(uint32_t type)
+{
+    return type == SYNTH_Q4_K_M ? "q4_k_m" : type == SYNTH_Q5_K_M ? "q5_k_m" : ggml_type_name(type);
+}
+
+/* The type of a matrix: f = 0 token_embd, 1 q, 2 k, 3 v, 4 o, 5 gate, 6 down, 7 up, 8 output. */
+static inline uint32_t synth_matrix_type(uint32_t type, int f, int layer, int n_layers)
+{
+    if (type != SYNTH_Q4_K_M && type != SYNTH_Q5_K_M) return type;
+    int more = layer < n_layers / 8 || layer >= 7 * n_layers / 8 || (layer - n_layers / 8) % 3 == 2;
+    if (f == 8 || ((f == 3 || f == 6) && more)) return GGML_Q6_K;
+    return type == SYNTH_Q4_K_M ? GGML_Q4_K : GGML_Q5_K;
+}
+
 static inline int synth_items(struct model *m, uint32_t type, int tied, struct synth_item *it)
 {
     const struct model_config *c = &m->cfg;
-    int n = 0, qd = c->n_heads * c->head_dim, hd = c->head_dim;
-    it[n++] = (struct synth_item){&m->token_embd, type, c->vocab_size, c->dim, 0, 0};
-    for (int l = 0; l < c->n_layers; l++) {
+    int n = 0, qd = c->n_heads * c->head_dim, hd = c->head_dim, L = c->n_layers;
+    it[n++] = (struct synth_item){
+        &m->token_embd, synth_matrix_type(type, 0, 0, L), c->vocab_size, c->dim, 0, 0};
+    for (int l = 0; l < L; l++) {
         struct layer_weights *w = &m->layers[l];
+#define MT(f) synth_matrix_type(type, f, l, L)
         it[n++] = (struct synth_item){&w->attn_norm, GGML_F32, 1, c->dim, 1 + l, 1};
-        it[n++] = (struct synth_item){&w->wq, type, qd, c->dim, 1 + l, 0};
-        it[n++] = (struct synth_item){&w->wk, type, c->kv_dim, c->dim, 1 + l, 0};
-        it[n++] = (struct synth_item){&w->wv, type, c->kv_dim, c->dim, 1 + l, 0};
+        it[n++] = (struct synth_item){&w->wq, MT(1), qd, c->dim, 1 + l, 0};
+        it[n++] = (struct synth_item){&w->wk, MT(2), c->kv_dim, c->dim, 1 + l, 0};
+        it[n++] = (struct synth_item){&w->wv, MT(3), c->kv_dim, c->dim, 1 + l, 0};
         if (c->qkv_bias) {
             it[n++] = (struct synth_item){&w->bq, GGML_F32, 1, qd, 1 + l, SYNTH_BIAS};
             it[n++] = (struct synth_item){&w->bk, GGML_F32, 1, c->kv_dim, 1 + l, SYNTH_BIAS};
@@ -80,15 +104,18 @@ static inline int synth_items(struct model *m, uint32_t type, int tied, struct s
         if (c->rope_freqs)
             it[n++] =
                 (struct synth_item){&w->rope_freqs, GGML_F32, 1, hd / 2, 1 + l, SYNTH_FACTORS};
-        it[n++] = (struct synth_item){&w->wo, type, c->dim, qd, 1 + l, 0};
+        it[n++] = (struct synth_item){&w->wo, MT(4), c->dim, qd, 1 + l, 0};
         it[n++] = (struct synth_item){&w->ffn_norm, GGML_F32, 1, c->dim, 1 + l, 1};
-        it[n++] = (struct synth_item){&w->w_gate, type, c->hidden_dim, c->dim, 1 + l, 0};
-        it[n++] = (struct synth_item){&w->w_down, type, c->dim, c->hidden_dim, 1 + l, 0};
-        it[n++] = (struct synth_item){&w->w_up, type, c->hidden_dim, c->dim, 1 + l, 0};
+        it[n++] = (struct synth_item){&w->w_gate, MT(5), c->hidden_dim, c->dim, 1 + l, 0};
+        it[n++] = (struct synth_item){&w->w_down, MT(6), c->dim, c->hidden_dim, 1 + l, 0};
+        it[n++] = (struct synth_item){&w->w_up, MT(7), c->hidden_dim, c->dim, 1 + l, 0};
+#undef MT
     }
     it[n++] = (struct synth_item){&m->output_norm, GGML_F32, 1, c->dim, c->n_layers + 1, 1};
     if (!tied)
-        it[n++] = (struct synth_item){&m->output, type, c->vocab_size, c->dim, c->n_layers + 1, 0};
+        it[n++] = (struct synth_item){&m->output,      synth_matrix_type(type, 8, 0, L),
+                                      c->vocab_size,   c->dim,
+                                      c->n_layers + 1, 0};
     return n;
 }
 
@@ -147,6 +174,20 @@ static inline int synth_layout(struct synth *s, struct synth_item *it, int n)
     return 0;
 }
 
+/* The fast fill's patterns, one per (type, scale): the embedding's, and one per row length. */
+#define SYNTH_PATTERNS 8
+struct synth_pattern {
+    uint32_t type;
+    float scale;
+    uint8_t *bytes;
+    size_t len;
+};
+
+static inline void synth_pats_free(struct synth_pattern *p, int n)
+{
+    for (int i = 0; i < n; i++) free(p[i].bytes);
+}
+
 static inline int synth_build_arch(struct synth *s, const struct synth_shape *sh,
                                    const struct synth_arch_opts *a, uint32_t type, int tied,
                                    int exact, uint64_t seed)
@@ -163,6 +204,8 @@ static inline int synth_build_arch(struct synth *s, const struct synth_shape *sh
     int widest = sh->hidden > sh->dim ? sh->hidden : sh->dim;
     if (s->m.cfg.q_dim > widest) widest = s->m.cfg.q_dim;
     float *row = malloc(sizeof(float) * (size_t)widest);
+    struct synth_pattern pats[SYNTH_PATTERNS];
+    int npats = 0;
     for (int i = 0; i < n; i++) {
         struct tensor *t = it[i].t;
         uint8_t *d = (uint8_t *)t->data;
@@ -180,34 +223,52 @@ static inline int synth_build_arch(struct synth *s, const struct synth_shape *sh
             }
             continue;
         }
-        /* Fast fill (benchmarks): one ~1 MiB pattern of valid random values of the type, tiled
-         * over the tensor; whole blocks, so every copy lands on a block boundary. */
-        int bsz = (int)ggml_row_bytes(t->type, (uint64_t)ggml_block_elems(t->type));
-        size_t plen = (size_t)bsz * 32768;
-        uint8_t *pat = malloc(plen);
-        if (!pat) return free(row), free(it), -1;
-        if (t->type == GGML_Q8_0 || t->type == GGML_Q4_0) {
-            uint16_t dh = f32_to_fp16(scale / (t->type == GGML_Q8_0 ? 64.f : 4.f));
-            for (size_t b = 0; b < plen / bsz; b++) {
-                uint8_t *blk = pat + b * bsz;
-                memcpy(blk, &dh, 2);
-                for (int j = 2; j < bsz; j++) blk[j] = (uint8_t)synth_rng(&rng);
+        /* Fast fill (benchmarks): a pattern of valid random values of the type, tiled over the
+         * tensor; whole blocks, so every copy lands on a block boundary. Block types: ~1M random
+         * floats quantized by quant.c (the K-quant fits are slow: each distinct pattern is made
+         * once per build and kept in pats[]); F32/F16/BF16: 32768 random values; no more than the
+         * first tensor that uses the pattern holds. */
+        int be = ggml_block_elems(t->type);
+        int bsz = (int)ggml_row_bytes(t->type, (uint64_t)be);
+        int nblk = be > 1 ? (1 << 20) / be : 32768;
+        if ((uint64_t)nblk * bsz > t->nbytes) nblk = (int)(t->nbytes / bsz); /* small models */
+        size_t plen = (size_t)bsz * nblk;
+        uint8_t *pat = NULL;
+        for (int k = 0; k < npats; k++)
+            if (pats[k].type == t->type && pats[k].scale == scale)
+                pat = pats[k].bytes, plen = pats[k].len;
+        if (!pat) {
+            pat = npats < SYNTH_PATTERNS ? malloc(plen) : NULL;
+            float *f = be > 1 ? malloc(sizeof(float) * (size_t)be * nblk) : NULL;
+            if (!pat || (be > 1 && !f)) {
+                free(pat);
+                free(f);
+                synth_pats_free(pats, npats);
+                free(row);
+                free(it);
+                return -1;
             }
-        } else {
-            for (size_t e = 0; e < plen / bsz; e++) {
-                float f = scale * synth_uniform(&rng);
-                if (t->type == GGML_F32)
-                    memcpy(pat + e * 4, &f, 4);
-                else {
-                    uint16_t h = t->type == GGML_F16 ? f32_to_fp16(f) : f32_to_bf16(f);
-                    memcpy(pat + e * 2, &h, 2);
+            pats[npats++] = (struct synth_pattern){t->type, scale, pat, plen};
+            if (be > 1) {
+                for (size_t e = 0; e < (size_t)be * nblk; e++) f[e] = scale * synth_uniform(&rng);
+                quantize_row(t->type, f, pat, be * nblk);
+                free(f);
+            } else {
+                for (int e = 0; e < nblk; e++) {
+                    float v = scale * synth_uniform(&rng);
+                    if (t->type == GGML_F32)
+                        memcpy(pat + (size_t)e * 4, &v, 4);
+                    else {
+                        uint16_t h = t->type == GGML_F16 ? f32_to_fp16(v) : f32_to_bf16(v);
+                        memcpy(pat + (size_t)e * 2, &h, 2);
+                    }
                 }
             }
         }
         for (uint64_t o = 0; o < t->nbytes; o += plen)
             memcpy(d + o, pat, t->nbytes - o < plen ? t->nbytes - o : plen);
-        free(pat);
     }
+    synth_pats_free(pats, npats);
     free(row);
     free(it);
     return 0;

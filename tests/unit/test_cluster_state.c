@@ -173,7 +173,16 @@ TEST(msg_roundtrip_and_rejects)
                                      .tok_s = 800,
                                      .step_a = 1e-4f,
                                      .step_c = 2e-3f,
-                                     .step_corr = 1};
+                                     .step_corr = 1,
+                                     .step_err = 0.25f,
+                                     .step_steps = 40,
+                                     .step_cal = 1,
+                                     .step_id = 0x1234567890abcdefull,
+                                     .link_Bps = 2.5e8f,
+                                     .link_peer = 3,
+                                     .model_bytes = 1054336,
+                                     .prompt_in = 5000,
+                                     .helping = 6};
     m.u.load.seen_scales = 7;
     m.u.load.n_hold = 1;
     m.u.load.hold[0] = holding(2, "llama", 1, 1, 22, 22).u.hold;
@@ -197,6 +206,15 @@ TEST(msg_roundtrip_and_rejects)
     /* the rack travels in the report */
     CHECKF(!strcmp(out.u.load.node.rack, "row1.rack-2_B"), "%s", out.u.load.node.rack);
     CHECK_EQ_INT(out.u.load.load.queued_tokens, 300);
+    /* what the planner measures with */
+    CHECK(out.u.load.load.step_err == 0.25f && out.u.load.load.link_Bps == 2.5e8f);
+    CHECK_EQ_INT(out.u.load.load.step_steps, 40);
+    CHECK_EQ_INT(out.u.load.load.step_cal, 1);
+    CHECK(out.u.load.load.step_id == 0x1234567890abcdefull);
+    CHECK_EQ_INT(out.u.load.load.link_peer, 3);
+    CHECK_EQ_INT(out.u.load.load.model_bytes, 1054336);
+    CHECK_EQ_INT(out.u.load.load.prompt_in, 5000);
+    CHECK_EQ_INT(out.u.load.load.helping, 6);
     CHECK_EQ_INT(cluster_cmd_msg_encode(buf2, sizeof buf2, &out), n);
     CHECK(!memcmp(buf, buf2, n));
     for (size_t k = 0; k < n; k++) CHECK(cluster_cmd_msg_decode(&out, buf, k, err));
@@ -321,7 +339,11 @@ TEST(state_apply_membership_holdings_scaling)
     CHECK_EQ_INT(cluster_state_apply(&s, &c), 0);
     CHECK(!cluster_state_member_c(&s, 3)->alive);
     CHECK_EQ_INT(cluster_state_member_c(&s, 3)->since_ms, 70);
+    /* its death and the time it was up count (its failure rate's evidence) */
+    CHECK_EQ_INT(cluster_state_member_c(&s, 3)->downs, 1);
+    CHECK_EQ_INT(cluster_state_member_c(&s, 3)->up_ms, 70 - 3);
     CHECK_EQ_INT(cluster_state_apply(&s, &c), 1); /* already down */
+    CHECK_EQ_INT(cluster_state_member_c(&s, 3)->downs, 1);
     const struct cl_event *e = &s.event[(s.n_events - 1) % CL_MAX_EVENTS];
     CHECK_EQ_INT(e->type, CMD_NODE_DOWN);
     CHECK_EQ_INT(e->t_ms, 70);
@@ -472,6 +494,8 @@ TEST(snapshot_roundtrip_and_rejects)
     c = (struct cl_cmd){
         .type = CMD_SCALE_DONE, .t_ms = 90, .u.done = {s.scaleout[0].scale_id, 0, 2, "no"}};
     CHECK_EQ_INT(cluster_state_apply(&s, &c), 0);
+    c = (struct cl_cmd){.type = CMD_NODE_DOWN, .t_ms = 95, .u.down = 4};
+    CHECK_EQ_INT(cluster_state_apply(&s, &c), 0);
     CHECK(cluster_state_encoded_max() <= sizeof buf);
     size_t n = cluster_state_encode(&s, buf, sizeof buf);
     CHECK(n);
@@ -481,7 +505,11 @@ TEST(snapshot_roundtrip_and_rejects)
     CHECK_EQ_INT(t.n_events, s.n_events);
     CHECK_EQ_INT(t.n_scaleouts, s.n_scaleouts);
     CHECKF(!strcmp(t.member[3].info.rack, "row1.rack-1_B"), "%s", t.member[3].info.rack);
-    CHECK_STR(t.event[(t.n_events - 1) % CL_MAX_EVENTS].reason, "no"); /* the abandon's reason */
+    CHECK(t.member[3].downs == 1 && t.member[3].up_ms == 95 - 4 && !t.member[3].alive);
+    /* version 6 carries both: a member's deaths and uptime (above), a scale-out's reason */
+    CHECK(t.n_scaleouts > 0);
+    CHECK_STR(t.scaleout[0].s.reason, "predicted TTFT 812 ms > SLO 300 ms");
+    CHECK_STR(t.event[(t.n_events - 2) % CL_MAX_EVENTS].reason, "no"); /* the abandon's reason */
     for (size_t k = 0; k < n; k += 7) CHECK(cluster_state_decode(&t, buf, k, err));
     CHECK(cluster_state_decode(&t, buf, n - 1, err));
     buf[n] = 0;
@@ -490,7 +518,7 @@ TEST(snapshot_roundtrip_and_rejects)
     CHECK(cluster_state_decode(&t, buf, n, err));
     CHECK(strstr(err, "exceed"));
     buf[4] = 5;
-    buf[24] = CL_CMD_VERSION - 1; /* a snapshot of the encoding before refusals */
+    buf[24] = CL_CMD_VERSION - 1; /* a snapshot of the previous encoding */
     CHECK(cluster_state_decode(&t, buf, n, err));
     CHECKF(strstr(err, "version"), "%s", err);
 }

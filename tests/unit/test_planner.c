@@ -690,6 +690,47 @@ TEST(capacity_scale_in_hands_over)
 /* A standby of 25 layers (node 3) is the first joiner when the queue asks for one more, streamed
  * on its own from the serving node; and it is trimmed when the forecast's error no longer asks
  * for any. */
+/* Two leave in one tick: the second is never the first's receiver (its sequences would run on a
+ * node that left), nor is a node that runs other nodes' sequences (load.helping: a receiver of an
+ * earlier hand-over) ever the one to leave, or idle. */
+TEST(receivers_and_helpers_stay)
+{
+    struct rig g;
+    struct plan_action a[8];
+    rig_init(&g, 4);
+    g.models[0].tpot_slo_ms = 0;
+    g.models[0].fc_valid = 1;
+    g.models[0].fc_level = 500; /* one replica is enough: two of three leave */
+    g.cfg.handover = 1;
+    int running[3] = {3, 1, 2};
+    double kv[3] = {0.3, 0.2, 0.1};
+    for (int i = 0; i < 3; i++) {
+        serve(&g, i, 0, 0);
+        g.nodes[i].load.running_seqs = running[i];
+        g.nodes[i].load.kv_used = kv[i];
+        g.nodes[i].load.idle_since_ms = -1;
+    }
+    g.nodes[0].host_cached = 1;
+    CHECK_EQ_INT(step(&g, a, 8), 2);
+    CHECK(a[0].node == 1 && a[0].handover == 2); /* the fewest running, to the most room */
+    CHECK(a[1].node == 0 && a[1].handover == 2); /* node 2 (2 running) receives: it stays */
+    /* node 2 runs sequences of another node: node 1 leaves to it, node 0 too */
+    g.nodes[2].load.helping = 4;
+    g.nodes[2].load.running_seqs = 0;
+    CHECK_EQ_INT(step(&g, a, 8), 2);
+    for (int k = 0; k < 2; k++) CHECK(a[k].node != 2 && a[k].handover == 2);
+    /* idle but helping: not idle (no keep-alive scale-down); once it helps none, it goes */
+    g.cfg.handover = 0;
+    for (int i = 0; i < 3; i++) serve(&g, i, 0, 0), g.nodes[i].load.running_seqs = 0;
+    g.v.now_ms = 100000;
+    g.nodes[0].load.helping = g.nodes[1].load.helping = 3;
+    g.nodes[2].load.helping = 1;
+    CHECK_EQ_INT(step(&g, a, 8), 0);
+    g.nodes[2].load.helping = 0;
+    CHECK_EQ_INT(step(&g, a, 8), 1);
+    CHECK(a[0].kind == PLAN_SCALE_DOWN && a[0].node == 2 && a[0].reason == PLAN_WHY_IDLE);
+}
+
 TEST(standby_joins_first_and_is_trimmed)
 {
     struct rig g;
@@ -746,5 +787,6 @@ int main(void)
     RUN(proactive_scale_up_on_the_forecast);
     RUN(capacity_scale_in_hands_over);
     RUN(standby_joins_first_and_is_trimmed);
+    RUN(receivers_and_helpers_stay);
     CHECK_DONE();
 }

@@ -745,6 +745,116 @@ TEST(pipelined_helper_failure_fails_every_request)
     pipelined_case(3, 0);
 }
 
+/* A hand-over (sched_coop.lower, cluster/coop.h): at step 3 the layers this node runs fall to 0:
+ * the running sequences with computed positions go to the fake helper (which shares this rig's
+ * KV: it "has" them), the next steps run there, and at step 9 k is back (the fill: transferred).
+ * The text is the fake model's alone. Refused, k stays and every sequence runs here. */
+struct ho_fake {
+    struct pipe_fake pf;
+    int refuse, lowered, positions, fills, steps_away;
+    unsigned long long now_steps;
+};
+static int ho_resident(void *ctx, unsigned long long steps)
+{
+    struct ho_fake *h = ctx;
+    h->now_steps = steps;
+    if (h->refuse && h->lowered < 0) return 1; /* given up: home again */
+    return steps >= 3 && steps < 9 ? 0 : 1;
+}
+static int ho_lower(void *ctx, int n_seqs, const unsigned *seq, struct sampler *const *smp,
+                    const int *const *tok, const int *n, char *err)
+{
+    struct ho_fake *h = ctx;
+    (void)smp, (void)tok;
+    if (h->refuse) {
+        h->lowered = -1;
+        return errmsg_set(err, "the receiver refused");
+    }
+    h->lowered++;
+    for (int i = 0; i < n_seqs; i++) {
+        h->pf.next_pos[seq[i] % 256] = n[i]; /* its positions so far, "recomputed" there */
+        h->positions += n[i];
+    }
+    return 0;
+}
+static int ho_step(void *ctx, const struct batch *b, int k, const unsigned *seq,
+                   struct sampler *const *smp, const unsigned char *mask, int *tokens, char *err)
+{
+    struct ho_fake *h = ctx;
+    if (k != 0 && !h->pf.bad[0]) snprintf(h->pf.bad, sizeof h->pf.bad, "a split step at k %d", k);
+    h->steps_away++;
+    return pf_step(&h->pf, b, k, seq, smp, mask, tokens, err);
+}
+static void ho_fill(void *ctx, int n_seqs, const unsigned *seq, const int *const *blocks,
+                    const int *n, int k0, int k1, int *rc, char *errs)
+{
+    struct ho_fake *h = ctx;
+    (void)seq, (void)blocks, (void)n, (void)errs;
+    if (k0 != 0 || k1 != 1) snprintf(h->pf.bad, sizeof h->pf.bad, "fill %d -> %d", k0, k1);
+    for (int i = 0; i < n_seqs; i++) rc[i] = 1; /* the shared KV is here already */
+    h->fills++;
+}
+
+static void handover_case(int refuse)
+{
+    struct rig g;
+    struct sched_config cfg = {.max_seqs = 6, .max_step_tokens = 16, .ctx = 128};
+    rig_open(&g, 64, 16, cfg);
+    char err[ERRMSG_LEN];
+    sched_free(g.s);
+    static struct ho_fake h;
+    memset(&h, 0, sizeof h);
+    h.pf.fm = &g.fm;
+    h.refuse = refuse;
+    struct sched_ops ops = {.ctx = &g.fm,
+                            .vocab_size = FAKE_VOCAB,
+                            .eos_id = FAKE_EOS,
+                            .bos_id = -1,
+                            .forward = fake_forward,
+                            .decode = fake_decode,
+                            .coop = {.ctx = &h,
+                                     .n_layers = 1,
+                                     .start_k = 1,
+                                     .resident = ho_resident,
+                                     .ready = pf_ready,
+                                     .lower = ho_lower,
+                                     .fill = ho_fill,
+                                     .step = ho_step}};
+    g.s = sched_new(&cfg, &ops, &g.kv, &g.m, err);
+    CHECKF(g.s, "%s", err);
+    sched_set_step_model(g.s, &(struct step_model){.a = 1e-9, .c = 1e-9, .corr = 1}, 0);
+    struct sreq *r[8];
+    for (int i = 0; i < 8; i++) {
+        r[i] = make_req(i, 5 + (i * 17) % 40, 6 + (i * 5) % 20);
+        CHECKF(sched_submit(g.s, r[i], err) == 0, "%s", err);
+    }
+    CHECK(run_until_done(&g, r, 8, 10000) >= 0);
+    CHECKF(!h.pf.bad[0], "%s", h.pf.bad);
+    for (int i = 0; i < 8; i++) check_matches_oracle(r[i], cfg.ctx);
+    if (refuse) {
+        CHECK_EQ_INT(h.lowered, -1);
+        CHECK_EQ_INT(h.steps_away, 0);
+        CHECK_EQ_INT(h.fills, 0);
+    } else {
+        CHECK_EQ_INT(h.lowered, 1);
+        CHECK(h.positions > 0 && h.steps_away == 6);
+        CHECK_EQ_INT(h.fills, 1);
+    }
+    CHECK_EQ_INT(g.kv.n_free, 64);
+    for (int i = 0; i < 8; i++) sreq_put(r[i]);
+    rig_close(&g);
+}
+
+TEST(hand_over_and_back_equal_alone)
+{
+    handover_case(0);
+}
+
+TEST(hand_over_refused_runs_here)
+{
+    handover_case(1);
+}
+
 /* Admission while the step model is uncertain: the check is widened by the model's own error
  * estimate. A pinned model of 1 ms per token and a stream one token in (so the step it allows is
  * exactly its 45 ms paced TPOT, whatever the clock says): a 30-token prompt joins whole when the
@@ -897,6 +1007,8 @@ int main(void)
     RUN(pipelined_split_steps_equal_alone);
     RUN(pipelined_cancel_in_flight);
     RUN(pipelined_helper_failure_fails_every_request);
+    RUN(hand_over_and_back_equal_alone);
+    RUN(hand_over_refused_runs_here);
     RUN(uncertain_model_admits_less);
     RUN(idle_calibration_covers_every_shape_once);
     RUN(calibrated_prior_skips_idle_calibration);

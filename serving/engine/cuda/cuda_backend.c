@@ -18,13 +18,45 @@
 /* ---------------------------------------------------------------------------------------------
  * Kernels by name (kernels.cu). The GEMV/GEMM tables are indexed by weight type. */
 
-enum { WI_F32, WI_F16, WI_BF16, WI_Q8_0, WI_Q4_0, WI_N };
-static const char *const wi_name[WI_N] = {"f32", "f16", "bf16", "q8_0", "q4_0"};
+enum {
+    WI_F32,
+    WI_F16,
+    WI_BF16,
+    WI_Q8_0,
+    WI_Q4_0, /* from Q8_0 on the block types: GEMV by family (k_gemvq_k/32_*) */
+    WI_Q4_1,
+    WI_Q5_0,
+    WI_Q5_1,
+    WI_IQ4_NL,
+    WI_Q2_K,
+    WI_Q3_K,
+    WI_Q4_K,
+    WI_Q5_K,
+    WI_Q6_K,
+    WI_IQ4_XS,
+    WI_N
+};
+static const char *const wi_name[WI_N] = {"f32",  "f16",  "bf16", "q8_0",   "q4_0",
+                                          "q4_1", "q5_0", "q5_1", "iq4_nl", "q2_k",
+                                          "q3_k", "q4_k", "q5_k", "q6_k",   "iq4_xs"};
+static const uint32_t wi_type[WI_N] = {GGML_F32,  GGML_F16,  GGML_BF16, GGML_Q8_0,   GGML_Q4_0,
+                                       GGML_Q4_1, GGML_Q5_0, GGML_Q5_1, GGML_IQ4_NL, GGML_Q2_K,
+                                       GGML_Q3_K, GGML_Q4_K, GGML_Q5_K, GGML_Q6_K,   GGML_IQ4_XS};
 static const int gemv_nts[4] = {1, 2, 4, 8};
+/* The two quantized GEMV families (k_gemvq.cuh): kernel name stem per family. */
+enum { GQ_SUPER, GQ_32, GQ_N };
+static const char *const gq_name[GQ_N] = {"k", "32"};
+static int gq_of(uint32_t type)
+{
+    return cuda_gemv_family(type) == CUDA_FAM_SUPER ? GQ_SUPER
+           : cuda_gemv_family(type) == CUDA_FAM_32  ? GQ_32
+                                                    : -1;
+}
 
 enum {
     K_REPACK_ROWS,
     K_REPACK_BLOCKS,
+    K_REPACK_PLANES,
     K_EMBED,
     K_RMSNORM,
     K_QK_PREP,
@@ -36,9 +68,18 @@ enum {
     K_N
 };
 static const char *const k_name[K_N] = {
-    "k_repack_rows", "k_repack_blocks", "k_embed", "k_rmsnorm",   "k_qk_prep",
-    "k_rope_store",  "k_swiglu",        "k_add",   "k_attention", "k_sample",
+    "k_repack_rows", "k_repack_blocks", "k_repack_planes", "k_embed",     "k_rmsnorm", "k_qk_prep",
+    "k_rope_store",  "k_swiglu",        "k_add",           "k_attention", "k_sample",
 };
+
+/* The GEMV kernel of weight index t for template j (k_gemv_<type>_<nt> or k_gemvq_<fam>_<nt>). */
+static void gemv_kernel_name(int t, int j, char *out, size_t cap)
+{
+    if (gq_of(wi_type[t]) >= 0)
+        snprintf(out, cap, "k_gemvq_%s_%d", gq_name[gq_of(wi_type[t])], gemv_nts[j]);
+    else
+        snprintf(out, cap, "k_gemv_%s_%d", wi_name[t], gemv_nts[j]);
+}
 
 int cuda_kernel_names(const char **names, int cap)
 {
@@ -48,7 +89,9 @@ int cuda_kernel_names(const char **names, int cap)
         if (n < cap) names[n++] = k_name[i];
     for (int t = 0; t < WI_N; t++) {
         for (int j = 0; j < 4; j++) {
-            snprintf(gemv_names[t][j], 32, "k_gemv_%s_%d", wi_name[t], gemv_nts[j]);
+            gemv_kernel_name(t, j, gemv_names[t][j], 32);
+            /* a family's kernels once (its first type) */
+            if (gq_of(wi_type[t]) >= 0 && t != WI_Q8_0 && t != WI_Q2_K) continue;
             if (n < cap) names[n++] = gemv_names[t][j];
         }
         if (t == WI_F32) continue;
@@ -60,33 +103,30 @@ int cuda_kernel_names(const char **names, int cap)
 
 static int wi_of(uint32_t type)
 {
-    switch (type) {
-    case GGML_F32:
-        return WI_F32;
-    case GGML_F16:
-        return WI_F16;
-    case GGML_BF16:
-        return WI_BF16;
-    case GGML_Q8_0:
-        return WI_Q8_0;
-    case GGML_Q4_0:
-        return WI_Q4_0;
-    }
+    for (int i = 0; i < WI_N; i++)
+        if (wi_type[i] == type) return i;
     return -1;
 }
 
-/* Mirrors of the kernels' by-value structs (k_common.cuh dmat, k_sample.cuh sample_param). */
+/* Mirrors of the kernels' by-value structs (k_common.cuh dmat, k_sample.cuh sample_param,
+ * k_repack.cuh repack_planes). */
 struct dmat {
-    CUdeviceptr qs, d;
+    CUdeviceptr qs, d, e, s;
     int rows, cols, ld, type;
 };
+struct repack_planes {
+    CUdeviceptr dst[4];
+    int off[4], len[4];
+    int n, pad;
+};
+_Static_assert(sizeof(struct repack_planes) == 72, "repack_planes layout");
 struct sample_param {
     float temperature, top_p, min_p;
     int top_k;
     uint64_t rng;
     int token, pad;
 };
-_Static_assert(sizeof(struct dmat) == 32, "dmat layout");
+_Static_assert(sizeof(struct dmat) == 48, "dmat layout");
 _Static_assert(sizeof(struct sample_param) == 32, "sample_param layout");
 
 /* A captured step: the launches of one (tokens, logit rows, sampling) shape. */
@@ -105,6 +145,7 @@ struct cuda_engine {
     CUcontext ctx;
     CUmodule mod;
     CUfunction fn[K_N], gemv[WI_N][4], gemm[WI_N];
+    size_t gemvq_smem_limit; /* dynamic shared memory a k_gemvq launch may use */
     CUstream compute, copy;
     CUevent *span_ev; /* one per span */
     int *span_queued;
@@ -149,7 +190,7 @@ static int load_module(struct cuda_engine *ce, char *err)
             return errmsg_set(err, "cuda: kernel %s missing from the fatbin", k_name[i]);
     for (int t = 0; t < WI_N; t++) {
         for (int j = 0; j < 4; j++) {
-            snprintf(name, sizeof name, "k_gemv_%s_%d", wi_name[t], gemv_nts[j]);
+            gemv_kernel_name(t, j, name, sizeof name);
             if (cu.ModuleGetFunction(&ce->gemv[t][j], ce->mod, name))
                 return errmsg_set(err, "cuda: kernel %s missing from the fatbin", name);
         }
@@ -158,6 +199,35 @@ static int load_module(struct cuda_engine *ce, char *err)
         if (cu.ModuleGetFunction(&ce->gemm[t], ce->mod, name))
             return errmsg_set(err, "cuda: kernel %s missing from the fatbin", name);
     }
+    return 0;
+}
+
+/* The shared-memory budget of the quantized GEMVs (k_gemvq.cuh): up to CUDA_GEMVQ_SMEM_MAX where
+ * the device allows it (an opt-in above 48 KiB); one token of every such matrix must fit. */
+static int gemvq_setup(struct cuda_engine *ce, char *err)
+{
+    const size_t dflt = 48 * 1024;
+    int optin = 0;
+    cu.DeviceGetAttribute(&optin, CUX_ATTR_MAX_SHARED_PER_BLOCK_OPTIN, ce->dev);
+    size_t lim = CUDA_GEMVQ_SMEM_MAX;
+    if ((size_t)optin < lim) lim = (size_t)optin > dflt ? (size_t)optin : dflt;
+    for (int i = 0; i < ce->plan.n_mats; i++) {
+        const struct cuda_mat *mt = &ce->plan.mats[i];
+        size_t need = cuda_gemvq_smem(mt->type, mt->cols, 1);
+        if (need > lim)
+            return errmsg_set(err,
+                              "cuda: tensor %s: %d columns need %zu bytes of shared memory per "
+                              "token in the GEMV; %s allows %zu",
+                              mt->name, mt->cols, need, ce->info.name, lim);
+    }
+    ce->gemvq_smem_limit = lim;
+    if (lim <= dflt) return 0;
+    const int first[GQ_N] = {WI_Q2_K, WI_Q8_0}; /* a type of each family */
+    for (int f = 0; f < GQ_N; f++)
+        for (int j = 0; j < 4; j++)
+            CK(cu.FuncSetAttribute(ce->gemv[first[f]][j], CUX_FUNC_ATTR_MAX_DYNAMIC_SHARED,
+                                   (int)lim),
+               "cuda: cuFuncSetAttribute(k_gemvq)");
     return 0;
 }
 
@@ -253,6 +323,8 @@ static int alloc_buffers(struct cuda_engine *ce, char *err)
         ce->w[i] = (struct dmat){
             .qs = ce->weights + mt->dst_off,
             .d = mt->d_bytes ? ce->weights + mt->dst_off + mt->d_off : 0,
+            .e = mt->e_bytes ? ce->weights + mt->dst_off + mt->e_off : 0,
+            .s = mt->s_bytes ? ce->weights + mt->dst_off + mt->s_off : 0,
             .rows = mt->rows,
             .cols = mt->cols,
             .ld = mt->ld,
@@ -291,7 +363,7 @@ int cuda_engine_open(struct cuda_engine **out, const struct model *m,
                  err))
         goto fail;
     if (cu_check(cu.CtxSetCurrent(ce->ctx), "cuda: cuCtxSetCurrent", err)) goto fail;
-    if (device_info(ce, err) || load_module(ce, err)) goto fail;
+    if (device_info(ce, err) || load_module(ce, err) || gemvq_setup(ce, err)) goto fail;
     if (cu_check(cu.StreamCreate(&ce->compute, CUX_STREAM_NON_BLOCKING), "cuda: stream", err) ||
         cu_check(cu.StreamCreate(&ce->copy, CUX_STREAM_NON_BLOCKING), "cuda: stream", err) ||
         cu_check(cu.EventCreate(&ce->t0, 0), "cuda: event", err) ||
@@ -408,7 +480,7 @@ struct gemv_args {
     int rows_end[3];
     int n_mats, mode;
 };
-_Static_assert(sizeof(struct gemv_args) == 144, "gemv_args layout");
+_Static_assert(sizeof(struct gemv_args) == 192, "gemv_args layout");
 
 /* GEMV over n tokens, CUDA_GEMV_MAX_NT per launch: y_i = x W_i^T for n_mats matrices of one type
  * and cols (q, k, v in one launch), or with mode GEMV_ADD y_0 += x W_0^T, or with GEMV_SWIGLU
@@ -426,15 +498,19 @@ static int dev_gemv(struct cuda_engine *ce, int n_mats, const struct dmat *const
     }
     a.n_mats = n_mats;
     a.mode = mode;
-    int wi = wi_of((uint32_t)w[0]->type), cols = w[0]->cols;
-    for (int t0 = 0; t0 < n; t0 += CUDA_GEMV_MAX_NT) {
-        int nt = n - t0 < CUDA_GEMV_MAX_NT ? n - t0 : CUDA_GEMV_MAX_NT;
+    uint32_t type = (uint32_t)w[0]->type;
+    int wi = wi_of(type), cols = w[0]->cols;
+    /* the quantized GEMVs hold the pass's activations in shared memory: fewer tokens per pass
+     * for long rows */
+    int pass = cuda_gemv_pass(type, cols, ce->gemvq_smem_limit);
+    for (int t0 = 0; t0 < n; t0 += pass) {
+        int nt = n - t0 < pass ? n - t0 : pass;
         int NT = cuda_gemv_nt(nt), j = NT == 1 ? 0 : NT == 2 ? 1 : NT == 4 ? 2 : 3;
         for (int i = 0; i < n_mats; i++) a.y[i] = y[i] + (size_t)t0 * w[i]->rows * 4;
         CUdeviceptr xx = x + (size_t)t0 * cols * 4;
         void *args[] = {&a, &xx, &nt};
-        if (launch(ce, ce->gemv[wi][j], cuda_gemv_blocks((uint32_t)w[0]->type, total), 1,
-                   CUDA_GEMV_THREADS, 0, ce->compute, args, "k_gemv", err))
+        if (launch(ce, ce->gemv[wi][j], cuda_gemv_blocks(type, total), 1, CUDA_GEMV_THREADS,
+                   (unsigned)cuda_gemvq_smem(type, cols, nt), ce->compute, args, "k_gemv", err))
             return -1;
     }
     return 0;
@@ -453,11 +529,13 @@ static int dev_matmul(struct cuda_engine *ce, const struct dmat *w, CUdeviceptr 
     return dev_gemv(ce, 1, &w, &y, GEMV_STORE, x, n, err);
 }
 
-/* Whether matrices a and b can share one GEMV launch at n tokens. */
+/* Whether matrices a and b can share one GEMV launch at n tokens: the same kernel family (one
+ * type, or types whose kernel dispatches per matrix: Q4_K_M's Q4_K and Q6_K) and input. */
 static int gemv_pair(const struct dmat *a, const struct dmat *b, int n)
 {
     return !cuda_use_gemm((uint32_t)a->type, n) && !cuda_use_gemm((uint32_t)b->type, n) &&
-           a->type == b->type && a->cols == b->cols;
+           cuda_gemv_family((uint32_t)a->type) == cuda_gemv_family((uint32_t)b->type) &&
+           a->cols == b->cols;
 }
 
 static int dev_rmsnorm(struct cuda_engine *ce, CUdeviceptr x, const struct dmat *w, CUdeviceptr out,
@@ -484,7 +562,27 @@ int cuda_upload_span(struct cuda_engine *ce, int s, char *err)
     for (int i = sp->first_mat; i < sp->first_mat + sp->n_mats; i++) {
         const struct cuda_mat *mt = &ce->plan.mats[i];
         CUdeviceptr src = ce->staging + mt->src_off, dst = ce->w[i].qs;
-        if (mt->type == GGML_Q8_0 || mt->type == GGML_Q4_0) {
+        const struct cuda_block_format *bf = cuda_block_format(mt->type);
+        if (bf && mt->type != GGML_Q8_0 && mt->type != GGML_Q4_0) {
+            /* the k_quant.cuh types: each block's fields to their planes */
+            struct repack_planes rp;
+            memset(&rp, 0, sizeof rp);
+            const CUdeviceptr plane[CUDA_PLANES] = {ce->w[i].qs, ce->w[i].e, ce->w[i].s,
+                                                    ce->w[i].d};
+            for (int k = 0; k < CUDA_PLANES; k++) {
+                if (!bf->len[k]) continue;
+                rp.dst[rp.n] = plane[k];
+                rp.off[rp.n] = bf->off[k];
+                rp.len[rp.n] = bf->len[k];
+                rp.n++;
+            }
+            long long nb = (long long)mt->rows * (mt->cols / bf->elems);
+            int bb = bf->bytes;
+            void *args[] = {&src, &rp, &nb, &bb};
+            if (launch(ce, ce->fn[K_REPACK_PLANES], cuda_elementwise_blocks((nb + 255) / 256, 1), 1,
+                       256, 0, ce->copy, args, "k_repack_planes", err))
+                return -1;
+        } else if (mt->type == GGML_Q8_0 || mt->type == GGML_Q4_0) {
             CUdeviceptr d = ce->w[i].d;
             long long nb = (long long)mt->rows * (mt->cols / 32);
             int qbytes = mt->type == GGML_Q8_0 ? 32 : 16;
@@ -1101,4 +1199,28 @@ int cuda_time_forward(struct cuda_engine *ce, const struct batch *b, int iters, 
     if (elapsed(ce, ce->compute, seconds, err)) return -1;
     *seconds /= iters > 0 ? iters : 1;
     return 0;
+}
+
+int cuda_matmul_mat(struct cuda_engine *ce, int mat, const float *x, int n, float *y, char *err)
+{
+    CK(cu.CtxSetCurrent(ce->ctx), "cuda: cuCtxSetCurrent");
+    if (mat < 0 || mat >= ce->plan.n_mats || n < 1)
+        return errmsg_set(err, "cuda: matrix %d of %d, %d tokens", mat, ce->plan.n_mats, n);
+    const struct dmat *w = &ce->w[mat];
+    if (need_span(ce, ce->plan.mats[mat].span, err)) return -1;
+    size_t xb = (size_t)n * w->cols * 4, yb = (size_t)n * w->rows * 4;
+    CUdeviceptr dx = 0, dy = 0;
+    int rc = -1;
+    if (cu_check(cu.MemAlloc(&dx, xb), "cuda: cuMemAlloc(test input)", err) ||
+        cu_check(cu.MemAlloc(&dy, yb), "cuda: cuMemAlloc(test output)", err) ||
+        cu_check(cu.MemcpyHtoDAsync(dx, x, xb, ce->compute), "cuda: upload test input", err) ||
+        dev_matmul(ce, w, dx, dy, n, err) ||
+        cu_check(cu.MemcpyDtoHAsync(y, dy, yb, ce->compute), "cuda: download test output", err) ||
+        sync_compute(ce, "cuda: matmul", err))
+        goto out;
+    rc = 0;
+out:
+    if (dx) cu.MemFree(dx);
+    if (dy) cu.MemFree(dy);
+    return rc;
 }

@@ -92,6 +92,10 @@ int cuda_time_forward(struct cuda_engine *ce, const struct batch *b, int iters, 
 /* The kernel entry points the host looks up in the fatbin (for the build test). Returns the
  * count; writes at most cap names. */
 int cuda_kernel_names(const char **names, int cap);
+/* For tests: y (n x rows) = x (n x cols) W^T for the plan's matrix `mat` (cuda_plan.h's order),
+ * with the kernels a step would use for n tokens (GEMV below CUDA_GEMM_MIN_TOKENS, else the
+ * tensor cores); host buffers in and out. */
+int cuda_matmul_mat(struct cuda_engine *ce, int mat, const float *x, int n, float *y, char *err);
 /* Device bytes of resident weights (what a decode step reads once). */
 uint64_t cuda_weight_bytes(const struct cuda_engine *ce);
 

@@ -15,10 +15,34 @@ static uint64_t align_up(uint64_t v, uint64_t a)
     return (v + a - 1) / a * a;
 }
 
+/* Planes qs, e, s, d: {offset in the ggml block, bytes} (k_quant.cuh's table; quant.h's structs
+ * give the offsets). */
+static const struct cuda_block_format formats[] = {
+    {GGML_Q8_0, 32, 34, {2, 0, 0, 0}, {32, 0, 0, 2}},
+    {GGML_Q4_0, 32, 18, {2, 0, 0, 0}, {16, 0, 0, 2}},
+    {GGML_Q4_1, 32, 20, {4, 0, 0, 0}, {16, 0, 0, 4}},
+    {GGML_Q5_0, 32, 22, {6, 2, 0, 0}, {16, 4, 0, 2}},
+    {GGML_Q5_1, 32, 24, {8, 4, 0, 0}, {16, 4, 0, 4}},
+    {GGML_IQ4_NL, 32, 18, {2, 0, 0, 0}, {16, 0, 0, 2}},
+    {GGML_Q2_K, 256, 84, {16, 0, 0, 80}, {64, 0, 16, 4}},
+    {GGML_Q3_K, 256, 110, {32, 0, 96, 108}, {64, 32, 12, 2}},
+    {GGML_Q4_K, 256, 144, {16, 0, 0, 0}, {128, 0, 0, 16}},
+    {GGML_Q5_K, 256, 176, {48, 16, 0, 0}, {128, 32, 0, 16}},
+    {GGML_Q6_K, 256, 210, {0, 128, 192, 208}, {128, 64, 16, 2}},
+    {GGML_IQ4_XS, 256, 136, {8, 0, 0, 0}, {128, 0, 0, 8}},
+};
+
+const struct cuda_block_format *cuda_block_format(uint32_t type)
+{
+    for (size_t i = 0; i < sizeof formats / sizeof formats[0]; i++)
+        if (formats[i].type == type) return &formats[i];
+    return NULL;
+}
+
 uint64_t cuda_ggml_row_bytes(uint32_t type, int cols)
 {
-    int device_type = type == GGML_F32 || type == GGML_F16 || type == GGML_BF16 ||
-                      type == GGML_Q8_0 || type == GGML_Q4_0;
+    int device_type =
+        type == GGML_F32 || type == GGML_F16 || type == GGML_BF16 || cuda_block_format(type);
     return device_type && cols > 0 ? ggml_row_bytes(type, (uint64_t)cols) : 0;
 }
 
@@ -88,10 +112,11 @@ static int plan_mat(struct cuda_mat *c, const struct tensor *t, const char *name
         return errmsg_set(err, "cuda: tensor %s: %s must be f32, not %s", name, f32_only,
                           tensor_type_name(t->type));
     uint64_t rb = cuda_ggml_row_bytes(t->type, t->cols);
+    const struct cuda_block_format *bf = cuda_block_format(t->type);
     if (!rb) {
-        if (t->type == GGML_Q8_0 || t->type == GGML_Q4_0)
-            return errmsg_set(err, "cuda: tensor %s: %d columns is not a multiple of 32", name,
-                              t->cols);
+        if (bf)
+            return errmsg_set(err, "cuda: tensor %s: %d columns is not a multiple of %d", name,
+                              t->cols, bf->elems);
         return errmsg_set(err, "cuda: tensor %s: type %s is not supported by the CUDA kernels",
                           name, tensor_type_name(t->type));
     }
@@ -111,13 +136,25 @@ static int plan_mat(struct cuda_mat *c, const struct tensor *t, const char *name
         c->qs_bytes = (uint64_t)c->rows * c->ld * esz;
         break;
     }
-    case GGML_Q8_0:
-    case GGML_Q4_0:
+    default: { /* a block type: its planes one after another, each 256-byte aligned */
+        uint64_t nb = (uint64_t)t->rows * (t->cols / bf->elems), off;
         c->ld = t->cols;
-        c->qs_bytes = (uint64_t)t->rows * t->cols / (t->type == GGML_Q8_0 ? 1 : 2);
-        c->d_off = align_up(c->qs_bytes, CUDA_DEV_ALIGN);
-        c->d_bytes = (uint64_t)t->rows * (t->cols / 32) * 2;
+        c->qs_bytes = nb * bf->len[CUDA_PLANE_QS];
+        off = align_up(c->qs_bytes, CUDA_DEV_ALIGN);
+        if (bf->len[CUDA_PLANE_E]) {
+            c->e_off = off;
+            c->e_bytes = nb * bf->len[CUDA_PLANE_E];
+            off = align_up(off + c->e_bytes, CUDA_DEV_ALIGN);
+        }
+        if (bf->len[CUDA_PLANE_S]) {
+            c->s_off = off;
+            c->s_bytes = nb * bf->len[CUDA_PLANE_S];
+            off = align_up(off + c->s_bytes, CUDA_DEV_ALIGN);
+        }
+        c->d_off = off;
+        c->d_bytes = nb * bf->len[CUDA_PLANE_D];
         break;
+    }
     }
     return 0;
 }

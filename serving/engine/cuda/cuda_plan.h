@@ -49,9 +49,25 @@ struct cuda_mat {
     uint64_t src_off;   /* in the span's staging copy */
     uint64_t dst_off;   /* in resident device weight memory: quants/elements */
     uint64_t qs_bytes;  /* quants or elements, padded rows included */
-    uint64_t d_off;     /* scales (Q8_0/Q4_0) at dst_off + d_off */
-    uint64_t d_bytes;
+    /* The other planes of a block type (cuda_block_format), each at dst_off + *_off, in the
+     * order qs, e, s, d; a plane the type lacks has 0 bytes. */
+    uint64_t e_off, e_bytes; /* high bits */
+    uint64_t s_off, s_bytes; /* sub-block scales */
+    uint64_t d_off, d_bytes; /* scales */
 };
+
+/* A ggml block type on the device: which bytes of each block go to which plane (qs, e, s, d;
+ * k_quant.cuh's table). Q8_0 and Q4_0 are here too (qs and d), with the layout their own repack
+ * kernel makes. */
+enum { CUDA_PLANE_QS, CUDA_PLANE_E, CUDA_PLANE_S, CUDA_PLANE_D, CUDA_PLANES };
+struct cuda_block_format {
+    uint32_t type;
+    int elems, bytes;     /* per block */
+    int off[CUDA_PLANES]; /* where plane p's bytes start in a ggml block */
+    int len[CUDA_PLANES]; /* bytes per block in plane p; 0: no such plane */
+};
+/* NULL for F32/F16/BF16 and for types the kernels lack. */
+const struct cuda_block_format *cuda_block_format(uint32_t type);
 
 struct cuda_span {
     const uint8_t *host; /* first byte of the span in host memory */
@@ -71,8 +87,9 @@ struct cuda_plan {
     int embd, out_norm, out; /* mat indices; out == embd when tied */
 };
 
-/* Lay out m's weights. Fails naming the tensor for types the CUDA kernels lack (Q4_K), norms
- * and other vectors that are not F32, block types whose cols are not a multiple of 32, or tensors
+/* Lay out m's weights. Fails naming the tensor for types the CUDA kernels lack (anything but
+ * F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K..Q6_K, IQ4_XS), norms and other
+ * vectors that are not F32, block types whose cols are not a whole number of blocks, or tensors
  * whose bytes do not match their shape. */
 int cuda_plan_weights(struct cuda_plan *p, const struct model *m, char *err);
 void cuda_plan_free(struct cuda_plan *p);
@@ -95,11 +112,57 @@ uint64_t cuda_ggml_row_bytes(uint32_t type, int cols);
 #define CUDA_ATTN_THREADS    128
 #define CUDA_SAMPLE_THREADS  1024
 
-/* Blocks for a GEMV over `rows` rows: a warp per row (8 per block), half a warp for Q4_0. */
+/* Blocks for a GEMV over `rows` rows: a warp per row, 8 per block (every type). */
 static inline unsigned cuda_gemv_blocks(uint32_t type, int rows)
 {
-    int per_block = CUDA_GEMV_THREADS / 32 * (type == 2 /* Q4_0 */ ? 2 : 1);
+    int per_block = CUDA_GEMV_THREADS / 32;
+    (void)type;
     return (unsigned)((rows + per_block - 1) / per_block);
+}
+
+/* The GEMV kernel family of a type: matrices of one family and one input share a launch (q, k
+ * and v; gate and up). The block types quantize the activations in the kernel as the CPU does:
+ * Q8_K for the super-blocks (Q2_K..Q6_K, IQ4_XS: k_gemvq_k_*), Q8_0/Q8_1 for Q8_0, Q4_0, Q4_1,
+ * Q5_0, Q5_1, IQ4_NL (k_gemvq_32_*); F32, F16, BF16 are each their own (k_gemv_<type>_*). */
+enum { CUDA_FAM_SUPER = 1000, CUDA_FAM_32 = 1001 };
+static inline int cuda_gemv_family(uint32_t type)
+{
+    switch (type) {
+    case 10:
+    case 11:
+    case 12:
+    case 13:
+    case 14:
+    case 23: /* Q2_K..Q6_K, IQ4_XS */
+        return CUDA_FAM_SUPER;
+    case 2:
+    case 3:
+    case 6:
+    case 7:
+    case 8:
+    case 20: /* Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL */
+        return CUDA_FAM_32;
+    }
+    return (int)type;
+}
+/* Dynamic shared memory of k_gemvq for nt tokens of `cols` (0 for the other kernels): the int8
+ * values, then Q8_K's scale per 256 and sums per 16, or Q8_0/1's {d, s, sum, 0} per 32. */
+static inline size_t cuda_gemvq_smem(uint32_t type, int cols, int nt)
+{
+    int fam = cuda_gemv_family(type);
+    size_t per = fam == CUDA_FAM_SUPER ? (size_t)cols + cols / 256 * 4 + cols / 16 * 2
+                 : fam == CUDA_FAM_32  ? (size_t)cols + cols / 32 * 16
+                                       : 0;
+    return per * (size_t)nt;
+}
+/* Shared memory a k_gemvq launch may ask for: more would leave too few blocks per SM. */
+#define CUDA_GEMVQ_SMEM_MAX (96 * 1024)
+/* Tokens per GEMV launch (1..CUDA_GEMV_MAX_NT) for `cols` under a shared-memory limit. */
+static inline int cuda_gemv_pass(uint32_t type, int cols, size_t smem_limit)
+{
+    int nt = CUDA_GEMV_MAX_NT;
+    while (nt > 1 && cuda_gemvq_smem(type, cols, nt) > smem_limit) nt /= 2;
+    return nt;
 }
 /* The GEMV template (1, 2, 4, 8) that covers nt tokens (1 <= nt <= 8). */
 static inline int cuda_gemv_nt(int nt)

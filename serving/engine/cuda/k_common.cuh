@@ -4,14 +4,23 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+#include "k_quant.cuh"
+
 enum { WT_F32 = 0, WT_F16 = 1, WT_Q4_0 = 2, WT_Q8_0 = 8, WT_BF16 = 30 };
 
 /* A weight matrix in device layout (see kernels.cu). Passed by value. */
 struct dmat {
-    const void *qs;  /* elements, or quants */
-    const __half *d; /* scales (Q8_0/Q4_0), else NULL */
+    const void *qs;       /* elements, or quants */
+    const __half *d;      /* scales (Q8_0/Q4_0; the d plane of the k_quant.cuh types), else NULL */
+    const uint8_t *e, *s; /* the e and s planes of the k_quant.cuh types, else NULL */
     int rows, cols, ld, type;
 };
+
+__device__ __forceinline__ struct kq_planes dmat_planes(const dmat &w)
+{
+    struct kq_planes p = {(const uint8_t *)w.qs, w.e, w.s, (const uint8_t *)w.d};
+    return p;
+}
 
 __device__ __forceinline__ float warp_sum(float v)
 {
@@ -86,6 +95,12 @@ __device__ __forceinline__ float dmat_get(const dmat &w, int r, int c)
         int q = j < 16 ? (b[j] & 15) : (b[j - 16] >> 4);
         return d * (q - 8);
     }
+    }
+    if (kq_is_block(w.type)) {
+        struct kq_planes p = dmat_planes(w);
+        float f[16];
+        kq_deq16(w.type, &p, r, w.cols, c & ~15, f);
+        return f[c & 15];
     }
     return 0.f;
 }

@@ -2,7 +2,10 @@
  * tensor cores. A 128-thread block computes a 64-row x 64-token tile: per 32-column step it
  * dequantizes the W tile to f16 (bf16 for BF16 weights, whose range f16 lacks) into shared
  * memory, converts the x tile likewise, and the 4 warps run 16x16x16 WMMA (mma.sync) with f32
- * accumulators, each warp a 32x32 quarter. Weights are read once per 64 tokens, which moves the
+ * accumulators, each warp a 32x32 quarter. The k_quant.cuh types dequantize 16 elements a
+ * thread (kq_deq16: the CPU's values exactly) before the rounding to f16; the 64-row tile of a
+ * 32-column step spans whole 16-element groups, so no scale is decoded twice by one thread.
+ * Weights are read once per 64 tokens, which moves the
  * bound from HBM to the tensor cores. F32 weights do not come here (the host uses GEMV with 8
  * tokens per pass: F32 models are the tiny ones and need the exact f32 products). */
 #pragma once
@@ -48,6 +51,12 @@ __device__ __forceinline__ void gemm_load_w(const dmat &w, int r, int k0, int h,
         const uint8_t *b = (const uint8_t *)&v;
 #pragma unroll
         for (int i = 0; i < 16; i++) dst[i] = to_t<T>(d * ((h ? b[i] >> 4 : b[i] & 15) - 8));
+    } else if (kq_is_block(WT)) { /* k_quant.cuh types: quant.c's values, then rounded to T */
+        struct kq_planes p = dmat_planes(w);
+        float f[16];
+        kq_deq16(WT, &p, r, w.cols, k, f);
+#pragma unroll
+        for (int i = 0; i < 16; i++) dst[i] = to_t<T>(f[i]);
     } else { /* F16 / BF16: copy, converting to T where the types differ (never: T matches) */
         const uint16_t *src = (const uint16_t *)w.qs + (size_t)r * w.ld + k;
         if (k + 16 <= w.cols) {
@@ -154,3 +163,21 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
 {
     gemm_tile<WT_Q4_0, __half>(w, x, y, ntok);
 }
+
+/* The k_quant.cuh types, f16 tiles. */
+#define GEMM_ENTRY_KQ(name, WT)                                                                    \
+    extern "C" __global__ void __launch_bounds__(GEMM_THREADS)                                     \
+        k_gemm_##name(dmat w, const float *x, float *y, int ntok)                                  \
+    {                                                                                              \
+        gemm_tile<WT, __half>(w, x, y, ntok);                                                      \
+    }
+GEMM_ENTRY_KQ(q4_1, KQ_Q4_1)
+GEMM_ENTRY_KQ(q5_0, KQ_Q5_0)
+GEMM_ENTRY_KQ(q5_1, KQ_Q5_1)
+GEMM_ENTRY_KQ(iq4_nl, KQ_IQ4_NL)
+GEMM_ENTRY_KQ(q2_k, KQ_Q2_K)
+GEMM_ENTRY_KQ(q3_k, KQ_Q3_K)
+GEMM_ENTRY_KQ(q4_k, KQ_Q4_K)
+GEMM_ENTRY_KQ(q5_k, KQ_Q5_K)
+GEMM_ENTRY_KQ(q6_k, KQ_Q6_K)
+GEMM_ENTRY_KQ(iq4_xs, KQ_IQ4_XS)

@@ -27,3 +27,29 @@ extern "C" __global__ void k_repack_blocks(const uint8_t *src, uint8_t *qs, __ha
         for (int j = 0; j < qbytes; j++) qs[b * qbytes + j] = s[2 + j];
     }
 }
+
+/* The k_quant.cuh types: each ggml block of `block_bytes` bytes split into up to 4 planes,
+ * segment i being bytes [off[i], off[i] + len[i]) of every block, written to dst[i] + b * len[i].
+ * A CUDA block takes 256 ggml blocks at a time and its threads walk their bytes in order, so the
+ * reads are coalesced and each plane's writes nearly so. */
+struct repack_planes {
+    uint8_t *dst[4];
+    int off[4], len[4];
+    int n;
+};
+
+extern "C" __global__ void k_repack_planes(const uint8_t *src, repack_planes rp, long long n_blocks,
+                                           int block_bytes)
+{
+    for (long long b0 = 256LL * blockIdx.x; b0 < n_blocks; b0 += 256LL * gridDim.x) {
+        int nb = n_blocks - b0 < 256 ? (int)(n_blocks - b0) : 256;
+        const uint8_t *s = src + b0 * block_bytes;
+        for (int i = threadIdx.x; i < nb * block_bytes; i += blockDim.x) {
+            int b = i / block_bytes, o = i - b * block_bytes;
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+                if (k < rp.n && o >= rp.off[k] && o < rp.off[k] + rp.len[k])
+                    rp.dst[k][(b0 + b) * rp.len[k] + (o - rp.off[k])] = s[i];
+        }
+    }
+}

@@ -7,12 +7,15 @@
  *                 16-byte aligned and a lane can load 8 halves (or 4 floats) at once;
  *   Q8_0: qs rows x cols int8, then d rows x cols/32 halves (scales split from the quants so the
  *         quants are 16-byte aligned: ggml's 34-byte blocks are only 2-byte aligned);
- *   Q4_0: qs rows x cols/2 bytes (one block = one 16-byte load, ggml nibble order), d likewise.
+ *   Q4_0: qs rows x cols/2 bytes (one block = one 16-byte load, ggml nibble order), d likewise;
+ *   Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS: each block's fields in up to
+ *         four planes (quants, high bits, sub-block scales, scales), see k_quant.cuh.
  * Activations are f32 rows; the KV cache is f32 in the CPU cache's layout. */
 #include "k_common.cuh"
 #include "k_repack.cuh"
 #include "k_embed.cuh"
 #include "k_gemv.cuh"
+#include "k_gemvq.cuh"
 #include "k_gemm.cuh"
 #include "k_pointwise.cuh"
 #include "k_attention.cuh"

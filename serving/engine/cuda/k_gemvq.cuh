@@ -1,0 +1,282 @@
+/* k_gemvq: GEMV (decode, up to 8 tokens) for every block type (k_quant.cuh), with integer dot
+ * products against activations quantized as the CPU engine quantizes them, so that decoding on
+ * the GPU adds the same exact integers as the CPU and differs only in the order floats are summed.
+ *
+ * One launch: k_gemvq_<fam>_<NT>(gemv_args, x, nt), fam "k" (Q2_K..Q6_K, IQ4_XS: Q8_K
+ * activations) or "32" (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL: Q8_0/Q8_1); the matrices of one
+ * launch may mix the types of a family (Q4_K_M's q, k and v: Q4_K, Q4_K and Q6_K). Q8_0 and Q4_0
+ * are in the "32" family (Q8_0 activations, as on the CPU).
+ *
+ *   1. Each 256-thread block first prefetches its rows' first quants into L2 (so HBM is busy from
+ *      the first cycle), then quantizes the nt rows of x into shared memory, all 8 warps together
+ *      (a warp per 256-block of Q8_K: 8 values a lane; 4 lanes per 32-block of Q8_0). x is
+ *      small and every block rereads it from L2, which costs far less than a separate launch
+ *      would at batch 1 (and CUDA graphs keep the launch count what it was).
+ *   2. One warp per row, 8 rows per block: lane l takes the row's 16-byte chunks l, l+32, ...:
+ *      a warp's load is 512 contiguous bytes of the quants plane (plus each block's scales, the
+ *      same address for the block's 4 or 8 lanes), 4 chunks in flight per lane before any is used
+ *      (2 for Q3_K, Q5_K, Q6_K, whose chunks take more registers); the non-coherent loads skip
+ *      L1 so that L1 keeps the activations.
+ *   3. Per chunk: nibbles (and high bits) unpacked with masks, dp4a against the activations in
+ *      shared memory, the exact integer sums scaled as the CPU scales a block's; nt tokens share
+ *      each chunk's unpacking. A warp reduction, then lane 0 writes (store, add, or SwiGLU).
+ *
+ * Shared memory for nt tokens of `cols` (cuda_plan.h cuda_gemvq_smem): the quantized values
+ * [nt][cols] int8, then Q8_K: d [nt][cols/256] float, bsums [nt][cols/16] int16; Q8_0/1:
+ * {d, s, sum, 0} [nt][cols/32] float4. */
+#pragma once
+
+#define GEMVQ_UNROLL 4
+#define GEMVQ_WARPS  (GEMV_THREADS / 32)
+
+enum { GEMVQ_SUPER = 0, GEMVQ_32 = 1 };
+
+/* Where lane `lane` reads its 8 values of the warp's quantization step `step` (FAM_SUPER: one
+ * 256-block a step; FAM_32: eight 32-blocks, 4 lanes each), or NULL past the end. The shared
+ * memory copy has x's layout, so the same offset from x places the quantized values. */
+template <int FAM>
+__device__ __forceinline__ const float *gemvq_src(const float *x, int nt, int cols, int step,
+                                                  int lane)
+{
+    int per = FAM == GEMVQ_SUPER ? 256 : 32, nb = cols / per;
+    int it = FAM == GEMVQ_SUPER ? step : 8 * step + (lane >> 2);
+    if (it >= nt * nb) return NULL;
+    int t = it / nb, b = it - t * nb;
+    return x + (size_t)t * cols + per * b + 8 * (FAM == GEMVQ_SUPER ? lane : lane & 3);
+}
+
+__device__ __forceinline__ uint2 gemvq_pack8(const int *q)
+{
+    uint2 pk;
+    pk.x = (uint32_t)(q[0] & 255) | (uint32_t)(q[1] & 255) << 8 | (uint32_t)(q[2] & 255) << 16 |
+           (uint32_t)(q[3] & 255) << 24;
+    pk.y = (uint32_t)(q[4] & 255) | (uint32_t)(q[5] & 255) << 8 | (uint32_t)(q[6] & 255) << 16 |
+           (uint32_t)(q[7] & 255) << 24;
+    return pk;
+}
+
+/* Quantize rows t < nt of x (nt x cols f32) into shared memory; every thread of the block. A
+ * warp takes steps wib, wib + 8, ...; the next step's values are loaded before this one is
+ * worked, so the L2 latency is paid about once per warp, not once per step. */
+template <int FAM>
+__device__ __forceinline__ void gemvq_quantize(const float *x, int nt, int cols, uint8_t *smem)
+{
+    const int lane = threadIdx.x & 31, wib = threadIdx.x >> 5;
+    const int steps = FAM == GEMVQ_SUPER ? nt * (cols / 256) : (nt * (cols / 32) + 7) / 8;
+    int8_t *aq = (int8_t *)smem;
+    const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
+    const float *src = gemvq_src<FAM>(x, nt, cols, wib, lane);
+    float4 n0 = src ? __ldg((const float4 *)src) : zero;
+    float4 n1 = src ? __ldg((const float4 *)src + 1) : zero;
+    for (int step = wib; step < steps; step += GEMVQ_WARPS) { /* warp-uniform */
+        const float *cur = src;
+        float v[8] = {n0.x, n0.y, n0.z, n0.w, n1.x, n1.y, n1.z, n1.w};
+        src = gemvq_src<FAM>(x, nt, cols, step + GEMVQ_WARPS, lane);
+        n0 = src ? __ldg((const float4 *)src) : zero;
+        n1 = src ? __ldg((const float4 *)src + 1) : zero;
+        size_t off = cur ? (size_t)(cur - x) : 0;
+        float am = 0.f;
+#pragma unroll
+        for (int i = 0; i < 8; i++) am = fmaxf(am, fabsf(v[i]));
+        int q[8], s = 0;
+        if (FAM == GEMVQ_SUPER) {
+            float *ad = (float *)(smem + (size_t)nt * cols);
+            int16_t *bs = (int16_t *)(ad + (size_t)nt * (cols / 256));
+            am = warp_max(am);
+            float d = 0.f;
+            if (am > 0.f) {
+                float is = kq_q8k_iscale(am);
+#pragma unroll
+                for (int i = 0; i < 8; i++) q[i] = kq_q8k_q(is, v[i]), s += q[i];
+                d = kq_div(1.f, is);
+            } else {
+#pragma unroll
+                for (int i = 0; i < 8; i++) q[i] = 0;
+            }
+            s += __shfl_xor_sync(0xffffffffu, s, 1); /* lanes 2g, 2g+1 hold group g of 16 */
+            *(uint2 *)(aq + off) = gemvq_pack8(q);
+            if (!(lane & 1)) bs[off / 16] = (int16_t)s;
+            if (lane == 0) ad[off / 256] = d;
+        } else {
+            float4 *meta = (float4 *)(smem + (size_t)nt * cols);
+            am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 1));
+            am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 2));
+            float id = kq_q8_id(am);
+#pragma unroll
+            for (int i = 0; i < 8; i++) q[i] = kq_q8_q(id, v[i]), s += q[i];
+            s += __shfl_xor_sync(0xffffffffu, s, 1);
+            s += __shfl_xor_sync(0xffffffffu, s, 2);
+            if (cur) {
+                *(uint2 *)(aq + off) = gemvq_pack8(q);
+                if (!(lane & 3))
+                    meta[off / 32] =
+                        make_float4(kq_q8_d(am), kq_q8_s(am, s), __int_as_float(s), 0.f);
+            }
+        }
+    }
+}
+
+/* This lane's share of row r's dot products with the nt quantized tokens, for weight type WT. */
+template <int WT, int NT>
+__device__ __forceinline__ void gemvq_row_t(const dmat &w, int r, const uint8_t *smem, int nt,
+                                            float *acc)
+{
+    const int CH = WT == KQ_Q2_K || WT == KQ_Q3_K ? 4 : WT == KQ_Q8_0 ? 2 : kq_is_32(WT) ? 1 : 8;
+    const int BE = kq_is_32(WT) ? 32 : 256;
+    const int lane = threadIdx.x & 31, cols = w.cols, nb = cols / BE, nch = nb * CH;
+    const struct kq_planes p = {(const uint8_t *)w.qs, w.e, w.s, (const uint8_t *)w.d};
+    const long long b0 = (long long)r * nb;
+    const int8_t *aq = (const int8_t *)smem;
+    /* chunks in flight per lane: fewer for the formats with a high-bits plane (more registers) */
+    const int U = WT == KQ_Q3_K || WT == KQ_Q5_K || WT == KQ_Q6_K ? 2 : GEMVQ_UNROLL;
+    for (int c0 = lane; c0 < nch; c0 += 32 * U) {
+        struct kq_chunk ch[GEMVQ_UNROLL];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            int c = c0 + 32 * u;
+            if (c < nch) kq_load(WT, &p, b0 + c / CH, c % CH, &ch[u]);
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            int c = c0 + 32 * u;
+            if (c >= nch) break;
+            int b = c / CH, k = c % CH;
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                if (t >= nt) break;
+                const int8_t *a = aq + (size_t)t * cols + BE * b;
+                if (BE == 256) {
+                    const float *ad = (const float *)(smem + (size_t)nt * cols);
+                    const int16_t *bs = (const int16_t *)(ad + (size_t)nt * nb);
+                    acc[t] += kq_dot_super(WT, &ch[u], k, a, ad[(size_t)t * nb + b],
+                                           bs + (size_t)t * (cols / 16) + 16 * b);
+                } else {
+                    const float4 m =
+                        ((const float4 *)(smem + (size_t)nt * cols))[(size_t)t * nb + b];
+                    acc[t] += kq_dot_32(WT, &ch[u], k, a, m.x, m.y, __float_as_int(m.z));
+                }
+            }
+        }
+    }
+}
+
+template <int FAM, int NT>
+__device__ __forceinline__ void gemvq_row(const dmat &w, int r, const uint8_t *smem, int nt,
+                                          float *acc)
+{
+#pragma unroll
+    for (int t = 0; t < NT; t++) acc[t] = 0.f;
+    if (FAM == GEMVQ_SUPER) {
+        switch (w.type) { /* warp-uniform */
+        case KQ_Q2_K:
+            gemvq_row_t<KQ_Q2_K, NT>(w, r, smem, nt, acc);
+            break;
+        case KQ_Q3_K:
+            gemvq_row_t<KQ_Q3_K, NT>(w, r, smem, nt, acc);
+            break;
+        case KQ_Q4_K:
+            gemvq_row_t<KQ_Q4_K, NT>(w, r, smem, nt, acc);
+            break;
+        case KQ_Q5_K:
+            gemvq_row_t<KQ_Q5_K, NT>(w, r, smem, nt, acc);
+            break;
+        case KQ_Q6_K:
+            gemvq_row_t<KQ_Q6_K, NT>(w, r, smem, nt, acc);
+            break;
+        case KQ_IQ4_XS:
+            gemvq_row_t<KQ_IQ4_XS, NT>(w, r, smem, nt, acc);
+            break;
+        }
+    } else {
+        switch (w.type) {
+        case KQ_Q8_0:
+            gemvq_row_t<KQ_Q8_0, NT>(w, r, smem, nt, acc);
+            break;
+        case KQ_Q4_0:
+            gemvq_row_t<KQ_Q4_0, NT>(w, r, smem, nt, acc);
+            break;
+        case KQ_Q4_1:
+            gemvq_row_t<KQ_Q4_1, NT>(w, r, smem, nt, acc);
+            break;
+        case KQ_Q5_0:
+            gemvq_row_t<KQ_Q5_0, NT>(w, r, smem, nt, acc);
+            break;
+        case KQ_Q5_1:
+            gemvq_row_t<KQ_Q5_1, NT>(w, r, smem, nt, acc);
+            break;
+        case KQ_IQ4_NL:
+            gemvq_row_t<KQ_IQ4_NL, NT>(w, r, smem, nt, acc);
+            break;
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < NT; t++) acc[t] = warp_sum(acc[t]);
+}
+
+/* The first quants of row r into L2 while the block quantizes x: up to 4 KiB, a line a lane. */
+__device__ __forceinline__ void gemvq_prefetch(const dmat &w, int r)
+{
+    int t = w.type, lane = threadIdx.x & 31;
+    long long row_bytes = (long long)(w.cols / kq_block_elems(t)) * kq_qs_bytes(t);
+    if (128LL * lane < row_bytes) {
+        const uint8_t *p = (const uint8_t *)w.qs + r * row_bytes + 128 * lane;
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+    }
+}
+
+template <int FAM, int NT>
+__device__ __forceinline__ void gemvq_entry(const gemv_args &a, const float *x, int nt)
+{
+    extern __shared__ __align__(16) uint8_t gemvq_smem[];
+    int lane = threadIdx.x & 31, total = a.rows_end[a.n_mats - 1];
+    int g = blockIdx.x * GEMVQ_WARPS + (threadIdx.x >> 5); /* this warp's row, over the matrices */
+    bool valid = g < total;
+    int i = 0, r = 0;
+    if (valid) {
+        i = g < a.rows_end[0] ? 0 : g < a.rows_end[1] ? 1 : 2;
+        r = g - (i == 0 ? 0 : a.rows_end[i - 1]);
+        gemvq_prefetch(a.w[i], r);
+        if (a.mode == GEMV_SWIGLU) gemvq_prefetch(a.w[1], r);
+    }
+    gemvq_quantize<FAM>(x, nt, a.w[0].cols, gemvq_smem);
+    __syncthreads();
+    if (!valid) return; /* warp-uniform, after the block's only barrier */
+    const dmat &w = i == 0 ? a.w[0] : i == 1 ? a.w[1] : a.w[2];
+    float *y = i == 0 ? a.y[0] : i == 1 ? a.y[1] : a.y[2];
+    float acc[NT];
+    gemvq_row<FAM, NT>(w, r, gemvq_smem, nt, acc);
+    if (a.mode == GEMV_SWIGLU) {
+        float up[NT];
+        gemvq_row<FAM, NT>(a.w[1], r, gemvq_smem, nt, up);
+#pragma unroll
+        for (int t = 0; t < NT; t++) acc[t] = acc[t] / (1.0f + expf(-acc[t])) * up[t];
+    }
+    if (lane == 0)
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            if (t >= nt) break;
+            float *o = y + (size_t)t * w.rows + r;
+            if (a.mode == GEMV_ADD)
+                *o += acc[t];
+            else
+                *o = acc[t];
+        }
+}
+
+/* Entry points k_gemvq_<fam>_<NT>(args, x, nt). Grid: ceil(total rows / 8) blocks of 256 threads;
+ * dynamic shared memory cuda_gemvq_smem(type, cols, nt). Registers: at most 80 for one token (3
+ * blocks, 24 warps an SM: the decode case, where bandwidth is all), 128 for more (no spills). */
+#define GEMVQ_ENTRY(name, FAM, NT, MINB)                                                           \
+    extern "C" __global__ void __launch_bounds__(GEMV_THREADS, MINB)                               \
+        k_gemvq_##name##_##NT(gemv_args a, const float *x, int nt)                                 \
+    {                                                                                              \
+        gemvq_entry<FAM, NT>(a, x, nt);                                                            \
+    }
+GEMVQ_ENTRY(k, GEMVQ_SUPER, 1, 3)
+GEMVQ_ENTRY(k, GEMVQ_SUPER, 2, 2)
+GEMVQ_ENTRY(k, GEMVQ_SUPER, 4, 2)
+GEMVQ_ENTRY(k, GEMVQ_SUPER, 8, 2)
+GEMVQ_ENTRY(32, GEMVQ_32, 1, 3)
+GEMVQ_ENTRY(32, GEMVQ_32, 2, 2)
+GEMVQ_ENTRY(32, GEMVQ_32, 4, 2)
+GEMVQ_ENTRY(32, GEMVQ_32, 8, 2)
