@@ -35,10 +35,10 @@
 /* serve's hooks (the cluster's three go to struct control_cfg: standby, test_refuse,
  * test_scale_in_ms). */
 struct test_hooks {
-    const char *crash; /* --test-crash: segv | panic, once ready; NULL: none */
-    int hang_s;        /* --test-hang: -1 never (set it before parsing) */
-    int step_delay_us; /* --test-step-delay-us: 0 none */
-    int kv_fault;      /* --test-kv-fault: enum coop_kv_fault */
+    const char *crash;      /* --test-crash: segv | panic, once ready; NULL: none */
+    int hang_s;             /* --test-hang: -1 never (set it before parsing) */
+    int step_delay_us;      /* --test-step-delay-us: 0 none */
+    int kv_fault;           /* --test-kv-fault: enum coop_kv_fault */
     const char *clock_file; /* --test-clock-file: NULL none */
 };
 
