@@ -7,6 +7,7 @@
 #   make            build/strata and the test programs
 #   make test       install missing packages, build, run everything (normal + ASan/UBSan + fuzz)
 #   make bench      benchmarks (never in CI)
+#   make soak       the 10-minute chaos soak of a cluster (tests/soak/, never in make test)
 #   make run        build the image and boot it under QEMU (serves on localhost:8080)
 #   make image      build out/ (kernel, initrd, UKI, disk image)
 #   make SAN=1      build into build/san with -fsanitize=address,undefined
@@ -72,7 +73,7 @@ TOOL_BIN := $(TOOL_SRC:tests/tools/%.c=$(BUILD)/tools/%)
 BENCH_SRC := $(sort $(wildcard tests/bench/bench_*.c))
 BENCH_BIN := $(BENCH_SRC:tests/bench/%.c=$(BUILD)/bench/%)
 
-.PHONY: all test bench run image deps clean fuzz check-fabric check-cluster check-arm64 format
+.PHONY: all test bench run image deps clean fuzz check-fabric check-cluster check-arm64 format soak
 all: $(BUILD)/strata $(BUILD)/strata-appliance $(BUILD)/strata-appliance-test $(TEST_BIN) $(TOOL_BIN)
 
 # DPDK headers only where the NIC driver is compiled.
@@ -240,6 +241,12 @@ test: deps
 
 bench: deps all benches
 	@scripts/run-bench.sh
+
+# The chaos soak (tests/soak/cluster_chaos.sh): 10 minutes of faults under load, at least 20
+# faults, nothing wrong, nothing hung (never in make test; a one-minute version is,
+# tests/integration/cluster_chaos.sh). SOAK_SECONDS, SOAK_SEED change it.
+soak: all
+	@bash tests/soak/cluster_chaos.sh --duration $${SOAK_SECONDS:-600} --seed $${SOAK_SEED:-1}
 
 fuzz: deps
 	@FUZZ_SECONDS=$${FUZZ_SECONDS:-300} scripts/run-fuzz.sh

@@ -186,6 +186,13 @@ size_t cluster_cmd_encode(uint8_t *out, size_t cap, const struct cl_cmd *c)
         wire_put_u64(&w, c->u.conf.node);
         wire_put_u8(&w, c->u.conf.change);
         break;
+    case CMD_MODEL:
+        cluster_cmd_put_str(&w, c->u.model.name);
+        wire_put_u8(&w, c->u.model.lost);
+        wire_put_u16(&w, c->u.model.first);
+        wire_put_u16(&w, c->u.model.n_layers);
+        wire_put_u64(&w, c->u.model.node);
+        break;
     default:
         return 0;
     }
@@ -248,6 +255,21 @@ int cluster_cmd_decode(struct cl_cmd *c, const uint8_t *buf, size_t len, char *e
         if (!r.bad && !c->u.conf.node) return errmsg_set(err, "RAFT_CONF: node id 0");
         if (!r.bad && (c->u.conf.change < CONF_REMOVED || c->u.conf.change > CONF_RECOVERED))
             return errmsg_set(err, "RAFT_CONF: unknown change %u", c->u.conf.change);
+        break;
+    case CMD_MODEL:
+        cluster_cmd_get_str(&r, c->u.model.name);
+        c->u.model.lost = wire_get_u8(&r);
+        c->u.model.first = wire_get_u16(&r);
+        c->u.model.n_layers = wire_get_u16(&r);
+        c->u.model.node = wire_get_u64(&r);
+        if (!r.bad &&
+            (!c->u.model.name[0] || c->u.model.lost > 1 || !c->u.model.n_layers ||
+             (c->u.model.lost && (c->u.model.first >= c->u.model.n_layers || c->u.model.node)) ||
+             (!c->u.model.lost && (c->u.model.first || !c->u.model.node))))
+            return errmsg_set(
+                err, "MODEL: inconsistent fields (%s, lost %u, layers [%u, %u), node %llu)",
+                c->u.model.name, c->u.model.lost, c->u.model.first, c->u.model.n_layers,
+                (unsigned long long)c->u.model.node);
         break;
     default:
         return errmsg_set(err, "cluster command: unknown type %u", c->type);

@@ -18,8 +18,10 @@
 /* 3: a member's rack (cl_node_up.rack); 4: refusals (SCALE_DONE's node and reason, LOAD's refused
  * decisions and held requests); 5, on two branches apart: SCALE's reason (ops), what the planner
  * measures (live: a load's step model error, steps, identity, link rate, model bytes, prompt
- * tokens in, sequences helped; a member's deaths and uptime); 6: both, merged */
-#define CL_CMD_VERSION 6
+ * tokens in, sequences helped; a member's deaths and uptime); 6: both, merged; 6 on trust: ops's
+ * reason and CMD_MODEL (a model lost or found again) with each model's lost flag in snapshots;
+ * 7: all of them */
+#define CL_CMD_VERSION 7
 #define CL_STR_LEN     63 /* addresses, model names, GPU types */
 #define CL_MAX_CHAIN   16 /* joiners of one scale-out */
 #define CL_MAX_HOLD    8  /* models a node reports at once */
@@ -34,6 +36,7 @@ enum cl_cmd_type {
     CMD_SCALE = 4,      /* a planner decision (scale up/down, replicate, drop a host copy) */
     CMD_SCALE_DONE = 5, /* a scale-out finished (every joiner serves alone) or was abandoned */
     CMD_RAFT_CONF = 6,  /* the leader changed raft's configuration (an event in the state) */
+    CMD_MODEL = 7,      /* no live node holds some layer of a model any more, or one does again */
 };
 
 enum cl_role { ROLE_VOTER = 1, ROLE_JOINER = 2 };
@@ -93,6 +96,13 @@ struct cl_cmd {
             uint64_t node;
             uint8_t change; /* enum cl_conf_change */
         } conf;
+        struct cl_model_cmd {
+            char name[CL_STR_LEN + 1];
+            uint8_t lost;      /* 1: lost (layers [first, n_layers) on no live node); 0: found */
+            uint16_t first;    /* lost: the first layer no live node holds (< n_layers) */
+            uint16_t n_layers; /* its L (>= 1) */
+            uint64_t node;     /* found: the live node that holds it whole; lost: 0 */
+        } model;
     } u;
 };
 

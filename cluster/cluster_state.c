@@ -32,6 +32,24 @@ int cluster_state_model(const struct cl_state *s, const char *name)
     return -1;
 }
 
+int cluster_state_missing(const struct cl_state *s, int mi, uint16_t *first, uint16_t *n_layers,
+                          uint64_t *holder)
+{
+    uint16_t best = 0, L = 0;
+    *holder = 0;
+    for (uint32_t i = 0; i < s->n_members; i++) {
+        const struct cl_hold *h = &s->member[i].hold[mi];
+        if (h->n_layers > L) L = h->n_layers;
+        if (!s->member[i].alive) continue;
+        int whole = h->host || (h->engine && h->n_layers && h->layers_resident == h->n_layers);
+        if (whole && !*holder) *holder = s->member[i].info.id;
+        if (h->layers_resident > best) best = h->layers_resident;
+    }
+    *first = best < L ? best : 0;
+    *n_layers = L;
+    return !*holder && L > 0;
+}
+
 static int model_add(struct cl_state *s, const char *name)
 {
     int m = cluster_state_model(s, name);
@@ -145,6 +163,21 @@ static int apply(struct cl_state *s, const struct cl_cmd *c)
          * and why a node stopped (or started again) counting for the quorum. */
         event_add(s, c, c->u.conf.change, c->u.conf.node, 0, NULL, NULL);
         return 0;
+    case CMD_MODEL: {
+        int mi = model_add(s, c->u.model.name);
+        if (mi < 0) return 1;
+        const struct cl_model_cmd *m = &c->u.model;
+        s->lost[mi] = (struct cl_lost){m->lost, m->first, m->n_layers, c->t_ms};
+        char why[CL_STR_LEN + 1];
+        if (m->lost)
+            snprintf(why, sizeof why, "layers [%u, %u) of %u held by no live node", m->first,
+                     m->n_layers, m->n_layers);
+        else
+            snprintf(why, sizeof why, "all %u layers on node %llu", m->n_layers,
+                     (unsigned long long)m->node);
+        event_add(s, c, m->lost, m->node, 0, m->name, why);
+        return 0;
+    }
     }
     return 1;
 }
@@ -189,7 +222,7 @@ size_t cluster_state_encoded_max(void)
     size_t up = 8 + 5 * (1 + CL_STR_LEN) + 1 + 4; /* addr, http, fabric, gpu, rack */
     size_t member = up + 1 + 8 + 4 + 8 + CL_MAX_MODELS * 6;
     size_t scale = 1 + 1 + CL_STR_LEN + 8 + 8 + 1 + 8 * CL_MAX_CHAIN + 1 + CL_STR_LEN;
-    return 4 + 6 * 4 + 2 * 8 + CL_MAX_NODES * member + CL_MAX_MODELS * (1 + CL_STR_LEN) +
+    return 4 + 6 * 4 + 2 * 8 + CL_MAX_NODES * member + CL_MAX_MODELS * (1 + CL_STR_LEN + 13) +
            CL_MAX_SCALEOUTS * (4 + scale + 8) +
            CL_MAX_EVENTS * (8 + 4 + 2 + 16 + 2 * (1 + CL_STR_LEN));
 }
@@ -221,7 +254,13 @@ size_t cluster_state_encode(const struct cl_state *s, uint8_t *out, size_t cap)
             wire_put_u16(&w, m->hold[k].n_layers);
         }
     }
-    for (uint32_t i = 0; i < s->n_models; i++) cluster_cmd_put_str(&w, s->model[i]);
+    for (uint32_t i = 0; i < s->n_models; i++) {
+        cluster_cmd_put_str(&w, s->model[i]);
+        wire_put_u8(&w, s->lost[i].lost);
+        wire_put_u16(&w, s->lost[i].first);
+        wire_put_u16(&w, s->lost[i].n_layers);
+        wire_put_u64(&w, s->lost[i].since_ms);
+    }
     for (uint32_t i = 0; i < s->n_scaleouts; i++) {
         wire_put_u32(&w, s->scaleout[i].scale_id);
         put_scale(&w, &s->scaleout[i].s);
@@ -286,7 +325,15 @@ int cluster_state_decode(struct cl_state *s, const uint8_t *buf, size_t len, cha
         }
         if (!m->info.id || m->alive > 1) r.bad = 1;
     }
-    for (uint32_t i = 0; i < s->n_models && !r.bad; i++) cluster_cmd_get_str(&r, s->model[i]);
+    for (uint32_t i = 0; i < s->n_models && !r.bad; i++) {
+        cluster_cmd_get_str(&r, s->model[i]);
+        s->lost[i].lost = wire_get_u8(&r);
+        s->lost[i].first = wire_get_u16(&r);
+        s->lost[i].n_layers = wire_get_u16(&r);
+        s->lost[i].since_ms = wire_get_u64(&r);
+        if (s->lost[i].lost > 1 || (s->lost[i].lost && s->lost[i].first >= s->lost[i].n_layers))
+            r.bad = 1;
+    }
     for (uint32_t i = 0; i < s->n_scaleouts && !r.bad; i++) {
         s->scaleout[i].scale_id = wire_get_u32(&r);
         if (get_scale(&r, &s->scaleout[i].s) || s->scaleout[i].s.kind < SCALE_UP ||
@@ -305,7 +352,7 @@ int cluster_state_decode(struct cl_state *s, const uint8_t *buf, size_t len, cha
         e->source = wire_get_u64(&r);
         cluster_cmd_get_str(&r, e->model);
         cluster_cmd_get_str(&r, e->reason);
-        if (e->type < CMD_NODE_UP || e->type > CMD_RAFT_CONF ||
+        if (e->type < CMD_NODE_UP || e->type > CMD_MODEL || (e->type == CMD_MODEL && e->kind > 1) ||
             (e->type == CMD_SCALE && (e->kind < SCALE_UP || e->kind > SCALE_DROP_HOST)) ||
             (e->type == CMD_SCALE_DONE && e->kind > 1) ||
             (e->type == CMD_RAFT_CONF && (e->kind < CONF_REMOVED || e->kind > CONF_RECOVERED)))

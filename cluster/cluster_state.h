@@ -55,12 +55,20 @@ struct cl_event {
     char reason[CL_STR_LEN + 1]; /* CMD_SCALE_DONE abandoned: why; "" otherwise */
 };
 
+/* A model no live member holds whole (CMD_MODEL): layers [first, n_layers) are on no live node. */
+struct cl_lost {
+    uint8_t lost;
+    uint16_t first, n_layers;
+    uint64_t since_ms;
+};
+
 struct cl_state {
     uint32_t n_members, n_models, n_scaleouts, n_events; /* n_events: total ever (ring) */
     uint32_t n_scales;                                   /* CMD_SCALE applied (ids) */
     uint64_t applied, rejected;                          /* commands */
     struct cl_member member[CL_MAX_NODES];
     char model[CL_MAX_MODELS][CL_STR_LEN + 1];
+    struct cl_lost lost[CL_MAX_MODELS]; /* by model index: as the last CMD_MODEL recorded it */
     struct cl_scaleout scaleout[CL_MAX_SCALEOUTS];
     struct cl_event event[CL_MAX_EVENTS]; /* ring: event[i % CL_MAX_EVENTS] */
 };
@@ -73,6 +81,12 @@ struct cl_member *cluster_state_member(struct cl_state *s, uint64_t id);
 const struct cl_member *cluster_state_member_c(const struct cl_state *s, uint64_t id);
 /* Model index, or -1. */
 int cluster_state_model(const struct cl_state *s, const char *name);
+/* Whether model mi is held whole by no live member (none has it in host memory, or in its engine
+ * with every layer), from the members and holdings alone (what every node that applied the same
+ * log agrees on): 1 with *first = the most layers a live member holds ([0, first) somewhere,
+ * [first, *n_layers) nowhere), 0 with *holder = a live member holding it whole. */
+int cluster_state_missing(const struct cl_state *s, int mi, uint16_t *first, uint16_t *n_layers,
+                          uint64_t *holder);
 
 /* Snapshot: bytes needed for cluster_state_encode (an upper bound). */
 size_t cluster_state_encoded_max(void);

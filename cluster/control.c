@@ -8,6 +8,8 @@
  * shares, and which thread owns each of its fields, is in control_internal.h. */
 #include "cluster/control_internal.h"
 
+#include <sodium.h>
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -125,6 +127,7 @@ static void on_tick(uv_timer_t *t)
     }
     if (leader && control_recover_add_tick(c)) return;
     if (leader) control_conf_tick(c);
+    if (leader && control_lost_tick(c)) return;
     if (leader) control_leader_tick(c);
 }
 
@@ -161,6 +164,9 @@ static void on_stop(uv_async_t *a)
     if (c->join) sealed_conn_close(c->join, "stopping");
     fwd_channels_stop(c->fwd);
     if (c->raft_open) raft_close(&c->raft, raft_closed);
+    /* The forward channels a front keeps in its pool (and any other connection) end now: the
+     * loop must run out, and the front is freed only after this thread has returned. */
+    sealed_conn_close_all(&c->loop, "stopping");
 }
 
 static void *control_main(void *arg)
@@ -195,6 +201,7 @@ int control_raft_setup(struct control *c, char *err)
                                     .on_ctl = control_channel_on_ctl,
                                     .on_fwd = control_channel_on_fwd,
                                     .on_refused = control_channel_on_refused,
+                                    .on_impostor = control_channel_on_impostor,
                                     .handshake_ms = c->cfg.handshake_ms};
     if (raft_transport_init(&c->transport, &tc, err)) return -1;
     int rc = raft_uv_init(&c->io, &c->loop, c->dir, &c->transport);
@@ -262,6 +269,7 @@ struct control *control_start(const struct control_cfg *cfg, const struct contro
     c->start_wall = now_wall_ms();
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->recover_cv, NULL);
+    signed_replay_init(&c->signed_seen);
     cluster_state_init(&c->st);
     if (!cfg->id) {
         errmsg_set(err, "cluster: --node-id is required with --cluster");
@@ -319,6 +327,7 @@ fail_loop:
 fail:
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->recover_cv);
+    signed_replay_fini(&c->signed_seen);
     free(c);
     return NULL;
 }
@@ -335,6 +344,8 @@ void control_stop(struct control *c)
     fwd_channels_free(c->fwd);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->recover_cv);
+    signed_replay_fini(&c->signed_seen);
+    sodium_memzero(&c->key, sizeof c->key);
     free(c);
 }
 

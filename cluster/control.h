@@ -123,9 +123,11 @@ void control_exec_failed(struct control *c, const char *model, const char *why);
  * report; a follower holds only its own, so it routes on the committed replicas with the other
  * nodes' loads unknown (taken as idle). Among replicas predicted equal, this node wins (no hop),
  * then the lowest id. `model` names a model of the cluster; "" or an unknown name means this
- * node's model, else the cluster's only model. http_out gets "local" (this node), "none" (no live
- * replica: the caller holds the request or serves it here if it can), or the chosen node's API
- * address host:port, with *node its id. 0, or -1 with err (a view the planner refuses). */
+ * node's model, else the cluster's only model, except that this node's own model, named before
+ * the state knows it, is never taken for another ("none": served here). http_out gets "local"
+ * (this node), "none" (no live replica: the caller holds the request or serves it here if it
+ * can), or the chosen node's API address host:port, with *node its id. 0, or -1 with err (a
+ * view the planner refuses). */
 int control_route(struct control *c, const char *model, int prompt_tokens, char *http_out,
                   size_t cap, uint64_t *node, char *err);
 /* The model this node now serves (an empty member that joined one; thread-safe), its bytes and
@@ -151,6 +153,12 @@ int control_holders_fabric(struct control *c, const char *model, const uint64_t 
 /* 1 when the live member with fabric address `fabric` serves the whole model in its engine (a
  * joiner may take it as its helper), else 0. */
 int control_fabric_serves(struct control *c, const char *model, const char *fabric);
+
+/* Whether a request for `model` (resolved as control_route resolves it) must fail at once: the
+ * cluster recorded the model lost (CMD_MODEL: no live node holds some of its layers), the committed
+ * state still says so, and this node does not hold it whole itself. 1 with why (the model, the
+ * missing layers, since when), else 0. Any thread. */
+int control_model_lost(struct control *c, const char *model, char *why, size_t cap);
 
 /* A request relayed to node (+1) or ended there (-1): control_route counts what this node has in
  * flight at each member beyond the member's last report (thread-safe). */
@@ -178,6 +186,12 @@ int control_forward_open(struct control *c, uint64_t node, int timeout_ms, int c
  * (docs/control.md). */
 struct recover_req;
 int control_recover(struct control *c, const struct recover_req *r, char *msg, size_t cap);
+
+/* An operator's request to a state-changing endpoint signed with the cluster key
+ * (cluster/signed_request.h: X-Strata-Signature's value sig, sig_len bytes), checked against this
+ * node's id, wall clock and nonces seen. 0, or -1 with err the reason (any thread). */
+int control_check_signed(struct control *c, const char *method, const char *path, const char *sig,
+                         size_t sig_len, const void *body, size_t len, char *err);
 
 /* GET /v1/cluster (JSON) and the cluster part of /metrics: malloc'd text, *len its length. */
 char *control_json(struct control *c, size_t *len);

@@ -96,6 +96,17 @@ static void ctl_in_msg(struct sconn *s, const uint8_t *buf, size_t len)
         return sealed_conn_close(s, "bad control message");
     }
     int leader = raft_state(&c->raft) == RAFT_LEADER;
+    /* A report or a join speaks for the node the handshake proved, never another. */
+    uint64_t claimed = m.type == MSGC_LOAD   ? m.u.load.node.id
+                       : m.type == MSGC_JOIN ? m.u.join.id
+                                             : 0;
+    if (claimed && claimed != s->peer_id) {
+        log_warn("cluster", "%s: node %llu sent a %s in the name of node %llu: refused", s->peer,
+                 (unsigned long long)s->peer_id, m.type == MSGC_LOAD ? "load report" : "JOIN",
+                 (unsigned long long)claimed);
+        control_channel_on_impostor(c);
+        return sealed_conn_close(s, "a message in another node's name");
+    }
     switch (m.type) {
     case MSGC_LOAD: {
         if (!leader) break;
@@ -196,6 +207,14 @@ void control_channel_on_refused(void *ctx, const char *peer, const char *why, in
     log_warn("cluster", "connection from %s refused: %s", peer, why);
 }
 
+void control_channel_on_impostor(void *ctx)
+{
+    struct control *c = ctx;
+    pthread_mutex_lock(&c->mu);
+    c->impostors++;
+    pthread_mutex_unlock(&c->mu);
+}
+
 /* Our outgoing control connection (to the leader, or to a peer for a JOIN). */
 static void out_ready(struct sconn *s, int status, const char *why)
 {
@@ -262,11 +281,12 @@ static void out_closed(struct sconn *s, const char *why)
     if (s == c->join) c->join = NULL;
 }
 
-static struct sconn *connect_out(struct control *c, const char *addr)
+/* want: the node we mean to reach (0: whoever listens at addr, a leader a peer named). */
+static struct sconn *connect_out(struct control *c, uint64_t want, const char *addr)
 {
     struct sconn_cbs cbs = {.on_ready = out_ready, .on_msg = out_msg, .on_close = out_closed};
     char err[ERRMSG_LEN];
-    struct sconn *s = sealed_conn_connect(&c->loop, &c->key, addr, &cbs, c, err);
+    struct sconn *s = sealed_conn_connect(&c->loop, &c->key, c->cfg.id, want, addr, &cbs, c, err);
     if (!s) log_warn("cluster", "%s", err);
     return s;
 }
@@ -288,7 +308,7 @@ void control_channel_report(struct control *c)
     }
     if (!c->ctl) {
         c->ctl_leader = lid;
-        c->ctl = connect_out(c, laddr);
+        c->ctl = connect_out(c, lid, laddr);
         return;
     }
     if (c->ctl_open) send_msg(c->ctl, &m);
@@ -307,7 +327,7 @@ void control_channel_join_tick(struct control *c, int force)
             c->in_config = 1;
     if ((c->in_config && !force) || c->join) return;
     if (c->join_to[0]) {
-        c->join = connect_out(c, c->join_to);
+        c->join = connect_out(c, 0, c->join_to);
         c->join_to[0] = 0;
         return;
     }
@@ -315,7 +335,7 @@ void control_channel_join_tick(struct control *c, int force)
         const struct peer *p = &c->peer[c->join_next % c->n_peers];
         c->join_next = (c->join_next + 1) % c->n_peers;
         if (p->id == c->cfg.id) continue;
-        c->join = connect_out(c, p->addr);
+        c->join = connect_out(c, p->id, p->addr);
         return;
     }
 }

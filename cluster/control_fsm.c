@@ -62,6 +62,15 @@ static int fsm_apply(struct raft_fsm *fsm, const struct raft_buffer *buf, void *
     }
     cluster_state_apply(&c->st, &cmd);
     pthread_mutex_unlock(&c->mu);
+    /* Every node says it on its console: a model the cluster lost, or found again. */
+    if (cmd.type == CMD_MODEL && cmd.u.model.lost)
+        log_error("cluster",
+                  "model %s is lost: layers [%u, %u) of %u are held by no live node; requests "
+                  "for it fail (503) until a node holding it returns",
+                  cmd.u.model.name, cmd.u.model.first, cmd.u.model.n_layers, cmd.u.model.n_layers);
+    else if (cmd.type == CMD_MODEL)
+        log_info("cluster", "model %s is found again: node %llu holds all %u layers",
+                 cmd.u.model.name, (unsigned long long)cmd.u.model.node, cmd.u.model.n_layers);
     return 0;
 }
 

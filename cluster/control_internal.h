@@ -17,9 +17,11 @@
 #include "cluster/planner.h"
 #include "cluster/raft_transport.h"
 #include "cluster/recover_req.h"
+#include "cluster/signed_request.h"
 #include "cluster/voter_policy.h"
 #include "os/common/errmsg.h"
 #include "os/runtime/log.h"
+#include "os/runtime/wall_clock.h"
 
 #include <pthread.h>
 #include <raft.h>
@@ -107,6 +109,7 @@ struct control {
     uint64_t leader_id, term, commit_index, applied_index, last_index;
     char leader_addr[CL_STR_LEN + 1];
     uint64_t decisions, refused, handshake_timeouts, reports_in, proposals_failed, leaderships;
+    uint64_t impostors; /* messages in another node's name than the handshake proved (refused) */
     struct vp_server conf[CL_MAX_NODES]; /* raft's configuration, as this node holds it */
     int n_conf;
     int outstanding[CL_MAX_NODES]; /* requests this node has relayed to member i, in flight */
@@ -158,6 +161,8 @@ struct control {
     int recover_event; /* a recovery to record in the log once this node leads */
     uint64_t recoveries;
     uint64_t last_recovery_ms;
+    struct signed_replay signed_seen; /* nonces of signed requests accepted (its own mutex) */
+    uint64_t signed_refused;          /* guarded by mu: signed requests refused */
 };
 
 static inline uint64_t now_mono_ms(void)
@@ -169,9 +174,7 @@ static inline uint64_t now_mono_ms(void)
 
 static inline uint64_t now_wall_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+    return wall_clock_ms();
 }
 
 /* The planner's view: the committed state plus the latest reports. The planner names a node by
@@ -227,6 +230,7 @@ int control_fsm_propose(struct control *c, struct cl_cmd *cmd);
 void control_channel_on_ctl(void *ctx, struct sconn *s, uint64_t id, const char *addr);
 void control_channel_on_fwd(void *ctx, struct sconn *s, uint64_t id, const char *addr);
 void control_channel_on_refused(void *ctx, const char *peer, const char *why, int timed_out);
+void control_channel_on_impostor(void *ctx);
 void control_channel_report(struct control *c);
 void control_channel_join_tick(struct control *c, int force);
 void control_channel_rejoin_tick(struct control *c, uint64_t now, int leader_known);
@@ -240,6 +244,10 @@ void control_conf_tick(struct control *c);
 /* control_exec.c: carry out the committed decisions that name this node */
 void control_exec_tick(struct control *c);
 
+/* control_lost.c: the leader records models no live node holds whole (CMD_MODEL); how many it
+ * proposed */
+int control_lost_tick(struct control *c);
+
 /* control_leader.c: membership, ended scale-outs, the planner (the leader, each heartbeat) */
 void control_leader_tick(struct control *c);
 /* The planner's actions act[0..n) on view vb of state st as log commands (pure): a scale-down's
@@ -252,6 +260,11 @@ int control_leader_commands(const struct view_buf *vb, const struct cl_state *st
                             char *err);
 /* The planner's configuration for this node's options (control.c; mu held). */
 void control_plan_config(const struct control_cfg *cfg, struct plan_config *pc);
+
+/* control_route.c: the model a request for `model` means (mu held): the one it names when the
+ * state knows it, else this node's, else the cluster's only one; -1 for none, or when it names
+ * this node's model before the state knows it (served here, never taken for another model) */
+int control_model_index(const struct control *c, const char *model);
 
 #define CTL_WHY_TEST 100 /* a --test-scale-in decision */
 /* The leading signal's smoothing: the simulator's defaults (docs/simulator.md). */

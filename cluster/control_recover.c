@@ -306,3 +306,16 @@ int control_recover_at_start(struct control *c, char *err)
     c->n_recover_to = rq.n_voters;
     return 0;
 }
+
+int control_check_signed(struct control *c, const char *method, const char *path, const char *sig,
+                         size_t sig_len, const void *body, size_t len, char *err)
+{
+    if (!signed_request_verify(sig, sig_len, &c->key, c->cfg.id, now_wall_ms(), method, path, body,
+                               len, &c->signed_seen, err))
+        return 0;
+    pthread_mutex_lock(&c->mu);
+    c->signed_refused++;
+    pthread_mutex_unlock(&c->mu);
+    log_warn("cluster", "%s %s: signed request refused: %s", method, path, err);
+    return -1;
+}

@@ -15,6 +15,20 @@ static int member_index(const struct cl_state *s, uint64_t id)
     return m ? (int)(m - s->member) : -1;
 }
 
+int control_model_index(const struct control *c, const char *model)
+{
+    const struct cl_state *s = &c->st;
+    int named = model && model[0];
+    int mi = named ? cluster_state_model(s, model) : -1;
+    if (mi >= 0) return mi;
+    int own = c->model[0] ? cluster_state_model(s, c->model) : -1;
+    if (own >= 0) return own;
+    /* Ours, but its holding is not committed yet: never the cluster's other model (a request
+     * for b answered with a's text); it is served here. */
+    if (named && c->model[0] && !strcmp(model, c->model)) return -1;
+    return s->n_models == 1 ? 0 : -1;
+}
+
 int control_route(struct control *c, const char *model, int prompt_tokens, char *http_out,
                   size_t cap, uint64_t *node, char *err)
 {
@@ -28,9 +42,7 @@ int control_route(struct control *c, const char *model, int prompt_tokens, char 
     pthread_mutex_lock(&c->mu);
     control_plan_config(&c->cfg, &pc);
     const struct cl_state *s = &c->st;
-    int mi = model && model[0] ? cluster_state_model(s, model) : -1;
-    if (mi < 0 && c->model[0]) mi = cluster_state_model(s, c->model);
-    if (mi < 0 && s->n_models == 1) mi = 0;
+    int mi = control_model_index(c, model);
     uint64_t now = now_mono_ms();
     if (mi >= 0) {
         control_view_build(c, vb, now);

@@ -35,6 +35,8 @@ static const char *event_name(const struct cl_event *e)
         return e->kind == CONF_REMOVED ? "raft_removed"
                : e->kind == CONF_VOTER ? "raft_voter"
                                        : "raft_recovered";
+    case CMD_MODEL:
+        return e->kind ? "model_lost" : "model_found";
     }
     return "?";
 }
@@ -90,6 +92,9 @@ char *control_json(struct control *c, size_t *len)
     cJSON_AddNumberToObject(root, "decisions", (double)c->decisions);
     cJSON_AddNumberToObject(root, "refused_connections", (double)c->refused);
     cJSON_AddNumberToObject(root, "handshake_timeouts", (double)c->handshake_timeouts);
+    cJSON_AddNumberToObject(root, "impostor_messages", (double)c->impostors);
+    cJSON_AddNumberToObject(root, "forged_frames", (double)sconn_forged_frames());
+    cJSON_AddNumberToObject(root, "signed_requests_refused", (double)c->signed_refused);
     cJSON_AddNumberToObject(root, "recoveries", (double)c->recoveries);
     if (c->last_recovery_ms)
         cJSON_AddNumberToObject(root, "last_recovery_ms", (double)c->last_recovery_ms);
@@ -168,6 +173,19 @@ char *control_json(struct control *c, size_t *len)
         }
         cJSON_AddItemToArray(nodes, n);
     }
+    /* Models recorded lost (CMD_MODEL): the layers no live node holds. */
+    cJSON *lost = cJSON_AddArrayToObject(root, "models_lost");
+    for (uint32_t k = 0; k < s->n_models; k++) {
+        if (!s->lost[k].lost) continue;
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "name", s->model[k]);
+        cJSON *l = cJSON_AddArrayToObject(o, "missing_layers");
+        cJSON_AddItemToArray(l, cJSON_CreateNumber(s->lost[k].first));
+        cJSON_AddItemToArray(l, cJSON_CreateNumber(s->lost[k].n_layers));
+        cJSON_AddNumberToObject(o, "layers", s->lost[k].n_layers);
+        cJSON_AddNumberToObject(o, "since_ms", (double)s->lost[k].since_ms);
+        cJSON_AddItemToArray(lost, o);
+    }
     cJSON *sos = cJSON_AddArrayToObject(root, "scaleouts");
     for (uint32_t i = 0; i < s->n_scaleouts; i++) {
         const struct cl_scaleout *so = &s->scaleout[i];
@@ -191,6 +209,7 @@ char *control_json(struct control *c, size_t *len)
         cJSON_AddNumberToObject(o, "t_ms", (double)e->t_ms);
         cJSON_AddStringToObject(o, "event", event_name(e));
         cJSON_AddNumberToObject(o, "node", (double)e->node);
+        if (e->type == CMD_MODEL) cJSON_AddStringToObject(o, "model", e->model);
         if (e->type == CMD_SCALE || e->type == CMD_SCALE_DONE) {
             cJSON_AddStringToObject(o, "model", e->model);
             cJSON_AddNumberToObject(o, "source", (double)e->source);
@@ -247,7 +266,9 @@ char *control_metrics(struct control *c, size_t *len)
     pthread_mutex_lock(&c->mu);
     const struct cl_state *s = &c->st;
     int n_voters = 0;
+    uint64_t n_lost = 0;
     for (int i = 0; i < c->n_conf; i++) n_voters += c->conf[i].voter;
+    for (uint32_t k = 0; k < s->n_models; k++) n_lost += s->lost[k].lost;
     /* One line of the table, one series: "# TYPE name type" and "name value". */
     const struct {
         const char *name, *type;
@@ -261,10 +282,13 @@ char *control_metrics(struct control *c, size_t *len)
         {"strata_cluster_decisions_total", "counter", c->decisions},
         {"strata_cluster_refused_total", "counter", c->refused},
         {"strata_cluster_handshake_timeouts_total", "counter", c->handshake_timeouts},
+        {"strata_cluster_impostor_messages_total", "counter", c->impostors},
+        {"strata_cluster_forged_frames_total", "counter", sconn_forged_frames()},
         {"strata_cluster_recoveries_total", "counter", c->recoveries},
         {"strata_cluster_voters", "gauge", (uint64_t)n_voters},
         {"strata_cluster_load_reports_total", "counter", c->reports_in},
         {"strata_cluster_scaleouts", "gauge", s->n_scaleouts},
+        {"strata_cluster_models_lost", "gauge", n_lost},
     };
     for (size_t i = 0; i < sizeof scalar / sizeof scalar[0]; i++)
         mprintf(&b, "# TYPE %s %s\n%s %llu\n", scalar[i].name, scalar[i].type, scalar[i].name,

@@ -83,6 +83,8 @@ struct coop *coop_new(const struct coop_config *cfg, char *err)
     c->ctx = cfg->e->lim.ctx;
     c->vocab = cfg->e->cfg->vocab_size;
     if (c->cfg.timeout_ms <= 0) c->cfg.timeout_ms = 30000;
+    for (int i = 0; i < cfg->n_alt_helpers && c->n_alt < COOP_MAX_ALT; i++)
+        c->alt[c->n_alt++] = cfg->alt_helpers[i];
     if (cfg->resident < 0 || cfg->resident > c->L) {
         errmsg_set(err, "coop: %d resident layers of %d", cfg->resident, c->L);
         free(c);

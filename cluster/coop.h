@@ -160,4 +160,8 @@ struct sched_coop coop_sched_hooks(struct coop *c);
 /* The helper's compute thread is woken through this scheduler when remote work arrives. */
 void coop_set_scheduler(struct coop *c, struct scheduler *s);
 
+/* Any thread: fabric peer `peer` serves the whole model (a holder that came back, or a new one):
+ * it may take over as the helper once ours is gone, as alt_helpers do. */
+void coop_add_helper(struct coop *c, int peer);
+
 #endif

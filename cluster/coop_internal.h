@@ -98,6 +98,8 @@ struct peer_state {
     int n_open, cap_open;
 };
 
+#define COOP_MAX_ALT 16
+
 struct coop {
     /* Set by coop_new, read-only afterwards (any thread). */
     struct coop_config cfg;
@@ -127,10 +129,12 @@ struct coop {
     /* pipelined steps sent and not answered yet (coop_joiner_send / _recv), oldest first */
     struct flight fl[COOP_MAX_FLIGHTS];
     int fl_first, n_fl;
-    unsigned session;     /* mu: bumped when the helper connection closes */
-    int helper_open;      /* mu */
-    atomic_int helper;    /* the helper's fabric peer: cfg.helper_peer, or an alternative */
-    char helper_why[256]; /* mu */
+    unsigned session;      /* mu: bumped when the helper connection closes */
+    int helper_open;       /* mu */
+    atomic_int helper;     /* the helper's fabric peer: cfg.helper_peer, or an alternative */
+    char helper_why[256];  /* mu */
+    int alt[COOP_MAX_ALT]; /* mu: peers that may take over as helper (cfg's, then added) */
+    int n_alt;
     /* mu: KV transfers: the request being answered (0: none) and its chunks */
     uint64_t kv_want, kv_req_id;
     struct work *kv_head, *kv_tail;

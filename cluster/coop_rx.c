@@ -251,21 +251,32 @@ static int on_tokens(void *ctx, struct fabric_node *fn, int peer, const uint8_t 
     return 0;
 }
 
-/* 1 when peer may be our helper: the configured one or an alternative. */
+/* 1 when peer may be our helper: the configured one or an alternative (mu held). */
 static int helper_candidate(const struct coop *c, int peer)
 {
     if (peer == atomic_load(&((struct coop *)c)->ho_peer)) return 1; /* a hand-over's receiver */
     if (c->cfg.helper_peer < 0) return 0;
     if (peer == c->cfg.helper_peer) return 1;
-    for (int i = 0; i < c->cfg.n_alt_helpers; i++)
-        if (c->cfg.alt_helpers[i] == peer) return 1;
+    for (int i = 0; i < c->n_alt; i++)
+        if (c->alt[i] == peer) return 1;
     return 0;
+}
+
+void coop_add_helper(struct coop *c, int peer)
+{
+    pthread_mutex_lock(&c->mu);
+    if (c->cfg.helper_peer >= 0 && !helper_candidate(c, peer) && c->n_alt < COOP_MAX_ALT)
+        c->alt[c->n_alt++] = peer;
+    pthread_mutex_unlock(&c->mu);
 }
 
 static void on_peer(void *ctx, struct fabric_node *fn, int peer, int state, const char *why)
 {
     struct coop *c = ctx;
-    if (helper_candidate(c, peer)) {
+    pthread_mutex_lock(&c->mu);
+    int candidate = helper_candidate(c, peer);
+    pthread_mutex_unlock(&c->mu);
+    if (candidate) {
         int cur = atomic_load(&c->helper), took = -1;
         pthread_mutex_lock(&c->mu);
         if (peer == cur && state == TP_OPEN) {
@@ -276,11 +287,9 @@ static void on_peer(void *ctx, struct fabric_node *fn, int peer, int state, cons
             snprintf(c->helper_why, sizeof c->helper_why, "%s", why && *why ? why : "closed");
             pthread_cond_broadcast(&c->cv);
             /* another node that serves the model, connected already, takes over */
-            for (int i = 0; i < c->cfg.n_alt_helpers && took < 0; i++)
-                if (c->cfg.alt_helpers[i] != peer &&
-                    fabric_node_peer_open(fn, c->cfg.alt_helpers[i]))
-                    took = c->cfg.alt_helpers[i];
-        } else if (state == TP_OPEN && !c->helper_open && c->cfg.n_alt_helpers) {
+            for (int i = 0; i < c->n_alt && took < 0; i++)
+                if (c->alt[i] != peer && fabric_node_peer_open(fn, c->alt[i])) took = c->alt[i];
+        } else if (state == TP_OPEN && !c->helper_open && c->n_alt) {
             took = peer; /* ours is gone: the first candidate to connect takes over */
         }
         if (took >= 0) {

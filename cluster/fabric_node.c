@@ -30,6 +30,8 @@ struct peer {
     int adopted;      /* a module owns the connection now */
     int warned;       /* a failed (re)connection was logged: quiet until it opens again */
     double next_try;
+    int backoff_ms;   /* configured: the wait before the next attempt (doubles to 5 s) */
+    atomic_int added; /* fabric_node_add_peer: tried at once on the next round, back-off reset */
     atomic_int open;
     atomic_int close_req;
     char name[48];
@@ -114,6 +116,37 @@ int fabric_node_add_poller(struct fabric_node *fn, fabric_poll_fn f, void *ctx)
     return 0;
 }
 
+#define MAX_BACKOFF_MS 5000
+
+/* A configured or dialed peer that failed: try again after its back-off, which doubles until it
+ * opens. */
+static void retry_later(struct fabric_node *fn, struct peer *p, double now)
+{
+    if (p->backoff_ms < fn->cfg.retry_ms) p->backoff_ms = fn->cfg.retry_ms;
+    p->next_try = now + p->backoff_ms * 1e-3;
+    p->backoff_ms = p->backoff_ms * 2 < MAX_BACKOFF_MS ? p->backoff_ms * 2 : MAX_BACKOFF_MS;
+}
+
+int fabric_node_add_peer(struct fabric_node *fn, const char *addr)
+{
+    char err[ERRMSG_LEN];
+    int slot = fabric_node_dial(fn, addr, err);
+    if (slot >= 0) atomic_store(&fn->peer[slot].added, 1); /* the next round tries it at once */
+    return slot;
+}
+
+/* Fabric thread: peers fabric_node_add_peer added or named again are tried now. */
+static void take_added(struct fabric_node *fn)
+{
+    for (int i = 0; i < FABRIC_MAX_NODE_PEERS; i++) {
+        struct peer *p = &fn->peer[i];
+        if (!atomic_exchange(&p->added, 0)) continue;
+        p->next_try = 0;
+        p->backoff_ms = fn->cfg.retry_ms;
+        p->warned = 0;
+    }
+}
+
 static void tell(struct fabric_node *fn, int i, int state, const char *why)
 {
     struct peer *p = &fn->peer[i];
@@ -144,7 +177,7 @@ static void drop_peer(struct fabric_node *fn, int i, const char *why)
     if (p->reported == TP_OPEN) tell(fn, i, TP_CLOSED, reason);
     p->reported = TP_CLOSED;
     if (p->addr) {
-        p->next_try = clock_now() + fn->cfg.retry_ms * 1e-3;
+        retry_later(fn, p, clock_now());
     } else {
         pthread_mutex_lock(&fn->mu);
         p->used = 0;
@@ -155,6 +188,7 @@ static void drop_peer(struct fabric_node *fn, int i, const char *why)
 
 static void connect_peers(struct fabric_node *fn, double now)
 {
+    take_added(fn);
     for (int i = 0; i < FABRIC_MAX_NODE_PEERS; i++) {
         struct peer *p = &fn->peer[i];
         pthread_mutex_lock(&fn->mu); /* a dial may be filling the slot in */
@@ -166,9 +200,9 @@ static void connect_peers(struct fabric_node *fn, double now)
         p->reported = TP_CONNECTING;
         if (!p->conn) {
             if (!p->warned++)
-                log_warn("fabric", "node %d: peer %s: %s (retrying every %d ms)", fn->cfg.node_id,
-                         p->addr, err, fn->cfg.retry_ms);
-            p->next_try = now + fn->cfg.retry_ms * 1e-3;
+                log_warn("fabric", "node %d: peer %s: %s (retrying, %d ms apart doubling to %d)",
+                         fn->cfg.node_id, p->addr, err, fn->cfg.retry_ms, MAX_BACKOFF_MS);
+            retry_later(fn, p, now);
         }
     }
 }
@@ -260,14 +294,18 @@ static void *fabric_main(void *arg)
                 continue;
             }
             int st = tp_conn_state(p->conn);
-            if (st == TP_OPEN && p->reported != TP_OPEN) tell(fn, i, TP_OPEN, "");
+            if (st == TP_OPEN && p->reported != TP_OPEN) {
+                tell(fn, i, TP_OPEN, "");
+                p->backoff_ms = fn->cfg.retry_ms;
+            }
             if (st == TP_OPEN) dispatch(fn, i);
             if (p->conn && !p->adopted && tp_conn_state(p->conn) == TP_CLOSED) {
                 const char *e = tp_conn_error(p->conn);
                 if (p->reported != TP_OPEN && p->addr && !p->warned++)
-                    log_warn("fabric", "node %d: peer %s: %s (retrying every %d ms)",
+                    log_warn("fabric",
+                             "node %d: peer %s: %s (retrying, %d ms apart doubling to %d)",
                              fn->cfg.node_id, p->addr, e && *e ? e : "connection failed",
-                             fn->cfg.retry_ms);
+                             fn->cfg.retry_ms, MAX_BACKOFF_MS);
                 drop_peer(fn, i, e ? e : "");
             }
         }

@@ -52,7 +52,7 @@ struct fabric_node_config {
     const char *const *peers; /* "IP:PORT" to connect to (and reconnect) */
     int n_peers;
     int node_id;  /* this node's number, for logs */
-    int retry_ms; /* between reconnection attempts (default 300) */
+    int retry_ms; /* the first wait before a reconnection (default 300; doubles to 5 s) */
     int poll_ms;  /* longest wait in tp_poll per round (default 1) */
 };
 
@@ -74,6 +74,11 @@ int fabric_node_send(struct fabric_node *fn, int peer, const void *msg, size_t l
  * cluster member met at run time: its peer number (the same one when addr was configured or
  * dialed before), or -1 (err) when every slot is taken. Its TP_OPEN reaches the observers. */
 int fabric_node_dial(struct fabric_node *fn, const char *addr, char *err);
+/* Any thread: addr ("IP:PORT") holds something we need (a holder of our model came back, or a
+ * new one): fabric_node_dial, and tried at once on the next round (a known one's back-off is
+ * reset). Returns its peer number, -1 when every slot is taken. Configured and dialed peers that
+ * fail are retried after retry_ms, doubling to 5 s, until they open. */
+int fabric_node_add_peer(struct fabric_node *fn, const char *addr);
 /* Any thread: close `peer` at the fabric thread's next round, logging `why`. */
 void fabric_node_close_peer(struct fabric_node *fn, int peer, const char *why);
 /* Any thread. */

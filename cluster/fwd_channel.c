@@ -103,7 +103,8 @@ static void start_one(struct fwd_channels *f, struct fwd_req *r)
 {
     char err[ERRMSG_LEN];
     struct sconn_cbs cbs = {.on_ready = chan_ready, .on_close = chan_closed};
-    if (!sealed_conn_connect(f->loop, f->key, r->addr, &cbs, r, err)) req_finish(r, -1, err);
+    if (!sealed_conn_connect(f->loop, f->key, f->self, r->node, r->addr, &cbs, r, err))
+        req_finish(r, -1, err);
 }
 
 static void on_async(uv_async_t *a)

@@ -41,6 +41,13 @@ static void first_msg(struct sconn *c, const uint8_t *msg, size_t len)
                  m.type != MSGC_OPEN ? "wrong type" : err);
         return sealed_conn_close(c, "protocol error");
     }
+    /* The handshake proved who this is: an OPEN in another node's name is refused. */
+    if (m.u.open.id != c->peer_id) {
+        log_warn("cluster", "%s: OPEN in the name of node %llu from node %llu: refused", c->peer,
+                 (unsigned long long)m.u.open.id, (unsigned long long)c->peer_id);
+        if (rt->cfg.on_impostor) rt->cfg.on_impostor(rt->cfg.ctx);
+        return sealed_conn_close(c, "OPEN claims another node's id");
+    }
     if (m.u.open.channel == CHAN_CTL) {
         c->data = NULL;
         c->cb = (struct sconn_cbs){0};
@@ -129,14 +136,13 @@ static int rt_connect(struct raft_uv_transport *t, struct raft_uv_connect *req, 
                       const char *address, raft_uv_connect_cb cb)
 {
     struct rt *rt = t->impl;
-    (void)id;
     if (rt->closing) return RAFT_CANCELED;
     struct rt_connect *rc = calloc(1, sizeof *rc);
     if (!rc) return RAFT_NOMEM;
     *rc = (struct rt_connect){.rt = rt, .req = req, .cb = cb};
     struct sconn_cbs cbs = {.on_ready = connect_ready, .on_close = connect_closed};
     char err[ERRMSG_LEN];
-    rc->c = sealed_conn_connect(rt->cfg.loop, rt->cfg.key, address, &cbs, rc, err);
+    rc->c = sealed_conn_connect(rt->cfg.loop, rt->cfg.key, rt->id, id, address, &cbs, rc, err);
     if (!rc->c) {
         snprintf(t->errmsg, sizeof t->errmsg, "%.200s", err);
         free(rc);
@@ -165,6 +171,7 @@ static int rt_listen(struct raft_uv_transport *t, raft_uv_accept_cb cb)
     rt->accept_cb = cb;
     rt->lis = (struct slisten){.data = rt,
                                .key = rt->cfg.key,
+                               .id = rt->id,
                                .handshake_ms = rt->cfg.handshake_ms,
                                .on_accept = on_accept,
                                .on_refused = on_refused};

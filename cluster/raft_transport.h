@@ -31,6 +31,8 @@ struct raft_transport_cfg {
     /* A connection refused at the handshake (no or wrong key, or timed_out: no handshake within
      * handshake_ms): for logs and counters. */
     void (*on_refused)(void *ctx, const char *peer, const char *why, int timed_out);
+    /* An OPEN in another node's name than the handshake proved (refused, logged): a counter. */
+    void (*on_impostor)(void *ctx);
     int handshake_ms; /* 0: SCONN_HANDSHAKE_MS */
 };
 

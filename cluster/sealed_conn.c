@@ -4,6 +4,8 @@
 #include "os/runtime/log.h"
 
 #include <arpa/inet.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +33,51 @@ int sealed_conn_parse_addr(const char *hostport, struct sockaddr_in *sa, char *e
     return 0;
 }
 
+static atomic_ullong forged;
+
+/* Every open sconn, of every loop (tests run several loops in several threads). */
+static pthread_mutex_t live_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct sconn *live;
+
+static void live_add(struct sconn *c)
+{
+    pthread_mutex_lock(&live_mu);
+    c->live_next = live;
+    if (live) live->live_prev = c;
+    live = c;
+    pthread_mutex_unlock(&live_mu);
+}
+
+static void live_remove(struct sconn *c)
+{
+    pthread_mutex_lock(&live_mu);
+    if (c->live_prev)
+        c->live_prev->live_next = c->live_next;
+    else if (live == c)
+        live = c->live_next;
+    if (c->live_next) c->live_next->live_prev = c->live_prev;
+    c->live_prev = c->live_next = NULL;
+    pthread_mutex_unlock(&live_mu);
+}
+
+void sealed_conn_close_all(uv_loop_t *loop, const char *why)
+{
+    for (;;) {
+        struct sconn *c = NULL;
+        pthread_mutex_lock(&live_mu);
+        for (struct sconn *p = live; p && !c; p = p->live_next)
+            if (p->loop == loop) c = p;
+        pthread_mutex_unlock(&live_mu);
+        if (!c) return;
+        sealed_conn_close(c, why); /* leaves the list */
+    }
+}
+
+unsigned long long sconn_forged_frames(void)
+{
+    return atomic_load(&forged);
+}
+
 int sealed_conn_is_open(const struct sconn *c)
 {
     return c->state == SC_OPEN;
@@ -51,6 +98,7 @@ static void handle_closed(uv_handle_t *h)
 void sealed_conn_close(struct sconn *c, const char *why)
 {
     if (c->state == SC_CLOSED) return;
+    live_remove(c);
     int was_handshake = c->state == SC_HANDSHAKE;
     c->state = SC_CLOSED;
     snprintf(c->why, sizeof c->why, "%s", why ? why : "closed");
@@ -241,9 +289,10 @@ static void handshake(struct sconn *c, const struct wire_hdr *h, const uint8_t *
     const uint8_t *body = frame + WIRE_HDR_LEN;
     if (wire_frame_check((struct wire_hdr *)h, frame, n, err)) return sealed_conn_close(c, err);
     if (!c->is_client) {
-        uint8_t cn[WIRE_NONCE_LEN], ack[WIRE_HDR_LEN + WIRE_HELLO_ACK_LEN];
-        if (h->type != WIRE_HELLO) return sealed_conn_close(c, "expected HELLO");
-        if (auth_hello_check(c->key, body, h->length, cn, err)) {
+        uint8_t cn[WIRE_NONCE_LEN], ack[WIRE_HDR_LEN + WIRE_HELLO_ID_ACK_LEN];
+        uint64_t who = 0;
+        if (h->type != WIRE_HELLO_ID) return sealed_conn_close(c, "expected HELLO_ID");
+        if (auth_hello_id_check(c->key, body, h->length, cn, &who, err)) {
             snprintf(why, sizeof why, "refused: %s", err);
             return sealed_conn_close(c, why);
         }
@@ -251,14 +300,16 @@ static void handshake(struct sconn *c, const struct wire_hdr *h, const uint8_t *
         uint8_t scratch[WIRE_NONCE_LEN];
         auth_nonce(scratch);
         memcpy(&conn, scratch, sizeof conn);
-        size_t an = auth_hello_ack(c->key, cn, conn ? conn : 1, &c->s, ack);
+        size_t an = auth_hello_id_ack(c->key, cn, who, conn ? conn : 1, c->self_id, &c->s, ack);
+        c->peer_id = who;
         c->state = SC_OPEN;
         uv_timer_stop(&c->deadline);
         write_tcp(c, ack, an);
         return;
     }
-    if (h->type != WIRE_HELLO_ACK) return sealed_conn_close(c, "expected HELLO_ACK");
-    if (auth_hello_ack_check(c->key, body, h->length, c->nonce, &c->s, err)) {
+    if (h->type != WIRE_HELLO_ID_ACK) return sealed_conn_close(c, "expected HELLO_ID_ACK");
+    if (auth_hello_id_ack_check(c->key, body, h->length, c->nonce, c->self_id, c->want_id,
+                                &c->peer_id, &c->s, err)) {
         snprintf(why, sizeof why, "refused: %s", err);
         return sealed_conn_close(c, why);
     }
@@ -267,17 +318,27 @@ static void handshake(struct sconn *c, const struct wire_hdr *h, const uint8_t *
     if (c->cb.on_ready) c->cb.on_ready(c, 0, NULL);
 }
 
+/* A whole frame after the handshake. Sealed MSG and CLOSE frames count only if they open under
+ * the session, in sequence; one that does not open is dropped (the framing stays in step: the
+ * header said how long it was). */
 static void frame_in(struct sconn *c, const struct wire_hdr *h, const uint8_t *frame, size_t n)
 {
     char err[ERRMSG_LEN];
     if (c->state == SC_HANDSHAKE) return handshake(c, h, frame, n);
-    if (h->type == WIRE_CLOSE) return sealed_conn_close(c, "peer closed");
-    if (h->type != WIRE_MSG) return sealed_conn_close(c, "unexpected frame type");
+    if (h->type != WIRE_MSG && h->type != WIRE_CLOSE)
+        return sealed_conn_close(c, "unexpected frame type");
     struct wire_hdr hh;
     size_t ptlen;
-    if (session_open(&c->s, frame, n, &hh, c->pt, &ptlen, err)) return sealed_conn_close(c, err);
+    if (session_open(&c->s, frame, n, &hh, c->pt, &ptlen, err)) {
+        atomic_fetch_add(&forged, 1);
+        if (c->forged++ < 3)
+            log_warn("cluster", "%s (node %llu): a %s frame dropped: %s", c->peer,
+                     (unsigned long long)c->peer_id, h->type == WIRE_CLOSE ? "CLOSE" : "MSG", err);
+        return;
+    }
     if (hh.seq != c->rx_seq) return sealed_conn_close(c, "frame out of sequence (replay?)");
     c->rx_seq++;
+    if (hh.type == WIRE_CLOSE) return sealed_conn_close(c, "peer closed");
     if (c->piped)
         relay_deliver(c, c->pt, ptlen);
     else if (c->cb.on_msg)
@@ -345,6 +406,7 @@ static struct sconn *sealed_conn_new(uv_loop_t *loop, const struct cluster_key *
     uv_timer_init(loop, &c->deadline);
     c->deadline.data = c;
     c->open_handles = 2;
+    live_add(c);
     return c;
 }
 
@@ -358,16 +420,16 @@ static void connected(uv_connect_t *req, int status)
         return sealed_conn_close(c, why);
     }
     uv_tcp_nodelay(&c->tcp, 1);
-    uint8_t hello[WIRE_HDR_LEN + WIRE_HELLO_LEN];
+    uint8_t hello[WIRE_HDR_LEN + WIRE_HELLO_ID_LEN];
     auth_nonce(c->nonce);
-    size_t n = auth_hello(c->key, c->nonce, hello);
+    size_t n = auth_hello_id(c->key, c->nonce, c->self_id, hello);
     if (write_tcp(c, hello, n)) return;
     uv_read_start((uv_stream_t *)&c->tcp, tcp_alloc, tcp_read);
 }
 
-struct sconn *sealed_conn_connect(uv_loop_t *loop, const struct cluster_key *key,
-                                  const char *hostport, const struct sconn_cbs *cbs, void *data,
-                                  char *err)
+struct sconn *sealed_conn_connect(uv_loop_t *loop, const struct cluster_key *key, uint64_t self_id,
+                                  uint64_t want_id, const char *hostport,
+                                  const struct sconn_cbs *cbs, void *data, char *err)
 {
     struct sockaddr_in sa;
     if (sealed_conn_parse_addr(hostport, &sa, err)) return NULL;
@@ -377,6 +439,8 @@ struct sconn *sealed_conn_connect(uv_loop_t *loop, const struct cluster_key *key
         return NULL;
     }
     c->is_client = 1;
+    c->self_id = self_id;
+    c->want_id = want_id;
     c->cb = *cbs;
     c->data = data;
     snprintf(c->peer, sizeof c->peer, "%s", hostport);
@@ -450,6 +514,7 @@ static void on_connection(uv_stream_t *server, int status)
         snprintf(c->peer, sizeof c->peer, "%s:%d", ip, ntohs(sin->sin_port));
     }
     c->data = l;
+    c->self_id = l->id;
     deadline_start(c, l->handshake_ms);
     c->cb.on_msg = accepted_msg;
     c->cb.on_close = accepted_close;

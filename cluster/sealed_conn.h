@@ -1,11 +1,17 @@
 /* sealed_conn: an authenticated, sealed TCP connection in a libuv loop (the control plane's wire).
  *
- * It reuses the fabric's handshake and framing (transport/auth.h, transport/wire.h): the client
- * sends HELLO (nonce, MAC under the cluster key), the server answers HELLO_ACK; a side without
- * the key is refused there and the connection is closed. Every later byte travels inside sealed
- * WIRE_MSG frames (ChaCha20-Poly1305 under per-direction session keys) whose sequence numbers
- * must arrive in order, so a recorded HELLO replayed by a keyless peer gets it nothing: it cannot
- * derive the session keys, so it can neither read nor forge a frame.
+ * It reuses the fabric's framing and seal (transport/auth.h, transport/wire.h) with the handshake
+ * that binds node ids: the client sends HELLO_ID (nonce, its node id, MAC under its node key), the
+ * server answers HELLO_ID_ACK (its own id too); a side without the key is refused there and the
+ * connection is closed, and a client that named the node it meant to reach (want_id) refuses any
+ * other. Both ends then know the other's id for the connection's life (peer_id): every message
+ * that claims an id (OPEN, load reports, JOIN, a forwarded request's header) is checked against it
+ * by its reader. Every later byte travels inside sealed WIRE_MSG frames (ChaCha20-Poly1305 under
+ * per-direction session keys) whose sequence numbers must arrive in order, so a recorded HELLO
+ * replayed by a keyless peer gets it nothing: it cannot derive the session keys, so it can neither
+ * read nor forge a frame. A CLOSE frame is sealed too and counts only if it opens, at its place in
+ * the sequence; a whole frame that does not open (a forged CLOSE or MSG injected into the stream)
+ * is dropped, logged and counted (sconn_forged_frames), and the connection goes on.
  *
  * Two ways to use an open connection:
  * - messages: sealed_conn_send() seals one message (<= WIRE_MAX_MSG bytes) per frame; each received
@@ -19,7 +25,7 @@
  * A handshake must finish within a deadline (SCONN_HANDSHAKE_MS, or the listener's handshake_ms):
  * a peer that connects and sends nothing, or half a HELLO, is closed then instead of holding a
  * socket for as long as it likes; on the client side SCONN_HANDSHAKE_MS covers connect and
- * HELLO_ACK. Past the handshake the peer holds the key and is trusted.
+ * HELLO_ACK. Past the handshake the peer holds the key and is trusted to be the node it proved.
  * Everything runs on the loop's thread. on_close fires once, after which the sconn is freed. */
 #ifndef STRATA_SEALED_CONN_H
 #define STRATA_SEALED_CONN_H
@@ -43,8 +49,9 @@ struct sconn_cbs {
 };
 
 struct sconn {
-    void *data;    /* the user's */
-    char peer[64]; /* host:port, for logs */
+    void *data;       /* the user's */
+    char peer[64];    /* host:port, for logs */
+    uint64_t peer_id; /* the node the handshake proved (0 until open) */
     /* the rest is private to sealed_conn.c */
     uv_loop_t *loop;
     uv_tcp_t tcp;
@@ -54,6 +61,9 @@ struct sconn {
     const struct cluster_key *key;
     struct sconn_cbs cb;
     int is_client, state, piped, open_handles, timed_out;
+    uint64_t self_id, want_id;
+    unsigned forged;                     /* frames that did not open (logged: the first few) */
+    struct sconn *live_prev, *live_next; /* every sconn not yet closed (sealed_conn_close_all) */
     uint8_t nonce[WIRE_NONCE_LEN];
     struct session s;
     uint64_t tx_seq, rx_seq;
@@ -69,6 +79,7 @@ struct slisten {
     void *data;
     uv_tcp_t tcp;
     const struct cluster_key *key;
+    uint64_t id;      /* this node's, proved to every client (>= 1) */
     int handshake_ms; /* 0: SCONN_HANDSHAKE_MS */
     void (*on_accept)(struct slisten *l, struct sconn *c);
     void (*on_refused)(struct slisten *l, const char *peer, const char *why, int timed_out);
@@ -77,11 +88,12 @@ int slisten_start(struct slisten *l, uv_loop_t *loop, const char *hostport, char
 /* Stops accepting; cb (may be NULL) once the handle is closed. */
 void slisten_stop(struct slisten *l, uv_close_cb cb);
 
-/* Client side: connect to host:port; cbs->on_ready reports the handshake. NULL on an immediate
- * failure (bad address, out of memory), with err. */
-struct sconn *sealed_conn_connect(uv_loop_t *loop, const struct cluster_key *key,
-                                  const char *hostport, const struct sconn_cbs *cbs, void *data,
-                                  char *err);
+/* Client side: connect to host:port as node self_id (>= 1), to node want_id (0: whichever node
+ * answers; its id is in peer_id once open); cbs->on_ready reports the handshake. NULL on an
+ * immediate failure (bad address, out of memory), with err. */
+struct sconn *sealed_conn_connect(uv_loop_t *loop, const struct cluster_key *key, uint64_t self_id,
+                                  uint64_t want_id, const char *hostport,
+                                  const struct sconn_cbs *cbs, void *data, char *err);
 /* Seal and send one message. Returns -1 if the connection is not open or len is too large. */
 int sealed_conn_send(struct sconn *c, const void *msg, size_t len);
 /* Switch an open connection to relay mode; returns the caller's end as a uv_pipe_t allocated
@@ -93,6 +105,13 @@ int sealed_conn_relay_fd(struct sconn *c, char *err);
 /* Close (idempotent); on_close fires once both handles are closed. */
 void sealed_conn_close(struct sconn *c, const char *why);
 int sealed_conn_is_open(const struct sconn *c);
+
+/* Close every connection of this loop still open (a stopping control thread: the forward channels
+ * a front keeps in its pool would otherwise keep the loop, and the process, running). On the
+ * loop's thread. */
+void sealed_conn_close_all(uv_loop_t *loop, const char *why);
+/* Frames dropped because they did not open (forged or corrupted), every connection of the process. */
+unsigned long long sconn_forged_frames(void);
 
 /* "host:port" -> sockaddr_in (IPv4 dotted quad). */
 int sealed_conn_parse_addr(const char *hostport, struct sockaddr_in *sa, char *err);

@@ -42,7 +42,58 @@ struct serve_cluster {
     double idle_start, last_t, tok_s;
     unsigned long long last_tokens;
     int joining_k, fake_joining; /* the stand-in executor's scale-up in progress */
+    char holders[SC_MAX_OTHERS + 2][CL_STR_LEN + 1]; /* live whole holders seen last heartbeat */
+    int n_holders;
+    /* Guarded by mu: the serving process's hook for a holder that (re)appears during a join. */
+    void (*on_holder)(void *ctx, const char *fabric, int serves);
+    void *holder_ctx;
 };
+
+/* Control thread, each heartbeat, while this node joins a model: a live node that holds it whole
+ * and was not one last heartbeat (a holder restarted with the file, an operator's `strata serve
+ * -m`) is handed to the serving process, which pulls from it and may take it as its helper at
+ * once; and a model the cluster lost fails the requests waiting here for a helper that is gone. */
+static void watch_join(struct serve_cluster *sc)
+{
+    struct control *ctl = atomic_load(&sc->ctl);
+    char model[CL_STR_LEN + 1], why[ERRMSG_LEN];
+    pthread_mutex_lock(&sc->mu);
+    int joining = sc->joining && sc->model[0];
+    snprintf(model, sizeof model, "%s", sc->model);
+    pthread_mutex_unlock(&sc->mu);
+    if (!ctl || !joining) {
+        sc->n_holders = 0;
+        return;
+    }
+    struct scheduler *sched = atomic_load(&sc->sched);
+    if (sched && control_model_lost(ctl, model, why, sizeof why)) sched_fail_all(sched, why);
+    char now[SC_MAX_OTHERS + 2][CL_STR_LEN + 1];
+    int n = control_holders_fabric(ctl, model, NULL, 0, now, SC_MAX_OTHERS + 2);
+    for (int i = 0; i < n; i++) {
+        int seen = 0;
+        for (int k = 0; k < sc->n_holders; k++) seen |= !strcmp(sc->holders[k], now[i]);
+        if (seen) continue;
+        int serves = control_fabric_serves(ctl, model, now[i]);
+        pthread_mutex_lock(&sc->mu);
+        if (sc->on_holder) {
+            log_info("cluster", "%s: %s holds it whole%s: pulling from it", model, now[i],
+                     serves ? " and serves it" : "");
+            sc->on_holder(sc->holder_ctx, now[i], serves);
+        }
+        pthread_mutex_unlock(&sc->mu);
+    }
+    memcpy(sc->holders, now, sizeof now);
+    sc->n_holders = n;
+}
+
+void serve_cluster_on_holder(struct serve_cluster *sc,
+                             void (*fn)(void *ctx, const char *fabric, int serves), void *ctx)
+{
+    pthread_mutex_lock(&sc->mu);
+    sc->on_holder = fn;
+    sc->holder_ctx = ctx;
+    pthread_mutex_unlock(&sc->mu);
+}
 
 /* Our holding to the control thread's next report (mu held). */
 static void publish(struct serve_cluster *sc)
@@ -123,6 +174,7 @@ static void load(void *ctx, struct cl_load *out)
         out->ttft_pred_ms = (float)planner_drain_ms(&copy, out->queued_tokens + 16, running,
                                                     atomic_load(&sc->max_step_tokens));
     }
+    if (!sc->fake) watch_join(sc);
     /* The stand-in executor's scale-up: k grows each heartbeat. */
     if (sc->fake_joining && atomic_load(&sc->ctl)) {
         pthread_mutex_lock(&sc->mu);
@@ -420,6 +472,7 @@ void serve_cluster_switched(struct serve_cluster *sc, const struct sc_job *job)
 void serve_cluster_detach(struct serve_cluster *sc)
 {
     atomic_store(&sc->sched, NULL);
+    serve_cluster_on_holder(sc, NULL, NULL);
     atomic_store(&sc->step_id, 0);
     serve_cluster_set_coop(sc, NULL);
 }
@@ -450,14 +503,36 @@ static int member_api(void *ctx, uint64_t node, char *addr, size_t cap)
     return control_member_http(atomic_load(&sc->ctl), node, addr, cap);
 }
 
-/* POST /v1/cluster/recover {"voters":[ids],"force":bool} (docs/control.md). */
-static int post_route(void *ctx, const char *path, const char *body, size_t len, char **out,
-                      size_t *out_len, struct api_error *e)
+/* POST /v1/cluster/recover {"voters":[ids],"force":bool} (docs/control.md). It changes raft's
+ * configuration, so it is never open: the API key where the node has one, else a request signed
+ * with the cluster key (`strata cluster recover`), else 403 with the reason. */
+static int post_route(void *ctx, const struct http_request *req, const char *body, size_t len,
+                      int key_ok, char **out, size_t *out_len, struct api_error *e)
 {
     struct serve_cluster *sc = ctx;
     struct recover_req rq;
     char msg[ERRMSG_LEN];
+    const char *path = req->path;
     if (strcmp(path, "/v1/cluster/recover")) return 1;
+    if (!key_ok) {
+        if (!req->signature[0]) {
+            api_error_set(e, 403, "invalid_request_error", NULL,
+                          "POST %s changes the cluster: this node has no API key, so the request "
+                          "must be signed with the cluster key (X-Strata-Signature; `strata "
+                          "cluster recover --key-file K --voters ...` signs it)",
+                          path);
+            e->code = "signature_required";
+            return -1;
+        }
+        if (req->signature_truncated ||
+            control_check_signed(atomic_load(&sc->ctl), req->method, path, req->signature,
+                                 strlen(req->signature), body, len, msg)) {
+            api_error_set(e, 403, "invalid_request_error", NULL, "POST %s: %s", path,
+                          req->signature_truncated ? "signature: header too long" : msg);
+            e->code = "bad_signature";
+            return -1;
+        }
+    }
     if (recover_req_parse(&rq, body, len, msg))
         return api_error_set(e, 400, "invalid_request_error", "voters", "%s", msg);
     int status = control_recover(atomic_load(&sc->ctl), &rq, msg, sizeof msg);
@@ -479,6 +554,13 @@ static int post_route(void *ctx, const char *path, const char *body, size_t len,
     cJSON_Delete(o);
     *out_len = *out ? strlen(*out) : 0;
     return 0;
+}
+
+static int lost_route(void *ctx, const char *model, char *why, size_t cap)
+{
+    struct serve_cluster *sc = ctx;
+    struct control *ctl = atomic_load(&sc->ctl);
+    return ctl && control_model_lost(ctl, model, why, cap);
 }
 
 static void routed(void *ctx, uint64_t node, int delta)
@@ -510,8 +592,7 @@ static int forward_open(void *ctx, uint64_t node, int timeout_ms, int cancel_fd,
 static void forward_in(void *ctx, int fd, uint64_t from)
 {
     struct serve_cluster *sc = ctx;
-    (void)from;
-    front_adopt(sc->front, fd);
+    front_adopt(sc->front, fd, from);
 }
 
 static char *metrics(void *ctx, size_t *len)
@@ -567,6 +648,7 @@ struct serve_cluster *serve_cluster_start(const struct control_cfg *cfg, struct 
                            .unreachable = unreachable,
                            .forward_open = forward_open,
                            .post = post_route,
+                           .lost = lost_route,
                            .member_api = member_api,
                            .node_id = cfg->id};
     front_set_ext(f, &fx);

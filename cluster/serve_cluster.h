@@ -74,6 +74,13 @@ void serve_cluster_attach(struct serve_cluster *sc, struct scheduler *s, const c
 void serve_cluster_resident(struct serve_cluster *sc, int k);
 /* The join failed (the stream gave up): the node is empty again and says so. */
 void serve_cluster_join_failed(struct serve_cluster *sc, const char *why);
+/* Main thread, once a join's engine exists: fn (ctx) is called on the control thread when a live
+ * node holding the joining model whole appears (it restarted with the file, or an operator
+ * started one with -m): fabric is its fabric address, serves 1 when its engine runs the whole
+ * model (a helper). The serving process pulls from it and takes it as a helper at once.
+ * serve_cluster_detach clears it. */
+void serve_cluster_on_holder(struct serve_cluster *sc,
+                             void (*fn)(void *ctx, const char *fabric, int serves), void *ctx);
 /* The engine's cooperative execution (NULL: none): a scale-down naming a receiver hands this
  * node's running sequences to it (coop_handover), a scale-up brings them back. */
 struct coop;

@@ -5,9 +5,13 @@
 #include "os/runtime/log.h"
 #include "transport/wire.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define MAX_NEW_HOLDERS 8
 
 struct weight_node {
     struct weight_node_config cfg;
@@ -17,7 +21,39 @@ struct weight_node {
     atomic_int failed, served;
     int joiner, done_logged;
     char fail_msg[ERRMSG_LEN];
+    /* holders weight_node_add_holder announced, for the fabric thread (under mu) */
+    pthread_mutex_t mu;
+    char holder[MAX_NEW_HOLDERS][64];
+    int n_holder;
 };
+
+void weight_node_add_holder(struct weight_node *wn, const char *addr)
+{
+    if (!wn || !wn->joiner) return;
+    pthread_mutex_lock(&wn->mu);
+    int dup = 0;
+    for (int i = 0; i < wn->n_holder; i++) dup |= !strcmp(wn->holder[i], addr);
+    if (!dup && wn->n_holder < MAX_NEW_HOLDERS)
+        snprintf(wn->holder[wn->n_holder++], sizeof wn->holder[0], "%s", addr);
+    pthread_mutex_unlock(&wn->mu);
+}
+
+/* Fabric thread: the holders announced since last round, to the stream. */
+static void take_holders(struct weight_node *wn)
+{
+    char h[MAX_NEW_HOLDERS][64];
+    pthread_mutex_lock(&wn->mu);
+    int n = wn->n_holder;
+    memcpy(h, wn->holder, sizeof h);
+    wn->n_holder = 0;
+    pthread_mutex_unlock(&wn->mu);
+    for (int i = 0; i < n; i++) {
+        if (weight_stream_add_peer(wn->ws, h[i]))
+            log_warn("fabric", "weights: cannot add holder %s (the peer list is full)", h[i]);
+        else if (!weight_stream_finished(wn->ws))
+            log_info("fabric", "weights: %s holds the model: pulling from it next, now", h[i]);
+    }
+}
 
 static void on_resident(void *ctx, int k)
 {
@@ -54,6 +90,7 @@ static void poll_stream(void *ctx, struct fabric_node *fn)
     struct weight_node *wn = ctx;
     if (atomic_load(&wn->failed)) return;
     char err[ERRMSG_LEN];
+    if (wn->joiner) take_holders(wn);
     if (weight_stream_step(wn->ws, err)) {
         snprintf(wn->fail_msg, sizeof wn->fail_msg, "%s", err);
         atomic_store(&wn->failed, 1);
@@ -85,6 +122,7 @@ static struct weight_node *node_new(const struct weight_node_config *cfg, int jo
     wn->cfg = *cfg;
     wn->fn = cfg->fabric;
     wn->joiner = joiner;
+    pthread_mutex_init(&wn->mu, NULL);
     return wn;
 }
 
@@ -165,6 +203,7 @@ void weight_node_free(struct weight_node *wn)
     if (!wn) return;
     weight_stream_free(wn->ws);
     stream_loader_free(&wn->sl);
+    pthread_mutex_destroy(&wn->mu);
     free(wn);
 }
 

@@ -62,6 +62,9 @@ int weight_node_k(const struct weight_node *wn);
 int weight_node_complete(const struct weight_node *wn);
 /* NULL, or why the stream failed for good. */
 const char *weight_node_failed(const struct weight_node *wn);
+/* Any thread, a joiner: addr (a fabric address) holds the whole model, back or new: the stream
+ * pulls from it next, at once (weight_stream_add_peer). Nothing on a source. */
+void weight_node_add_holder(struct weight_node *wn, const char *addr);
 /* Downstream peers served everything / connected now (holder side). */
 int weight_node_served(const struct weight_node *wn);
 

@@ -21,7 +21,8 @@ struct command {
 #endif
 
 #define STRATA_COMMANDS(X)                                                                         \
-    X(generate) X(serve) X(node) X(convert) X(inspect) X(tokenize) X(update) STRATA_SIM_COMMAND(X)
+    X(generate)                                                                                    \
+    X(serve) X(node) X(convert) X(inspect) X(tokenize) X(update) X(cluster) STRATA_SIM_COMMAND(X)
 
 #define STRATA_DECLARE_COMMAND(name) extern const struct command cmd_##name;
 STRATA_COMMANDS(STRATA_DECLARE_COMMAND)

@@ -814,6 +814,16 @@ static void tear_down(struct serve *sv, struct scheduler **sched, const char *st
     sv->lm = NULL;
 }
 
+/* Control thread, during a join: a node holding the model whole (back, or new) is pulled from
+ * and may take over as the helper, at once (cluster/serve_cluster.h serve_cluster_on_holder). */
+static void on_holder(void *ctx, const char *fabric, int serves)
+{
+    struct serve *sv = ctx;
+    weight_node_add_holder(sv->weights, fabric);
+    int peer = fabric_node_add_peer(sv->fabric, fabric);
+    if (serves && peer >= 0 && sv->coop) coop_add_helper(sv->coop, peer);
+}
+
 /* A cluster member: wait for the planner's decisions that need this thread. A join pulls the
  * model from the source (or the joiner before us in the chain) and serves with the source's help
  * while it arrives; a drop frees it. Runs until the front stops. */
@@ -866,6 +876,7 @@ static void member_loop(struct serve *sv, struct serve_opts *o, struct scheduler
         serve_cluster_set_coop(sv->cluster, sv->coop);
         serve_cluster_set_step_id(sv->cluster, step_identity_hash(&sv->step_id));
         serve_cluster_resident(sv->cluster, weight_node_k(sv->weights));
+        serve_cluster_on_holder(sv->cluster, on_holder, sv);
     }
 }
 

@@ -4,9 +4,14 @@
 
 #include "cluster/coop.h"
 #include "os/common/errmsg.h"
+#include "os/common/small_file.h"
+#include "os/runtime/clock.h"
+#include "os/runtime/log.h"
+#include "os/runtime/wall_clock.h"
 
 #include <signal.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -40,6 +45,7 @@ int test_hooks_serve_options(struct test_hooks *h, struct opt *t)
         {"--test-hang", OPT_INT, &h->hang_s, 0, 3600, NULL, "S"},
         {"--test-kv-fault", OPT_PARSE, &h->kv_fault, 0, 0, parse_kv_fault,
          "seq|layer|short|die|refuse"},
+        {"--test-clock-file", OPT_STR, &h->clock_file, 0, 0, NULL, "PATH"},
     };
     memcpy(t, table, sizeof table);
     return TEST_HOOKS_SERVE_N_OPTS;
@@ -64,6 +70,7 @@ void test_hooks_usage(FILE *f)
             "  ready (boot/cmdline.md); --test-kv-fault: a helper that answers KV requests\n"
             "  wrongly; --test-refuse: the executor refuses such decisions; --cluster-standby:\n"
             "  the stand-in executor (holds the model out of its engine, moves no weights);\n"
+            "  --test-clock-file: the wall clock jumps by the milliseconds the file holds;\n"
             "  --test-scale-in MS: the leader forces a scale-in with hand-over every MS\n");
 }
 
@@ -78,10 +85,28 @@ void test_hooks_ready(const struct test_hooks *h)
     *(volatile int *)bad = 1;
 }
 
+/* The offset in the clock file (a signed integer of milliseconds; none or unreadable: 0), read at
+ * most every 100 ms. */
+static void clock_tick(const char *path)
+{
+    static double last;
+    double now = clock_now();
+    if (now - last < 0.1) return;
+    last = now;
+    char buf[64];
+    long long off = small_file_read(path, buf, sizeof buf, NULL) > 0 ? strtoll(buf, NULL, 10) : 0;
+    if (off != wall_clock_offset_ms()) {
+        log_warn("serve", "--test-clock-file: the wall clock jumps by %+lld ms (offset %+lld ms)",
+                 off - (long long)wall_clock_offset_ms(), off);
+        wall_clock_set_offset_ms(off);
+    }
+}
+
 /* As a deadlocked loop would: the watchdog is no longer petted. */
 void test_hooks_tick(const struct test_hooks *h, int ready)
 {
     static time_t hang_at;
+    if (h->clock_file) clock_tick(h->clock_file);
     if (h->hang_s < 0 || !ready) return;
     if (!hang_at) hang_at = time(NULL) + h->hang_s;
     if (time(NULL) >= hang_at) {
@@ -98,7 +123,8 @@ int test_hooks_serve_options(struct test_hooks *h, struct opt *t)
 {
     (void)h;
     const char *names[TEST_HOOKS_SERVE_N_OPTS] = {"--test-step-delay-us", "--test-crash",
-                                                  "--test-hang", "--test-kv-fault"};
+                                                  "--test-hang", "--test-kv-fault",
+                                                  "--test-clock-file"};
     for (int i = 0; i < TEST_HOOKS_SERVE_N_OPTS; i++)
         t[i] = (struct opt){names[i], OPT_REFUSE, NULL, 0, 0, NULL, TEST_HOOKS_ABSENT};
     return TEST_HOOKS_SERVE_N_OPTS;

@@ -5,6 +5,8 @@
  *   --test-step-delay-us US   every step sleeps US (a slow step on a tiny model)
  *   --test-kv-fault KIND      a helper answers KV requests wrongly (cluster/coop.h)
  *   --test-refuse KIND        the executor refuses replicate or scale-up decisions
+ *   --test-clock-file PATH    the wall clock moves by the offset (ms, signed) PATH holds, read
+ *                             every tick: a clock jump (os/runtime/wall_clock.h) on a shared host
  *   --cluster-standby         the stand-in executor (cluster/serve_cluster.h)
  *   --test-scale-in MS        the leader forces a scale-in with hand-over every MS (and brings the
  *                             node back), instead of planning (cluster/control_leader.c)
@@ -33,13 +35,14 @@
 /* serve's hooks (the cluster's three go to struct control_cfg: standby, test_refuse,
  * test_scale_in_ms). */
 struct test_hooks {
-    const char *crash; /* --test-crash: segv | panic, once ready; NULL: none */
-    int hang_s;        /* --test-hang: -1 never (set it before parsing) */
-    int step_delay_us; /* --test-step-delay-us: 0 none */
-    int kv_fault;      /* --test-kv-fault: enum coop_kv_fault */
+    const char *crash;      /* --test-crash: segv | panic, once ready; NULL: none */
+    int hang_s;             /* --test-hang: -1 never (set it before parsing) */
+    int step_delay_us;      /* --test-step-delay-us: 0 none */
+    int kv_fault;           /* --test-kv-fault: enum coop_kv_fault */
+    const char *clock_file; /* --test-clock-file: NULL none */
 };
 
-#define TEST_HOOKS_SERVE_N_OPTS   4
+#define TEST_HOOKS_SERVE_N_OPTS   5
 #define TEST_HOOKS_CLUSTER_N_OPTS 3
 
 /* 1 in a test build, 0 without the hooks. */
@@ -54,7 +57,8 @@ void test_hooks_usage(FILE *f);
 
 /* The server is ready: --test-crash crashes here. */
 void test_hooks_ready(const struct test_hooks *h);
-/* The serve loop's tick (ready: the model serves): --test-hang stops the loop here once due. */
+/* The serve loop's tick (ready: the model serves): --test-hang stops the loop here once due;
+ * --test-clock-file's offset is applied here. */
 void test_hooks_tick(const struct test_hooks *h, int ready);
 
 #endif

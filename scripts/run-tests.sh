@@ -1,7 +1,8 @@
 #!/bin/bash
 # Build and run every test: unit programs (normal and ASan+UBSan builds), integration scenarios
 # (tests/integration/*.sh), and a short run of every fuzz target. Each prints "ok - name",
-# "not ok - name: why" or "skip - name: why"; the last line is "N passed, N failed, N skipped".
+# "not ok - name: why" or "skip - name: why"; one that prints none of them fails, whatever its exit
+# status. The last line is "N passed, N failed, N skipped".
 set -u
 cd "$(dirname "$0")/.."
 JOBS=${JOBS:-$(nproc)}
@@ -30,6 +31,10 @@ run_prog() { # run_prog <label> <log> cmd...
         echo "not ok - $label: exited with status $rc" >>"$log"
         echo "  [$label] not ok - exited with status $rc (log: $log)"
         tail -n 20 "$log" | sed 's/^/      /'
+    elif [ $rc -eq 0 ] && ! grep -q '^\(ok\|not ok\|skip\) - ' "$log"; then
+        # Silence is not a pass: a test that checked nothing says nothing.
+        echo "not ok - $label: exited 0 without a single ok, not ok or skip line" >>"$log"
+        echo "  [$label] not ok - exited 0 without a single ok, not ok or skip line (log: $log)"
     fi
     count "[$label] " "$log"
 }

@@ -52,6 +52,24 @@ size_t auth_hello_ack(const struct cluster_key *key, const uint8_t client_nonce[
 int auth_hello_ack_check(const struct cluster_key *key, const uint8_t *body, size_t len,
                          const uint8_t client_nonce[WIRE_NONCE_LEN], struct session *s, char *err);
 
+/* The control plane's handshake (cluster/sealed_conn.h): the same, with each end's node id bound
+ * in. HELLO_ID carries the client's id and is MACed under K_client, HELLO_ID_ACK carries both ids
+ * and is MACed under K_server, where K_id = BLAKE2b-256(key = cluster key, "strata node key v1"
+ * || id); the session keys are derived from the nonces, the connection id and both ids. So an id
+ * is fixed for the whole connection: a message that later claims another one is a lie the receiver
+ * can see (it compares), and no one without the key can change it on the way. Id 0 is refused.
+ * want_server: the id the client meant to reach (0: any), refused otherwise. */
+size_t auth_hello_id(const struct cluster_key *key, const uint8_t nonce[WIRE_NONCE_LEN],
+                     uint64_t id, uint8_t *out);
+int auth_hello_id_check(const struct cluster_key *key, const uint8_t *body, size_t len,
+                        uint8_t nonce[WIRE_NONCE_LEN], uint64_t *id, char *err);
+size_t auth_hello_id_ack(const struct cluster_key *key, const uint8_t client_nonce[WIRE_NONCE_LEN],
+                         uint64_t client, uint32_t conn, uint64_t server, struct session *s,
+                         uint8_t *out);
+int auth_hello_id_ack_check(const struct cluster_key *key, const uint8_t *body, size_t len,
+                            const uint8_t client_nonce[WIRE_NONCE_LEN], uint64_t client,
+                            uint64_t want_server, uint64_t *server, struct session *s, char *err);
+
 /* Seal `pt` into a complete frame at out (capacity WIRE_HDR_LEN + ptlen + WIRE_TAG_LEN).
  * Returns the frame length. */
 size_t session_seal(const struct session *s, uint8_t *out, uint8_t type, uint16_t flags,

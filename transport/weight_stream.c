@@ -240,6 +240,11 @@ struct weight_stream {
     struct tp_conn *up;
     int up_peer, up_joined, had_upstream, done_sent, finished, refusals, skips;
     double up_next_try;
+    int backoff_ms; /* the wait before the next attempt: retry_ms, doubling to WS_MAX_BACKOFF_MS */
+    /* the holders to pull from: cfg.peers, then those weight_stream_add_peer added */
+    char peer_buf[WS_MAX_PEERS][64];
+    const char *peer[WS_MAX_PEERS];
+    int n_peers;
     uint32_t refetch[MAX_REDO];
     int n_refetch;
     uint32_t pull_unit;
@@ -271,6 +276,12 @@ struct weight_stream *weight_stream_new(const struct weight_stream_config *cfg, 
     ws->cfg = *cfg;
     ws->s = cfg->store;
     if (ws->cfg.retry_ms <= 0) ws->cfg.retry_ms = 200;
+    ws->backoff_ms = ws->cfg.retry_ms;
+    for (int i = 0; i < cfg->n_peers && ws->n_peers < WS_MAX_PEERS; i++) {
+        snprintf(ws->peer_buf[ws->n_peers], sizeof ws->peer_buf[0], "%s", cfg->peers[i]);
+        ws->peer[ws->n_peers] = ws->peer_buf[ws->n_peers];
+        ws->n_peers++;
+    }
     return ws;
 }
 
@@ -666,6 +677,35 @@ static int pull_some(struct weight_stream *ws, char *err)
     return 0;
 }
 
+/* The next attempt after a failed one: the wait doubles, up to WS_MAX_BACKOFF_MS, until an upstream
+ * opens (a dead holder is not hammered; weight_stream_add_peer cuts the wait short). */
+static void retry_later(struct weight_stream *ws, double t)
+{
+    ws->up_peer = (ws->up_peer + 1) % ws->n_peers;
+    ws->up_next_try = t + ws->backoff_ms * 1e-3;
+    ws->backoff_ms =
+        ws->backoff_ms * 2 < WS_MAX_BACKOFF_MS ? ws->backoff_ms * 2 : WS_MAX_BACKOFF_MS;
+}
+
+int weight_stream_add_peer(struct weight_stream *ws, const char *addr)
+{
+    int i = 0;
+    while (i < ws->n_peers && strcmp(ws->peer[i], addr)) i++;
+    if (i == ws->n_peers) {
+        if (ws->n_peers == WS_MAX_PEERS || !ws->n_peers) return -1;
+        snprintf(ws->peer_buf[i], sizeof ws->peer_buf[0], "%s", addr);
+        ws->peer[i] = ws->peer_buf[i];
+        ws->n_peers++;
+    }
+    ws->backoff_ms = ws->cfg.retry_ms;
+    ws->skips = ws->refusals = 0;
+    if (!ws->up && !ws->finished) {
+        ws->up_peer = i;
+        ws->up_next_try = 0;
+    }
+    return 0;
+}
+
 /* This holder cannot serve us (another model, a header we reject): say why, try the next peer;
  * fatal once every peer has been tried a few times. */
 static int skip_holder(struct weight_stream *ws, char *err)
@@ -673,9 +713,8 @@ static int skip_holder(struct weight_stream *ws, char *err)
     log_warn("fabric", "%s; trying the next peer", ws->up_err);
     tp_close(ws->up);
     ws->up = NULL;
-    ws->up_peer = (ws->up_peer + 1) % ws->cfg.n_peers;
-    ws->up_next_try = clock_now() + ws->cfg.retry_ms * 1e-3;
-    if (++ws->skips >= 3 * ws->cfg.n_peers)
+    retry_later(ws, clock_now());
+    if (++ws->skips >= 3 * ws->n_peers)
         return errmsg_set(err, "no peer can serve this node: %s", ws->up_err);
     return 0;
 }
@@ -683,18 +722,17 @@ static int skip_holder(struct weight_stream *ws, char *err)
 static int upstream_step(struct weight_stream *ws, char *err)
 {
     struct weight_store *s = ws->s;
-    if (ws->cfg.n_peers == 0 || ws->finished) return 0;
+    if (ws->n_peers == 0 || ws->finished) return 0;
     double t = clock_now();
     if (!ws->up) {
         if (t < ws->up_next_try) return 0;
-        const char *peer = ws->cfg.peers[ws->up_peer];
+        const char *peer = ws->peer[ws->up_peer];
         char cerr[ERRMSG_LEN];
         ws->up = tp_connect(ws->cfg.t, peer, cerr);
         ws->up_joined = 0;
         if (!ws->up) {
-            log_warn("fabric", "%s", cerr);
-            ws->up_peer = (ws->up_peer + 1) % ws->cfg.n_peers;
-            ws->up_next_try = t + ws->cfg.retry_ms * 1e-3;
+            log_warn("fabric", "%s (next attempt in %d ms)", cerr, ws->backoff_ms);
+            retry_later(ws, t);
             return 0;
         }
         tp_set_bulk(ws->up);
@@ -702,7 +740,7 @@ static int upstream_step(struct weight_stream *ws, char *err)
         log_info("fabric", "%s from %s", ws->had_upstream ? "resuming" : "joining", peer);
         ws->had_upstream = 1;
     }
-    if (tp_conn_state(ws->up) == TP_OPEN) ws->refusals = 0;
+    if (tp_conn_state(ws->up) == TP_OPEN) ws->refusals = 0, ws->backoff_ms = ws->cfg.retry_ms;
     if (tp_conn_state(ws->up) == TP_OPEN && !ws->up_joined) {
         struct wire_join *j = &ws->join;
         memset(j, 0, sizeof *j);
@@ -775,8 +813,7 @@ static int upstream_step(struct weight_stream *ws, char *err)
             log_warn("fabric", "%s: %s", tp_conn_peer(ws->up), perr);
             tp_close(ws->up);
             ws->up = NULL;
-            ws->up_peer = (ws->up_peer + 1) % ws->cfg.n_peers;
-            ws->up_next_try = t + ws->cfg.retry_ms * 1e-3;
+            retry_later(ws, t);
             return 0;
         }
     }
@@ -797,16 +834,15 @@ static int upstream_step(struct weight_stream *ws, char *err)
     }
     if (tp_conn_state(ws->up) == TP_CLOSED) {
         snprintf(ws->up_err, sizeof ws->up_err, "%s", tp_conn_error(ws->up));
-        if (((struct tp_conn_base *)ws->up)->refused && ++ws->refusals >= 3 * ws->cfg.n_peers)
+        if (((struct tp_conn_base *)ws->up)->refused && ++ws->refusals >= 3 * ws->n_peers)
             return errmsg_set(err, "refused by every peer: %s", tp_conn_error(ws->up));
         if (!weight_store_complete(s) || !ws->done_sent)
-            log_warn("fabric", "upstream %s lost: %s", tp_conn_peer(ws->up), tp_conn_error(ws->up));
-        if (weight_store_complete(s)) {
+            log_warn("fabric", "upstream %s lost: %s (next attempt in %d ms)", tp_conn_peer(ws->up),
+                     tp_conn_error(ws->up), ws->backoff_ms);
+        if (weight_store_complete(s))
             ws->finished = 1; /* everything verified; the holder learns it some other way */
-        } else {
-            ws->up_peer = (ws->up_peer + 1) % ws->cfg.n_peers;
-            ws->up_next_try = t + ws->cfg.retry_ms * 1e-3;
-        }
+        else
+            retry_later(ws, t);
         tp_close(ws->up);
         ws->up = NULL;
     }

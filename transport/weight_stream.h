@@ -77,6 +77,9 @@ int weight_store_header_ready(const struct weight_store *s);
 int weight_store_spans_ready(const struct weight_store *s); /* count of verified spans */
 int weight_store_complete(const struct weight_store *s);
 
+#define WS_MAX_PEERS      16
+#define WS_MAX_BACKOFF_MS 5000
+
 struct weight_stream_config {
     struct tp *t;
     struct weight_store *store;
@@ -85,7 +88,8 @@ struct weight_stream_config {
     uint32_t chunk_size; /* wanted chunking when joining (0: the holder's) */
     double rate_bytes;   /* pacing of each downstream push, bytes/s (0: unpaced) */
     int corrupt_unit;    /* fault injection: corrupt the first send of this unit (-1: none) */
-    int retry_ms;        /* wait between reconnect attempts (default 200) */
+    int retry_ms;        /* the first wait after a failed attempt (default 200); each further
+                            failure doubles it, up to WS_MAX_BACKOFF_MS, until an upstream opens */
     int no_accept;       /* the caller accepts connections and hands joiners over with
                             weight_stream_adopt (a fabric node that serves other traffic too) */
 };
@@ -100,6 +104,9 @@ int weight_stream_step(struct weight_stream *ws, char *err);
  * the call) is for the weight stream. -1 when there is no room (the connection is closed). */
 int weight_stream_adopt(struct weight_stream *ws, struct tp_conn *c, const uint8_t *msg,
                         size_t len);
+/* Joiner, fabric thread: addr holds the model (again): pull from it next, at once (added to the
+ * peers when new; the back-off is reset). -1 when the list is full or this is a source. */
+int weight_stream_add_peer(struct weight_stream *ws, const char *addr);
 /* Downstream peers that reported every span verified. */
 int weight_stream_served(const struct weight_stream *ws);
 /* Downstream peers connected and not done. */

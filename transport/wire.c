@@ -166,7 +166,7 @@ int wire_hdr_peek(struct wire_hdr *h, const uint8_t *buf, size_t len, char *err)
     h->crc = wire_get_u32(&r);
     if (h->version != WIRE_VERSION)
         return errmsg_set(err, "frame: version %u, this node speaks %d", h->version, WIRE_VERSION);
-    if (h->type < WIRE_HELLO || h->type > WIRE_CLOSE)
+    if (h->type < WIRE_HELLO || h->type > WIRE_HELLO_ID_ACK)
         return errmsg_set(err, "frame: unknown type %u", h->type);
     if (h->length > WIRE_MAX_FRAME - WIRE_HDR_LEN)
         return errmsg_set(err, "frame: payload length %u exceeds %d", h->length,

@@ -46,6 +46,10 @@ enum wire_type {
     WIRE_MSG = 3,       /* sealed application message or fragment */
     WIRE_ACK = 4,       /* sealed: cumulative + selective ack (datagram transports) */
     WIRE_CLOSE = 5,     /* sealed: the sender is closing the connection */
+    /* The control plane's handshake (cluster/sealed_conn.h): HELLO and HELLO_ACK with both ends'
+     * node ids bound in (transport/auth.h). The fabric's transports speak types 1 and 2. */
+    WIRE_HELLO_ID = 6,     /* client -> server: nonce, client id, MAC */
+    WIRE_HELLO_ID_ACK = 7, /* server -> client: both nonces, conn id, both ids, MAC */
 };
 #define WIRE_F_END 1u /* MSG: last fragment of an application message */
 
@@ -97,6 +101,10 @@ int wire_frame_check(struct wire_hdr *h, const uint8_t *frame, size_t len, char 
 /* HELLO / HELLO_ACK bodies (the MAC is computed and checked by transport/auth.c). */
 #define WIRE_HELLO_LEN     (WIRE_NONCE_LEN + WIRE_MAC_LEN)
 #define WIRE_HELLO_ACK_LEN (2 * WIRE_NONCE_LEN + 4 + WIRE_MAC_LEN)
+/* HELLO_ID: nonce | client id u64 | MAC; HELLO_ID_ACK: client nonce | server nonce | conn u32 |
+ * server id u64 | client id u64 | MAC. */
+#define WIRE_HELLO_ID_LEN     (WIRE_NONCE_LEN + 8 + WIRE_MAC_LEN)
+#define WIRE_HELLO_ID_ACK_LEN (2 * WIRE_NONCE_LEN + 4 + 16 + WIRE_MAC_LEN)
 
 /* ACK plaintext: next expected sequence number and which of the following WIRE_SACK_BITS
  * packets already arrived (bit i of word i/64 is seq cum+1+i). */

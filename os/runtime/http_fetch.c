@@ -181,3 +181,53 @@ int http_fetch(const char *url, const char *dest, long long *bytes, char *err)
     if (fetch(url, dest, bytes, err)) return errmsg_prefix(err, "%s: ", url);
     return 0;
 }
+
+int http_exchange(const char *method, const char *url, const char *extra, const void *body,
+                  size_t len, int *status, char **resp, size_t *resp_len, char *err)
+{
+    struct http_url u;
+    *resp = NULL;
+    *resp_len = 0;
+    if (http_url_parse(url, &u, err)) return -1;
+    int fd = dial(&u, err);
+    if (fd < 0) return errmsg_prefix(err, "%s: ", url);
+    char head[2048];
+    int hl = snprintf(head, sizeof head,
+                      "%s %s HTTP/1.0\r\nHost: %s\r\nUser-Agent: strata\r\n"
+                      "Content-Type: application/json\r\nContent-Length: %zu\r\n%s\r\n",
+                      method, u.path, u.host, len, extra ? extra : "");
+    if (hl <= 0 || (size_t)hl >= sizeof head) {
+        close(fd);
+        return errmsg_set(err, "%s: request head too long", url);
+    }
+    if (write(fd, head, (size_t)hl) != hl || (len && write(fd, body, len) != (ssize_t)len)) {
+        close(fd);
+        return errmsg_set(err, "%s: send: %s", url, strerror(errno));
+    }
+    size_t cap = 65536, n = 0;
+    char *buf = malloc(cap + 1);
+    int rc = buf ? 0 : errmsg_set(err, "out of memory");
+    for (ssize_t r; !rc && (r = read(fd, buf + n, cap - n)) != 0;) {
+        if (r < 0) {
+            rc = errmsg_set(err, "%s: read: %s", url, strerror(errno));
+            break;
+        }
+        n += (size_t)r;
+        if (n == cap) rc = errmsg_set(err, "%s: answer over %zu bytes", url, cap);
+    }
+    close(fd);
+    size_t head_len = 0;
+    long long cl = -1;
+    int hp = rc ? 0 : http_head_parse(buf, n, status, &cl, &head_len, err);
+    if (hp < 0) rc = errmsg_prefix(err, "%s: ", url);
+    if (hp > 0) rc = errmsg_set(err, "%s: the answer ended in its head", url);
+    if (rc) {
+        free(buf);
+        return -1;
+    }
+    memmove(buf, buf + head_len, n - head_len);
+    buf[n - head_len] = 0;
+    *resp = buf;
+    *resp_len = n - head_len;
+    return 0;
+}

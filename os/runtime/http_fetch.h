@@ -26,4 +26,11 @@ int http_head_parse(const char *buf, size_t n, int *status, long long *content_l
 /* Writes the body to dest (created or truncated); *bytes gets its size. */
 int http_fetch(const char *url, const char *dest, long long *bytes, char *err);
 
+/* One request (HTTP/1.0, the answer read to its end): method, url, extra header lines ("Name:
+ * value\r\n" each, or NULL), a JSON body of len bytes. 0 with *status and the answer's body
+ * (malloc'd, NUL-terminated) in *resp, *resp_len; -1 with err (no answer: connect, send, a
+ * malformed head, over 64 KiB). */
+int http_exchange(const char *method, const char *url, const char *extra, const void *body,
+                  size_t len, int *status, char **resp, size_t *resp_len, char *err);
+
 #endif

@@ -176,6 +176,17 @@ static int header_line(const char *p, size_t ln, struct http_request *req, struc
         authorization(v, vn, req);
     } else if (name_is(p, nl, "x-strata-forwarded")) {
         req->forwarded = 1;
+        unsigned long long id = 0;
+        for (size_t k = 0; k < vn && id != ~0ull; k++)
+            id = v[k] >= '0' && v[k] <= '9' && id <= (~0ull - 9) / 10
+                     ? id * 10 + (unsigned)(v[k] - '0')
+                     : ~0ull;
+        req->forwarded_by = vn && id != ~0ull ? id : 0;
+    } else if (name_is(p, nl, "x-strata-signature")) {
+        size_t n = vn < sizeof req->signature ? vn : sizeof req->signature - 1;
+        req->signature_truncated = vn >= sizeof req->signature;
+        memcpy(req->signature, v, n);
+        req->signature[n] = 0;
     }
     return 0;
 }

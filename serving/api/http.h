@@ -36,6 +36,11 @@ struct http_request {
     int bearer_truncated;
     int forwarded; /* X-Strata-Forwarded: another node's front relayed it (never forwarded again);
                       the server clears it unless the connection came from a cluster member */
+    unsigned long long forwarded_by; /* its value: the relaying node's id (0: not a number) */
+    /* X-Strata-Signature: an operator's request signed with the cluster key
+     * (cluster/signed_request.h), checked by the route it is for; "" when absent */
+    char signature[HTTP_MAX_TOKEN];
+    int signature_truncated;
     size_t head_len;
 };
 

@@ -52,7 +52,8 @@ struct http_conn {
     int lingering; /* answered and half-closed: discarding input until EOF */
     double t_linger;
     int dead, in_process, epoll_out;
-    int from_cluster; /* adopted (http_server_adopt): X-Strata-Forwarded counts on it */
+    int from_cluster;   /* adopted (http_server_adopt): X-Strata-Forwarded counts on it */
+    uint64_t from_node; /* adopted: the node the channel's handshake proved */
     void *user;
     struct http_conn *prev, *next;
 };
@@ -69,6 +70,7 @@ struct http_server {
     int n_conns;
     pthread_mutex_t adopt_mu; /* sockets handed over by other threads, not yet connections */
     int *adopt;
+    uint64_t *adopt_node;
     int n_adopt, adopt_cap;
 };
 
@@ -423,8 +425,18 @@ static void process_input(struct http_conn *c)
         }
         c->consumed = c->p.consumed;
         c->state = C_BUSY;
-        /* The header counts only from another node's front; from a client it means nothing. */
+        /* The header counts only from another node's front; from a client it means nothing. On
+         * a member's channel it must name the node the channel's handshake proved. */
         if (!c->from_cluster) c->p.req.forwarded = 0;
+        if (c->from_cluster && c->p.req.forwarded && c->p.req.forwarded_by != c->from_node) {
+            char why[160];
+            snprintf(why, sizeof why,
+                     "X-Strata-Forwarded names node %llu on a channel from node %llu: refused",
+                     c->p.req.forwarded_by, (unsigned long long)c->from_node);
+            log_warn("http", "%s", why);
+            respond_error(c, 403, why, NULL);
+            break;
+        }
         s->h.on_request(s->h.ctx, c, &c->p.req, c->p.body, c->p.body_len);
     }
     c->in_process = 0;
@@ -482,7 +494,7 @@ static void on_readable(struct http_conn *c)
 }
 
 /* A new connection on fd: refused with 503 over the limit, else watched. */
-static void conn_add(struct http_server *s, int fd, int from_cluster)
+static void conn_add(struct http_server *s, int fd, int from_cluster, uint64_t from_node)
 {
     if (s->n_conns >= s->cfg.max_conns) {
         char msg[96];
@@ -512,6 +524,7 @@ static void conn_add(struct http_server *s, int fd, int from_cluster)
     c->srv = s;
     c->fd = fd;
     c->from_cluster = from_cluster;
+    c->from_node = from_node;
     c->t_idle = clock_now();
     c->next = s->conns;
     if (s->conns) s->conns->prev = c;
@@ -529,25 +542,29 @@ static void on_accept(struct http_server *s)
         if (fd < 0) return;
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        conn_add(s, fd, 0);
+        conn_add(s, fd, 0, 0);
     }
 }
 
-int http_server_adopt(struct http_server *s, int fd)
+int http_server_adopt(struct http_server *s, int fd, uint64_t from_node)
 {
     pthread_mutex_lock(&s->adopt_mu);
     int ok = !s->stopping && !s->drain_ms;
     if (ok && s->n_adopt == s->adopt_cap) {
         int cap = s->adopt_cap ? s->adopt_cap * 2 : 16;
         int *a = realloc(s->adopt, (size_t)cap * sizeof *a);
-        if (a) {
-            s->adopt = a;
+        if (a) s->adopt = a;
+        uint64_t *an = a ? realloc(s->adopt_node, (size_t)cap * sizeof *an) : NULL;
+        if (an) s->adopt_node = an;
+        if (a && an)
             s->adopt_cap = cap;
-        } else {
+        else
             ok = 0;
-        }
     }
-    if (ok) s->adopt[s->n_adopt++] = fd;
+    if (ok) {
+        s->adopt_node[s->n_adopt] = from_node;
+        s->adopt[s->n_adopt++] = fd;
+    }
     pthread_mutex_unlock(&s->adopt_mu);
     if (!ok) {
         close(fd);
@@ -567,9 +584,12 @@ static void take_adopted(struct http_server *s)
     }
     int n = s->n_adopt;
     int fds[64];
+    uint64_t nodes[64];
     if (n > 64) n = 64;
     memcpy(fds, s->adopt, (size_t)n * sizeof *fds);
+    memcpy(nodes, s->adopt_node, (size_t)n * sizeof *nodes);
     memmove(s->adopt, s->adopt + n, (size_t)(s->n_adopt - n) * sizeof *fds);
+    memmove(s->adopt_node, s->adopt_node + n, (size_t)(s->n_adopt - n) * sizeof *nodes);
     s->n_adopt -= n;
     int more = s->n_adopt > 0;
     pthread_mutex_unlock(&s->adopt_mu);
@@ -579,7 +599,7 @@ static void take_adopted(struct http_server *s)
             close(fds[i]);
             continue;
         }
-        conn_add(s, fds[i], 1);
+        conn_add(s, fds[i], 1, nodes[i]);
     }
     if (more) http_server_wake(s);
 }
@@ -717,6 +737,7 @@ void http_server_free(struct http_server *s)
     if (s->wfd >= 0) close(s->wfd);
     for (int i = 0; i < s->n_adopt; i++) close(s->adopt[i]);
     free(s->adopt);
+    free(s->adopt_node);
     pthread_mutex_destroy(&s->adopt_mu);
     free(s);
 }

@@ -28,6 +28,7 @@
 #include "serving/api/metrics.h"
 
 #include <stddef.h>
+#include <stdint.h>
 
 struct http_server_config {
     const char *host; /* "127.0.0.1", "0.0.0.0", "::" */
@@ -70,10 +71,11 @@ void http_server_stop(struct http_server *s); /* any thread, async-signal-safe *
  * grace_ms whatever is left is closed. */
 void http_server_shutdown(struct http_server *s, int grace_ms);
 void http_server_wake(struct http_server *s); /* any thread */
-/* Any thread: fd (a connected stream socket from a cluster member; ours from now on) becomes a
- * connection of this server, as a client's would, but one whose X-Strata-Forwarded counts.
+/* Any thread: fd (a connected stream socket from cluster member from_node, the id its channel's
+ * handshake proved; ours from now on) becomes a connection of this server, as a client's would,
+ * but one whose X-Strata-Forwarded counts, and must name from_node (403 otherwise).
  * -1 when the server is stopping (fd is closed). */
-int http_server_adopt(struct http_server *s, int fd);
+int http_server_adopt(struct http_server *s, int fd, uint64_t from_node);
 void http_server_free(struct http_server *s);
 
 /* Front thread only. */

@@ -315,6 +315,15 @@ static int hold(struct relay *r)
                                                 addr, sizeof addr, &node);
         pthread_mutex_unlock(&r->mu);
         if (rt < 0) return 1;
+        char why[ERRMSG_LEN];
+        if (rt == RELAY_ROUTE_NONE && r->cfg.lost &&
+            r->cfg.lost(r->cfg.route_ctx, r->model, why, sizeof why)) {
+            pthread_mutex_lock(&r->mu);
+            r->q.lost = 1;
+            pthread_mutex_unlock(&r->mu);
+            queue_end(r, 1, 503, why);
+            return 1;
+        }
         if (rt == RELAY_ROUTE_REMOTE) {
             snprintf(r->target, sizeof r->target, "%s", addr);
             r->cfg.target_node = node;

@@ -78,6 +78,9 @@ struct relay_config {
     int (*route)(void *ctx, const char *model, int prompt_tokens, char *addr, size_t cap,
                  uint64_t *node);
     void *route_ctx;
+    /* Thread-safe (route_ctx), NULL: none: 1 when the model is lost to the cluster (why names it
+     * and the missing layers): a held request fails at once with 503 instead of waiting. */
+    int (*lost)(void *ctx, const char *model, char *why, size_t cap);
     /* Thread-safe (route_ctx): the target could not be reached, nothing was sent: the route
      * should avoid it for a while. NULL: the relay fails instead of asking the route again. */
     void (*unreachable)(void *ctx, uint64_t node);
@@ -121,6 +124,7 @@ struct relay_out {
     int done;   /* the answer is complete */
     int failed; /* it failed: fail_status and error; nothing more comes */
     int fail_status;
+    int lost; /* failed because the model is lost to the cluster (relay_config.lost) */
     char error[ERRMSG_LEN];
     int local;     /* held, and the route now names this node: serve it here */
     uint64_t node; /* the node the request went to (0: none yet) */

@@ -199,6 +199,10 @@ static void handle_health(struct front *f, struct http_conn *c)
     cJSON_AddNumberToObject(o, "running", atomic_load(&f->m->running));
     cJSON_AddNumberToObject(o, "waiting", atomic_load(&f->m->waiting));
     if (f->layers) layer_progress_json(f->layers, o);
+    const struct front_ext *ext = atomic_load(&f->ext);
+    char why[ERRMSG_LEN];
+    if (ext && ext->lost && ext->lost(ext->ctx, "", why, sizeof why))
+        cJSON_AddStringToObject(o, "model_lost", why);
     char *body = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     send_json(f, c, model ? 200 : 503, body, model ? NULL : "Retry-After: 1\r\n");
@@ -388,6 +392,7 @@ static void deliver(struct front *f, struct front_req *fr)
         api_error_set(&e, 500, "server_error", NULL, "%s",
                       error[0] ? error : "the request was cancelled");
         if (strstr(error, "shutting down") || finish == FINISH_REJECTED) e.status = 503;
+        if (finish == FINISH_REJECTED && strstr(error, " is lost: ")) e.code = "model_lost";
         send_failure(f, c, fr->began, 1, &e);
         free(text);
         front_req_free(fr);
@@ -501,6 +506,14 @@ static struct fwd_count *fwd_count(struct front *f, uint64_t node)
     return &f->fwd[f->n_fwd++];
 }
 
+/* A held request's model lost (relay threads). */
+static int front_lost(void *ctx, const char *model, char *why, size_t cap)
+{
+    struct front *f = ctx;
+    const struct front_ext *ext = atomic_load(&f->ext);
+    return ext && ext->lost && ext->lost(ext->ctx, model, why, cap);
+}
+
 /* Where a completion goes (enum relay_route). Front thread and relay threads: reads only atomics
  * and the thread-safe ext->route. With the model loaded here, whatever is not another node is
  * served here ("none": this node's queue is the demand the planner sees). */
@@ -537,13 +550,13 @@ void front_held_model(struct front *f, char *out, size_t cap)
     pthread_mutex_unlock(&f->mu);
 }
 
-int front_adopt(struct front *f, int fd)
+int front_adopt(struct front *f, int fd, uint64_t from_node)
 {
     if (!f->http) {
         close(fd);
         return -1;
     }
-    return http_server_adopt(f->http, fd);
+    return http_server_adopt(f->http, fd, from_node);
 }
 
 static void front_unreachable(void *ctx, uint64_t node)
@@ -603,6 +616,7 @@ static void forward(struct front *f, struct http_conn *c, const struct http_requ
                               .hold_ms = f->cfg.forward_hold_ms,
                               .route = front_route,
                               .route_ctx = f,
+                              .lost = ext && ext->lost ? front_lost : NULL,
                               .unreachable = front_unreachable,
                               .wake = front_wake,
                               .wake_ctx = f,
@@ -693,7 +707,7 @@ static void relay_deliver(struct front *f, struct front_req *fr)
         log_warn("route", "%s", o.error);
         struct api_error e;
         api_error_set(&e, o.fail_status, "server_error", NULL, "%s", o.error);
-        e.code = o.fail_status == 503 ? "no_replica" : "upstream_failed";
+        e.code = o.lost ? "model_lost" : o.fail_status == 503 ? "no_replica" : "upstream_failed";
         send_failure(f, c, fr->began, fr->event_stream, &e); /* after the last whole event */
         front_req_free(fr);
     } else if (o.done) {
@@ -725,6 +739,16 @@ static void handle_completion(struct front *f, struct http_conn *c, const struct
     }
     struct completion_request cr;
     if (api_request_parse(body, len, chat, &cr, &e)) {
+        send_error(f, c, &e);
+        return;
+    }
+    /* A model the cluster lost (no live node holds some of its layers) fails at once: neither
+     * held for a replica that cannot come, nor queued here for a helper that is gone. */
+    char why[ERRMSG_LEN];
+    if (ext && ext->lost && ext->lost(ext->ctx, cr.model, why, sizeof why)) {
+        api_error_set(&e, 503, "server_error", NULL, "%s", why);
+        e.code = "model_lost";
+        api_request_free(&cr);
         send_error(f, c, &e);
         return;
     }
@@ -1048,7 +1072,12 @@ static void on_request(void *ctx, struct http_conn *c, const struct http_request
         char *x = NULL;
         size_t xlen = 0;
         int rc = 1;
-        if (check_auth(f, req, &e) || (rc = ext->post(ext->ctx, p, body, len, &x, &xlen, &e)) < 0) {
+        /* With an API key, the key or a request signed with the cluster key; without one, only
+         * the signature (the route checks it: ext->post). */
+        int has_key = f->cfg.api_key && f->cfg.api_key[0];
+        int key_ok = has_key && !check_auth(f, req, &e);
+        if ((has_key && !key_ok && !req->signature[0]) ||
+            (rc = ext->post(ext->ctx, req, body, len, key_ok, &x, &xlen, &e)) < 0) {
             send_error(f, c, &e);
             return;
         }

@@ -109,17 +109,25 @@ struct front_ext {
     int (*forward_open)(void *ctx, uint64_t node, int timeout_ms, int cancel_fd, char *err);
     /* POST routes the front does not know (front thread; may block briefly): 0 with *out
      * (malloc'd JSON, 200) and *out_len, -1 with e filled (status and reason), 1: not a route of
-     * ext (404). */
-    int (*post)(void *ctx, const char *path, const char *body, size_t len, char **out,
-                size_t *out_len, struct api_error *e);
+     * ext (404). They change state, so the route authenticates what the front could not: key_ok
+     * says the request carried this node's API key; without it (no key set, or a request that
+     * carries req->signature instead) the route checks the signature or refuses. */
+    int (*post)(void *ctx, const struct http_request *req, const char *body, size_t len, int key_ok,
+                char **out, size_t *out_len, struct api_error *e);
+    /* 1 when a request for `model` ("" : this node's, or the cluster's only one) must fail at
+     * once because the cluster lost it (no live node holds some of its layers), with why naming
+     * the model and the missing layers: completions get 503 (code model_lost), held ones too,
+     * and /health says so. Thread-safe (front and relay threads). */
+    int (*lost)(void *ctx, const char *model, char *why, size_t cap);
     /* The API address of member node (GET /v1/cluster/nodes/ID/metrics: its /metrics through a
      * forward channel): 0, or -1 when node is no member. Front thread. */
     int (*member_api)(void *ctx, uint64_t node, char *addr, size_t cap);
 };
 void front_set_ext(struct front *f, const struct front_ext *ext);
-/* Any thread: fd, a forward channel from a cluster member, becomes a connection of the front's
- * server (http_server_adopt): X-Strata-Forwarded counts on it. The front owns fd. */
-int front_adopt(struct front *f, int fd);
+/* Any thread: fd, a forward channel from cluster member from_node, becomes a connection of the
+ * front's server (http_server_adopt): X-Strata-Forwarded counts on it (and must name from_node).
+ * The front owns fd. */
+int front_adopt(struct front *f, int fd, uint64_t from_node);
 /* The model of the latest request held for lack of a replica ("" : none yet); any thread. The
  * count and prompt tokens of those held now are serve_metrics' no_replica, no_replica_tokens. */
 void front_held_model(struct front *f, char *out, size_t cap);

@@ -185,6 +185,7 @@ struct scheduler {
     pthread_cond_t cv;
     struct sreq *inbox_head, *inbox_tail;
     int stopping;
+    char fail_all[ERRMSG_LEN]; /* sched_fail_all's reason, "" none: the next iteration acts */
     pthread_t thread;
     int started;
 };
@@ -1273,9 +1274,37 @@ static int run_step(struct scheduler *s)
     return 1;
 }
 
+void sched_fail_all(struct scheduler *s, const char *why)
+{
+    pthread_mutex_lock(&s->mu);
+    snprintf(s->fail_all, sizeof s->fail_all, "%s", why);
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* sched_fail_all asked: whatever is in flight lands, then every sequence fails with the reason. */
+static int fail_all_now(struct scheduler *s)
+{
+    char why[ERRMSG_LEN];
+    pthread_mutex_lock(&s->mu);
+    snprintf(why, sizeof why, "%s", s->fail_all);
+    s->fail_all[0] = 0;
+    pthread_mutex_unlock(&s->mu);
+    if (!why[0] || (!s->n_running && !s->n_waiting)) return 0;
+    flight_land(s);
+    while (s->n_running) retire(s, s->running[--s->n_running], FINISH_REJECTED, why);
+    while (s->n_waiting) retire(s, s->waiting[--s->n_waiting], FINISH_REJECTED, why);
+    return 1;
+}
+
 int sched_iterate(struct scheduler *s)
 {
     take_inbox(s);
+    if (fail_all_now(s)) {
+        kv_gauges(s);
+        if (s->ops.wake) s->ops.wake(s->ops.notify_ctx);
+        return 1;
+    }
     int did = drop_cancelled(s);
     atomic_store(&s->poked, 0);
     const struct sched_coop *co = &s->ops.coop;

@@ -217,6 +217,10 @@ void sched_stop(struct scheduler *s);            /* finish: joins the thread, fa
 /* Thread-safe. Takes a reference. Fails (returns -1, err) if the request can never fit. */
 int sched_submit(struct scheduler *s, struct sreq *r, char *err);
 void sched_cancel(struct scheduler *s, struct sreq *r);
+/* Thread-safe: at its next iteration the compute thread fails every sequence it holds, waiting or
+ * running, with `why` (FINISH_REJECTED: the front answers 503). For a model the cluster lost: the
+ * helper those sequences wait for will not come back with the layers. */
+void sched_fail_all(struct scheduler *s, const char *why);
 /* Thread-safe: wake the compute thread (remote work arrived for sched_coop.serve). */
 void sched_poke(struct scheduler *s);
 /* The layers the compute thread ran itself at its last step boundary (n_layers when alone). */

@@ -1,5 +1,5 @@
 /* libFuzzer target for every fabric decoder: frame header and CRC check, sealed-frame opening,
- * handshake bodies, and each application message (the coop messages included: activations, with
+ * handshake bodies (the fabric's and the control plane's, with node ids), and each application message (the coop messages included: activations, with
  * values or token rows only, tokens, open, close, KV request of several sequences and KV chunk). The first byte picks the decoder; the round-trip
  * case (9) re-encodes whatever decodes and wants the same bytes. */
 #include "os/common/errmsg.h"
@@ -101,8 +101,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         static struct cluster_key k;
         uint8_t nonce[WIRE_NONCE_LEN];
         struct session s;
+        uint64_t id;
         auth_hello_check(&k, p, n, nonce, err);
         auth_hello_ack_check(&k, p, n, nonce, &s, err);
+        auth_hello_id_check(&k, p, n, nonce, &id, err);
+        auth_hello_id_ack_check(&k, p, n, nonce, 3, 0, &id, &s, err);
         break;
     }
     default: {

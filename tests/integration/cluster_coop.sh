@@ -6,7 +6,7 @@
 # one, with several concurrent requests, whether the KV of the layers that become local is
 # transferred from the helper or recomputed (--coop-kv transfer|recompute; compare checks the two
 # give the same bytes; all the running sequences' KV in one request, or one batched recompute), also when the joiner starts without its embedding (token ids to the
-# helper); f16 activations are run and their divergence reported; /metrics shows the split. One
+# helper); f16 and bf16 activations must agree with the helper alone up to a bound; /metrics shows the split. One
 # line per scenario.
 set -u
 cd "$(dirname "$0")/../.."
@@ -182,10 +182,11 @@ for pipe in on off; do
     fi
 done
 
-# 3. f16 activations (lossy): reported, must not fail
+# 3. f16 activations (lossy): each text agrees with the helper's alone for its first 64 bytes at
+# least and 90% of the bytes overall (measured: all identical), so garbage or an early drift fails
 if helper_and_joiner f16 --resident-layers 2 --coop-dtype f16; then
     if out=$($CHECKS diverge "$HELPER_URL" "$JOINER_URL" 2>&1); then
-        ok "coop f16 activations at k=2 (lossy, reported): $out"
+        ok "coop f16 activations at k=2 (lossy, bounded): $out"
     else
         not_ok "coop f16 activations: $out"
     fi
@@ -293,10 +294,10 @@ if build/tools/synth_model --shape 64,172,24,8,4,512,256 --type f32 --seed 5 -o 
     else
         not_ok "coop synthetic without the embedding: start"
     fi
-    # bf16 activations (8 bits of mantissa) halfway up 24 layers: reported, must not fail
+    # bf16 activations (8 bits of mantissa) halfway up 24 layers: bounded as f16's
     if helper_and_joiner synbf16 --resident-layers 12 --coop-dtype bf16; then
         if out=$($CHECKS diverge "$HELPER_URL" "$JOINER_URL" --tokens 60 2>&1); then
-            ok "coop synthetic 24 layers, bf16 activations at k=12 (lossy, reported): $out"
+            ok "coop synthetic 24 layers, bf16 activations at k=12 (lossy, bounded): $out"
         else
             not_ok "coop synthetic bf16 activations: $out"
         fi

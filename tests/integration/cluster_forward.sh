@@ -184,7 +184,7 @@ else
 fi
 
 # ---- 3c. the channel by hand: with the key, node 1's answer; with another key, nothing
-FWD_REQ="POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Strata-Forwarded: 3\r\nConnection: close\r\nContent-Length: ${#CMPL}\r\n\r\n$CMPL"
+FWD_REQ="POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Strata-Forwarded: 99\r\nConnection: close\r\nContent-Length: ${#CMPL}\r\n\r\n$CMPL"
 printf "$FWD_REQ" | in_ns 3 build/tools/fwd_probe "$W/key" 10.77.0.1:7100 >"$W/probe" 2>"$W/probe.err"
 prc=$?
 fab_key "$W/otherkey"

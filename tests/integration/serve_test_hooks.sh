@@ -20,6 +20,7 @@ HOOKS=(
     "--test-hang|3|-1|strata serve: --test-hang: '-1' is not a number in [0, 3600]"
     "--test-step-delay-us|300|x|strata serve: --test-step-delay-us: 'x' is not a number in [0, 1000000]"
     "--test-kv-fault|die|odd|strata serve: --test-kv-fault odd: want seq, layer, short, die or refuse"
+    "--test-clock-file|/tmp/none||"
     "--test-refuse|replicate||"
     "--cluster-standby|||"
     "--test-scale-in|500|0|strata serve: --test-scale-in: '0' is not a number in [1, 3600000]"
@@ -47,7 +48,7 @@ for h in "${HOOKS[@]}"; do
 done
 [ "$fail" = 0 ] && ok "build/strata and build/strata-appliance-test take all ${#HOOKS[@]} hook options"
 # The hooks' code itself is not linked into the appliance.
-for s in "crashing on purpose" "the serve loop stops here"; do
+for s in "crashing on purpose" "the serve loop stops here" "the wall clock jumps by"; do
     if grep -qa -- "$s" build/strata-appliance; then
         nok "build/strata-appliance contains '$s'"
     elif ! grep -qa -- "$s" build/strata-appliance-test; then

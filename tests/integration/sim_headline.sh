@@ -1,10 +1,13 @@
 #!/bin/bash
 # sim_headline: the headline figures of docs/simulator.md and the README, asserted, not only
-# printed: Strata against faithful BlitzScale on 32 H100 with 13B, the two Azure traces at 10x and
-# the synthetic bursty trace, medians over 5 seeds (tests/bench/sim_compare.sh's first three
-# tables). The simulator is deterministic, so the figures are exact on any machine; the tolerances
-# (3 points of P99 change, 1 point of attainment, 1 point of GPU-seconds, 3% of each P99) let a
-# small model change through and catch a policy's behaviour changing. About 30 s here.
+# printed: Strata against faithful BlitzScale on 32 H100 with 13B (the two Azure traces at 10x and
+# the synthetic bursty trace) and on 256 H100 with 70B (12x, and the bursts at twice the rate),
+# medians over 5 seeds (tests/bench/sim_compare.sh's six tables); placement by the throughput
+# matrix against ignoring it on A100 x16 + H100 x16; and the failure run (a holder dies mid
+# scale-out: R = 2 serves 443 of 443, BlitzScale's one copy 18). The simulator is deterministic,
+# so the figures are exact on any machine; the tolerances (3 points of P99 change, 1 point of
+# attainment, 1 point of GPU-seconds, 3% of each P99) let a small model change through and catch
+# a policy's behaviour changing. About 30 s of CPU (2-4 min on a loaded 2-vCPU host).
 set -u
 cd "$(dirname "$0")/../.."
 BIN=${STRATA:-build/strata}
@@ -54,4 +57,48 @@ check code "--trace $T/azure_llm_2023_code.csv --rate 10 --gpus H100:32 --model 
     2406 2404 0.1 5.0 -2.6
 check synth "--synthetic rps=30,dur=300,burst=120,at=20,len=10,ramp=5,every=60,in=1024,out=128 \
 --gpus H100:32 --model 13B" 641 2705 -76.3 59.4 1.7
+check conv-256 "--trace $T/azure_llm_2023_conv.csv --rate 12 --gpus H100:256 --model 70B" \
+    809 1515 -46.6 72.4 -5.5
+check code-256 "--trace $T/azure_llm_2023_code.csv --rate 12 --gpus H100:256 --model 70B" \
+    4396 4221 4.1 -1.1 -9.1
+check synth-256 "--synthetic rps=60,dur=300,burst=240,at=20,len=10,ramp=5,every=60,in=1024,out=128 \
+--gpus H100:256 --model 70B" 556 1153 -51.8 86.0 7.8
+
+# heterogeneity: the throughput matrix against placement that ignores it (README: -42% P99,
+# +8.8 points, -13% GPU-seconds; docs: 728 vs 1263 ms, 95.1% vs 86.3%, 3788 vs 4337 GPU-s)
+if "$BIN" sim --trace "$T/azure_llm_2023_conv.csv" --rate 10 --gpus A100:16,H100:16 --model 13B \
+    --policy strata --policy strata-nomatrix --seeds 5 --quiet --out "$OUT/het" >"$OUT/het.txt" 2>&1; then
+    got=$(for p in strata strata-nomatrix; do
+        echo "$(col "$OUT/het" ttft_p99_ms $p) $(col "$OUT/het" slo_attainment $p) $(col "$OUT/het" gpu_seconds $p)"
+    done | tr '\n' ' ')
+    if awk -v g="$got" 'function near(x, w, t) { return x / w - 1 <= t && 1 - x / w <= t }
+        BEGIN { split(g, v, " "); exit !(near(v[1], 728, 0.03) && near(v[4], 1263, 0.03) &&
+            v[2] - 0.951 <= 0.01 && 0.951 - v[2] <= 0.01 && v[5] - 0.863 <= 0.01 && 0.863 - v[5] <= 0.01 &&
+            near(v[3], 3788, 0.01) && near(v[6], 4337, 0.01)) }'; then
+        ok "sim_headline: heterogeneity (A100 x16 + H100 x16): matrix against none, P99 / attainment / GPU-s: $got"
+    else
+        nok "sim_headline: heterogeneity" "$got; documented 728 0.951 3788 1263 0.863 4337"
+    fi
+else
+    nok "sim_headline: heterogeneity" "$(tail -2 "$OUT/het.txt")"
+fi
+
+# a holder dies mid scale-out (tests/integration/sim.sh's 3-node config): R = 2 serves 443 of 443
+# requests (median of 5 seeds), BlitzScale's single copy 18
+cat >"$OUT/three.conf" <<CONF
+gpus = A100:3
+gpus_per_server = 1
+net = rdma100
+model = 7B
+keep_alive_s = 5
+fail = 5:holder
+CONF
+if "$BIN" sim --config "$OUT/three.conf" --synthetic rps=2,dur=40,burst=40,at=10,len=10,in=512,out=32 \
+    --policy strata --policy blitzscale --seeds 5 --quiet --out "$OUT/fail" >"$OUT/fail.txt" 2>&1; then
+    got="$(col "$OUT/fail" done strata)/$(col "$OUT/fail" requests strata) $(col "$OUT/fail" done blitzscale)/$(col "$OUT/fail" requests blitzscale)"
+    [ "$got" = "443/443 18/443" ] && ok "sim_headline: a holder dies mid scale-out: Strata (R = 2) and BlitzScale serve $got" ||
+        nok "sim_headline: holder failure" "served $got, documented 443/443 18/443"
+else
+    nok "sim_headline: holder failure" "$(tail -2 "$OUT/fail.txt")"
+fi
 exit $fail

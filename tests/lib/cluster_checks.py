@@ -7,9 +7,11 @@
       the references as for `same`, then the prompts to every URL at once (REF_URL may be one of
       them: a helper's own clients beside its joiners'); exits 1 unless every text is identical
       (--long W --n N: N prompts of about W words each instead, prefilled in several chunks)
-  cluster_checks.py diverge REF_URL URL
-      the same, but reports how many of the tokens' text matched (f16/bf16 activations are lossy);
-      exits 1 only if a request failed
+  cluster_checks.py diverge REF_URL URL [--min-prefix B] [--min-equal P]
+      the same, but allows a late divergence (f16/bf16 activations are lossy) and reports where:
+      exits 1 if a request failed, if a text leaves its reference before byte B (default 64; a
+      shorter reference must match whole), or if fewer than P% (default 90) of all the bytes come
+      before the divergences: garbage, or an early drift, fails
   cluster_checks.py prompt --long W --n N
       prints the first of those long prompts as a JSON string
   cluster_checks.py stream URL OUT
@@ -52,7 +54,8 @@ def complete(url, prompt, n, temp, seed, stream=False):
 
 
 def opts(argv):
-    o = {"temp": 0.0, "seed": 7, "tokens": 80, "long": 0, "n": len(PROMPTS)}
+    o = {"temp": 0.0, "seed": 7, "tokens": 80, "long": 0, "n": len(PROMPTS), "min-prefix": 64,
+         "min-equal": 90}
     for i in range(0, len(argv) - 1, 2):
         o[argv[i].lstrip("-")] = float(argv[i + 1]) if argv[i] == "--temp" else int(argv[i + 1])
     return o
@@ -118,10 +121,23 @@ def main():
                     return 1
             print(f"{len(want)} requests, {sum(len(w) for w in want)} bytes identical")
             return 0
-        same = sum(len(w) if w == g else next(i for i, (a, b) in enumerate(zip(w + "\0", g + "\1")) if a != b)
-                   for w, g in zip(want, got))
-        print(f"{same} of {sum(len(w) for w in want)} bytes equal before the first divergence "
-              f"({sum(w == g for w, g in zip(want, got))} of {len(want)} texts identical)")
+        o = opts(sys.argv[4:])
+        at = [len(w) if w == g else next(i for i, (a, b) in enumerate(zip(w + "\0", g + "\1")) if a != b)
+              for w, g in zip(want, got)]
+        same, total = sum(at), sum(len(w) for w in want)
+        print(f"{same} of {total} bytes equal before the first divergence "
+              f"({sum(w == g for w, g in zip(want, got))} of {len(want)} texts identical"
+              + (f"; the earliest at byte {min(a for a, w, g in zip(at, want, got) if w != g)})"
+                 if any(w != g for w, g in zip(want, got)) else ")"))
+        for i, (w, g, a) in enumerate(zip(want, got, at)):
+            if a < min(o["min-prefix"], len(w)) or (a < len(w) and a == len(g)):
+                print(f"request {i} diverges at byte {a} (bound {o['min-prefix']}):\n  want {w!r}\n  got  {g!r}",
+                      file=sys.stderr)
+                return 1
+        if 100 * same < o["min-equal"] * total:
+            print(f"only {same} of {total} bytes before the divergences (bound {o['min-equal']}%)",
+                  file=sys.stderr)
+            return 1
         return 0
     if cmd == "together":
         urls = [a for a in sys.argv[3:] if a.startswith("http")]

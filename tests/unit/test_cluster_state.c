@@ -68,7 +68,9 @@ TEST(cmd_roundtrip_every_type)
                            .t_ms = 10,
                            .u.done = {5, 0, 3, "this node holds b, not a (its host copy goes)"}},
                           {.type = CMD_RAFT_CONF, .t_ms = 11, .u.conf = {3, CONF_REMOVED}},
-                          {.type = CMD_RAFT_CONF, .t_ms = 12, .u.conf = {1, CONF_RECOVERED}}};
+                          {.type = CMD_RAFT_CONF, .t_ms = 12, .u.conf = {1, CONF_RECOVERED}},
+                          {.type = CMD_MODEL, .t_ms = 13, .u.model = {"llama", 1, 3, 22, 0}},
+                          {.type = CMD_MODEL, .t_ms = 14, .u.model = {"llama", 0, 0, 22, 4}}};
     for (size_t i = 0; i < sizeof in / sizeof in[0]; i++) {
         uint8_t buf[CL_CMD_MAX], buf2[CL_CMD_MAX];
         char err[ERRMSG_LEN];
@@ -816,9 +818,75 @@ TEST(raft_fixture_dead_voter_removed_two_of_three_still_commit)
     n_reqs = 0;
 }
 
+/* A model no live node holds whole: cluster_state_missing from the members alone, CMD_MODEL's
+ * fields checked, its record and event, through a snapshot. */
+TEST(model_lost_and_found)
+{
+    struct cl_state s;
+    cluster_state_init(&s);
+    struct cl_cmd c;
+    for (uint64_t id = 1; id <= 3; id++) CHECK(!cluster_state_apply(&s, (c = node_up(id, 1), &c)));
+    CHECK(!cluster_state_apply(&s, (c = holding(1, "m", 1, 1, 5, 5), &c)));
+    CHECK(!cluster_state_apply(&s, (c = holding(2, "m", 0, 1, 2, 5), &c)));
+    CHECK(!cluster_state_apply(&s, (c = holding(3, "m", 0, 0, 0, 5), &c)));
+    uint16_t first, L;
+    uint64_t holder;
+    CHECK(!cluster_state_missing(&s, 0, &first, &L, &holder) && holder == 1);
+    c = (struct cl_cmd){.type = CMD_NODE_DOWN, .t_ms = 20, .u.down = 1};
+    CHECK(!cluster_state_apply(&s, &c));
+    CHECK(cluster_state_missing(&s, 0, &first, &L, &holder));
+    CHECK(first == 2 && L == 5 && holder == 0);
+    /* node 2's partial engine dies too: nothing of it anywhere */
+    c = (struct cl_cmd){.type = CMD_NODE_DOWN, .t_ms = 21, .u.down = 2};
+    CHECK(!cluster_state_apply(&s, &c));
+    CHECK(cluster_state_missing(&s, 0, &first, &L, &holder) && first == 0 && L == 5);
+    c = (struct cl_cmd){.type = CMD_MODEL, .t_ms = 22, .u.model = {"m", 1, 0, 5, 0}};
+    CHECK(!cluster_state_apply(&s, &c));
+    CHECK(s.lost[0].lost && s.lost[0].first == 0 && s.lost[0].n_layers == 5 &&
+          s.lost[0].since_ms == 22);
+    const struct cl_event *e = &s.event[(s.n_events - 1) % CL_MAX_EVENTS];
+    CHECK(e->type == CMD_MODEL && e->kind == 1 && !strcmp(e->model, "m"));
+    CHECK_STR(e->reason, "layers [0, 5) of 5 held by no live node");
+    /* the snapshot keeps the record */
+    static uint8_t snap[1 << 20];
+    size_t n = cluster_state_encode(&s, snap, sizeof snap);
+    struct cl_state back;
+    char err[ERRMSG_LEN];
+    CHECKF(n && !cluster_state_decode(&back, snap, n, err), "%s", err);
+    CHECK(back.lost[0].lost == 1 && back.lost[0].n_layers == 5 && back.lost[0].since_ms == 22);
+    /* a holder returns, whole in host memory */
+    c = node_up(4, 30);
+    CHECK(!cluster_state_apply(&s, &c));
+    CHECK(!cluster_state_apply(&s, (c = holding(4, "m", 1, 0, 0, 5), &c)));
+    CHECK(!cluster_state_missing(&s, 0, &first, &L, &holder) && holder == 4);
+    c = (struct cl_cmd){.type = CMD_MODEL, .t_ms = 31, .u.model = {"m", 0, 0, 5, 4}};
+    CHECK(!cluster_state_apply(&s, &c));
+    CHECK(!s.lost[0].lost);
+    e = &s.event[(s.n_events - 1) % CL_MAX_EVENTS];
+    CHECK(e->kind == 0 && e->node == 4);
+    CHECK_STR(e->reason, "all 5 layers on node 4");
+    /* inconsistent commands refused by the decoder */
+    const struct cl_cmd bad[] = {
+        {.type = CMD_MODEL, .u.model = {"m", 1, 5, 5, 0}}, /* first >= L */
+        {.type = CMD_MODEL, .u.model = {"m", 1, 2, 5, 3}}, /* lost, with a holder */
+        {.type = CMD_MODEL, .u.model = {"m", 0, 0, 5, 0}}, /* found, without one */
+        {.type = CMD_MODEL, .u.model = {"m", 0, 1, 5, 3}}, /* found, with a first layer */
+        {.type = CMD_MODEL, .u.model = {"", 1, 0, 5, 0}},  /* no name */
+        {.type = CMD_MODEL, .u.model = {"m", 1, 0, 0, 0}}, /* no layers */
+        {.type = CMD_MODEL, .u.model = {"m", 2, 0, 5, 0}}, /* lost is a flag */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        uint8_t buf[CL_CMD_MAX];
+        struct cl_cmd out;
+        size_t k = enc(&bad[i], buf);
+        CHECKF(k && cluster_cmd_decode(&out, buf, k, err), "bad %zu", i);
+    }
+}
+
 int main(void)
 {
     RUN(cmd_roundtrip_every_type);
+    RUN(model_lost_and_found);
     RUN(cmd_rejects_bad_fields);
     RUN(msg_roundtrip_and_rejects);
     RUN(state_apply_membership_holdings_scaling);

@@ -87,7 +87,7 @@ static int start(void)
                           "ffeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100", err))
         return -1;
     uv_loop_init(&loop);
-    lis = (struct slisten){.key = &key, .on_accept = on_accept, .on_refused = on_refused};
+    lis = (struct slisten){.key = &key, .id = 1, .on_accept = on_accept, .on_refused = on_refused};
     if (slisten_start(&lis, &loop, "127.0.0.1:0", err)) return -1;
     struct sockaddr_in sa;
     int len = sizeof sa;

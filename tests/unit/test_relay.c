@@ -527,7 +527,7 @@ TEST(forwarded_requests_from_a_member_are_not_forwarded_again)
     int before = atomic_load(&G.routes);
     int sv[2];
     CHECK(!socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv));
-    CHECK(!http_server_adopt(G.http, sv[0])); /* as a forward channel is */
+    CHECK(!http_server_adopt(G.http, sv[0], 3)); /* as node 3's forward channel is */
     char req[512];
     snprintf(req, sizeof req,
              "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
@@ -547,6 +547,35 @@ TEST(forwarded_requests_from_a_member_are_not_forwarded_again)
     CHECK_EQ_INT(atomic_load(&G.routes), before);
     struct pollfd pf = {.fd = G.up_fd, .events = POLLIN};
     CHECK_EQ_INT(poll(&pf, 1, 0), 0); /* the upstream saw no connection */
+}
+
+/* A member's channel is the node its handshake proved: a request on it in another node's name is
+ * refused, and routed nowhere. */
+TEST(forwarded_in_another_nodes_name_is_refused)
+{
+    int before = atomic_load(&G.routes);
+    int sv[2];
+    CHECK(!socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv));
+    CHECK(!http_server_adopt(G.http, sv[0], 3));
+    char req[512];
+    snprintf(req, sizeof req,
+             "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+             "X-Strata-Forwarded: 4\r\nContent-Length: %zu\r\n\r\n%s",
+             strlen(BODY), BODY);
+    send_str(sv[1], req);
+    struct timeval tv = {.tv_sec = 20};
+    setsockopt(sv[1], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    static char raw[8192];
+    size_t n = 0;
+    ssize_t k;
+    while ((k = recv(sv[1], raw + n, sizeof raw - 1 - n, 0)) > 0) n += (size_t)k;
+    close(sv[1]);
+    struct parsed p;
+    parse(raw, n, 0, &p);
+    p.body[p.body_len] = 0;
+    CHECK_EQ_INT(p.status, 403);
+    CHECKF(strstr(p.body, "names node 4 on a channel from node 3"), "%.600s", p.body);
+    CHECK_EQ_INT(atomic_load(&G.routes), before);
 }
 
 TEST(no_replica_is_held_then_503)
@@ -708,6 +737,7 @@ int main(void)
     RUN(unreachable_node_gives_502);
     RUN(a_clients_forwarded_header_is_ignored);
     RUN(forwarded_requests_from_a_member_are_not_forwarded_again);
+    RUN(forwarded_in_another_nodes_name_is_refused);
     RUN(no_replica_is_held_then_503);
     RUN(client_leaving_closes_the_upstream);
     RUN(metrics_count_forwards_and_failures);

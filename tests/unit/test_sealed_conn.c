@@ -1,12 +1,17 @@
 /* The control plane's wire (cluster/sealed_conn.h) over loopback TCP: a message crosses sealed
- * both ways under the cluster key; a client with another key is refused at the handshake and
- * delivers nothing; a peer that connects and sends nothing, or half a HELLO, is closed at the
- * handshake deadline and counted, while a connection whose handshake finished stays open past it;
- * the relay carries a byte stream (what raft writes) unchanged in both directions. */
+ * both ways under the cluster key, and each end knows the other's node id from the handshake; a
+ * client that meant another node refuses the one that answers; a client with another key is
+ * refused at the handshake and delivers nothing; a peer that connects and sends nothing, or half
+ * a HELLO, is closed at the handshake deadline and counted, while a connection whose handshake
+ * finished stays open past it; a CLOSE or a message injected into the stream in plaintext or
+ * sealed under another session is dropped (counted) and the connection goes on, while a sealed
+ * CLOSE in sequence closes it; the relay carries a byte stream (what raft writes) unchanged in
+ * both directions. */
 #include "check.h"
 
 #include "cluster/sealed_conn.h"
 #include "os/common/errmsg.h"
+#include "transport/crc32c.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -61,7 +66,7 @@ static void on_refused(struct slisten *l, const char *peer, const char *why, int
 static void listen_any(void)
 {
     char err[ERRMSG_LEN];
-    lis = (struct slisten){.key = &key, .on_accept = on_accept, .on_refused = on_refused};
+    lis = (struct slisten){.key = &key, .id = 7, .on_accept = on_accept, .on_refused = on_refused};
     CHECKF(!slisten_start(&lis, &loop, "127.0.0.1:0", err), "%s", err);
     struct sockaddr_in sa;
     int len = sizeof sa;
@@ -137,7 +142,7 @@ TEST(message_both_ways_under_the_key)
     char err[ERRMSG_LEN];
     setup();
     struct sconn_cbs cbs = {.on_ready = cli_ready, .on_msg = cli_msg, .on_close = cli_closed};
-    CHECKF(sealed_conn_connect(&loop, &key, lis_addr, &cbs, NULL, err) != NULL, "%s", err);
+    CHECKF(sealed_conn_connect(&loop, &key, 3, 7, lis_addr, &cbs, NULL, err) != NULL, "%s", err);
     run_until(&closed, 1);
     CHECK_EQ_INT(ready_status, 0);
     CHECK_EQ_INT(accepted, 1);
@@ -147,12 +152,49 @@ TEST(message_both_ways_under_the_key)
     drain();
 }
 
+/* Each end knows who the other is; a client that meant node 8 refuses node 7. */
+static uint64_t seen_by_server, seen_by_client;
+
+static void id_accept(struct slisten *l, struct sconn *c)
+{
+    on_accept(l, c);
+    seen_by_server = c->peer_id;
+}
+
+static void id_ready(struct sconn *c, int status, const char *why)
+{
+    if (!status) seen_by_client = c->peer_id;
+    cli_ready(c, status, why);
+}
+
+TEST(node_ids_proved_by_the_handshake)
+{
+    char err[ERRMSG_LEN];
+    setup();
+    lis.on_accept = id_accept;
+    seen_by_server = seen_by_client = 0;
+    struct sconn_cbs cbs = {.on_ready = id_ready, .on_msg = cli_msg, .on_close = cli_closed};
+    CHECKF(sealed_conn_connect(&loop, &key, 3, 0, lis_addr, &cbs, NULL, err) != NULL, "%s", err);
+    run_until(&closed, 1);
+    CHECK_EQ_INT(ready_status, 0);
+    CHECK_EQ_INT(seen_by_server, 3);
+    CHECK_EQ_INT(seen_by_client, 7);
+    drain();
+    /* The client meant node 8: node 7's HELLO_ID_ACK is refused, nothing is sent. */
+    setup();
+    CHECKF(sealed_conn_connect(&loop, &key, 3, 8, lis_addr, &cbs, NULL, err) != NULL, "%s", err);
+    run_until(&closed, 1);
+    CHECK(ready_status < 0);
+    CHECK_EQ_INT(got_msgs, 0);
+    drain();
+}
+
 TEST(other_key_refused_nothing_delivered)
 {
     char err[ERRMSG_LEN];
     setup();
     struct sconn_cbs cbs = {.on_ready = cli_ready, .on_msg = cli_msg, .on_close = cli_closed};
-    CHECKF(sealed_conn_connect(&loop, &other, lis_addr, &cbs, NULL, err) != NULL, "%s", err);
+    CHECKF(sealed_conn_connect(&loop, &other, 3, 7, lis_addr, &cbs, NULL, err) != NULL, "%s", err);
     run_until(&closed, 1);
     run_until(&refused, 1);
     CHECK(ready_status < 0);
@@ -233,7 +275,7 @@ TEST(finished_handshake_outlives_the_deadline)
     lis.handshake_ms = 100;
     cli_conn = srv_conn = NULL;
     struct sconn_cbs cbs = {.on_ready = keep_ready, .on_msg = cli_msg, .on_close = cli_closed};
-    CHECKF(sealed_conn_connect(&loop, &key, lis_addr, &cbs, NULL, err) != NULL, "%s", err);
+    CHECKF(sealed_conn_connect(&loop, &key, 3, 7, lis_addr, &cbs, NULL, err) != NULL, "%s", err);
     for (int i = 0; i < 2000 && ready_status == 99; i++) uv_run(&loop, UV_RUN_NOWAIT), usleep(1000);
     CHECK_EQ_INT(ready_status, 0);
     CHECK_EQ_INT(accepted, 1);
@@ -245,6 +287,90 @@ TEST(finished_handshake_outlives_the_deadline)
     sealed_conn_send(cli_conn, "ping", 4);
     run_until(&got_msgs, 1);
     CHECK_STR(got, "ping");
+    drain();
+}
+
+/* ---------------------------------------------------------------- forged frames */
+
+static void send_all(int fd, const uint8_t *p, size_t n)
+{
+    CHECK(send(fd, p, n, 0) == (ssize_t)n);
+}
+
+/* A raw client: the handshake by hand (node 3), then frames of our choosing on the stream. */
+static int raw_handshake(struct session *s)
+{
+    char err[ERRMSG_LEN];
+    int fd = raw_connect();
+    uint8_t cn[WIRE_NONCE_LEN], hello[WIRE_HDR_LEN + WIRE_HELLO_ID_LEN];
+    uint8_t ack[WIRE_HDR_LEN + WIRE_HELLO_ID_ACK_LEN];
+    auth_nonce(cn);
+    send_all(fd, hello, auth_hello_id(&key, cn, 3, hello));
+    size_t got_n = 0;
+    for (int i = 0; i < 2000 && got_n < sizeof ack; i++) {
+        uv_run(&loop, UV_RUN_NOWAIT);
+        ssize_t k = recv(fd, ack + got_n, sizeof ack - got_n, MSG_DONTWAIT);
+        if (k > 0) got_n += (size_t)k;
+        usleep(500);
+    }
+    CHECK_EQ_INT(got_n, sizeof ack);
+    uint64_t server = 0;
+    CHECKF(!auth_hello_id_ack_check(&key, ack + WIRE_HDR_LEN, WIRE_HELLO_ID_ACK_LEN, cn, 3, 7,
+                                    &server, s, err),
+           "%s", err);
+    return fd;
+}
+
+static size_t sealed(const struct session *s, uint8_t *f, uint8_t type, uint64_t seq,
+                     const char *text)
+{
+    return session_seal(s, f, type, WIRE_F_END, seq, text, text ? strlen(text) : 0);
+}
+
+TEST(forged_close_and_messages_are_dropped)
+{
+    setup();
+    srv_conn = NULL;
+    struct session s, s2;
+    int fd = raw_handshake(&s);
+    uint8_t f[256];
+    /* 1. a real message */
+    send_all(fd, f, sealed(&s, f, WIRE_MSG, 0, "one"));
+    run_until(&got_msgs, 1);
+    CHECK_STR(got, "one");
+    unsigned long long forged0 = sconn_forged_frames();
+    /* 2. a CLOSE in plaintext, its CRC right (what an on-path attacker can write) */
+    struct wire_hdr h = {WIRE_VERSION, WIRE_CLOSE, 0, 0, s.conn, 1, crc32c(0, f, 0)};
+    wire_hdr_encode(f, &h);
+    send_all(fd, f, WIRE_HDR_LEN);
+    /* 3. a sealed CLOSE and a message from another session of the same key (a recording) */
+    struct sconn *first = srv_conn;
+    int fd2 = raw_handshake(&s2);
+    srv_conn = first;
+    close(fd2); /* that other connection ends (the server sees EOF); its keys live on here */
+    send_all(fd, f, sealed(&s2, f, WIRE_CLOSE, 1, NULL));
+    send_all(fd, f, sealed(&s2, f, WIRE_MSG, 1, "evil"));
+    /* 4. our message altered on the way, its CRC fixed up */
+    size_t n = sealed(&s, f, WIRE_MSG, 1, "two");
+    f[WIRE_HDR_LEN] ^= 1;
+    CHECK(!wire_hdr_decode(&h, f, n, NULL));
+    h.crc = crc32c(0, f + WIRE_HDR_LEN, h.length);
+    wire_hdr_encode(f, &h);
+    send_all(fd, f, n);
+    for (int i = 0; i < 200 && sconn_forged_frames() - forged0 < 4; i++)
+        uv_run(&loop, UV_RUN_NOWAIT), usleep(1000);
+    CHECK_EQ_INT(sconn_forged_frames() - forged0, 4);
+    CHECK(srv_conn && sealed_conn_is_open(srv_conn) && !raw_closed(fd));
+    CHECK_EQ_INT(got_msgs, 1);
+    /* 5. the real next message still arrives, in sequence */
+    send_all(fd, f, sealed(&s, f, WIRE_MSG, 1, "two"));
+    run_until(&got_msgs, 2);
+    CHECK_STR(got, "two");
+    /* 6. our own sealed CLOSE, in sequence, closes it */
+    send_all(fd, f, sealed(&s, f, WIRE_CLOSE, 2, NULL));
+    for (int i = 0; i < 2000 && srv_conn; i++) uv_run(&loop, UV_RUN_NOWAIT), usleep(500);
+    CHECK(srv_conn == NULL);
+    close(fd);
     drain();
 }
 
@@ -314,7 +440,7 @@ TEST(relay_carries_a_stream_unchanged)
     srand(7);
     for (size_t i = 0; i < STREAM_BYTES; i++) pattern[i] = (uint8_t)rand();
     struct sconn_cbs cbs = {.on_ready = relay_ready, .on_close = cli_closed};
-    CHECKF(sealed_conn_connect(&loop, &key, lis_addr, &cbs, NULL, err) != NULL, "%s", err);
+    CHECKF(sealed_conn_connect(&loop, &key, 3, 7, lis_addr, &cbs, NULL, err) != NULL, "%s", err);
     for (int i = 0; i < 2000 && (!cli_end || !srv_end); i++)
         uv_run(&loop, UV_RUN_NOWAIT), usleep(1000);
     CHECK(cli_end && srv_end);
@@ -341,6 +467,8 @@ TEST(relay_carries_a_stream_unchanged)
 int main(void)
 {
     RUN(message_both_ways_under_the_key);
+    RUN(node_ids_proved_by_the_handshake);
+    RUN(forged_close_and_messages_are_dropped);
     RUN(other_key_refused_nothing_delivered);
     RUN(silent_and_partial_peers_closed_at_the_deadline);
     RUN(finished_handshake_outlives_the_deadline);

@@ -122,9 +122,12 @@ TEST(header_roundtrip_and_bytes)
             c[i] ^= (uint8_t)(1 << b);
             CHECKF(wire_frame_check(&g, c, sizeof c, err) == -1, "byte %zu bit %d", i, b);
         }
-    h.type = 9;
-    wire_hdr_encode(f, &h);
-    CHECK(wire_hdr_decode(&g, f, sizeof f, err) == -1);
+    /* Types 1..7 exist (6, 7: the control plane's HELLO_ID and HELLO_ID_ACK), 0 and 8.. not. */
+    for (int t = 0; t < 10; t++) {
+        h.type = (uint8_t)t;
+        wire_hdr_encode(f, &h);
+        CHECKF(wire_hdr_decode(&g, f, sizeof f, err) == (t >= 1 && t <= 7 ? 0 : -1), "type %d", t);
+    }
     h.type = WIRE_MSG;
     h.length = WIRE_MAX_FRAME;
     wire_hdr_encode(f, &h);
