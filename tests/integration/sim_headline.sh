@@ -54,15 +54,15 @@ check() {
 check conv "--trace $T/azure_llm_2023_conv.csv --rate 10 --gpus H100:32 --model 13B" \
     740 1572 -52.9 6.0 -2.4
 check code "--trace $T/azure_llm_2023_code.csv --rate 10 --gpus H100:32 --model 13B" \
-    2406 2404 0.1 5.0 -2.6
+    2326 2404 -3.2 4.8 -2.5
 check synth "--synthetic rps=30,dur=300,burst=120,at=20,len=10,ramp=5,every=60,in=1024,out=128 \
---gpus H100:32 --model 13B" 641 2705 -76.3 59.4 1.7
+--gpus H100:32 --model 13B" 645 2705 -76.2 59.2 0.4
 check conv-256 "--trace $T/azure_llm_2023_conv.csv --rate 12 --gpus H100:256 --model 70B" \
     809 1515 -46.6 72.4 -5.5
 check code-256 "--trace $T/azure_llm_2023_code.csv --rate 12 --gpus H100:256 --model 70B" \
-    4396 4221 4.1 -1.1 -9.1
+    4086 4221 -3.2 -1.3 -9.1
 check synth-256 "--synthetic rps=60,dur=300,burst=240,at=20,len=10,ramp=5,every=60,in=1024,out=128 \
---gpus H100:256 --model 70B" 556 1153 -51.8 86.0 7.8
+--gpus H100:256 --model 70B" 521 1153 -54.8 86.7 5.4
 
 # heterogeneity: the throughput matrix against placement that ignores it (README: -42% P99,
 # +8.8 points, -13% GPU-seconds; docs: 728 vs 1263 ms, 95.1% vs 86.3%, 3788 vs 4337 GPU-s)
