@@ -13,9 +13,10 @@ fail=0
 ok() { echo "ok - $1"; }
 nok() { echo "not ok - $1: $2"; fail=1; }
 
-# The base initrd's budget, unpacked (README "Appliance"): 13.4 MiB before the hardware drivers,
-# 35.6 MiB with them.
-BUDGET_MIB=40
+# The base initrd's budget, unpacked (docs/measurements.md): 13.4 MiB before the hardware
+# drivers, 35.6 MiB with them, 40.4 MiB since the CUDA kernels cover all 15 weight types (the
+# fatbin in /bin/strata grew from ~1.5 to 6 MB: sm_80, sm_90 and compute_90 PTX).
+BUDGET_MIB=44
 
 CODE=/usr/share/OVMF/OVMF_CODE_4M.fd VARS=/usr/share/OVMF/OVMF_VARS_4M.fd
 [ -f $CODE ] || { CODE=/usr/share/OVMF/OVMF_CODE.fd VARS=/usr/share/OVMF/OVMF_VARS.fd; }

@@ -142,6 +142,9 @@ for ((i = 0; i < 1200; i++)); do
     grep -q "every layer here" "$W/n2.log" && grep -q "every layer here" "$W/n3.log" && { done2=1; break; }
     sleep 0.05
 done
+# the model_found event is committed by the leader and reaches node 2's state a moment after the
+# layers: wait for it (up to 10 s) rather than read it once
+cl_until 10 n2 "bool(events('model_found', 'tiny')) and not d['models_lost']"
 found=$(cl_q n2 "bool(events('model_found', 'tiny')) and not d['models_lost']")
 res=$(python3 - "$W" "$F1b" "$t_back" <<'PY'
 import re, sys, time
