@@ -583,6 +583,17 @@ static void *relay_main(void *arg)
                 tries--;
                 continue;
             }
+            if (rc == -1 && !got && status != 504 && r->cfg.unreachable &&
+                tries < RELAY_MAX_TRIES && !cancelled(r)) {
+                /* The node took the request and closed without a byte of answer: it died (or
+                 * is stopping) while the request ran there, and the client has seen nothing.
+                 * A completion has no side effect, so it is served elsewhere rather than
+                 * failed. A node that is slow (the idle timeout, 504) is not retried. */
+                close(fd);
+                r->cfg.unreachable(r->cfg.route_ctx, r->cfg.target_node);
+                r->target[0] = 0;
+                continue;
+            }
             if (!rc && reusable && r->cfg.pool)
                 pool_put(r->cfg.pool, r->cfg.target_node, fd);
             else

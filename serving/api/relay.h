@@ -24,8 +24,10 @@
  * for idle_timeout_ms (TCP keepalive also notices a dead machine), closing mid-answer, or sending
  * something that is not HTTP ends the relay with `failed` set, a status (502, or 504 for a
  * timeout) and a message naming the node; except that a node that cannot be connected to (nothing
- * was sent) is reported unreachable and the route asked again, up to RELAY_MAX_TRIES targets, so
- * a request that never started on a dead node is not lost. A request with no target yet (the routing table has no
+ * was sent), or that took the request and closed without a byte of answer (it died while the
+ * request ran there; the client has seen nothing), is reported unreachable and the route asked
+ * again, up to RELAY_MAX_TRIES targets, so a request whose node died before answering is served
+ * elsewhere, not lost. A silent node (the idle timeout) is not retried: it may still run it. A request with no target yet (the routing table has no
  * replica) is held: the relay asks cfg->route again every RELAY_HOLD_POLL_MS for up to hold_ms,
  * then fails with 503 (Retry-After) or ends with `local` set when the route names this node.
  *
@@ -81,8 +83,8 @@ struct relay_config {
     /* Thread-safe (route_ctx), NULL: none: 1 when the model is lost to the cluster (why names it
      * and the missing layers): a held request fails at once with 503 instead of waiting. */
     int (*lost)(void *ctx, const char *model, char *why, size_t cap);
-    /* Thread-safe (route_ctx): the target could not be reached, nothing was sent: the route
-     * should avoid it for a while. NULL: the relay fails instead of asking the route again. */
+    /* Thread-safe (route_ctx): the target could not be reached, or closed without answering:
+     * the route should avoid it for a while. NULL: the relay fails instead of asking the route again. */
     void (*unreachable)(void *ctx, uint64_t node);
     /* Thread-safe, must not block: new output is queued (wakes the front's loop). */
     void (*wake)(void *ctx);

@@ -633,6 +633,46 @@ TEST(metrics_count_forwards_and_failures)
     CHECKF(strstr(m, "strata_forwarded_received_total 1\n"), "%.600s", m);
 }
 
+/* The node takes the request and dies before a byte of answer (a killed node): the route is
+ * asked again and the request served there; the client sees only the second node's answer. */
+TEST(node_dying_before_answering_is_retried_elsewhere)
+{
+    int before = atomic_load(&G.routes);
+    struct client c;
+    client_start(&c, BODY, NULL);
+    char req[8192];
+    int up = upstream_accept(req, sizeof req);
+    CHECK(up >= 0);
+    CHECKF(!strcmp(strstr(req, "\r\n\r\n") + 4, BODY), "%.600s", req);
+    close(up); /* read, never answered */
+    up = upstream_accept(req, sizeof req);
+    CHECK(up >= 0);
+    CHECKF(!strcmp(strstr(req, "\r\n\r\n") + 4, BODY), "%.600s", req);
+    send_str(up, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 7\r\n"
+                 "\r\n{\"n\":6}");
+    close(up);
+    client_wait(&c);
+    struct parsed p;
+    client_body(&c, &p);
+    CHECK_EQ_INT(p.status, 200);
+    CHECKF(p.body_len == 7 && !memcmp(p.body, "{\"n\":6}", 7), "%.600s", c.raw);
+    CHECK_EQ_INT(atomic_load(&G.routes) - before, 2);
+
+    /* Dying after the first event of a stream is not retried: the client has seen a prefix. */
+    client_start(&c, BODY, NULL);
+    up = upstream_accept(req, sizeof req);
+    CHECK(up >= 0);
+    send_str(up, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: "
+                 "chunked\r\n\r\nf\r\ndata: {\"t\":1}\n\n\r\n");
+    close(up);
+    client_wait(&c);
+    client_body(&c, &p);
+    p.body[p.body_len] = 0;
+    CHECKF(strstr(p.body, "data: {\"t\":1}\n\ndata: {\"error\"") == p.body, "%.600s", p.body);
+    struct pollfd pf = {.fd = G.up_fd, .events = POLLIN};
+    CHECK_EQ_INT(poll(&pf, 1, 100), 0); /* no second connection */
+}
+
 /* ---------------------------------------------------------------- the pool */
 
 static char *fetch_metrics(int port)
@@ -741,6 +781,7 @@ int main(void)
     RUN(no_replica_is_held_then_503);
     RUN(client_leaving_closes_the_upstream);
     RUN(metrics_count_forwards_and_failures);
+    RUN(node_dying_before_answering_is_retried_elsewhere);
     RUN(pool_keeps_a_channel_for_the_next_requests);
     stop();
     CHECK_DONE();
