@@ -201,9 +201,8 @@ TEST(loader_holds_once)
            "%ld progress calls, %ld pages of copied spans present", progress_calls,
            progress_present);
     const uintptr_t base = (uintptr_t)lm.map;
-    long total,
-        n = present_pages(base + lm.gguf.data_offset,
-                          base + (lm.map_size + page - 1) / page * page, &total);
+    long total, n = present_pages(base + lm.gguf.data_offset,
+                                  base + (lm.map_size + page - 1) / page * page, &total);
     CHECKF(total > 0 && n == 0, "data section: %ld of %ld pages present", n, total);
 
     /* The reference: the same file read into private memory (no mapping), its image filled from
