@@ -17,6 +17,7 @@
 #include "cmd/fabric_opts.h"
 #include "cmd/options.h"
 #include "serving/engine/gguf.h"
+#include "serving/engine/loader.h"
 #include "serving/engine/model.h"
 #include "transport/transport.h"
 #include "transport/weight_stream.h"
@@ -317,8 +318,10 @@ static int source_from_model(struct node_run *r, char *err)
     if (gguf_open_model(gs, o->model, err)) return -1;
     uint8_t *image = alloc_image(&r->node, gs->m.image_size, err);
     if (!image) return -1;
+    /* the image is what peers get: the file's weight pages go as they are copied (loader.h) */
+    int dropping = 1;
     for (int i = 0; i < gs->m.n_spans; i++)
-        if (model_fill(&gs->m, image, i, err)) return -1;
+        if (loader_fill_span(&gs->m, image, i, &dropping, o->model, err)) return -1;
     if (weight_store_init_full(&r->store, gs->name, gs->file, gs->g.data_offset, image,
                                gs->m.image_size, gs->spans, (uint32_t)gs->m.n_spans,
                                (uint32_t)o->chunk, err) ||

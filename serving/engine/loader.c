@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -30,6 +31,62 @@ static int map_file(struct loaded_model *lm, const char *path, char *err)
     if (lm->map == MAP_FAILED) {
         lm->map = NULL;
         return errmsg_set(err, "%s: mmap: %s", path, strerror(errno));
+    }
+    return 0;
+}
+
+/* ---- the file's pages: weights resident once -------------------------------------------------
+ * Every tensor is copied into the arena (model_fill) and used from there; after a span is copied
+ * its bytes in the mapping are never read again, only the header's are (the tokenizer and the
+ * GGUF keys point into it). MADV_DONTNEED on a read-only private file mapping only takes this
+ * process's pages of it away: the bytes stay in the page cache, clean, the first memory the
+ * kernel reclaims, and a later read would fault them in again, so a drop can cost time but never
+ * data. MADV_PAGEOUT was not chosen: it leaves pages another process maps too (a second loader of
+ * the same file), so what it frees is not certain; nor was pread into the arena, which would give
+ * model_fill a second source of bytes beside the parsed buffer every other caller uses. */
+
+/* The whole pages inside [lo, hi). */
+static int drop_range(uintptr_t lo, uintptr_t hi, char *err)
+{
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = (lo + page - 1) / page * page, b = hi / page * page;
+    if (a >= b || !madvise((void *)a, b - a, MADV_DONTNEED)) return 0;
+    return errmsg_set(err, "madvise(MADV_DONTNEED) of %zu KiB of the mapping: %s",
+                      (size_t)(b - a) >> 10, strerror(errno));
+}
+
+int loader_drop_span_pages(const struct model *m, int s, char *err)
+{
+    const struct gguf *g = m->gguf;
+    for (int i = 0; i < m->n_slots; i++) {
+        const struct gguf_tensor *t = m->slots[i].src;
+        if (m->slots[i].span != s) continue;
+        uintptr_t p = (uintptr_t)gguf_tensor_data(g, t);
+        if (drop_range(p, p + t->nbytes, err)) return -1;
+    }
+    return 0;
+}
+
+int loader_drop_data_pages(const struct gguf *g, char *err)
+{
+    if (g->data_offset >= g->size) return 0;
+    /* the mapping runs to the end of the file's last page */
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), end = (uintptr_t)g->base + g->size;
+    return drop_range((uintptr_t)g->base + g->data_offset, (end + page - 1) / page * page, err);
+}
+
+int loader_fill_span(struct model *m, uint8_t *image, int s, int *dropping, const char *what,
+                     char *err)
+{
+    if (model_fill(m, image, s, err)) return -1;
+    /* Copying span s faulted in pages around it (the kernel maps up to 64 KiB of cached
+     * neighbours at each fault), some of them span s-1's: that one's again. */
+    char derr[ERRMSG_LEN];
+    if (*dropping &&
+        (loader_drop_span_pages(m, s, derr) || (s > 0 && loader_drop_span_pages(m, s - 1, derr)) ||
+         (s + 1 == m->n_spans && loader_drop_data_pages(m->gguf, derr)))) {
+        log_warn("loader", "%s: the file's weight pages stay resident: %s", what, derr);
+        *dropping = 0;
     }
     return 0;
 }
@@ -82,8 +139,9 @@ int loader_open(struct loaded_model *lm, const char *path, const struct loader_o
         goto fail;
     }
     if (plan_arena(lm, path, opts, err)) goto fail;
+    int dropping = 1;
     for (int s = 0; s < lm->model.n_spans; s++) {
-        if (model_fill(&lm->model, lm->weights, s, err)) goto fail;
+        if (loader_fill_span(&lm->model, lm->weights, s, &dropping, path, err)) goto fail;
         lm->spans_loaded = s + 1;
         if (opts->verbose && (lm->model.n_spans < 40 || s % 8 == 0 || s + 1 == lm->model.n_spans))
             log_info("loader", "span %d/%d resident (%.1f MiB)", s + 1, lm->model.n_spans,
