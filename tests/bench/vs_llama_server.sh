@@ -24,7 +24,13 @@
 # What each server is given (both: VS_THREADS threads, VS_CTX positions per sequence, C
 # sequences at once, f16 KV cache, loopback):
 #   llama-server -t T -tb T -np C -c C*CTX -cb (continuous batching, its default), otherwise its
-#                defaults (-b 2048 -ub 512, flash attention auto); VS_LLAMA_ARGS adds more
+#                defaults (-b 2048 -ub 512, flash attention auto); VS_LLAMA_ARGS adds more.
+#                Its environment has OMP_WAIT_POLICY=passive (VS_LLAMA_ENV replaces it): this
+#                llama.cpp build uses OpenMP, whose threads spin at every barrier by default, and
+#                on a shared host whose other work takes the CPUs from them that made it 4-7x
+#                slower (8 clients, 16-token prompts: 17 against 114 tok/s on 2026-11-26 at
+#                load 5.5); passive is its best on such a host (on an idle one spinning wins a
+#                little). Strata's pool spins 50 us, then sleeps.
 #   strata serve --threads T --max-batch C --ctx CTX, otherwise its defaults (--step-tokens 256,
 #                --ttft-ms 1000 --tpot-ms 100: the requests carry no SLO of their own);
 #                VS_STRATA_ARGS adds more
@@ -84,7 +90,7 @@ start_server() {
     URL=http://127.0.0.1:$port
     if [ "$which" = llama ]; then
         # shellcheck disable=SC2086
-        "$LL/llama-server" -m "$SERVE_MODEL" --host 127.0.0.1 --port "$port" -t "$THREADS" \
+        env ${VS_LLAMA_ENV:-OMP_WAIT_POLICY=passive} "$LL/llama-server" -m "$SERVE_MODEL" --host 127.0.0.1 --port "$port" -t "$THREADS" \
             -tb "$THREADS" -np "$c" -c $((c * CTX)) -cb ${VS_LLAMA_ARGS:-} >"$W/$which.log" 2>&1 &
     else
         # shellcheck disable=SC2086
@@ -132,7 +138,8 @@ run_one() {
 
 echo "vs_llama_server: $SERVE_MODEL, $THREADS threads, ctx $CTX per sequence, $GEN output" \
     "tokens (EOS ignored), $PER_CLIENT requests per client, $ROUNDS rounds; llama.cpp $LL;" \
-    "$(nproc) CPUs, $(uptime | sed 's/.*load/load/')"
+    "llama-server's environment ${VS_LLAMA_ENV:-OMP_WAIT_POLICY=passive}; $(nproc) CPUs," \
+    "$(uptime | sed 's/.*load/load/')"
 : >"$W/results"
 for ((r = 0; r < ROUNDS; r++)); do
     for c in $CLIENTS; do
