@@ -114,7 +114,7 @@ stop_server() {
     PID=""
 }
 
-# run_one llama|strata CLIENTS PROMPT: one measured run; appends "which c p tps p50 p99 load"
+# run_one llama|strata CLIENTS PROMPT: one measured run; appends "which c p tps p50 p99 load tpot50"
 run_one() {
     local which=$1 c=$2 p=$3 out
     start_server "$which" "$c" || return 1
@@ -132,13 +132,14 @@ run_one() {
         if (v["failed"] != 0 || v["tokens"] != want) {
             printf "# %s c=%s p=%s: %s failed, %s of %s tokens: not counted\n", w, c, p, v["failed"],
                 v["tokens"], want > "/dev/stderr"; exit }
-        print w, c, p, v["throughput"], v["ttft_p50_ms"], v["ttft_p99_ms"], l }' <<<"$out" \
+        print w, c, p, v["throughput"], v["ttft_p50_ms"], v["ttft_p99_ms"], l, v["tpot_p50_ms"] }' <<<"$out" \
         >>"$W/results"
 }
 
 echo "vs_llama_server: $SERVE_MODEL, $THREADS threads, ctx $CTX per sequence, $GEN output" \
     "tokens (EOS ignored), $PER_CLIENT requests per client, $ROUNDS rounds; llama.cpp $LL;" \
-    "llama-server's environment ${VS_LLAMA_ENV:-OMP_WAIT_POLICY=passive}; $(nproc) CPUs," \
+    "llama-server's environment ${VS_LLAMA_ENV:-OMP_WAIT_POLICY=passive};" \
+    "extra arguments: llama-server '${VS_LLAMA_ARGS:-}', strata serve '${VS_STRATA_ARGS:-}'; $(nproc) CPUs," \
     "$(uptime | sed 's/.*load/load/')"
 : >"$W/results"
 for ((r = 0; r < ROUNDS; r++)); do
@@ -150,15 +151,16 @@ for ((r = 0; r < ROUNDS; r++)); do
     done
 done
 
-printf '%-16s | %-28s | %-28s | %-26s | %s\n' "" "llama-server" "strata serve" "Strata / llama.cpp" ""
-printf '%-16s | %8s %9s %9s | %8s %9s %9s | %6s %9s %9s | %s\n' scenario "tok/s" "TTFT p50" \
-    "TTFT p99" "tok/s" "TTFT p50" "TTFT p99" "tok/s" "TTFT p50" "TTFT p99" "load (runs)"
+printf '%-16s | %-38s | %-38s | %-26s | %s\n' "" "llama-server" "strata serve" "Strata / llama.cpp" ""
+printf '%-16s | %8s %9s %9s %9s | %8s %9s %9s %9s | %6s %9s %9s | %s\n' scenario "tok/s" "TTFT p50" \
+    "TTFT p99" "TPOT p50" "tok/s" "TTFT p50" "TTFT p99" "TPOT p50" "tok/s" "TTFT p50" "TTFT p99" \
+    "load (runs)"
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR) print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 for c in $CLIENTS; do
     for p in $PROMPTS; do
         declare -A M=()
         for which in llama strata; do
-            for k in 4 5 6; do
+            for k in 4 5 6 8; do
                 M[$which$k]=$(awk -v w="$which" -v c="$c" -v p="$p" -v k="$k" \
                     '$1 == w && $2 == c && $3 == p { print $k }' "$W/results" | median)
             done
@@ -167,11 +169,13 @@ for c in $CLIENTS; do
             "$W/results")
         awk -v sc="c$c p$p" -v lt="${M[llama4]:-0}" -v l50="${M[llama5]:-0}" -v l99="${M[llama6]:-0}" \
             -v st="${M[strata4]:-0}" -v s50="${M[strata5]:-0}" -v s99="${M[strata6]:-0}" \
+            -v lp="${M[llama8]:-0}" -v sp="${M[strata8]:-0}" \
             -v loads="$loads" -v gen="$GEN" 'function r(a, b) { return b > 0 ? sprintf("%.2fx", a / b) : "-" }
             BEGIN {
-            printf "%-16s | %8.1f %7.0fms %7.0fms | %8.1f %7.0fms %7.0fms | %6s %9s %9s | %s\n",
-                sc " g" gen, lt, l50, l99, st, s50, s99, r(st, lt), r(l50, s50), r(l99, s99), loads }'
+            printf "%-16s | %8.1f %7.0fms %7.0fms %7.0fms | %8.1f %7.0fms %7.0fms %7.0fms | %6s %9s %9s | %s\n",
+                sc " g" gen, lt, l50, l99, lp, st, s50, s99, sp, r(st, lt), r(l50, s50), r(l99, s99), loads }'
     done
 done
 echo "(medians of $ROUNDS rounds; ratios: Strata's tok/s over llama.cpp's, llama.cpp's TTFT over" \
-    "Strata's: above 1 is Strata better; scenario cC pP gG: C clients, P prompt tokens, G output tokens)"
+    "Strata's: above 1 is Strata better; scenario cC pP gG: C clients, P prompt tokens, G output tokens;" \
+    "TPOT: time per output token after the first)"
