@@ -4,6 +4,8 @@
  *   loadgen --url http://127.0.0.1:8080 --trace ../shared/traces/azure_llm_2023_conv.csv
  *           [--requests N] [--skip N] [--speedup X] [--ctx N] [--scale F] [--vocab N]
  *           [--ttft-ms MS] [--tpot-ms MS] [--label NAME] [--seed S] [--dump-requests FILE]
+ *   loadgen --url URL --clients C --prompt-len P --gen G [--requests N] [--vocab N] [--no-slo]
+ *           [--label NAME] [--seed S]
  *
  * The trace (TIMESTAMP,ContextTokens,GeneratedTokens; the Azure LLM inference trace 2023) gives
  * arrival times and lengths; prompt text is not part of it, so each request sends ContextTokens
@@ -17,6 +19,13 @@
  * request meets its SLO when TTFT <= --ttft-ms and TPOT <= --tpot-ms (also sent to the server
  * as the request's targets). Goodput = output tokens of requests that met their SLO per second of
  * the run. The last line is machine-readable: "RESULT label=... throughput=... goodput=...".
+ *
+ * Without --trace, --clients C runs closed-loop: N requests (default C) of P random prompt tokens
+ * and G forced output tokens each, at most C in flight (a client sends its next request when its
+ * last one ended); with a trace, --clients caps the requests in flight. The same --seed gives
+ * the same prompts, so two servers get the same request set. --no-slo leaves ttft_ms / tpot_ms
+ * out of the requests (the server's defaults apply; a server without the extension ignores
+ * them anyway). The RESULT line also gives tokens (output tokens received in all).
  *
  * --dump-requests FILE writes what was sent, after the run, in the format of `strata sim
  * --requests` (header "seconds,in,out"; per request its send time in seconds from the start of
@@ -87,11 +96,14 @@ static void usage(void)
     fprintf(stderr,
             "usage: loadgen --url http://HOST:PORT --trace FILE [--requests N] [--skip N]\n"
             "               [--speedup X] [--ctx N] [--scale F] [--vocab N] [--ttft-ms MS]\n"
-            "               [--tpot-ms MS] [--label NAME] [--seed S] [--dump-requests FILE]\n");
+            "               [--tpot-ms MS] [--label NAME] [--seed S] [--dump-requests FILE]\n"
+            "               [--clients C] [--no-slo]\n"
+            "       loadgen --url URL --clients C --prompt-len P --gen G [--requests N]\n"
+            "               [--vocab N] [--no-slo] [--label NAME] [--seed S]\n");
     exit(2);
 }
 
-static void build_request(struct lreq *r, int vocab, double ttft_ms, double tpot_ms)
+static void build_request(struct lreq *r, int vocab, double ttft_ms, double tpot_ms, int slo)
 {
     size_t cap = (size_t)r->prompt * 7 + 512;
     char *body = malloc(cap);
@@ -100,9 +112,12 @@ static void build_request(struct lreq *r, int vocab, double ttft_ms, double tpot
         n += (size_t)snprintf(body + n, cap - n, ",%u", 3 + rnd() % (unsigned)(vocab - 3));
     n += (size_t)snprintf(body + n, cap - n,
                           "],\"max_tokens\":%d,\"ignore_eos\":true,\"temperature\":0,"
-                          "\"stream\":true,\"stream_options\":{\"include_usage\":true},"
-                          "\"ttft_ms\":%g,\"tpot_ms\":%g}",
-                          r->out, ttft_ms, tpot_ms);
+                          "\"stream\":true,\"stream_options\":{\"include_usage\":true}",
+                          r->out);
+    if (slo)
+        n +=
+            (size_t)snprintf(body + n, cap - n, ",\"ttft_ms\":%g,\"tpot_ms\":%g", ttft_ms, tpot_ms);
+    n += (size_t)snprintf(body + n, cap - n, "}");
     r->wbuf = malloc(n + 256);
     r->wlen =
         (size_t)sprintf(r->wbuf,
@@ -136,13 +151,18 @@ struct opts {
     const char *url, *trace, *label, *dump;
     int n_req, skip, ctx, vocab;
     double speedup, scale, ttft_ms, tpot_ms;
+    int clients, prompt_len, gen, slo; /* closed loop (without a trace): C in flight, P, G */
 };
 
 static void parse_opts(int argc, char **argv, struct opts *o)
 {
-    *o = (struct opts){NULL, NULL, "run", NULL, 200, 0, 512, 512, 1, 0, 500, 50};
+    *o = (struct opts){NULL, NULL, "run", NULL, 0, 0, 512, 512, 1, 0, 500, 50, 0, 0, 0, 1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--no-slo")) {
+            o->slo = 0;
+            continue;
+        }
         if (!v) usage();
         if (!strcmp(a, "--url"))
             o->url = v;
@@ -168,13 +188,21 @@ static void parse_opts(int argc, char **argv, struct opts *o)
             o->ttft_ms = atof(v);
         else if (!strcmp(a, "--tpot-ms"))
             o->tpot_ms = atof(v);
+        else if (!strcmp(a, "--clients"))
+            o->clients = atoi(v);
+        else if (!strcmp(a, "--prompt-len"))
+            o->prompt_len = atoi(v);
+        else if (!strcmp(a, "--gen"))
+            o->gen = atoi(v);
         else if (!strcmp(a, "--seed"))
             rng_state = strtoull(v, NULL, 10) * 2654435761ULL + 1;
         else
             usage();
         i++;
     }
-    if (!o->url || !o->trace || o->n_req < 1 || o->ctx < 8 || o->vocab < 4 || o->speedup <= 0)
+    if (!o->n_req) o->n_req = o->trace ? 200 : o->clients;
+    if (!o->url || o->n_req < 1 || o->ctx < 8 || o->vocab < 4 || o->speedup <= 0 ||
+        o->clients < 0 || (!o->trace && (o->clients < 1 || o->prompt_len < 1 || o->gen < 1)))
         usage();
     if (o->scale <= 0) o->scale = o->ctx / 4096.0;
 }
@@ -231,11 +259,20 @@ static int read_trace(const struct opts *o, struct lreq *rq)
     return n;
 }
 
+/* Without a trace: n_req requests of prompt_len tokens and gen outputs, all due at once (the
+ * cap on requests in flight makes it closed-loop). */
+static int synth_requests(const struct opts *o, struct lreq *rq)
+{
+    for (int i = 0; i < o->n_req; i++)
+        rq[i] = (struct lreq){.prompt = o->prompt_len, .out = o->gen, .fd = -1};
+    return o->n_req;
+}
+
 /* The replay's state: requests in arrival order, the next to send, how many have ended. */
 struct replay {
     struct lreq *rq;
     int n_req, next, open_n, finished;
-    int ep;
+    int ep, max_open; /* max_open: requests in flight at most (0: no cap) */
     struct sockaddr_in addr;
     double start;
 };
@@ -243,7 +280,8 @@ struct replay {
 /* Open a connection for every request whose arrival time has come. */
 static void send_due(struct replay *p, double t)
 {
-    while (p->next < p->n_req && p->rq[p->next].t_arrival <= t) {
+    while (p->next < p->n_req && p->rq[p->next].t_arrival <= t &&
+           (!p->max_open || p->open_n < p->max_open)) {
         struct lreq *r = &p->rq[p->next++];
         r->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
         int one = 1;
@@ -326,10 +364,10 @@ static void on_done(struct replay *p, struct lreq *r)
 }
 
 /* Send every request at its arrival time and read every response; returns the makespan. */
-static double replay(struct lreq *rq, int n_req, const struct sockaddr_in *addr, double *start,
-                     double *start_unix)
+static double replay(struct lreq *rq, int n_req, int max_open, const struct sockaddr_in *addr,
+                     double *start, double *start_unix)
 {
-    struct replay p = {rq, n_req, 0, 0, 0, epoll_create1(0), *addr, 0};
+    struct replay p = {rq, n_req, 0, 0, 0, epoll_create1(0), max_open, *addr, 0};
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     p.start = clock_now();
@@ -413,8 +451,9 @@ static int report(const struct opts *o, struct lreq *rq, int n_req, double makes
            o->label, n_ok, n_fail, makespan, thr, gp, n_ok ? 100.0 * n_slo / n_req : 0, t50, t99,
            p50, p99, miss_ttft, miss_tpot);
     printf("RESULT label=%s ok=%d failed=%d seconds=%.3f throughput=%.1f goodput=%.1f slo_pct=%.1f "
-           "ttft_p50_ms=%.2f ttft_p99_ms=%.2f tpot_p50_ms=%.3f tpot_p99_ms=%.3f\n",
-           o->label, n_ok, n_fail, makespan, thr, gp, 100.0 * n_slo / n_req, t50, t99, p50, p99);
+           "ttft_p50_ms=%.2f ttft_p99_ms=%.2f tpot_p50_ms=%.3f tpot_p99_ms=%.3f tokens=%lld\n",
+           o->label, n_ok, n_fail, makespan, thr, gp, 100.0 * n_slo / n_req, t50, t99, p50, p99,
+           tokens);
     free(ttft), free(tpot);
     return n_fail;
 }
@@ -426,23 +465,27 @@ int main(int argc, char **argv)
     struct sockaddr_in addr;
     if (parse_url(o.url, &addr) < 0) return 2;
     struct lreq *rq = calloc((size_t)o.n_req, sizeof *rq);
-    int n_req = read_trace(&o, rq);
+    int n_req = o.trace ? read_trace(&o, rq) : synth_requests(&o, rq);
     if (n_req < 0) {
         free(rq);
         return 1;
     }
     long long sent_prompt = 0, sent_out = 0;
     for (int i = 0; i < n_req; i++) {
-        build_request(&rq[i], o.vocab, o.ttft_ms, o.tpot_ms);
+        build_request(&rq[i], o.vocab, o.ttft_ms, o.tpot_ms, o.slo);
         sent_prompt += rq[i].prompt, sent_out += rq[i].out;
     }
-    fprintf(stderr,
-            "loadgen %s: %d requests over %.1f s (%.1f req/s), mean prompt %.0f, mean output %.0f "
-            "tokens\n",
-            o.label, n_req, rq[n_req - 1].t_arrival, n_req / (rq[n_req - 1].t_arrival + 1e-9),
-            (double)sent_prompt / n_req, (double)sent_out / n_req);
+    if (o.trace)
+        fprintf(stderr,
+                "loadgen %s: %d requests over %.1f s (%.1f req/s), mean prompt %.0f, mean output "
+                "%.0f tokens\n",
+                o.label, n_req, rq[n_req - 1].t_arrival, n_req / (rq[n_req - 1].t_arrival + 1e-9),
+                (double)sent_prompt / n_req, (double)sent_out / n_req);
+    else
+        fprintf(stderr, "loadgen %s: %d requests, %d clients, prompt %d, output %d tokens\n",
+                o.label, n_req, o.clients, o.prompt_len, o.gen);
     double start, start_unix;
-    double makespan = replay(rq, n_req, &addr, &start, &start_unix);
+    double makespan = replay(rq, n_req, o.clients, &addr, &start, &start_unix);
     int n_fail = report(&o, rq, n_req, makespan);
     if (o.dump && dump_requests(o.dump, rq, n_req, start, start_unix, o.label) < 0) n_fail++;
     for (int i = 0; i < n_req; i++) free(rq[i].wbuf), free(rq[i].rbuf);
