@@ -268,7 +268,7 @@ int control_model_index(const struct control *c, const char *model);
 
 #define CTL_WHY_TEST 100 /* a --test-scale-in decision */
 /* The leading signal's smoothing: the simulator's defaults (docs/simulator.md). */
-#define CTL_FC_PERIOD_MS 1000
+#define CTL_FC_PERIOD_MS 500
 #define CTL_FC_ALPHA     0.3
 #define CTL_FC_BETA      0.1
 

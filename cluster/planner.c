@@ -20,10 +20,12 @@ void plan_config_default(struct plan_config *cfg)
     cfg->proactive = 1;
     cfg->handover = 0;
     cfg->standby_max = 0;
-    cfg->util_high = 1.1;
+    cfg->util_high = 1.3;
     cfg->util_low = 0.9;
     cfg->fc_z = 0;
     cfg->fc_z_in = 0;
+    cfg->onset_ratio = 1.5;
+    cfg->fc_queue = 0;
 }
 
 double planner_loss_probability(const double *fail_prob, int n)
@@ -345,6 +347,8 @@ void planner_forecast_init(struct plan_forecast *f, double now_ms, double period
     f->beta = beta;
     f->period_ms = period_ms > 0 ? period_ms : 1000;
     f->start_ms = now_ms;
+    f->fast_ms = 300;
+    f->last_ms = now_ms;
 }
 
 /* Closes one period with rate x (tokens/s): Holt's update, the error measured against the
@@ -377,6 +381,14 @@ void planner_forecast_observe(struct plan_forecast *f, double now_ms, double tok
         f->start_ms += f->period_ms;
     }
     f->tokens += tokens;
+    /* The fast rate: each token adds 1/fast_ms and decays with time constant fast_ms (the
+     * signal of a shot-noise rate meter). Read right after an observation it leads a steady rate
+     * r observed every dt by (dt / fast_ms) / (1 - exp(-dt / fast_ms)): 1.18 r at 100 ms ticks. */
+    if (now_ms > f->last_ms) {
+        f->fast *= exp(-(now_ms - f->last_ms) / f->fast_ms);
+        f->last_ms = now_ms;
+    }
+    f->fast += tokens / (f->fast_ms / 1000);
 }
 
 void planner_forecast_fill(const struct plan_forecast *f, struct plan_model *pm)
@@ -385,6 +397,7 @@ void planner_forecast_fill(const struct plan_forecast *f, struct plan_model *pm)
     pm->fc_level = f->level;
     pm->fc_trend = f->trend;
     pm->fc_err = f->err;
+    pm->fc_fast = f->fast;
 }
 
 double planner_forecast_at(const struct plan_model *pm, double ahead_ms)
@@ -422,14 +435,16 @@ static double load_ms_of(const struct plan_view *v, int m)
 }
 
 /* The forecast's demand on m: tokens/s at the horizon (never below now: a falling trend does not
- * shrink what is arriving), plus fc_z errors, plus the queued prompts drained within the SLO. */
-static double forecast_demand(double z, const struct plan_view *v, int m, double horizon_ms,
-                              long queued_tokens)
+ * shrink what is arriving), or the fast rate where it passes onset_ratio x that (an onset), plus
+ * fc_z errors, plus fc_queue x the queued prompts drained within the SLO. */
+static double forecast_demand(const struct plan_config *cfg, double z, const struct plan_view *v,
+                              int m, double horizon_ms, long queued_tokens)
 {
     const struct plan_model *pm = &v->models[m];
     double ahead = planner_forecast_at(pm, horizon_ms);
     if (ahead < pm->fc_level) ahead = pm->fc_level;
-    return ahead + z * pm->fc_err + queued_tokens / (pm->ttft_slo_ms / 1000);
+    if (cfg->onset_ratio > 0 && pm->fc_fast > cfg->onset_ratio * ahead) ahead = pm->fc_fast;
+    return ahead + z * pm->fc_err + cfg->fc_queue * queued_tokens / (pm->ttft_slo_ms / 1000);
 }
 
 static void model_demand(const struct plan_config *cfg, const struct plan_view *v, int m,
@@ -455,8 +470,8 @@ static void model_demand(const struct plan_config *cfg, const struct plan_view *
     d->load_ms = load_ms_of(v, m);
     if (n_rep > 0) d->rep_tok_s /= n_rep;
     if (pm->fc_valid) {
-        d->demand_tok_s = forecast_demand(cfg->fc_z, v, m, d->load_ms, tokens);
-        d->hold_tok_s = forecast_demand(cfg->fc_z_in, v, m, d->load_ms, tokens);
+        d->demand_tok_s = forecast_demand(cfg, cfg->fc_z, v, m, d->load_ms, tokens);
+        d->hold_tok_s = forecast_demand(cfg, cfg->fc_z_in, v, m, d->load_ms, tokens);
     }
     /* Proactive: the replicas the forecast asks for, beyond those serving and joining. */
     int add_fc = 0;

@@ -62,6 +62,10 @@
  *   SLO, against the replicas' prefill capacity (planner_prefill_tok_s: a full prompt chunk per
  *   step within the TPOT guard) times cfg->util_high; the shortfall in replicas is added (reason
  *   PLAN_WHY_FORECAST). Also replicas for the KV in use at 95% (BlitzScale's Eq.1 bound).
+ * - Onset detector (cfg->onset_ratio > 0, needs fc_valid): a clump of arrivals shows in the fast
+ *   rate (models[m].fc_fast, a 300 ms exponential window updated every tick) before a forecast
+ *   period closes; where it passes onset_ratio x the forecast, the demand is the fast rate, both
+ *   to scale up on (at once, for the whole clump) and for scale-in to keep capacity for.
  * - Capacity scale-in (cfg->handover, needs fc_valid): down to the replicas the same demand (with
  *   fc_z_in errors) needs at cfg->util_low and the KV at 75%, as many a tick as that allows, the
  *   fewest running sequences first; a busy one hands its sequences to the serving replica with
@@ -102,6 +106,8 @@ struct plan_model {
     double fc_level; /* tokens/s now */
     double fc_trend; /* tokens/s per second */
     double fc_err;   /* mean absolute one-period forecast error, tokens/s */
+    double fc_fast;  /* the onset signal: tokens/s over the last plan_forecast.fast_ms or so,
+                      * updated at every observation (planner_forecast_observe) */
 };
 
 /* What a node's scheduler reports (serve_metrics + step model), as of the view's time. */
@@ -181,6 +187,12 @@ struct plan_config {
     double util_low;  /* 0.9 */
     double fc_z;      /* forecast error multiple added to the demand to scale up on (0) */
     double fc_z_in;   /* ... and to the demand scale-in keeps capacity for (0) */
+    /* Onset detector: where the fast rate (models[m].fc_fast) passes onset_ratio x the
+     * forecast, the demand is the fast rate, to scale up on and for scale-in to keep (1.5; 0:
+     * off). The forecast's periods close too late for a clump that arrives within one. */
+    double onset_ratio;
+    double fc_queue; /* weight of the queued prompt tokens over the SLO in the forecast's demand
+                      * (0: the reactive trigger alone drains queues; 1: the old rule) */
 };
 
 enum plan_action_kind {
@@ -263,6 +275,9 @@ struct plan_forecast {
     double level, trend, err;
     double start_ms, tokens; /* the open period */
     int periods;             /* closed so far */
+    /* The onset signal: arrivals decaying with time constant fast_ms (300 ms by default; an
+     * exponential window, so a steady rate reads as itself), updated at every observation. */
+    double fast_ms, fast, last_ms;
 };
 void planner_forecast_init(struct plan_forecast *f, double now_ms, double period_ms, double alpha,
                            double beta);

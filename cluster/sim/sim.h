@@ -152,6 +152,7 @@ struct sim_config {
     /* Strata's planner knobs (`fc_period_ms`, `fc_alpha`, `fc_beta`, `fc_z`, `util_high`,
      * `util_low`, `standby_max`; docs/simulator.md) */
     double fc_period_ms, fc_alpha, fc_beta, fc_z, fc_z_in, util_high, util_low;
+    double fc_fast_ms, onset_ratio, fc_queue; /* the onset detector (plan_config) */
     int standby_max;
     /* ServerlessLLM's released defaults (`sllm_target` ongoing requests per instance,
      * `sllm_max_queue` requests an instance takes, `sllm_keep_alive_s`; sim_serverlessllm.h) */

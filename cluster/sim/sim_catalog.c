@@ -154,12 +154,15 @@ void sim_config_default(struct sim_config *c)
     c->ttft_per_tok_ms = 0.375;
     c->seed = 1;
     c->send_to = -1;
-    c->fc_period_ms = 1000;
+    c->fc_period_ms = 500;
     c->fc_alpha = 0.3;
     c->fc_beta = 0.1;
     c->fc_z = 0;
     c->fc_z_in = 0;
-    c->util_high = 1.1;
+    c->fc_fast_ms = 300;
+    c->onset_ratio = 1.5;
+    c->fc_queue = 0;
+    c->util_high = 1.3;
     c->util_low = 0.9;
     c->standby_max = 4;
     c->sllm_target = 2;

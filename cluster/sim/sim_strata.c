@@ -32,7 +32,10 @@ static void *init(const struct sim_obs *o)
     st->cfg.util_low = c->util_low;
     st->cfg.fc_z = c->fc_z;
     st->cfg.fc_z_in = c->fc_z_in;
+    st->cfg.onset_ratio = c->onset_ratio;
+    st->cfg.fc_queue = c->fc_queue;
     planner_forecast_init(&st->fc, o->now_s * 1000, c->fc_period_ms, c->fc_alpha, c->fc_beta);
+    st->fc.fast_ms = c->fc_fast_ms;
     return st;
 }
 

@@ -611,8 +611,67 @@ TEST(forecast_is_holt_smoothing)
     CHECK(f.periods == 5 && f.level < 3000);
 }
 
+/* The onset signal: 3000 tokens observed at 100 ms (after nothing at 0) read 3000 / 0.3 s =
+ * 10000 tokens/s at once, while no 500 ms period has closed; 300 ms later, with nothing more,
+ * 10000 / e; planner_forecast_fill copies it. */
+TEST(forecast_fast_rate_sees_a_clump)
+{
+    struct plan_forecast f;
+    struct plan_model pm = {0};
+    planner_forecast_init(&f, 0, 500, 0.3, 0.1);
+    planner_forecast_observe(&f, 0, 0);
+    planner_forecast_observe(&f, 100, 3000);
+    CHECKF(fabs(f.fast - 10000) < 1e-6 && f.periods == 0, "fast %g, %d periods", f.fast, f.periods);
+    planner_forecast_observe(&f, 400, 0);
+    planner_forecast_fill(&f, &pm);
+    CHECKF(fabs(pm.fc_fast - 10000 / M_E) < 1e-6, "fast %g", pm.fc_fast);
+}
+
+/* Onset: one replica of 1024 tokens/s, a forecast of 500 tokens/s (fits). A fast rate of 5000
+ * (past 1.5 x 500) is the demand: ceil(5000 / (1024 x 1.3)) = 4 replicas, 3 more, reason
+ * FORECAST; 700 (under 750) is not an onset, nor is 5000 with onset_ratio 0. Scale-in keeps
+ * capacity for it too: three busy replicas with a forecast of 100 tokens/s would go down to one,
+ * but not while the fast rate is 2500 (ceil(2500 / (1024 x 0.9)) = 3). */
+TEST(onset_scales_for_the_clump)
+{
+    struct rig g;
+    struct plan_action a[8];
+    rig_init(&g, 6);
+    serve(&g, 0, 0, 0);
+    g.nodes[0].load.idle_since_ms = -1;
+    g.nodes[0].host_cached = 1;
+    g.models[0].tpot_slo_ms = 0;
+    g.models[0].fc_valid = 1;
+    g.models[0].fc_level = 500;
+    g.models[0].fc_fast = 5000;
+    CHECK_EQ_INT(step(&g, a, 8), 1);
+    CHECK_EQ_INT(a[0].kind, PLAN_SCALE_UP);
+    CHECK_EQ_INT(a[0].reason, PLAN_WHY_FORECAST);
+    CHECK_EQ_INT(a[0].n_chain, 3);
+    CHECK(a[0].why_value == 5000);
+    g.models[0].fc_fast = 700;
+    CHECK_EQ_INT(step(&g, a, 8), 0);
+    g.models[0].fc_fast = 5000;
+    g.cfg.onset_ratio = 0;
+    CHECK_EQ_INT(step(&g, a, 8), 0);
+    g.cfg.onset_ratio = 1.5;
+    g.cfg.handover = 1;
+    g.models[0].fc_level = 100;
+    g.models[0].fc_fast = 2500;
+    for (int i = 0; i < 3; i++) {
+        serve(&g, i, 0, 0);
+        g.nodes[i].load.running_seqs = 1;
+        g.nodes[i].load.kv_used = 0.1;
+        g.nodes[i].load.idle_since_ms = -1;
+    }
+    CHECK_EQ_INT(step(&g, a, 8), 0);
+    g.models[0].fc_fast = 0;
+    CHECK_EQ_INT(step(&g, a, 8), 2);
+    CHECK(a[0].kind == PLAN_SCALE_DOWN && a[0].reason == PLAN_WHY_CAPACITY);
+}
+
 /* One replica of 1024 prompt tokens/s (1/1024 s a token, no TPOT guard). A forecast of 3000
- * tokens/s asks for ceil(3000 / (1024 x 1.1)) = 3 replicas: 2 more, reason FORECAST; 1000 fits
+ * tokens/s asks for ceil(3000 / (1024 x 1.3)) = 3 replicas: 2 more, reason FORECAST; 1000 fits
  * one; a trend of 1000 tokens/s per second over the 1.12 s load (14 GB at 12.5 GB/s) makes it
  * 2120: one more. Off with cfg.proactive = 0, and without a valid forecast. */
 TEST(proactive_scale_up_on_the_forecast)
@@ -630,7 +689,7 @@ TEST(proactive_scale_up_on_the_forecast)
     CHECK_EQ_INT(a[0].kind, PLAN_SCALE_UP);
     CHECK_EQ_INT(a[0].reason, PLAN_WHY_FORECAST);
     CHECK_EQ_INT(a[0].n_chain, 2);
-    CHECKF(a[0].why_value == 3000 && fabs(a[0].why_limit - 1024 * 1.1) < 1e-6, "%g vs %g",
+    CHECKF(a[0].why_value == 3000 && fabs(a[0].why_limit - 1024 * 1.3) < 1e-6, "%g vs %g",
            a[0].why_value, a[0].why_limit);
     g.models[0].fc_level = 1000;
     CHECK_EQ_INT(step(&g, a, 8), 0);
@@ -784,6 +843,8 @@ int main(void)
     RUN(rejects_inconsistent_view);
     RUN(refusing_node_left_out_for_that_model);
     RUN(forecast_is_holt_smoothing);
+    RUN(forecast_fast_rate_sees_a_clump);
+    RUN(onset_scales_for_the_clump);
     RUN(proactive_scale_up_on_the_forecast);
     RUN(capacity_scale_in_hands_over);
     RUN(standby_joins_first_and_is_trimmed);
