@@ -52,16 +52,42 @@ KERNEL_INLINE __m256i row_pairs_u8(__m128i v, int half)
     return _mm256_cvtepu8_epi16(_mm_shuffle_epi8(v, dup));
 }
 
+/* The 16 six_bits_x16 fields of a Q4_K/Q5_K record head (8 scales, 8 mins) as 16 row-ordered
+ * bytes each, two fields per 256-bit step: lane 0 field f, lane 1 field f + 1. A field's 12
+ * bytes: lo[8] (row r's low 4 bits in nibble r / 8 of lo[r % 8]), then hi[4] (its top 2 bits at
+ * bit 2 (r / 4) of hi[r % 4]). The last load reads 8 bytes past the fields, inside the record. */
+KERNEL_INLINE void six_bits16_all(const struct six_bits_x16 *f, uint8_t out[16][16])
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m3 = _mm256_set1_epi8(3);
+    /* dwords of the two fields: lo at 0-1 (f) and 3-4 (f + 1), hi at 2 and 5 */
+    const __m256i plo = _mm256_setr_epi32(0, 1, 0, 1, 3, 4, 3, 4);
+    const __m256i phi = _mm256_setr_epi32(2, 2, 2, 2, 5, 5, 5, 5);
+    const __m256i shlo = _mm256_setr_epi64x(0, 4, 0, 4);
+    const __m256i shhi = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k++) {
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(f + 2 * k));
+        const __m256i lo =
+            _mm256_and_si256(_mm256_srlv_epi64(_mm256_permutevar8x32_epi32(v, plo), shlo), m4);
+        const __m256i hi =
+            _mm256_and_si256(_mm256_srlv_epi32(_mm256_permutevar8x32_epi32(v, phi), shhi), m3);
+        _mm256_storeu_si256((__m256i *)out[2 * k], _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)));
+    }
+}
+
 /* Q4_K and Q5_K records: per sub-block j, 4 chunks of 4 bytes per row, each byte elements
- * 32j + i (low nibble) and 32j + 16 + i (high), Q5_K's 5th bits or-ed in from its qh plane: both
- * products have the row's scale, so they are added in 16 bits (at most 2 * 2 * 31 * 127)
- * before one vpmaddwd. */
+ * 32j + i (low nibble) and 32j + 16 + i (high), Q5_K's 5th bits or-ed in from its qh plane. All
+ * products of a sub-block have the row's scale, so they add in 16 bits before one vpmaddwd:
+ * Q4_K's 8 per row pair (at most 8 * 2 * 15 * 127 = 30480), Q5_K's 4 (4 * 2 * 31 * 127 = 31496,
+ * so two vpmaddwd per sub-block). The head's 6-bit fields are unpacked once per record. */
 KERNEL_INLINE void k45_x16_group(const int five, const uint8_t *w, const uint8_t *x, size_t xs,
                                  int nb, float *y, size_t ys, const int NT)
 {
     /* Q4_K and Q5_K records share their head (d, dmin, sm); Q5_K's qh comes before its qs. */
     const size_t rec = five ? sizeof(struct block_q5_Kx16) : sizeof(struct block_q4_Kx16);
     const __m256i m4 = _mm256_set1_epi8(0x0f), m16 = _mm256_set1_epi8(0x10);
+    const __m128i dup0 = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    const __m128i dup1 = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
     __m256 accf[2][2];
 #pragma GCC unroll 2
     for (int t = 0; t < NT; t++) accf[0][t] = accf[1][t] = _mm256_setzero_ps();
@@ -69,59 +95,57 @@ KERNEL_INLINE void k45_x16_group(const int five, const uint8_t *w, const uint8_t
         const struct block_q4_Kx16 *blk = (const struct block_q4_Kx16 *)(w + (size_t)b * rec);
         const uint8_t *qs = five ? ((const struct block_q5_Kx16 *)blk)->qs : blk->qs;
         const uint8_t *qh = ((const struct block_q5_Kx16 *)blk)->qh;
+        _Alignas(32) uint8_t sm[16][16];
+        six_bits16_all(blk->sm, sm);
         __m256i acc[2][2];
 #pragma GCC unroll 2
         for (int t = 0; t < NT; t++) acc[0][t] = acc[1][t] = _mm256_setzero_si256();
         for (int j = 0; j < 8; j++) {
-            const __m128i sc = six_bits16(&blk->sm[j]);
-            const __m256i s0 = row_pairs_u8(sc, 0), s1 = row_pairs_u8(sc, 1);
-            __m256i hb0 = _mm256_setzero_si256(), hb1 = hb0;
-            if (five) {
-                hb0 = _mm256_loadu_si256((const __m256i *)(qh + 64 * j));
-                hb1 = _mm256_loadu_si256((const __m256i *)(qh + 64 * j + 32));
-            }
-#pragma GCC unroll 4
-            for (int c = 0; c < 4; c++) {
-                const uint8_t *q = qs + 64 * (4 * j + c);
-                /* the next record, spread over this one's 32 chunks: Q5_K's two streams (qh, qs)
-                 * outran the hardware prefetcher with a fixed distance on qs alone (58-61% of the
-                 * streaming read from memory, 74-90% so, one thread) */
-                const char *nx = (const char *)blk + rec + (rec / 32) * (size_t)(4 * j + c);
-                _mm_prefetch(nx, _MM_HINT_T0);
-                _mm_prefetch(nx + 64, _MM_HINT_T0);
-                const __m256i r0 = _mm256_loadu_si256((const __m256i *)q);
-                const __m256i r1 = _mm256_loadu_si256((const __m256i *)(q + 32));
-                __m256i l0 = _mm256_and_si256(r0, m4), l1 = _mm256_and_si256(r1, m4);
-                __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(r0, 4), m4);
-                __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(r1, 4), m4);
-                if (five) { /* bit 2c (2c + 1) of each qh byte to bit 4 */
-                    const int sl = 4 - 2 * c, sh = 3 - 2 * c;
-                    l0 = _mm256_or_si256(l0, _mm256_and_si256(sl >= 0 ? _mm256_slli_epi16(hb0, sl)
-                                                                      : _mm256_srli_epi16(hb0, -sl),
-                                                              m16));
-                    l1 = _mm256_or_si256(l1, _mm256_and_si256(sl >= 0 ? _mm256_slli_epi16(hb1, sl)
-                                                                      : _mm256_srli_epi16(hb1, -sl),
-                                                              m16));
-                    h0 = _mm256_or_si256(h0, _mm256_and_si256(sh >= 0 ? _mm256_slli_epi16(hb0, sh)
-                                                                      : _mm256_srli_epi16(hb0, -sh),
-                                                              m16));
-                    h1 = _mm256_or_si256(h1, _mm256_and_si256(sh >= 0 ? _mm256_slli_epi16(hb1, sh)
-                                                                      : _mm256_srli_epi16(hb1, -sh),
-                                                              m16));
-                }
+            /* the next record, an eighth of it per sub-block (the integer work spreads the loads
+             * out, so the hardware prefetcher alone runs behind; Q5_K has two streams) */
+            const char *nx = (const char *)blk + rec + (rec / 8) * (size_t)j;
+#pragma GCC unroll 5
+            for (int l = 0; l < 5; l++) _mm_prefetch(nx + 64 * l, _MM_HINT_T0);
+            if (five) _mm_prefetch(nx + 320, _MM_HINT_T0);
+                /* rows 0-7 then rows 8-15: fewer values live at once (16 registers) */
 #pragma GCC unroll 2
-                for (int t = 0; t < NT; t++) {
-                    const int8_t *xq =
-                        ((const struct act_q8k *)(x + t * xs) + b)->qs + 32 * j + 4 * c;
-                    const __m256i xl = bcast4(xq), xh = bcast4(xq + 16);
-                    acc[0][t] = _mm256_add_epi32(
-                        acc[0][t], _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(l0, xl),
-                                                                      _mm256_maddubs_epi16(h0, xh)),
-                                                     s0));
-                    acc[1][t] = _mm256_add_epi32(
-                        acc[1][t], _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(l1, xl),
-                                                                      _mm256_maddubs_epi16(h1, xh)),
-                                                     s1));
+            for (int hf = 0; hf < 2; hf++) {
+                const __m256i hb =
+                    five ? _mm256_loadu_si256((const __m256i *)(qh + 64 * j + 32 * hf)) : m4;
+                __m256i p[2];
+#pragma GCC unroll 4
+                for (int c = 0; c < 4; c++) {
+                    const __m256i r =
+                        _mm256_loadu_si256((const __m256i *)(qs + 64 * (4 * j + c) + 32 * hf));
+                    __m256i l = _mm256_and_si256(r, m4);
+                    __m256i h = _mm256_and_si256(_mm256_srli_epi16(r, 4), m4);
+                    if (five) { /* bit 2c (2c + 1) of each qh byte to bit 4 */
+                        const int sl = 4 - 2 * c, sh = 3 - 2 * c;
+                        l = _mm256_or_si256(l,
+                                            _mm256_and_si256(sl >= 0 ? _mm256_slli_epi16(hb, sl)
+                                                                     : _mm256_srli_epi16(hb, -sl),
+                                                             m16));
+                        h = _mm256_or_si256(h,
+                                            _mm256_and_si256(sh >= 0 ? _mm256_slli_epi16(hb, sh)
+                                                                     : _mm256_srli_epi16(hb, -sh),
+                                                             m16));
+                    }
+#pragma GCC unroll 2
+                    for (int t = 0; t < NT; t++) {
+                        const int8_t *xq =
+                            ((const struct act_q8k *)(x + t * xs) + b)->qs + 32 * j + 4 * c;
+                        const __m256i e =
+                            _mm256_add_epi16(_mm256_maddubs_epi16(l, bcast4(xq)),
+                                             _mm256_maddubs_epi16(h, bcast4(xq + 16)));
+                        p[t] = (five ? c % 2 == 0 : c == 0) ? e : _mm256_add_epi16(p[t], e);
+                        if (five ? c % 2 == 1 : c == 3) {
+                            /* [s_r, s_r] per row, made where used */
+                            const __m128i sc = _mm_load_si128((const __m128i *)sm[j]);
+                            const __m256i sp =
+                                _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sc, hf ? dup1 : dup0));
+                            acc[hf][t] = _mm256_add_epi32(acc[hf][t], _mm256_madd_epi16(p[t], sp));
+                        }
+                    }
                 }
             }
         }
@@ -129,7 +153,8 @@ KERNEL_INLINE void k45_x16_group(const int five, const uint8_t *w, const uint8_t
         __m256i mp[2][4];
 #pragma GCC unroll 4
         for (int k = 0; k < 4; k++) {
-            const __m128i a = six_bits16(&blk->sm[8 + 2 * k]), c = six_bits16(&blk->sm[9 + 2 * k]);
+            const __m128i a = _mm_load_si128((const __m128i *)sm[8 + 2 * k]);
+            const __m128i c = _mm_load_si128((const __m128i *)sm[9 + 2 * k]);
             mp[0][k] = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(a, c));
             mp[1][k] = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(a, c));
         }
