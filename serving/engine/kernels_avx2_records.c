@@ -29,20 +29,6 @@
  * scales while it adds, so an accumulator's 8 lanes are 8 rows' exact integer sums. The rows'
  * float arithmetic is then the scalar kernel's, lane by lane: bit-identical results. */
 
-/* The 16 rows' 6-bit values of one field (repack.h's six_bits_x16) as bytes in row order. */
-KERNEL_INLINE __m128i six_bits16(const struct six_bits_x16 *f)
-{
-    const __m128i m4 = _mm_set1_epi8(0x0f);
-    const __m128i lo8 = _mm_loadl_epi64((const __m128i *)f->lo);
-    const __m128i lo =
-        _mm_unpacklo_epi64(_mm_and_si128(lo8, m4), _mm_and_si128(_mm_srli_epi16(lo8, 4), m4));
-    uint32_t h;
-    memcpy(&h, f->hi, 4);
-    __m128i hi = _mm_srlv_epi32(_mm_set1_epi32((int)h), _mm_setr_epi32(0, 2, 4, 6));
-    hi = _mm_slli_epi16(_mm_and_si128(hi, _mm_set1_epi8(3)), 4);
-    return _mm_or_si128(lo, hi);
-}
-
 /* [v_r, v_r] as 16-bit pairs for rows 8*half .. 8*half+7 of 16 row-ordered bytes. */
 KERNEL_INLINE __m256i row_pairs_u8(__m128i v, int half)
 {
@@ -52,12 +38,23 @@ KERNEL_INLINE __m256i row_pairs_u8(__m128i v, int half)
     return _mm256_cvtepu8_epi16(_mm_shuffle_epi8(v, dup));
 }
 
-/* The 16 six_bits_x16 fields of a Q4_K/Q5_K record head (8 scales, 8 mins) as 16 row-ordered
- * bytes each, two fields per 256-bit step: lane 0 field f, lane 1 field f + 1. A field's 12
- * bytes: lo[8] (row r's low 4 bits in nibble r / 8 of lo[r % 8]), then hi[4] (its top 2 bits at
- * bit 2 (r / 4) of hi[r % 4]). The last load reads 8 bytes past the fields, inside the record. */
-KERNEL_INLINE void six_bits16_all(const struct six_bits_x16 *f, uint8_t out[16][16])
+/* [bsums_2k, bsums_2k+1] of a in every 32-bit lane: one broadcast load. */
+KERNEL_INLINE __m256i bsum_pair(const struct act_q8k *a, int k)
 {
+    int32_t v;
+    memcpy(&v, a->bsums + 2 * k, 4);
+    return _mm256_set1_epi32(v);
+}
+
+/* n (even) six_bits_x16 fields of a record head as 16 row-ordered bytes each, less off (the
+ * formats with signed scales store them + 32), two fields per 256-bit step: lane 0 field f,
+ * lane 1 field f + 1. A field's 12
+ * bytes: lo[8] (row r's low 4 bits in nibble r / 8 of lo[r % 8]), then hi[4] (its top 2 bits at
+ * bit 2 (r / 4) of hi[r % 4]). The last load reads 8 bytes past the fields: every record has
+ * its quants after them. */
+KERNEL_INLINE void six_bits16_all(const struct six_bits_x16 *f, int n, int off, uint8_t out[][16])
+{
+    const __m256i voff = _mm256_set1_epi8((char)off);
     const __m256i m4 = _mm256_set1_epi8(0x0f), m3 = _mm256_set1_epi8(3);
     /* dwords of the two fields: lo at 0-1 (f) and 3-4 (f + 1), hi at 2 and 5 */
     const __m256i plo = _mm256_setr_epi32(0, 1, 0, 1, 3, 4, 3, 4);
@@ -65,13 +62,14 @@ KERNEL_INLINE void six_bits16_all(const struct six_bits_x16 *f, uint8_t out[16][
     const __m256i shlo = _mm256_setr_epi64x(0, 4, 0, 4);
     const __m256i shhi = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
 #pragma GCC unroll 8
-    for (int k = 0; k < 8; k++) {
+    for (int k = 0; k < n / 2; k++) {
         const __m256i v = _mm256_loadu_si256((const __m256i *)(f + 2 * k));
         const __m256i lo =
             _mm256_and_si256(_mm256_srlv_epi64(_mm256_permutevar8x32_epi32(v, plo), shlo), m4);
         const __m256i hi =
             _mm256_and_si256(_mm256_srlv_epi32(_mm256_permutevar8x32_epi32(v, phi), shhi), m3);
-        _mm256_storeu_si256((__m256i *)out[2 * k], _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)));
+        _mm256_storeu_si256((__m256i *)out[2 * k],
+                            _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)), voff));
     }
 }
 
@@ -96,7 +94,7 @@ KERNEL_INLINE void k45_x16_group(const int five, const uint8_t *w, const uint8_t
         const uint8_t *qs = five ? ((const struct block_q5_Kx16 *)blk)->qs : blk->qs;
         const uint8_t *qh = ((const struct block_q5_Kx16 *)blk)->qh;
         _Alignas(32) uint8_t sm[16][16];
-        six_bits16_all(blk->sm, sm);
+        six_bits16_all(blk->sm, 16, 0, sm);
         __m256i acc[2][2];
 #pragma GCC unroll 2
         for (int t = 0; t < NT; t++) acc[0][t] = acc[1][t] = _mm256_setzero_si256();
@@ -288,12 +286,10 @@ KERNEL_INLINE void q6_K_x16_group(const uint8_t *w, const uint8_t *x, size_t xs,
 #pragma GCC unroll 2
         for (int t = 0; t < NT; t++) {
             const struct act_q8k *a = (const struct act_q8k *)(x + t * xs) + b;
-            const __m128i bl = _mm_loadu_si128((const __m128i *)a->bsums);
-            const __m128i bh = _mm_loadu_si128((const __m128i *)(a->bsums + 8));
             __m256i o0 = _mm256_setzero_si256(), o1 = o0;
 #pragma GCC unroll 8
             for (int k = 0; k < 8; k++) {
-                const __m256i bk = lane32(k < 4 ? bl : bh, (k % 4));
+                const __m256i bk = bsum_pair(a, k);
                 o0 = _mm256_add_epi32(o0, _mm256_madd_epi16(sp[0][k], bk));
                 o1 = _mm256_add_epi32(o1, _mm256_madd_epi16(sp[1][k], bk));
             }
@@ -342,15 +338,13 @@ KERNEL_INLINE __m256 kq_finish(__m256 acc, __m256 d, __m256 dmin, float dx, __m2
  * [bsums_2k, bsums_2k+1]. */
 KERNEL_INLINE __m256i bsum_rows(const __m128i *v, int is_signed, const struct act_q8k *a, int half)
 {
-    const __m128i bl = _mm_loadu_si128((const __m128i *)a->bsums);
-    const __m128i bh = _mm_loadu_si128((const __m128i *)(a->bsums + 8));
     __m256i s = _mm256_setzero_si256();
 #pragma GCC unroll 8
     for (int k = 0; k < 8; k++) {
         const __m128i pr = half ? _mm_unpackhi_epi8(v[2 * k], v[2 * k + 1])
                                 : _mm_unpacklo_epi8(v[2 * k], v[2 * k + 1]);
         const __m256i p16 = is_signed ? _mm256_cvtepi8_epi16(pr) : _mm256_cvtepu8_epi16(pr);
-        const __m256i bk = lane32(k < 4 ? bl : bh, (k % 4));
+        const __m256i bk = bsum_pair(a, k);
         s = _mm256_add_epi32(s, _mm256_madd_epi16(p16, bk));
     }
     return s;
@@ -425,26 +419,24 @@ KERNEL_INLINE void q3_K_x16_group(const uint8_t *w, const uint8_t *x, size_t xs,
     const struct block_q3_Kx16 *blk = (const struct block_q3_Kx16 *)w;
     const __m256i m7 = _mm256_set1_epi8(7), m3 = _mm256_set1_epi8(3), m1 = _mm256_set1_epi8(1);
     const __m256i m4 = _mm256_set1_epi8(4), m6 = _mm256_set1_epi8(6);
-    const __m128i k32 = _mm_set1_epi8(32);
     __m256 accf[2][2];
 #pragma GCC unroll 2
     for (int t = 0; t < NT; t++) accf[0][t] = accf[1][t] = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++, blk++) {
         __m256i acc[2][2];
-        __m128i sv[16];
+        _Alignas(32) uint8_t sm[16][16];
+        six_bits16_all(blk->sc, 16, 32, sm);
 #pragma GCC unroll 2
         for (int t = 0; t < NT; t++) acc[0][t] = acc[1][t] = _mm256_setzero_si256();
         for (int k = 0; k < 8; k++) {
-            sv[2 * k] = _mm_sub_epi8(six_bits16(&blk->sc[2 * k]), k32);
-            sv[2 * k + 1] = _mm_sub_epi8(six_bits16(&blk->sc[2 * k + 1]), k32);
             const uint8_t *q = blk->q + 192 * k;
             _mm_prefetch((const char *)q + 1536, _MM_HINT_T0);
             _mm_prefetch((const char *)q + 1600, _MM_HINT_T0);
             _mm_prefetch((const char *)q + 1664, _MM_HINT_T0);
 #pragma GCC unroll 2
             for (int hf = 0; hf < 2; hf++) {
-                const __m256i sa = row_pairs_s8(sv[2 * k], hf),
-                              sb = row_pairs_s8(sv[2 * k + 1], hf);
+                const __m256i sa = row_pairs_s8(_mm_load_si128((const __m128i *)sm[2 * k]), hf),
+                              sb = row_pairs_s8(_mm_load_si128((const __m128i *)sm[2 * k + 1]), hf);
                 const __m256i p0 = _mm256_loadu_si256((const __m256i *)(q + 32 * hf));
                 const __m256i p1 = _mm256_loadu_si256((const __m256i *)(q + 64 + 32 * hf));
                 const __m256i p2 = _mm256_loadu_si256((const __m256i *)(q + 128 + 32 * hf));
@@ -482,6 +474,9 @@ KERNEL_INLINE void q3_K_x16_group(const uint8_t *w, const uint8_t *x, size_t xs,
         const __m256 d1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk->d + 8)));
         const __m256 z = _mm256_setzero_ps();
         const __m256i zi = _mm256_setzero_si256();
+        __m128i sv[16];
+#pragma GCC unroll 16
+        for (int j = 0; j < 16; j++) sv[j] = _mm_load_si128((const __m128i *)sm[j]);
 #pragma GCC unroll 2
         for (int t = 0; t < NT; t++) {
             const struct act_q8k *a = (const struct act_q8k *)(x + t * xs) + b;
@@ -510,7 +505,6 @@ KERNEL_INLINE void iq4_xs_x16_group(const uint8_t *w, const uint8_t *x, size_t x
     const __m256i tbl = _mm256_broadcastsi128_si256(t128);
     const __m256i tabs = _mm256_broadcastsi128_si256(_mm_abs_epi8(t128));
     const __m256i m4 = _mm256_set1_epi8(0x0f);
-    const __m128i k32 = _mm_set1_epi8(32);
     __m256 accf[2][2];
 #pragma GCC unroll 2
     for (int t = 0; t < NT; t++) accf[0][t] = accf[1][t] = _mm256_setzero_ps();
@@ -518,8 +512,10 @@ KERNEL_INLINE void iq4_xs_x16_group(const uint8_t *w, const uint8_t *x, size_t x
         __m256i acc[2][2];
 #pragma GCC unroll 2
         for (int t = 0; t < NT; t++) acc[0][t] = acc[1][t] = _mm256_setzero_si256();
+        _Alignas(32) uint8_t sm[8][16];
+        six_bits16_all(blk->sc, 8, 32, sm);
         for (int j = 0; j < 8; j++) {
-            const __m128i sc = _mm_sub_epi8(six_bits16(&blk->sc[j]), k32);
+            const __m128i sc = _mm_load_si128((const __m128i *)sm[j]);
             const __m256i s0 = row_pairs_s8(sc, 0), s1 = row_pairs_s8(sc, 1);
 #pragma GCC unroll 4
             for (int c = 0; c < 4; c++) {
