@@ -68,8 +68,11 @@ KERNEL_INLINE void six_bits16_all(const struct six_bits_x16 *f, int n, int off, 
             _mm256_and_si256(_mm256_srlv_epi64(_mm256_permutevar8x32_epi32(v, plo), shlo), m4);
         const __m256i hi =
             _mm256_and_si256(_mm256_srlv_epi32(_mm256_permutevar8x32_epi32(v, phi), shhi), m3);
-        _mm256_storeu_si256((__m256i *)out[2 * k],
-                            _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)), voff));
+        const __m256i v6 = _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)), voff);
+        /* two 16-byte stores: the kernels load a field at a time, and a load from the upper half
+         * of a 32-byte store is not forwarded (Q3_K's first sub-blocks waited for it) */
+        _mm_store_si128((__m128i *)out[2 * k], _mm256_castsi256_si128(v6));
+        _mm_store_si128((__m128i *)out[2 * k + 1], _mm256_extracti128_si256(v6, 1));
     }
 }
 
