@@ -29,20 +29,6 @@
  * scales while it adds, so an accumulator's 8 lanes are 8 rows' exact integer sums. The rows'
  * float arithmetic is then the scalar kernel's, lane by lane: bit-identical results. */
 
-/* The 16 rows' 6-bit values of one field (repack.h's six_bits_x16) as bytes in row order. */
-KERNEL_INLINE __m128i six_bits16(const struct six_bits_x16 *f)
-{
-    const __m128i m4 = _mm_set1_epi8(0x0f);
-    const __m128i lo8 = _mm_loadl_epi64((const __m128i *)f->lo);
-    const __m128i lo =
-        _mm_unpacklo_epi64(_mm_and_si128(lo8, m4), _mm_and_si128(_mm_srli_epi16(lo8, 4), m4));
-    uint32_t h;
-    memcpy(&h, f->hi, 4);
-    __m128i hi = _mm_srlv_epi32(_mm_set1_epi32((int)h), _mm_setr_epi32(0, 2, 4, 6));
-    hi = _mm_slli_epi16(_mm_and_si128(hi, _mm_set1_epi8(3)), 4);
-    return _mm_or_si128(lo, hi);
-}
-
 /* [v_r, v_r] as 16-bit pairs for rows 8*half .. 8*half+7 of 16 row-ordered bytes. */
 KERNEL_INLINE __m256i row_pairs_u8(__m128i v, int half)
 {
@@ -52,16 +38,57 @@ KERNEL_INLINE __m256i row_pairs_u8(__m128i v, int half)
     return _mm256_cvtepu8_epi16(_mm_shuffle_epi8(v, dup));
 }
 
+/* [bsums_2k, bsums_2k+1] of a in every 32-bit lane: one broadcast load. */
+KERNEL_INLINE __m256i bsum_pair(const struct act_q8k *a, int k)
+{
+    int32_t v;
+    memcpy(&v, a->bsums + 2 * k, 4);
+    return _mm256_set1_epi32(v);
+}
+
+/* n (even) six_bits_x16 fields of a record head as 16 row-ordered bytes each, less off (the
+ * formats with signed scales store them + 32), two fields per 256-bit step: lane 0 field f,
+ * lane 1 field f + 1. A field's 12
+ * bytes: lo[8] (row r's low 4 bits in nibble r / 8 of lo[r % 8]), then hi[4] (its top 2 bits at
+ * bit 2 (r / 4) of hi[r % 4]). The last load reads 8 bytes past the fields: every record has
+ * its quants after them. */
+KERNEL_INLINE void six_bits16_all(const struct six_bits_x16 *f, int n, int off, uint8_t out[][16])
+{
+    const __m256i voff = _mm256_set1_epi8((char)off);
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m3 = _mm256_set1_epi8(3);
+    /* dwords of the two fields: lo at 0-1 (f) and 3-4 (f + 1), hi at 2 and 5 */
+    const __m256i plo = _mm256_setr_epi32(0, 1, 0, 1, 3, 4, 3, 4);
+    const __m256i phi = _mm256_setr_epi32(2, 2, 2, 2, 5, 5, 5, 5);
+    const __m256i shlo = _mm256_setr_epi64x(0, 4, 0, 4);
+    const __m256i shhi = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
+#pragma GCC unroll 8
+    for (int k = 0; k < n / 2; k++) {
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(f + 2 * k));
+        const __m256i lo =
+            _mm256_and_si256(_mm256_srlv_epi64(_mm256_permutevar8x32_epi32(v, plo), shlo), m4);
+        const __m256i hi =
+            _mm256_and_si256(_mm256_srlv_epi32(_mm256_permutevar8x32_epi32(v, phi), shhi), m3);
+        const __m256i v6 = _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)), voff);
+        /* two 16-byte stores: the kernels load a field at a time, and a load from the upper half
+         * of a 32-byte store is not forwarded (Q3_K's first sub-blocks waited for it) */
+        _mm_store_si128((__m128i *)out[2 * k], _mm256_castsi256_si128(v6));
+        _mm_store_si128((__m128i *)out[2 * k + 1], _mm256_extracti128_si256(v6, 1));
+    }
+}
+
 /* Q4_K and Q5_K records: per sub-block j, 4 chunks of 4 bytes per row, each byte elements
- * 32j + i (low nibble) and 32j + 16 + i (high), Q5_K's 5th bits or-ed in from its qh plane: both
- * products have the row's scale, so they are added in 16 bits (at most 2 * 2 * 31 * 127)
- * before one vpmaddwd. */
+ * 32j + i (low nibble) and 32j + 16 + i (high), Q5_K's 5th bits or-ed in from its qh plane. All
+ * products of a sub-block have the row's scale, so they add in 16 bits before one vpmaddwd:
+ * Q4_K's 8 per row pair (at most 8 * 2 * 15 * 127 = 30480), Q5_K's 4 (4 * 2 * 31 * 127 = 31496,
+ * so two vpmaddwd per sub-block). The head's 6-bit fields are unpacked once per record. */
 KERNEL_INLINE void k45_x16_group(const int five, const uint8_t *w, const uint8_t *x, size_t xs,
                                  int nb, float *y, size_t ys, const int NT)
 {
     /* Q4_K and Q5_K records share their head (d, dmin, sm); Q5_K's qh comes before its qs. */
     const size_t rec = five ? sizeof(struct block_q5_Kx16) : sizeof(struct block_q4_Kx16);
     const __m256i m4 = _mm256_set1_epi8(0x0f), m16 = _mm256_set1_epi8(0x10);
+    const __m128i dup0 = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    const __m128i dup1 = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
     __m256 accf[2][2];
 #pragma GCC unroll 2
     for (int t = 0; t < NT; t++) accf[0][t] = accf[1][t] = _mm256_setzero_ps();
@@ -69,59 +96,57 @@ KERNEL_INLINE void k45_x16_group(const int five, const uint8_t *w, const uint8_t
         const struct block_q4_Kx16 *blk = (const struct block_q4_Kx16 *)(w + (size_t)b * rec);
         const uint8_t *qs = five ? ((const struct block_q5_Kx16 *)blk)->qs : blk->qs;
         const uint8_t *qh = ((const struct block_q5_Kx16 *)blk)->qh;
+        _Alignas(32) uint8_t sm[16][16];
+        six_bits16_all(blk->sm, 16, 0, sm);
         __m256i acc[2][2];
 #pragma GCC unroll 2
         for (int t = 0; t < NT; t++) acc[0][t] = acc[1][t] = _mm256_setzero_si256();
         for (int j = 0; j < 8; j++) {
-            const __m128i sc = six_bits16(&blk->sm[j]);
-            const __m256i s0 = row_pairs_u8(sc, 0), s1 = row_pairs_u8(sc, 1);
-            __m256i hb0 = _mm256_setzero_si256(), hb1 = hb0;
-            if (five) {
-                hb0 = _mm256_loadu_si256((const __m256i *)(qh + 64 * j));
-                hb1 = _mm256_loadu_si256((const __m256i *)(qh + 64 * j + 32));
-            }
-#pragma GCC unroll 4
-            for (int c = 0; c < 4; c++) {
-                const uint8_t *q = qs + 64 * (4 * j + c);
-                /* the next record, spread over this one's 32 chunks: Q5_K's two streams (qh, qs)
-                 * outran the hardware prefetcher with a fixed distance on qs alone (58-61% of the
-                 * streaming read from memory, 74-90% so, one thread) */
-                const char *nx = (const char *)blk + rec + (rec / 32) * (size_t)(4 * j + c);
-                _mm_prefetch(nx, _MM_HINT_T0);
-                _mm_prefetch(nx + 64, _MM_HINT_T0);
-                const __m256i r0 = _mm256_loadu_si256((const __m256i *)q);
-                const __m256i r1 = _mm256_loadu_si256((const __m256i *)(q + 32));
-                __m256i l0 = _mm256_and_si256(r0, m4), l1 = _mm256_and_si256(r1, m4);
-                __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(r0, 4), m4);
-                __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(r1, 4), m4);
-                if (five) { /* bit 2c (2c + 1) of each qh byte to bit 4 */
-                    const int sl = 4 - 2 * c, sh = 3 - 2 * c;
-                    l0 = _mm256_or_si256(l0, _mm256_and_si256(sl >= 0 ? _mm256_slli_epi16(hb0, sl)
-                                                                      : _mm256_srli_epi16(hb0, -sl),
-                                                              m16));
-                    l1 = _mm256_or_si256(l1, _mm256_and_si256(sl >= 0 ? _mm256_slli_epi16(hb1, sl)
-                                                                      : _mm256_srli_epi16(hb1, -sl),
-                                                              m16));
-                    h0 = _mm256_or_si256(h0, _mm256_and_si256(sh >= 0 ? _mm256_slli_epi16(hb0, sh)
-                                                                      : _mm256_srli_epi16(hb0, -sh),
-                                                              m16));
-                    h1 = _mm256_or_si256(h1, _mm256_and_si256(sh >= 0 ? _mm256_slli_epi16(hb1, sh)
-                                                                      : _mm256_srli_epi16(hb1, -sh),
-                                                              m16));
-                }
+            /* the next record, an eighth of it per sub-block (the integer work spreads the loads
+             * out, so the hardware prefetcher alone runs behind; Q5_K has two streams) */
+            const char *nx = (const char *)blk + rec + (rec / 8) * (size_t)j;
+#pragma GCC unroll 5
+            for (int l = 0; l < 5; l++) _mm_prefetch(nx + 64 * l, _MM_HINT_T0);
+            if (five) _mm_prefetch(nx + 320, _MM_HINT_T0);
+                /* rows 0-7 then rows 8-15: fewer values live at once (16 registers) */
 #pragma GCC unroll 2
-                for (int t = 0; t < NT; t++) {
-                    const int8_t *xq =
-                        ((const struct act_q8k *)(x + t * xs) + b)->qs + 32 * j + 4 * c;
-                    const __m256i xl = bcast4(xq), xh = bcast4(xq + 16);
-                    acc[0][t] = _mm256_add_epi32(
-                        acc[0][t], _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(l0, xl),
-                                                                      _mm256_maddubs_epi16(h0, xh)),
-                                                     s0));
-                    acc[1][t] = _mm256_add_epi32(
-                        acc[1][t], _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(l1, xl),
-                                                                      _mm256_maddubs_epi16(h1, xh)),
-                                                     s1));
+            for (int hf = 0; hf < 2; hf++) {
+                const __m256i hb =
+                    five ? _mm256_loadu_si256((const __m256i *)(qh + 64 * j + 32 * hf)) : m4;
+                __m256i p[2];
+#pragma GCC unroll 4
+                for (int c = 0; c < 4; c++) {
+                    const __m256i r =
+                        _mm256_loadu_si256((const __m256i *)(qs + 64 * (4 * j + c) + 32 * hf));
+                    __m256i l = _mm256_and_si256(r, m4);
+                    __m256i h = _mm256_and_si256(_mm256_srli_epi16(r, 4), m4);
+                    if (five) { /* bit 2c (2c + 1) of each qh byte to bit 4 */
+                        const int sl = 4 - 2 * c, sh = 3 - 2 * c;
+                        l = _mm256_or_si256(l,
+                                            _mm256_and_si256(sl >= 0 ? _mm256_slli_epi16(hb, sl)
+                                                                     : _mm256_srli_epi16(hb, -sl),
+                                                             m16));
+                        h = _mm256_or_si256(h,
+                                            _mm256_and_si256(sh >= 0 ? _mm256_slli_epi16(hb, sh)
+                                                                     : _mm256_srli_epi16(hb, -sh),
+                                                             m16));
+                    }
+#pragma GCC unroll 2
+                    for (int t = 0; t < NT; t++) {
+                        const int8_t *xq =
+                            ((const struct act_q8k *)(x + t * xs) + b)->qs + 32 * j + 4 * c;
+                        const __m256i e =
+                            _mm256_add_epi16(_mm256_maddubs_epi16(l, bcast4(xq)),
+                                             _mm256_maddubs_epi16(h, bcast4(xq + 16)));
+                        p[t] = (five ? c % 2 == 0 : c == 0) ? e : _mm256_add_epi16(p[t], e);
+                        if (five ? c % 2 == 1 : c == 3) {
+                            /* [s_r, s_r] per row, made where used */
+                            const __m128i sc = _mm_load_si128((const __m128i *)sm[j]);
+                            const __m256i sp =
+                                _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sc, hf ? dup1 : dup0));
+                            acc[hf][t] = _mm256_add_epi32(acc[hf][t], _mm256_madd_epi16(p[t], sp));
+                        }
+                    }
                 }
             }
         }
@@ -129,7 +154,8 @@ KERNEL_INLINE void k45_x16_group(const int five, const uint8_t *w, const uint8_t
         __m256i mp[2][4];
 #pragma GCC unroll 4
         for (int k = 0; k < 4; k++) {
-            const __m128i a = six_bits16(&blk->sm[8 + 2 * k]), c = six_bits16(&blk->sm[9 + 2 * k]);
+            const __m128i a = _mm_load_si128((const __m128i *)sm[8 + 2 * k]);
+            const __m128i c = _mm_load_si128((const __m128i *)sm[9 + 2 * k]);
             mp[0][k] = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(a, c));
             mp[1][k] = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(a, c));
         }
@@ -263,12 +289,10 @@ KERNEL_INLINE void q6_K_x16_group(const uint8_t *w, const uint8_t *x, size_t xs,
 #pragma GCC unroll 2
         for (int t = 0; t < NT; t++) {
             const struct act_q8k *a = (const struct act_q8k *)(x + t * xs) + b;
-            const __m128i bl = _mm_loadu_si128((const __m128i *)a->bsums);
-            const __m128i bh = _mm_loadu_si128((const __m128i *)(a->bsums + 8));
             __m256i o0 = _mm256_setzero_si256(), o1 = o0;
 #pragma GCC unroll 8
             for (int k = 0; k < 8; k++) {
-                const __m256i bk = lane32(k < 4 ? bl : bh, (k % 4));
+                const __m256i bk = bsum_pair(a, k);
                 o0 = _mm256_add_epi32(o0, _mm256_madd_epi16(sp[0][k], bk));
                 o1 = _mm256_add_epi32(o1, _mm256_madd_epi16(sp[1][k], bk));
             }
@@ -317,15 +341,13 @@ KERNEL_INLINE __m256 kq_finish(__m256 acc, __m256 d, __m256 dmin, float dx, __m2
  * [bsums_2k, bsums_2k+1]. */
 KERNEL_INLINE __m256i bsum_rows(const __m128i *v, int is_signed, const struct act_q8k *a, int half)
 {
-    const __m128i bl = _mm_loadu_si128((const __m128i *)a->bsums);
-    const __m128i bh = _mm_loadu_si128((const __m128i *)(a->bsums + 8));
     __m256i s = _mm256_setzero_si256();
 #pragma GCC unroll 8
     for (int k = 0; k < 8; k++) {
         const __m128i pr = half ? _mm_unpackhi_epi8(v[2 * k], v[2 * k + 1])
                                 : _mm_unpacklo_epi8(v[2 * k], v[2 * k + 1]);
         const __m256i p16 = is_signed ? _mm256_cvtepi8_epi16(pr) : _mm256_cvtepu8_epi16(pr);
-        const __m256i bk = lane32(k < 4 ? bl : bh, (k % 4));
+        const __m256i bk = bsum_pair(a, k);
         s = _mm256_add_epi32(s, _mm256_madd_epi16(p16, bk));
     }
     return s;
@@ -400,26 +422,24 @@ KERNEL_INLINE void q3_K_x16_group(const uint8_t *w, const uint8_t *x, size_t xs,
     const struct block_q3_Kx16 *blk = (const struct block_q3_Kx16 *)w;
     const __m256i m7 = _mm256_set1_epi8(7), m3 = _mm256_set1_epi8(3), m1 = _mm256_set1_epi8(1);
     const __m256i m4 = _mm256_set1_epi8(4), m6 = _mm256_set1_epi8(6);
-    const __m128i k32 = _mm_set1_epi8(32);
     __m256 accf[2][2];
 #pragma GCC unroll 2
     for (int t = 0; t < NT; t++) accf[0][t] = accf[1][t] = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++, blk++) {
         __m256i acc[2][2];
-        __m128i sv[16];
+        _Alignas(32) uint8_t sm[16][16];
+        six_bits16_all(blk->sc, 16, 32, sm);
 #pragma GCC unroll 2
         for (int t = 0; t < NT; t++) acc[0][t] = acc[1][t] = _mm256_setzero_si256();
         for (int k = 0; k < 8; k++) {
-            sv[2 * k] = _mm_sub_epi8(six_bits16(&blk->sc[2 * k]), k32);
-            sv[2 * k + 1] = _mm_sub_epi8(six_bits16(&blk->sc[2 * k + 1]), k32);
             const uint8_t *q = blk->q + 192 * k;
             _mm_prefetch((const char *)q + 1536, _MM_HINT_T0);
             _mm_prefetch((const char *)q + 1600, _MM_HINT_T0);
             _mm_prefetch((const char *)q + 1664, _MM_HINT_T0);
 #pragma GCC unroll 2
             for (int hf = 0; hf < 2; hf++) {
-                const __m256i sa = row_pairs_s8(sv[2 * k], hf),
-                              sb = row_pairs_s8(sv[2 * k + 1], hf);
+                const __m256i sa = row_pairs_s8(_mm_load_si128((const __m128i *)sm[2 * k]), hf),
+                              sb = row_pairs_s8(_mm_load_si128((const __m128i *)sm[2 * k + 1]), hf);
                 const __m256i p0 = _mm256_loadu_si256((const __m256i *)(q + 32 * hf));
                 const __m256i p1 = _mm256_loadu_si256((const __m256i *)(q + 64 + 32 * hf));
                 const __m256i p2 = _mm256_loadu_si256((const __m256i *)(q + 128 + 32 * hf));
@@ -457,6 +477,9 @@ KERNEL_INLINE void q3_K_x16_group(const uint8_t *w, const uint8_t *x, size_t xs,
         const __m256 d1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk->d + 8)));
         const __m256 z = _mm256_setzero_ps();
         const __m256i zi = _mm256_setzero_si256();
+        __m128i sv[16];
+#pragma GCC unroll 16
+        for (int j = 0; j < 16; j++) sv[j] = _mm_load_si128((const __m128i *)sm[j]);
 #pragma GCC unroll 2
         for (int t = 0; t < NT; t++) {
             const struct act_q8k *a = (const struct act_q8k *)(x + t * xs) + b;
@@ -485,7 +508,6 @@ KERNEL_INLINE void iq4_xs_x16_group(const uint8_t *w, const uint8_t *x, size_t x
     const __m256i tbl = _mm256_broadcastsi128_si256(t128);
     const __m256i tabs = _mm256_broadcastsi128_si256(_mm_abs_epi8(t128));
     const __m256i m4 = _mm256_set1_epi8(0x0f);
-    const __m128i k32 = _mm_set1_epi8(32);
     __m256 accf[2][2];
 #pragma GCC unroll 2
     for (int t = 0; t < NT; t++) accf[0][t] = accf[1][t] = _mm256_setzero_ps();
@@ -493,8 +515,10 @@ KERNEL_INLINE void iq4_xs_x16_group(const uint8_t *w, const uint8_t *x, size_t x
         __m256i acc[2][2];
 #pragma GCC unroll 2
         for (int t = 0; t < NT; t++) acc[0][t] = acc[1][t] = _mm256_setzero_si256();
+        _Alignas(32) uint8_t sm[8][16];
+        six_bits16_all(blk->sc, 8, 32, sm);
         for (int j = 0; j < 8; j++) {
-            const __m128i sc = _mm_sub_epi8(six_bits16(&blk->sc[j]), k32);
+            const __m128i sc = _mm_load_si128((const __m128i *)sm[j]);
             const __m256i s0 = row_pairs_s8(sc, 0), s1 = row_pairs_s8(sc, 1);
 #pragma GCC unroll 4
             for (int c = 0; c < 4; c++) {
