@@ -19,7 +19,7 @@
 struct generate_opts {
     const char *model, *prompt;
     double temp, top_p, min_p, seed;
-    int n_gen, top_k, threads, chunk, verbose, kv_type, attn;
+    int n_gen, top_k, threads, chunk, verbose, kv_type, attn, trace_top;
 };
 
 /* One sequence's run: the model, its buffers (allocated once), the sampler. */
@@ -33,6 +33,7 @@ struct generation {
     int *table;         /* the sequence's KV block table */
     float *logits;      /* [vocab] */
     struct sampler smp;
+    int trace_top, step; /* --trace-top N: greedy on the host, each step's N best on stderr */
 };
 
 static int parse_opts(int argc, char **argv, struct generate_opts *o)
@@ -53,11 +54,13 @@ static int parse_opts(int argc, char **argv, struct generate_opts *o)
         {"--kv-type", OPT_PARSE, &o->kv_type, 0, 0, opts_kv_type, "f16|f32"},
         {"--attn", OPT_PARSE, &o->attn, 0, 0, opts_attn, "exact|ggml-fa"},
         {"-v", OPT_FLAG, &o->verbose, 0, 0, NULL, NULL},
+        {"--trace-top", OPT_INT, &o->trace_top, 1, 20, NULL, "N"},
     };
     const int n = (int)(sizeof t / sizeof t[0]);
     char err[ERRMSG_LEN];
     if (opts_parse(t, n, argc, argv, err) ||
-        (!o->model && errmsg_set(err, "-m MODEL.gguf is required"))) {
+        (!o->model && errmsg_set(err, "-m MODEL.gguf is required")) ||
+        (o->trace_top && o->temp != 0 && errmsg_set(err, "--trace-top is greedy: give --temp 0"))) {
         fprintf(stderr, "strata generate: %s\n", err);
         opts_usage(stderr, "generate", t, n);
         return -1;
@@ -68,6 +71,7 @@ static int parse_opts(int argc, char **argv, struct generate_opts *o)
 static int generation_open(struct generation *g, const struct generate_opts *o, char *err)
 {
     memset(g, 0, sizeof *g);
+    g->trace_top = o->trace_top;
     if (!(g->lm = calloc(1, sizeof *g->lm))) return errmsg_set(err, "out of memory");
     struct loader_opts lo = {
         .limits = {.max_seqs = 1,
@@ -101,6 +105,30 @@ static int generation_open(struct generation *g, const struct generate_opts *o, 
     return sampler_init(&g->smp, &sp, g->lm->model.cfg.vocab_size, err);
 }
 
+/* The step's logits, then the next token: sampled where the logits are, or with --trace-top N the
+ * argmax (lowest id on ties, as the sampler's greedy) on the host, printing
+ * "top STEP ID:LOGIT ..." (the N best, best first) to stderr, so that two runs (CPU, GPU) that
+ * part can say how close each one's choice was in the other's logits. */
+static int step_next(struct generation *g, const struct batch *b, int *next)
+{
+    struct sampler *smp = &g->smp;
+    if (!g->trace_top) return engine_forward_sample(g->e, b, &smp, next, g->logits);
+    if (engine_forward(g->e, b, g->logits)) return -1;
+    int V = g->lm->model.cfg.vocab_size, best[20], nb = 0;
+    for (int i = 0; i < V; i++) { /* insertion into the N best; earlier ids win ties */
+        int k = nb < g->trace_top ? nb++ : nb;
+        if (k == g->trace_top && !(g->logits[i] > g->logits[best[k - 1]])) continue;
+        if (k == g->trace_top) k--;
+        while (k > 0 && g->logits[i] > g->logits[best[k - 1]]) best[k] = best[k - 1], k--;
+        best[k] = i;
+    }
+    fprintf(stderr, "top %d", g->step++);
+    for (int k = 0; k < nb; k++) fprintf(stderr, " %d:%.9g", best[k], g->logits[best[k]]);
+    fputc('\n', stderr);
+    *next = best[0];
+    return 0;
+}
+
 static void generation_close(struct generation *g)
 {
     sampler_free(&g->smp);
@@ -114,7 +142,6 @@ static void generation_close(struct generation *g)
 static int prefill(struct generation *g, int n_prompt, int *next, char *err)
 {
     struct engine *e = g->e;
-    struct sampler *smp = &g->smp;
     for (int done = 0; done < n_prompt;) {
         int n = n_prompt - done < e->lim.max_tokens ? n_prompt - done : e->lim.max_tokens;
         for (int i = 0; i < n; i++) g->pos[i] = done + i, g->blocks[i] = g->table;
@@ -125,8 +152,7 @@ static int prefill(struct generation *g, int n_prompt, int *next, char *err)
                           .blocks = g->blocks,
                           .n_logits = final,
                           .logit_rows = &last};
-        if (final ? engine_forward_sample(e, &b, &smp, next, g->logits)
-                  : engine_forward(e, &b, g->logits))
+        if (final ? step_next(g, &b, next) : engine_forward(e, &b, g->logits))
             return errmsg_set(err, "position %d: %s", done, engine_error(e));
         done += n;
     }
@@ -139,7 +165,6 @@ static int prefill(struct generation *g, int n_prompt, int *next, char *err)
 static int decode(struct generation *g, int n_prompt, int next, int n_gen, int *n_out, char *err)
 {
     const struct tokenizer *tok = &g->lm->tok;
-    struct sampler *smp = &g->smp;
     char scratch[8];
     int cur = n_prompt, prev = g->tokens[n_prompt - 1];
     *n_out = 0;
@@ -161,7 +186,7 @@ static int decode(struct generation *g, int n_prompt, int next, int n_gen, int *
                           .blocks = &bt,
                           .n_logits = 1,
                           .logit_rows = &zero};
-        if (engine_forward_sample(g->e, &b, &smp, &next, g->logits))
+        if (step_next(g, &b, &next))
             return errmsg_set(err, "position %d: %s", cur, engine_error(g->e));
         cur++;
     }

@@ -14,7 +14,7 @@
 #       the usual folders, or $STRATA_LIBCUDA) and space under /tmp: every program runs through the
 #       bundle's loader with the bundle's libraries, every tool is the bundle's busybox.
 #
-# --run writes under $OUT (default build/gpu-check-out), at most 7 small text files: summary.txt
+# --run writes under $OUT (default build/gpu-check-out), at most 8 small text files: summary.txt
 # first (a header, "# running STEP" as each step starts, then "ok - ..." / "not ok - ..." /
 # "skip - ..." lines with their figures as it ends, a total at the end), and STEP.txt per step. Each
 # step has its own time limit (STEPS below) and the whole run stays within $GPU_CHECK_BUDGET seconds
@@ -48,7 +48,9 @@ BENCH_TYPES=f16,q8_0,q4_0,q4_k,q4_k_m,q6_k
 BENCH_BATCHES=8,32,64,128
 BENCH_PREFILL=1024
 # The steps in order, each with its time limit in seconds.
-STEPS="probe:40 test_cuda:90 generate:170 serve:45 coop:45 bench:150"
+STEPS="probe:40 test_cuda:90 generate:170 serve:45 coop:45 bench:150 profile:100"
+# The profile: bench_cuda with STRATA_CUDA_PROFILE=1 (every launch timed alone) on one shape.
+PROFILE_ARGS="--shape 8b --type q4_k_m --batches 64 --prefill 1024"
 # The device tool call (printed by --prepare, written in docs/cuda.md).
 RUN_COMMAND="bash build/gpu-bundle/gpu-check.sh --run"
 RUN_CARRY='["build/gpu-bundle"]'
@@ -328,6 +330,7 @@ step_probe() {
     echo "bundle: $(cat "$B/BUNDLE" 2>/dev/null)"
     echo "host: $(uname -srm), $NCPU CPUs, $(free -m | awk '/^Mem:/ {print $2 " MiB"}'), work in $WORK ($(df -h "$WORK" | awk 'NR == 2 {print $4}') free)"
     echo "host glibc: $(ldd --version 2>/dev/null | head -n 1)"
+    echo "host CPU: $(grep -m 1 '^model name' /proc/cpuinfo | cut -d: -f2-);$(grep -m 1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx2|avx512f|avx512bw|avx512vl|avx512_vnni|avx_vnni|f16c|fma)$' | tr '\n' ' ')"
     echo "libcuda: ${LIBCUDA:-not found}"
     if command -v nvidia-smi >/dev/null; then
         timeout 20 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.memory,pcie.link.gen.max,pcie.link.width.max --format=csv 2>&1
@@ -365,6 +368,36 @@ step_test_cuda() {
     else
         result ok test_cuda "$counts"
     fi
+    # The CPU engine the device is held to runs the host's widest kernels (AVX-512 there, AVX2
+    # here): again on AVX2, so that a difference of the CPU's kernels shows as such.
+    if gpu_says && grep -qw avx512f /proc/cpuinfo; then
+        STRATA_ISA=avx2 bx "$B/bin/test_cuda" >"$WORK/test_cuda.avx2" 2>&1
+        rc=$?
+        echo "== again with STRATA_ISA=avx2 (status $rc)"
+        grep -v '^ok - ' "$WORK/test_cuda.avx2"
+        n_ok=$(grep -c '^ok - ' "$WORK/test_cuda.avx2")
+        n_no=$(grep -c '^not ok - ' "$WORK/test_cuda.avx2")
+        if [ "$n_no" != 0 ] || [ $rc != 0 ]; then
+            result not_ok "test_cuda (CPU on avx2)" "$n_ok ok, $n_no not ok; $(grep '^not ok - ' "$WORK/test_cuda.avx2" | head -n 5 | cut -c 10- | tr '\n' '|')"
+        else
+            result ok "test_cuda (CPU on avx2)" "$n_ok ok"
+        fi
+    fi
+}
+
+# The kernels' times on one shape (docs/cuda.md: where a step's time goes).
+step_profile() {
+    gpu_says || { result skip profile "no GPU"; return; }
+    STRATA_CUDA_PROFILE=1 bx "$B/bin/bench_cuda" $PROFILE_ARGS >"$WORK/profile.out" 2>&1
+    local rc=$?
+    cat "$WORK/profile.out"
+    local b1
+    b1=$(awk '/^cuda profile, decode batch 1 /{on=1; next} /^cuda profile/{on=0} on && n < 4 {printf "%s %s; ", $1, $(NF); n++}' "$WORK/profile.out")
+    # the same with GEMV passes at every batch size (no tensor-core GEMM): where each pays
+    echo "== STRATA_CUDA_GEMM_MIN=100000 (GEMV passes at every batch)"
+    STRATA_CUDA_GEMM_MIN=100000 bx "$B/bin/bench_cuda" --shape 8b --type q4_k_m --batches 8,32,64,128 --prefill 1024 2>&1 | grep '^bench '
+    [ $rc = 0 ] && [ -n "$b1" ] && result ok profile "$PROFILE_ARGS: decode batch 1: $b1(profile.txt has every phase)" ||
+        result not_ok profile "status $rc: $(tail -n 2 "$WORK/profile.out" | tr '\n' ' ')"
 }
 
 # The synthetic models, generated in the background from the start (one at a time, all CPUs but
@@ -385,15 +418,46 @@ make_models() {
     done <<<"$GENERATE_MODELS"
 }
 
+# near_tie CPU.log GPU.log: where two greedy runs (strata generate --trace-top 5) first pick
+# different tokens, "STEP GAP_CPU GAP_GPU" when they parted at a near-tie: each one's choice is among
+# the other's 5 best, within GEN_TIE of its best (over max(1, |best|)); else "STEP far: ...".
+# Synthetic models have random weights, nearly flat logits: two correct engines whose activations
+# differ in the last bits (sums in another order, now and then a Q8 rounding flipped: ~1e-2 of the
+# logits, docs/cuda.md) part within a few dozen tokens, at such a tie. GEN_TIE is test_cuda's
+# bound for decoding against the CPU engine.
+GEN_TIE=0.03
+near_tie() {
+    awk -v tie=$GEN_TIE '
+        function scale(a) { return a > 1 || a < -1 ? (a < 0 ? -a : a) : 1 }
+        FNR == 1 { f++ }
+        $1 == "top" { s = $2; line[f, s] = $0; split($3, b, ":"); top[f, s] = b[1]; best[f, s] = b[2]; n[f] = s + 1 }
+        function logit_of(ff, st, id,   k, parts, m) {
+            m = split(line[ff, st], parts, " ")
+            for (k = 3; k <= m; k++) { split(parts[k], b, ":"); if (b[1] == id) return b[2] }
+            return "none"
+        }
+        END {
+            for (i = 0; i < n[1] && i < n[2]; i++) if (top[1, i] != top[2, i]) break
+            if (i == n[1] || i == n[2]) { print i, "same"; exit }
+            c = top[1, i]; g = top[2, i]
+            lcg = logit_of(1, i, g); lgc = logit_of(2, i, c)
+            if (lcg != "none" && lgc != "none") {
+                gc = (best[1, i] - lcg) / scale(best[1, i]); gg = (best[2, i] - lgc) / scale(best[2, i])
+                if (gc <= tie && gg <= tie) { printf "%d %.2g %.2g\n", i, gc, gg; exit }
+            }
+            printf "%d far: CPU [%s] GPU [%s]\n", i, line[1, i], line[2, i]
+        }' "$1" "$2"
+}
+
 # generate_pair NAME MODEL TOKENS WHAT: CPU and GPU (the CPU standing in without one) greedy, at
 # the same time; one result line.
 generate_pair() {
     local name=$1 model=$2 n=$3 what=$4 w=$WORK/gen-$1 lim=60
     STRATA_BACKEND=cpu timeout $lim "$LOADER" --library-path "$LIBS" "$B/bin/strata" generate -v \
-        -m "$model" -p "$PROMPT" -n "$n" --temp 0 --threads "$NCPU" >"$w.cpu" 2>"$w.cpu.log" &
+        -m "$model" -p "$PROMPT" -n "$n" --temp 0 --trace-top 5 --threads "$NCPU" >"$w.cpu" 2>"$w.cpu.log" &
     local cpu=$!
     timeout $lim "$LOADER" --library-path "$LIBS" "$B/bin/strata" generate -v \
-        -m "$model" -p "$PROMPT" -n "$n" --temp 0 --threads "$NCPU" >"$w.gpu" 2>"$w.gpu.log"
+        -m "$model" -p "$PROMPT" -n "$n" --temp 0 --trace-top 5 --threads "$NCPU" >"$w.gpu" 2>"$w.gpu.log"
     local grc=$?
     wait $cpu
     local crc=$? be speeds
@@ -418,9 +482,17 @@ generate_pair() {
     elif [ "$same" = yes ]; then
         result ok "generate $name" "$what: CUDA = CPU, $nb bytes of greedy text; $speeds"
     else
-        local at
+        local at tie
         at=$(cmp "$w.cpu" "$w.gpu" 2>&1 | sed -n 's/.* differ: \(char\|byte\) \([0-9]*\).*/\2/p')
-        result not_ok "generate $name" "$what: CUDA's text differs from the CPU's from byte ${at:-?} of $nb; $speeds"
+        tie=$(near_tie "$w.cpu.log" "$w.gpu.log")
+        echo "first different token: $tie"
+        case $tie in
+        *far* | *same* | "")
+            result not_ok "generate $name" "$what: CUDA's text differs from the CPU's from byte ${at:-?} of $nb, token ${tie:-?}; $speeds" ;;
+        *)
+            set -- $tie
+            result ok "generate $name" "$what: CUDA = CPU for $1 tokens (byte ${at:-?} of $nb), then a near-tie (each one's pick within $2 / $3 of its best in the other's logits); $speeds" ;;
+        esac
     fi
 }
 

@@ -111,6 +111,7 @@ static int run_one(int si, uint32_t type, char *err)
     double up_s;
     uint64_t up_bytes;
     if (cuda_time_upload(ce, &up_s, &up_bytes, err)) goto out;
+    cuda_engine_profile_report(ce, "upload");
     for (int i = 0; i < n_blocks; i++) blocks[i] = i;
 
     /* decode, batch 1 */
@@ -118,6 +119,7 @@ static int run_one(int si, uint32_t type, char *err)
     struct batch b1 = {1, tok, pos, tabs, 1, rows};
     double t1, tb[MAX_BATCHES], tp;
     if (cuda_time_forward(ce, &b1, 20, &t1, err)) goto out;
+    cuda_engine_profile_report(ce, "decode batch 1");
     /* decode, batch N: N sequences at DECODE_POS, one token each */
     for (int k = 0; k < n_batches; k++) {
         int n = batches[k];
@@ -125,6 +127,9 @@ static int run_one(int si, uint32_t type, char *err)
             tok[i] = 1 + i, pos[i] = DECODE_POS, tabs[i] = blocks + i * DECODE_BLOCKS, rows[i] = i;
         struct batch bn = {n, tok, pos, tabs, n, rows};
         if (cuda_time_forward(ce, &bn, 10, &tb[k], err)) goto out;
+        char label[32];
+        snprintf(label, sizeof label, "decode batch %d", n);
+        cuda_engine_profile_report(ce, label);
     }
     /* prefill: one chunk of one sequence, logits for its last token */
     for (int i = 0; i < prefill; i++)
@@ -132,6 +137,7 @@ static int run_one(int si, uint32_t type, char *err)
     rows[0] = prefill - 1;
     struct batch bp = {prefill, tok, pos, tabs, 1, rows};
     if (cuda_time_forward(ce, &bp, 3, &tp, err)) goto out;
+    cuda_engine_profile_report(ce, "prefill");
 
     uint64_t db = decode_bytes(&s.m);
     double gbs = db / t1 / 1e9;

@@ -104,6 +104,7 @@ if in_root nogpu; then
     want nogpu serve 1 "skip - serve: no GPU; the CPU stood in: 16/16 texts = the CPU's; /metrics: 16 requests done, 768 tokens"
     want nogpu coop 1 "skip - coop: no GPU; the CPU stood in for the helper: 4/4 texts .* k=5 at the end"
     want nogpu bench 1 "skip - bench: no GPU: no CUDA device"
+    want nogpu profile 1 "skip - profile: no GPU"
     files=$(ls "$R/nogpu" | wc -l)
     [ "$files" -le 8 ] && ok "gpu bundle: $files files under \$OUT (the device tool returns 8 at most)" ||
         not_ok "gpu bundle: $files files under \$OUT, the device tool returns 8 at most"
@@ -120,9 +121,10 @@ if in_root assume GPU_CHECK_ASSUME_GPU=1; then
     want assume serve 1 "ok - serve: 16 concurrent completions on cpu: .*: 16/16 texts = the CPU's"
     want assume coop 1 "ok - coop: CUDA helper + CPU joiner over TCP: 4/4 texts"
     want assume bench 1 "not ok - bench: bench_cuda: no CUDA device .* on a GPU"
+    want assume profile 1 "not ok - profile: status [0-9]*: .*no CUDA device"
     n=$(grep -c '^\(ok\|not ok\|skip\) - ' "$S")
-    [ "$n" = $((rows + 6)) ] && ok "gpu bundle, GPU assumed: $n result lines, none other" ||
-        not_ok "gpu bundle, GPU assumed: $n result lines, want $((rows + 6))"
+    [ "$n" = $((rows + 7)) ] && ok "gpu bundle, GPU assumed: $n result lines, none other" ||
+        not_ok "gpu bundle, GPU assumed: $n result lines, want $((rows + 7))"
     [ $fail = 0 ] || sed 's/^/  | /' "$S"
 fi
 exit $fail

@@ -470,13 +470,27 @@ TEST(launch_shapes)
     CHECK(!cuda_use_gemm(GGML_F32, 512)); /* F32 models keep exact f32 products */
     CHECK_EQ_INT(cuda_gemm_blocks(11008), 172);
     CHECK_EQ_INT(cuda_gemm_blocks(65), 2);
-    CHECK_EQ_INT(cuda_attention_smem(4096, 128), (4096 + 128) * 4);
+    /* attention: a batch-1 decode on 132 SMs splits its positions 17 ways (4 blocks an SM), a
+     * 64-token step not at all; never past 32 ranges nor under 64 positions a range of ctx */
+    CHECK_EQ_INT(cuda_attention_splits(1, 32, 4096, 132), 17);
+    CHECK_EQ_INT(cuda_attention_splits(8, 32, 4096, 132), 3);
+    CHECK_EQ_INT(cuda_attention_splits(64, 32, 4096, 132), 1);
+    CHECK_EQ_INT(cuda_attention_splits(1, 8, 64, 132), 1);
+    CHECK_EQ_INT(cuda_attention_splits(1, 4, 8192, 132), 32);
+    CHECK_EQ_INT((int)cuda_attention_part_floats(8, 32, 128, 4096, 132), 24 * 32 * 130);
+    CHECK_EQ_INT((int)cuda_attention_part_floats(64, 8, 64, 64, 132), 0);
     CHECK_EQ_INT(cuda_elementwise_blocks(1, 256), 1);
     CHECK_EQ_INT(cuda_elementwise_blocks(1000, 256), 4);
     CHECK_EQ_INT(cuda_elementwise_blocks(1LL << 40, 256), 4096);
     /* the quantized GEMVs: one warp per row; families share launches; shared memory */
     CHECK_EQ_INT(cuda_gemv_blocks(GGML_Q4_K, 4096), 512);
     CHECK_EQ_INT(cuda_gemv_blocks(GGML_IQ4_NL, 9), 2);
+    /* rows a warp takes: one wave of 3 blocks (1 token) or 2 (more) an SM of 8 warps */
+    CHECK_EQ_INT(cuda_gemvq_rpw(14336, 1, 132), 5);
+    CHECK_EQ_INT(cuda_gemvq_rpw(4096, 1, 132), 2);
+    CHECK_EQ_INT(cuda_gemvq_rpw(4096, 8, 132), 2);
+    CHECK_EQ_INT(cuda_gemvq_rpw(9, 1, 132), 1);
+    CHECK_EQ_INT((int)cuda_gemvq_smem(GGML_Q4_K, 256, 1), 304); /* 292 rounded to 16 */
     CHECK(cuda_gemv_family(GGML_Q4_K) == cuda_gemv_family(GGML_Q6_K));
     CHECK(cuda_gemv_family(GGML_Q2_K) == cuda_gemv_family(GGML_IQ4_XS));
     CHECK(cuda_gemv_family(GGML_Q4_1) == cuda_gemv_family(GGML_IQ4_NL));
@@ -703,6 +717,53 @@ static double ref_row_dot(uint32_t t, const float *w, const uint8_t *row, int co
         *mag += fabs(w[i] * act_value(t, a, i));
     }
     return s;
+}
+
+/* The CPU engine's matmul (this host's kernels, as loaded and repacked) adds the same integers as
+ * the exact block dot the GPU's kernels are held to (block_dot_matches_reference), every type: so
+ * a GPU/CPU difference in decoding never comes from the products themselves. */
+TEST(cpu_matmul_matches_block_dot)
+{
+    enum { ROWS = 16, COLS = 768 };
+    float *w = malloc(sizeof(float) * COLS), *x = malloc(sizeof(float) * COLS), y[ROWS];
+    uint64_t rng = 77;
+    for (int c = 0; c < COLS; c++) x[c] = synth_uniform(&rng) * (c % 11 == 0 ? 3.f : 1.f);
+    char err[ERRMSG_LEN];
+    struct matmul_ctx k;
+    void *scr = malloc(matmul_scratch_size(1, COLS));
+    CHECK(matmul_init(&k, NULL, scr, 1, COLS, err) == 0);
+    for (int ti = FIRST_BLOCK; ti < N_ALL_TYPES; ti++) {
+        uint32_t t = all_types[ti];
+        uint8_t *wq = random_rows(t, ROWS, COLS, 300 + ti);
+        struct host_act a;
+        act_quantize(t, x, COLS, &a);
+        uint64_t rb = ggml_row_bytes(t, COLS);
+        struct tensor tt = {wq, t, ROWS, COLS, rb * ROWS};
+        uint8_t *cp = malloc(rb * ROWS);
+        memcpy(cp, wq, rb * ROWS);
+        struct tensor tr = {cp, t, ROWS, COLS, rb * ROWS};
+        int rp = matmul_wants_repack(&k, &tr);
+        CHECK(!rp || repack_tensor(&tr, err) == 0);
+        double worst = 0;
+        for (int pass = 0; pass < 1 + rp; pass++) { /* as loaded, then repacked */
+            matmul(&k, y, pass ? &tr : &tt, x, 1);
+            for (int r = 0; r < ROWS; r++) {
+                CHECK(dequantize_row(t, wq + r * rb, w, COLS) == 0);
+                double mag, want = ref_row_dot(t, w, wq + r * rb, COLS, &a, &mag);
+                double e = fabs(y[r] - want) / (mag > 0 ? mag : 1);
+                if (e > worst) worst = e;
+            }
+        }
+        printf("# %s: CPU matmul (%s%s) vs the exact block dot %.2g of sum |w x|\n",
+               ggml_type_name(t), matmul_isa_of(&k), rp ? ", and repacked" : "", worst);
+        CHECKF(worst <= 1e-5, "%s: CPU matmul differs from the exact block dot by %.3g",
+               ggml_type_name(t), worst);
+        free(cp);
+        act_free(&a);
+        free(wq);
+    }
+    free(scr);
+    free(w), free(x);
 }
 
 /* The GEMV's chunk arithmetic against the exact reference, every type, rows of every kind. */
@@ -1163,7 +1224,8 @@ TEST(logits_match_architectures)
 {
     for (int i = 0; i < N_ARCH_CASES; i++) {
         logits_match_arch(&arch_cases[i], GGML_F32, 1e-4, 1e-4);
-        logits_match_arch(&arch_cases[i], GGML_Q8_0, 3e-2, 1e-3);
+        /* decode attends over the keys and values the tensor-core prefill wrote */
+        logits_match_arch(&arch_cases[i], GGML_Q8_0, 3e-2, 5e-2);
     }
 }
 
@@ -1212,7 +1274,9 @@ TEST(logits_match_f16)
 }
 TEST(logits_match_bf16)
 {
-    logits_match(GGML_BF16, 6e-2, 1e-3);
+    /* decode reads the keys and values the bf16 prefill wrote (8-bit mantissas on the tensor
+     * cores: 4e-3 of relative error), so it cannot be closer than that prefill */
+    logits_match(GGML_BF16, 6e-2, 1e-2);
 }
 TEST(logits_match_q8_0)
 {
@@ -1327,8 +1391,13 @@ static void kernels_match(uint32_t type)
 }
 
 /* Decoding one token at a time from position 0 (no tensor cores), the GPU engine and the CPU
- * engine add the same integers in every quantized product: their logits agree far closer than
- * either does with the f32 reference. */
+ * engine quantize activations the same way and add the same integers for the same inputs
+ * (kernels_<type>, cpu_matmul_matches_block_dot: 1e-5). The inputs are not bit-identical, since
+ * RMSNorm and attention sum in another order, and now and then that flips one activation's
+ * rounding; one flipped integer moves this random-weight model's logits by about 1e-2. The CPU's
+ * own kernels do the same to each other (AVX2 against scalar, this test's model: q4_0 0.0059,
+ * q4_1 0.012, q5_0 0.0039, q5_1 0.0014), so the bound is that noise, not "the same floats":
+ * measured on an H200 GPU against the CPU <= 0.021, most types ~4e-7 (no flip). */
 static void decode_matches_cpu(uint32_t type, double tol)
 {
     NEED_GPU();
@@ -1372,7 +1441,7 @@ static void decode_matches_cpu(uint32_t type, double tol)
     }                                                                                              \
     TEST(decode_matches_cpu_##name)                                                                \
     {                                                                                              \
-        decode_matches_cpu(T, 5e-3);                                                               \
+        decode_matches_cpu(T, 3e-2);                                                               \
     }
 BLOCK_TESTS(BLOCK_TEST_FNS)
 #define KQ_TEST_FNS(name, T)                                                                       \
@@ -1392,7 +1461,7 @@ KQ_TEST_FNS(q4_k_m, SYNTH_Q4_K_M)
 KQ_TEST_FNS(q5_k_m, SYNTH_Q5_K_M)
 TEST(decode_matches_cpu_q4_k_m)
 {
-    decode_matches_cpu(SYNTH_Q4_K_M, 5e-3);
+    decode_matches_cpu(SYNTH_Q4_K_M, 3e-2);
 }
 TEST(synth_q4_k_m_mixes_like_llama_quantize)
 {
@@ -1695,6 +1764,7 @@ int main(void)
     RUN(block_formats_match_the_kernels);
     RUN(block_dequant_bit_exact);
     RUN(block_dot_matches_reference);
+    RUN(cpu_matmul_matches_block_dot);
     RUN(synth_q4_k_m_mixes_like_llama_quantize);
     RUN(plan_accepts_the_loaders_image);
     RUN(reference_forward_tells_the_story);

@@ -64,12 +64,16 @@ enum {
     K_SWIGLU,
     K_ADD,
     K_ATTENTION,
+    K_ATTENTION_MERGE,
+    K_GEMVQ_QUANT_K,
+    K_GEMVQ_QUANT_32,
     K_SAMPLE,
     K_N
 };
 static const char *const k_name[K_N] = {
-    "k_repack_rows", "k_repack_blocks", "k_repack_planes", "k_embed",     "k_rmsnorm", "k_qk_prep",
-    "k_rope_store",  "k_swiglu",        "k_add",           "k_attention", "k_sample",
+    "k_repack_rows",     "k_repack_blocks", "k_repack_planes",  "k_embed",  "k_rmsnorm",
+    "k_qk_prep",         "k_rope_store",    "k_swiglu",         "k_add",    "k_attention",
+    "k_attention_merge", "k_gemvq_quant_k", "k_gemvq_quant_32", "k_sample",
 };
 
 /* The GEMV kernel of weight index t for template j (k_gemv_<type>_<nt> or k_gemvq_<fam>_<nt>). */
@@ -155,6 +159,8 @@ struct cuda_engine {
     CUdeviceptr weights, staging, kc, vc, act;
     /* activations (inside act) */
     CUdeviceptr x, xb, xb2, q, k, v, att, hb, hb2, logits, tok, pos, bt, rows, sparams;
+    CUdeviceptr apart; /* k_attention's partials when a step splits positions */
+    CUdeviceptr xq;    /* a GEMV pass's quantized activations (k_gemvq_quant_*) */
     /* pinned host staging for the step's metadata and results */
     void *hmeta;
     int *h_tok, *h_pos, *h_bt, *h_rows;
@@ -163,7 +169,21 @@ struct cuda_engine {
     struct cuda_device_info info;
     int graphs_on, capturing, all_ready, n_graphs, next_evict;
     struct step_graph graphs[GRAPH_CACHE];
+    /* STRATA_CUDA_PROFILE=1: each launch timed alone (graphs off), totals on stderr at close */
+    int prof, n_prof;
+    CUevent pa, pb;
+    struct kprof {
+        const char *what;
+        double ms;
+        long calls;
+    } kp[32];
 };
+
+static void kprof_print(struct cuda_engine *ce);
+
+/* Tokens from which a matrix product takes the tensor-core GEMM rather than GEMV passes:
+ * CUDA_GEMM_MIN_TOKENS, or STRATA_CUDA_GEMM_MIN (read at engine open; a tuning knob). */
+static int gemm_min_tokens = CUDA_GEMM_MIN_TOKENS;
 
 #define CK(call, what)                                                                             \
     do {                                                                                           \
@@ -257,6 +277,8 @@ static int alloc_buffers(struct cuda_engine *ce, char *err)
     const struct engine_limits *lim = &ce->lim;
     size_t T = (size_t)lim->max_tokens, NL = (size_t)ce->max_logits;
     size_t qdim = (size_t)c->n_heads * c->head_dim;
+    size_t widest = (size_t)(c->hidden_dim > c->dim ? c->hidden_dim : c->dim);
+    if (qdim > widest) widest = qdim;
     size_t kv = (size_t)c->n_layers * lim->kv_blocks * lim->kv_block_size * c->kv_dim * 4;
     size_t sizes[] = {
         T * c->dim * 4,
@@ -274,10 +296,14 @@ static int alloc_buffers(struct cuda_engine *ce, char *err)
         T * ce->max_blocks_per_seq * 4,
         T * 4,
         NL * sizeof(struct sample_param),
+        4 * cuda_attention_part_floats(lim->max_tokens, c->n_heads, c->head_dim, lim->ctx,
+                                       ce->info.sms),
+        /* at most 8 tokens of the widest input, 2 bytes a value bounds both families */
+        (size_t)CUDA_GEMV_MAX_NT * 2 * widest + 64,
     };
-    CUdeviceptr *slots[] = {&ce->x,   &ce->xb,  &ce->xb2, &ce->q,    &ce->k,
-                            &ce->v,   &ce->att, &ce->hb,  &ce->hb2,  &ce->logits,
-                            &ce->tok, &ce->pos, &ce->bt,  &ce->rows, &ce->sparams};
+    CUdeviceptr *slots[] = {&ce->x,   &ce->xb,   &ce->xb2,     &ce->q,      &ce->k,   &ce->v,
+                            &ce->att, &ce->hb,   &ce->hb2,     &ce->logits, &ce->tok, &ce->pos,
+                            &ce->bt,  &ce->rows, &ce->sparams, &ce->apart,  &ce->xq};
     size_t total = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) total += align256(sizes[i]);
     size_t free_b = 0, total_b = 0;
@@ -345,6 +371,11 @@ int cuda_engine_open(struct cuda_engine **out, const struct model *m,
     ce->cfg = m->cfg;
     const char *g = getenv("STRATA_CUDA_GRAPHS");
     ce->graphs_on = !(g && !strcmp(g, "0"));
+    const char *pr = getenv("STRATA_CUDA_PROFILE");
+    ce->prof = pr && *pr && strcmp(pr, "0");
+    if (ce->prof) ce->graphs_on = 0;
+    const char *gm = getenv("STRATA_CUDA_GEMM_MIN");
+    if (gm && atoi(gm) > 0) gemm_min_tokens = atoi(gm);
     ce->lim = *lim_in;
     if (engine_limits_resolve(&ce->lim, &ce->cfg, err)) goto fail;
     ce->max_blocks_per_seq = (ce->lim.ctx + ce->lim.kv_block_size - 1) / ce->lim.kv_block_size;
@@ -367,7 +398,9 @@ int cuda_engine_open(struct cuda_engine **out, const struct model *m,
     if (cu_check(cu.StreamCreate(&ce->compute, CUX_STREAM_NON_BLOCKING), "cuda: stream", err) ||
         cu_check(cu.StreamCreate(&ce->copy, CUX_STREAM_NON_BLOCKING), "cuda: stream", err) ||
         cu_check(cu.EventCreate(&ce->t0, 0), "cuda: event", err) ||
-        cu_check(cu.EventCreate(&ce->t1, 0), "cuda: event", err))
+        cu_check(cu.EventCreate(&ce->t1, 0), "cuda: event", err) ||
+        cu_check(cu.EventCreate(&ce->pa, 0), "cuda: event", err) ||
+        cu_check(cu.EventCreate(&ce->pb, 0), "cuda: event", err))
         goto fail;
     ce->span_ev = calloc((size_t)ce->plan.n_spans, sizeof *ce->span_ev);
     ce->span_queued = calloc((size_t)ce->plan.n_spans, sizeof *ce->span_queued);
@@ -378,21 +411,10 @@ int cuda_engine_open(struct cuda_engine **out, const struct model *m,
     for (int s = 0; s < ce->plan.n_spans; s++)
         if (cu_check(cu.EventCreate(&ce->span_ev[s], CUX_EVENT_DISABLE_TIMING), "cuda: event", err))
             goto fail;
-    size_t smem = cuda_attention_smem(ce->lim.ctx, c->head_dim);
-    /* k_attention's static reduction buffer counts against the same 48 KiB default. */
-    if (smem + 256 > 48 * 1024) { /* above the default, opt in (up to the device's limit) */
-        int optin = 0;
-        cu.DeviceGetAttribute(&optin, CUX_ATTR_MAX_SHARED_PER_BLOCK_OPTIN, ce->dev);
-        if ((size_t)optin < smem + 256) {
-            errmsg_set(err,
-                       "cuda: attention over ctx %d needs %zu bytes of shared memory; %s has %d",
-                       ce->lim.ctx, smem, ce->info.name, optin);
-            goto fail;
-        }
-        if (cu_check(cu.FuncSetAttribute(ce->fn[K_ATTENTION], CUX_FUNC_ATTR_MAX_DYNAMIC_SHARED,
-                                         (int)smem),
-                     "cuda: cuFuncSetAttribute(k_attention)", err))
-            goto fail;
+    if (c->head_dim > CUDA_ATTN_MAX_HD) {
+        errmsg_set(err, "cuda: attention heads of %d exceed the kernel's %d", c->head_dim,
+                   CUDA_ATTN_MAX_HD);
+        goto fail;
     }
     if (alloc_buffers(ce, err)) goto fail;
     if (cu_check(cu.StreamSynchronize(ce->compute), "cuda: set-up", err)) goto fail;
@@ -421,6 +443,9 @@ void cuda_engine_close(struct cuda_engine *ce)
                 if (ce->span_ev[s]) cu.EventDestroy(ce->span_ev[s]);
         if (ce->t0) cu.EventDestroy(ce->t0);
         if (ce->t1) cu.EventDestroy(ce->t1);
+        if (ce->pa) cu.EventDestroy(ce->pa);
+        if (ce->pb) cu.EventDestroy(ce->pb);
+        if (ce->prof) kprof_print(ce);
         if (ce->compute) cu.StreamDestroy(ce->compute);
         if (ce->copy) cu.StreamDestroy(ce->copy);
         if (ce->mod) cu.ModuleUnload(ce->mod);
@@ -456,12 +481,64 @@ int cuda_engine_register_host(struct cuda_engine *ce, void *base, size_t size, c
 /* ---------------------------------------------------------------------------------------------
  * Launch wrappers */
 
+/* A launch timed on its own stream (STRATA_CUDA_PROFILE): events around it, then wait. */
+static int launch_timed(struct cuda_engine *ce, CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                        unsigned bx, unsigned smem, CUstream s, void **args, const char *what,
+                        char *err)
+{
+    float ms = 0;
+    CK(cu.EventRecord(ce->pa, s), "cuda: profile event");
+    CK(cu.LaunchKernel(f, gx, gy, gz, bx, 1, 1, smem, s, args, NULL), what);
+    CK(cu.EventRecord(ce->pb, s), "cuda: profile event");
+    CK(cu.EventSynchronize(ce->pb), what);
+    CK(cu.EventElapsedTime(&ms, ce->pa, ce->pb), "cuda: profile event");
+    int i = 0;
+    while (i < ce->n_prof && ce->kp[i].what != what) i++;
+    if (i == ce->n_prof && i < (int)(sizeof ce->kp / sizeof ce->kp[0]))
+        ce->kp[ce->n_prof++] = (struct kprof){what, 0, 0};
+    if (i < ce->n_prof) ce->kp[i].ms += ms, ce->kp[i].calls++;
+    return 0;
+}
+
+static int launch3(struct cuda_engine *ce, CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                   unsigned bx, unsigned smem, CUstream s, void **args, const char *what, char *err)
+{
+    if (ce->prof && !ce->capturing)
+        return launch_timed(ce, f, gx, gy, gz, bx, smem, s, args, what, err);
+    return cu_check(cu.LaunchKernel(f, gx, gy, gz, bx, 1, 1, smem, s, args, NULL), what, err);
+}
+
 static int launch(struct cuda_engine *ce, CUfunction f, unsigned gx, unsigned gy, unsigned bx,
                   unsigned smem, CUstream s, void **args, const char *what, char *err)
 {
-    CUresult r = cu.LaunchKernel(f, gx, gy, 1, bx, 1, 1, smem, s, args, NULL);
-    (void)ce;
-    return cu_check(r, what, err);
+    return launch3(ce, f, gx, gy, 1, bx, smem, s, args, what, err);
+}
+
+static int kprof_cmp(const void *a, const void *b)
+{
+    double x = ((const struct kprof *)a)->ms, y = ((const struct kprof *)b)->ms;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* The totals of STRATA_CUDA_PROFILE since the last report, largest first; then from zero. */
+void cuda_engine_profile_report(struct cuda_engine *ce, const char *label)
+{
+    double all = 0;
+    for (int i = 0; i < ce->n_prof; i++) all += ce->kp[i].ms;
+    if (all <= 0) return;
+    qsort(ce->kp, (size_t)ce->n_prof, sizeof ce->kp[0], kprof_cmp);
+    fprintf(stderr, "cuda profile, %s (%s; each launch timed alone, graphs off): %.3f ms\n", label,
+            ce->info.name, all);
+    for (int i = 0; i < ce->n_prof; i++)
+        fprintf(stderr, "  %-24s %8ld calls %10.3f ms %9.2f us each %5.1f%%\n", ce->kp[i].what,
+                ce->kp[i].calls, ce->kp[i].ms, 1e3 * ce->kp[i].ms / (double)ce->kp[i].calls,
+                100 * ce->kp[i].ms / all);
+    ce->n_prof = 0;
+}
+
+static void kprof_print(struct cuda_engine *ce)
+{
+    cuda_engine_profile_report(ce, "at close");
 }
 
 static int elementwise(struct cuda_engine *ce, int k, CUdeviceptr a, CUdeviceptr b, long long n,
@@ -508,19 +585,46 @@ static int dev_gemv(struct cuda_engine *ce, int n_mats, const struct dmat *const
         int NT = cuda_gemv_nt(nt), j = NT == 1 ? 0 : NT == 2 ? 1 : NT == 4 ? 2 : 3;
         for (int i = 0; i < n_mats; i++) a.y[i] = y[i] + (size_t)t0 * w[i]->rows * 4;
         CUdeviceptr xx = x + (size_t)t0 * cols * 4;
-        void *args[] = {&a, &xx, &nt};
-        if (launch(ce, ce->gemv[wi][j], cuda_gemv_blocks(type, total), 1, CUDA_GEMV_THREADS,
-                   (unsigned)cuda_gemvq_smem(type, cols, nt), ce->compute, args, "k_gemv", err))
+        const char *what = mode == GEMV_SWIGLU ? "k_gemv gate,up"
+                           : mode == GEMV_ADD  ? "k_gemv wo|down (+x)"
+                           : n_mats == 3       ? "k_gemv q,k,v"
+                                               : "k_gemv";
+        int fam = gq_of(type);
+        if (fam < 0) { /* F32/F16/BF16: f32 activations straight from x */
+            void *args[] = {&a, &xx, &nt};
+            if (launch(ce, ce->gemv[wi][j], cuda_gemv_blocks(type, total), 1, CUDA_GEMV_THREADS, 0,
+                       ce->compute, args, what, err))
+                return -1;
+            continue;
+        }
+        /* the block types: the pass's tokens quantized once into xq, then the GEMV */
+        CUdeviceptr xq = ce->xq;
+        int steps = fam == GQ_SUPER ? nt * (cols / 256) : (nt * (cols / 32) + 7) / 8;
+        int qblocks = (steps + 7) / 8, rpw = cuda_gemvq_rpw(total, nt, ce->info.sms);
+        void *qargs[] = {&xx, &nt, &cols, &xq};
+        if (launch(ce, ce->fn[fam == GQ_SUPER ? K_GEMVQ_QUANT_K : K_GEMVQ_QUANT_32],
+                   (unsigned)qblocks, 1, CUDA_GEMV_THREADS, 0, ce->compute, qargs, "k_gemvq_quant",
+                   err))
+            return -1;
+        void *args[] = {&a, &xq, &nt, &rpw};
+        unsigned grid = (unsigned)((total + 8 * rpw - 1) / (8 * rpw));
+        if (launch(ce, ce->gemv[wi][j], grid, 1, CUDA_GEMV_THREADS,
+                   (unsigned)cuda_gemvq_smem(type, cols, nt), ce->compute, args, what, err))
             return -1;
     }
     return 0;
+}
+
+static int use_gemm(uint32_t type, int n)
+{
+    return type != 0 /* F32 */ && n >= gemm_min_tokens;
 }
 
 /* y (n x rows) = x (n x cols) W^T: tensor cores for many tokens, else GEMV. */
 static int dev_matmul(struct cuda_engine *ce, const struct dmat *w, CUdeviceptr x, CUdeviceptr y,
                       int n, char *err)
 {
-    if (cuda_use_gemm((uint32_t)w->type, n)) {
+    if (use_gemm((uint32_t)w->type, n)) {
         struct dmat dm = *w;
         void *args[] = {&dm, &x, &y, &n};
         return launch(ce, ce->gemm[wi_of((uint32_t)w->type)], cuda_gemm_blocks(w->rows),
@@ -533,7 +637,7 @@ static int dev_matmul(struct cuda_engine *ce, const struct dmat *w, CUdeviceptr 
  * type, or types whose kernel dispatches per matrix: Q4_K_M's Q4_K and Q6_K) and input. */
 static int gemv_pair(const struct dmat *a, const struct dmat *b, int n)
 {
-    return !cuda_use_gemm((uint32_t)a->type, n) && !cuda_use_gemm((uint32_t)b->type, n) &&
+    return !use_gemm((uint32_t)a->type, n) && !use_gemm((uint32_t)b->type, n) &&
            cuda_gemv_family((uint32_t)a->type) == cuda_gemv_family((uint32_t)b->type) &&
            a->cols == b->cols;
 }
@@ -545,7 +649,7 @@ static int dev_rmsnorm(struct cuda_engine *ce, CUdeviceptr x, const struct dmat 
     float eps = ce->cfg.norm_eps;
     CUdeviceptr wp = w->qs;
     void *args[] = {&x, &wp, &out, &dim, &eps, &rows};
-    return launch(ce, ce->fn[K_RMSNORM], (unsigned)n, 1, 256, 0, ce->compute, args, "k_rmsnorm",
+    return launch(ce, ce->fn[K_RMSNORM], (unsigned)n, 1, 1024, 0, ce->compute, args, "k_rmsnorm",
                   err);
 }
 
@@ -699,7 +803,7 @@ static int dev_embed(struct cuda_engine *ce, int n, char *err)
 /* x += in W^T */
 static int residual(struct cuda_engine *ce, const struct dmat *w, CUdeviceptr in, int n, char *err)
 {
-    if (!cuda_use_gemm((uint32_t)w->type, n)) {
+    if (!use_gemm((uint32_t)w->type, n)) {
         CUdeviceptr x = ce->x;
         return dev_gemv(ce, 1, &w, &x, GEMV_ADD, in, n, err);
     }
@@ -754,20 +858,28 @@ static int dev_layer(struct cuda_engine *ce, int l, int n, char *err)
         float theta = c->rope_theta > 0 ? c->rope_theta : 10000.0f, scale = c->rope_scale;
         void *args[] = {&q,    &k,  &v,  &kc,  &vc, &pos,   &bt,   &mb, &layer,
                         &nblk, &bs, &nh, &nkv, &hd, &theta, &neox, &ff, &scale};
-        if (launch(ce, ce->fn[K_ROPE_STORE], (unsigned)n, 1, 128, 0, ce->compute, args,
+        /* a step of few tokens: a pair a thread over as many blocks as that takes (8B: 20) */
+        int pairs = (nh + nkv) * (hd / 2);
+        unsigned gy = n >= 64 ? 1 : (unsigned)((pairs + 127) / 128);
+        if (launch(ce, ce->fn[K_ROPE_STORE], (unsigned)n, gy, 128, 0, ce->compute, args,
                    "k_rope_store", err))
             return -1;
     }
     {
-        CUdeviceptr q = ce->q, kc = ce->kc, vc = ce->vc, out = ce->att, pos = ce->pos, bt = ce->bt;
+        CUdeviceptr q = ce->q, kc = ce->kc, vc = ce->vc, out = ce->att, part = ce->apart,
+                    pos = ce->pos, bt = ce->bt;
         int mb = ce->max_blocks_per_seq, layer = l, nblk = lim->kv_blocks, bs = lim->kv_block_size,
-            nh = c->n_heads, nkv = c->n_kv_heads, hd = c->head_dim;
+            nh = c->n_heads, nkv = c->n_kv_heads, hd = c->head_dim,
+            ns = cuda_attention_splits(n, nh, lim->ctx, ce->info.sms);
         float scale = 1.0f / sqrtf((float)c->head_dim);
-        void *args[] = {&q,     &kc,   &vc, &out, &pos, &bt, &mb,
-                        &layer, &nblk, &bs, &nh,  &nkv, &hd, &scale};
-        if (launch(ce, ce->fn[K_ATTENTION], (unsigned)c->n_heads, (unsigned)n, CUDA_ATTN_THREADS,
-                   (unsigned)cuda_attention_smem(lim->ctx, c->head_dim), ce->compute, args,
-                   "k_attention", err))
+        void *args[] = {&q,     &kc,   &vc, &out, &part, &pos, &bt,   &mb,
+                        &layer, &nblk, &bs, &nh,  &nkv,  &hd,  &scale};
+        if (launch3(ce, ce->fn[K_ATTENTION], (unsigned)nh, (unsigned)n, (unsigned)ns,
+                    CUDA_ATTN_THREADS, 0, ce->compute, args, "k_attention", err))
+            return -1;
+        void *margs[] = {&part, &out, &nh, &hd, &ns};
+        if (ns > 1 && launch(ce, ce->fn[K_ATTENTION_MERGE], (unsigned)nh, (unsigned)n,
+                             CUDA_ATTN_THREADS, 0, ce->compute, margs, "k_attention_merge", err))
             return -1;
     }
     /* x += att Wo (GEMV adds in place; the tensor-core path adds after) */

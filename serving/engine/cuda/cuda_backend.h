@@ -100,4 +100,9 @@ int cuda_matmul_mat(struct cuda_engine *ce, int mat, const float *x, int n, floa
 /* Device bytes of resident weights (what a decode step reads once). */
 uint64_t cuda_weight_bytes(const struct cuda_engine *ce);
 
+/* With STRATA_CUDA_PROFILE=1 in the environment at open (graphs off, every launch timed alone on
+ * the device): print the time per kernel since the last report to stderr under `label`, and start
+ * again from zero. Without it: nothing. */
+void cuda_engine_profile_report(struct cuda_engine *ce, const char *label);
+
 #endif

@@ -13,6 +13,7 @@
 #ifndef STRATA_CUDA_PLAN_H
 #define STRATA_CUDA_PLAN_H
 
+#include "serving/engine/cuda/cuda_attn_limits.h"
 #include "serving/engine/model.h"
 
 #include <stddef.h>
@@ -110,7 +111,6 @@ uint64_t cuda_ggml_row_bytes(uint32_t type, int cols);
 #define CUDA_GEMM_MIN_TOKENS 16
 #define CUDA_GEMM_TILE       64
 #define CUDA_GEMM_THREADS    128
-#define CUDA_ATTN_THREADS    128
 #define CUDA_SAMPLE_THREADS  1024
 
 /* Blocks for a GEMV over `rows` rows: a warp per row, 8 per block (every type). */
@@ -154,7 +154,17 @@ static inline size_t cuda_gemvq_smem(uint32_t type, int cols, int nt)
     size_t per = fam == CUDA_FAM_SUPER ? (size_t)cols + cols / 256 * 4 + cols / 16 * 2
                  : fam == CUDA_FAM_32  ? (size_t)cols + cols / 32 * 16
                                        : 0;
-    return per * (size_t)nt;
+    return (per * (size_t)nt + 15) / 16 * 16; /* copied in 16-byte vectors */
+}
+/* Rows each warp of a quantized GEMV takes: enough that the grid is one wave of the blocks an SM
+ * holds (3 for one token, 2 for more: k_gemvq's launch bounds), so each block copies its quantized
+ * activations into shared memory once for many rows; at least 1. */
+static inline int cuda_gemvq_rpw(int total_rows, int nt, int sms)
+{
+    long long resident =
+        (long long)(nt <= 1 ? 3 : 2) * (sms > 0 ? sms : 1) * (CUDA_GEMV_THREADS / 32);
+    long long r = (total_rows + resident - 1) / resident;
+    return r < 1 ? 1 : (int)r;
 }
 /* Shared memory a k_gemvq launch may ask for: more would leave too few blocks per SM. */
 #define CUDA_GEMVQ_SMEM_MAX (96 * 1024)
@@ -180,10 +190,30 @@ static inline unsigned cuda_gemm_blocks(int n)
 {
     return (unsigned)((n + CUDA_GEMM_TILE - 1) / CUDA_GEMM_TILE);
 }
-/* Dynamic shared memory of k_attention: q (head_dim floats) and the scores (ctx floats). */
-static inline size_t cuda_attention_smem(int ctx, int head_dim)
+/* k_attention (k_attention.cuh): head_dim up to CUDA_ATTN_MAX_HD; positions in tiles of
+ * CUDA_ATTN_TILE. A step of few tokens splits each token's positions into n_split ranges so that
+ * about 4 blocks per SM run (flash-decoding); at least 64 positions a range at full context, at
+ * most CUDA_ATTN_MAX_SPLIT ranges. The partials take n_tok * n_split * n_heads * (head_dim + 2)
+ * floats (cuda_attention_part_floats: the most any step of up to max_tokens tokens needs). */
+static inline int cuda_attention_splits(int n_tok, int n_heads, int ctx, int sms)
 {
-    return ((size_t)ctx + (size_t)head_dim) * sizeof(float);
+    long long blocks = (long long)n_tok * n_heads, want = 4LL * (sms > 0 ? sms : 1);
+    if (blocks >= want) return 1;
+    long long s = (want + blocks - 1) / blocks, by_ctx = (ctx + 63) / 64;
+    if (s > by_ctx) s = by_ctx;
+    if (s > CUDA_ATTN_MAX_SPLIT) s = CUDA_ATTN_MAX_SPLIT;
+    return s < 1 ? 1 : (int)s;
+}
+static inline size_t cuda_attention_part_floats(int max_tokens, int n_heads, int head_dim, int ctx,
+                                                int sms)
+{
+    size_t most = 0;
+    for (int n = 1; n <= max_tokens; n++) {
+        int s = cuda_attention_splits(n, n_heads, ctx, sms);
+        if (s > 1 && (size_t)n * s > most) most = (size_t)n * s;
+        if (s == 1) break; /* more tokens never split again */
+    }
+    return most * (size_t)n_heads * (size_t)(head_dim + 2);
 }
 /* Grid for a grid-stride elementwise kernel over n elements: enough blocks to fill a large GPU,
  * never more than the work. */

@@ -59,19 +59,20 @@ __device__ __forceinline__ uint2 gemvq_pack8(const int *q)
  * warp takes steps wib, wib + 8, ...; the next step's values are loaded before this one is
  * worked, so the L2 latency is paid about once per warp, not once per step. */
 template <int FAM>
-__device__ __forceinline__ void gemvq_quantize(const float *x, int nt, int cols, uint8_t *smem)
+__device__ __forceinline__ void gemvq_quantize(const float *x, int nt, int cols, uint8_t *smem,
+                                               int wib, int wstride)
 {
-    const int lane = threadIdx.x & 31, wib = threadIdx.x >> 5;
+    const int lane = threadIdx.x & 31;
     const int steps = FAM == GEMVQ_SUPER ? nt * (cols / 256) : (nt * (cols / 32) + 7) / 8;
     int8_t *aq = (int8_t *)smem;
     const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
     const float *src = gemvq_src<FAM>(x, nt, cols, wib, lane);
     float4 n0 = src ? __ldg((const float4 *)src) : zero;
     float4 n1 = src ? __ldg((const float4 *)src + 1) : zero;
-    for (int step = wib; step < steps; step += GEMVQ_WARPS) { /* warp-uniform */
+    for (int step = wib; step < steps; step += wstride) { /* warp-uniform */
         const float *cur = src;
         float v[8] = {n0.x, n0.y, n0.z, n0.w, n1.x, n1.y, n1.z, n1.w};
-        src = gemvq_src<FAM>(x, nt, cols, step + GEMVQ_WARPS, lane);
+        src = gemvq_src<FAM>(x, nt, cols, step + wstride, lane);
         n0 = src ? __ldg((const float4 *)src) : zero;
         n1 = src ? __ldg((const float4 *)src + 1) : zero;
         size_t off = cur ? (size_t)(cur - x) : 0;
@@ -224,30 +225,27 @@ __device__ __forceinline__ void gemvq_prefetch(const dmat &w, int r)
     }
 }
 
-template <int FAM, int NT>
-__device__ __forceinline__ void gemvq_entry(const gemv_args &a, const float *x, int nt)
+/* Bytes of nt quantized tokens of `cols` (cuda_plan.h cuda_gemvq_smem, before rounding). */
+template <int FAM>
+__device__ __forceinline__ int gemvq_bytes(int cols, int nt)
 {
-    extern __shared__ __align__(16) uint8_t gemvq_smem[];
-    int lane = threadIdx.x & 31, total = a.rows_end[a.n_mats - 1];
-    int g = blockIdx.x * GEMVQ_WARPS + (threadIdx.x >> 5); /* this warp's row, over the matrices */
-    bool valid = g < total;
-    int i = 0, r = 0;
-    if (valid) {
-        i = g < a.rows_end[0] ? 0 : g < a.rows_end[1] ? 1 : 2;
-        r = g - (i == 0 ? 0 : a.rows_end[i - 1]);
-        gemvq_prefetch(a.w[i], r);
-        if (a.mode == GEMV_SWIGLU) gemvq_prefetch(a.w[1], r);
-    }
-    gemvq_quantize<FAM>(x, nt, a.w[0].cols, gemvq_smem);
-    __syncthreads();
-    if (!valid) return; /* warp-uniform, after the block's only barrier */
+    return nt * (FAM == GEMVQ_SUPER ? cols + cols / 256 * 4 + cols / 16 * 2 : cols + cols / 32 * 16);
+}
+
+/* One row of the launch: g over the matrices (q, k, v one after another), y written by lane 0. */
+template <int FAM, int NT>
+__device__ __forceinline__ void gemvq_one(const gemv_args &a, int g, const uint8_t *xs, int nt)
+{
+    int lane = threadIdx.x & 31;
+    int i = g < a.rows_end[0] ? 0 : g < a.rows_end[1] ? 1 : 2;
+    int r = g - (i == 0 ? 0 : a.rows_end[i - 1]);
     const dmat &w = i == 0 ? a.w[0] : i == 1 ? a.w[1] : a.w[2];
     float *y = i == 0 ? a.y[0] : i == 1 ? a.y[1] : a.y[2];
     float acc[NT];
-    gemvq_row<FAM, NT>(w, r, gemvq_smem, nt, acc);
+    gemvq_row<FAM, NT>(w, r, xs, nt, acc);
     if (a.mode == GEMV_SWIGLU) {
         float up[NT];
-        gemvq_row<FAM, NT>(a.w[1], r, gemvq_smem, nt, up);
+        gemvq_row<FAM, NT>(a.w[1], r, xs, nt, up);
 #pragma unroll
         for (int t = 0; t < NT; t++) acc[t] = acc[t] / (1.0f + expf(-acc[t])) * up[t];
     }
@@ -263,14 +261,54 @@ __device__ __forceinline__ void gemvq_entry(const gemv_args &a, const float *x, 
         }
 }
 
-/* Entry points k_gemvq_<fam>_<NT>(args, x, nt). Grid: ceil(total rows / 8) blocks of 256 threads;
- * dynamic shared memory cuda_gemvq_smem(type, cols, nt). Registers: at most 80 for one token (3
+__device__ __forceinline__ void gemvq_prefetch_g(const gemv_args &a, int g)
+{
+    int i = g < a.rows_end[0] ? 0 : g < a.rows_end[1] ? 1 : 2;
+    int r = g - (i == 0 ? 0 : a.rows_end[i - 1]);
+    gemvq_prefetch(i == 0 ? a.w[0] : i == 1 ? a.w[1] : a.w[2], r);
+    if (a.mode == GEMV_SWIGLU) gemvq_prefetch(a.w[1], r);
+}
+
+/* xq: the nt tokens already quantized (k_gemvq_quant_*), copied into shared memory once per
+ * block; then each warp takes rpw rows (block b's rows b * 8 * rpw + 8 k + warp), the next
+ * row's first quants asked of L2 before this one is worked. */
+template <int FAM, int NT>
+__device__ __forceinline__ void gemvq_entry(const gemv_args &a, const uint8_t *xq, int nt, int rpw)
+{
+    extern __shared__ __align__(16) uint8_t gemvq_smem[];
+    int total = a.rows_end[a.n_mats - 1], warp = threadIdx.x >> 5;
+    int g = blockIdx.x * GEMVQ_WARPS * rpw + warp;
+    if (g < total) gemvq_prefetch_g(a, g);
+    int n16 = (gemvq_bytes<FAM>(a.w[0].cols, nt) + 15) / 16;
+    for (int i = threadIdx.x; i < n16; i += blockDim.x)
+        ((uint4 *)gemvq_smem)[i] = __ldg((const uint4 *)xq + i);
+    __syncthreads();
+    for (int k = 0; k < rpw && g < total; k++, g += GEMVQ_WARPS) { /* warp-uniform */
+        if (k + 1 < rpw && g + GEMVQ_WARPS < total) gemvq_prefetch_g(a, g + GEMVQ_WARPS);
+        gemvq_one<FAM, NT>(a, g, gemvq_smem, nt);
+    }
+}
+
+/* k_gemvq_quant_<fam>(x, nt, cols, xq): x (nt x cols f32) quantized into xq in the shared-memory
+ * layout above, each warp of the grid a step of gemvq_quantize at a time. */
+#define GEMVQ_QUANT(name, FAM)                                                                     \
+    extern "C" __global__ void __launch_bounds__(GEMV_THREADS)                                     \
+        k_gemvq_quant_##name(const float *x, int nt, int cols, uint8_t *xq)                        \
+    {                                                                                              \
+        gemvq_quantize<FAM>(x, nt, cols, xq, (blockIdx.x * blockDim.x + threadIdx.x) >> 5,         \
+                            (gridDim.x * blockDim.x) >> 5);                                        \
+    }
+GEMVQ_QUANT(k, GEMVQ_SUPER)
+GEMVQ_QUANT(32, GEMVQ_32)
+
+/* Entry points k_gemvq_<fam>_<NT>(args, xq, nt, rpw). Grid: ceil(total rows / (8 rpw)) blocks of
+ * 256 threads; dynamic shared memory cuda_gemvq_smem(type, cols, nt). Registers: at most 80 for one token (3
  * blocks, 24 warps an SM: the decode case, where bandwidth is all), 128 for more (no spills). */
 #define GEMVQ_ENTRY(name, FAM, NT, MINB)                                                           \
     extern "C" __global__ void __launch_bounds__(GEMV_THREADS, MINB)                               \
-        k_gemvq_##name##_##NT(gemv_args a, const float *x, int nt)                                 \
+        k_gemvq_##name##_##NT(gemv_args a, const uint8_t *xq, int nt, int rpw)                     \
     {                                                                                              \
-        gemvq_entry<FAM, NT>(a, x, nt);                                                            \
+        gemvq_entry<FAM, NT>(a, xq, nt, rpw);                                                      \
     }
 GEMVQ_ENTRY(k, GEMVQ_SUPER, 1, 3)
 GEMVQ_ENTRY(k, GEMVQ_SUPER, 2, 2)

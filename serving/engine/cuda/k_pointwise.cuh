@@ -11,12 +11,28 @@ extern "C" __global__ void k_rmsnorm(const float *x, const float *w, float *out,
     __shared__ float red[33];
     int i = blockIdx.x, src = rows ? rows[i] : i;
     const float *xr = x + (size_t)src * dim;
+    float *o = out + (size_t)i * dim;
     float ss = 0.f;
+    if ((dim & 3) == 0) { /* rows 16-byte aligned: a float4 a thread (dim 4096: one each) */
+        const float4 *x4 = (const float4 *)xr;
+        for (int c = threadIdx.x; c < dim / 4; c += blockDim.x) {
+            float4 v = x4[c];
+            ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+        }
+        ss = block_sum(ss, red);
+        float scale = 1.0f / sqrtf(ss / dim + eps);
+        const float4 *w4 = (const float4 *)w;
+        for (int c = threadIdx.x; c < dim / 4; c += blockDim.x) {
+            float4 v = x4[c], g = w4[c];
+            ((float4 *)o)[c] = make_float4(g.x * (scale * v.x), g.y * (scale * v.y),
+                                           g.z * (scale * v.z), g.w * (scale * v.w));
+        }
+        return;
+    }
     for (int c = threadIdx.x; c < dim; c += blockDim.x) ss += xr[c] * xr[c];
     ss = block_sum(ss, red);
     float scale = 1.0f / sqrtf(ss / dim + eps);
-    for (int c = threadIdx.x; c < dim; c += blockDim.x)
-        out[(size_t)i * dim + c] = w[c] * (scale * xr[c]);
+    for (int c = threadIdx.x; c < dim; c += blockDim.x) o[c] = w[c] * (scale * xr[c]);
 }
 
 /* What comes between the q/k/v projections and RoPE in qwen2 (and llama files with biases) and
@@ -64,7 +80,8 @@ extern "C" __global__ void k_rope_store(float *q, const float *k, const float *v
     int qpairs = n_heads * half, kpairs = n_kv_heads * half;
     int blk = bt[(size_t)t * max_blocks + p / bs];
     size_t off = (((size_t)layer * n_blocks + blk) * bs + p % bs) * kv_dim;
-    for (int i = threadIdx.x; i < qpairs + kpairs; i += blockDim.x) {
+    int first = blockIdx.y * blockDim.x + threadIdx.x, stride = gridDim.y * blockDim.x;
+    for (int i = first; i < qpairs + kpairs; i += stride) {
         int pi = i < qpairs ? i : i - qpairs; /* pair index within the token's row */
         int h = pi / half, j = pi % half;     /* head, pair within the head */
         int e0 = h * hd + (neox ? j : 2 * j), e1 = e0 + (neox ? half : 1);
@@ -85,7 +102,7 @@ extern "C" __global__ void k_rope_store(float *q, const float *k, const float *v
             kc[off + e1] = v0 * s + v1 * c;
         }
     }
-    for (int c = threadIdx.x; c < kv_dim; c += blockDim.x) vc[off + c] = v[(size_t)t * kv_dim + c];
+    for (int c = first; c < kv_dim; c += stride) vc[off + c] = v[(size_t)t * kv_dim + c];
 }
 
 /* g = silu(g) * u over n elements. */
