@@ -43,6 +43,7 @@ struct serve_opts {
     int port, max_batch, ctx, threads, step_tokens, kv_blocks, kv_block_size, kv_type, static_batch;
     int max_conns, timeout_ms, idle_timeout_ms, no_slo, verbose, shed_late, static_shrink;
     int forward_pool;        /* idle forward channels kept per node (serving/api/relay.h) */
+    int forward_deadline_ms; /* a relayed request's first byte, across re-routes (0: 120 s) */
     struct test_hooks hooks; /* tests only (cmd/test_hooks.h) */
     double ttft_ms, tpot_ms, static_wait_ms;
     long max_body;
@@ -111,6 +112,7 @@ static int serve_options(struct serve_opts *o, struct opt *t)
         {"--timeout-ms", OPT_INT, &o->timeout_ms, 1, 3600000, NULL, "MS"},
         {"--idle-timeout-ms", OPT_INT, &o->idle_timeout_ms, 1, 3600000, NULL, "MS"},
         {"--forward-pool", OPT_INT, &o->forward_pool, 0, 64, NULL, "N"},
+        {"--forward-deadline-ms", OPT_INT, &o->forward_deadline_ms, 0, 3600000, NULL, "MS"},
         {"-v", OPT_FLAG, &o->verbose, 0, 0, NULL, NULL},
         {"--coop-dtype", OPT_STR, &o->coop_dtype, 0, 0, NULL, "f32|f16|bf16"},
         {"--coop-timeout-ms", OPT_INT, &o->coop_timeout_ms, 1, 3600000, NULL, "MS"},
@@ -497,6 +499,7 @@ static int start_front(struct serve *sv, struct serve_opts *o, pthread_t *thread
      * node's --idle-timeout-ms (the same on every node of a rack) closes it. */
     struct front_config fc = {.api_key = o->api_key,
                               .forward_pool = o->forward_pool,
+                              .forward_deadline_ms = o->forward_deadline_ms,
                               .forward_pool_idle_ms = o->idle_timeout_ms / 2};
     if (!(sv->front = front_new(&fc, &sv->metrics, err))) pid1_fatal(err);
     struct http_server_config hc = {.host = o->host,

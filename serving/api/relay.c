@@ -24,8 +24,9 @@ struct relay {
     struct relay_config cfg; /* strings below are our own copies */
     char target[RELAY_ADDR_LEN], path[64], bearer[HTTP_MAX_TOKEN], model[128];
     char *body;
-    int cancel_fd; /* eventfd: the front cancelled */
-    int no_pool;   /* a kept channel was found dead: the next try opens a fresh one */
+    int cancel_fd;        /* eventfd: the front cancelled */
+    int no_pool;          /* a kept channel was found dead: the next try opens a fresh one */
+    double first_byte_by; /* clock_now() past which no first byte means 504 (cfg.deadline_ms) */
 
     pthread_mutex_t mu; /* everything below */
     int refs;           /* the front and the thread */
@@ -303,6 +304,7 @@ static int wait_fd(struct relay *r, int fd, short events, int ms)
 static int hold(struct relay *r)
 {
     double end = clock_now() + r->cfg.hold_ms / 1e3;
+    if (end > r->first_byte_by) end = r->first_byte_by;
     for (;;) {
         char addr[RELAY_ADDR_LEN] = "";
         uint64_t node = 0;
@@ -458,14 +460,24 @@ static int read_answer(struct relay *r, int fd, int *status, int *got, int *reus
     *status = 502;
     *got = *reusable = 0;
     for (;;) {
-        int w = wait_fd(r, fd, POLLIN, r->cfg.idle_timeout_ms);
+        /* before the first byte, no later than the request's deadline */
+        int ms = r->cfg.idle_timeout_ms, by_deadline = 0;
+        if (!*got) {
+            double left = (r->first_byte_by - clock_now()) * 1e3;
+            if (left < ms) ms = left > 0 ? (int)left : 0, by_deadline = 1;
+        }
+        int w = wait_fd(r, fd, POLLIN, ms);
         if (w < 0) {
             rc = -2;
             break;
         }
         if (w == 0) {
             *status = 504;
-            errmsg_set(err, "no answer for %d ms", r->cfg.idle_timeout_ms);
+            if (by_deadline)
+                errmsg_set(err, "no answer within %d ms of the request's arrival",
+                           r->cfg.deadline_ms);
+            else
+                errmsg_set(err, "no answer for %d ms", r->cfg.idle_timeout_ms);
             break;
         }
         if (len == cap) {
@@ -558,7 +570,8 @@ static void *relay_main(void *arg)
         pthread_mutex_unlock(&r->mu);
         int status = 502, reused = 0, got = 0, reusable = 0;
         int fd = take_channel(r, &reused, err), rc = fd;
-        if (fd == -1 && r->cfg.unreachable && tries < RELAY_MAX_TRIES && !cancelled(r)) {
+        int in_time = clock_now() < r->first_byte_by;
+        if (fd == -1 && r->cfg.unreachable && tries < RELAY_MAX_TRIES && in_time && !cancelled(r)) {
             /* nothing was sent: another node (or this one) may serve it */
             r->cfg.unreachable(r->cfg.route_ctx, r->cfg.target_node);
             r->target[0] = 0;
@@ -584,7 +597,7 @@ static void *relay_main(void *arg)
                 continue;
             }
             if (rc == -1 && !got && status != 504 && r->cfg.unreachable &&
-                tries < RELAY_MAX_TRIES && !cancelled(r)) {
+                tries < RELAY_MAX_TRIES && clock_now() < r->first_byte_by && !cancelled(r)) {
                 /* The node took the request and closed without a byte of answer: it died (or
                  * is stopping) while the request ran there, and the client has seen nothing.
                  * A completion has no side effect, so it is served elsewhere rather than
@@ -634,6 +647,8 @@ struct relay *relay_start(const struct relay_config *cfg, char *err)
     r->cfg.keep_alive = cfg->pool && cfg->pool->max_idle > 0;
     if (r->cfg.connect_timeout_ms <= 0) r->cfg.connect_timeout_ms = 3000;
     if (r->cfg.idle_timeout_ms <= 0) r->cfg.idle_timeout_ms = 120000;
+    if (r->cfg.deadline_ms <= 0) r->cfg.deadline_ms = r->cfg.idle_timeout_ms;
+    r->first_byte_by = clock_now() + r->cfg.deadline_ms / 1e3;
     r->refs = 2;
     r->cancel_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     pthread_mutex_init(&r->mu, NULL);

@@ -76,6 +76,9 @@ struct relay_config {
     const char *model;  /* for route while held */
     int prompt_tokens;
     int connect_timeout_ms, idle_timeout_ms, hold_ms;
+    /* No first byte of an answer within deadline_ms of relay_start, whatever nodes were tried
+     * (re-routes after a node died included): 504, no more tries (0: idle_timeout_ms). */
+    int deadline_ms;
     /* Thread-safe: where the request goes now (enum relay_route; addr and node for REMOTE). */
     int (*route)(void *ctx, const char *model, int prompt_tokens, char *addr, size_t cap,
                  uint64_t *node);

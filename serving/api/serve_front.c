@@ -613,6 +613,7 @@ static void forward(struct front *f, struct http_conn *c, const struct http_requ
                               .prompt_tokens = prompt_tokens,
                               .connect_timeout_ms = f->cfg.forward_connect_ms,
                               .idle_timeout_ms = f->cfg.forward_idle_ms,
+                              .deadline_ms = f->cfg.forward_deadline_ms,
                               .hold_ms = f->cfg.forward_hold_ms,
                               .route = front_route,
                               .route_ctx = f,

@@ -63,6 +63,8 @@ struct front_config {
     int default_max_tokens_completion; /* OpenAI's legacy default is 16 */
     /* forwarding (0: defaults 3000 ms, 120000 ms, 20000 ms; see serving/api/relay.h) */
     int forward_connect_ms, forward_idle_ms, forward_hold_ms;
+    /* a relayed request's first byte, across re-routes (0: forward_idle_ms; relay.h deadline_ms) */
+    int forward_deadline_ms;
     /* channels to another node kept idle for its next request (0: one per request) and for how
      * long (0: 10000 ms; keep it under the other nodes' --idle-timeout-ms) */
     int forward_pool, forward_pool_idle_ms;

@@ -108,6 +108,8 @@ def start(i):
             "--cluster-heartbeat-ms", str(HB), "--cluster-dead-ms", str(10 * HB),
             "--keep-alive-ms", "3000", "--replicas-cached", "2", "--ttft-ms", "400",
             "--coop-timeout-ms", "5000",
+            # a relayed request ends (504) before the client's timeout, re-routes included
+            "--forward-deadline-ms", str(max(1000, int(A.timeout * 1000) - 15000)),
             "--test-step-delay-us", "40000", "--max-batch", "2", "--weight-rate", "0.15",
             "--test-clock-file", os.path.join(W, f"clock{i}")]
     if i in holders0:

@@ -252,7 +252,8 @@ static int start(void)
     G.client_port = G.port;
     /* The pooled front: 2 idle channels per node. */
     metrics_init(&G.pm);
-    struct front_config pc = {.forward_hold_ms = 300, .forward_pool = 2};
+    struct front_config pc = {
+        .forward_hold_ms = 300, .forward_pool = 2, .forward_deadline_ms = 1500};
     G.pf = front_new(&pc, &G.pm, err);
     struct http_handler ph = front_handler(G.pf);
     if (!G.pf || !(G.phttp = http_server_new(&hc, &ph, &G.pm, err))) return -1;
@@ -760,6 +761,32 @@ TEST(pool_keeps_a_channel_for_the_next_requests)
     G.client_port = G.port;
 }
 
+/* The pooled front's deadline (1500 ms from the request's arrival, whatever nodes were tried): a
+ * node that dies unanswered is retried elsewhere, one that then sits on the request ends it in a
+ * 504 naming the deadline, not after the 120 s a node may stay silent. */
+TEST(no_first_byte_by_the_deadline_gives_504_across_reroutes)
+{
+    G.client_port = G.pport;
+    struct client c;
+    char req[8192];
+    client_start(&c, BODY, NULL);
+    int up = upstream_accept(req, sizeof req);
+    CHECK(up >= 0);
+    close(up); /* died without a byte: asked again */
+    up = upstream_accept(req, sizeof req);
+    CHECK(up >= 0);
+    CHECKF(!strcmp(strstr(req, "\r\n\r\n") + 4, BODY), "%.600s", req);
+    client_wait(&c); /* never answered */
+    struct parsed p;
+    client_body(&c, &p);
+    CHECK_EQ_INT(p.status, 504);
+    p.body[p.body_len] = 0;
+    CHECKF(strstr(p.body, "no answer within 1500 ms of the request's arrival") != NULL, "%.600s",
+           p.body);
+    close(up);
+    G.client_port = G.port;
+}
+
 int main(void)
 {
     RUN(reader_frames_every_way);
@@ -783,6 +810,7 @@ int main(void)
     RUN(metrics_count_forwards_and_failures);
     RUN(node_dying_before_answering_is_retried_elsewhere);
     RUN(pool_keeps_a_channel_for_the_next_requests);
+    RUN(no_first_byte_by_the_deadline_gives_504_across_reroutes);
     stop();
     CHECK_DONE();
 }
