@@ -24,10 +24,16 @@ CHECKS="python3 tests/lib/cluster_checks.py"
 helper_and_joiner() {
     local name=$1
     shift
-    FP=$(free_port)
-    # shellcheck disable=SC2086 # HELPER_ARGS: extra helper options, split on spaces
-    serve_start "$name-helper" --fabric tcp --listen "127.0.0.1:$FP" --key-file "$W/key" -v \
-        ${HELPER_ARGS:-} || return 1
+    local t
+    for t in 1 2 3; do
+        # free_port's port is free only until someone binds it: the helper's own API (--port 0)
+        # may be given the same one by the kernel; then again with another
+        FP=$(free_port)
+        # shellcheck disable=SC2086 # HELPER_ARGS: extra helper options, split on spaces
+        serve_start "$name-helper" --fabric tcp --listen "127.0.0.1:$FP" --key-file "$W/key" -v \
+            ${HELPER_ARGS:-} && break
+        grep -q "Address already in use" "$SERVE_LOG" && [ $t -lt 3 ] || return 1
+    done
     HELPER_URL=$SERVE_URL HELPER_PID=$SERVE_PID HELPER_LOG=$SERVE_LOG
     serve_start "$name-joiner" --fabric tcp --peers "127.0.0.1:$FP" --key-file "$W/key" -v "$@" \
         || return 1
