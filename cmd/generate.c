@@ -116,9 +116,13 @@ static int step_next(struct generation *g, const struct batch *b, int *next)
     if (engine_forward(g->e, b, g->logits)) return -1;
     int V = g->lm->model.cfg.vocab_size, best[20], nb = 0;
     for (int i = 0; i < V; i++) { /* insertion into the N best; earlier ids win ties */
-        int k = nb < g->trace_top ? nb++ : nb;
-        if (k == g->trace_top && !(g->logits[i] > g->logits[best[k - 1]])) continue;
-        if (k == g->trace_top) k--;
+        int k = nb;
+        if (nb == g->trace_top) {
+            if (!(g->logits[i] > g->logits[best[nb - 1]])) continue;
+            k = nb - 1; /* the last of the N leaves */
+        } else {
+            nb++;
+        }
         while (k > 0 && g->logits[i] > g->logits[best[k - 1]]) best[k] = best[k - 1], k--;
         best[k] = i;
     }

@@ -559,6 +559,12 @@ static int take_channel(struct relay *r, int *reused, char *err)
     return fd;
 }
 
+/* Whether the request's first byte may still come (cfg.deadline_ms from its arrival). */
+static int in_time(const struct relay *r)
+{
+    return clock_now() < r->first_byte_by;
+}
+
 static void *relay_main(void *arg)
 {
     struct relay *r = arg;
@@ -570,8 +576,8 @@ static void *relay_main(void *arg)
         pthread_mutex_unlock(&r->mu);
         int status = 502, reused = 0, got = 0, reusable = 0;
         int fd = take_channel(r, &reused, err), rc = fd;
-        int in_time = clock_now() < r->first_byte_by;
-        if (fd == -1 && r->cfg.unreachable && tries < RELAY_MAX_TRIES && in_time && !cancelled(r)) {
+        if (fd == -1 && r->cfg.unreachable && tries < RELAY_MAX_TRIES && in_time(r) &&
+            !cancelled(r)) {
             /* nothing was sent: another node (or this one) may serve it */
             r->cfg.unreachable(r->cfg.route_ctx, r->cfg.target_node);
             r->target[0] = 0;
@@ -597,7 +603,7 @@ static void *relay_main(void *arg)
                 continue;
             }
             if (rc == -1 && !got && status != 504 && r->cfg.unreachable &&
-                tries < RELAY_MAX_TRIES && clock_now() < r->first_byte_by && !cancelled(r)) {
+                tries < RELAY_MAX_TRIES && in_time(r) && !cancelled(r)) {
                 /* The node took the request and closed without a byte of answer: it died (or
                  * is stopping) while the request ran there, and the client has seen nothing.
                  * A completion has no side effect, so it is served elsewhere rather than

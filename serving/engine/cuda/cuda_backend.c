@@ -179,8 +179,6 @@ struct cuda_engine {
     } kp[32];
 };
 
-static void kprof_print(struct cuda_engine *ce);
-
 /* Tokens from which a matrix product takes the tensor-core GEMM rather than GEMV passes:
  * CUDA_GEMM_MIN_TOKENS, or STRATA_CUDA_GEMM_MIN (read at engine open; a tuning knob). */
 static int gemm_min_tokens = CUDA_GEMM_MIN_TOKENS;
@@ -445,7 +443,7 @@ void cuda_engine_close(struct cuda_engine *ce)
         if (ce->t1) cu.EventDestroy(ce->t1);
         if (ce->pa) cu.EventDestroy(ce->pa);
         if (ce->pb) cu.EventDestroy(ce->pb);
-        if (ce->prof) kprof_print(ce);
+        if (ce->prof) cuda_engine_profile_report(ce, "at close");
         if (ce->compute) cu.StreamDestroy(ce->compute);
         if (ce->copy) cu.StreamDestroy(ce->copy);
         if (ce->mod) cu.ModuleUnload(ce->mod);
@@ -536,11 +534,6 @@ void cuda_engine_profile_report(struct cuda_engine *ce, const char *label)
     ce->n_prof = 0;
 }
 
-static void kprof_print(struct cuda_engine *ce)
-{
-    cuda_engine_profile_report(ce, "at close");
-}
-
 static int elementwise(struct cuda_engine *ce, int k, CUdeviceptr a, CUdeviceptr b, long long n,
                        char *err)
 {
@@ -599,15 +592,17 @@ static int dev_gemv(struct cuda_engine *ce, int n_mats, const struct dmat *const
         }
         /* the block types: the pass's tokens quantized once into xq, then the GEMV */
         CUdeviceptr xq = ce->xq;
+        const int wpb = CUDA_GEMV_THREADS / 32; /* warps a block */
+        /* a warp's step: one 256-block (Q8_K) or eight 32-blocks (Q8_0/1), k_gemvq_quant's */
         int steps = fam == GQ_SUPER ? nt * (cols / 256) : (nt * (cols / 32) + 7) / 8;
-        int qblocks = (steps + 7) / 8, rpw = cuda_gemvq_rpw(total, nt, ce->info.sms);
+        int qblocks = (steps + wpb - 1) / wpb, rpw = cuda_gemvq_rpw(total, nt, ce->info.sms);
         void *qargs[] = {&xx, &nt, &cols, &xq};
         if (launch(ce, ce->fn[fam == GQ_SUPER ? K_GEMVQ_QUANT_K : K_GEMVQ_QUANT_32],
                    (unsigned)qblocks, 1, CUDA_GEMV_THREADS, 0, ce->compute, qargs, "k_gemvq_quant",
                    err))
             return -1;
         void *args[] = {&a, &xq, &nt, &rpw};
-        unsigned grid = (unsigned)((total + 8 * rpw - 1) / (8 * rpw));
+        unsigned grid = (unsigned)((total + wpb * rpw - 1) / (wpb * rpw));
         if (launch(ce, ce->gemv[wi][j], grid, 1, CUDA_GEMV_THREADS,
                    (unsigned)cuda_gemvq_smem(type, cols, nt), ce->compute, args, what, err))
             return -1;
@@ -617,7 +612,7 @@ static int dev_gemv(struct cuda_engine *ce, int n_mats, const struct dmat *const
 
 static int use_gemm(uint32_t type, int n)
 {
-    return type != 0 /* F32 */ && n >= gemm_min_tokens;
+    return cuda_use_gemm_from(type, n, gemm_min_tokens);
 }
 
 /* y (n x rows) = x (n x cols) W^T: tensor cores for many tokens, else GEMV. */

@@ -182,9 +182,13 @@ static inline int cuda_gemv_nt(int nt)
 }
 /* Tensor cores pay once a weight tile is shared by enough tokens; F32 weights always take GEMV
  * (exact f32 products for the small F32 models). */
+static inline int cuda_use_gemm_from(uint32_t type, int n_tok, int min_tokens)
+{
+    return type != 0 /* F32 */ && n_tok >= min_tokens;
+}
 static inline int cuda_use_gemm(uint32_t type, int n_tok)
 {
-    return type != 0 /* F32 */ && n_tok >= CUDA_GEMM_MIN_TOKENS;
+    return cuda_use_gemm_from(type, n_tok, CUDA_GEMM_MIN_TOKENS);
 }
 static inline unsigned cuda_gemm_blocks(int n)
 {

@@ -232,13 +232,19 @@ __device__ __forceinline__ int gemvq_bytes(int cols, int nt)
     return nt * (FAM == GEMVQ_SUPER ? cols + cols / 256 * 4 + cols / 16 * 2 : cols + cols / 32 * 16);
 }
 
-/* One row of the launch: g over the matrices (q, k, v one after another), y written by lane 0. */
+/* Row g of the launch (over the matrices: q, k, v one after another): its matrix i and row r. */
+__device__ __forceinline__ int gemvq_locate(const gemv_args &a, int g, int *r)
+{
+    int i = g < a.rows_end[0] ? 0 : g < a.rows_end[1] ? 1 : 2;
+    *r = g - (i == 0 ? 0 : a.rows_end[i - 1]);
+    return i;
+}
+
+/* One row of the launch, y written by lane 0. */
 template <int FAM, int NT>
 __device__ __forceinline__ void gemvq_one(const gemv_args &a, int g, const uint8_t *xs, int nt)
 {
-    int lane = threadIdx.x & 31;
-    int i = g < a.rows_end[0] ? 0 : g < a.rows_end[1] ? 1 : 2;
-    int r = g - (i == 0 ? 0 : a.rows_end[i - 1]);
+    int lane = threadIdx.x & 31, r, i = gemvq_locate(a, g, &r);
     const dmat &w = i == 0 ? a.w[0] : i == 1 ? a.w[1] : a.w[2];
     float *y = i == 0 ? a.y[0] : i == 1 ? a.y[1] : a.y[2];
     float acc[NT];
@@ -263,8 +269,7 @@ __device__ __forceinline__ void gemvq_one(const gemv_args &a, int g, const uint8
 
 __device__ __forceinline__ void gemvq_prefetch_g(const gemv_args &a, int g)
 {
-    int i = g < a.rows_end[0] ? 0 : g < a.rows_end[1] ? 1 : 2;
-    int r = g - (i == 0 ? 0 : a.rows_end[i - 1]);
+    int r, i = gemvq_locate(a, g, &r);
     gemvq_prefetch(i == 0 ? a.w[0] : i == 1 ? a.w[1] : a.w[2], r);
     if (a.mode == GEMV_SWIGLU) gemvq_prefetch(a.w[1], r);
 }
