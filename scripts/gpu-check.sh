@@ -393,9 +393,11 @@ step_profile() {
     cat "$WORK/profile.out"
     local b1
     b1=$(awk '/^cuda profile, decode batch 1 /{on=1; next} /^cuda profile/{on=0} on && n < 4 {printf "%s %s; ", $1, $(NF); n++}' "$WORK/profile.out")
-    # the same with GEMV passes at every batch size (no tensor-core GEMM): where each pays
-    echo "== STRATA_CUDA_GEMM_MIN=100000 (GEMV passes at every batch)"
-    STRATA_CUDA_GEMM_MIN=100000 bx "$B/bin/bench_cuda" --shape 8b --type q4_k_m --batches 8,32,64,128 --prefill 1024 2>&1 | grep '^bench '
+    # Q4_K's GEMV before the units (STRATA_CUDA_GEMVQ=chunks) beside it, in the same minutes
+    echo "== STRATA_CUDA_GEMVQ=chunks (Q4_K by 16-byte chunks, the kernel before k_gemvq_q4k)"
+    STRATA_CUDA_GEMVQ=chunks bx "$B/bin/bench_cuda" --shape 8b --type q4_k,q4_k_m --batches 8 --prefill 16 2>&1 | grep '^bench '
+    echo "== units (k_gemvq_q4k), the same rows"
+    bx "$B/bin/bench_cuda" --shape 8b --type q4_k,q4_k_m --batches 8 --prefill 16 2>&1 | grep '^bench '
     [ $rc = 0 ] && [ -n "$b1" ] && result ok profile "$PROFILE_ARGS: decode batch 1: $b1(profile.txt has every phase)" ||
         result not_ok profile "status $rc: $(tail -n 2 "$WORK/profile.out" | tr '\n' ' ')"
 }
@@ -424,8 +426,10 @@ make_models() {
 # Synthetic models have random weights, nearly flat logits: two correct engines whose activations
 # differ in the last bits (sums in another order, now and then a Q8 rounding flipped: ~1e-2 of the
 # logits, docs/cuda.md) part within a few dozen tokens, at such a tie. GEN_TIE is test_cuda's
-# bound for decoding against the CPU engine.
-GEN_TIE=0.03
+# bound for the block types' engines against the CPU engine (engine_cuda_matches_cpu_*, 5e-2):
+# its decode bound, 3e-2, held for test_cuda's 2-layer models but not for 22-layer TinyLlama
+# Q4_K_M, where the flipped roundings of more layers add up (0.0306 at a tie, 2026-11-26).
+GEN_TIE=0.05
 near_tie() {
     awk -v tie=$GEN_TIE '
         function scale(a) { return a > 1 || a < -1 ? (a < 0 ? -a : a) : 1 }

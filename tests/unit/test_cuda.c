@@ -802,6 +802,51 @@ TEST(block_dot_matches_reference)
     free(x);
 }
 
+/* Q4_K by units as k_gemvq_q4k_* takes it (lane l: units l, l + 32, ...; a unit is sub-blocks
+ * 2g and 2g+1 of a block, kq_dot_q4k_unit), held to the reference as the chunk loop is and to
+ * the chunk loop itself: the same integers, the block's floats applied once per two chunks. */
+TEST(q4k_unit_dot_matches_reference)
+{
+    enum { ROWS = 9, COLS = 768, NB = COLS / 256 };
+    float *w = malloc(sizeof(float) * COLS), *x = malloc(sizeof(float) * COLS);
+    uint64_t rng = 78;
+    for (int c = 0; c < COLS; c++) x[c] = synth_uniform(&rng) * (c % 7 == 0 ? 4.f : 1.f);
+    memset(x + 256, 0, sizeof(float) * 256);
+    uint32_t t = GGML_Q4_K;
+    uint8_t *wq = random_rows(t, ROWS, COLS, 311);
+    struct host_planes hp;
+    planes_make(t, wq, ROWS, COLS, &hp);
+    struct host_act a;
+    act_quantize(t, x, COLS, &a);
+    uint64_t rb = ggml_row_bytes(t, COLS);
+    for (int r = 0; r < ROWS; r++) {
+        float lane[32] = {0};
+        for (int u = 0; u < 4 * NB; u++) {
+            int b = u / 4, g = u % 4;
+            uint32_t q[8], h[4];
+            memcpy(q, hp.p.qs + ((size_t)r * NB + b) * 128 + 32 * g, 32);
+            memcpy(h, hp.p.d + ((size_t)r * NB + b) * 16, 16);
+            lane[u % 32] += kq_dot_q4k_unit(q, h, g, a.q + 256 * b, a.d[b], a.bs + 16 * b);
+        }
+        for (int o = 16; o > 0; o >>= 1)
+            for (int l = 0; l < 32; l++)
+                if (!(l & o)) lane[l] = lane[l] + lane[l + o];
+        CHECK(dequantize_row(t, wq + r * rb, w, COLS) == 0);
+        double mag, want = ref_row_dot(t, w, wq + r * rb, COLS, &a, &mag);
+        double chunks = warp_row_dot(t, &hp.p, r, COLS, &a);
+        double e = fabs(lane[0] - want) / (mag > 1e-30 ? mag : 1),
+               ec = fabs(lane[0] - chunks) / (mag > 1e-30 ? mag : 1);
+        CHECKF(e <= 1e-5 && ec <= 1e-6,
+               "q4_K row %d: units %.9g, chunks %.9g, reference %.9g (%.3g, %.3g of sum |w x|)", r,
+               lane[0], chunks, want, e, ec);
+    }
+    act_free(&a);
+    planes_free(&hp);
+    free(wq);
+    free(w);
+    free(x);
+}
+
 /* stories260K converted to GGUF (`strata convert`'s code, in memory), planned and filled by
  * model.c into the execution-order image the loader makes: the path a served model takes. */
 struct gguf_model {
@@ -1764,6 +1809,7 @@ int main(void)
     RUN(block_formats_match_the_kernels);
     RUN(block_dequant_bit_exact);
     RUN(block_dot_matches_reference);
+    RUN(q4k_unit_dot_matches_reference);
     RUN(cpu_matmul_matches_block_dot);
     RUN(synth_q4_k_m_mixes_like_llama_quantize);
     RUN(plan_accepts_the_loaders_image);

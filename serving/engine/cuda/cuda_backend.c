@@ -64,16 +64,19 @@ enum {
     K_SWIGLU,
     K_ADD,
     K_ATTENTION,
-    K_ATTENTION_MERGE,
     K_GEMVQ_QUANT_K,
     K_GEMVQ_QUANT_32,
+    K_RMSNORM_QUANT_K,
+    K_RMSNORM_QUANT_32,
     K_SAMPLE,
     K_N
 };
 static const char *const k_name[K_N] = {
-    "k_repack_rows",     "k_repack_blocks", "k_repack_planes",  "k_embed",  "k_rmsnorm",
-    "k_qk_prep",         "k_rope_store",    "k_swiglu",         "k_add",    "k_attention",
-    "k_attention_merge", "k_gemvq_quant_k", "k_gemvq_quant_32", "k_sample",
+    "k_repack_rows",     "k_repack_blocks",    "k_repack_planes",
+    "k_embed",           "k_rmsnorm",          "k_qk_prep",
+    "k_rope_store",      "k_swiglu",           "k_add",
+    "k_attention",       "k_gemvq_quant_k",    "k_gemvq_quant_32",
+    "k_rmsnorm_quant_k", "k_rmsnorm_quant_32", "k_sample",
 };
 
 /* The GEMV kernel of weight index t for template j (k_gemv_<type>_<nt> or k_gemvq_<fam>_<nt>). */
@@ -85,12 +88,17 @@ static void gemv_kernel_name(int t, int j, char *out, size_t cap)
         snprintf(out, cap, "k_gemv_%s_%d", wi_name[t], gemv_nts[j]);
 }
 
+static const char *const q4k_name[4] = {"k_gemvq_q4k_1", "k_gemvq_q4k_2", "k_gemvq_q4k_4",
+                                        "k_gemvq_q4k_8"};
+
 int cuda_kernel_names(const char **names, int cap)
 {
     static char gemv_names[WI_N][4][32], gemm_names[WI_N][32];
     int n = 0;
     for (int i = 0; i < K_N; i++)
         if (n < cap) names[n++] = k_name[i];
+    for (int j = 0; j < 4; j++)
+        if (n < cap) names[n++] = q4k_name[j];
     for (int t = 0; t < WI_N; t++) {
         for (int j = 0; j < 4; j++) {
             gemv_kernel_name(t, j, gemv_names[t][j], 32);
@@ -149,6 +157,7 @@ struct cuda_engine {
     CUcontext ctx;
     CUmodule mod;
     CUfunction fn[K_N], gemv[WI_N][4], gemm[WI_N];
+    CUfunction gemvq4k[4];   /* k_gemvq_q4k_<nt>: launches whose matrices are all Q4_K */
     size_t gemvq_smem_limit; /* dynamic shared memory a k_gemvq launch may use */
     CUstream compute, copy;
     CUevent *span_ev; /* one per span */
@@ -160,6 +169,7 @@ struct cuda_engine {
     /* activations (inside act) */
     CUdeviceptr x, xb, xb2, q, k, v, att, hb, hb2, logits, tok, pos, bt, rows, sparams;
     CUdeviceptr apart; /* k_attention's partials when a step splits positions */
+    CUdeviceptr acnt;  /* k_attention's finished-split counts, a token x head (zero between) */
     CUdeviceptr xq;    /* a GEMV pass's quantized activations (k_gemvq_quant_*) */
     /* pinned host staging for the step's metadata and results */
     void *hmeta;
@@ -182,6 +192,9 @@ struct cuda_engine {
 /* Tokens from which a matrix product takes the tensor-core GEMM rather than GEMV passes:
  * CUDA_GEMM_MIN_TOKENS, or STRATA_CUDA_GEMM_MIN (read at engine open; a tuning knob). */
 static int gemm_min_tokens = CUDA_GEMM_MIN_TOKENS;
+/* STRATA_CUDA_GEMVQ=chunks: Q4_K-only launches take k_gemvq_k_* (16-byte chunks) instead of
+ * k_gemvq_q4k_* (32-byte units): the kernel before, kept to compare (read at engine open). */
+static int gemvq_chunks;
 
 #define CK(call, what)                                                                             \
     do {                                                                                           \
@@ -206,6 +219,9 @@ static int load_module(struct cuda_engine *ce, char *err)
     for (int i = 0; i < K_N; i++)
         if (cu.ModuleGetFunction(&ce->fn[i], ce->mod, k_name[i]))
             return errmsg_set(err, "cuda: kernel %s missing from the fatbin", k_name[i]);
+    for (int j = 0; j < 4; j++)
+        if (cu.ModuleGetFunction(&ce->gemvq4k[j], ce->mod, q4k_name[j]))
+            return errmsg_set(err, "cuda: kernel %s missing from the fatbin", q4k_name[j]);
     for (int t = 0; t < WI_N; t++) {
         for (int j = 0; j < 4; j++) {
             gemv_kernel_name(t, j, name, sizeof name);
@@ -241,11 +257,14 @@ static int gemvq_setup(struct cuda_engine *ce, char *err)
     ce->gemvq_smem_limit = lim;
     if (lim <= dflt) return 0;
     const int first[GQ_N] = {WI_Q2_K, WI_Q8_0}; /* a type of each family */
-    for (int f = 0; f < GQ_N; f++)
-        for (int j = 0; j < 4; j++)
+    for (int j = 0; j < 4; j++) {
+        for (int f = 0; f < GQ_N; f++)
             CK(cu.FuncSetAttribute(ce->gemv[first[f]][j], CUX_FUNC_ATTR_MAX_DYNAMIC_SHARED,
                                    (int)lim),
                "cuda: cuFuncSetAttribute(k_gemvq)");
+        CK(cu.FuncSetAttribute(ce->gemvq4k[j], CUX_FUNC_ATTR_MAX_DYNAMIC_SHARED, (int)lim),
+           "cuda: cuFuncSetAttribute(k_gemvq_q4k)");
+    }
     return 0;
 }
 
@@ -296,12 +315,13 @@ static int alloc_buffers(struct cuda_engine *ce, char *err)
         NL * sizeof(struct sample_param),
         4 * cuda_attention_part_floats(lim->max_tokens, c->n_heads, c->head_dim, lim->ctx,
                                        ce->info.sms),
+        T * c->n_heads * 4,
         /* at most 8 tokens of the widest input, 2 bytes a value bounds both families */
         (size_t)CUDA_GEMV_MAX_NT * 2 * widest + 64,
     };
-    CUdeviceptr *slots[] = {&ce->x,   &ce->xb,   &ce->xb2,     &ce->q,      &ce->k,   &ce->v,
-                            &ce->att, &ce->hb,   &ce->hb2,     &ce->logits, &ce->tok, &ce->pos,
-                            &ce->bt,  &ce->rows, &ce->sparams, &ce->apart,  &ce->xq};
+    CUdeviceptr *slots[] = {&ce->x,   &ce->xb,   &ce->xb2,     &ce->q,      &ce->k,    &ce->v,
+                            &ce->att, &ce->hb,   &ce->hb2,     &ce->logits, &ce->tok,  &ce->pos,
+                            &ce->bt,  &ce->rows, &ce->sparams, &ce->apart,  &ce->acnt, &ce->xq};
     size_t total = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) total += align256(sizes[i]);
     size_t free_b = 0, total_b = 0;
@@ -374,6 +394,8 @@ int cuda_engine_open(struct cuda_engine **out, const struct model *m,
     if (ce->prof) ce->graphs_on = 0;
     const char *gm = getenv("STRATA_CUDA_GEMM_MIN");
     if (gm && atoi(gm) > 0) gemm_min_tokens = atoi(gm);
+    const char *gq = getenv("STRATA_CUDA_GEMVQ");
+    gemvq_chunks = gq && !strcmp(gq, "chunks");
     ce->lim = *lim_in;
     if (engine_limits_resolve(&ce->lim, &ce->cfg, err)) goto fail;
     ce->max_blocks_per_seq = (ce->lim.ctx + ce->lim.kv_block_size - 1) / ce->lim.kv_block_size;
@@ -554,9 +576,10 @@ _Static_assert(sizeof(struct gemv_args) == 192, "gemv_args layout");
 
 /* GEMV over n tokens, CUDA_GEMV_MAX_NT per launch: y_i = x W_i^T for n_mats matrices of one type
  * and cols (q, k, v in one launch), or with mode GEMV_ADD y_0 += x W_0^T, or with GEMV_SWIGLU
- * y_0 = silu(x W_0^T) * (x W_1^T). */
-static int dev_gemv(struct cuda_engine *ce, int n_mats, const struct dmat *const *w,
-                    const CUdeviceptr *y, int mode, CUdeviceptr x, int n, char *err)
+ * y_0 = silu(x W_0^T) * (x W_1^T). xq_ready: x is already quantized in ce->xq (rmsnorm_gemv: one
+ * pass of n tokens). */
+static int dev_gemv_q(struct cuda_engine *ce, int n_mats, const struct dmat *const *w,
+                      const CUdeviceptr *y, int mode, CUdeviceptr x, int n, int xq_ready, char *err)
 {
     struct gemv_args a;
     memset(&a, 0, sizeof a);
@@ -597,17 +620,27 @@ static int dev_gemv(struct cuda_engine *ce, int n_mats, const struct dmat *const
         int steps = fam == GQ_SUPER ? nt * (cols / 256) : (nt * (cols / 32) + 7) / 8;
         int qblocks = (steps + wpb - 1) / wpb, rpw = cuda_gemvq_rpw(total, nt, ce->info.sms);
         void *qargs[] = {&xx, &nt, &cols, &xq};
-        if (launch(ce, ce->fn[fam == GQ_SUPER ? K_GEMVQ_QUANT_K : K_GEMVQ_QUANT_32],
-                   (unsigned)qblocks, 1, CUDA_GEMV_THREADS, 0, ce->compute, qargs, "k_gemvq_quant",
-                   err))
+        if (!xq_ready && launch(ce, ce->fn[fam == GQ_SUPER ? K_GEMVQ_QUANT_K : K_GEMVQ_QUANT_32],
+                                (unsigned)qblocks, 1, CUDA_GEMV_THREADS, 0, ce->compute, qargs,
+                                "k_gemvq_quant", err))
             return -1;
         void *args[] = {&a, &xq, &nt, &rpw};
         unsigned grid = (unsigned)((total + wpb * rpw - 1) / (wpb * rpw));
-        if (launch(ce, ce->gemv[wi][j], grid, 1, CUDA_GEMV_THREADS,
+        int all_q4k = !gemvq_chunks;
+        for (int i = 0; i < 3; i++)
+            if ((i < n_mats || (mode == GEMV_SWIGLU && i == 1)) && w[i]->type != GGML_Q4_K)
+                all_q4k = 0;
+        if (launch(ce, all_q4k ? ce->gemvq4k[j] : ce->gemv[wi][j], grid, 1, CUDA_GEMV_THREADS,
                    (unsigned)cuda_gemvq_smem(type, cols, nt), ce->compute, args, what, err))
             return -1;
     }
     return 0;
+}
+
+static int dev_gemv(struct cuda_engine *ce, int n_mats, const struct dmat *const *w,
+                    const CUdeviceptr *y, int mode, CUdeviceptr x, int n, char *err)
+{
+    return dev_gemv_q(ce, n_mats, w, y, mode, x, n, 0, err);
 }
 
 static int use_gemm(uint32_t type, int n)
@@ -646,6 +679,28 @@ static int dev_rmsnorm(struct cuda_engine *ce, CUdeviceptr x, const struct dmat 
     void *args[] = {&x, &wp, &out, &dim, &eps, &rows};
     return launch(ce, ce->fn[K_RMSNORM], (unsigned)n, 1, 1024, 0, ce->compute, args, "k_rmsnorm",
                   err);
+}
+
+/* xb = rmsnorm(x), then the GEMV of matrices w (one launch: q, k, v or gate, up): with a block
+ * type and all n tokens in one GEMV pass, the norm and the activations' quantization are one
+ * launch (k_rmsnorm_quant_*: the same floats and integers as the two), else as before. */
+static int rmsnorm_gemv(struct cuda_engine *ce, const struct dmat *norm, int n_mats,
+                        const struct dmat *const *w, const CUdeviceptr *y, int mode, int n,
+                        char *err)
+{
+    uint32_t type = (uint32_t)w[0]->type;
+    int fam = gq_of(type), dim = ce->cfg.dim;
+    if (fam < 0 || w[0]->cols != dim || (size_t)dim * 4 > 48 * 1024 || dim % 256 ||
+        n > cuda_gemv_pass(type, dim, ce->gemvq_smem_limit)) {
+        return dev_rmsnorm(ce, ce->x, norm, ce->xb, n, 0, err) ||
+               dev_gemv(ce, n_mats, w, y, mode, ce->xb, n, err);
+    }
+    CUdeviceptr x = ce->x, wp = norm->qs, out = ce->xb, xq = ce->xq;
+    float eps = ce->cfg.norm_eps;
+    void *args[] = {&x, &wp, &out, &dim, &eps, &xq, &n};
+    return launch(ce, ce->fn[fam == GQ_SUPER ? K_RMSNORM_QUANT_K : K_RMSNORM_QUANT_32], (unsigned)n,
+                  1, 1024, (unsigned)dim * 4, ce->compute, args, "k_rmsnorm_quant", err) ||
+           dev_gemv_q(ce, n_mats, w, y, mode, ce->xb, n, 1, err);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -823,12 +878,12 @@ static int dev_layer(struct cuda_engine *ce, int l, int n, char *err)
 
     /* attention: xb = rmsnorm(x); q, k, v = xb Wq, Wk, Wv; [+ biases; per-head q/k norms];
      * RoPE, k and v into the cache; attend */
-    if (dev_rmsnorm(ce, ce->x, &w[CM_ATTN_NORM], ce->xb, n, 0, err)) return -1;
     if (gemv_pair(&w[CM_Q], &w[CM_K], n) && gemv_pair(&w[CM_Q], &w[CM_V], n)) {
         const struct dmat *m3[3] = {&w[CM_Q], &w[CM_K], &w[CM_V]};
         CUdeviceptr y3[3] = {ce->q, ce->k, ce->v};
-        if (dev_gemv(ce, 3, m3, y3, GEMV_STORE, ce->xb, n, err)) return -1;
-    } else if (dev_matmul(ce, &w[CM_Q], ce->xb, ce->q, n, err) ||
+        if (rmsnorm_gemv(ce, &w[CM_ATTN_NORM], 3, m3, y3, GEMV_STORE, n, err)) return -1;
+    } else if (dev_rmsnorm(ce, ce->x, &w[CM_ATTN_NORM], ce->xb, n, 0, err) ||
+               dev_matmul(ce, &w[CM_Q], ce->xb, ce->q, n, err) ||
                dev_matmul(ce, &w[CM_K], ce->xb, ce->k, n, err) ||
                dev_matmul(ce, &w[CM_V], ce->xb, ce->v, n, err)) {
         return -1;
@@ -862,31 +917,27 @@ static int dev_layer(struct cuda_engine *ce, int l, int n, char *err)
     }
     {
         CUdeviceptr q = ce->q, kc = ce->kc, vc = ce->vc, out = ce->att, part = ce->apart,
-                    pos = ce->pos, bt = ce->bt;
+                    cnt = ce->acnt, pos = ce->pos, bt = ce->bt;
         int mb = ce->max_blocks_per_seq, layer = l, nblk = lim->kv_blocks, bs = lim->kv_block_size,
             nh = c->n_heads, nkv = c->n_kv_heads, hd = c->head_dim,
             ns = cuda_attention_splits(n, nh, lim->ctx, ce->info.sms);
         float scale = 1.0f / sqrtf((float)c->head_dim);
-        void *args[] = {&q,     &kc,   &vc, &out, &part, &pos, &bt,   &mb,
-                        &layer, &nblk, &bs, &nh,  &nkv,  &hd,  &scale};
+        void *args[] = {&q,  &kc,    &vc,   &out, &part, &cnt, &pos, &bt,
+                        &mb, &layer, &nblk, &bs,  &nh,   &nkv, &hd,  &scale};
         if (launch3(ce, ce->fn[K_ATTENTION], (unsigned)nh, (unsigned)n, (unsigned)ns,
                     CUDA_ATTN_THREADS, 0, ce->compute, args, "k_attention", err))
-            return -1;
-        void *margs[] = {&part, &out, &nh, &hd, &ns};
-        if (ns > 1 && launch(ce, ce->fn[K_ATTENTION_MERGE], (unsigned)nh, (unsigned)n,
-                             CUDA_ATTN_THREADS, 0, ce->compute, margs, "k_attention_merge", err))
             return -1;
     }
     /* x += att Wo (GEMV adds in place; the tensor-core path adds after) */
     if (residual(ce, &w[CM_O], ce->att, n, err)) return -1;
 
     /* FFN: x += (silu(xb Wgate) * (xb Wup)) Wdown, xb = rmsnorm(x) */
-    if (dev_rmsnorm(ce, ce->x, &w[CM_FFN_NORM], ce->xb, n, 0, err)) return -1;
     if (gemv_pair(&w[CM_GATE], &w[CM_UP], n)) {
         const struct dmat *gu[2] = {&w[CM_GATE], &w[CM_UP]};
         CUdeviceptr y = ce->hb;
-        if (dev_gemv(ce, 1, gu, &y, GEMV_SWIGLU, ce->xb, n, err)) return -1;
-    } else if (dev_matmul(ce, &w[CM_GATE], ce->xb, ce->hb, n, err) ||
+        if (rmsnorm_gemv(ce, &w[CM_FFN_NORM], 1, gu, &y, GEMV_SWIGLU, n, err)) return -1;
+    } else if (dev_rmsnorm(ce, ce->x, &w[CM_FFN_NORM], ce->xb, n, 0, err) ||
+               dev_matmul(ce, &w[CM_GATE], ce->xb, ce->hb, n, err) ||
                dev_matmul(ce, &w[CM_UP], ce->xb, ce->hb2, n, err) ||
                elementwise(ce, K_SWIGLU, ce->hb, ce->hb2, (long long)n * c->hidden_dim, err)) {
         return -1;

@@ -6,7 +6,9 @@
  * the GPU one block per head (32 blocks on a 132-SM H200, each walking every position in turn),
  * so the positions of a token are split into n_split contiguous ranges (cuda_attention_splits:
  * flash-decoding), each block writing its partial (running max m, sum l, unnormalised output) to
- * `part`, and k_attention_merge combines them; with n_split = 1 the block writes the output.
+ * `part`; the last of a token's n_split blocks to finish (counted in cnt[token][head], which it
+ * sets back to 0 for the next launch) combines them, so the merge costs no launch of its own;
+ * with n_split = 1 the block writes the output.
  * Inside a block the range is walked in tiles of CUDA_ATTN_TILE positions with an online softmax
  * (no shared memory in proportion to the context): the tile's cache rows are looked up once
  * (roff), scores take a warp per position (lanes across head_dim, two positions in flight), the
@@ -17,11 +19,36 @@
 
 #include "cuda_attn_limits.h"
 
-#define ATT_COLS (CUDA_ATTN_MAX_HD / 32) /* output columns a lane holds */
+#define ATT_COLS  (CUDA_ATTN_MAX_HD / 32) /* output columns a lane holds */
 #define ATT_WARPS (CUDA_ATTN_THREADS / 32)
 
+/* The ns partials of (token, head) `row` into the output, by the block that finished last: an
+ * empty range (a split past the token's position) has l = 0 and counts for nothing. The other
+ * blocks' partials are read from L2 (__ldcg), where their fenced stores are. */
+__device__ __forceinline__ void attention_merge(const float *part, float *out, size_t row, int hd,
+                                                int ns)
+{
+    __shared__ float wgt[CUDA_ATTN_MAX_SPLIT];
+    const float *p = part + row * ns * (size_t)(hd + 2);
+    if (threadIdx.x < 32) { /* the first warp: a split a lane (ns <= 32) */
+        int s = threadIdx.x;
+        float ms = s < ns ? __ldcg(p + s * (hd + 2)) : -INFINITY,
+              ls = s < ns ? __ldcg(p + s * (hd + 2) + 1) : 0.f;
+        if (ls <= 0.f) ms = -INFINITY;
+        float mx = warp_max(ms);
+        float e = ls > 0.f ? expf(ms - mx) : 0.f, L = warp_sum(e * ls);
+        if (s < ns) wgt[s] = e / L;
+    }
+    __syncthreads();
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float a = 0.f;
+        for (int s = 0; s < ns; s++) a += wgt[s] * __ldcg(p + s * (hd + 2) + 2 + d);
+        out[row * hd + d] = a;
+    }
+}
+
 extern "C" __global__ void __launch_bounds__(CUDA_ATTN_THREADS)
-    k_attention(const float *q, const float *kc, const float *vc, float *out, float *part,
+    k_attention(const float *q, const float *kc, const float *vc, float *out, float *part, int *cnt,
                 const int *pos, const int *bt, int max_blocks, int layer, int n_blocks, int bs,
                 int n_heads, int n_kv_heads, int hd, float scale)
 {
@@ -114,29 +141,15 @@ extern "C" __global__ void __launch_bounds__(CUDA_ATTN_THREADS)
         else
             pp[2 + d] = a;
     }
-    if (ns > 1 && threadIdx.x == 0) pp[0] = m, pp[1] = l;
-}
-
-/* The n_split partials of each (head, token) into the output: a block per pair. An empty range
- * (a split past the token's position) has l = 0 and counts for nothing. */
-extern "C" __global__ void k_attention_merge(const float *part, float *out, int n_heads, int hd,
-                                             int ns)
-{
-    __shared__ float wgt[CUDA_ATTN_MAX_SPLIT];
-    size_t row = (size_t)blockIdx.y * n_heads + blockIdx.x;
-    const float *p = part + row * ns * (size_t)(hd + 2);
-    if (threadIdx.x < 32) { /* the first warp: a split a lane (ns <= 32) */
-        int s = threadIdx.x;
-        float ms = s < ns ? p[s * (hd + 2)] : -INFINITY, ls = s < ns ? p[s * (hd + 2) + 1] : 0.f;
-        if (ls <= 0.f) ms = -INFINITY;
-        float mx = warp_max(ms);
-        float e = ls > 0.f ? expf(ms - mx) : 0.f, L = warp_sum(e * ls);
-        if (s < ns) wgt[s] = e / L;
+    if (ns == 1) return;
+    if (threadIdx.x == 0) pp[0] = m, pp[1] = l;
+    __threadfence(); /* this block's partial visible to every block before it is counted */
+    __syncthreads();
+    __shared__ int last;
+    if (threadIdx.x == 0) {
+        last = atomicAdd(&cnt[row], 1) == ns - 1;
+        if (last) cnt[row] = 0;
     }
     __syncthreads();
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-        float a = 0.f;
-        for (int s = 0; s < ns; s++) a += wgt[s] * p[s * (hd + 2) + 2 + d];
-        out[row * hd + d] = a;
-    }
+    if (last) attention_merge(part, out, row, hd, ns);
 }

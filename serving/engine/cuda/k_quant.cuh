@@ -270,6 +270,32 @@ KQ_FN void kq_lda16(const int8_t *p, uint32_t *w)
 #endif
 }
 
+/* 16 activation bytes of the super-block family (Q8_K), p the logical address. k_gemvq lays those
+ * out in shared memory with the four 16-byte pieces of every 64-byte group permuted (piece i at
+ * i ^ bits 7-8 of the address: kq_swz), so that the 8 lanes of a 128-bit load phase that read
+ * 64 bytes apart (kq_dot_q4k_unit's lanes) land on distinct banks. On the host: plain memory. */
+#ifdef __CUDA_ARCH__
+extern __shared__ __align__(1024) uint8_t gemvq_smem[]; /* k_gemvq's dynamic shared memory */
+/* The shared-memory address of logical byte offset o of gemvq_smem (o 16-byte aligned). */
+__device__ __forceinline__ unsigned kq_swz(unsigned o)
+{
+    return (unsigned)__cvta_generic_to_shared(gemvq_smem) + (o ^ ((o >> 3) & 0x30u));
+}
+#endif
+KQ_FN void kq_ldas16(const int8_t *p, uint32_t *w)
+{
+#ifdef __CUDA_ARCH__
+    unsigned s = kq_swz((unsigned)((const uint8_t *)p - gemvq_smem));
+    uint32_t a, b, c, d;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(a), "=r"(b), "=r"(c), "=r"(d)
+                 : "r"(s));
+    w[0] = a, w[1] = b, w[2] = c, w[3] = d;
+#else
+    memcpy(w, p, 16);
+#endif
+}
+
 /* ---- small helpers ---------------------------------------------------------------------------- */
 
 KQ_FN int kq_u16(const uint8_t *p)
@@ -632,8 +658,8 @@ KQ_FN float kq_dot_super(int type, const struct kq_chunk *c, int k, const int8_t
     case KQ_Q4_K:
     case KQ_Q5_K: {
         int g = k >> 1, h = k & 1, sc0, m0, sc1, m1;
-        kq_lda16(aq + 64 * g + 16 * h, A);
-        kq_lda16(aq + 64 * g + 32 + 16 * h, B);
+        kq_ldas16(aq + 64 * g + 16 * h, A);
+        kq_ldas16(aq + 64 * g + 32 + 16 * h, B);
         KQ_UNROLL
         for (int w = 0; w < 4; w++) {
             lo[w] = c->q[w] & 0x0F0F0F0Fu;
@@ -653,8 +679,8 @@ KQ_FN float kq_dot_super(int type, const struct kq_chunk *c, int k, const int8_t
     }
     case KQ_Q6_K: {
         int hh = k >> 2, p = k & 3, slo = p >> 1, shi = 2 + slo, l0 = 16 * (p & 1);
-        kq_lda16(aq + 128 * hh + 32 * slo + l0, A);
-        kq_lda16(aq + 128 * hh + 32 * shi + l0, B);
+        kq_ldas16(aq + 128 * hh + 32 * slo + l0, A);
+        kq_ldas16(aq + 128 * hh + 32 * shi + l0, B);
         KQ_UNROLL
         for (int w = 0; w < 4; w++) {
             lo[w] = (c->q[w] & 0x0F0F0F0Fu) | ((c->e[w] >> (2 * slo)) & 0x03030303u) << 4;
@@ -672,7 +698,7 @@ KQ_FN float kq_dot_super(int type, const struct kq_chunk *c, int k, const int8_t
         KQ_UNROLL
         for (int s = 0; s < 4; s++) {
             int j = 8 * hh + 2 * s + (k & 1);
-            kq_lda16(aq + 128 * hh + 32 * s + l0, A);
+            kq_ldas16(aq + 128 * hh + 32 * s + l0, A);
             KQ_UNROLL
             for (int w = 0; w < 4; w++) {
                 lo[w] = (c->q[w] >> (2 * s)) & 0x03030303u;
@@ -692,8 +718,8 @@ KQ_FN float kq_dot_super(int type, const struct kq_chunk *c, int k, const int8_t
         break;
     }
     default: { /* KQ_IQ4_XS: chunk k is sub-block k */
-        kq_lda16(aq + 32 * k, A);
-        kq_lda16(aq + 32 * k + 16, B);
+        kq_ldas16(aq + 32 * k, A);
+        kq_ldas16(aq + 32 * k + 16, B);
         KQ_UNROLL
         for (int w = 0; w < 4; w++) {
             lo[w] = kq_iq4_lut(c->q[w] & 0x0F0F0F0Fu);
@@ -710,6 +736,36 @@ KQ_FN float kq_dot_super(int type, const struct kq_chunk *c, int k, const int8_t
     if (type == KQ_Q2_K || type == KQ_Q4_K || type == KQ_Q5_K)
         r = kq_sub(r, kq_mul(kq_mul(dmin, ad), (float)msum));
     return r;
+}
+
+/* Q4_K by units of 32 bytes of quants, sub-blocks 2g and 2g+1 of one block (64 weights): q the
+ * unit's 8 words of qs, h the block's d plane (d, dmin, 12 bytes of scales), aq the block's 256
+ * quantized activations, ad their scale, bs their 16 sums. The same integers as kq_dot_super's
+ * chunks 2g and 2g+1 together, with the scales decoded and the block's floats applied once for
+ * the two (the GEMV at batch 1 is bound by instructions a byte, not by the bytes). */
+KQ_FN float kq_dot_q4k_unit(const uint32_t *q, const uint32_t *h, int g, const int8_t *aq, float ad,
+                            const int16_t *bs)
+{
+    uint32_t A[4], lo[4], hi[4];
+    int sc0, m0, sc1, m1, dl = 0, dh = 0;
+    kq_k4_scale_min(h[1], h[2], h[3], 2 * g, &sc0, &m0);
+    kq_k4_scale_min(h[1], h[2], h[3], 2 * g + 1, &sc1, &m1);
+    KQ_UNROLL
+    for (int half = 0; half < 2; half++) {
+        KQ_UNROLL
+        for (int w = 0; w < 4; w++) {
+            lo[w] = q[4 * half + w] & 0x0F0F0F0Fu;
+            hi[w] = (q[4 * half + w] >> 4) & 0x0F0F0F0Fu;
+        }
+        kq_ldas16(aq + 64 * g + 16 * half, A);
+        dl += kq_dot16(lo, A);
+        kq_ldas16(aq + 64 * g + 32 + 16 * half, A);
+        dh += kq_dot16(hi, A);
+    }
+    int isum = sc0 * dl + sc1 * dh;
+    int msum = m0 * (bs[4 * g] + bs[4 * g + 1]) + m1 * (bs[4 * g + 2] + bs[4 * g + 3]);
+    float r = kq_mul(kq_mul(kq_h2f(h[0]), ad), (float)isum);
+    return kq_sub(r, kq_mul(kq_mul(kq_h2f(h[0] >> 16), ad), (float)msum));
 }
 
 /* 32-element blocks (Q8_0 / Q8_1 activations). Q8_0's chunk k is half k of the block: its
