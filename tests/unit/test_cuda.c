@@ -472,6 +472,14 @@ TEST(launch_shapes)
     CHECK_EQ_INT(cuda_gemm_blocks(65), 2);
     /* attention: a batch-1 decode on 132 SMs splits its positions 17 ways (4 blocks an SM), a
      * 64-token step not at all; never past 32 ranges nor under 64 positions a range of ctx */
+    /* RMSNorm fused with the quantization: decode of the block types, one pass, rows that fit */
+    CHECK(cuda_rmsnorm_fuses(GGML_Q4_K, 4096, 1, 96 * 1024));
+    CHECK(cuda_rmsnorm_fuses(GGML_Q8_0, 2048, 8, 96 * 1024));
+    CHECK(!cuda_rmsnorm_fuses(GGML_F16, 4096, 1, 96 * 1024));   /* f32 activations: no quant */
+    CHECK(!cuda_rmsnorm_fuses(GGML_Q4_0, 288, 1, 96 * 1024));   /* not whole 256s */
+    CHECK(!cuda_rmsnorm_fuses(GGML_Q4_K, 16384, 1, 96 * 1024)); /* 64 KiB row */
+    CHECK(!cuda_rmsnorm_fuses(GGML_Q4_K, 8192, 8, 48 * 1024));  /* two passes of 4 */
+    CHECK(cuda_rmsnorm_fuses(GGML_Q4_K, 8192, 4, 48 * 1024));
     CHECK_EQ_INT(cuda_attention_splits(1, 32, 4096, 132), 17);
     CHECK_EQ_INT(cuda_attention_splits(8, 32, 4096, 132), 3);
     CHECK_EQ_INT(cuda_attention_splits(64, 32, 4096, 132), 1);

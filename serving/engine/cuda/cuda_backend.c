@@ -690,8 +690,7 @@ static int rmsnorm_gemv(struct cuda_engine *ce, const struct dmat *norm, int n_m
 {
     uint32_t type = (uint32_t)w[0]->type;
     int fam = gq_of(type), dim = ce->cfg.dim;
-    if (fam < 0 || w[0]->cols != dim || (size_t)dim * 4 > 48 * 1024 || dim % 256 ||
-        n > cuda_gemv_pass(type, dim, ce->gemvq_smem_limit)) {
+    if (w[0]->cols != dim || !cuda_rmsnorm_fuses(type, dim, n, ce->gemvq_smem_limit)) {
         return dev_rmsnorm(ce, ce->x, norm, ce->xb, n, 0, err) ||
                dev_gemv(ce, n_mats, w, y, mode, ce->xb, n, err);
     }

@@ -175,6 +175,16 @@ static inline int cuda_gemv_pass(uint32_t type, int cols, size_t smem_limit)
     while (nt > 1 && cuda_gemvq_smem(type, cols, nt) > smem_limit) nt /= 2;
     return nt;
 }
+/* Whether the RMSNorm before a GEMV of `type` over `dim` columns and n tokens is one launch with
+ * the activations' quantization (k_rmsnorm_quant_*): a block type, dim a whole number of 256
+ * (the super family's shared-memory permutation works on whole groups), the row in the default
+ * 48 KiB of shared memory, and all n tokens in one GEMV pass. */
+static inline int cuda_rmsnorm_fuses(uint32_t type, int dim, int n, size_t smem_limit)
+{
+    int fam = cuda_gemv_family(type);
+    return (fam == CUDA_FAM_SUPER || fam == CUDA_FAM_32) && dim > 0 && dim % 256 == 0 &&
+           (size_t)dim * 4 <= 48 * 1024 && n <= cuda_gemv_pass(type, dim, smem_limit);
+}
 /* The GEMV template (1, 2, 4, 8) that covers nt tokens (1 <= nt <= 8). */
 static inline int cuda_gemv_nt(int nt)
 {
