@@ -258,6 +258,13 @@ void control_leader_tick(struct control *c);
 int control_leader_commands(const struct view_buf *vb, const struct cl_state *st,
                             const struct plan_action *act, int n, struct cl_cmd *cmd, int cap,
                             char *err);
+/* The holding command a node's report calls for against member m of state st (pure): the first
+ * model it reports differently from the state, else the first the state says it holds (host
+ * copy, engine or layers) and the report leaves out, which it holds none of: a restarted node
+ * reports only what it holds again, and until this its lost copy stayed in the state, a source
+ * the planner would revive from. Returns 1 with *out set, 0 when the state is right. */
+int control_report_holding(const struct cl_state *st, const struct cl_member *m,
+                           const struct report *r, struct cl_holding *out);
 /* The planner's configuration for this node's options (control.c; mu held). */
 void control_plan_config(const struct control_cfg *cfg, struct plan_config *pc);
 

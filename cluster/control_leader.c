@@ -17,6 +17,32 @@ static int hold_differs(const struct cl_hold *h, const struct cl_holding *r)
            h->layers_resident != r->layers_resident || h->n_layers != r->n_layers;
 }
 
+int control_report_holding(const struct cl_state *st, const struct cl_member *m,
+                           const struct report *r, struct cl_holding *out)
+{
+    for (int h = 0; h < r->n_hold && h < CL_MAX_HOLD; h++) {
+        int mi = cluster_state_model(st, r->hold[h].model);
+        if (mi >= 0 && !hold_differs(&m->hold[mi], &r->hold[h])) continue;
+        *out = r->hold[h];
+        return 1;
+    }
+    /* a model the state says the node holds and its report leaves out: it holds none of it (a
+     * restarted node has lost its host copy and engine and reports only what it holds again) */
+    for (uint32_t mi = 0; mi < st->n_models && mi < CL_MAX_MODELS; mi++) {
+        const struct cl_hold *h = &m->hold[mi];
+        if (!h->host && !h->engine && !h->layers_resident) continue;
+        int reported = 0;
+        for (int k = 0; k < r->n_hold && k < CL_MAX_HOLD && !reported; k++)
+            reported = !strcmp(r->hold[k].model, st->model[mi]);
+        if (reported) continue;
+        *out = (struct cl_holding){.node = m->info.id};
+        snprintf(out->model, sizeof out->model, "%s", st->model[mi]);
+        out->n_layers = h->n_layers;
+        return 1;
+    }
+    return 0;
+}
+
 /* Membership and holdings from the reports; returns how many commands it proposed. */
 static int leader_membership(struct control *c, uint64_t now)
 {
@@ -52,12 +78,10 @@ static int leader_membership(struct control *c, uint64_t now)
         }
         /* A node that has not yet acted on the latest decisions may report stale holdings. */
         if (r->seen_scales < c->st.n_scales) continue;
-        for (int h = 0; h < r->n_hold && n < CL_MAX_NODES * 2; h++) {
-            int mi = cluster_state_model(&c->st, r->hold[h].model);
-            if (mi >= 0 && !hold_differs(&m->hold[mi], &r->hold[h])) continue;
-            cmd[n] = (struct cl_cmd){.type = CMD_HOLDING};
-            cmd[n++].u.hold = r->hold[h];
-            break; /* one per node per tick */
+        struct cl_holding hd;
+        if (n < CL_MAX_NODES * 2 && control_report_holding(&c->st, m, r, &hd)) {
+            cmd[n] = (struct cl_cmd){.type = CMD_HOLDING}; /* one per node per tick */
+            cmd[n++].u.hold = hd;
         }
     }
     pthread_mutex_unlock(&c->mu);

@@ -394,6 +394,48 @@ static void *builder(void *arg)
     return NULL;
 }
 
+/* The holdings the leader commits from a node's report (control_report_holding): a change is
+ * committed; a model the state says a node holds and the node no longer reports is committed as
+ * held nowhere on it. Chaos soak seed 3: node 3, restarted, reported nothing, its lost host copy
+ * stayed in the state, and the planner revived the model "onto 3 from node 3", a join that
+ * waited 245 s for a header nobody would send. */
+TEST(a_restarted_nodes_lost_copy_leaves_the_state)
+{
+    cluster_state_init(&st);
+    n_rep = 0;
+    up(1, "10.0.0.1", 1);
+    up(3, "10.0.0.3", 1);
+    hold(1, "tiny", 1, 0, 0, 5);
+    hold(3, "tiny", 1, 1, 5, 5);
+    hold(3, "b", 0, 0, 0, 22);
+    struct cl_holding h;
+    /* node 1 reports what the state has: nothing to commit */
+    report(1, 1000);
+    rep[0].n_hold = 1;
+    rep[0].hold[0] = (struct cl_holding){.node = 1, .host = 1, .n_layers = 5};
+    snprintf(rep[0].hold[0].model, sizeof rep[0].hold[0].model, "tiny");
+    CHECK_EQ_INT(control_report_holding(&st, cluster_state_member_c(&st, 1), &rep[0], &h), 0);
+    /* node 1's engine comes up: that change */
+    rep[0].hold[0].engine = 1;
+    rep[0].hold[0].layers_resident = 2;
+    CHECK_EQ_INT(control_report_holding(&st, cluster_state_member_c(&st, 1), &rep[0], &h), 1);
+    CHECK(h.node == 1 && !strcmp(h.model, "tiny") && h.engine && h.layers_resident == 2);
+    /* node 3 restarted: it reports no holding at all; its copy of tiny is gone (b, held in
+     * nothing, needs no command) */
+    report(3, 1000);
+    CHECK_EQ_INT(control_report_holding(&st, cluster_state_member_c(&st, 3), &rep[1], &h), 1);
+    CHECK(h.node == 3 && !strcmp(h.model, "tiny") && !h.host && !h.engine && !h.layers_resident &&
+          h.n_layers == 5);
+    struct cl_cmd c = {.type = CMD_HOLDING, .t_ms = 2};
+    c.u.hold = h;
+    apply(c);
+    int mi = cluster_state_model(&st, "tiny");
+    const struct cl_member *m3 = cluster_state_member_c(&st, 3);
+    CHECK(mi >= 0 && !m3->hold[mi].host && !m3->hold[mi].engine);
+    /* and then the state is right: nothing more */
+    CHECK_EQ_INT(control_report_holding(&st, m3, &rep[1], &h), 0);
+}
+
 TEST(views_share_no_scratch)
 {
     two_models();
@@ -417,6 +459,7 @@ int main(void)
     RUN(measured_inputs);
     RUN(the_forecast_reaches_the_model);
     RUN(a_handovers_receiver_is_helping);
+    RUN(a_restarted_nodes_lost_copy_leaves_the_state);
     RUN(views_share_no_scratch);
     CHECK_DONE();
 }
