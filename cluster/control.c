@@ -258,6 +258,7 @@ struct control *control_start(const struct control_cfg *cfg, const struct contro
     if (!c->cfg.replicas_cached) c->cfg.replicas_cached = 1;
     if (c->cfg.keep_alive_ms <= 0) c->cfg.keep_alive_ms = 10000;
     if (c->cfg.scaleout_timeout_ms <= 0) c->cfg.scaleout_timeout_ms = 600000;
+    if (c->cfg.scaleout_stall_ms <= 0) c->cfg.scaleout_stall_ms = 120000;
     if (c->cfg.ttft_slo_ms <= 0) c->cfg.ttft_slo_ms = 1000;
     if (sv) c->sv = *sv;
     if (ex) c->ex = *ex;

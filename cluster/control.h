@@ -62,6 +62,8 @@ struct control_cfg {
                              the predicted TTFT past the SLO, idle replicas leave */
     double keep_alive_ms; /* idle time before scale-down (default 10000) */
     int scaleout_timeout_ms; /* a scale-out not done by then is abandoned (default 600000) */
+    int scaleout_stall_ms;   /* a scale-up whose joiners gained no layer for this long is
+                                abandoned and planned again (default 120000) */
     int replicas_cached;     /* R (default 1) */
     const char *recover;     /* --cluster-recover "1,3": force this raft configuration at start
                                 (cluster/recover_req.h); NULL: none */

@@ -50,6 +50,15 @@ struct report {
     uint64_t prompt_seen; /* the leader's: load.prompt_in when its forecast last counted it */
 };
 
+/* The leader's clock of a scale-up's progress: the layers its joiners held when they last gained
+ * one, and when (monotonic). */
+struct stall_track {
+    uint32_t scale_id;
+    int progress;
+    uint64_t since;
+};
+#define CTL_MAX_STALL (2 * CL_MAX_SCALEOUTS)
+
 /* The leader's memory of a node that refused (or failed) a scale-out of a model: no new copy or
  * joiner of that model goes there until `until` (monotonic; twice --cluster-dead-ms later: long
  * enough for its reports to correct a stale view, short enough that a transient refusal, a
@@ -103,6 +112,8 @@ struct control {
     int n_my_refused;
     struct refuser refuser[CTL_MAX_REFUSERS]; /* the leader's, see struct refuser */
     int n_refusers;
+    struct stall_track stall[CTL_MAX_STALL]; /* the leader's, see control_scaleout_stalled */
+    int n_stall;
     struct report rep[CL_MAX_NODES];
     int n_rep;
     int raft_state;
@@ -265,6 +276,12 @@ int control_leader_commands(const struct view_buf *vb, const struct cl_state *st
  * the planner would revive from. Returns 1 with *out set, 0 when the state is right. */
 int control_report_holding(const struct cl_state *st, const struct cl_member *m,
                            const struct report *r, struct cl_holding *out);
+/* Whether scale-up scale_id, whose joiners hold `progress` layers now, has gained none for more
+ * than stall_ms (pure): t[0..*n) remembers each scale-up's progress and since when (at most
+ * CTL_MAX_STALL; the oldest is forgotten first); one not seen before starts its clock now, so a
+ * new leader gives every scale-up in flight the whole stall time again. */
+int control_scaleout_stalled(struct stall_track *t, int *n, uint32_t scale_id, int progress,
+                             uint64_t now, uint64_t stall_ms);
 /* The planner's configuration for this node's options (control.c; mu held). */
 void control_plan_config(const struct control_cfg *cfg, struct plan_config *pc);
 

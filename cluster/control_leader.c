@@ -43,6 +43,31 @@ int control_report_holding(const struct cl_state *st, const struct cl_member *m,
     return 0;
 }
 
+int control_scaleout_stalled(struct stall_track *t, int *n, uint32_t scale_id, int progress,
+                             uint64_t now, uint64_t stall_ms)
+{
+    struct stall_track *e = NULL;
+    for (int i = 0; i < *n && !e; i++)
+        if (t[i].scale_id == scale_id) e = &t[i];
+    if (!e) {
+        if (*n < CTL_MAX_STALL) {
+            e = &t[(*n)++];
+        } else {
+            e = &t[0];
+            for (int i = 1; i < *n; i++)
+                if (t[i].since < e->since) e = &t[i];
+        }
+        *e = (struct stall_track){scale_id, progress, now};
+        return 0;
+    }
+    if (progress > e->progress) {
+        e->progress = progress;
+        e->since = now;
+        return 0;
+    }
+    return now - e->since > stall_ms;
+}
+
 /* Membership and holdings from the reports; returns how many commands it proposed. */
 static int leader_membership(struct control *c, uint64_t now)
 {
@@ -188,6 +213,23 @@ static int leader_scaleouts(struct control *c)
                     ? !(h->engine && h->layers_resident == h->n_layers && h->n_layers)
                     : !h->host)
                 done = 0;
+        }
+        /* A scale-up whose joiners gain no layer (a source that never sends the header, a stream
+         * stopped below its pacing) ends well before the whole-copy timeout, so the planner
+         * decides again instead of waiting on it. */
+        if (!done && !lost && so->s.kind == SCALE_UP && mi >= 0) {
+            int progress = 0;
+            for (int k = 0; k < nt; k++) {
+                const struct cl_member *m = cluster_state_member_c(&c->st, targets[k]);
+                if (m) progress += m->hold[mi].layers_resident;
+            }
+            if (control_scaleout_stalled(c->stall, &c->n_stall, so->scale_id, progress, now,
+                                         (uint64_t)c->cfg.scaleout_stall_ms)) {
+                lost = 1;
+                snprintf(why, sizeof why, "no layer landed in %d ms", c->cfg.scaleout_stall_ms);
+                log_warn("cluster", "scale-out %u of %s: %s: abandoned", so->scale_id, so->s.model,
+                         why);
+            }
         }
         if (done || lost) {
             cmd[n] = (struct cl_cmd){.type = CMD_SCALE_DONE};

@@ -26,6 +26,7 @@ int cluster_options(struct control_cfg *c, struct opt *t)
         {"--cluster-handshake-ms", OPT_INT, &c->handshake_ms, 10, 600000, NULL, "MS"},
         {"--keep-alive-ms", OPT_DOUBLE, &c->keep_alive_ms, 0, 86400000, NULL, "MS"},
         {"--scaleout-timeout-ms", OPT_INT, &c->scaleout_timeout_ms, 1000, 86400000, NULL, "MS"},
+        {"--scaleout-stall-ms", OPT_INT, &c->scaleout_stall_ms, 1000, 86400000, NULL, "MS"},
         {"--replicas-cached", OPT_INT, &c->replicas_cached, 1, 64, NULL, "R"},
         {"--gpu-type", OPT_STR, &c->gpu, 0, 0, NULL, "NAME"},
         {"--rack", OPT_STR, &c->rack, 0, 0, NULL, "NAME"},

@@ -19,7 +19,7 @@
 #include "cluster/control.h"
 #include "cmd/options.h"
 
-#define CLUSTER_N_OPTS 14
+#define CLUSTER_N_OPTS 15
 
 /* Writes CLUSTER_N_OPTS entries pointing into c at t, and the test hooks' after them
  * (TEST_HOOKS_CLUSTER_N_OPTS); returns how many. */

@@ -436,6 +436,33 @@ TEST(a_restarted_nodes_lost_copy_leaves_the_state)
     CHECK_EQ_INT(control_report_holding(&st, m3, &rep[1], &h), 0);
 }
 
+/* A scale-up's progress clock (control_scaleout_stalled): a scale-up not seen before starts it,
+ * a layer gained restarts it, none for more than the stall time ends the scale-up; the oldest
+ * clock is forgotten when the table is full. */
+TEST(a_scale_up_without_a_layer_stalls)
+{
+    struct stall_track t[CTL_MAX_STALL];
+    int n = 0;
+    CHECK_EQ_INT(control_scaleout_stalled(t, &n, 7, 0, 1000, 5000), 0); /* clock starts */
+    CHECK_EQ_INT(control_scaleout_stalled(t, &n, 7, 0, 6000, 5000), 0); /* 5000: not more */
+    CHECK_EQ_INT(control_scaleout_stalled(t, &n, 7, 0, 6001, 5000), 1);
+    CHECK_EQ_INT(control_scaleout_stalled(t, &n, 7, 1, 6002, 5000), 0); /* a layer landed */
+    CHECK_EQ_INT(control_scaleout_stalled(t, &n, 7, 1, 11002, 5000), 0);
+    CHECK_EQ_INT(control_scaleout_stalled(t, &n, 7, 1, 11003, 5000), 1);
+    CHECK_EQ_INT(n, 1);
+    /* a full table: a new scale-up takes the oldest clock's place */
+    for (uint32_t id = 100; n < CTL_MAX_STALL; id++)
+        CHECK_EQ_INT(control_scaleout_stalled(t, &n, id, 0, 20000 + id, 5000), 0);
+    CHECK_EQ_INT(control_scaleout_stalled(t, &n, 999, 0, 30000, 5000), 0);
+    CHECK_EQ_INT(n, CTL_MAX_STALL);
+    int seven = 0;
+    for (int i = 0; i < n; i++) seven |= t[i].scale_id == 7;
+    CHECK(!seven); /* scale-up 7's clock (since 6002) was the oldest */
+    /* a new leader's table: every scale-up in flight has the whole stall time again */
+    n = 0;
+    CHECK_EQ_INT(control_scaleout_stalled(t, &n, 7, 1, 50000, 5000), 0);
+}
+
 TEST(views_share_no_scratch)
 {
     two_models();
@@ -460,6 +487,7 @@ int main(void)
     RUN(the_forecast_reaches_the_model);
     RUN(a_handovers_receiver_is_helping);
     RUN(a_restarted_nodes_lost_copy_leaves_the_state);
+    RUN(a_scale_up_without_a_layer_stalls);
     RUN(views_share_no_scratch);
     CHECK_DONE();
 }
