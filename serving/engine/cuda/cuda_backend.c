@@ -583,9 +583,12 @@ static int dev_gemv_q(struct cuda_engine *ce, int n_mats, const struct dmat *con
 {
     struct gemv_args a;
     memset(&a, 0, sizeof a);
-    int total = 0;
+    int total = 0, all_q4k = !gemvq_chunks; /* every matrix Q4_K: k_gemvq_q4k_* */
     for (int i = 0; i < 3; i++) {
-        if (i < n_mats || (mode == GEMV_SWIGLU && i == 1)) a.w[i] = *w[i];
+        if (i < n_mats || (mode == GEMV_SWIGLU && i == 1)) {
+            a.w[i] = *w[i];
+            all_q4k &= w[i]->type == GGML_Q4_K;
+        }
         if (i < n_mats) total += w[i]->rows;
         a.rows_end[i] = total;
     }
@@ -626,10 +629,6 @@ static int dev_gemv_q(struct cuda_engine *ce, int n_mats, const struct dmat *con
             return -1;
         void *args[] = {&a, &xq, &nt, &rpw};
         unsigned grid = (unsigned)((total + wpb * rpw - 1) / (wpb * rpw));
-        int all_q4k = !gemvq_chunks;
-        for (int i = 0; i < 3; i++)
-            if ((i < n_mats || (mode == GEMV_SWIGLU && i == 1)) && w[i]->type != GGML_Q4_K)
-                all_q4k = 0;
         if (launch(ce, all_q4k ? ce->gemvq4k[j] : ce->gemv[wi][j], grid, 1, CUDA_GEMV_THREADS,
                    (unsigned)cuda_gemvq_smem(type, cols, nt), ce->compute, args, what, err))
             return -1;
