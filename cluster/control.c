@@ -365,6 +365,7 @@ void control_plan_config(const struct control_cfg *cfg, struct plan_config *pc)
 {
     plan_config_default(pc);
     if (cfg->max_step_tokens > 0) pc->max_step_tokens = cfg->max_step_tokens;
+    pc->max_seqs = cfg->max_seqs > 0 ? cfg->max_seqs : 0;
     /* proactive: the simulator's policy "strata"; reactive: "strata-reactive" */
     pc->proactive = pc->handover = cfg->proactive != 0;
     pc->standby_max = 0; /* partial residency is not carried out live (docs/control.md) */

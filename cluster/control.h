@@ -55,6 +55,7 @@ struct control_cfg {
     double ttft_slo_ms;   /* the planner's TTFT target for the model */
     double tpot_slo_ms;   /* ... and its TPOT target (0: none: prefill chunks are not bounded) */
     int max_step_tokens;  /* the scheduler's token budget per step (0: the planner's default) */
+    int max_seqs;         /* the scheduler's sequences at once (--max-batch; 0: no slot bound) */
     double link_cap_Bps;  /* what a weight stream from here may take (its pacing, the fabric's
                              configured rate): reported as the link until one is measured; 0 */
     int proactive;        /* --cluster-planner proactive: the forecast scales up ahead of the SLO

@@ -269,6 +269,12 @@ static void why_text(const struct plan_action *a, char out[CL_STR_LEN + 1])
     case PLAN_WHY_FORECAST:
         snprintf(t, sizeof t, "forecast %.0f tok/s > capacity %.0f tok/s", v, l);
         break;
+    case PLAN_WHY_KV:
+        snprintf(t, sizeof t, "KV in use %.2f > %.2f of the replicas'", v, l);
+        break;
+    case PLAN_WHY_SLOTS:
+        snprintf(t, sizeof t, "%.0f requests > %.0f for the batch slots", v, l);
+        break;
     case PLAN_WHY_IDLE:
         snprintf(t, sizeof t, "idle %.1f s >= keep-alive %.1f s", v / 1e3, l / 1e3);
         break;

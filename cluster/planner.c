@@ -11,10 +11,16 @@
  * fraction here is an upper bound of the blocks in use). */
 #define PLAN_KV_HIGH 0.95
 #define PLAN_KV_LOW  0.75
+/* Sequences (running and waiting) per replica over its batch slots (cfg->max_seqs): past the
+ * high bound requests wait for a slot, not for prefill, which neither the prefill capacity nor the
+ * TTFT prediction sees; scale-in keeps them under the low one. */
+#define PLAN_SLOTS_HIGH 1.25
+#define PLAN_SLOTS_LOW  0.75
 
 void plan_config_default(struct plan_config *cfg)
 {
     cfg->max_step_tokens = 512;
+    cfg->max_seqs = 0;
     cfg->max_joiners = 16;
     cfg->ignore_matrix = 0;
     cfg->proactive = 1;
@@ -178,6 +184,8 @@ struct tick {
     unsigned char sources[PLAN_MAX_NODES];   /* times chosen as a source this tick */
     unsigned char switching[PLAN_MAX_NODES]; /* 1 + the model a joiner switches to, 0: none */
     float kv_in[PLAN_MAX_NODES];             /* KV share a hand-over brings it this tick */
+    long tok_in[PLAN_MAX_NODES];             /* queued prompt tokens a hand-over brings it */
+    int seq_in[PLAN_MAX_NODES];              /* running sequences a hand-over brings it */
     unsigned char receiving[PLAN_MAX_NODES]; /* a hand-over's receiver this tick: it stays */
 };
 
@@ -419,7 +427,9 @@ struct demand {
     double demand_tok_s; /* the forecast's demand with fc_z errors and the queue's drain */
     double hold_tok_s;   /* the same with fc_z_in errors: what scale-in keeps capacity for */
     double kv_sum;       /* the replicas' KV use, summed fractions */
+    int seqs;            /* the replicas' running and waiting requests */
     int n_serving;
+    int mean_prompt; /* the queue's mean prompt tokens (1 when empty): what TTFT is asked of */
     double why_value, why_limit; /* plan_action's, for the scale-up */
 };
 
@@ -454,6 +464,7 @@ static void model_demand(const struct plan_config *cfg, const struct plan_view *
     memset(d, 0, sizeof *d);
     d->m = m;
     d->slack = INF_MS;
+    d->mean_prompt = 1;
     int n_rep = 0, n_joining = 0, queued = pm->held;
     long tokens = pm->held_tokens;
     for (int i = 0; i < v->n_nodes; i++) {
@@ -463,6 +474,7 @@ static void model_demand(const struct plan_config *cfg, const struct plan_view *
         if (n->layers_resident < pm->layers) n_joining++;
         queued += n->load.queue_len;
         tokens += n->load.queued_tokens;
+        d->seqs += n->load.running_seqs + n->load.queue_len;
         d->kv_sum += n->load.kv_used;
         d->rep_tok_s += planner_prefill_tok_s(cfg, v, n, m);
     }
@@ -474,11 +486,23 @@ static void model_demand(const struct plan_config *cfg, const struct plan_view *
         d->hold_tok_s = forecast_demand(cfg, cfg->fc_z_in, v, m, d->load_ms, tokens);
     }
     /* Proactive: the replicas the forecast asks for, beyond those serving and joining. */
-    int add_fc = 0;
+    int add_fc = 0, fc_reason = PLAN_WHY_FORECAST;
+    double fc_value = d->demand_tok_s, fc_limit = n_rep * d->rep_tok_s * cfg->util_high;
     if (cfg->proactive && pm->fc_valid && n_rep > 0 && d->rep_tok_s > 0) {
         int need = (int)ceil(d->demand_tok_s / (d->rep_tok_s * cfg->util_high));
         int need_kv = (int)ceil(d->kv_sum / PLAN_KV_HIGH); /* admissions stall on a full KV */
-        if (need_kv > need) need = need_kv;
+        if (need_kv > need) {
+            need = need_kv;
+            fc_reason = PLAN_WHY_KV, fc_value = d->kv_sum, fc_limit = n_rep * PLAN_KV_HIGH;
+        }
+        if (cfg->max_seqs > 0) { /* ... and on full batch slots */
+            int need_slots = (int)ceil(d->seqs / (cfg->max_seqs * PLAN_SLOTS_HIGH));
+            if (need_slots > need) {
+                need = need_slots;
+                fc_reason = PLAN_WHY_SLOTS, fc_value = d->seqs;
+                fc_limit = n_rep * cfg->max_seqs * PLAN_SLOTS_HIGH;
+            }
+        }
         add_fc = need - n_rep;
     }
     if (queued == 0 && add_fc <= 0) return;
@@ -486,6 +510,7 @@ static void model_demand(const struct plan_config *cfg, const struct plan_view *
     const struct step_model *best_sm = NULL;
     int mean = queued ? (int)(tokens / queued) : 1;
     if (mean < 1) mean = 1;
+    d->mean_prompt = mean;
     for (int i = 0; i < v->n_nodes; i++) {
         const struct plan_node *n = &v->nodes[i];
         if (!n->alive || n->engine_model != m || n->standby) continue;
@@ -525,9 +550,9 @@ static void model_demand(const struct plan_config *cfg, const struct plan_view *
     if (add_fc > d->add) { /* the forecast asks for more than the queue does */
         d->add = add_fc;
         if (!d->trigger) {
-            d->reason = PLAN_WHY_FORECAST;
-            d->why_value = d->demand_tok_s;
-            d->why_limit = n_rep * d->rep_tok_s * cfg->util_high;
+            d->reason = fc_reason;
+            d->why_value = fc_value;
+            d->why_limit = fc_limit;
         }
         d->trigger = 1;
         if (d->slack >= INF_MS) d->slack = 0;
@@ -828,11 +853,37 @@ static void scale_down(const struct plan_config *cfg, const struct plan_view *v,
     }
 }
 
-/* Capacity scale-in: down to the replicas the forecast's demand (with fc_z_in errors and the
- * queue) needs at util_low and their KV at PLAN_KV_LOW, as many as that allows this tick: each
- * time the replica with the fewest running sequences (then the fewest queued tokens, then the
- * highest id); a busy one hands its requests to the serving replica with the most KV room that
- * can take them. Not while m scales out or is late. */
+/* The best TTFT the replicas of m predict for the queue's mean prompt once `leaving` (an index)
+ * has gone and its queue and sequences went to `to` (an index, -1: nobody), with what this tick's
+ * earlier scale-ins took away and handed over: the test scale-up makes (model_demand), so a
+ * scale-in never leaves the model late by its own trigger (each would undo the other a tick
+ * later: the queue is no longer in the forecast's demand, and arrivals that stop leave one). */
+static double ttft_after_leave(const struct plan_config *cfg, const struct plan_view *v,
+                               const struct tick *t, const struct demand *d, int leaving, int to)
+{
+    double best = INF_MS;
+    for (int i = 0; i < v->n_nodes; i++) {
+        struct plan_node n = v->nodes[i];
+        if (i == leaving || t->taken[i] || !n.alive || n.engine_model != d->m || n.standby)
+            continue;
+        n.load.queued_tokens += t->tok_in[i];
+        n.load.running_seqs += t->seq_in[i];
+        if (i == to) {
+            n.load.queued_tokens += v->nodes[leaving].load.queued_tokens;
+            n.load.running_seqs += v->nodes[leaving].load.running_seqs;
+        }
+        double ttft = planner_predict_ttft_ms(cfg, v, &n, d->m, d->mean_prompt);
+        if (ttft < best) best = ttft;
+    }
+    return best;
+}
+
+/* Capacity scale-in: down to the replicas the forecast's demand (with fc_z_in errors) needs at
+ * util_low and their KV at PLAN_KV_LOW, as many as that allows this tick: each time the replica
+ * with the fewest running sequences (then the fewest queued tokens, then the highest id); a busy
+ * one hands its requests to the serving replica with the most KV room that can take them. Only
+ * while the replicas left still predict the queue a TTFT within util_low x the SLO; not while m
+ * scales out or is late. */
 static void scale_in(const struct plan_config *cfg, const struct plan_view *v, struct tick *t,
                      const struct demand *d, struct plan_action *out, int cap, int *n_out)
 {
@@ -844,6 +895,10 @@ static void scale_in(const struct plan_config *cfg, const struct plan_view *v, s
     int keep_n = (int)ceil(d->hold_tok_s / (d->rep_tok_s * cfg->util_low));
     int keep_kv = (int)ceil(d->kv_sum / PLAN_KV_LOW);
     if (keep_kv > keep_n) keep_n = keep_kv;
+    if (cfg->max_seqs > 0) {
+        int keep_slots = (int)ceil(d->seqs / (cfg->max_seqs * PLAN_SLOTS_LOW));
+        if (keep_slots > keep_n) keep_n = keep_slots;
+    }
     if (keep_n < 1) keep_n = 1;
     int standby_keep = 0, standby_want = standby_target(cfg, v, d, &standby_keep);
     int standbys = standbys_of(v, m);
@@ -876,7 +931,12 @@ static void scale_in(const struct plan_config *cfg, const struct plan_view *v, s
                 if (to < 0 || ka < kb || (ka == kb && n->id < v->nodes[to].id)) to = i;
             }
             if (to < 0) return; /* nobody can take its sequences now */
+        }
+        if (ttft_after_leave(cfg, v, t, d, best, to) > pm->ttft_slo_ms * cfg->util_low) return;
+        if (to >= 0) {
             t->kv_in[to] += (float)leaving->load.kv_used;
+            t->tok_in[to] += leaving->load.queued_tokens;
+            t->seq_in[to] += leaving->load.running_seqs;
             t->receiving[to] = 1;
         }
         t->taken[best] = 1;

@@ -61,7 +61,10 @@
  *   (never below its level), plus fc_z times its error, plus the queued prompt tokens over the
  *   SLO, against the replicas' prefill capacity (planner_prefill_tok_s: a full prompt chunk per
  *   step within the TPOT guard) times cfg->util_high; the shortfall in replicas is added (reason
- *   PLAN_WHY_FORECAST). Also replicas for the KV in use at 95% (BlitzScale's Eq.1 bound).
+ *   PLAN_WHY_FORECAST). Also replicas for the KV in use at 95% (BlitzScale's Eq.1 bound), and
+ *   where cfg->max_seqs is known, for the running and waiting requests at 1.25 x the replicas'
+ *   batch slots: requests that wait for a slot (short prompts, long answers) are a shortfall the
+ *   prefill capacity and the TTFT prediction do not see (scale-in keeps them under 0.75 x).
  * - Onset detector (cfg->onset_ratio > 0, needs fc_valid): a clump of arrivals shows in the fast
  *   rate (models[m].fc_fast, a 300 ms exponential window updated every tick) before a forecast
  *   period closes; where it passes onset_ratio x the forecast, the demand is the fast rate, both
@@ -70,7 +73,11 @@
  *   fc_z_in errors) needs at cfg->util_low and the KV at 75%, as many a tick as that allows, the
  *   fewest running sequences first; a busy one hands its sequences to the serving replica with
  *   the most KV room (plan_action.handover): the executor moves them (KV transfer), so none fails
- *   or restarts. Not while m scales out or is late. A replica running other nodes' sequences
+ *   or restarts. Not while m scales out or is late, nor where the replicas left (the receiver
+ *   with the leaver's queue and sequences) would predict the queue's mean prompt a TTFT past
+ *   util_low x the SLO: that is scale-up's trigger, and without this test a backlog left once
+ *   arrivals stop (the forecast near 0) had a replica scaled in and out again every tick
+ *   (test scale_in_keeps_what_the_queue_needs). A replica running other nodes' sequences
  *   (load.helping: a receiver of a hand-over, a helper), or picked as a receiver this tick, does
  *   not leave; nor is a helping node idle (scale-down, host-copy drop).
  * - Partial residency (cfg->standby_max > 0): a replica that leaves keeps layers [0, k) resident
@@ -173,6 +180,7 @@ struct plan_view {
 
 struct plan_config {
     int max_step_tokens; /* the scheduler's per-step token budget (prefill chunking) */
+    int max_seqs;        /* the scheduler's sequences at once per replica (0: unknown, no bound) */
     int max_joiners;     /* at most this many joiners per model per tick (<= PLAN_MAX_CHAIN) */
     int ignore_matrix;   /* 1: placement ignores the throughput matrix (ablation) */
     int proactive;       /* 1 (default): scale up on the forecast where models[m].fc_valid */
@@ -211,7 +219,9 @@ enum plan_reason {
     PLAN_WHY_IDLE,       /* idle for the keep-alive */
     PLAN_WHY_CAPACITY,   /* demand fits fewer replicas (capacity scale-in) */
     PLAN_WHY_DURABILITY, /* host copies: restore R, drop extras */
-    PLAN_WHY_STANDBY     /* a standby beyond what the forecast's error asks for */
+    PLAN_WHY_STANDBY,    /* a standby beyond what the forecast's error asks for */
+    PLAN_WHY_KV,         /* the replicas' KV in use past 95% of theirs (proactive) */
+    PLAN_WHY_SLOTS       /* running and waiting requests past 1.25 x the batch slots (proactive) */
 };
 
 struct plan_action {
@@ -227,7 +237,8 @@ struct plan_action {
     int keep_layers; /* PLAN_SCALE_DOWN: layers [0, keep_layers) stay resident (a standby) */
     /* What the reason compared, for people (the log, /v1/cluster's events): SLACK the best
      * predicted TTFT and the SLO (ms); COLD the requests held (limit 0); FORECAST the demand and
-     * the replicas' capacity (prompt tokens/s); IDLE the idle time and the keep-alive (ms);
+     * the replicas' capacity (prompt tokens/s); KV the KV in use and the bound (summed fractions);
+ * SLOTS the requests and the bound; IDLE the idle time and the keep-alive (ms);
      * CAPACITY the demand and what one replica fewer takes (tokens/s); DURABILITY the host
      * copies and R; STANDBY the standbys and how many are wanted. */
     double why_value, why_limit;

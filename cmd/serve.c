@@ -763,6 +763,8 @@ static int start_control(struct serve *sv, struct serve_opts *o, struct schedule
     o->cluster.ttft_slo_ms = o->ttft_ms;
     o->cluster.tpot_slo_ms = o->tpot_ms;
     o->cluster.max_step_tokens = sched ? sv->lm->engine.lim.max_tokens : 0;
+    /* a flag, so an empty member (the leader, often) knows it before it holds a model */
+    o->cluster.max_seqs = o->static_batch ? o->static_batch : o->max_batch;
     /* a stream from here is paced (--weight-rate) or the fabric's rate is set (--link-gbps) */
     o->cluster.link_cap_Bps =
         o->weight_rate_mbs > 0 ? o->weight_rate_mbs * 1e6 : o->fab.link_gbps * 1e9 / 8;

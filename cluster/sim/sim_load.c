@@ -350,7 +350,8 @@ static void scale_up(struct sim *s, const struct plan_action *a)
         pn->helper = s->p->live ? pick_helper(s, i) : -1;
         s->in[i].alloc_since = s->now;
         s->in[i].load_start = s->now;
-        s->in[i].proactive = a->reason == PLAN_WHY_FORECAST;
+        s->in[i].proactive = a->reason == PLAN_WHY_FORECAST || a->reason == PLAN_WHY_KV ||
+                             a->reason == PLAN_WHY_SLOTS;
         s->in[i].served = 0;
         pn->load.idle_since_ms = s->now * 1000; /* its keep-alive starts now */
         s->in[i].epoch++;

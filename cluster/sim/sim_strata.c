@@ -23,6 +23,7 @@ static void *init(const struct sim_obs *o)
     const struct sim_config *c = o->c;
     plan_config_default(&st->cfg);
     st->cfg.max_step_tokens = c->max_step_tokens;
+    st->cfg.max_seqs = c->max_seqs;
     st->cfg.max_joiners = c->max_joiners;
     st->cfg.ignore_matrix = o->p->ignore_matrix;
     st->cfg.proactive = o->p->proactive;

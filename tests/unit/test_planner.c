@@ -627,6 +627,45 @@ TEST(forecast_fast_rate_sees_a_clump)
     CHECKF(fabs(pm.fc_fast - 10000 / M_E) < 1e-6, "fast %g", pm.fc_fast);
 }
 
+/* Batch slots (the live bench that the forecast missed: short prompts, 29-token answers, max
+ * batch 8): one replica runs 8 and queues 3 short prompts, a forecast of 100 tokens/s it takes
+ * easily and a queue it prefills in 48 ms. Without max_seqs nothing happens; with 8 slots, 11
+ * requests pass 1.25 x 8 = 10: ceil(11 / 10) = 2 replicas, one more, reason SLOTS (11 > 10).
+ * Scale-in keeps ceil(seqs / (0.75 x 8)) replicas: two serving 4 + 3 running stay (7 > 6). */
+TEST(full_batch_slots_scale_up)
+{
+    struct rig g;
+    struct plan_action a[8];
+    rig_init(&g, 4);
+    serve(&g, 0, 3, 48);
+    g.nodes[0].load.running_seqs = 8;
+    g.nodes[0].host_cached = 1;
+    g.models[0].tpot_slo_ms = 0;
+    g.models[0].fc_valid = 1;
+    g.models[0].fc_level = 100;
+    CHECK_EQ_INT(step(&g, a, 8), 0);
+    g.cfg.max_seqs = 8;
+    CHECK_EQ_INT(step(&g, a, 8), 1);
+    CHECK_EQ_INT(a[0].kind, PLAN_SCALE_UP);
+    CHECK_EQ_INT(a[0].reason, PLAN_WHY_SLOTS);
+    CHECK_EQ_INT(a[0].n_chain, 1);
+    CHECK(a[0].why_value == 11 && a[0].why_limit == 10);
+    g.nodes[0].load.running_seqs = 7;
+    g.nodes[0].load.queue_len = 0;
+    g.nodes[0].load.queued_tokens = 0;
+    CHECK_EQ_INT(step(&g, a, 8), 0); /* 7 of 10: no more */
+    g.cfg.handover = 1;
+    serve(&g, 1, 0, 0);
+    g.nodes[0].load.running_seqs = 4;
+    g.nodes[1].load.running_seqs = 3;
+    g.nodes[1].load.idle_since_ms = -1;
+    CHECK_EQ_INT(step(&g, a, 8), 0); /* 7 > 0.75 x 8: both stay */
+    g.nodes[0].load.running_seqs = 3;
+    CHECK_EQ_INT(step(&g, a, 8), 1); /* 6: one goes */
+    CHECK_EQ_INT(a[0].kind, PLAN_SCALE_DOWN);
+    CHECK_EQ_INT(a[0].reason, PLAN_WHY_CAPACITY);
+}
+
 /* Onset: one replica of 1024 tokens/s, a forecast of 500 tokens/s (fits). A fast rate of 5000
  * (past 1.5 x 500) is the demand: ceil(5000 / (1024 x 1.3)) = 4 replicas, 3 more, reason
  * FORECAST; 700 (under 750) is not an onset, nor is 5000 with onset_ratio 0. Scale-in keeps
@@ -746,6 +785,41 @@ TEST(capacity_scale_in_hands_over)
     CHECK_EQ_INT(step(&g, a, 8), 0);
 }
 
+/* The live proactive run that flapped: arrivals over (the forecast says 0 tok/s) while node 0
+ * still queues a 200-token prompt. Capacity scale-in keeps the replicas that queue needs: node 2
+ * may go (node 1 still answers a new prompt in 201 ms, within 0.9 x the 250 ms SLO), node 1 may
+ * not (node 0 alone, with node 1's and node 2's sequences, would predict 400+ ms and scale up
+ * again at the next tick). Once node 0's queue is gone both go. */
+TEST(scale_in_keeps_what_the_queue_needs)
+{
+    struct rig g;
+    struct plan_action a[8];
+    rig_init(&g, 3);
+    g.models[0].tpot_slo_ms = 0;
+    g.models[0].fc_valid = 1;
+    g.models[0].fc_level = 0;
+    g.cfg.handover = 1;
+    int running[3] = {2, 1, 1};
+    for (int i = 0; i < 3; i++) {
+        serve(&g, i, 0, 0);
+        g.nodes[i].load.running_seqs = running[i];
+        g.nodes[i].load.kv_used = 0.05;
+        g.nodes[i].load.idle_since_ms = -1;
+    }
+    g.nodes[0].host_cached = 1;
+    g.nodes[0].load.queue_len = 1;
+    g.nodes[0].load.queued_tokens = 200;
+    CHECK_EQ_INT(step(&g, a, 8), 1);
+    CHECK_EQ_INT(a[0].kind, PLAN_SCALE_DOWN);
+    CHECK_EQ_INT(a[0].node, 2);
+    CHECK_EQ_INT(a[0].handover, 0);
+    g.nodes[0].load.queue_len = 0;
+    g.nodes[0].load.queued_tokens = 0;
+    CHECK_EQ_INT(step(&g, a, 8), 2);
+    CHECK_EQ_INT(a[0].node, 2);
+    CHECK_EQ_INT(a[1].node, 1);
+}
+
 /* A standby of 25 layers (node 3) is the first joiner when the queue asks for one more, streamed
  * on its own from the serving node; and it is trimmed when the forecast's error no longer asks
  * for any. */
@@ -847,6 +921,8 @@ int main(void)
     RUN(onset_scales_for_the_clump);
     RUN(proactive_scale_up_on_the_forecast);
     RUN(capacity_scale_in_hands_over);
+    RUN(full_batch_slots_scale_up);
+    RUN(scale_in_keeps_what_the_queue_needs);
     RUN(standby_joins_first_and_is_trimmed);
     RUN(receivers_and_helpers_stay);
     CHECK_DONE();
