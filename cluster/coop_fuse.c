@@ -76,12 +76,13 @@ static int fused_join(struct coop *c, struct fused *f, struct work *w, int l)
     float *x = c->fused.x + (size_t)n * c->dim;
     if (wire_activations_decode(&a, w->msg, w->len, c->rows.seq, c->rows.pos, c->rows.tok,
                                 c->rows.flags, x, c->hx_rows, (size_t)(T - n) * c->dim, why)) {
-        coop_helper_reply_error(c, w->peer, w->step, why);
+        coop_helper_reply_error(c, w->peer, w->step, 1, why);
         free(w);
         return -1;
     }
-    if (coop_helper_rows_ready(c, w->peer, a.layer, c->rows.seq, c->rows.pos, a.n, why)) {
-        coop_helper_reply_error(c, w->peer, a.step, why);
+    int ready = coop_helper_rows_ready(c, w->peer, a.layer, c->rows.seq, c->rows.pos, a.n, why);
+    if (ready) {
+        coop_helper_reply_error(c, w->peer, a.step, ready < 0 ? 1 : ready, why);
         free(w);
         return -1;
     }
@@ -114,7 +115,7 @@ static int fused_join(struct coop *c, struct fused *f, struct work *w, int l)
         snprintf(why, sizeof why, "helper: %s failed: %.300s",
                  a.dtype == WIRE_TOKENS ? "the embedding or the layers below" : "layers below",
                  engine_error(c->e));
-        coop_helper_reply_error(c, w->peer, a.step, why);
+        coop_helper_reply_error(c, w->peer, a.step, 1, why);
         f->nl = g->l0;
         free(w);
         return -1;
@@ -175,7 +176,7 @@ int coop_fuse_forward(void *ctx, const struct batch *b, float *logits, char *err
     else
         memcpy(logits, c->fused.logits, (size_t)b->n_logits * c->vocab * sizeof *logits);
     for (int i = 0; i < f.n_pending; i++) { /* only when the step failed */
-        coop_helper_reply_error(c, f.pending[i]->peer, f.pending[i]->step,
+        coop_helper_reply_error(c, f.pending[i]->peer, f.pending[i]->step, 1,
                                 "helper: the fused step failed");
         free(f.pending[i]);
     }
@@ -184,7 +185,7 @@ int coop_fuse_forward(void *ctx, const struct batch *b, float *logits, char *err
         if (rc) {
             char why[ERRMSG_LEN];
             snprintf(why, sizeof why, "helper: the fused step failed: %.300s", err);
-            coop_helper_reply_error(c, s->w->peer, s->step, why);
+            coop_helper_reply_error(c, s->w->peer, s->step, 1, why);
         } else {
             for (int l = 0; l < s->nl; l++) {
                 int at = s->l0 + l, row = c->fused.logit_rows[at];

@@ -30,13 +30,20 @@ static void hs_drop(struct coop *c, struct hseq *h)
     if (c->m) atomic_store(&c->m->coop_remote_seqs, c->n_hs);
 }
 
-void coop_helper_reply_error(struct coop *c, int peer, uint64_t step, const char *msg)
+void coop_helper_reply_error(struct coop *c, int peer, uint64_t step, int status, const char *msg)
 {
-    struct wire_coop_tokens t = {.step = step, .status = 1};
+    struct wire_coop_tokens t = {.step = step, .status = (uint8_t)status};
     snprintf(t.error, sizeof t.error, "%s", msg);
     size_t len = wire_coop_tokens_encode(c->out, WIRE_MAX_MSG, &t);
     char err[ERRMSG_LEN];
-    log_warn("coop", "peer %d: step %llu failed: %s", peer, (unsigned long long)step, msg);
+    if (status == WIRE_COOP_REFUSED) {
+        c->n_refused++;
+        if (c->n_refused == 1 || c->n_refused % 100 == 0)
+            log_info("coop", "peer %d: step %llu refused (%lu so far): %s", peer,
+                     (unsigned long long)step, c->n_refused, msg);
+    } else {
+        log_warn("coop", "peer %d: step %llu failed: %s", peer, (unsigned long long)step, msg);
+    }
     if (len) fabric_node_send(c->cfg.fabric, peer, c->out, len, err);
 }
 
@@ -81,7 +88,10 @@ int coop_helper_rows_ready(struct coop *c, int peer, uint32_t layer, const uint3
         int need = kv_blocks_for(&c->e->kv, (int)pos[i] + 1);
         while (h->n_blocks < need) {
             int blk = kv_block_alloc(&c->e->kv);
-            if (blk < 0) return errmsg_set(err, "helper out of KV blocks for sequence %u", h->id);
+            if (blk < 0) {
+                errmsg_set(err, "helper out of KV blocks for sequence %u", h->id);
+                return WIRE_COOP_REFUSED;
+            }
             h->blocks[h->n_blocks++] = blk;
         }
     }
@@ -127,9 +137,9 @@ void coop_helper_run_step(struct coop *c, const struct work *w)
     char err[ERRMSG_LEN];
     if (wire_activations_decode(&a, w->msg, w->len, c->rows.seq, c->rows.pos, c->rows.tok,
                                 c->rows.flags, c->hx, c->hx_rows, (size_t)c->hx_rows * c->dim, err))
-        return coop_helper_reply_error(c, w->peer, 0, err);
-    if (coop_helper_rows_ready(c, w->peer, a.layer, c->rows.seq, c->rows.pos, a.n, err))
-        return coop_helper_reply_error(c, w->peer, a.step, err);
+        return coop_helper_reply_error(c, w->peer, 0, 1, err);
+    int ready = coop_helper_rows_ready(c, w->peer, a.layer, c->rows.seq, c->rows.pos, a.n, err);
+    if (ready) return coop_helper_reply_error(c, w->peer, a.step, ready < 0 ? 1 : ready, err);
     int T = c->e->lim.max_tokens, S = c->e->lim.max_seqs;
     uint32_t n_tok = 0;
     for (uint32_t r0 = 0; r0 < a.n;) {
@@ -153,12 +163,12 @@ void coop_helper_run_step(struct coop *c, const struct work *w)
         float *x = c->hx + (size_t)r0 * c->dim;
         if (a.dtype == WIRE_TOKENS && engine_embed(c->e, &b, x)) {
             snprintf(err, sizeof err, "helper: the embedding failed: %.300s", engine_error(c->e));
-            return coop_helper_reply_error(c, w->peer, a.step, err);
+            return coop_helper_reply_error(c, w->peer, a.step, 1, err);
         }
         if (engine_layers(c->e, &b, (int)a.layer, c->L, x) || engine_head(c->e, &b, x, c->logits)) {
             snprintf(err, sizeof err, "helper: layers [%u, %d) failed: %.300s", a.layer, c->L,
                      engine_error(c->e));
-            return coop_helper_reply_error(c, w->peer, a.step, err);
+            return coop_helper_reply_error(c, w->peer, a.step, 1, err);
         }
         for (int l = 0; l < nl; l++) {
             uint32_t i = r0 + (uint32_t)b.logit_rows[l];

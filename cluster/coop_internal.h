@@ -149,6 +149,7 @@ struct coop {
      * answers, steps sent and of those sent with another in flight */
     double t_local, t_wait;
     unsigned long long n_sent, n_piped;
+    unsigned long n_refused; /* helper: steps refused for lack of KV blocks */
     int logged_k0, logged_k1;
 
     /* Hand-over (coop_handover.c): this node's sequences to another replica. ho_state and
@@ -220,6 +221,8 @@ void coop_joiner_js_drop(struct coop *c, struct jseq *j);
 int coop_joiner_send_close(struct coop *c, int helper, const uint32_t *ids, uint32_t n, char *err);
 int coop_joiner_wait_reply(struct coop *c, int helper_peer, uint64_t step, unsigned session,
                            struct wire_coop_tokens *t, char *err);
+/* The helper's answer t to a step: 0 (want tokens, for seq_of_row's sequences), -1 (err) failed or
+ * not what was sent, SCHED_COOP_REFUSED (err) refused for lack of KV blocks there. */
 int coop_joiner_reply_check(struct coop *c, int hp, const struct wire_coop_tokens *t, int want,
                             const unsigned *seq_of_row, char *err);
 
@@ -243,15 +246,17 @@ void coop_kvfill_fill(void *ctx, int n_seqs, const unsigned *seq, const int *con
 int coop_helper_serve(void *ctx, int hold);
 struct hseq *coop_helper_find(struct coop *c, int peer, unsigned id);
 void coop_helper_seq_free(struct coop *c, struct hseq *h);
-/* Rows of another node's step: every row's sequence open here, KV blocks for its position. 0, or
- * -1 (err: why; the step is answered with it). */
+/* Rows of another node's step: every row's sequence open here, KV blocks for its position. 0, -1
+ * (err: why; the step is answered with it), or WIRE_COOP_REFUSED (err: why): the pool is dry, and
+ * the step is refused (answered with that status; the joiner sends it again later). */
 int coop_helper_rows_ready(struct coop *c, int peer, uint32_t layer, const uint32_t *seq,
                            const uint32_t *pos, uint32_t n, char *err);
 /* A remote row's token from its logits (lg, clobbered), drawn with the sequence's sampler. */
 struct wire_coop_token coop_helper_token(struct coop *c, struct hseq *h, uint8_t flags, float *lg);
 void coop_helper_reply_tokens(struct coop *c, int peer, uint64_t step, uint32_t n_tok,
                               uint32_t rows);
-void coop_helper_reply_error(struct coop *c, int peer, uint64_t step, const char *msg);
+/* Answers step with status (1 failed, WIRE_COOP_REFUSED) and msg. */
+void coop_helper_reply_error(struct coop *c, int peer, uint64_t step, int status, const char *msg);
 void coop_helper_run_step(struct coop *c, const struct work *w); /* apart from ours */
 void coop_helper_take_queue(struct coop *c); /* the fabric thread's work onto the held list */
 

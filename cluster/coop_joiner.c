@@ -265,6 +265,10 @@ int coop_joiner_reply_check(struct coop *c, int hp, const struct wire_coop_token
                             const unsigned *seq_of_row, char *err)
 {
     const char *helper = fabric_node_peer_name(c->cfg.fabric, hp);
+    if (t->status == WIRE_COOP_REFUSED) {
+        errmsg_set(err, "helper %s refused the step: %s", helper, t->error);
+        return SCHED_COOP_REFUSED;
+    }
     if (t->status) return errmsg_set(err, "helper %s: %s", helper, t->error);
     if (t->n != (uint32_t)want)
         return errmsg_set(err, "helper %s sent %u tokens for %d rows", helper, t->n, want);
@@ -308,7 +312,9 @@ int coop_joiner_step(void *ctx, const struct batch *b, int k, const unsigned *se
         struct wire_coop_tokens t;
         if (coop_joiner_wait_reply(c, hp, step, session, &t, err)) return -1;
         for (int i = 0; i < want; i++) c->rows.seq[i] = seq[b->logit_rows[lr0 + i]];
-        if (coop_joiner_reply_check(c, hp, &t, want, c->rows.seq, err)) return -1;
+        int rc = coop_joiner_reply_check(c, hp, &t, want, c->rows.seq, err);
+        /* refused: nothing of the step ran there, unless an earlier message of it did */
+        if (rc) return rc == SCHED_COOP_REFUSED && r0 == 0 ? rc : -1;
         for (int i = 0; i < want; i++) {
             tokens[lr0 + i] = (int)t.tok[i].token;
             smp[b->logit_rows[lr0 + i]]->rng = t.tok[i].rng;
@@ -353,8 +359,10 @@ int coop_joiner_recv(void *ctx, int *tokens, uint64_t *rng, char *err)
     c->fl_first = (c->fl_first + 1) % COOP_MAX_FLIGHTS;
     c->n_fl--;
     struct wire_coop_tokens t;
-    if (coop_joiner_wait_reply(c, f->helper, f->step, f->session, &t, err) ||
-        coop_joiner_reply_check(c, f->helper, &t, f->want, f->seq, err)) {
+    int rc = coop_joiner_wait_reply(c, f->helper, f->step, f->session, &t, err);
+    if (!rc) rc = coop_joiner_reply_check(c, f->helper, &t, f->want, f->seq, err);
+    if (rc == SCHED_COOP_REFUSED) return rc; /* the scheduler sends it again */
+    if (rc) {
         log_warn("coop", "pipelined step %llu (%d rows) failed with %d more in flight: %s",
                  (unsigned long long)f->step, f->rows, c->n_fl, err);
         return -1;

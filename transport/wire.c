@@ -588,7 +588,8 @@ int wire_coop_tokens_decode(struct wire_coop_tokens *t, const uint8_t *buf, size
     t->status = wire_get_u8(&r);
     t->n = wire_get_u32(&r);
     if (r.bad) return errmsg_set(err, "coop tokens: truncated (%zu bytes)", len);
-    if (t->status > 1) return errmsg_set(err, "coop tokens: status %u unknown", t->status);
+    if (t->status > WIRE_COOP_REFUSED)
+        return errmsg_set(err, "coop tokens: status %u unknown", t->status);
     if (t->n > cap_n || t->n > WIRE_MAX_ACT_TOKENS)
         return errmsg_set(err, "coop tokens: %u tokens, room for %u", t->n, cap_n);
     if (t->status && t->n)

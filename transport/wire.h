@@ -243,18 +243,20 @@ int wire_activations_decode(struct wire_activations *a, const uint8_t *buf, size
                             uint32_t cap_n, size_t cap_x, char *err);
 
 /* MSG_COOP_TOKENS: status 0 and one entry per WIRE_ROW_LOGITS row of the step, in row order (the
- * sampled token and the sampler's generator state after drawing it), or status 1, no entries,
- * and a message.
+ * sampled token and the sampler's generator state after drawing it), or status 1 (failed) or 2
+ * (refused: the helper had no KV blocks for it and ran none of it; send it again later), no
+ * entries, and a message.
  *   u8 type | u64 step | u8 status | u32 n | n x (u32 seq | u32 token | u64 rng)
  *   | u16 error length | error bytes | u32 crc */
 #define WIRE_COOP_ERR_LEN 255
+#define WIRE_COOP_REFUSED 2 /* MSG_COOP_TOKENS status: no KV blocks at the helper, none of it ran */
 struct wire_coop_token {
     uint32_t seq, token;
     uint64_t rng;
 };
 struct wire_coop_tokens {
     uint64_t step;
-    uint8_t status; /* 0 ok, 1 failed */
+    uint8_t status; /* 0 ok, 1 failed, WIRE_COOP_REFUSED */
     uint32_t n;
     struct wire_coop_token *tok; /* [n] (decode: the caller's array) */
     char error[WIRE_COOP_ERR_LEN + 1];

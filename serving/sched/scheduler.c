@@ -110,6 +110,7 @@ struct seq {
     int ever_admitted;
     int in_flight; /* coop pipelining: steps sent with rows of it and not answered yet */
     int awaiting;  /* one of them ends in its logit row: no row of it goes out until it is back */
+    int alone_refused; /* split steps refused with it running alone, since its last token */
 };
 
 struct plan {
@@ -178,6 +179,7 @@ struct scheduler {
     int *fl_tok;             /* max_seqs: a flight's tokens */
     uint64_t *fl_rng;        /* and generator states */
     unsigned long n_retired; /* sequences retired so far */
+    unsigned long n_refused; /* split steps the helper refused for lack of KV */
     char land_err[ERRMSG_LEN];
 
     /* submission queue */
@@ -858,6 +860,7 @@ static void advance(struct scheduler *s, struct seq *q, float *logits, double no
 /* q's next token is t: append it, handle the end conditions, publish. */
 static void advance_token(struct scheduler *s, struct seq *q, int t, double now)
 {
+    q->alone_refused = 0;
     struct sreq *r = q->r;
     int eos = s->ops.eos_id, bos = s->ops.bos_id;
     int finish = FINISH_NONE, eog = t == eos || (bos >= 0 && t == bos);
@@ -1009,8 +1012,53 @@ static void step_observe(struct scheduler *s, int n, int n_seqs, double secs)
     atomic_fetch_add_explicit(&s->m->step_tokens, (unsigned long long)n, memory_order_relaxed);
 }
 
-/* coop pipelining: the step in flight is answered (or failed): its sequences get their tokens
- * (or fail with why). Returns 1 if there was one. */
+/* Takes back chunk n of q that was sent but not run (a refused split step): its positions go out
+ * again, in order, from the next step. */
+static void unsend(struct seq *q, int n, int logit)
+{
+    q->n_computed -= n;
+    q->in_flight--;
+    if (logit) q->awaiting = 0;
+}
+
+/* The helper refused a split step for lack of KV blocks (SCHED_COOP_REFUSED): nothing of it ran
+ * there. Its sequences stay (the caller took their chunks back); the newest running sequence not
+ * in flight gives way, as when this node's own pool runs dry (ensure_blocks): requeued, recomputed
+ * later, and closed at the helper (seq_end), which frees its blocks there. No request fails, but
+ * one the helper refuses SCHED_ALONE_REFUSALS times running alone, without a token between: the
+ * helper has no room for it at all (its pool smaller than the sequence), and waiting would hang. */
+#define SCHED_ALONE_REFUSALS 32
+static void refused(struct scheduler *s, const char *why)
+{
+    s->n_refused++;
+    if (s->n_running == 1 && !s->running[0]->in_flight &&
+        ++s->running[0]->alone_refused >= SCHED_ALONE_REFUSALS) {
+        struct seq *q = s->running[0];
+        char msg[ERRMSG_LEN];
+        snprintf(msg, sizeof msg, "refused %d times running alone: %.400s", q->alone_refused, why);
+        remove_at(s->running, &s->n_running, 0);
+        retire(s, q, FINISH_ERROR, msg);
+        return;
+    }
+    int victim = -1;
+    for (int i = 0; i < s->n_running; i++) {
+        const struct seq *c = s->running[i];
+        if (c->in_flight) continue;
+        if (victim < 0 || c->admit_order > s->running[victim]->admit_order) victim = i;
+    }
+    unsigned id = victim >= 0 ? s->running[victim]->id : 0;
+    if (victim >= 0) {
+        preempt(s, victim);
+        if (s->ops.coop.seq_end) s->ops.coop.seq_end(s->ops.coop.ctx, id);
+    }
+    if (s->n_refused == 1 || s->n_refused % 100 == 0)
+        log_info("sched", "split step refused (%lu so far): %s; %s", s->n_refused, why,
+                 victim >= 0 ? "the newest sequence waits, to be recomputed"
+                             : "its sequences go again");
+}
+
+/* coop pipelining: the step in flight is answered (or failed, or refused): its sequences get their
+ * tokens (or fail with why, or go again). Returns 1 if there was one. */
 static int flight_land(struct scheduler *s)
 {
     struct flight *f = &s->fl[s->cur];
@@ -1019,6 +1067,25 @@ static int flight_land(struct scheduler *s)
     f->active = 0;
     int rc = co->recv(co->ctx, s->fl_tok, s->fl_rng, s->land_err);
     double t1 = clock_now();
+    if (rc == SCHED_COOP_REFUSED) {
+        /* Its chunks go again; so do those of the same sequences in the step sent after it
+         * (computed there on KV that is missing), which is discarded for them. */
+        struct flight *g = &s->fl[!s->cur];
+        for (int p = 0; p < f->n_plan; p++) {
+            struct seq *q = f->plan[p].s;
+            f->plan[p].s = NULL;
+            if (!q) continue;
+            unsend(q, f->plan[p].n, f->logit[p]);
+            for (int r = 0; g->active && r < g->n_plan; r++)
+                if (g->plan[r].s == q) {
+                    unsend(q, g->plan[r].n, g->logit[r]);
+                    g->plan[r].s = NULL;
+                }
+        }
+        f->n_plan = 0;
+        refused(s, s->land_err);
+        return 1;
+    }
     step_observe(s, f->n_rows, f->n_plan, t1 - f->t0);
     int row = 0;
     for (int p = 0; p < f->n_plan; p++) {
@@ -1188,9 +1255,9 @@ static int run_split(struct scheduler *s, const struct batch *b, int n_padded, d
     if (s->fl[s->cur].active) {
         /* it runs alone: the step in flight first (which may retire sequences of this plan:
          * then plan again) */
-        unsigned long retired = s->n_retired;
+        unsigned long retired = s->n_retired, n_refused = s->n_refused;
         flight_land(s);
-        if (s->n_retired != retired) {
+        if (s->n_retired != retired || s->n_refused != n_refused) {
             s->n_plan = 0;
             atomic_store(&s->step_started_ns, 0);
             return 1;
@@ -1219,6 +1286,11 @@ static void land_plan(struct scheduler *s, int rc, int split, const char *fail, 
 {
     /* Copy the plan: advance() retires sequences and reshapes running[]. */
     int row = 0;
+    if (rc == SCHED_COOP_REFUSED) { /* nothing ran remote: the plan goes again */
+        s->n_plan = 0;
+        refused(s, fail);
+        return;
+    }
     for (int p = 0; p < s->n_plan; p++) {
         struct seq *q = s->plan[p].s;
         q->n_computed += s->plan[p].n;

@@ -95,6 +95,8 @@ void sreq_put(struct sreq *r);
  * rest on a helper; a helper runs other nodes' steps inside its own (forward) or between them
  * (serve). Every hook runs on the compute thread; a NULL hook is not used (all NULL: a node that
  * serves alone). */
+#define SCHED_COOP_REFUSED (-2) /* sched_coop.step / recv: the helper had no KV blocks for it */
+
 struct sched_coop {
     void *ctx;
     int n_layers;
@@ -119,14 +121,19 @@ struct sched_coop {
                  const int *const *tok, const int *n, char *err);
     /* Run b with layers [0, k) here and [k, L) + head remote. Row i belongs to sequence seq[i]
      * whose sampler is smp[i]; tokens[j] is logit row j's token (its sampler's generator state
-     * updated), end-of-sequence excluded where mask[j]. */
+     * updated), end-of-sequence excluded where mask[j]. 0, -1 failed (err: its sequences fail),
+     * or SCHED_COOP_REFUSED: the helper ran none of it for lack of KV blocks (err: why); its
+     * sequences stay, their rows to be sent again, and the newest running sequence gives way
+     * (requeued as a preemption, seq_end called: its blocks at the helper freed). */
     int (*step)(void *ctx, const struct batch *b, int k, const unsigned *seq,
                 struct sampler *const *smp, const unsigned char *mask, int *tokens, char *err);
     /* Pipelined split steps (NULL: every split step through `step`). send starts b like step
      * (layers [0, k) here, the rest sent) and returns without its tokens: 0 in flight, 1 cannot
      * go in flight (run it with step once nothing is in flight), -1 failed (err). recv waits
      * for the oldest step in flight: tokens[j] and the sampler's generator state rng[j] after
-     * drawing it, per logit row j (the caller updates its samplers); -1 (err) the step failed. */
+     * drawing it, per logit row j (the caller updates its samplers); -1 (err) the step failed;
+     * SCHED_COOP_REFUSED as for step (a later step in flight with rows of the same sequences is
+     * discarded for them: they are sent again in order). */
     int (*send)(void *ctx, const struct batch *b, int k, const unsigned *seq,
                 struct sampler *const *smp, const unsigned char *mask, char *err);
     int (*recv)(void *ctx, int *tokens, uint64_t *rng, char *err);

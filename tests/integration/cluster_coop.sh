@@ -188,6 +188,50 @@ for pipe in on off; do
     fi
 done
 
+# 2c. a helper whose KV pool is too small for the joiner's burst (--kv-blocks 24: 384 positions,
+#     the joiner's 6 long prompts need about 900 at the helper while k = 0): the helper refuses the
+#     steps it has no blocks for and the joiner has its newest sequence give way each time
+#     (requeued, recomputed; closed at the helper, which frees its blocks): no request fails, and
+#     the text is the helper's alone; pipelined (the refusal comes back for a step in flight, the
+#     next one already sent) and not
+for pipe in on off; do
+    if HELPER_ARGS="--kv-blocks 24" helper_and_joiner "small-kv-$pipe" --step-tokens 16 \
+        --resident-schedule 0:0,300:5 --coop-kv transfer --coop-pipeline $pipe; then
+        if out=$($CHECKS same "$HELPER_URL" "$JOINER_URL" --long 90 --n 6 --tokens 30 2>&1); then
+            refused=$(grep -c "refused (" "$HELPER_LOG")
+            gave=$(metric "$JOINER_URL" strata_num_preemptions_total)
+            if [ "${refused:-0}" -gt 0 ] && [ "${gave:-0}" -gt 0 ]; then
+                ok "coop helper out of KV blocks, --coop-pipeline $pipe: it refused steps, $gave sequences gave way at the joiner, none failed: $out"
+            else
+                not_ok "coop helper out of KV blocks, --coop-pipeline $pipe: the same text ($out) but no refusal (helper log: $refused lines, joiner preemptions: ${gave:-none})"
+            fi
+        else
+            not_ok "coop helper out of KV blocks, --coop-pipeline $pipe: $out"
+        fi
+        stop_both
+    else
+        not_ok "coop small-kv-$pipe: start"
+    fi
+done
+
+# 2d. a helper whose whole pool is smaller than one of the joiner's sequences (--kv-blocks 4: 64
+#     positions, a 90-word prompt): refused each time it runs alone, the request fails with why
+#     after SCHED_ALONE_REFUSALS tries instead of waiting for ever
+if HELPER_ARGS="--kv-blocks 4" helper_and_joiner "tiny-kv" --step-tokens 16 \
+    --resident-schedule 0:0,300:5 --coop-kv transfer; then
+    prompt=$($CHECKS prompt --long 90 --n 1)
+    got=$(timeout 60 curl -s "$JOINER_URL/v1/completions" -H 'Content-Type: application/json' \
+        -d "{\"prompt\": $prompt, \"max_tokens\": 8}")
+    if grep -q "refused 32 times running alone: helper .* refused the step: helper out of KV blocks" <<<"$got"; then
+        ok "coop helper without room for one sequence: the request fails at once with why ($(grep -o 'refused 32 times[^"]*' <<<"$got" | head -c 120))"
+    else
+        not_ok "coop helper without room for one sequence: ${got:-no answer in 60 s}"
+    fi
+    stop_both
+else
+    not_ok "coop tiny-kv: start"
+fi
+
 # 3. f16 activations (lossy): each text agrees with the helper's alone for its first 64 bytes at
 # least and 90% of the bytes overall (measured: all identical), so garbage or an early drift fails
 if helper_and_joiner f16 --resident-layers 2 --coop-dtype f16; then

@@ -591,6 +591,9 @@ struct pipe_fake {
     int next_pos[256];
     unsigned char awaiting[256];
     int piped, sends, recvs, fail_from;
+    int refuse_at[8], n_refused; /* recvs (1-based) answered SCHED_COOP_REFUSED; how many were */
+    unsigned row_seq[2][64];
+    int row_pos[2][64], n_rows[2];
     int last_has_first; /* the last step sent has rows of sequence 1 */
     char bad[256];
 };
@@ -647,6 +650,8 @@ static int pf_send(void *ctx, const struct batch *b, int k, const unsigned *seq,
     }
     int at = (f->head + f->n) % 2;
     pf_run(f, b, seq, f->tok[at]);
+    f->n_rows[at] = b->n;
+    for (int i = 0; i < b->n; i++) f->row_seq[at][i] = seq[i], f->row_pos[at][i] = b->pos[i];
     f->last_has_first = 0;
     for (int i = 0; i < b->n; i++) f->last_has_first |= seq[i] == 1;
     f->n_tok[at] = b->n_logits;
@@ -666,13 +671,35 @@ static int pf_recv(void *ctx, int *tokens, uint64_t *rng, char *err)
     f->head = (f->head + 1) % 2;
     f->n--;
     for (int j = 0; j < f->n_tok[at]; j++) f->awaiting[f->seq[at][j] % 256] = 0;
-    if (f->fail_from && ++f->recvs >= f->fail_from)
+    ++f->recvs;
+    for (int k = 0; k < 8 && f->refuse_at[k]; k++) {
+        if (f->refuse_at[k] != f->recvs) continue;
+        /* As a helper out of KV blocks: none of it ran. Its sequences go again from their first
+         * row in it, and their rows in the step sent after it are void (awaiting nothing). */
+        int other = f->head, restart[256];
+        for (int i = 0; i < 256; i++) restart[i] = -1;
+        for (int i = 0; i < f->n_rows[at]; i++) {
+            if (f->row_seq[at][i] >= 256) continue; /* voided by an earlier refusal */
+            unsigned id = f->row_seq[at][i] % 256;
+            if (restart[id] < 0 || f->row_pos[at][i] < restart[id]) restart[id] = f->row_pos[at][i];
+        }
+        for (int j = 0; f->n && j < f->n_tok[other]; j++)
+            if (restart[f->seq[other][j] % 256] >= 0) f->awaiting[f->seq[other][j] % 256] = 0;
+        for (int i = 0; f->n && i < f->n_rows[other]; i++) /* void there: not restarted again */
+            if (restart[f->row_seq[other][i] % 256] >= 0) f->row_seq[other][i] = 256 + i;
+        for (int i = 0; i < 256; i++)
+            if (restart[i] >= 0) f->next_pos[i] = restart[i];
+        f->n_refused++;
+        errmsg_set(err, "fake helper out of KV blocks at step %d", f->recvs);
+        return SCHED_COOP_REFUSED;
+    }
+    if (f->fail_from && f->recvs >= f->fail_from)
         return errmsg_set(err, "fake helper gone during step %d", f->recvs);
     for (int j = 0; j < f->n_tok[at]; j++) tokens[j] = f->tok[at][j], rng[j] = 0;
     return 0;
 }
 
-static void pipelined_case(int fail_from, int cancel)
+static void pipelined_case(int fail_from, int cancel, int refuse)
 {
     struct rig g;
     struct sched_config cfg = {.max_seqs = 6, .max_step_tokens = 16, .ctx = 128};
@@ -683,6 +710,10 @@ static void pipelined_case(int fail_from, int cancel)
     memset(&f, 0, sizeof f);
     f.fm = &g.fm;
     f.fail_from = fail_from;
+    if (refuse) { /* two in a row, then single ones */
+        int at[] = {3, 4, 9, 15, 16, 30};
+        memcpy(f.refuse_at, at, sizeof at);
+    }
     struct sched_ops ops = {.ctx = &g.fm,
                             .vocab_size = FAKE_VOCAB,
                             .eos_id = FAKE_EOS,
@@ -716,6 +747,11 @@ static void pipelined_case(int fail_from, int cancel)
         for (int i = cancel; i < 10; i++) check_matches_oracle(r[i], cfg.ctx);
         CHECKF(f.piped > f.sends / 4, "%d of %d steps sent with another in flight", f.piped,
                f.sends);
+        if (refuse) {
+            CHECK_EQ_INT(f.n_refused, 6);
+            CHECKF(atomic_load(&g.m.preemptions) >= 6, "%llu sequences gave way",
+                   (unsigned long long)atomic_load(&g.m.preemptions));
+        }
     } else {
         for (int i = 0; i < 10; i++) {
             struct sreq_output *o = out_of(r[i]);
@@ -732,17 +768,26 @@ static void pipelined_case(int fail_from, int cancel)
 
 TEST(pipelined_split_steps_equal_alone)
 {
-    pipelined_case(0, 0);
+    pipelined_case(0, 0, 0);
 }
 
 TEST(pipelined_cancel_in_flight)
 {
-    pipelined_case(0, 1);
+    pipelined_case(0, 1, 0);
 }
 
 TEST(pipelined_helper_failure_fails_every_request)
 {
-    pipelined_case(3, 0);
+    pipelined_case(3, 0, 0);
+}
+
+/* A helper out of KV blocks refuses six steps (two of them in a row, with the next step already
+ * in flight): no request fails, each sequence's rows still reach the helper in position order (the
+ * refused ones again, those of the step after it too), and the text is the fake model's alone;
+ * each refusal has the newest sequence give way (a preemption), recomputed later. */
+TEST(pipelined_helper_refusal_loses_nothing)
+{
+    pipelined_case(0, 0, 1);
 }
 
 /* A hand-over (sched_coop.lower, cluster/coop.h): at step 3 the layers this node runs fall to 0:
@@ -1007,6 +1052,7 @@ int main(void)
     RUN(pipelined_split_steps_equal_alone);
     RUN(pipelined_cancel_in_flight);
     RUN(pipelined_helper_failure_fails_every_request);
+    RUN(pipelined_helper_refusal_loses_nothing);
     RUN(hand_over_and_back_equal_alone);
     RUN(hand_over_refused_runs_here);
     RUN(uncertain_model_admits_less);

@@ -467,6 +467,17 @@ TEST(coop_tokens_open_close)
     CHECK_STRICT(wire_coop_tokens_decode(&d, buf, L, dt, 2, err));
     e.n = 1;
     CHECK(wire_coop_tokens_encode(buf, sizeof buf, &e) == 0);
+    /* A refusal (no KV blocks at the helper: send it again) likewise; a status past it is not. */
+    e.n = 0;
+    e.status = WIRE_COOP_REFUSED;
+    len = wire_coop_tokens_encode(buf, sizeof buf, &e);
+    CHECK(wire_coop_tokens_decode(&d, buf, len, dt, 2, err) == 0);
+    CHECK(d.status == WIRE_COOP_REFUSED && d.n == 0 &&
+          !strcmp(d.error, "helper: out of KV blocks"));
+    e.status = WIRE_COOP_REFUSED + 1;
+    len = wire_coop_tokens_encode(buf, sizeof buf, &e);
+    CHECK(len > 0 && wire_coop_tokens_decode(&d, buf, len, dt, 2, err) == -1);
+    CHECKF(strstr(err, "status 3 unknown"), "%s", err);
 
     struct wire_coop_open o = {.seq = 3,
                                .temperature = 0.8f,
