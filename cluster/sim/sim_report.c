@@ -317,11 +317,13 @@ int sim_report_plots(const char *dir, const struct sim_summary *s, int n, char *
     fprintf(f, "@wide\nset output 'gpu_time.png'\nset logscale y\nunset logscale y\nset title "
                "'GPU-seconds per policy "
                "(median, bars min to max)'\nset ylabel 'GPU-seconds'\nset yrange [0:*]\n"
-               "set style fill solid 0.7 border -1\nset boxwidth 0.6\nplot ");
+               "set style fill solid 0.7 border -1\nplot ");
+    /* boxerrorbars with 5 columns: x, y, ylow, yhigh, half the box's width (with 4, gnuplot
+     * reads the 4th as the width: GPU-seconds wide boxes over the whole chart) */
     for (int i = 0; i < n; i++)
         fprintf(f,
-                "%s'summary.csv' every ::%d::%d using (%d):%d:%d:%d with boxerrorbars ls %d dt 1 "
-                "notitle",
+                "%s'summary.csv' every ::%d::%d using (%d):%d:%d:%d:(0.3) with boxerrorbars ls "
+                "%d dt 1 notitle",
                 i ? ", " : "", i, i, i, col("gpu_seconds"), col("gpu_s_lo"), col("gpu_s_hi"),
                 i + 1);
     fprintf(f, "\n");

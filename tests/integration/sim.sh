@@ -45,6 +45,11 @@ for png in ttft_cdf slo_timeline gpu_time metrics tpot; do
         nok "sim: $png.png is a PNG" "missing or not PNG"
     fi
 done
+# the bar chart draws bars, not boxes as wide as the chart (gnuplot read a 4-column boxerrorbars'
+# last column as the width: 66% of the picture inked, 11-12% as bars)
+ink=$(python3 tests/lib/png_ink.py "$OUT/run/gpu_time.png" 2>&1)
+awk -v i="$ink" 'BEGIN{exit !(i > 0.02 && i < 0.35)}' && ok "sim: gpu_time.png draws bars ($ink of it inked)" ||
+    nok "sim: gpu_time.png draws bars" "$ink of it inked"
 # scaling happened: the autoscalers used more than one GPU at some point, fewer than all on average
 for p in blitzscale strata; do
     g=$(col "$OUT/run" max_gpus $p) s=$(col "$OUT/run" gpu_seconds $p)
