@@ -742,6 +742,25 @@ TEST(proactive_scale_up_on_the_forecast)
     CHECK_EQ_INT(step(&g, a, 8), 0);
 }
 
+/* Nodes 0-2 serve model 0 busy (running[i] sequences, KV kv[i]), node 0 with the host copy; the
+ * forecast valid at `level` tokens/s, hand-over on (capacity scale-in), no TPOT guard. */
+static void busy_three(struct rig *g, int n_nodes, const int *running, const double *kv,
+                       double level)
+{
+    rig_init(g, n_nodes);
+    g->models[0].tpot_slo_ms = 0;
+    g->models[0].fc_valid = 1;
+    g->models[0].fc_level = level;
+    g->cfg.handover = 1;
+    for (int i = 0; i < 3; i++) {
+        serve(g, i, 0, 0);
+        g->nodes[i].load.running_seqs = running[i];
+        g->nodes[i].load.kv_used = kv[i];
+        g->nodes[i].load.idle_since_ms = -1;
+    }
+    g->nodes[0].host_cached = 1;
+}
+
 /* Three busy replicas (running 3, 1, 2; KV 30%, 20%, 10%), a forecast of 1000 tokens/s: at
  * util_low 0.9 one replica of ~1022 tokens/s would be short (1000 / 920 -> 2 needed), so one of
  * three leaves: node 1 (fewest running), handing its sequences to node 2 (least KV, room for
@@ -752,20 +771,7 @@ TEST(capacity_scale_in_hands_over)
 {
     struct rig g;
     struct plan_action a[8];
-    rig_init(&g, 4);
-    g.models[0].tpot_slo_ms = 0;
-    g.models[0].fc_valid = 1;
-    g.models[0].fc_level = 1000;
-    g.cfg.handover = 1;
-    int running[3] = {3, 1, 2};
-    double kv[3] = {0.3, 0.2, 0.1};
-    for (int i = 0; i < 3; i++) {
-        serve(&g, i, 0, 0);
-        g.nodes[i].load.running_seqs = running[i];
-        g.nodes[i].load.kv_used = kv[i];
-        g.nodes[i].load.idle_since_ms = -1;
-    }
-    g.nodes[0].host_cached = 1;
+    busy_three(&g, 4, (int[]){3, 1, 2}, (double[]){0.3, 0.2, 0.1}, 1000);
     CHECK_EQ_INT(step(&g, a, 8), 1);
     CHECK_EQ_INT(a[0].kind, PLAN_SCALE_DOWN);
     CHECK_EQ_INT(a[0].node, 1);
@@ -794,19 +800,7 @@ TEST(scale_in_keeps_what_the_queue_needs)
 {
     struct rig g;
     struct plan_action a[8];
-    rig_init(&g, 3);
-    g.models[0].tpot_slo_ms = 0;
-    g.models[0].fc_valid = 1;
-    g.models[0].fc_level = 0;
-    g.cfg.handover = 1;
-    int running[3] = {2, 1, 1};
-    for (int i = 0; i < 3; i++) {
-        serve(&g, i, 0, 0);
-        g.nodes[i].load.running_seqs = running[i];
-        g.nodes[i].load.kv_used = 0.05;
-        g.nodes[i].load.idle_since_ms = -1;
-    }
-    g.nodes[0].host_cached = 1;
+    busy_three(&g, 3, (int[]){2, 1, 1}, (double[]){0.05, 0.05, 0.05}, 0);
     g.nodes[0].load.queue_len = 1;
     g.nodes[0].load.queued_tokens = 200;
     CHECK_EQ_INT(step(&g, a, 8), 1);
@@ -830,20 +824,8 @@ TEST(receivers_and_helpers_stay)
 {
     struct rig g;
     struct plan_action a[8];
-    rig_init(&g, 4);
-    g.models[0].tpot_slo_ms = 0;
-    g.models[0].fc_valid = 1;
-    g.models[0].fc_level = 500; /* one replica is enough: two of three leave */
-    g.cfg.handover = 1;
-    int running[3] = {3, 1, 2};
-    double kv[3] = {0.3, 0.2, 0.1};
-    for (int i = 0; i < 3; i++) {
-        serve(&g, i, 0, 0);
-        g.nodes[i].load.running_seqs = running[i];
-        g.nodes[i].load.kv_used = kv[i];
-        g.nodes[i].load.idle_since_ms = -1;
-    }
-    g.nodes[0].host_cached = 1;
+    /* a forecast of 500 tokens/s: one replica is enough, two of three leave */
+    busy_three(&g, 4, (int[]){3, 1, 2}, (double[]){0.3, 0.2, 0.1}, 500);
     CHECK_EQ_INT(step(&g, a, 8), 2);
     CHECK(a[0].node == 1 && a[0].handover == 2); /* the fewest running, to the most room */
     CHECK(a[1].node == 0 && a[1].handover == 2); /* node 2 (2 running) receives: it stays */
