@@ -705,14 +705,31 @@ static int fit_tokens(const struct scheduler *s, double allowed)
 }
 
 /* The smallest time any running sequence can give the next step (decode_only: only those
- * already streaming tokens, which a prompt chunk must not stall). */
-static double allowed_step_time(const struct scheduler *s, double now, int decode_only)
+ * already streaming tokens, which a prompt chunk must not stall). Admitting a waiting request
+ * (lend), a streaming sequence also gives what it will gain back over its next tokens (at most
+ * AMORTIZE_TOKENS, no more than it may still draw) where the decode step, predicted for every
+ * request running and waiting, is shorter than its pace: its TPOT is a mean over the request, and
+ * a burst's prompts admitted in one longer step cost each stream a little of it, where admitting
+ * them a few per step left the last ones waiting seconds for their first token. What a stream is
+ * behind its pace comes out of that credit first, and the credit shrinks as its end nears. Prompt
+ * chunks of requests already admitted get no credit: the steps after a loan are the decode steps
+ * that pay it back. */
+#define AMORTIZE_TOKENS 16
+static double allowed_step_time(const struct scheduler *s, double now, int decode_only, int lend)
 {
+    int n = s->n_running + s->n_waiting;
+    if (n > s->cfg.max_seqs) n = s->cfg.max_seqs;
+    double decode = step_model_predict(&s->sm.m, n, n) * (1 + s->sm.err);
     double allowed = INFINITY;
     for (int i = 0; i < s->n_running; i++) {
         const struct seq *q = s->running[i];
         if (decode_only && !q->n_gen) continue;
         double sl = slack_of(q, now);
+        /* what it is behind its pace is paid back from that credit first, and the credit shrinks
+         * as its end nears: it ends on its pace */
+        int left = lend && q->n_gen ? q->r->max_tokens - q->n_gen - 1 : 0;
+        if (left > AMORTIZE_TOKENS) left = AMORTIZE_TOKENS;
+        if (left > 0 && q->tpot * TPOT_AIM > decode) sl += left * (q->tpot * TPOT_AIM - decode);
         double floor_t = q->n_gen ? q->tpot * TPOT_AIM : 0;
         if (sl < floor_t) sl = floor_t;
         if (sl < allowed) allowed = sl;
@@ -727,7 +744,7 @@ static void plan_running(struct scheduler *s, double now, int *budget)
 {
     int slo = !s->cfg.no_slo_admission && s->cfg.static_batch <= 0;
     for (int pass = 0; pass < 2; pass++) {
-        double allowed = pass == 1 && slo ? allowed_step_time(s, now, 1) : INFINITY;
+        double allowed = pass == 1 && slo ? allowed_step_time(s, now, 1, 0) : INFINITY;
         for (int i = 0; *budget > 0 && i < s->n_running; i++) {
             struct seq *q = s->running[i];
             int want = q->n_tok - q->n_computed;
@@ -820,7 +837,7 @@ static void plan_waiting(struct scheduler *s, int *budget, double now)
         int want = q->n_tok - q->n_computed;
         int n = want < *budget ? want : *budget;
         if (s->n_running && !s->cfg.no_slo_admission) {
-            double allowed = allowed_step_time(s, now, 0);
+            double allowed = allowed_step_time(s, now, 0, 1);
             int fit = fit_tokens(s, allowed);
             if (fit < n) {
                 int least = want < MIN_CHUNK ? want : MIN_CHUNK;

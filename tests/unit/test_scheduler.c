@@ -901,10 +901,11 @@ TEST(hand_over_refused_runs_here)
 }
 
 /* Admission while the step model is uncertain: the check is widened by the model's own error
- * estimate. A pinned model of 1 ms per token and a stream one token in (so the step it allows is
- * exactly its 45 ms paced TPOT, whatever the clock says): a 30-token prompt joins whole when the
- * model is sure, in a chunk of 45 / (1 + 3) - 1 = 10 tokens at err 3, and not at all at err 9
- * (4 tokens would fit: below the smallest chunk worth admitting). */
+ * estimate. A pinned model of 1 ms per token and a stream one token in and one from its end (so
+ * the step it allows is exactly its 45 ms paced TPOT, whatever the clock says, with no tokens left
+ * to gain it back over): a 30-token prompt joins whole when the model is sure, in a chunk of
+ * 45 / (1 + 3) - 1 = 10 tokens at err 3, and not at all at err 9 (4 tokens would fit: below the
+ * smallest chunk worth admitting). */
 TEST(uncertain_model_admits_less)
 {
     const double errs[] = {0, 3, 9};
@@ -916,7 +917,7 @@ TEST(uncertain_model_admits_less)
         rig_open(&g, 64, 4, cfg);
         sched_set_step_model(g.s, &(struct step_model){.a = 1e-3, .corr = 1}, errs[c]);
         char err[ERRMSG_LEN];
-        struct sreq *a = make_req(1, 4, 20), *b = make_req(2, 30, 3);
+        struct sreq *a = make_req(1, 4, 2), *b = make_req(2, 30, 3);
         a->ignore_eos = 1;
         CHECK(sched_submit(g.s, a, err) == 0);
         sched_iterate(g.s);
@@ -927,6 +928,38 @@ TEST(uncertain_model_admits_less)
                g.fm.last_n, want_n[c]);
         CHECK_EQ_INT(atomic_load(&g.m.waiting), c == 2);
         CHECK(run_until_done(&g, (struct sreq *[]){a, b}, 2, 10000) >= 0);
+        sreq_put(a);
+        sreq_put(b);
+        rig_close(&g);
+    }
+}
+
+/* A stream lends the step what it will gain back: its TPOT is a mean over the request. The same
+ * pinned model (1 ms a token) and a stream one token in: one token from its end it allows its
+ * 45 ms paced TPOT, so a 60-token prompt joins in a chunk of 44; with 18 tokens left it adds 16 x
+ * (45 - 2) ms it will gain back at the 2 ms decode step (the next 16 tokens, no more), and the
+ * prompt joins whole. Both streams still end within their TPOT. */
+TEST(streams_lend_what_they_gain_back)
+{
+    const int gen[] = {2, 20}, want_n[] = {45, 61};
+    for (int c = 0; c < 2; c++) {
+        struct rig g;
+        struct sched_config cfg = {
+            .max_seqs = 4, .max_step_tokens = 64, .ctx = 128, .tpot_ms = 50, .ttft_ms = 100000};
+        rig_open(&g, 64, 8, cfg);
+        sched_set_step_model(g.s, &(struct step_model){.a = 1e-3, .corr = 1}, 0);
+        char err[ERRMSG_LEN];
+        struct sreq *a = make_req(1, 4, gen[c]), *b = make_req(2, 60, 3);
+        a->ignore_eos = 1;
+        CHECK(sched_submit(g.s, a, err) == 0);
+        sched_iterate(g.s);
+        CHECK_EQ_INT(sreq_n_generated(a), 1);
+        CHECK(sched_submit(g.s, b, err) == 0);
+        sched_iterate(g.s);
+        CHECKF(g.fm.last_n == want_n[c], "%d tokens: a step of %d tokens, want %d", gen[c],
+               g.fm.last_n, want_n[c]);
+        CHECK(run_until_done(&g, (struct sreq *[]){a, b}, 2, 10000) >= 0);
+        CHECK_EQ_INT(sreq_n_generated(a), gen[c]);
         sreq_put(a);
         sreq_put(b);
         rig_close(&g);
@@ -1056,6 +1089,7 @@ int main(void)
     RUN(hand_over_and_back_equal_alone);
     RUN(hand_over_refused_runs_here);
     RUN(uncertain_model_admits_less);
+    RUN(streams_lend_what_they_gain_back);
     RUN(idle_calibration_covers_every_shape_once);
     RUN(calibrated_prior_skips_idle_calibration);
     RUN(steps_correct_the_prior);
