@@ -900,6 +900,27 @@ TEST(hand_over_refused_runs_here)
     handover_case(1);
 }
 
+/* The admission rig of the two tests below: a pinned model of 1 ms a token (error estimate
+ * err_est, blocks of block_size), a stream (*a, gen tokens, EOS ignored) one token in, then a
+ * prompt of n_prompt tokens (*b) submitted and one step run: g->fm.last_n is that step's size. */
+static void joined_step(struct rig *g, int block_size, double err_est, int gen, int n_prompt,
+                        struct sreq **a, struct sreq **b)
+{
+    struct sched_config cfg = {
+        .max_seqs = 4, .max_step_tokens = 64, .ctx = 128, .tpot_ms = 50, .ttft_ms = 100000};
+    rig_open(g, 64, block_size, cfg);
+    sched_set_step_model(g->s, &(struct step_model){.a = 1e-3, .corr = 1}, err_est);
+    char err[ERRMSG_LEN];
+    *a = make_req(1, 4, gen);
+    *b = make_req(2, n_prompt, 3);
+    (*a)->ignore_eos = 1;
+    CHECK(sched_submit(g->s, *a, err) == 0);
+    sched_iterate(g->s);
+    CHECK_EQ_INT(sreq_n_generated(*a), 1);
+    CHECK(sched_submit(g->s, *b, err) == 0);
+    sched_iterate(g->s);
+}
+
 /* Admission while the step model is uncertain: the check is widened by the model's own error
  * estimate. A pinned model of 1 ms per token and a stream one token in and one from its end (so
  * the step it allows is exactly its 45 ms paced TPOT, whatever the clock says, with no tokens left
@@ -912,18 +933,8 @@ TEST(uncertain_model_admits_less)
     const int want_n[] = {31, 11, 1};
     for (int c = 0; c < 3; c++) {
         struct rig g;
-        struct sched_config cfg = {
-            .max_seqs = 4, .max_step_tokens = 64, .ctx = 128, .tpot_ms = 50, .ttft_ms = 100000};
-        rig_open(&g, 64, 4, cfg);
-        sched_set_step_model(g.s, &(struct step_model){.a = 1e-3, .corr = 1}, errs[c]);
-        char err[ERRMSG_LEN];
-        struct sreq *a = make_req(1, 4, 2), *b = make_req(2, 30, 3);
-        a->ignore_eos = 1;
-        CHECK(sched_submit(g.s, a, err) == 0);
-        sched_iterate(g.s);
-        CHECK_EQ_INT(sreq_n_generated(a), 1);
-        CHECK(sched_submit(g.s, b, err) == 0);
-        sched_iterate(g.s);
+        struct sreq *a, *b;
+        joined_step(&g, 4, errs[c], 2, 30, &a, &b);
         CHECKF(g.fm.last_n == want_n[c], "err %g: a step of %d tokens, want %d", errs[c],
                g.fm.last_n, want_n[c]);
         CHECK_EQ_INT(atomic_load(&g.m.waiting), c == 2);
@@ -944,18 +955,8 @@ TEST(streams_lend_what_they_gain_back)
     const int gen[] = {2, 20}, want_n[] = {45, 61};
     for (int c = 0; c < 2; c++) {
         struct rig g;
-        struct sched_config cfg = {
-            .max_seqs = 4, .max_step_tokens = 64, .ctx = 128, .tpot_ms = 50, .ttft_ms = 100000};
-        rig_open(&g, 64, 8, cfg);
-        sched_set_step_model(g.s, &(struct step_model){.a = 1e-3, .corr = 1}, 0);
-        char err[ERRMSG_LEN];
-        struct sreq *a = make_req(1, 4, gen[c]), *b = make_req(2, 60, 3);
-        a->ignore_eos = 1;
-        CHECK(sched_submit(g.s, a, err) == 0);
-        sched_iterate(g.s);
-        CHECK_EQ_INT(sreq_n_generated(a), 1);
-        CHECK(sched_submit(g.s, b, err) == 0);
-        sched_iterate(g.s);
+        struct sreq *a, *b;
+        joined_step(&g, 8, 0, gen[c], 60, &a, &b);
         CHECKF(g.fm.last_n == want_n[c], "%d tokens: a step of %d tokens, want %d", gen[c],
                g.fm.last_n, want_n[c]);
         CHECK(run_until_done(&g, (struct sreq *[]){a, b}, 2, 10000) >= 0);
