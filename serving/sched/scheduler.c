@@ -652,6 +652,19 @@ static int in_plan(const struct scheduler *s, const struct seq *q)
     return 0;
 }
 
+/* The index of the newest running sequence that may give way (none in flight; with planned,
+ * none in this step's plan either), or -1. */
+static int newest_preemptible(const struct scheduler *s, int planned)
+{
+    int victim = -1;
+    for (int i = 0; i < s->n_running; i++) {
+        const struct seq *c = s->running[i];
+        if (c->in_flight || (planned && in_plan(s, c))) continue;
+        if (victim < 0 || c->admit_order > s->running[victim]->admit_order) victim = i;
+    }
+    return victim;
+}
+
 /* Grow q's block table to hold `positions` positions, preempting the newest running sequences
  * when the pool is dry. Returns 0, or -1 when q itself had to be preempted (or retired). */
 static int ensure_blocks(struct scheduler *s, struct seq *q, int positions)
@@ -668,13 +681,7 @@ static int ensure_blocks(struct scheduler *s, struct seq *q, int positions)
             drop_pads(s);
             continue;
         }
-        /* newest running sequence that is not yet in this step's plan */
-        int victim = -1;
-        for (int i = 0; i < s->n_running; i++) {
-            struct seq *c = s->running[i];
-            if (in_plan(s, c) || c->in_flight) continue;
-            if (victim < 0 || c->admit_order > s->running[victim]->admit_order) victim = i;
-        }
+        int victim = newest_preemptible(s, 1);
         if (victim < 0) return -1;
         int self = s->running[victim] == q;
         preempt(s, victim);
@@ -1057,12 +1064,7 @@ static void refused(struct scheduler *s, const char *why)
         retire(s, q, FINISH_ERROR, msg);
         return;
     }
-    int victim = -1;
-    for (int i = 0; i < s->n_running; i++) {
-        const struct seq *c = s->running[i];
-        if (c->in_flight) continue;
-        if (victim < 0 || c->admit_order > s->running[victim]->admit_order) victim = i;
-    }
+    int victim = newest_preemptible(s, 0);
     unsigned id = victim >= 0 ? s->running[victim]->id : 0;
     if (victim >= 0) {
         preempt(s, victim);
