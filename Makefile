@@ -74,7 +74,21 @@ BENCH_SRC := $(sort $(wildcard tests/bench/bench_*.c))
 BENCH_BIN := $(BENCH_SRC:tests/bench/%.c=$(BUILD)/bench/%)
 
 .PHONY: all test bench run image deps clean fuzz check-fabric check-cluster check-arm64 format soak
-all: $(BUILD)/strata $(BUILD)/strata-appliance $(BUILD)/strata-appliance-test $(TEST_BIN) $(TOOL_BIN)
+# nvcc (serving/engine/cuda, below), set before `all` so that the fatbin is its first prerequisite:
+# one core runs nvcc (~2 minutes) while the other compiles the C, instead of the C waiting for it.
+ifeq ($(origin NVCC),undefined)
+NVCC := $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
+endif
+# Where cuda.h lives: asked of nvcc itself, since `nvcc` on PATH may be a wrapper script elsewhere.
+ifeq ($(origin CUDA_INC),undefined)
+CUDA_INC := $(if $(NVCC),$(shell $(NVCC) --dryrun -x cu -c /dev/null -o /dev/null 2>&1 | \
+              sed -n 's/^\#\$$ INCLUDES="-I\([^"]*\)".*/\1/p' | head -n 1))
+endif
+NVCC_FLAGS ?= -O3 -std=c++17 -gencode arch=compute_80,code=sm_80 \
+              -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+CUDA_FATBIN := build/cuda/kernels.fatbin
+all: $(if $(NVCC),$(CUDA_FATBIN)) $(BUILD)/strata $(BUILD)/strata-appliance $(BUILD)/strata-appliance-test \
+     $(TEST_BIN) $(TOOL_BIN)
 
 # DPDK headers only where the NIC driver is compiled.
 $(BUILD)/obj/drivers/nic/%.o: CFLAGS_EXTRA = $(DPDK_CFLAGS) -Wno-error=cast-qual
@@ -138,17 +152,7 @@ benches: $(BENCH_BIN)
 # .incbin. No libcudart: the host code loads libcuda.so.1 at run time. A .cu error fails the build.
 # Without nvcc (or with `make NVCC=`) the binary is built without kernels and the CPU backend serves.
 # The fatbin sits outside $(BUILD) so the SAN build reuses it.
-ifeq ($(origin NVCC),undefined)
-NVCC := $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
-endif
-# Where cuda.h lives: asked of nvcc itself, since `nvcc` on PATH may be a wrapper script elsewhere.
-ifeq ($(origin CUDA_INC),undefined)
-CUDA_INC := $(if $(NVCC),$(shell $(NVCC) --dryrun -x cu -c /dev/null -o /dev/null 2>&1 | \
-              sed -n 's/^\#\$$ INCLUDES="-I\([^"]*\)".*/\1/p' | head -n 1))
-endif
-NVCC_FLAGS ?= -O3 -std=c++17 -gencode arch=compute_80,code=sm_80 \
-              -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
-CUDA_FATBIN := build/cuda/kernels.fatbin
+# (NVCC, CUDA_INC, NVCC_FLAGS and CUDA_FATBIN are set above `all`.)
 ifneq ($(NVCC),)
 build/cuda/kernels.fatbin: serving/engine/cuda/kernels.cu $(wildcard serving/engine/cuda/*.cuh)
 	@mkdir -p $(dir $@)

@@ -22,7 +22,7 @@ struct sim_opts {
     const char *trace, *synth, *reqf, *out;
     struct opt_list policy;
     double rate, w_start, w_dur;
-    int quiet, help, seeds;
+    int quiet, help, seeds, no_charts;
 };
 
 /* A --KEY option: the config and which key it sets. */
@@ -55,7 +55,7 @@ static void usage(void)
     fprintf(stderr,
             "usage: strata sim (--trace FILE | --synthetic SPEC | --requests FILE) [--rate X]\n"
             "                  [--window START:DUR] [--policy P]... [--seeds N] [--config FILE]\n"
-            "                  [--out DIR] [--quiet] [--KEY VALUE]...\n"
+            "                  [--out DIR [--no-charts]] [--quiet] [--KEY VALUE]...\n"
             "  --trace FILE      Azure LLM trace CSV (TIMESTAMP,ContextTokens,GeneratedTokens)\n"
             "  --synthetic SPEC  Poisson arrivals: rps=R,dur=S[,burst=R2,at=T,len=D[,ramp=U]\n"
             "                    [,every=P]][,in=N][,out=M]\n"
@@ -70,6 +70,7 @@ static void usage(void)
             "                    each shuffles the instance ids (and draws synthetic arrivals)\n"
             "  --config FILE     key = value lines (cluster, tiers, SLOs, step models, failures)\n"
             "  --out DIR         CSV files and PNG charts (gnuplot) there\n"
+            "  --no-charts       the CSV files only (no gnuplot run)\n"
             "  --KEY VALUE       any config key, e.g. --gpus H100:128,A100:128 --model 70B\n"
             "                    --net rdma200 --fail 60:holder --seed 7 (docs/simulator.md);\n"
             "                    defaults: 32 H100, 13B\n");
@@ -106,6 +107,7 @@ static int options(struct sim_opts *o, struct sim_config *c, struct opt *t, stru
     t[n++] = (struct opt){"--config", OPT_PARSE, c, 0, 0, load_config, "FILE"};
     t[n++] = (struct opt){"--out", OPT_STR, &o->out, 0, 0, NULL, "DIR"};
     t[n++] = (struct opt){"--quiet", OPT_FLAG, &o->quiet, 0, 0, NULL, NULL};
+    t[n++] = (struct opt){"--no-charts", OPT_FLAG, &o->no_charts, 0, 0, NULL, NULL};
     t[n++] = (struct opt){"--help", OPT_FLAG, &o->help, 0, 0, NULL, NULL};
     t[n++] = (struct opt){"-h", OPT_FLAG, &o->help, 0, 0, NULL, NULL};
     for (int k = 0; sim_config_keys[k] && k < MAX_KEYS; k++) {
@@ -274,6 +276,10 @@ static int run_sim(int argc, char **argv)
     if (sim_report_csv(o.out, sum, n_pol, err)) {
         fprintf(stderr, "strata sim: %s\n", err);
         return 1;
+    }
+    if (o.no_charts) {
+        printf("wrote %s/summary.csv, runs.csv, ttft_cdf.csv, timeline_*.csv (--no-charts)\n", o.out);
+        return 0;
     }
     if (n_req == 0) { /* scale-outs only (a requests file with none): nothing to chart */
         printf("wrote %s/summary.csv, runs.csv, ttft_cdf.csv, timeline_*.csv (no requests: no "

@@ -22,10 +22,14 @@ count() { # count <prefix> <file>
     while IFS= read -r l; do failed_names+=("$1${l#not ok - }"); done < <(grep '^not ok - ' "$2")
 }
 
-run_prog() { # run_prog <label> <log> cmd...
+run_prog() { # run_prog <label> <log> cmd...: runs it, then reports
     local label=$1 log=$2; shift 2
     "$@" >"$log" 2>&1
-    local rc=$?
+    report "$label" "$log" $?
+}
+
+report() { # report <label> <log> <exit status>: its lines, and the counts
+    local label=$1 log=$2 rc=$3
     sed -n '/^\(ok\|not ok\|skip\) - /p' "$log" | sed "s|^|  [$label] |"
     if [ $rc -ne 0 ] && ! grep -q '^not ok - ' "$log"; then
         echo "not ok - $label: exited with status $rc" >>"$log"
@@ -67,12 +71,54 @@ for t in build/san/tests/test_*; do
 done
 unset ASAN_OPTIONS UBSAN_OPTIONS
 
+# Integration scenarios in two lanes on a machine with two cores or more (TEST_LANES=1: one):
+# the guests under software emulation (boot_*, *_qemu*, fabric_rdma: a QEMU thread each, nothing
+# on the host's network, hugepages or ports but free ones) one after another in the background,
+# the host-side scenarios (processes, sockets, namespaces, DPDK) in the foreground. The files
+# both lanes read are made first, so neither writes what the other reads.
 echo "== integration"
+LANES=${TEST_LANES:-$(nproc)}
+guest_lane=() host_lane=()
 for s in tests/integration/*.sh; do
     [ -f "$s" ] || continue
-    n=$(basename "$s" .sh)
-    run_prog "$n" "$LOG/$n.log" bash "$s"
+    case $(basename "$s" .sh) in
+    boot_* | *_qemu* | fabric_rdma) guest_lane+=("$s") ;;
+    *) host_lane+=("$s") ;;
+    esac
 done
+if [ "$LANES" -ge 2 ]; then
+    # The tiny model in GGUF where image/build.sh, tests/lib/serve.sh and pid1_namespace.sh look.
+    for m in build/models/stories260K.gguf build/test-models/stories260K.gguf; do
+        [ -f "$m" ] && continue
+        mkdir -p "$(dirname "$m")"
+        build/strata convert --tokenizer ../shared/models/tok512.bin ../shared/models/stories260K.bin \
+            "$m.tmp" >/dev/null 2>&1 && mv "$m.tmp" "$m"
+    done
+    rm -f "$LOG"/*.rc
+    (
+        for s in "${guest_lane[@]}"; do
+            n=$(basename "$s" .sh)
+            bash "$s" >"$LOG/$n.log" 2>&1
+            echo $? >"$LOG/$n.rc"
+        done
+    ) &
+    guest_pid=$!
+    echo "   (the guests' scenarios run beside these; their lines follow)"
+    for s in "${host_lane[@]}"; do
+        n=$(basename "$s" .sh)
+        run_prog "$n" "$LOG/$n.log" bash "$s"
+    done
+    wait "$guest_pid"
+    for s in "${guest_lane[@]}"; do
+        n=$(basename "$s" .sh)
+        report "$n" "$LOG/$n.log" "$(cat "$LOG/$n.rc" 2>/dev/null || echo 1)"
+    done
+else
+    for s in "${guest_lane[@]}" "${host_lane[@]}"; do
+        n=$(basename "$s" .sh)
+        run_prog "$n" "$LOG/$n.log" bash "$s"
+    done
+fi
 
 echo "== fuzz (${FUZZ_SECONDS:=10} s per target)"
 FUZZ_SECONDS=$FUZZ_SECONDS run_prog fuzz "$LOG/fuzz.log" scripts/run-fuzz.sh

@@ -40,7 +40,9 @@ boot_image() {
         tests/lib/boot.sh 2>/dev/null | head -n 1)
     if [ -f "$stamp" ] && [ "$stamp" -nt "$newest" ] && [ -f "$BOOT_OUT/strata.img" ]; then return 0; fi
     mkdir -p "$BOOT_OUT"
-    CMDLINE="$BOOT_KERNEL_ARGS $BOOT_ARGS" MODEL=${MODEL:-} SERVER=$BOOT_SERVER image/build.sh "$BOOT_OUT" >"$BOOT_OUT.log" 2>&1 || {
+    # zstd level 9, not the product's 19: 1.1 MB more initrd, 30 s less per build (the boot tests
+    # do not test the compression; boot_mkinitrd and `make image` use 19).
+    ZSTD_LEVEL=${ZSTD_LEVEL:-9} CMDLINE="$BOOT_KERNEL_ARGS $BOOT_ARGS" MODEL=${MODEL:-} SERVER=$BOOT_SERVER image/build.sh "$BOOT_OUT" >"$BOOT_OUT.log" 2>&1 || {
         echo "image build failed: $(tail -n 3 "$BOOT_OUT.log" | tr '\n' '|')"
         return 1
     }
