@@ -57,6 +57,11 @@ if [ ! -f tests/node/node_modules/.package-lock.json ] ||
         echo "npm ci failed (the tests that need its packages skip and say so): $(tail -n 1 "$LOG"/npm-ci.log)"
 fi
 
+# The fuzz targets' clang build (a third build of the library) on one core while the unit tests,
+# mostly single-threaded, run on the other; the fuzz step waits for it.
+make -s fuzz-build >"$LOG/fuzz-build.log" 2>&1 &
+fuzz_build_pid=$!
+
 echo "== unit tests"
 for t in build/tests/test_*; do
     [ -x "$t" ] || continue
@@ -120,6 +125,7 @@ else
     done
 fi
 
+wait "$fuzz_build_pid" # its failure shows in run-fuzz.sh's own make of the same targets
 echo "== fuzz (${FUZZ_SECONDS:=10} s per target)"
 FUZZ_SECONDS=$FUZZ_SECONDS run_prog fuzz "$LOG/fuzz.log" scripts/run-fuzz.sh
 
