@@ -62,16 +62,7 @@ awk -v a="$att" -v l="$lo" -v h="$hi" 'BEGIN{exit !(a>0 && a<=1 && l<=a && a<=h)
     ok "sim: attainment $att in [$lo, $hi]" || nok "sim: attainment" "'$att' '$lo' '$hi'"
 
 # a config file describing a 3-node cluster, with a holder failing during a scale-out burst
-cat >"$OUT/three.conf" <<CONF
-# three single-GPU nodes on 100 Gb/s
-gpus = A100:3
-gpus_per_server = 1
-net = rdma100
-model = 7B
-keep_alive_s = 5
-fail = 5:holder
-CONF
-if "$BIN" sim --config "$OUT/three.conf" --synthetic rps=2,dur=40,burst=40,at=10,len=10,in=512,out=32 \
+if "$BIN" sim --config tests/fixtures/sim/three_nodes.conf --synthetic rps=2,dur=40,burst=40,at=10,len=10,in=512,out=32 \
     --policy strata --seeds 1 --out "$OUT/three" --quiet >"$OUT/three.out" 2>&1; then
     f=$(col "$OUT/three" failures strata)
     done_="$(col "$OUT/three" done strata)/$(col "$OUT/three" requests strata)"
@@ -83,9 +74,9 @@ else
     nok "sim: config file run" "$(tail -3 "$OUT/three.out")"
 fi
 # same seed, same numbers
-"$BIN" sim --config "$OUT/three.conf" --synthetic rps=2,dur=40,burst=40,at=10,len=10,in=512,out=32 \
+"$BIN" sim --config tests/fixtures/sim/three_nodes.conf --synthetic rps=2,dur=40,burst=40,at=10,len=10,in=512,out=32 \
     --policy strata --seeds 2 --quiet 2>/dev/null | grep '^strata ' >"$OUT/a"
-"$BIN" sim --config "$OUT/three.conf" --synthetic rps=2,dur=40,burst=40,at=10,len=10,in=512,out=32 \
+"$BIN" sim --config tests/fixtures/sim/three_nodes.conf --synthetic rps=2,dur=40,burst=40,at=10,len=10,in=512,out=32 \
     --policy strata --seeds 2 --quiet 2>/dev/null | grep '^strata ' >"$OUT/b"
 [ -s "$OUT/a" ] && cmp -s "$OUT/a" "$OUT/b" && ok "sim: same seed, same table" ||
     nok "sim: same seed, same table" "$(cat "$OUT/a" "$OUT/b")"

@@ -76,15 +76,7 @@ launch synth-256 --synthetic rps=60,dur=300,burst=240,at=20,len=10,ramp=5,every=
 }
 launch het --trace "$T/azure_llm_2023_conv.csv" --rate 10 --gpus A100:16,H100:16 --model 13B \
     --policy strata --policy strata-nomatrix
-cat >"$OUT/three.conf" <<CONF
-gpus = A100:3
-gpus_per_server = 1
-net = rdma100
-model = 7B
-keep_alive_s = 5
-fail = 5:holder
-CONF
-launch fail --config "$OUT/three.conf" --synthetic rps=2,dur=40,burst=40,at=10,len=10,in=512,out=32 \
+launch fail --config tests/fixtures/sim/three_nodes.conf --synthetic rps=2,dur=40,burst=40,at=10,len=10,in=512,out=32 \
     --policy strata --policy blitzscale
 wait
 
