@@ -17,8 +17,8 @@
 # bookworm, bookworm-updates, bookworm-security), same mirrors, read as arm64.
 # Progress goes to stderr, one line a step.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-A=$PWD/build/arm64-apt
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+A=$ROOT/build/arm64-apt
 say() { echo "arm64-sysroot: $*" >&2; }
 die() { echo "arm64-sysroot: error: $*" >&2; exit 1; }
 
@@ -77,6 +77,7 @@ if [ "${1:-}" = --apt ]; then
     exec "$cmd" "${APT_OPTS[@]}" "$@"
 fi
 
+cd "$ROOT"
 SYSROOT=${1:-build/arm64-sysroot}
 T0=$(date +%s)
 setup
