@@ -24,9 +24,10 @@ die() { echo "arm64-sysroot: error: $*" >&2; exit 1; }
 
 # What the server links (the -dev packages pull their runtime libraries), what the static init is
 # built from (musl-dev), libc's development files for --sysroot, the verbs providers the image
-# carries (dlopen()ed, so no -dev package names them).
+# carries (dlopen()ed, so no -dev package names them), systemd-boot's arm64 EFI stub and loader
+# (the UKI and the disk's BOOTAA64.EFI).
 PKGS="libc6-dev linux-libc-dev libdpdk-dev libibverbs-dev ibverbs-providers libcjson-dev
-      libsodium-dev libraft-dev libuv1-dev musl-dev"
+      libsodium-dev libraft-dev libuv1-dev musl-dev systemd-boot-efi"
 # Packages in the closure that only matter on an installed system (maintainer scripts, docs,
 # interpreters); their files would only bloat the sysroot.
 # The compiler and binutils (libc6-dev's and dpkg-dev's dependencies) are the host's cross ones.

@@ -8,8 +8,9 @@
 #                          linux-image-arm64 (ARCH=arm64 image/fetch-kernel.sh into
 #                          build/kernel-arm64), build/arm64-image/strata-appliance and init, the
 #                          libraries from build/arm64-sysroot (image/arm64-sysroot.sh); writes
-#                          OUT/Image, OUT/vmlinuz, OUT/initrd-base.img, OUT/initrd.img (steps 5-6,
-#                          the UKI and the disk, are not built for arm64 yet). Default amd64.
+#                          OUT/Image, OUT/vmlinuz, OUT/initrd-base.img, OUT/initrd.img, and
+#                          OUT/strata.efi, OUT/strata.img with systemd-boot-efi:arm64's stub and
+#                          loader (\EFI\BOOT\BOOTAA64.EFI), console ttyAMA0. Default amd64.
 #   MODEL=path.gguf        the model baked into out/initrd.img and put on the disk's model partition
 #                          (default: build/models/stories260K.gguf, converted from ../shared/models)
 #   CMDLINE="..."          the kernel command line built into out/strata.efi (UEFI/disk boot), after
@@ -53,8 +54,18 @@ arm64)
     ;;
 *) echo "image: error: ARCH=$ARCH: want amd64 or arm64" >&2; exit 1 ;;
 esac
-STUB=${STUB:-/usr/lib/systemd/boot/efi/linuxx64.efi.stub}
-SDBOOT=${SDBOOT:-/usr/lib/systemd/boot/efi/systemd-bootx64.efi}
+# The UEFI parts: systemd-boot's stub and loader for the architecture, the name the firmware boots
+# from removable media, the serial console, the binutils that read the stub's PE format.
+if [ "$ARCH" = arm64 ]; then
+    STUB=${STUB:-$SYSROOT/usr/lib/systemd/boot/efi/linuxaa64.efi.stub}
+    SDBOOT=${SDBOOT:-$SYSROOT/usr/lib/systemd/boot/efi/systemd-bootaa64.efi}
+    EFI_BOOT=BOOTAA64.EFI CONSOLE=ttyAMA0 KERNEL_PE=Image
+    export OBJCOPY=aarch64-linux-gnu-objcopy OBJDUMP=aarch64-linux-gnu-objdump
+else
+    STUB=${STUB:-/usr/lib/systemd/boot/efi/linuxx64.efi.stub}
+    SDBOOT=${SDBOOT:-/usr/lib/systemd/boot/efi/systemd-bootx64.efi}
+    EFI_BOOT=BOOTX64.EFI CONSOLE=ttyS0 KERNEL_PE=vmlinuz
+fi
 SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || echo 0)}
 export SOURCE_DATE_EPOCH
 T0=$(date +%s)
@@ -190,19 +201,10 @@ if [ -n "$MODEL" ]; then
 fi
 mv "$OUT/initrd.img.tmp" "$OUT/initrd.img"
 
-if [ "$ARCH" = arm64 ]; then
-    echo "image: [5/6] [6/6] UEFI image and disk: not built for arm64 yet (docs/arm64.md)"
-    echo "image: done in $(($(date +%s) - T0)) s, kernel $release:"
-    for f in Image initrd-base.img initrd.img; do
-        printf 'image:   %-16s %6.1f MiB\n' "$f" "$(awk -v b="$(stat -c %s "$OUT/$f")" 'BEGIN { print b / 1048576 }')"
-    done
-    exit 0
-fi
-
 step 5 "UEFI unified kernel image"
 # panic=10: a panic before init has read strata.on_error reboots (init then sets the policy).
-CMD="console=tty0 console=ttyS0 quiet panic=10 strata.model=part:strata-model${CMDLINE:+ $CMDLINE}"
-STUB=$STUB image/mkuki.sh "$OUT/strata.efi" "$OUT/vmlinuz" "$OUT/initrd-base.img" "$CMD" "$release"
+CMD="console=tty0 console=$CONSOLE quiet panic=10 strata.model=part:strata-model${CMDLINE:+ $CMDLINE}"
+STUB=$STUB image/mkuki.sh "$OUT/strata.efi" "$OUT/$KERNEL_PE" "$OUT/initrd-base.img" "$CMD" "$release"
 
 step 6 "disk image"
 MiB=1048576
@@ -223,7 +225,7 @@ mkfs.vfat -C -F 32 -n STRATA-ESP -i 5354a001 "$esp" $((esp_mib * 1024)) >/dev/nu
 es=build/image/esp-stage
 rm -rf "$es" && mkdir -p "$es/EFI/BOOT" "$es/EFI/Linux" "$es/loader"
 [ -f "$SDBOOT" ] || die "$SDBOOT missing (systemd-boot-efi)"
-cp "$SDBOOT" "$es/EFI/BOOT/BOOTX64.EFI"
+cp "$SDBOOT" "$es/EFI/BOOT/$EFI_BOOT"
 cp "$OUT/strata.efi" "$es/EFI/Linux/strata-1-a.efi"
 printf 'timeout 0\neditor no\nauto-entries no\nauto-firmware no\n' >"$es/loader/loader.conf"
 find "$es" -exec touch -d "@$SOURCE_DATE_EPOCH" {} +
@@ -250,6 +252,8 @@ mkdir -p "$OUT/pxelinux.cfg"
 cp boot/pxelinux.cfg/default "$OUT/pxelinux.cfg/default"
 
 echo "image: done in $(($(date +%s) - T0)) s, kernel $release:"
-for f in vmlinuz initrd-base.img initrd.img strata.efi strata.img; do
+files="vmlinuz initrd-base.img initrd.img strata.efi strata.img"
+[ "$ARCH" = arm64 ] && files="Image initrd-base.img initrd.img strata.efi strata.img"
+for f in $files; do
     printf 'image:   %-16s %6.1f MiB\n' "$f" "$(awk -v b="$(stat -c %s "$OUT/$f")" 'BEGIN { print b / 1048576 }')"
 done
