@@ -11,7 +11,8 @@
 #                     the model from the disk's strata-model partition, the address from DHCP; the
 #                     power button through ACPI
 # Each: /health 200 with the server as PID 1, a completion equal to the native (x86) greedy
-# output of the same model, and a clean power-off.
+# output of the same model, and a clean power-off. Before them, the cross-built test_wire under
+# qemu-aarch64 (crc32c's Armv8 instructions against the table).
 # On demand (make check-arm64-image), not in make test: the image it boots takes the arm64 sysroot
 # (Debian's arm64 packages, downloaded once) and a cross build of the whole server; the two boots
 # take about 1.5 minutes here (docs/arm64.md).
@@ -31,6 +32,21 @@ command -v "$QEMU_BIN" >/dev/null || { nok "arm64 boot" "no $QEMU_BIN (qemu-syst
 for f in Image initrd.img; do
     [ -f "$OUT/$f" ] || { nok "arm64 boot" "$OUT/$f missing (make image-arm64)"; exit 1; }
 done
+# The fabric's wire format and crc32c on aarch64 first (user emulation, a second): test_wire
+# compares Armv8's crc32c instructions with the table; it is cross-built with the server.
+wire=build/arm64-image/tests/test_wire
+if [ -x "$wire" ] && command -v qemu-aarch64 >/dev/null; then
+    out=$(qemu-aarch64 -L build/arm64-sysroot "$wire" 2>&1)
+    rc=$?
+    if [ $rc = 0 ] && ! grep -q '^not ok' <<<"$out"; then
+        ok "arm64 test_wire under qemu-aarch64 ($(grep -c '^ok' <<<"$out") ok, crc32c_hw_matches_table_and_chains among them)"
+    else
+        nok "arm64 test_wire under qemu-aarch64" "rc $rc: $(grep '^not ok' <<<"$out" | head -n 3 | tr '\n' '|')"
+    fi
+else
+    nok "arm64 test_wire under qemu-aarch64" "$wire or qemu-aarch64 missing (make arm64-server; qemu-user)"
+fi
+
 # TCG runs these guests several times slower than the x86 boot tests' guests: waits are doubled.
 QEMU_TIMEOUT_SCALE=$(awk -v s="$QEMU_TIMEOUT_SCALE" 'BEGIN { print s * 2 }')
 since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
