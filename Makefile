@@ -43,7 +43,7 @@ DEPS_MISSING := $(strip \
       $(if $(shell command -v aarch64-linux-gnu-gcc 2>/dev/null),,gcc-aarch64-linux-gnu) \
       $(if $(wildcard /usr/aarch64-linux-gnu/include/stdio.h),,libc6-dev-arm64-cross) \
       $(if $(shell command -v qemu-aarch64 2>/dev/null),,qemu-user)) \
-    $(if $(filter image-arm64 arm64-server check-arm64-image,$(MAKECMDGOALS))$(filter arm64,$(ARCH)), \
+    $(if $(filter image-arm64 arm64-server check-arm64-image,$(MAKECMDGOALS))$(filter arm64,$(ARCH)),\
       $(if $(shell command -v aarch64-linux-gnu-gcc 2>/dev/null),,gcc-aarch64-linux-gnu)) \
     $(if $(filter check-arm64-image,$(MAKECMDGOALS)), \
       $(if $(shell command -v qemu-system-aarch64 2>/dev/null),,qemu-system-arm)))
@@ -238,15 +238,16 @@ check-arm64: $(ARM64_TESTS:%=$(ARM64_BUILD)/tests/%)
 	@ARM64_QEMU="$(ARM64_QEMU)" scripts/check-arm64.sh $(ARM64_BUILD)/tests $(ARM64_TESTS)
 
 # The arm64 appliance image (docs/arm64.md): `make image-arm64` (or `make image ARCH=arm64`) writes
-# out/arm64/ (kernel Image, initrd) from Debian's arm64 packages. image/arm64-sysroot.sh unpacks the server's libraries,
-# musl-dev and libc6-dev for arm64 into build/arm64-sysroot with a private apt configuration (the
-# host's apt is not touched); a sub-make cross-builds build/arm64-image/strata-appliance from the
-# same sources as the x86 one (aarch64-linux-gnu-gcc --sysroot, the sysroot's pkg-config files;
-# the sysroot script has checked the packages, so the x86 check of /usr/include is skipped; the
-# simulator's SimGrid glue, sim_net.c, is left out: the appliance has no `sim` command); the
-# init is static musl through musl-dev:arm64's specs file with the sysroot's paths (what musl-gcc
-# is). `make check-arm64-image` boots it under qemu-system-aarch64 (TCG): on demand, not in make
-# test (tests/arm64/boot_image.sh says why).
+# out/arm64/ (kernel Image, initrds, UKI, disk) from Debian's arm64 packages. image/arm64-sysroot.sh
+# unpacks the server's libraries, musl-dev, libc6-dev and systemd-boot-efi for arm64 into
+# build/arm64-sysroot with a private apt configuration (the host's apt is not touched). A sub-make
+# cross-builds build/arm64-image/strata-appliance from the same sources as the x86 one
+# (aarch64-linux-gnu-gcc --sysroot, the sysroot's pkg-config files; the sysroot script has checked
+# the packages, so the x86 check of /usr/include is skipped; the simulator's SimGrid glue,
+# sim_net.c, is left out: the appliance has no `sim` command). The init is static musl through
+# musl-dev:arm64's specs file with the sysroot's paths (what musl-gcc is). `make check-arm64-image`
+# boots it under qemu-system-aarch64 (TCG): on demand, not in make test (tests/arm64/boot_image.sh
+# says why).
 ARM64_SYSROOT := build/arm64-sysroot
 ARM64_IMG     := build/arm64-image
 ARM64_ROOT     = $(abspath $(ARM64_SYSROOT))
