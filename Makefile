@@ -42,9 +42,13 @@ DEPS_MISSING := $(strip \
     $(if $(filter check-arm64,$(MAKECMDGOALS)), \
       $(if $(shell command -v aarch64-linux-gnu-gcc 2>/dev/null),,gcc-aarch64-linux-gnu) \
       $(if $(wildcard /usr/aarch64-linux-gnu/include/stdio.h),,libc6-dev-arm64-cross) \
-      $(if $(shell command -v qemu-aarch64 2>/dev/null),,qemu-user)))
+      $(if $(shell command -v qemu-aarch64 2>/dev/null),,qemu-user)) \
+    $(if $(filter image-arm64 arm64-server check-arm64-image,$(MAKECMDGOALS))$(filter arm64,$(ARCH)),\
+      $(if $(shell command -v aarch64-linux-gnu-gcc 2>/dev/null),,gcc-aarch64-linux-gnu)) \
+    $(if $(filter check-arm64-image,$(MAKECMDGOALS)), \
+      $(if $(shell command -v qemu-system-aarch64 2>/dev/null),,qemu-system-arm)))
 ifneq ($(DEPS_MISSING),)
-$(error missing packages: $(DEPS_MISSING). Install them (and the rest of the toolchain) with `make deps` (scripts/install-deps.sh: apt-get, as root or through sudo), then run make again)
+$(error missing packages: $(DEPS_MISSING). Install them (and the rest of the toolchain) with `make deps`$(if $(filter %arm64 arm64-% check-arm64-image,$(MAKECMDGOALS) $(ARCH)), (`make deps ARCH=arm64` for the arm64 image's),) (scripts/install-deps.sh: apt-get, as root or through sudo), then run make again)
 endif
 endif
 
@@ -99,7 +103,7 @@ $(BUILD)/obj/%.o: %.c
 
 $(BUILD)/libstrata.a: $(LIB_OBJ)
 	@mkdir -p $(dir $@)
-	rm -f $@ && ar rcs $@ $^
+	rm -f $@ && $(AR) rcs $@ $^
 
 # The test hooks (cmd/test_hooks.h: --test-crash, --test-hang, ...): libstrata holds
 # cmd/test_hooks.c without them; this copy, compiled with STRATA_TEST_HOOKS and linked ahead of
@@ -237,6 +241,47 @@ $(ARM64_BUILD)/tests/%: tests/unit/%.c $(ARM64_BUILD)/libengine.a
 check-arm64: $(ARM64_TESTS:%=$(ARM64_BUILD)/tests/%)
 	@ARM64_QEMU="$(ARM64_QEMU)" scripts/check-arm64.sh $(ARM64_BUILD)/tests $(ARM64_TESTS)
 
+# The arm64 appliance image (docs/arm64.md): `make image-arm64` (or `make image ARCH=arm64`) writes
+# out/arm64/ (kernel Image, initrds, UKI, disk) from Debian's arm64 packages. image/arm64-sysroot.sh
+# unpacks the server's libraries, musl-dev, libc6-dev and systemd-boot-efi for arm64 into
+# build/arm64-sysroot with a private apt configuration (the host's apt is not touched). A sub-make
+# cross-builds build/arm64-image/strata-appliance from the same sources as the x86 one
+# (aarch64-linux-gnu-gcc --sysroot, the sysroot's pkg-config files; the sysroot script has checked
+# the packages, so the x86 check of /usr/include is skipped; the simulator's SimGrid glue,
+# sim_net.c, is left out: the appliance has no `sim` command). The init is static musl through
+# musl-dev:arm64's specs file with the sysroot's paths (what musl-gcc is). `make check-arm64-image`
+# boots it under qemu-system-aarch64 (TCG): on demand, not in make test (tests/arm64/boot_image.sh
+# says why).
+ARM64_SYSROOT := build/arm64-sysroot
+ARM64_IMG     := build/arm64-image
+ARM64_ROOT     = $(abspath $(ARM64_SYSROOT))
+ARM64_PKG_ENV  = PKG_CONFIG_SYSROOT_DIR=$(ARM64_ROOT) \
+                 PKG_CONFIG_LIBDIR=$(ARM64_ROOT)/usr/lib/aarch64-linux-gnu/pkgconfig:$(ARM64_ROOT)/usr/share/pkgconfig
+.PHONY: image-arm64 check-arm64-image arm64-sysroot arm64-server
+arm64-sysroot:
+	@image/arm64-sysroot.sh $(ARM64_SYSROOT)
+arm64-server: arm64-sysroot
+	@$(ARM64_PKG_ENV) $(MAKE) --no-print-directory BUILD=$(ARM64_IMG) \
+	    CC="$(ARM64_CC) --sysroot=$(ARM64_ROOT)" AR=$(ARM64_AR) DEPS_MISSING= \
+	    LIB_SRC="$(filter-out cluster/sim/sim_net.c,$(LIB_SRC))" \
+	    $(ARM64_IMG)/strata-appliance $(ARM64_IMG)/tests/test_wire
+$(ARM64_IMG)/musl.specs: | arm64-sysroot
+	@mkdir -p $(dir $@)
+	sed 's|/usr/|$(ARM64_ROOT)/usr/|g' $(ARM64_SYSROOT)/usr/lib/aarch64-linux-musl/musl-gcc.specs >$@
+$(ARM64_IMG)/musl-include/.links: | arm64-sysroot
+	@mkdir -p $(dir $@)
+	ln -sfn $(ARM64_ROOT)/usr/include/linux $(dir $@)linux
+	ln -sfn $(ARM64_ROOT)/usr/include/asm-generic $(dir $@)asm-generic
+	ln -sfn $(ARM64_ROOT)/usr/include/aarch64-linux-gnu/asm $(dir $@)asm
+	@touch $@
+$(ARM64_IMG)/init: $(INIT_SRC) $(INIT_HDR) $(ARM64_IMG)/musl.specs $(ARM64_IMG)/musl-include/.links
+	$(ARM64_CC) -specs=$(ARM64_IMG)/musl.specs -static -std=c11 -D_GNU_SOURCE -Os -Wall -Wextra \
+	    -Werror -I. -isystem $(ARM64_IMG)/musl-include -o $@ $(INIT_SRC)
+image-arm64: arm64-server $(ARM64_IMG)/init $(BUILD)/strata
+	@ARCH=arm64 image/build.sh out/arm64
+check-arm64-image: image-arm64
+	@bash tests/arm64/boot_image.sh
+
 deps:
 	@scripts/install-deps.sh
 
@@ -305,8 +350,12 @@ build/init: $(INIT_SRC) $(INIT_HDR) build/musl-include/.links
 	    -isystem build/musl-include -o $@ $(INIT_SRC)
 # `make image`: out/vmlinuz, out/initrd.img, out/strata.efi, out/strata.img (image/build.sh;
 # NVIDIA=path adds NVIDIA's driver, image/README.md).
+ifeq ($(ARCH),arm64)
+image: image-arm64
+else
 image: $(BUILD)/strata $(BUILD)/strata-appliance build/init
 	@image/build.sh out
+endif
 
 # `make run`: packages, image, then QEMU with the API on localhost:8080 (image/run.sh: PORT, ACCEL,
 # MEM, SMP, APPEND, DISK=1 for the UEFI disk, GPU=<pci address> for VFIO, NATIVE=1).

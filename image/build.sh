@@ -4,6 +4,13 @@
 #
 #   image/build.sh [OUT]     (OUT defaults to out/)
 # Environment:
+#   ARCH=arm64             the arm64 image (`make image-arm64`, OUT out/arm64): Debian's
+#                          linux-image-arm64 (ARCH=arm64 image/fetch-kernel.sh into
+#                          build/kernel-arm64), build/arm64-image/strata-appliance and init, the
+#                          libraries from build/arm64-sysroot (image/arm64-sysroot.sh); writes
+#                          OUT/Image, OUT/vmlinuz, OUT/initrd-base.img, OUT/initrd.img, and
+#                          OUT/strata.efi, OUT/strata.img with systemd-boot-efi:arm64's stub and
+#                          loader (\EFI\BOOT\BOOTAA64.EFI), console ttyAMA0. Default amd64.
 #   MODEL=path.gguf        the model baked into out/initrd.img and put on the disk's model partition
 #                          (default: build/models/stories260K.gguf, converted from ../shared/models)
 #   CMDLINE="..."          the kernel command line built into out/strata.efi (UEFI/disk boot), after
@@ -35,9 +42,30 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-out}
-KDIR=build/kernel
-STUB=${STUB:-/usr/lib/systemd/boot/efi/linuxx64.efi.stub}
-SDBOOT=${SDBOOT:-/usr/lib/systemd/boot/efi/systemd-bootx64.efi}
+case ${ARCH:-} in "" | amd64 | x86_64) ARCH=amd64 ;; arm64 | aarch64) ARCH=arm64 ;; esac
+case $ARCH in
+amd64)
+    KDIR=build/kernel TRIPLET=x86_64-linux-gnu SYSROOT="" INIT=build/init
+    SERVER=${SERVER:-build/strata-appliance}
+    ;;
+arm64)
+    KDIR=build/kernel-arm64 TRIPLET=aarch64-linux-gnu SYSROOT=build/arm64-sysroot
+    INIT=build/arm64-image/init SERVER=${SERVER:-build/arm64-image/strata-appliance}
+    ;;
+*) echo "image: error: ARCH=$ARCH: want amd64 or arm64" >&2; exit 1 ;;
+esac
+# The UEFI parts: systemd-boot's stub and loader for the architecture, the name the firmware boots
+# from removable media, the serial console, the binutils that read the stub's PE format.
+if [ "$ARCH" = arm64 ]; then
+    STUB=${STUB:-$SYSROOT/usr/lib/systemd/boot/efi/linuxaa64.efi.stub}
+    SDBOOT=${SDBOOT:-$SYSROOT/usr/lib/systemd/boot/efi/systemd-bootaa64.efi}
+    EFI_BOOT=BOOTAA64.EFI CONSOLE=ttyAMA0 KERNEL_PE=Image
+    export OBJCOPY=aarch64-linux-gnu-objcopy OBJDUMP=aarch64-linux-gnu-objdump
+else
+    STUB=${STUB:-/usr/lib/systemd/boot/efi/linuxx64.efi.stub}
+    SDBOOT=${SDBOOT:-/usr/lib/systemd/boot/efi/systemd-bootx64.efi}
+    EFI_BOOT=BOOTX64.EFI CONSOLE=ttyS0 KERNEL_PE=vmlinuz
+fi
 SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || echo 0)}
 export SOURCE_DATE_EPOCH
 T0=$(date +%s)
@@ -62,41 +90,58 @@ MODULES="virtio_pci virtio_net virtio_blk nvme ahci sd_mod
          e1000e mlx5_core mlx5_ib ice irdma bnxt_en i40e ixgbe rdma_rxe
          vfio-pci uio_pci_generic ext4 vfat nls_cp437 nls_ascii nls_utf8 efivarfs button evdev
          i6300esb iTCO_wdt sp5100_tco wdat_wdt"
+# arm64: the same disks, NICs and files; QEMU's virt machine signals its power button through
+# gpio-keys (on the PL061 GPIO, built in) rather than ACPI's button (built in there); the watchdogs
+# are i6300esb (QEMU), wdat_wdt (ACPI) and sbsa_gwdt (Arm's generic watchdog: Grace, Altra).
+[ "$ARCH" = arm64 ] && MODULES="virtio_pci virtio_mmio virtio_net virtio_blk nvme ahci sd_mod
+         e1000e mlx5_core mlx5_ib ice irdma bnxt_en i40e ixgbe rdma_rxe
+         vfio-pci uio_pci_generic ext4 vfat nls_cp437 nls_ascii nls_utf8 efivarfs gpio_keys evdev
+         i6300esb wdat_wdt sbsa_gwdt"
 
 step 1 "kernel"
-release=$(image/fetch-kernel.sh "$KDIR")
+release=$(ARCH=$ARCH image/fetch-kernel.sh "$KDIR")
 cp -L "$KDIR/vmlinuz" "$OUT/vmlinuz"
-# The uncompressed kernel for QEMU (PVH boot, see fetch-kernel.sh).
-[ -f "$KDIR/vmlinux" ] && cp "$KDIR/vmlinux" "$OUT/vmlinux"
+# The uncompressed kernel for QEMU (PVH boot, see fetch-kernel.sh); arm64's Image.
+[ "$ARCH" = amd64 ] && [ -f "$KDIR/vmlinux" ] && cp "$KDIR/vmlinux" "$OUT/vmlinux"
+[ "$ARCH" = arm64 ] && cp "$KDIR/Image" "$OUT/Image"
 
 step 2 "server and init"
 # The appliance's server: build/strata-appliance (every command but `sim`, no SimGrid, no test
 # hooks). SERVER=build/strata-appliance-test builds the test image of the boot tests that crash or
 # hang the server on purpose (cmd/test_hooks.h); never the image anyone ships.
-SERVER=${SERVER:-build/strata-appliance}
-[ -x "$SERVER" ] || die "$SERVER missing (make)"
-[ -x build/init ] || die "build/init missing (make build/init; needs musl-tools)"
+[ -x "$SERVER" ] || die "$SERVER missing (make${SYSROOT:+ arm64-server})"
+[ -x "$INIT" ] || die "$INIT missing (make $INIT; needs musl-tools${SYSROOT:+, or musl-dev:arm64 in the sysroot})"
 BINS=(-b "$SERVER:/bin/strata")
+# LIBDIR: where the libraries are on the build machine (the sysroot's, for arm64); the image holds
+# them under /usr/lib/TRIPLET.
+LIBDIR=$SYSROOT/usr/lib/$TRIPLET
+XARGS=(-A "$ARCH")
+[ -n "$SYSROOT" ] && XARGS+=(-R "$SYSROOT")
 # Objects the server dlopen()s, which ldd cannot see: the verbs providers of the RDMA NICs above
 # (libibverbs reads /etc/libibverbs.d/NAME.driver, then loads libNAME-rdmav*.so), and DPDK's
 # drivers for the same NICs with the PCI bus and the mempool driver (the EAL loads every object in
 # its plugin directory).
 # ldd's whole output first: `ldd | grep -q` under pipefail fails at random when grep stops reading
 # before ldd is done (SIGPIPE), which once left the DPDK drivers out of one of two builds.
-SERVER_LIBS=$(ldd "$SERVER")
+# A cross-built server: its NEEDED entries (ldd cannot run it).
+if [ -n "$SYSROOT" ]; then
+    SERVER_LIBS=$(aarch64-linux-gnu-readelf -d "$SERVER")
+else
+    SERVER_LIBS=$(ldd "$SERVER")
+fi
 if grep -q libibverbs <<<"$SERVER_LIBS"; then
     for p in rxe mlx5 irdma bnxt_re; do
-        so=$(ls /usr/lib/x86_64-linux-gnu/libibverbs/lib$p-rdmav*.so 2>/dev/null | head -n 1 || true)
+        so=$(ls "$LIBDIR"/libibverbs/lib$p-rdmav*.so 2>/dev/null | head -n 1 || true)
         [ -n "$so" ] || die "verbs provider $p missing (rdma-core / ibverbs-providers)"
-        BINS+=(-b "$so" -f "/etc/libibverbs.d/$p.driver:/etc/libibverbs.d/$p.driver")
+        BINS+=(-b "$so:${so#"$SYSROOT"}" -f "$SYSROOT/etc/libibverbs.d/$p.driver:/etc/libibverbs.d/$p.driver")
     done
 fi
 if grep -q librte_eal <<<"$SERVER_LIBS"; then
-    pmds=$(ls -d /usr/lib/x86_64-linux-gnu/dpdk/pmds-* 2>/dev/null | head -n 1 || true)
-    [ -n "$pmds" ] || die "no DPDK plugin directory (/usr/lib/x86_64-linux-gnu/dpdk/pmds-*)"
+    pmds=$(ls -d "$LIBDIR"/dpdk/pmds-* 2>/dev/null | head -n 1 || true)
+    [ -n "$pmds" ] || die "no DPDK plugin directory ($LIBDIR/dpdk/pmds-*)"
     for p in bus_pci mempool_ring net_mlx5 net_ice net_bnxt net_i40e net_ixgbe net_e1000; do
         [ -f "$pmds/librte_$p.so" ] || die "$pmds/librte_$p.so missing (librte-${p//_/-}* package)"
-        BINS+=(-b "$pmds/librte_$p.so")
+        BINS+=(-b "$pmds/librte_$p.so:${pmds#"$SYSROOT"}/librte_$p.so")
     done
 fi
 
@@ -136,7 +181,7 @@ EXTRA=()
 [ -n "${EXTRA_LIBS:-}" ] && EXTRA+=(-L "$EXTRA_LIBS")
 MODARGS=()
 for m in $MODULES; do MODARGS+=(-m "$m"); done
-image/mkinitrd.sh -S -o "$OUT/initrd-base.img" -i build/init -k "$KDIR/modules" \
+image/mkinitrd.sh -S -o "$OUT/initrd-base.img" -i "$INIT" -k "$KDIR/modules" "${XARGS[@]}" \
     "${BINS[@]}" "${MODARGS[@]}" "${EXTRA[@]+"${EXTRA[@]}"}" "${NV[@]+"${NV[@]}"}"
 # The model rides in a second archive appended to the first (the kernel unpacks concatenated
 # archives in turn), so the base stays the same bytes whatever the model, and its size is the
@@ -158,8 +203,8 @@ mv "$OUT/initrd.img.tmp" "$OUT/initrd.img"
 
 step 5 "UEFI unified kernel image"
 # panic=10: a panic before init has read strata.on_error reboots (init then sets the policy).
-CMD="console=tty0 console=ttyS0 quiet panic=10 strata.model=part:strata-model${CMDLINE:+ $CMDLINE}"
-STUB=$STUB image/mkuki.sh "$OUT/strata.efi" "$OUT/vmlinuz" "$OUT/initrd-base.img" "$CMD" "$release"
+CMD="console=tty0 console=$CONSOLE quiet panic=10 strata.model=part:strata-model${CMDLINE:+ $CMDLINE}"
+STUB=$STUB image/mkuki.sh "$OUT/strata.efi" "$OUT/$KERNEL_PE" "$OUT/initrd-base.img" "$CMD" "$release"
 
 step 6 "disk image"
 MiB=1048576
@@ -180,7 +225,7 @@ mkfs.vfat -C -F 32 -n STRATA-ESP -i 5354a001 "$esp" $((esp_mib * 1024)) >/dev/nu
 es=build/image/esp-stage
 rm -rf "$es" && mkdir -p "$es/EFI/BOOT" "$es/EFI/Linux" "$es/loader"
 [ -f "$SDBOOT" ] || die "$SDBOOT missing (systemd-boot-efi)"
-cp "$SDBOOT" "$es/EFI/BOOT/BOOTX64.EFI"
+cp "$SDBOOT" "$es/EFI/BOOT/$EFI_BOOT"
 cp "$OUT/strata.efi" "$es/EFI/Linux/strata-1-a.efi"
 printf 'timeout 0\neditor no\nauto-entries no\nauto-firmware no\n' >"$es/loader/loader.conf"
 find "$es" -exec touch -d "@$SOURCE_DATE_EPOCH" {} +
@@ -207,6 +252,8 @@ mkdir -p "$OUT/pxelinux.cfg"
 cp boot/pxelinux.cfg/default "$OUT/pxelinux.cfg/default"
 
 echo "image: done in $(($(date +%s) - T0)) s, kernel $release:"
-for f in vmlinuz initrd-base.img initrd.img strata.efi strata.img; do
+files="vmlinuz initrd-base.img initrd.img strata.efi strata.img"
+[ "$ARCH" = arm64 ] && files="Image initrd-base.img initrd.img strata.efi strata.img"
+for f in $files; do
     printf 'image:   %-16s %6.1f MiB\n' "$f" "$(awk -v b="$(stat -c %s "$OUT/$f")" 'BEGIN { print b / 1048576 }')"
 done

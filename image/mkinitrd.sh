@@ -18,8 +18,15 @@
 #     -M DIR         extra modules: every *.ko under DIR (e.g. the NVIDIA driver's), loaded after
 #                    the -m ones, dependencies resolved against DIR and MODDIR; -m may name them
 #                    to fix their order. Repeatable.
-#     -L DIR         extra libraries: DIR's files go to /usr/lib/x86_64-linux-gnu (glibc's default
-#                    search path, so no ld.so.cache is needed). Repeatable.
+#     -L DIR         extra libraries: DIR's files go to /usr/lib/TRIPLET (x86_64-linux-gnu; glibc's
+#                    default search path, so no ld.so.cache is needed). Repeatable.
+#     -A ARCH        amd64 (default) or arm64: the multiarch triplet (aarch64-linux-gnu) and the
+#                    binutils (aarch64-linux-gnu-strip, -readelf) used for the image's files
+#     -R SYSROOT     the binaries' libraries come from SYSROOT (a cross build's, e.g.
+#                    build/arm64-sysroot): the closure is walked by hand from readelf's NEEDED
+#                    entries and the program interpreter (ldd cannot run foreign binaries),
+#                    searching SYSROOT/{lib,usr/lib}/TRIPLET then SYSROOT/{lib,usr/lib}; each goes
+#                    to its path inside SYSROOT. A -b BIN under SYSROOT keeps that path too.
 #     -f SRC:DEST    an extra file (DEST is its absolute path in the image). Repeatable.
 #     -z COMP        zstd (default, level $ZSTD_LEVEL or 19) | xz | gzip | none
 #     -S             strip ELF files (--strip-unneeded) as they are copied in
@@ -35,10 +42,10 @@
 # same bytes.
 set -euo pipefail
 
-OUT="" INIT="" MODDIR=build/kernel/modules COMP=zstd STRIP=0 VERBOSE=0
+OUT="" INIT="" MODDIR=build/kernel/modules COMP=zstd STRIP=0 VERBOSE=0 ARCH=amd64 SYSROOT=""
 BINS=() MODS=() FILES=() EXTRA_MODS=() EXTRA_LIBS=()
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
-while getopts "o:i:b:m:k:M:L:f:z:Svh" opt; do
+while getopts "o:i:b:m:k:M:L:f:z:A:R:Svh" opt; do
     case $opt in
     o) OUT=$OPTARG ;;
     i) INIT=$OPTARG ;;
@@ -49,6 +56,8 @@ while getopts "o:i:b:m:k:M:L:f:z:Svh" opt; do
     L) EXTRA_LIBS+=("$OPTARG") ;;
     f) FILES+=("$OPTARG") ;;
     z) COMP=$OPTARG ;;
+    A) ARCH=$OPTARG ;;
+    R) SYSROOT=${OPTARG%/} ;;
     S) STRIP=1 ;;
     v) VERBOSE=1 ;;
     *) usage ;;
@@ -57,6 +66,12 @@ done
 [ -n "$OUT" ] && [ -n "$INIT" ] || usage
 die() { echo "mkinitrd: $*" >&2; exit 1; }
 say() { [ "$VERBOSE" = 1 ] && echo "mkinitrd: $*" >&2 || true; }
+case $ARCH in
+amd64) TRIPLET=x86_64-linux-gnu STRIP_TOOL=strip READELF=readelf ;;
+arm64) TRIPLET=aarch64-linux-gnu STRIP_TOOL=aarch64-linux-gnu-strip READELF=aarch64-linux-gnu-readelf ;;
+*) die "-A $ARCH: want amd64 or arm64" ;;
+esac
+[ -z "$SYSROOT" ] || [ -d "$SYSROOT" ] || die "-R $SYSROOT: not a directory"
 
 if [ -z "${SOURCE_DATE_EPOCH:-}" ]; then
     SOURCE_DATE_EPOCH=$(git -C "$(dirname "$0")" log -1 --format=%ct 2>/dev/null || echo 0)
@@ -76,14 +91,39 @@ put() {
     mkdir -p "$(dirname "$STAGE$dest")"
     cp -L "$src" "$STAGE$dest"
     if [ "$STRIP" = 1 ] && is_elf "$STAGE$dest"; then
-        strip --strip-unneeded "$STAGE$dest" 2>/dev/null || true
+        "$STRIP_TOOL" --strip-unneeded "$STAGE$dest" 2>/dev/null || true
     fi
     say "$dest"
+}
+
+# closure_sysroot BIN: the same from SYSROOT, by hand: the program interpreter, then every
+# NEEDED entry, recursively, found where the interpreter's default search would find it (the
+# multiarch directories first). Paths printed are inside SYSROOT, as the image will hold them.
+closure_sysroot() {
+    local todo=("$1") seen=" " f lib d found interp
+    interp=$("$READELF" -l "$1" 2>/dev/null | sed -n 's/.*Requesting program interpreter: \([^]]*\)\]/\1/p')
+    [ -n "$interp" ] && echo "$interp"
+    while [ ${#todo[@]} -gt 0 ]; do
+        f=${todo[0]}
+        todo=("${todo[@]:1}")
+        for lib in $("$READELF" -d "$f" 2>/dev/null | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'); do
+            case $seen in *" $lib "*) continue ;; esac
+            seen="$seen$lib "
+            found=""
+            for d in /lib/$TRIPLET /usr/lib/$TRIPLET /lib /usr/lib; do
+                if [ -e "$SYSROOT$d/$lib" ]; then found=$d/$lib; break; fi
+            done
+            if [ -z "$found" ]; then echo "missing $lib"; continue; fi
+            echo "$found"
+            todo+=("$SYSROOT$found")
+        done
+    done
 }
 
 # closure BIN: every shared object ldd says BIN needs, at the path ldd names (which is where
 # ld-linux will look in the image too).
 closure() {
+    [ -n "$SYSROOT" ] && { closure_sysroot "$1"; return; }
     local line path
     ldd "$1" 2>/dev/null | while read -r line; do
         case $line in
@@ -101,19 +141,25 @@ chmod 0755 "$STAGE/init"
 
 for spec in "${BINS[@]+"${BINS[@]}"}"; do
     src=${spec%%:*} dest=${spec#*:}
-    [ "$dest" = "$spec" ] && { case $src in /*) dest=$src ;; *) dest=/bin/$(basename "$src") ;; esac; }
+    if [ "$dest" = "$spec" ]; then
+        case $src in
+        "$SYSROOT"/*) [ -n "$SYSROOT" ] && dest=${src#"$SYSROOT"} || dest=$src ;;
+        /*) dest=$src ;;
+        *) dest=/bin/$(basename "$src") ;;
+        esac
+    fi
     [ -f "$src" ] || die "$src: no such binary"
     put "$src" "$dest"
     while read -r lib; do
-        case $lib in missing*) die "$src: needs ${lib#missing }, which ldd cannot find" ;; esac
-        put "$lib" "$lib"
+        case $lib in missing*) die "$src: needs ${lib#missing }, which ${SYSROOT:-ldd} cannot find" ;; esac
+        put "$SYSROOT$lib" "$lib"
     done < <(closure "$src")
 done
 
 for dir in "${EXTRA_LIBS[@]+"${EXTRA_LIBS[@]}"}"; do
     [ -d "$dir" ] || die "-L $dir: not a directory"
     while IFS= read -r f; do
-        put "$f" "/usr/lib/x86_64-linux-gnu/${f#"$dir"/}"
+        put "$f" "/usr/lib/$TRIPLET/${f#"$dir"/}"
     done < <(find "$dir" -type f -o -type l | LC_ALL=C sort)
 done
 

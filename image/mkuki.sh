@@ -4,13 +4,16 @@
 # SOURCE_DATE_EPOCH (default 0) and the header checksum is zeroed (UEFI does not check it).
 #
 #   image/mkuki.sh OUT.efi VMLINUZ INITRD "CMDLINE" [RELEASE]
-# Environment: STUB (default /usr/lib/systemd/boot/efi/linuxx64.efi.stub, systemd-boot-efi).
+# Environment: STUB (default /usr/lib/systemd/boot/efi/linuxx64.efi.stub, systemd-boot-efi);
+# OBJCOPY, OBJDUMP (default objcopy, objdump; aarch64-linux-gnu-* for arm64's linuxaa64.efi.stub,
+# whose PE format the host's binutils do not read).
 # image/build.sh makes out/strata.efi with it; tests make variants (another command line).
 set -euo pipefail
 OUT=${1:?usage: mkuki.sh OUT.efi VMLINUZ INITRD CMDLINE [RELEASE]}
 KERNEL=${2:?} INITRD=${3:?} CMD=${4?} RELEASE=${5:-}
 STUB=${STUB:-/usr/lib/systemd/boot/efi/linuxx64.efi.stub}
 SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-0}
+OBJCOPY=${OBJCOPY:-objcopy} OBJDUMP=${OBJDUMP:-objdump}
 [ -f "$STUB" ] || { echo "mkuki: $STUB missing (systemd-boot-efi)" >&2; exit 1; }
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/mkuki.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
@@ -21,12 +24,12 @@ align() { echo $((($1 + 0xfffff) / 0x100000 * 0x100000)); }
 end=0
 while read -r idx _ size vma _; do
     case $idx in [0-9]*) [ $((0x$vma + 0x$size)) -gt $end ] && end=$((0x$vma + 0x$size)) ;; esac
-done < <(objdump -h "$STUB")
+done < <("$OBJDUMP" -h "$STUB")
 osrel=$(align "$end")
 cmdl=$((osrel + 0x10000))
 linux=$(align $((cmdl + 0x10000)))
 initrd=$(align $((linux + $(stat -c %s "$KERNEL"))))
-objcopy \
+"$OBJCOPY" \
     --add-section .osrel="$tmp/os-release" --change-section-vma .osrel="$(printf 0x%x "$osrel")" \
     --add-section .cmdline="$tmp/cmdline.txt" --change-section-vma .cmdline="$(printf 0x%x "$cmdl")" \
     --add-section .linux="$KERNEL" --change-section-vma .linux="$(printf 0x%x "$linux")" \

@@ -12,6 +12,10 @@ libcjson-dev libsodium-dev libraft-dev libuv1-dev
 python3-numpy python3-requests python3-yaml iproute2 curl
 libsimgrid-dev gnuplot-nox
 chromium"
+# ARCH=arm64 (`make deps ARCH=arm64`): also what the arm64 appliance image is booted with (its
+# build needs only the cross compiler above; its arm64 libraries come from image/arm64-sysroot.sh,
+# which leaves the host's apt configuration alone).
+case ${ARCH:-} in arm64 | aarch64) PKGS="$PKGS qemu-system-arm qemu-efi-aarch64" ;; esac
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

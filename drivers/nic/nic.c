@@ -38,13 +38,21 @@ struct nic {
 
 static int eal_started;
 
+/* The build's multiarch triplet: where Debian puts the libraries of this architecture. */
+#if defined(__x86_64__)
+#define NIC_MULTIARCH "x86_64-linux-gnu"
+#elif defined(__aarch64__)
+#define NIC_MULTIARCH "aarch64-linux-gnu"
+#else
+#error "drivers/nic/nic.c: no multiarch triplet for this architecture"
+#endif
+
 /* Debian's DPDK ships its drivers as plugins that the EAL does not load by itself. Unless the
  * arguments name drivers (-d), load the mempool driver and the driver of each vdev named. */
 static int add_plugins(char **argv, int argc, const char *args)
 {
-    static const char *const dirs[] = {"/usr/lib/x86_64-linux-gnu/dpdk/pmds-*",
-                                       "/usr/lib/aarch64-linux-gnu/dpdk/pmds-*",
-                                       "/usr/local/lib/x86_64-linux-gnu/dpdk/pmds-*"};
+    static const char *const dirs[] = {"/usr/lib/" NIC_MULTIARCH "/dpdk/pmds-*",
+                                       "/usr/local/lib/" NIC_MULTIARCH "/dpdk/pmds-*"};
     static const struct {
         const char *vdev, *lib;
     } map[] = {

@@ -32,8 +32,8 @@ int init_hugepages(long n, char *err);
  * (hardware absent) is a warning, not an error: *loaded and *failed count them. */
 int init_modules(const char *list, int *loaded, int *failed, char *err);
 
-/* cpu.c: 0 when the CPU has what the server's libraries are compiled for (x86-64-v2), else -1
- * with err naming the missing features and the fix. */
+/* cpu.c: 0 when the CPU has what the server's libraries are compiled for (x86-64-v2; on aarch64
+ * armv8-a+crc), else -1 with err naming the missing features and the fix. */
 int init_cpu_check(char *err);
 
 /* mounts.c: /proc/sys/kernel/panic from strata.on_error: reboot -> the kernel's panic=N (10 s

@@ -156,7 +156,7 @@ int boot_slots_install(const char *esp, const char *image, int tries, char *inst
     snprintf(dir, sizeof dir, "%s/%s", esp, BOOT_SLOTS_DIR);
     static char names[64][BOOT_SLOTS_NAME];
     const char *ptrs[64];
-    int n, remove[64], n_remove;
+    int n = 0, remove[64], n_remove = 0;
     char slot;
     if (list_dir(dir, names, 64, &n, err)) return -1;
     for (int i = 0; i < n; i++) ptrs[i] = names[i];

@@ -166,7 +166,9 @@ static int install_handlers(sigset_t *set, char *err)
     return 0;
 }
 
-/* evdev devices named "Power Button" (ACPI button driver: button.ko + evdev.ko in the image). */
+/* evdev devices named "Power Button" (ACPI button driver: button.ko + evdev.ko in the image) or
+ * "gpio-keys" (a power key on a GPIO line: QEMU's arm64 virt machine, gpio_keys.ko); only their
+ * KEY_POWER presses count. */
 static void open_power_buttons(void)
 {
     DIR *d = opendir("/sys/class/input");
@@ -175,7 +177,8 @@ static void open_power_buttons(void)
         if (strncmp(e->d_name, "event", 5)) continue;
         char path[300], name[128] = {0};
         snprintf(path, sizeof path, "/sys/class/input/%s/device/name", e->d_name);
-        if (small_file_read(path, name, sizeof name, NULL) <= 0 || !strstr(name, "Power Button"))
+        if (small_file_read(path, name, sizeof name, NULL) <= 0 ||
+            (!strstr(name, "Power Button") && strncmp(name, "gpio-keys", 9)))
             continue;
         snprintf(path, sizeof path, "/dev/input/%s", e->d_name);
         int fd = open(path, O_RDONLY | O_CLOEXEC);

@@ -11,7 +11,7 @@
 #   qemu_monitor vm1 system_powerdown      # HMP command on the guest's monitor
 #   qemu_wait_exit vm1 30                  # 0 when QEMU has exited (guest halted, -no-reboot)
 #   qemu_stop vm1                          # kill it if still running (always call at the end)
-# Every guest gets: -machine q35 -cpu $QEMU_CPU(max) -m $QEMU_MEM(512) -smp $QEMU_SMP(2) -nodefaults
+# Every guest gets: -machine $QEMU_MACHINE(q35) -cpu $QEMU_CPU(max) -m $QEMU_MEM(512) -smp $QEMU_SMP(2) -nodefaults
 # -display none -no-reboot, the first serial port in $QEMU_DIR/NAME.log, an HMP monitor on a unix
 # socket, and -accel $QEMU_ACCEL (default tcg: /dev/kvm exists on the CI machine but does not
 # work; `qemu_accel_probe` answers kvm only if a guest actually boots with it).
@@ -25,6 +25,7 @@
 #     or when the guest halts if no MARKER is given, 1 on timeout.
 
 QEMU_BIN=${QEMU_BIN:-qemu-system-x86_64}
+QEMU_MACHINE=${QEMU_MACHINE:-q35}   # arm64 guests: QEMU_BIN=qemu-system-aarch64 QEMU_MACHINE=virt
 QEMU_DIR=${QEMU_DIR:-build/qemu}
 QEMU_MEM=${QEMU_MEM:-512}
 QEMU_SMP=${QEMU_SMP:-2}
@@ -53,7 +54,7 @@ _qemu_launch() { # _qemu_launch NAME REBOOT(0|1) ARGS...
     [ "$QEMU_ACCEL" = kvm ] && [ -z "${QEMU_CPU:-}" ] && cpu=host
     local noreboot=-no-reboot
     [ "$reboot" = 1 ] && noreboot=
-    "$QEMU_BIN" -machine q35 -accel "$QEMU_ACCEL" -cpu "$cpu" -m "$QEMU_MEM" -smp "$QEMU_SMP" \
+    "$QEMU_BIN" -machine "$QEMU_MACHINE" -accel "$QEMU_ACCEL" -cpu "$cpu" -m "$QEMU_MEM" -smp "$QEMU_SMP" \
         -nodefaults -display none $noreboot \
         -serial "file:$log" -monitor "unix:$mon,server,nowait" "$@" \
         >"$QEMU_DIR/$name.qemu.log" 2>&1 &
