@@ -48,7 +48,7 @@ DEPS_MISSING := $(strip \
     $(if $(filter check-arm64-image,$(MAKECMDGOALS)), \
       $(if $(shell command -v qemu-system-aarch64 2>/dev/null),,qemu-system-arm)))
 ifneq ($(DEPS_MISSING),)
-$(error missing packages: $(DEPS_MISSING). Install them (and the rest of the toolchain) with `make deps`$(if $(filter %arm64 arm64-% check-arm64-image,$(MAKECMDGOALS) $(ARCH)), (`make deps ARCH=arm64` for the arm64 image's),) (scripts/install-deps.sh: apt-get, as root or through sudo), then run make again)
+$(error missing packages: $(DEPS_MISSING). Install them (and the rest of the toolchain) with `make deps` (scripts/install-deps.sh: apt-get, as root or through sudo), then run make again)
 endif
 endif
 
@@ -250,8 +250,8 @@ check-arm64: $(ARM64_TESTS:%=$(ARM64_BUILD)/tests/%)
 # the packages, so the x86 check of /usr/include is skipped; the simulator's SimGrid glue,
 # sim_net.c, is left out: the appliance has no `sim` command). The init is static musl through
 # musl-dev:arm64's specs file with the sysroot's paths (what musl-gcc is). `make check-arm64-image`
-# boots it under qemu-system-aarch64 (TCG): on demand, not in make test (tests/arm64/boot_image.sh
-# says why).
+# boots it under qemu-system-aarch64 (TCG); make test does the same into build/test-image-arm64
+# (tests/integration/boot_arm64.sh).
 ARM64_SYSROOT := build/arm64-sysroot
 ARM64_IMG     := build/arm64-image
 ARM64_ROOT     = $(abspath $(ARM64_SYSROOT))

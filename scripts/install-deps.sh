@@ -4,7 +4,7 @@ set -eu
 PKGS="build-essential clang pkg-config libclang-rt-14-dev
 dpdk-dev libdpdk-dev rdma-core libibverbs-dev ibverbs-utils
 musl-tools busybox-static cpio kmod zstd xz-utils
-gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
+gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user qemu-system-arm qemu-efi-aarch64
 qemu-system-x86 qemu-utils ovmf ipxe-qemu systemd-boot-efi mtools dosfstools fdisk gdisk e2fsprogs
 linux-headers-amd64
 pxelinux syslinux-common
@@ -12,10 +12,9 @@ libcjson-dev libsodium-dev libraft-dev libuv1-dev
 python3-numpy python3-requests python3-yaml iproute2 curl
 libsimgrid-dev gnuplot-nox
 chromium"
-# ARCH=arm64 (`make deps ARCH=arm64`): also what the arm64 appliance image is booted with (its
-# build needs only the cross compiler above; its arm64 libraries come from image/arm64-sysroot.sh,
-# which leaves the host's apt configuration alone).
-case ${ARCH:-} in arm64 | aarch64) PKGS="$PKGS qemu-system-arm qemu-efi-aarch64" ;; esac
+# The arm64 image (make image-arm64, tests/integration/boot_arm64.sh) is built with the cross
+# compiler above and booted with qemu-system-arm and AAVMF (qemu-efi-aarch64); its arm64
+# libraries come from image/arm64-sysroot.sh, which leaves the host's apt configuration alone.
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

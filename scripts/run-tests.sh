@@ -77,7 +77,7 @@ done
 unset ASAN_OPTIONS UBSAN_OPTIONS
 
 # Integration scenarios in two lanes on a machine with two cores or more (TEST_LANES=1: one):
-# the guests under software emulation (boot_*, *_qemu*, fabric_rdma: a QEMU thread each, nothing
+# the guests under software emulation (boot_*, cluster_qemu*, fabric_rdma: a QEMU thread each, nothing
 # on the host's network, hugepages or ports but free ones) one after another in the background,
 # the host-side scenarios (processes, sockets, namespaces, DPDK) in the foreground. The files
 # both lanes read are made first, so neither writes what the other reads.
@@ -87,7 +87,7 @@ guest_lane=() host_lane=()
 for s in tests/integration/*.sh; do
     [ -f "$s" ] || continue
     case $(basename "$s" .sh) in
-    boot_* | *_qemu* | fabric_rdma) guest_lane+=("$s") ;;
+    boot_* | cluster_qemu* | fabric_rdma) guest_lane+=("$s") ;;
     *) host_lane+=("$s") ;;
     esac
 done

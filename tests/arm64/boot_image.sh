@@ -13,9 +13,8 @@
 # Each: /health 200 with the server as PID 1, a completion equal to the native (x86) greedy
 # output of the same model, and a clean power-off. Before them, the cross-built test_wire under
 # qemu-aarch64 (crc32c's Armv8 instructions against the table).
-# On demand (make check-arm64-image), not in make test: the image it boots takes the arm64 sysroot
-# (Debian's arm64 packages, downloaded once) and a cross build of the whole server; the two boots
-# take about 1.5 minutes here (docs/arm64.md).
+# Run by make check-arm64-image (out/arm64) and by make test's tests/integration/boot_arm64.sh
+# (ARM64_OUT=build/test-image-arm64); the two boots take about 1.5 minutes here (docs/arm64.md).
 set -u
 cd "$(dirname "$0")/../.."
 . tests/lib/boot.sh
@@ -28,7 +27,7 @@ fail=0
 ok() { echo "ok - $1"; }
 nok() { echo "not ok - $1: $2"; fail=1; }
 
-command -v "$QEMU_BIN" >/dev/null || { nok "arm64 boot" "no $QEMU_BIN (qemu-system-arm: make deps ARCH=arm64)"; exit 1; }
+command -v "$QEMU_BIN" >/dev/null || { nok "arm64 boot" "no $QEMU_BIN (qemu-system-arm: make deps)"; exit 1; }
 for f in Image initrd.img; do
     [ -f "$OUT/$f" ] || { nok "arm64 boot" "$OUT/$f missing (make image-arm64)"; exit 1; }
 done
@@ -84,7 +83,7 @@ echo "# arm64 kernel + initrd: $(since "$t0") s from QEMU start to power-off"
 # --- UEFI disk --------------------------------------------------------------------------------
 CODE=/usr/share/AAVMF/AAVMF_CODE.fd VARS=/usr/share/AAVMF/AAVMF_VARS.fd
 if [ ! -f "$CODE" ]; then
-    nok "arm64-uefi firmware" "AAVMF is not installed (qemu-efi-aarch64: make deps ARCH=arm64)"
+    nok "arm64-uefi firmware" "AAVMF is not installed (qemu-efi-aarch64: make deps)"
     exit 1
 fi
 [ -f "$OUT/strata.img" ] || { nok "arm64 uefi" "$OUT/strata.img missing (make image-arm64)"; exit 1; }
