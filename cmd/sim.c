@@ -278,7 +278,8 @@ static int run_sim(int argc, char **argv)
         return 1;
     }
     if (o.no_charts) {
-        printf("wrote %s/summary.csv, runs.csv, ttft_cdf.csv, timeline_*.csv (--no-charts)\n", o.out);
+        printf("wrote %s/summary.csv, runs.csv, ttft_cdf.csv, timeline_*.csv (--no-charts)\n",
+               o.out);
         return 0;
     }
     if (n_req == 0) { /* scale-outs only (a requests file with none): nothing to chart */

@@ -52,68 +52,67 @@ uint32_t crc32c_sw(uint32_t crc, const void *buf, size_t len)
     return ~crc;
 }
 
+/* The CPU's CRC-32C instructions (the Castagnoli polynomial, reflected, as above): SSE4.2's crc32
+ * on x86-64, Armv8's crc32cb/crc32cd (optional in Armv8.0) on aarch64. Each architecture gives
+ * its target, one step for a byte and one for 8 little-endian bytes, and how to ask the CPU; the
+ * loop is one. */
 #if defined(__x86_64__)
-__attribute__((target("sse4.2"))) static uint32_t crc32c_hw(uint32_t crc, const void *buf,
-                                                            size_t len)
+#define HW_CRC    1
+#define HW_TARGET __attribute__((target("sse4.2")))
+HW_TARGET static inline uint32_t hw_u8(uint32_t c, uint8_t b)
 {
-    const uint8_t *p = buf;
-    uint64_t c = ~crc;
-    while (len && ((uintptr_t)p & 7)) {
-        c = _mm_crc32_u8((uint32_t)c, *p++);
-        len--;
-    }
-    while (len >= 8) {
-        uint64_t w;
-        memcpy(&w, p, 8);
-        c = _mm_crc32_u64(c, w);
-        p += 8;
-        len -= 8;
-    }
-    while (len--) c = _mm_crc32_u8((uint32_t)c, *p++);
-    return ~(uint32_t)c;
+    return _mm_crc32_u8(c, b);
 }
-
-int crc32c_hw_available(void)
+HW_TARGET static inline uint32_t hw_u64(uint32_t c, uint64_t w)
 {
-    static int have = -1;
-    if (have < 0) {
-        __builtin_cpu_init();
-        have = __builtin_cpu_supports("sse4.2") ? 1 : 0;
-    }
-    return have;
+    return (uint32_t)_mm_crc32_u64(c, w);
 }
-
-uint32_t crc32c(uint32_t crc, const void *buf, size_t len)
+static int hw_probe(void)
 {
-    if (crc32c_hw_available()) return crc32c_hw(crc, buf, len);
-    return crc32c_sw(crc, buf, len);
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("sse4.2");
 }
 #elif defined(__aarch64__)
-/* Armv8's CRC32 instructions (crc32cb/crc32cx: the Castagnoli polynomial, reflected, as above);
- * optional in Armv8.0, so asked of the kernel's hwcaps. */
-__attribute__((target("+crc"))) static uint32_t crc32c_hw(uint32_t crc, const void *buf, size_t len)
+#define HW_CRC    1
+#define HW_TARGET __attribute__((target("+crc")))
+HW_TARGET static inline uint32_t hw_u8(uint32_t c, uint8_t b)
+{
+    return __crc32cb(c, b);
+}
+HW_TARGET static inline uint32_t hw_u64(uint32_t c, uint64_t w)
+{
+    return __crc32cd(c, w);
+}
+static int hw_probe(void)
+{
+    return (getauxval(AT_HWCAP) & HWCAP_CRC32) != 0;
+}
+#endif
+
+#ifdef HW_CRC
+HW_TARGET static uint32_t crc32c_hw(uint32_t crc, const void *buf, size_t len)
 {
     const uint8_t *p = buf;
     uint32_t c = ~crc;
     while (len && ((uintptr_t)p & 7)) {
-        c = __crc32cb(c, *p++);
+        c = hw_u8(c, *p++);
         len--;
     }
     while (len >= 8) {
         uint64_t w;
         memcpy(&w, p, 8);
-        c = __crc32cd(c, w);
+        c = hw_u64(c, w);
         p += 8;
         len -= 8;
     }
-    while (len--) c = __crc32cb(c, *p++);
+    while (len--) c = hw_u8(c, *p++);
     return ~c;
 }
 
 int crc32c_hw_available(void)
 {
     static int have = -1;
-    if (have < 0) have = getauxval(AT_HWCAP) & HWCAP_CRC32 ? 1 : 0;
+    if (have < 0) have = hw_probe() ? 1 : 0;
     return have;
 }
 
