@@ -100,12 +100,12 @@ put() {
 # NEEDED entry, recursively, found where the interpreter's default search would find it (the
 # multiarch directories first). Paths printed are inside SYSROOT, as the image will hold them.
 closure_sysroot() {
-    local todo=("$1") seen=" " f lib d found interp
+    local queue=("$1") seen=" " f lib d found interp
     interp=$("$READELF" -l "$1" 2>/dev/null | sed -n 's/.*Requesting program interpreter: \([^]]*\)\]/\1/p')
     [ -n "$interp" ] && echo "$interp"
-    while [ ${#todo[@]} -gt 0 ]; do
-        f=${todo[0]}
-        todo=("${todo[@]:1}")
+    while [ ${#queue[@]} -gt 0 ]; do
+        f=${queue[0]}
+        queue=("${queue[@]:1}")
         for lib in $("$READELF" -d "$f" 2>/dev/null | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'); do
             case $seen in *" $lib "*) continue ;; esac
             seen="$seen$lib "
@@ -115,7 +115,7 @@ closure_sysroot() {
             done
             if [ -z "$found" ]; then echo "missing $lib"; continue; fi
             echo "$found"
-            todo+=("$SYSROOT$found")
+            queue+=("$SYSROOT$found")
         done
     done
 }
