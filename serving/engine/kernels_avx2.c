@@ -29,6 +29,8 @@
 #define DOT_U8S8(acc, u, s)                                                                        \
     _mm256_add_epi32((acc), _mm256_madd_epi16(_mm256_maddubs_epi16((u), (s)), _mm256_set1_epi16(1)))
 #define MADD_I16(acc, p, s) _mm256_add_epi32((acc), _mm256_madd_epi16((p), (s)))
+#define DOT_TWO_MULS        /* a u8 x s8 dot is two multiplies: matmul_simd.inc saves them where it can */
+#define X16_PREFETCH        1024 /* Q4_0/Q8_0 records: prefetch distance (matmul_simd.inc) */
 #define VF                  __m256
 #define VF_N                8
 #define VF_TILE             2 /* query heads per key vector in attention's scores */
@@ -58,14 +60,6 @@
     _mm_storeu_si128((__m128i *)(p),                                                               \
                      _mm256_cvtps_ph((v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC))
 
-/* AVX2's X16_Q8_DOT: w signed (the stored +128 undone), as the Q8_0 kernel multiplies. */
-static inline __m256i x16_q8_dot_signed(__m256i acc, __m256i w, __m256i x)
-{
-    return DOT_U8S8(acc, _mm256_abs_epi8(w), _mm256_sign_epi8(x, w));
-}
-#define X16_Q8_DOT(acc, u, x)                                                                      \
-    x16_q8_dot_signed((acc), _mm256_xor_si256((u), _mm256_set1_epi8((char)0x80)), (x))
-#define X16_Q8_BIAS(neg8sum) 0
 #define REPACK_TYPES                                                                               \
     (1u << GGML_Q4_0 | 1u << GGML_Q8_0 | 1u << GGML_Q4_K | 1u << GGML_Q6_K | 1u << GGML_Q5_K |     \
      1u << GGML_Q2_K | 1u << GGML_Q3_K | 1u << GGML_IQ4_XS | 1u << GGML_Q4_1 | 1u << GGML_Q5_0 |   \
