@@ -11,6 +11,10 @@
 /* Ahead on the row's stream (the integer work spreads the loads out, so the hardware prefetcher
  * alone runs behind; as matmul_simd.inc's Q4_K). */
 #define PREFETCH(p) _mm_prefetch((const char *)(p) + 2048, _MM_HINT_T0)
+/* Keep a running sum in a register: an empty asm the value passes through, so GCC cannot
+ * reassociate a chain of adds into a tree over all its products and spill them (matmul_simd.inc's
+ * Q4_0 records, docs/engine.md). No instruction is emitted. */
+#define KEEP_IN_REG(v) __asm__("" : "+x"(v))
 
 static inline int hsum_i32(__m256i v)
 {
