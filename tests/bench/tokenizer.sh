@@ -9,7 +9,7 @@
 # bytes (--no-bos --no-parse-special --ids), its time less that of an empty file (the vocabulary's
 # load), best of 3; llama-tokenize's time includes printing the ids.
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 SHARED=${STRATA_SHARED:-../shared}
 N=tests/node/node_modules
 W=$(mktemp -d /tmp/bench_tokenizer.XXXXXX)

@@ -24,7 +24,7 @@
 # Not part of make test; without LLAMA_CPP it prints a skip. Others' work on a shared machine moves
 # every figure: the load average is printed with each row.
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 LL=${LLAMA_CPP:-}
 if [ -z "$LL" ] || [ ! -x "$LL/llama-bench" ]; then
     echo "skip - vs_llamacpp: set LLAMA_CPP to llama.cpp's build/bin (with llama-bench)"
