@@ -76,6 +76,51 @@ KERNEL_INLINE void six_bits16_all(const struct six_bits_x16 *f, int n, int off, 
     }
 }
 
+/* A Q4_K/Q5_K record's end: the mins against x's per-32 sums, then the scalar kernel's
+ * d * d_x * isum - dmin * d_x * msum lane by lane into accf (acc: the scaled integer sums of rows
+ * 0-7 and 8-15 per token). */
+KERNEL_INLINE void k45_finish(const struct block_q4_Kx16 *blk, uint8_t sm[][16], __m256i acc[2][2],
+                              const uint8_t *x, size_t xs, int b, __m256 accf[2][2], const int NT)
+{
+    /* mins against the per-32 sums, sub-blocks in pairs: [m_2k, m_2k+1] per row */
+    __m256i mp[2][4];
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) {
+        const __m128i a = _mm_load_si128((const __m128i *)sm[8 + 2 * k]);
+        const __m128i c = _mm_load_si128((const __m128i *)sm[9 + 2 * k]);
+        mp[0][k] = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(a, c));
+        mp[1][k] = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(a, c));
+    }
+    const __m256 d0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk->d));
+    const __m256 d1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk->d + 8)));
+    const __m256 m0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk->dmin));
+    const __m256 m1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk->dmin + 8)));
+#pragma GCC unroll 2
+    for (int t = 0; t < NT; t++) {
+        const struct act_q8k *a = (const struct act_q8k *)(x + t * xs) + b;
+        /* [bs32_2k, bs32_2k+1] in 32-bit lane k */
+        const __m128i b32 = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)a->bsums),
+                                           _mm_loadu_si128((const __m128i *)(a->bsums + 8)));
+        __m256i ms0 = _mm256_setzero_si256(), ms1 = ms0;
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            const __m256i bk = lane32(b32, k);
+            ms0 = _mm256_add_epi32(ms0, _mm256_madd_epi16(mp[0][k], bk));
+            ms1 = _mm256_add_epi32(ms1, _mm256_madd_epi16(mp[1][k], bk));
+        }
+        /* the scalar kernel's d * d_x * isum - dmin * d_x * msum, lane by lane */
+        const __m256 dx = _mm256_set1_ps(a->d);
+        accf[0][t] = _mm256_add_ps(
+            accf[0][t],
+            _mm256_sub_ps(_mm256_mul_ps(_mm256_mul_ps(d0, dx), _mm256_cvtepi32_ps(acc[0][t])),
+                          _mm256_mul_ps(_mm256_mul_ps(m0, dx), _mm256_cvtepi32_ps(ms0))));
+        accf[1][t] = _mm256_add_ps(
+            accf[1][t],
+            _mm256_sub_ps(_mm256_mul_ps(_mm256_mul_ps(d1, dx), _mm256_cvtepi32_ps(acc[1][t])),
+                          _mm256_mul_ps(_mm256_mul_ps(m1, dx), _mm256_cvtepi32_ps(ms1))));
+    }
+}
+
 /* Q4_K and Q5_K records: per sub-block j, 4 chunks of 4 bytes per row, each byte elements
  * 32j + i (low nibble) and 32j + 16 + i (high), Q5_K's 5th bits or-ed in from its qh plane. All
  * products of a sub-block have the row's scale, so they add in 16 bits before one vpmaddwd:
@@ -151,43 +196,7 @@ KERNEL_INLINE void k45_x16_group(const int five, const uint8_t *w, const uint8_t
                 }
             }
         }
-        /* mins against the per-32 sums, sub-blocks in pairs: [m_2k, m_2k+1] per row */
-        __m256i mp[2][4];
-#pragma GCC unroll 4
-        for (int k = 0; k < 4; k++) {
-            const __m128i a = _mm_load_si128((const __m128i *)sm[8 + 2 * k]);
-            const __m128i c = _mm_load_si128((const __m128i *)sm[9 + 2 * k]);
-            mp[0][k] = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(a, c));
-            mp[1][k] = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(a, c));
-        }
-        const __m256 d0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk->d));
-        const __m256 d1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk->d + 8)));
-        const __m256 m0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk->dmin));
-        const __m256 m1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk->dmin + 8)));
-#pragma GCC unroll 2
-        for (int t = 0; t < NT; t++) {
-            const struct act_q8k *a = (const struct act_q8k *)(x + t * xs) + b;
-            /* [bs32_2k, bs32_2k+1] in 32-bit lane k */
-            const __m128i b32 = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)a->bsums),
-                                               _mm_loadu_si128((const __m128i *)(a->bsums + 8)));
-            __m256i ms0 = _mm256_setzero_si256(), ms1 = ms0;
-#pragma GCC unroll 4
-            for (int k = 0; k < 4; k++) {
-                const __m256i bk = lane32(b32, k);
-                ms0 = _mm256_add_epi32(ms0, _mm256_madd_epi16(mp[0][k], bk));
-                ms1 = _mm256_add_epi32(ms1, _mm256_madd_epi16(mp[1][k], bk));
-            }
-            /* the scalar kernel's d * d_x * isum - dmin * d_x * msum, lane by lane */
-            const __m256 dx = _mm256_set1_ps(a->d);
-            accf[0][t] = _mm256_add_ps(
-                accf[0][t],
-                _mm256_sub_ps(_mm256_mul_ps(_mm256_mul_ps(d0, dx), _mm256_cvtepi32_ps(acc[0][t])),
-                              _mm256_mul_ps(_mm256_mul_ps(m0, dx), _mm256_cvtepi32_ps(ms0))));
-            accf[1][t] = _mm256_add_ps(
-                accf[1][t],
-                _mm256_sub_ps(_mm256_mul_ps(_mm256_mul_ps(d1, dx), _mm256_cvtepi32_ps(acc[1][t])),
-                              _mm256_mul_ps(_mm256_mul_ps(m1, dx), _mm256_cvtepi32_ps(ms1))));
-        }
+        k45_finish(blk, sm, acc, x, xs, b, accf, NT);
     }
 #pragma GCC unroll 2
     for (int t = 0; t < NT; t++) {
@@ -196,10 +205,67 @@ KERNEL_INLINE void k45_x16_group(const int five, const uint8_t *w, const uint8_t
     }
 }
 
+/* Q4_K alone: both halves of a chunk at once (rows 0-7 and 8-15 from one 64-byte pair of loads),
+ * so each chunk's activations are broadcast once for the 16 rows and every running sum stays in
+ * a register (k45_x16_group's halves made GCC keep the first half's broadcasts for the second,
+ * spilled). The same integer sums as k45_x16_group(0, ...): the same bits. */
 KERNEL_INLINE void q4_K_x16_group(const uint8_t *w, const uint8_t *x, size_t xs, int nb, float *y,
                                   size_t ys, const int NT)
 {
-    k45_x16_group(0, w, x, xs, nb, y, ys, NT);
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    __m256 accf[2][2];
+#pragma GCC unroll 2
+    for (int t = 0; t < NT; t++) accf[0][t] = accf[1][t] = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        const struct block_q4_Kx16 *blk = (const struct block_q4_Kx16 *)w + b;
+        _Alignas(32) uint8_t sm[16][16];
+        six_bits16_all(blk->sm, 16, 0, sm);
+        __m256i acc[2][2];
+#pragma GCC unroll 2
+        for (int t = 0; t < NT; t++) acc[0][t] = acc[1][t] = _mm256_setzero_si256();
+        for (int j = 0; j < 8; j++) {
+            const char *nx = (const char *)(blk + 1) + (sizeof *blk / 8) * (size_t)j;
+#pragma GCC unroll 5
+            for (int l = 0; l < 5; l++) _mm_prefetch(nx + 64 * l, _MM_HINT_T0);
+            __m256i p0[2], p1[2];
+#pragma GCC unroll 4
+            for (int c = 0; c < 4; c++) {
+                const uint8_t *q = blk->qs + 64 * (4 * j + c);
+                const __m256i r0 = _mm256_loadu_si256((const __m256i *)q);
+                const __m256i r1 = _mm256_loadu_si256((const __m256i *)(q + 32));
+                const __m256i l0 = _mm256_and_si256(r0, m4), l1 = _mm256_and_si256(r1, m4);
+                const __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(r0, 4), m4);
+                const __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(r1, 4), m4);
+#pragma GCC unroll 2
+                for (int t = 0; t < NT; t++) {
+                    const int8_t *xq =
+                        ((const struct act_q8k *)(x + t * xs) + b)->qs + 32 * j + 4 * c;
+                    const __m256i xl = bcast4(xq), xh = bcast4(xq + 16);
+                    const __m256i e0 = _mm256_add_epi16(_mm256_maddubs_epi16(l0, xl),
+                                                        _mm256_maddubs_epi16(h0, xh));
+                    const __m256i e1 = _mm256_add_epi16(_mm256_maddubs_epi16(l1, xl),
+                                                        _mm256_maddubs_epi16(h1, xh));
+                    p0[t] = c ? _mm256_add_epi16(p0[t], e0) : e0;
+                    p1[t] = c ? _mm256_add_epi16(p1[t], e1) : e1;
+                    KEEP_IN_REG(p0[t]);
+                    KEEP_IN_REG(p1[t]);
+                }
+            }
+            const __m128i sc = _mm_load_si128((const __m128i *)sm[j]);
+            const __m256i s0 = row_pairs_u8(sc, 0), s1 = row_pairs_u8(sc, 1);
+#pragma GCC unroll 2
+            for (int t = 0; t < NT; t++) {
+                acc[0][t] = _mm256_add_epi32(acc[0][t], _mm256_madd_epi16(p0[t], s0));
+                acc[1][t] = _mm256_add_epi32(acc[1][t], _mm256_madd_epi16(p1[t], s1));
+            }
+        }
+        k45_finish(blk, sm, acc, x, xs, b, accf, NT);
+    }
+#pragma GCC unroll 2
+    for (int t = 0; t < NT; t++) {
+        _mm256_storeu_ps(y + t * ys, accf[0][t]);
+        _mm256_storeu_ps(y + t * ys + 8, accf[1][t]);
+    }
 }
 
 KERNEL_INLINE void q5_K_x16_group(const uint8_t *w, const uint8_t *x, size_t xs, int nb, float *y,
