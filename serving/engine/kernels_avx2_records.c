@@ -76,6 +76,18 @@ KERNEL_INLINE void six_bits16_all(const struct six_bits_x16 *f, int n, int off, 
     }
 }
 
+/* The float step every super-block record ends with, per 8 rows: the scalar kernel's
+ * d * d_x * isum - dmin * d_x * msum, lane by lane (dmin and msum zero for the formats without
+ * mins: X - 0 is X, as in the scalar kernel). */
+KERNEL_INLINE __m256 kq_finish(__m256 acc, __m256 d, __m256 dmin, float dx, __m256i isum,
+                               __m256i msum)
+{
+    const __m256 vdx = _mm256_set1_ps(dx);
+    return _mm256_add_ps(
+        acc, _mm256_sub_ps(_mm256_mul_ps(_mm256_mul_ps(d, vdx), _mm256_cvtepi32_ps(isum)),
+                           _mm256_mul_ps(_mm256_mul_ps(dmin, vdx), _mm256_cvtepi32_ps(msum))));
+}
+
 /* A Q4_K/Q5_K record's end: the mins against x's per-32 sums, then the scalar kernel's
  * d * d_x * isum - dmin * d_x * msum lane by lane into accf (acc: the scaled integer sums of rows
  * 0-7 and 8-15 per token). */
@@ -108,16 +120,8 @@ KERNEL_INLINE void k45_finish(const struct block_q4_Kx16 *blk, uint8_t sm[][16],
             ms0 = _mm256_add_epi32(ms0, _mm256_madd_epi16(mp[0][k], bk));
             ms1 = _mm256_add_epi32(ms1, _mm256_madd_epi16(mp[1][k], bk));
         }
-        /* the scalar kernel's d * d_x * isum - dmin * d_x * msum, lane by lane */
-        const __m256 dx = _mm256_set1_ps(a->d);
-        accf[0][t] = _mm256_add_ps(
-            accf[0][t],
-            _mm256_sub_ps(_mm256_mul_ps(_mm256_mul_ps(d0, dx), _mm256_cvtepi32_ps(acc[0][t])),
-                          _mm256_mul_ps(_mm256_mul_ps(m0, dx), _mm256_cvtepi32_ps(ms0))));
-        accf[1][t] = _mm256_add_ps(
-            accf[1][t],
-            _mm256_sub_ps(_mm256_mul_ps(_mm256_mul_ps(d1, dx), _mm256_cvtepi32_ps(acc[1][t])),
-                          _mm256_mul_ps(_mm256_mul_ps(m1, dx), _mm256_cvtepi32_ps(ms1))));
+        accf[0][t] = kq_finish(accf[0][t], d0, m0, a->d, acc[0][t], ms0);
+        accf[1][t] = kq_finish(accf[1][t], d1, m1, a->d, acc[1][t], ms1);
     }
 }
 
@@ -389,18 +393,6 @@ KERNEL_INLINE __m256i row_pairs_s8(__m128i v, int half)
         half ? _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15)
              : _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
     return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(v, dup));
-}
-
-/* The float step every super-block record ends with, per 8 rows: the scalar kernel's
- * d * d_x * isum - dmin * d_x * msum, lane by lane (dmin and msum zero for the formats without
- * mins: X - 0 is X, as in the scalar kernel). */
-KERNEL_INLINE __m256 kq_finish(__m256 acc, __m256 d, __m256 dmin, float dx, __m256i isum,
-                               __m256i msum)
-{
-    const __m256 vdx = _mm256_set1_ps(dx);
-    return _mm256_add_ps(
-        acc, _mm256_sub_ps(_mm256_mul_ps(_mm256_mul_ps(d, vdx), _mm256_cvtepi32_ps(isum)),
-                           _mm256_mul_ps(_mm256_mul_ps(dmin, vdx), _mm256_cvtepi32_ps(msum))));
 }
 
 /* sum_j v_j * bsums_j per row over 16 sub-blocks, v as 16 row-ordered bytes per sub-block
