@@ -102,7 +102,8 @@ const struct fwd_kernels *fwd_kernels_for(const char *isa)
 {
 #if defined(__x86_64__)
     if (isa && !strcmp(isa, "avx512")) return &fwd_kernels_avx512;
-    if (isa && !strcmp(isa, "avx2")) return &fwd_kernels_avx2;
+    /* AVX-VNNI adds integer dots only: its float kernels are AVX2's */
+    if (isa && (!strcmp(isa, "avx2") || !strcmp(isa, "avxvnni"))) return &fwd_kernels_avx2;
 #elif defined(__aarch64__)
     if (isa && !strcmp(isa, "i8mm")) return &fwd_kernels_i8mm;
     if (isa && !strcmp(isa, "dotprod")) return &fwd_kernels_dotprod;

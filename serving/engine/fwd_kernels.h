@@ -42,7 +42,7 @@ struct fwd_kernels {
     void (*swiglu)(float *g, const float *u, int n);
 };
 
-/* The kernels for "avx512", "avx2", "i8mm", "dotprod", "neon" or "scalar" (matmul_isa_of's
+/* The kernels for "avx512", "avxvnni" (AVX2's), "avx2", "i8mm", "dotprod", "neon" or "scalar" (matmul_isa_of's
  * names, the three NEON ones the same code); scalar for any other.
  * The caller asks only for an ISA the CPU has (matmul_isa names the best one). */
 const struct fwd_kernels *fwd_kernels_for(const char *isa);

@@ -1,8 +1,8 @@
 /* kernels_avx2_records: AVX2 kernels of the 16-row records (repack.h) of every format beyond
  * Q4_0/Q8_0, which the engine stores for matrices whose row count is a multiple of 16: the
  * super-blocks against act_q8k, bit-identical to the scalar kernels, and the blocks of 32 against
- * act_q8. Used by the AVX2 and the AVX-512 tables (see kernels_avx2_rows.c); a call takes any nt
- * up to 4, as tiles of 2 tokens. Target set per function by the pragma, as in kernels_avx2.c. */
+ * act_q8. Used by the AVX2, AVX-VNNI and AVX-512 tables (see kernels_avx2_rows.c); a call takes
+ * any nt up to 4, as tiles of 2 tokens. Target set per function by the pragma, as in kernels_avx2.c. */
 #if defined(__x86_64__) /* the whole file: aarch64 has kernels_neon*.c */
 #include "serving/engine/gguf.h"
 #include "serving/engine/matmul_kernels.h"

@@ -2,9 +2,9 @@
  * layout: the nibble formats against act_q4 (Q4_1, Q5_0, Q5_1, IQ4_NL) and the super-blocks
  * against act_q8k (Q2_K, Q3_K, Q5_K, Q6_K, IQ4_XS). The engine stores matrices whose row count is
  * a multiple of 16 as records (kernels_avx2_records.c); these serve the others and tensors a
- * source keeps in the file's layout. The AVX2 and the AVX-512 tables both use them (an AVX-512
- * variant would be this file with vpdpbusd; none was written, as no AVX-512 machine was at hand
- * to test one), so a call takes any nt up to 4, run as tiles of 2 tokens.
+ * source keeps in the file's layout. The AVX2, AVX-VNNI and AVX-512 tables all use them (a VNNI
+ * variant would be this file with vpdpbusd; none was written yet), so a call takes any nt up to 4,
+ * run as tiles of 2 tokens.
  *
  * Shape (as matmul_simd.inc): one row at a time, a sequential stream through memory; every token
  * of a tile runs the same code whatever the tile's size, so its result does not depend on the

@@ -734,9 +734,17 @@ static int have_avx512(void)
            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
 }
 
+/* AVX-VNNI (the VEX vpdpbusd): CPUID leaf 7 subleaf 1, EAX bit 4 (GCC 12's cpu_supports lacks
+ * the name). */
+static int have_avxvnni(void)
+{
+    unsigned a, b, c, d;
+    return have_avx2() && __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 4));
+}
+
 const struct kernel_table *const kernel_tables[] = {&kernels_scalar, &kernels_avx2,
-                                                    &kernels_avx512};
-static int (*const kernel_have[])(void) = {NULL, have_avx2, have_avx512};
+                                                    &kernels_avxvnni, &kernels_avx512};
+static int (*const kernel_have[])(void) = {NULL, have_avx2, have_avxvnni, have_avx512};
 #elif defined(__aarch64__)
 #include <sys/auxv.h>
 

@@ -46,9 +46,9 @@ int matmul_wants_repack(const struct matmul_ctx *k, const struct tensor *t);
 /* Dequantize row `row` of W (embedding lookup); any layout, repacked ones included. */
 void tensor_get_row(const struct tensor *w, int row, float *out);
 
-/* The instruction set in use: "avx512", "avx2" or "scalar" on x86-64, "i8mm", "dotprod", "neon"
- * or "scalar" on aarch64. STRATA_ISA=<one of those> in the environment forces a lower one (tests
- * compare them). */
+/* The instruction set in use: "avx512", "avxvnni", "avx2" or "scalar" on x86-64, "i8mm", "dotprod",
+ * "neon" or "scalar" on aarch64. STRATA_ISA=<one of those> in the environment forces a lower one
+ * (tests compare them). */
 const char *matmul_isa(void);
 /* The instruction set a context chose at matmul_init. */
 const char *matmul_isa_of(const struct matmul_ctx *k);

@@ -119,6 +119,7 @@ void act_q4_pack(const struct act_q8 q[2], struct act_q4 *a);
 
 extern const struct kernel_table kernels_scalar;
 extern const struct kernel_table kernels_avx2;    /* x86-64 only */
+extern const struct kernel_table kernels_avxvnni; /* x86-64 only */
 extern const struct kernel_table kernels_avx512;  /* x86-64 only */
 extern const struct kernel_table kernels_neon;    /* aarch64 only */
 extern const struct kernel_table kernels_dotprod; /* aarch64 only */
@@ -130,8 +131,8 @@ extern const struct kernel_table *const kernel_tables[];
 extern const int kernel_tables_n;
 
 /* The AVX2 kernels of the formats added after the first six (kernels_avx2_rows.c) and of the
- * 16-row records but Q4_0's and Q8_0's (kernels_avx2_records.c): the AVX2 and the AVX-512 tables
- * both use them (no AVX-512 variants yet: none could be tested). They take any nt up to 4. */
+ * 16-row records but Q4_0's and Q8_0's (kernels_avx2_records.c): the AVX2, AVX-VNNI and AVX-512
+ * tables all use them (no VNNI variants yet). They take any nt up to 4. */
 #define AVX2_MORE(name)                                                                            \
     void avx2_tile_##name(const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs,        \
                           int nt, int cols, float *y, size_t ys);

@@ -15,6 +15,7 @@
 #include "os/runtime/clock.h"
 #include "serving/engine/gguf.h"
 #include "serving/engine/matmul.h"
+#include "serving/engine/matmul_kernels.h"
 #include "tests/bench/membw.h"
 #include "serving/engine/quant.h"
 #include "serving/engine/repack.h"
@@ -120,7 +121,6 @@ int main(int argc, char **argv)
         return 2;
     }
     const size_t target = 256ull << 20;
-    const char *isas[] = {"scalar", "avx2", "avx512"};
     char err[ERRMSG_LEN];
 
     double load[3] = {0};
@@ -178,8 +178,9 @@ int main(int argc, char **argv)
         }
         struct tensor pf = {pw, type, pf_dim, pf_dim, row_size(type, pf_dim) * pf_dim};
         const char *only_isas = getenv("BENCH_ISAS"); /* e.g. BENCH_ISAS=avx2,avx512 */
-        for (int ii = 0; ii < 3; ii++) {
-            if (only_isas && !strstr(only_isas, isas[ii])) continue;
+        for (int ii = 0; ii < kernel_tables_n; ii++) { /* this architecture's tables */
+            const char *isa = kernel_tables[ii]->name;
+            if (only_isas && !strstr(only_isas, isa)) continue;
             for (int ci = 0; ci < n_counts; ci++) {
                 int nth = thread_counts[ci];
                 struct threadpool *tp = threadpool_new(nth, err);
@@ -188,14 +189,14 @@ int main(int argc, char **argv)
                     return 1;
                 }
                 struct matmul_ctx k;
-                setenv("STRATA_ISA", isas[ii], 1);
+                setenv("STRATA_ISA", isa, 1);
                 int rc = matmul_init(&k, tp, scratch, pf_tok, cols > pf_dim ? cols : pf_dim, err);
                 unsetenv("STRATA_ISA");
                 if (rc) {
                     printf("%s\n", err);
                     return 1;
                 }
-                if (strcmp(matmul_isa_of(&k), isas[ii])) { /* CPU lacks it */
+                if (strcmp(matmul_isa_of(&k), isa)) { /* CPU lacks it */
                     threadpool_free(tp);
                     continue;
                 }
@@ -220,7 +221,7 @@ int main(int argc, char **argv)
                     if (dt < pbest) pbest = dt;
                 }
                 double gflops = 2.0 * pf_dim * pf_dim * pf_tok / pbest / 1e9;
-                printf("%-9s %-7s %3d  %13.1f %7.0f%%  %17.1f\n", types[ti].name, isas[ii], nth,
+                printf("%-9s %-7s %3d  %13.1f %7.0f%%  %17.1f\n", types[ti].name, isa, nth,
                        gbs, 100 * gbs / bw[ci], gflops);
                 fflush(stdout);
                 threadpool_free(tp);

@@ -69,6 +69,9 @@ probe_bw() {
         sed -n 's/^memory read bandwidth, \([0-9]*\) threads\{0,1\}: \([0-9.]*\) GB\/s.*/\1 \2/p')
 }
 probe_bw
+# which kernels ran (STRATA_ISA forces a lower table: avx2 on an AVX-512 host stands in for an
+# AVX2-only one, beside a llama.cpp built without AVX-512)
+echo "# Strata's kernels: $(BENCH_TYPES=none build/bench/bench_matmul 1 | sed -n 's/^bench_matmul: best ISA \([a-z0-9]*\).*/\1/p')${STRATA_ISA:+ (STRATA_ISA=$STRATA_ISA)}; llama.cpp: $LL" >&2
 
 # bytes read per token: the weight image less the embedding (span 0), from `strata inspect -v`
 bytes_per_token() {

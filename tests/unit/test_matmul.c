@@ -116,7 +116,8 @@ static double tolerance(uint32_t type, const float *w, const float *x, int cols)
     return tol;
 }
 
-/* This architecture's kernel tables, lowest first (scalar, then avx2, avx512 or neon, dotprod). */
+/* This architecture's kernel tables, lowest first (scalar, then avx2, avxvnni, avx512 or neon,
+ * dotprod, i8mm). */
 #define N_ISAS  kernel_tables_n
 #define ISA(ii) kernel_tables[ii]->name
 
@@ -722,7 +723,19 @@ TEST(threadpool_parts_each_once)
 
 int main(void)
 {
-    printf("# matmul ISA on this CPU: %s\n", matmul_isa());
+    printf("# matmul ISA on this CPU: %s; the tables compared here:", matmul_isa());
+    for (int i = 0; i < kernel_tables_n; i++) { /* which ones this CPU runs (say which ran) */
+        char *was = getenv("STRATA_ISA");
+        was = was ? strdup(was) : NULL;
+        setenv("STRATA_ISA", ISA(i), 1);
+        printf(" %s%s", ISA(i), strcmp(matmul_isa(), ISA(i)) ? " (not on this CPU)" : "");
+        if (was)
+            setenv("STRATA_ISA", was, 1);
+        else
+            unsetenv("STRATA_ISA");
+        free(was);
+    }
+    printf("\n");
     RUN(all_types_isas_batches_vs_reference);
     RUN(batch_threads_multi_bit_identical);
     RUN(q4_0_every_block_count);

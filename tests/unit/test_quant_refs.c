@@ -3,10 +3,11 @@
  * 8 prompts per file, the bytes llama.cpp generated greedily (prompt tokenized with a BOS), cut
  * before any step whose top-two logits were closer than 0.15 (README there). Each row runs here
  * as `strata generate` runs (prefill, then one token per step, the default f16 KV cache) for
- * max_tokens tokens: one line per row, then each file again with the scalar kernels, one line
- * per file, then each file with STRATA_ATTN=ggml-fa (the attention llama.cpp's default CPU flash
- * attention computes, fwd_kernels.h), one line per file: there every row must be llama.cpp's
- * bytes, no near-tie excused.
+ * max_tokens tokens: one line per row with the best kernels this CPU has, then each file again
+ * with each lower table it runs (on AVX-512 with AVX-VNNI: avxvnni, avx2, scalar), one line per
+ * file and table, then each file with STRATA_ATTN=ggml-fa (the attention llama.cpp's default CPU
+ * flash attention computes, fwd_kernels.h), one line per file: there every row must be
+ * llama.cpp's bytes, no near-tie excused.
  *
  * In the default (exact) attention a row that differs is "not ok", unless at the first differing
  * step llama.cpp's token is our runner-up and our top two are within NOISE of each other: then
@@ -25,6 +26,8 @@
 #include "os/common/errmsg.h"
 #include "os/runtime/log.h"
 #include "serving/engine/loader.h"
+#include "serving/engine/matmul.h"
+#include "serving/engine/matmul_kernels.h"
 #include "tests/unit/check.h"
 
 #include <cjson/cJSON.h>
@@ -282,9 +285,20 @@ int main(void)
     }
     unsetenv("STRATA_ATTN");
     for (int f = 0; f < n_files; f++) run_file(files[f], 1, NULL, 0);
-    setenv("STRATA_ISA", "scalar", 1);
-    for (int f = 0; f < n_files; f++) run_file(files[f], 0, "scalar kernels", 0);
-    unsetenv("STRATA_ISA");
+    /* every lower table this CPU runs (each SIMD path, whole models), then the scalar one */
+    const char *best = matmul_isa();
+    for (int i = kernel_tables_n - 1; i >= 0; i--) {
+        const char *isa = kernel_tables[i]->name;
+        char label[64];
+        setenv("STRATA_ISA", isa, 1);
+        int runs = !strcmp(matmul_isa(), isa) && strcmp(isa, best);
+        unsetenv("STRATA_ISA");
+        if (!runs) continue;
+        snprintf(label, sizeof label, "%s kernels", isa);
+        setenv("STRATA_ISA", isa, 1);
+        for (int f = 0; f < n_files; f++) run_file(files[f], 0, label, 0);
+        unsetenv("STRATA_ISA");
+    }
     setenv("STRATA_ATTN", "ggml-fa", 1);
     for (int f = 0; f < n_files; f++) run_file(files[f], 0, "ggml-fa attention", 1);
     unsetenv("STRATA_ATTN");
