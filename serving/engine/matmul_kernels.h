@@ -132,7 +132,8 @@ extern const int kernel_tables_n;
 
 /* The AVX2 kernels of the formats added after the first six (kernels_avx2_rows.c) and of the
  * 16-row records but Q4_0's and Q8_0's (kernels_avx2_records.c): the AVX2, AVX-VNNI and AVX-512
- * tables all use them (no VNNI variants yet). They take any nt up to 4. */
+ * tables all use them, but Q4_K's records, which the VNNI tables dot with vpdpbusd
+ * (matmul_simd.inc). They take any nt up to 4. */
 #define AVX2_MORE(name)                                                                            \
     void avx2_tile_##name(const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs,        \
                           int nt, int cols, float *y, size_t ys);
@@ -156,15 +157,15 @@ AVX2_MORE(q5_0_x16)
 AVX2_MORE(q5_1_x16)
 AVX2_MORE(iq4_nl_x16)
 #undef AVX2_MORE
-/* Their entries in a kernel table's .tile. */
+/* Their entries in a kernel table's .tile (Q4_K's records apart: matmul_simd.inc). */
 #define AVX2_MORE_TILES                                                                            \
     [KT_Q4_1] = avx2_tile_q4_1, [KT_Q5_0] = avx2_tile_q5_0, [KT_Q5_1] = avx2_tile_q5_1,            \
     [KT_IQ4_NL] = avx2_tile_iq4_nl, [KT_Q2_K] = avx2_tile_q2_K, [KT_Q3_K] = avx2_tile_q3_K,        \
     [KT_Q5_K] = avx2_tile_q5_K, [KT_Q6_K] = avx2_tile_q6_K, [KT_IQ4_XS] = avx2_tile_iq4_xs,        \
-    [KT_Q4_K_X16] = avx2_tile_q4_K_x16, [KT_Q6_K_X16] = avx2_tile_q6_K_x16,                        \
-    [KT_Q5_K_X16] = avx2_tile_q5_K_x16, [KT_Q2_K_X16] = avx2_tile_q2_K_x16,                        \
-    [KT_Q3_K_X16] = avx2_tile_q3_K_x16, [KT_IQ4_XS_X16] = avx2_tile_iq4_xs_x16,                    \
-    [KT_Q4_1_X16] = avx2_tile_q4_1_x16, [KT_Q5_0_X16] = avx2_tile_q5_0_x16,                        \
-    [KT_Q5_1_X16] = avx2_tile_q5_1_x16, [KT_IQ4_NL_X16] = avx2_tile_iq4_nl_x16
+    [KT_Q6_K_X16] = avx2_tile_q6_K_x16, [KT_Q5_K_X16] = avx2_tile_q5_K_x16,                        \
+    [KT_Q2_K_X16] = avx2_tile_q2_K_x16, [KT_Q3_K_X16] = avx2_tile_q3_K_x16,                        \
+    [KT_IQ4_XS_X16] = avx2_tile_iq4_xs_x16, [KT_Q4_1_X16] = avx2_tile_q4_1_x16,                    \
+    [KT_Q5_0_X16] = avx2_tile_q5_0_x16, [KT_Q5_1_X16] = avx2_tile_q5_1_x16,                        \
+    [KT_IQ4_NL_X16] = avx2_tile_iq4_nl_x16
 
 #endif

@@ -8,9 +8,13 @@
  * Best of several runs (others share this machine: figures are noisy).
  * TYPEx16 are the same weights in repack.h's 16-row records (what the engine stores for the SIMD
  * kernels), beside the ggml rows they came from.
- * Usage: [BENCH_TYPES=Q8_0,Q4_0] [BENCH_ISAS=avx2] [BENCH_SHAPE=ROWSxCOLS] bench_matmul [threads...]
+ * Usage: [BENCH_TYPES=Q8_0,Q4_0] [BENCH_ISAS=avx2] [BENCH_SHAPE=ROWSxCOLS] [BENCH_HOT=1]
+ *        bench_matmul [threads...]
  * (default: 1 2 threads, 5632x2048; e.g. BENCH_SHAPE=768x768 for stories110M's attention
- * matrices, each decode pass then crossing many small matrices as the engine does). */
+ * matrices, each decode pass then crossing many small matrices as the engine does). BENCH_HOT=1
+ * runs the decode pass over one matrix again and again, from cache: the kernel's compute ceiling,
+ * which tells whether a decode figure below the memory's is the kernel's or the memory's
+ * (BENCH_SHAPE=512x2048 fits a 1 MiB L2 in Q4_0). */
 #include "os/common/errmsg.h"
 #include "os/runtime/clock.h"
 #include "serving/engine/gguf.h"
@@ -169,11 +173,13 @@ int main(int argc, char **argv)
         size_t mat_bytes = row_size(type, cols) * rows;
         int n_mats = (int)(target / mat_bytes);
         if (n_mats < 1) n_mats = 1;
-        uint8_t *w = make_weights(type, rows, cols, mat_bytes * n_mats);
+        const int hot = getenv("BENCH_HOT") && atoi(getenv("BENCH_HOT")); /* one matrix, cached */
+        const size_t w_bytes = mat_bytes * (hot ? 1 : n_mats);
+        uint8_t *w = make_weights(type, rows, cols, w_bytes);
         uint8_t *pw = make_weights(type, pf_dim, pf_dim, row_size(type, pf_dim) * pf_dim);
         if (!w || !pw) {
             printf("%-5s: cannot map %zu MiB of weights\n", types[ti].name,
-                   mat_bytes * n_mats >> 20);
+                   w_bytes >> 20);
             return 1;
         }
         struct tensor pf = {pw, type, pf_dim, pf_dim, row_size(type, pf_dim) * pf_dim};
@@ -206,7 +212,8 @@ int main(int argc, char **argv)
                 for (int rep = 0; rep < (scalar ? 2 : 5); rep++) {
                     double t0 = clock_now();
                     for (int m = 0; m < n_mats; m++) {
-                        struct tensor t = {w + mat_bytes * m, type, rows, cols, mat_bytes};
+                        struct tensor t = {w + mat_bytes * (hot ? 0 : m), type, rows, cols,
+                                           mat_bytes};
                         matmul(&k, y, &t, x, 1);
                     }
                     double dt = clock_now() - t0;
@@ -227,7 +234,7 @@ int main(int argc, char **argv)
                 threadpool_free(tp);
             }
         }
-        munmap(w, mat_bytes * n_mats);
+        munmap(w, w_bytes);
         munmap(pw, row_size(type, pf_dim) * pf_dim);
     }
     free(scratch);
