@@ -268,8 +268,8 @@ KERNEL_INLINE void q6_K_x16_group(const uint8_t *w, const uint8_t *x, size_t xs,
             sp[0][k] = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(a, c));
             sp[1][k] = _mm256_cvtepi8_epi16(_mm_unpackhi_epi8(a, c));
         }
-        const __m256 d0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk->d));
-        const __m256 d1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk->d + 8)));
+        const __m256 d0 = f16x8(blk->d);
+        const __m256 d1 = f16x8(blk->d + 8);
 #pragma GCC unroll 2
         for (int t = 0; t < NT; t++) {
             const struct act_q8k *a = (const struct act_q8k *)(x + t * xs) + b;
@@ -367,10 +367,10 @@ KERNEL_INLINE void q2_K_x16_group(const uint8_t *w, const uint8_t *x, size_t xs,
                 }
             }
         }
-        const __m256 d0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk->d));
-        const __m256 d1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk->d + 8)));
-        const __m256 m0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk->dmin));
-        const __m256 m1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk->dmin + 8)));
+        const __m256 d0 = f16x8(blk->d);
+        const __m256 d1 = f16x8(blk->d + 8);
+        const __m256 m0 = f16x8(blk->dmin);
+        const __m256 m1 = f16x8(blk->dmin + 8);
 #pragma GCC unroll 2
         for (int t = 0; t < NT; t++) {
             const struct act_q8k *a = (const struct act_q8k *)(x + t * xs) + b;
@@ -445,8 +445,8 @@ KERNEL_INLINE void q3_K_x16_group(const uint8_t *w, const uint8_t *x, size_t xs,
                 }
             }
         }
-        const __m256 d0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk->d));
-        const __m256 d1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk->d + 8)));
+        const __m256 d0 = f16x8(blk->d);
+        const __m256 d1 = f16x8(blk->d + 8);
         const __m256 z = _mm256_setzero_ps();
         const __m256i zi = _mm256_setzero_si256();
         __m128i sv[16];
@@ -521,8 +521,8 @@ KERNEL_INLINE void iq4_xs_x16_group(const uint8_t *w, const uint8_t *x, size_t x
                 }
             }
         }
-        const __m256 d0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk->d));
-        const __m256 d1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk->d + 8)));
+        const __m256 d0 = f16x8(blk->d);
+        const __m256 d1 = f16x8(blk->d + 8);
         const __m256 z = _mm256_setzero_ps();
         const __m256i zi = _mm256_setzero_si256();
 #pragma GCC unroll 2
@@ -630,7 +630,7 @@ KERNEL_INLINE void small_x16_group(const int kind, const uint8_t *w, const uint8
                 }
             }
         }
-        const __m256 d0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)r));
+        const __m256 d0 = f16x8(r);
         const __m256 d1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(r + 16)));
         __m256 mw0 = _mm256_setzero_ps(), mw1 = mw0;
         if (has_m) {

@@ -76,6 +76,12 @@ static inline __m256i lane32(__m128i v, int k)
     return _mm256_permutevar8x32_epi32(_mm256_castsi128_si256(v), _mm256_set1_epi32(k));
 }
 
+/* 8 f16 values (a record's 8 rows' scales) as floats. */
+static inline __m256 f16x8(const void *p)
+{
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
+
 static inline __m256i bcast4(const int8_t *p)
 {
     int32_t v;

@@ -80,10 +80,10 @@ KERNEL_INLINE void k45_finish(const struct block_q4_Kx16 *blk, uint8_t sm[][16],
         mp[0][k] = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(a, c));
         mp[1][k] = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(a, c));
     }
-    const __m256 d0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk->d));
-    const __m256 d1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk->d + 8)));
-    const __m256 m0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk->dmin));
-    const __m256 m1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk->dmin + 8)));
+    const __m256 d0 = f16x8(blk->d);
+    const __m256 d1 = f16x8(blk->d + 8);
+    const __m256 m0 = f16x8(blk->dmin);
+    const __m256 m1 = f16x8(blk->dmin + 8);
 #pragma GCC unroll 2
     for (int t = 0; t < NT; t++) {
         const struct act_q8k *a = (const struct act_q8k *)(x + t * xs) + b;
