@@ -23,8 +23,11 @@
 #
 # What each server is given (both: VS_THREADS threads, VS_CTX positions per sequence, C
 # sequences at once, f16 KV cache, loopback):
-#   llama-server -t T -tb T -np C -c C*CTX -cb (continuous batching, its default), otherwise its
-#                defaults (-b 2048 -ub 512, flash attention auto); VS_LLAMA_ARGS adds more.
+#   llama-server -t T -tb T -np C -c C*CTX -cb (continuous batching, its default) --no-mmap (the
+#                weights read into memory, as Strata does: through the page cache's 4 KiB pages
+#                its decode was 30-45% slower on a Zen 5 host, tests/bench/vs_llamacpp.sh),
+#                otherwise its defaults (-b 2048 -ub 512, flash attention auto); VS_LLAMA_ARGS
+#                adds more.
 #                Its environment has OMP_WAIT_POLICY=passive (VS_LLAMA_ENV replaces it): this
 #                llama.cpp build uses OpenMP, whose threads spin at every barrier by default, and
 #                on a shared host whose other work takes the CPUs from them that made it 4-7x
@@ -91,7 +94,7 @@ start_server() {
     if [ "$which" = llama ]; then
         # shellcheck disable=SC2086
         env ${VS_LLAMA_ENV:-OMP_WAIT_POLICY=passive} "$LL/llama-server" -m "$SERVE_MODEL" --host 127.0.0.1 --port "$port" -t "$THREADS" \
-            -tb "$THREADS" -np "$c" -c $((c * CTX)) -cb ${VS_LLAMA_ARGS:-} >"$W/$which.log" 2>&1 &
+            -tb "$THREADS" -np "$c" -c $((c * CTX)) -cb --no-mmap ${VS_LLAMA_ARGS:-} >"$W/$which.log" 2>&1 &
     else
         # shellcheck disable=SC2086
         XDG_CACHE_HOME="$W/state" build/strata serve -m "$SERVE_MODEL" --host 127.0.0.1 \

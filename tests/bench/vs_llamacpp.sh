@@ -21,6 +21,10 @@
 # where the vocabulary has "▁the"; the synthetic TinyLlama vocabulary splits it, so its prompt is
 # longer: the count in Strata's log is used) against llama-bench -p with that count and -n 0,
 # best of VS_REPS each, in a second table.
+# llama-bench runs with -mmp 0 (VS_LLAMA_MMAP=1 gives its default): its default loader maps the
+# file and reads the weights through the page cache's 4 KiB pages, which cost it 30-45% of its
+# decode speed on the Zen 5 host of 2026-11-27 (TinyLlama Q8_0, one thread: 9.8-12.6 tok/s mapped,
+# 13.4-20.3 read); Strata reads the file into its own memory, as -mmp 0 does.
 # Not part of make test; without LLAMA_CPP it prints a skip. Others' work on a shared machine moves
 # every figure: the load average is printed with each row.
 set -u
@@ -71,7 +75,7 @@ probe_bw() {
 probe_bw
 # which kernels ran (STRATA_ISA forces a lower table: avx2 on an AVX-512 host stands in for an
 # AVX2-only one, beside a llama.cpp built without AVX-512)
-echo "# Strata's kernels: $(BENCH_TYPES=none build/bench/bench_matmul 1 | sed -n 's/^bench_matmul: best ISA \([a-z0-9]*\).*/\1/p')${STRATA_ISA:+ (STRATA_ISA=$STRATA_ISA)}; llama.cpp: $LL" >&2
+echo "# Strata's kernels: $(BENCH_TYPES=none build/bench/bench_matmul 1 | sed -n 's/^bench_matmul: best ISA \([a-z0-9]*\).*/\1/p')${STRATA_ISA:+ (STRATA_ISA=$STRATA_ISA)}; llama.cpp: $LL, llama-bench -mmp ${VS_LLAMA_MMAP:-0}" >&2
 
 # bytes read per token: the weight image less the embedding (span 0), from `strata inspect -v`
 bytes_per_token() {
@@ -82,8 +86,9 @@ bytes_per_token() {
         END { print end - emb }'
 }
 
+MMAP=${VS_LLAMA_MMAP:-0}
 llama_tps() { # file threads
-    "$LL/llama-bench" -m "$1" -t "$2" -p 0 -n "$TOKENS" -r 1 -o csv 2>/dev/null | tail -n 1 |
+    "$LL/llama-bench" -m "$1" -t "$2" -mmp "$MMAP" -p 0 -n "$TOKENS" -r 1 -o csv 2>/dev/null | tail -n 1 |
         awk -F, '{ gsub(/"/, "", $(NF - 1)); print $(NF - 1) }'
 }
 
@@ -93,7 +98,7 @@ strata_tps() { # file threads
 }
 
 llama_pp() { # file threads tokens
-    "$LL/llama-bench" -m "$1" -t "$2" -p "$3" -n 0 -r 1 -o csv 2>/dev/null | tail -n 1 |
+    "$LL/llama-bench" -m "$1" -t "$2" -mmp "$MMAP" -p "$3" -n 0 -r 1 -o csv 2>/dev/null | tail -n 1 |
         awk -F, '{ gsub(/"/, "", $(NF - 1)); print $(NF - 1) }'
 }
 
