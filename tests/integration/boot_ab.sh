@@ -28,6 +28,17 @@ esp_ls() { # esp_ls DISK: the names in \EFI\Linux, space-separated
     start=$(sgdisk -p "$1" | awk '$6 == "EF00" { print $2; exit }')
     mdir -i "$1@@$((start * 512))" -b ::/EFI/Linux 2>/dev/null | sed 's|.*/||' | sort | tr '\n' ' '
 }
+model_diff() { # where the strata-model partitions of two images differ (for a failure's message)
+    local l n first
+    l=$(sgdisk -p "$1" | awk '$7 == "strata-model" { print $2, $3; exit }')
+    n=$(cmp -l <(dd if="$1" bs=512 skip="${l% *}" count=$((${l#* } - ${l% *} + 1)) status=none) \
+        <(dd if="$2" bs=512 skip="${l% *}" count=$((${l#* } - ${l% *} + 1)) status=none) 2>/dev/null | wc -l)
+    first=$(cmp <(dd if="$1" bs=512 skip="${l% *}" count=$((${l#* } - ${l% *} + 1)) status=none) \
+        <(dd if="$2" bs=512 skip="${l% *}" count=$((${l#* } - ${l% *} + 1)) status=none) 2>/dev/null |
+        sed -n 's/.* byte \([0-9]*\).*/\1/p')
+    echo "$n bytes differ, the first at partition byte ${first:-?} (block $(((${first:-1} - 1) / 4096)) of 4 KiB)"
+}
+
 model_sum() { # the strata-model partition's bytes, hashed
     local l
     l=$(sgdisk -p "$1" | awk '$7 == "strata-model" { print $2, $3; exit }')
@@ -86,7 +97,7 @@ if qemu_wait fallback "strata-init: exec" 420 "Shell> " "Kernel panic"; then
     if [ "$l" = "strata-1-a.efi strata-2-b+0-1.efi " ]; then ok "fallback: slot a served, slot b is marked bad ($l)"
     else nok "fallback: slot b is marked bad" "ESP holds: $l"; fi
     if [ "$(model_sum "$QEMU_DIR/fallback.img")" = "$sum0" ]; then ok "fallback: the model partition is untouched"
-    else nok "fallback: the model partition is untouched" "its bytes changed"; fi
+    else nok "fallback: the model partition is untouched" "its bytes changed: $(model_diff "$BOOT_OUT/strata.img" "$QEMU_DIR/fallback.img")"; fi
 else
     nok "fallback: a slot reaches the server" "$(qemu_tail fallback 8)"
 fi
