@@ -178,12 +178,11 @@ int main(int argc, char **argv)
         uint8_t *w = make_weights(type, rows, cols, w_bytes);
         uint8_t *pw = make_weights(type, pf_dim, pf_dim, row_size(type, pf_dim) * pf_dim);
         if (!w || !pw) {
-            printf("%-5s: cannot map %zu MiB of weights\n", types[ti].name,
-                   w_bytes >> 20);
+            printf("%-5s: cannot map %zu MiB of weights\n", types[ti].name, w_bytes >> 20);
             return 1;
         }
         struct tensor pf = {pw, type, pf_dim, pf_dim, row_size(type, pf_dim) * pf_dim};
-        const char *only_isas = getenv("BENCH_ISAS"); /* e.g. BENCH_ISAS=avx2,avx512 */
+        const char *only_isas = getenv("BENCH_ISAS");  /* e.g. BENCH_ISAS=avx2,avx512 */
         for (int ii = 0; ii < kernel_tables_n; ii++) { /* this architecture's tables */
             const char *isa = kernel_tables[ii]->name;
             if (only_isas && !strstr(only_isas, isa)) continue;
@@ -228,8 +227,8 @@ int main(int argc, char **argv)
                     if (dt < pbest) pbest = dt;
                 }
                 double gflops = 2.0 * pf_dim * pf_dim * pf_tok / pbest / 1e9;
-                printf("%-9s %-7s %3d  %13.1f %7.0f%%  %17.1f\n", types[ti].name, isa, nth,
-                       gbs, 100 * gbs / bw[ci], gflops);
+                printf("%-9s %-7s %3d  %13.1f %7.0f%%  %17.1f\n", types[ti].name, isa, nth, gbs,
+                       100 * gbs / bw[ci], gflops);
                 fflush(stdout);
                 threadpool_free(tp);
             }
