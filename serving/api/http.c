@@ -182,6 +182,10 @@ static int header_line(const char *p, size_t ln, struct http_request *req, struc
                      ? id * 10 + (unsigned)(v[k] - '0')
                      : ~0ull;
         req->forwarded_by = vn && id != ~0ull ? id : 0;
+    } else if (name_is(p, nl, "x-strata-route")) {
+        if (vn != 5 || strncasecmp(v, "local", 5) != 0)
+            return fail(status, 400, err, "X-Strata-Route: only 'local' is understood");
+        req->route_local = 1;
     } else if (name_is(p, nl, "x-strata-signature")) {
         size_t n = vn < sizeof req->signature ? vn : sizeof req->signature - 1;
         req->signature_truncated = vn >= sizeof req->signature;

@@ -37,6 +37,8 @@ struct http_request {
     int forwarded; /* X-Strata-Forwarded: another node's front relayed it (never forwarded again);
                       the server clears it unless the connection came from a cluster member */
     unsigned long long forwarded_by; /* its value: the relaying node's id (0: not a number) */
+    int route_local; /* X-Strata-Route: local: served by the node the client reached, never
+                        relayed (an operator asking one replica); any other value is a 400 */
     /* X-Strata-Signature: an operator's request signed with the cluster key
      * (cluster/signed_request.h), checked by the route it is for; "" when absent */
     char signature[HTTP_MAX_TOKEN];

@@ -731,15 +731,28 @@ static void handle_completion(struct front *f, struct http_conn *c, const struct
     const struct front_model *m = atomic_load(&f->model);
     struct scheduler *s = atomic_load(&f->sched);
     const struct front_ext *ext = atomic_load(&f->ext);
-    int route = may_route && !req->forwarded && ext && ext->route;
+    int route = may_route && !req->forwarded && !req->route_local && ext && ext->route;
     if ((!m || !s) && !route) {
-        api_error_set(&e, 503, "server_error", NULL,
-                      "The model is still loading; retry shortly (see /health).");
+        if (req->route_local)
+            api_error_set(&e, 503, "server_error", NULL,
+                          "X-Strata-Route: local: this node has no model to serve it with "
+                          "(see /health).");
+        else
+            api_error_set(&e, 503, "server_error", NULL,
+                          "The model is still loading; retry shortly (see /health).");
         send_error(f, c, &e);
         return;
     }
     struct completion_request cr;
     if (api_request_parse(body, len, chat, &cr, &e)) {
+        send_error(f, c, &e);
+        return;
+    }
+    if (req->route_local && cr.model[0] && strcmp(cr.model, m->name)) {
+        api_error_set(&e, 404, "invalid_request_error", "model",
+                      "X-Strata-Route: local: this node serves '%s', not '%s'.", m->name, cr.model);
+        e.code = "model_not_found";
+        api_request_free(&cr);
         send_error(f, c, &e);
         return;
     }
@@ -877,7 +890,7 @@ static void handle_tokenize(struct front *f, struct http_conn *c, const struct h
     struct api_error e;
     const struct front_model *m = atomic_load(&f->model);
     const struct front_ext *ext = atomic_load(&f->ext);
-    int route = may_route && !req->forwarded && ext && ext->route;
+    int route = may_route && !req->forwarded && !req->route_local && ext && ext->route;
     if (!m && !route) {
         api_error_set(&e, 503, "server_error", NULL,
                       "The model is still loading; retry shortly (see /health).");

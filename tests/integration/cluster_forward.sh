@@ -14,6 +14,8 @@
 #     strata_forwarded_received_total and served them; node 2's verbose log says where they went;
 #   - X-Strata-Forwarded from a client counts for nothing: node 2 forwards the request like any
 #     other, node 1 does not count it received; a bad request is answered by node 2 itself (400);
+#   - X-Strata-Route: local pins a request to the node reached: node 1 serves it, the empty member
+#     answers 503 (no relay), another model is a 404, another value of the header a 400;
 #   - the relay's path is the sealed forward channel to node 1's control port (no connection from
 #     node 2 to node 1's API port, open or in TIME_WAIT), its channels kept and reused; the
 #     channel driven by hand (build/tools/fwd_probe) with the cluster key gets node 1's exact
@@ -244,6 +246,29 @@ else
     why="it did not join"
     kill -0 "${PID[3]}" 2>/dev/null || why="serve without -m exited: $(grep -m1 -v '^ ' "$W/n3.err")"
     not_ok "cluster_forward: the empty member node 3 did not come up ($why)"
+fi
+# ---- 4a. X-Strata-Route: local pins a request to the node the client reached (an operator asking
+# one replica): node 1 serves it itself; the empty member answers 503 instead of relaying; a model
+# the node does not serve is a 404; any other value of the header a 400
+fw0=$(metric 2 'strata_forwarded_requests_total{to="1"}')
+fw3=$(metrics 3 | awk '$1 ~ /^strata_forwarded_requests_total/ { s += $2 } END { print s + 0 }')
+recv0=$(metric 1 strata_forwarded_received_total)
+LOCAL=(-H 'X-Strata-Route: local')
+p1=$(post 1 /v1/completions "$CMPL" "$W/pin1" "${LOCAL[@]}")
+p3=$(post 3 /v1/completions "$CMPL" "$W/pin3" "${LOCAL[@]}")
+pm=$(post 1 /v1/completions '{"model":"other","prompt":"Once","max_tokens":2}' "$W/pinm" "${LOCAL[@]}")
+pv=$(post 1 /v1/completions "$CMPL" "$W/pinv" -H 'X-Strata-Route: node2')
+fw1=$(metric 2 'strata_forwarded_requests_total{to="1"}')
+fw31=$(metrics 3 | awk '$1 ~ /^strata_forwarded_requests_total/ { s += $2 } END { print s + 0 }')
+recv1=$(metric 1 strata_forwarded_received_total)
+if [ "$p1$p3$pm$pv" = 200503404400 ] && [ "$fw1" = "$fw0" ] && [ "$fw31" = "$fw3" ] &&
+    [ "$recv1" = "$recv0" ] && grep -q 'X-Strata-Route: local: this node has no model' "$W/pin3" &&
+    grep -q "this node serves 'stories260K', not 'other'" "$W/pinm" &&
+    cmp -s <(python3 -c "import json; print(json.load(open('$W/pin1'))['choices'][0]['text'])") \
+        <(python3 -c "import json; print(json.load(open('$W/own_plain'))['choices'][0]['text'])"); then
+    ok "cluster_forward: X-Strata-Route: local: node 1 served it itself (same text), the empty member answered 503 rather than relay (forwarded $fw3 -> $fw31), another model 404, another value 400; nothing relayed or received"
+else
+    not_ok "cluster_forward: X-Strata-Route: local -> node 1 $p1, node 3 $p3 ($(head -c 200 "$W/pin3")), model $pm ($(head -c 200 "$W/pinm")), value $pv; forwarded $fw0 -> $fw1, node 3 $fw3 -> $fw31, received $recv0 -> $recv1"
 fi
 kill -9 "${PID[3]}" 2>/dev/null
 

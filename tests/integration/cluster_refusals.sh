@@ -41,7 +41,7 @@ ask() { # ask NODE PROMPT N [CURL ARGS]: the greedy text
         -d "{\"model\":\"a\",\"prompt\":\"$p\",\"max_tokens\":$k,\"temperature\":0}" |
         python3 -c 'import json,sys; print(json.load(sys.stdin)["choices"][0]["text"])' 2>/dev/null
 }
-own() { ask "$@" -H 'X-Strata-Forwarded: 99'; } # served by that node itself, never forwarded
+own() { ask "$@" -H 'X-Strata-Route: local'; } # served by that node itself, never relayed
 why() { echo "events $(q "[(e['seq'], e['event'], e['node'], e.get('model'), e.get('source'), e.get('reason')) for e in d['events']]") holdings $(q "[(n['id'], n['alive'], [(x['name'], x.get('host'), x.get('engine')) for x in n['models']]) for n in d['nodes']]")"; }
 P="Once upon a time"
 

@@ -9,7 +9,7 @@
 #     nodes 3 and 4, one each: never onto the node serving the other model), each in the other
 #     rack than its source (a from node 1 onto node 4, b from node 2 onto node 3; by id alone a
 #     would go to node 3, beside its source, and b to node 4), the copies complete (scale_done),
-#     and each copy, asked directly (X-Strata-Forwarded: served by that node's own arena),
+#     and each copy, asked directly (X-Strata-Route: local: served by that node's own arena),
 #     answers its source's exact greedy text; /v1/cluster and /metrics show each node's rack;
 #   - restore: the holder of a's copy is SIGKILLed; the leader commits it down and restores R = 2
 #     from the survivor (node 1, rack r1) onto node 5 (rack r2, the only free node), whose copy
@@ -55,7 +55,7 @@ ask() { # ask NODE MODEL PROMPT N [CURL ARGS]: the greedy text
         -d "{\"model\":\"$m\",\"prompt\":\"$p\",\"max_tokens\":$k,\"temperature\":0}" |
         python3 -c 'import json,sys; print(json.load(sys.stdin)["choices"][0]["text"])' 2>/dev/null
 }
-own() { ask "$@" -H 'X-Strata-Forwarded: 99'; } # served by that node itself, never forwarded
+own() { ask "$@" -H 'X-Strata-Route: local'; } # served by that node itself, never relayed
 holders() { q "sorted(n['id'] for n in d['nodes'] if n['alive'] and hold(n['id'], '$1').get('host'))"; }
 why() { echo "events $(q "[(e['seq'], e['event'], e['node'], e.get('model'), e.get('source')) for e in d['events']]") holdings $(q "[(n['id'], n['alive'], [(x['name'], x.get('host'), x.get('engine')) for x in n['models']]) for n in d['nodes']]")"; }
 
@@ -150,7 +150,12 @@ BEFORE=$(q "d['events'][-1]['seq']")
 ) &
 STREAM=$!
 SW="any(e['seq'] > $BEFORE and e['node'] in (1, 5) and e['model'] == 'b' for e in events('scale_done'))"
-if until_true 90 "$SW"; then
+# the holdings are checked as they were when node S's b came up (a kept answer: by the time the
+# checks run, the stream may have ended and b's extra copy idled out, which r_after_switch checks)
+SNAP=$W/switched.json
+sq() { cl_eval "$1" <"$SNAP"; }
+swhy() { echo "at the switch: events $(sq "[(e['seq'], e['event'], e['node'], e.get('model'), e.get('source')) for e in d['events']]") holdings $(sq "[(n['id'], n['alive'], [(x['name'], x.get('host'), x.get('engine')) for x in n['models']]) for n in d['nodes']]")"; }
+if cl_until_snap 90 "$SW" "$SNAP"; then
     # the stream goes on a while: b stays late, and the node with a's last copy must not switch
     waiting=0
     for i in $(seq 1 20); do
@@ -159,16 +164,17 @@ if until_true 90 "$SW"; then
         sleep 0.2
     done
     touch "$W/stop"
-    S=$(q "[e['node'] for e in events('scale_up', 'b') if e['seq'] > $BEFORE and e['node'] in (1, 5)][0]")
+    S=$(sq "[e['node'] for e in events('scale_up', 'b') if e['seq'] > $BEFORE and e['node'] in (1, 5)][0]")
     X=$((6 - S)) # the other holder of a
-    SEQ=$(q "[e['seq'] for e in events('scale_up', 'b') if e['node'] == $S][-1]")
+    SEQ=$(sq "[e['seq'] for e in events('scale_up', 'b') if e['node'] == $S][-1]")
     TS=$(own "$S" b "$P" 8)
     if ! grep -q "a dropped from this node: switching to b" "$W/n$S.log"; then
         not_ok "switch: node $S took b without dropping a: $(cl_why "n$S")"
-    elif [ "$(q "hold($S, 'b').get('engine') and not hold($S, 'a').get('host')")" != True ]; then
-        not_ok "switch: node $S's holdings: $(why)"
-    elif [ "$(holders a)" != "[$X]" ] || [ "$(q "bool(hold($X, 'a').get('engine'))")" != False ]; then
-        not_ok "switch: a is not cached on node $X alone, out of its engine: $(why)"
+    elif [ "$(sq "hold($S, 'b').get('engine') and not hold($S, 'a').get('host')")" != True ]; then
+        not_ok "switch: node $S's holdings: $(swhy)"
+    elif [ "$(sq "sorted(n['id'] for n in d['nodes'] if n['alive'] and hold(n['id'], 'a').get('host'))")" != "[$X]" ] ||
+        [ "$(sq "bool(hold($X, 'a').get('engine'))")" != False ]; then
+        not_ok "switch: a is not cached on node $X alone, out of its engine: $(swhy)"
     elif [ "$(q "any(e['node'] == $X for e in events('scale_up', 'b'))")" != False ]; then
         not_ok "switch: node $X, a's last host copy, was switched too: $(why)"
     elif [ "$TS" != "$REF_B" ]; then

@@ -72,7 +72,7 @@ for ((i = 0; i < 200; i++)); do
 done
 k0=$(metric n3 strata_coop_k)
 p0=$(metric n3 strata_coop_partial_tokens_total)
-TXT2=$(cl_complete n3 "$P" $N)
+TXT2=$(cl_complete n3 "$P" $N -H 'X-Strata-Route: local') # never relayed to node 2 (idle, faster)
 p1=$(metric n3 strata_coop_partial_tokens_total)
 if [ -n "$switched" ] && [ "$TXT2" = "$REF" ] && [ "${p1:-0}" -gt "${p0:-0}" ]; then
     ok "source_killed: node 3 (k=$k0, partial) took node 2 as its helper ($switched); a new request got node 1's exact text, $((p1 - p0)) tokens served while partial"

@@ -6,7 +6,8 @@
 #                         the background, log in $W/NAME.log; waits until it listens (HTTP); sets
 #                         CL_PID[NAME], CL_URL[NAME]
 # cl_ready NAME SECONDS   waits for /health 200
-# cl_complete NAME PROMPT N   prints the greedy completion text (N tokens)
+# cl_complete NAME PROMPT N [CURL ARGS]   prints the greedy completion text (N tokens); with
+#                         -H 'X-Strata-Route: local' served by that node itself, never relayed
 # cl_kill NAME            SIGKILL;  cl_stop NAME: SIGTERM and the exit status
 # cl_cleanup              (EXIT trap) kills what cl_serve started
 # cl_begin NAME           a control-plane scenario's start (tests/lib/serve.sh sourced first): fails
@@ -21,6 +22,8 @@
 # cl_q_any PYEXPR         cl_q over the first live node (by name) that answers: a scenario that kills
 #                         nodes asks whoever is left
 # cl_until_any SECONDS PYEXPR   polls until cl_q_any prints True
+# cl_until_snap SECONDS PYEXPR FILE   the same, keeping the answer that made it true in FILE
+# cl_eval PYEXPR <FILE     PYEXPR over a kept /v1/cluster answer
 STRATA=${STRATA:-build/strata}
 # Below the kernel's ephemeral range (32768-60999 by default): a port we listen on must not be one
 # the kernel may already have given an outgoing connection (bind would fail at random).
@@ -72,9 +75,11 @@ cl_ready() { # cl_ready NAME SECONDS
     return 1
 }
 
-cl_complete() { # cl_complete NAME PROMPT N
-    curl -s -m 60 "${CL_URL[$1]}/v1/completions" \
-        -d "{\"prompt\":\"$2\",\"max_tokens\":$3,\"temperature\":0}" |
+cl_complete() { # cl_complete NAME PROMPT N [CURL ARGS]
+    local name=$1 prompt=$2 n=$3
+    shift 3
+    curl -s -m 60 "$@" "${CL_URL[$name]}/v1/completions" \
+        -d "{\"prompt\":\"$prompt\",\"max_tokens\":$n,\"temperature\":0}" |
         python3 -c 'import json,sys; print(json.load(sys.stdin)["choices"][0]["text"])' 2>/dev/null
 }
 
@@ -97,7 +102,11 @@ cl_cleanup() {
 cl_why() { tail -n 6 "$W/$1.log" | tr '\n' '|'; }
 
 cl_q() { # cl_q NAME PYEXPR
-    curl -s -m 2 "${CL_URL[$1]}/v1/cluster" | python3 -c "
+    curl -s -m 2 "${CL_URL[$1]}/v1/cluster" | cl_eval "$2"
+}
+
+cl_eval() { # cl_eval PYEXPR <CLUSTER_JSON: PYEXPR over that /v1/cluster answer (d, events, node, hold)
+    python3 -c "
 import json, sys
 try:
     d = json.load(sys.stdin)
@@ -106,7 +115,7 @@ except Exception:
 events = lambda kind, m=None: [e for e in d['events'] if e['event'] == kind and (m is None or e.get('model') == m)]
 node = lambda i: [n for n in d['nodes'] if n['id'] == i][0]
 hold = lambda i, m=None: ([x for x in node(i)['models'] if m is None or x['name'] == m] or [{}])[0]
-print($2)" 2>/dev/null
+print($1)" 2>/dev/null
 }
 
 cl_until() { # cl_until SECONDS NAME PYEXPR
@@ -129,6 +138,21 @@ cl_until_any() { # cl_until_any SECONDS PYEXPR
     local end=$((SECONDS + $1))
     while [ $SECONDS -lt $end ]; do
         [ "$(cl_q_any "$2")" = True ] && return 0
+        sleep 0.2
+    done
+    return 1
+}
+cl_until_snap() { # cl_until_snap SECONDS PYEXPR FILE: cl_until_any, keeping in FILE the /v1/cluster
+    local end=$((SECONDS + $1)) name j # answer that made PYEXPR true (checks of that moment read it)
+    while [ $SECONDS -lt $end ]; do
+        for name in $(printf '%s\n' "${!CL_PID[@]}" | sort); do
+            kill -0 "${CL_PID[$name]}" 2>/dev/null || continue
+            j=$(curl -s -m 2 "${CL_URL[$name]}/v1/cluster") && [ -n "$j" ] && break
+        done
+        if [ "$(printf '%s' "$j" | cl_eval "$2")" = True ]; then
+            printf '%s' "$j" >"$3"
+            return 0
+        fi
         sleep 0.2
     done
     return 1

@@ -42,6 +42,27 @@ TEST(http_head_ok)
     CHECK_EQ_INT(parse("GET /health HTTP/1.1\r\nHost: x\r\n", &r, &st), 0);
 }
 
+/* X-Strata-Route: local pins a request to the node reached; any other value is refused, and no
+ * request is pinned without it */
+TEST(http_head_route_local)
+{
+    struct http_request r;
+    int st;
+    CHECK_EQ_INT(parse("POST /v1/completions HTTP/1.1\r\nx-strata-route:  LOCAL \r\n\r\n", &r, &st),
+                 1);
+    CHECK(r.route_local && !r.forwarded);
+    CHECK_EQ_INT(parse("POST /v1/completions HTTP/1.1\r\nHost: a\r\n\r\n", &r, &st), 1);
+    CHECK(!r.route_local);
+    const char *bad[] = {"node2", "", "locals", "local,local", "loca"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char head[128], err[ERRMSG_LEN];
+        snprintf(head, sizeof head, "GET / HTTP/1.1\r\nX-Strata-Route: %s\r\n\r\n", bad[i]);
+        CHECK_EQ_INT(http_parse_head(head, strlen(head), 16384, &r, &st, err), -1);
+        CHECK_EQ_INT(st, 400);
+        CHECK(strstr(err, "X-Strata-Route") != NULL);
+    }
+}
+
 TEST(http_head_bad)
 {
     struct http_request r;
@@ -306,6 +327,7 @@ TEST(metrics_text)
 int main(void)
 {
     RUN(http_head_ok);
+    RUN(http_head_route_local);
     RUN(http_head_bad);
     RUN(request_valid);
     RUN(request_invalid);
