@@ -41,7 +41,9 @@ post() { # post FILE [CURL ARGS]: prints the status, the body in FILE
     curl -s -m 30 -o "$f" -w '%{http_code}' "$U1$RPATH" -d "$BODY" "$@"
 }
 has() { python3 -c "import json,sys; m=json.load(open(sys.argv[1]))['error']['message']; sys.exit(sys.argv[2] not in m)" "$1" "$2" 2>/dev/null; }
-before=$(cl_q n1 "(d['leader'], d['voters'], d['term'])")
+# a refused recover leaves the voters as they were (not the leader and term: an election under a
+# loaded host's stall moves them, and a recover that went through would change the voters)
+before=$(cl_q n1 "d['voters']")
 
 # ---- signed
 sig=$(python3 tests/lib/sign_request.py "$W/key" 1 $RPATH "$BODY")
@@ -56,14 +58,14 @@ c_for2=$(post "$W/for2.json" -H "X-Strata-Signature: $for2")
 c_body=$(curl -s -m 30 -o "$W/body.json" -w '%{http_code}' "$U1$RPATH" -d '{"voters":[1],"force":true}' -H "X-Strata-Signature: $(python3 tests/lib/sign_request.py "$W/key" 1 $RPATH "$BODY")")
 "$STRATA" cluster recover --key-file "$W/otherkey" --voters 1 --api "${U1#http://}" >"$W/cli_bad.out" 2>&1
 c_cli=$?
-after=$(cl_q n1 "(d['leader'], d['voters'], d['term'])")
+after=$(cl_q n1 "d['voters']")
 if [ "$c_none" = 403 ] && has "$W/none.json" "must be signed with the cluster key" &&
     [ "$c_sig" = 409 ] && [ "$c_replay" = 403 ] && has "$W/replay.json" "replayed" &&
     [ "$c_old" = 403 ] && has "$W/old.json" "behind this node's clock" &&
     [ "$c_for2" = 403 ] && has "$W/for2.json" "signed for node 2, this is node 1" &&
     [ "$c_body" = 403 ] && has "$W/body.json" "MAC does not verify" &&
     [ $c_cli = 1 ] && grep -q "MAC does not verify" "$W/cli_bad.out" && [ "$before" = "$after" ]; then
-    ok "cluster_trust: signed: unsigned 403 (a signature is needed), signed 409 (authenticated; a leader is seen), replayed 403, 60 s old 403, for node 2 403, another body 403, another key 403 (CLI exit 1); leader and voters unchanged $after"
+    ok "cluster_trust: signed: unsigned 403 (a signature is needed), signed 409 (authenticated; a leader is seen), replayed 403, 60 s old 403, for node 2 403, another body 403, another key 403 (CLI exit 1); voters unchanged $after"
 else
     not_ok "cluster_trust: signed: unsigned $c_none, signed $c_sig, replay $c_replay, old $c_old, for node 2 $c_for2, body $c_body, cli $c_cli ($(head -c 300 "$W/cli_bad.out")); $before -> $after; $(cat "$W/none.json" "$W/sig.json")"
 fi
