@@ -41,7 +41,8 @@ struct serve_opts {
     const char *model, *host, *api_key, *name;
     const char *state_dir; /* the step-model cache's directory; "off": none (step_prior.h) */
     int port, max_batch, ctx, threads, step_tokens, kv_blocks, kv_block_size, kv_type, static_batch;
-    int max_conns, timeout_ms, idle_timeout_ms, no_slo, verbose, shed_late, static_shrink;
+    int max_conns, timeout_ms, idle_timeout_ms, no_slo, no_prefix_cache, verbose, shed_late,
+        static_shrink;
     int forward_pool;        /* idle forward channels kept per node (serving/api/relay.h) */
     int forward_deadline_ms; /* a relayed request's first byte, across re-routes (0: 120 s) */
     struct test_hooks hooks; /* tests only (cmd/test_hooks.h) */
@@ -103,6 +104,7 @@ static int serve_options(struct serve_opts *o, struct opt *t)
         {"--ttft-ms", OPT_DOUBLE, &o->ttft_ms, 1, 3600000, NULL, "MS"},
         {"--tpot-ms", OPT_DOUBLE, &o->tpot_ms, 1, 3600000, NULL, "MS"},
         {"--no-slo", OPT_FLAG, &o->no_slo, 0, 0, NULL, NULL},
+        {"--no-prefix-cache", OPT_FLAG, &o->no_prefix_cache, 0, 0, NULL, NULL},
         {"--shed-late", OPT_FLAG, &o->shed_late, 0, 0, NULL, NULL},
         {"--static-batch", OPT_INT, &o->static_batch, 0, 4096, NULL, "N"},
         {"--static-wait-ms", OPT_DOUBLE, &o->static_wait_ms, 0, 3600000, NULL, "MS"},
@@ -681,6 +683,7 @@ static int start_scheduler(struct serve *sv, const struct serve_opts *o, struct 
                               .ttft_ms = o->ttft_ms,
                               .tpot_ms = o->tpot_ms,
                               .no_slo_admission = o->no_slo,
+                              .no_prefix_cache = o->no_prefix_cache,
                               .shed_late = o->shed_late,
                               .static_shrink = o->static_shrink,
                               .step_delay_us = o->hooks.step_delay_us};

@@ -39,6 +39,8 @@ static void add_usage(cJSON *o, const struct api_reply *r)
     cJSON_AddNumberToObject(u, "prompt_tokens", r->prompt_tokens);
     cJSON_AddNumberToObject(u, "completion_tokens", r->completion_tokens);
     cJSON_AddNumberToObject(u, "total_tokens", r->prompt_tokens + r->completion_tokens);
+    cJSON *d = cJSON_AddObjectToObject(u, "prompt_tokens_details");
+    cJSON_AddNumberToObject(d, "cached_tokens", r->cached_tokens);
 }
 
 static char *print(cJSON *o)

@@ -2,7 +2,8 @@
  *
  *   completion        {"id":"cmpl-..","object":"text_completion","created":..,"model":..,
  *                      "choices":[{"text":..,"index":0,"logprobs":null,"finish_reason":..}],
- *                      "usage":{"prompt_tokens":..,"completion_tokens":..,"total_tokens":..}}
+ *                      "usage":{"prompt_tokens":..,"completion_tokens":..,"total_tokens":..,
+ *                               "prompt_tokens_details":{"cached_tokens":..}}}
  *   chat completion   "object":"chat.completion", choices[0].message
  *                      {"role":"assistant","content":..}
  *   stream chunks     "object":"text_completion" / "chat.completion.chunk", with
@@ -23,6 +24,7 @@ struct api_reply {
     const char *model;
     const char *finish_reason; /* "stop", "length" or NULL (still running) */
     int prompt_tokens, completion_tokens;
+    int cached_tokens; /* of prompt_tokens, from the prefix cache: usage.prompt_tokens_details */
 };
 
 char *api_completion_json(const struct api_reply *r, const char *text, size_t len);

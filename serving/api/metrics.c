@@ -119,6 +119,9 @@ char *metrics_render(struct serve_metrics *m, size_t *len)
         outf(&o, "strata_requests_total{outcome=\"%s\"} %llu\n", names[i], ld(&m->requests[i]));
     counter(&o, "strata_prompt_tokens_total", "Prompt tokens of admitted requests.",
             &m->prompt_tokens);
+    counter(&o, "strata_prompt_cached_tokens_total",
+            "Prompt tokens of admitted requests whose KV came from the prefix cache.",
+            &m->prompt_cached_tokens);
     counter(&o, "strata_generation_tokens_total", "Completion tokens delivered.",
             &m->generated_tokens);
     counter(&o, "strata_goodput_tokens_total",

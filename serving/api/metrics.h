@@ -36,6 +36,7 @@ struct histogram {
 struct serve_metrics {
     atomic_ullong requests[OUTCOME_N];
     atomic_ullong prompt_tokens, generated_tokens, goodput_tokens;
+    atomic_ullong prompt_cached_tokens; /* of prompt_tokens: taken from the prefix cache */
     atomic_ullong prompt_in; /* prompt tokens submitted (arrivals: the cluster's forecast) */
     atomic_ullong slo_met, slo_missed, preemptions, steps, step_tokens;
     struct histogram ttft, tpot, e2e, queue, step;

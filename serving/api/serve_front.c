@@ -385,7 +385,8 @@ static void deliver(struct front *f, struct front_req *fr)
                             .model = fr->model,
                             .finish_reason = NULL,
                             .prompt_tokens = r->n_prompt,
-                            .completion_tokens = n_gen};
+                            .completion_tokens = n_gen,
+                            .cached_tokens = out.n_cached};
     struct http_conn *c = fr->conn;
     if (finish == FINISH_ERROR || finish == FINISH_CANCELLED || finish == FINISH_REJECTED) {
         struct api_error e;

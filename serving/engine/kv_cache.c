@@ -20,8 +20,8 @@ static size_t elt_bytes(int type)
     return type == KV_F32 ? sizeof(float) : sizeof(uint16_t);
 }
 
-/* Keys, values, the free list; each of the first two a multiple of 64 bytes, so the values and
- * the list start aligned like the memory. */
+/* Keys, values, the blocks' bookkeeping; each of the first two a multiple of 64 bytes, so the
+ * values and the bookkeeping start aligned like the memory. */
 static size_t plane_bytes(int type, int n_layers, int kv_dim, int block_size, int n_blocks)
 {
     size_t per = (size_t)n_layers * n_blocks * block_size * kv_dim * elt_bytes(type);
@@ -31,7 +31,7 @@ static size_t plane_bytes(int type, int n_layers, int kv_dim, int block_size, in
 size_t kv_cache_bytes(int type, int n_layers, int kv_dim, int block_size, int n_blocks)
 {
     return 2 * plane_bytes(type, n_layers, kv_dim, block_size, n_blocks) +
-           (size_t)n_blocks * sizeof(int) + 64;
+           4 * (size_t)n_blocks * sizeof(int) + 64;
 }
 
 int kv_cache_init(struct kv_cache *c, void *mem, int type, int n_layers, int kv_dim, int head_dim,
@@ -55,22 +55,66 @@ int kv_cache_init(struct kv_cache *c, void *mem, int type, int n_layers, int kv_
     c->n_blocks = n_blocks;
     c->k = mem;
     c->v = (char *)mem + per;
-    c->free_list = (int *)((char *)mem + 2 * per);
-    /* Pop order 0, 1, 2...: a fresh cache hands out blocks in address order. */
-    for (int i = 0; i < n_blocks; i++) c->free_list[i] = n_blocks - 1 - i;
+    c->ref = (int *)((char *)mem + 2 * per);
+    c->next = c->ref + n_blocks;
+    c->prev = c->next + n_blocks;
+    c->gen = (unsigned *)(c->prev + n_blocks);
+    /* Out in order 0, 1, 2...: a fresh cache hands out blocks in address order. */
+    for (int i = 0; i < n_blocks; i++) {
+        c->ref[i] = 0;
+        c->gen[i] = 0;
+        c->next[i] = i + 1 < n_blocks ? i + 1 : -1;
+        c->prev[i] = i - 1;
+    }
+    c->head = 0;
+    c->tail = n_blocks - 1;
     c->n_free = n_blocks;
     return 0;
 }
 
-int kv_block_alloc(struct kv_cache *c)
+static void unlink_free(struct kv_cache *c, int b)
 {
-    return c->n_free ? c->free_list[--c->n_free] : -1;
+    if (c->prev[b] >= 0)
+        c->next[c->prev[b]] = c->next[b];
+    else
+        c->head = c->next[b];
+    if (c->next[b] >= 0)
+        c->prev[c->next[b]] = c->prev[b];
+    else
+        c->tail = c->prev[b];
+    c->n_free--;
 }
 
-void kv_block_free(struct kv_cache *c, int block)
+int kv_block_alloc(struct kv_cache *c)
 {
-    if (block >= 0 && block < c->n_blocks && c->n_free < c->n_blocks)
-        c->free_list[c->n_free++] = block;
+    int b = c->head;
+    if (b < 0) return -1;
+    unlink_free(c, b);
+    c->ref[b] = 1;
+    c->gen[b]++;
+    return b;
+}
+
+void kv_block_free(struct kv_cache *c, int b)
+{
+    if (b < 0 || b >= c->n_blocks || c->ref[b] <= 0) return; /* not held: nothing to let go */
+    if (--c->ref[b]) return;
+    c->next[b] = -1;
+    c->prev[b] = c->tail;
+    if (c->tail >= 0)
+        c->next[c->tail] = b;
+    else
+        c->head = b;
+    c->tail = b;
+    c->n_free++;
+}
+
+int kv_block_ref(struct kv_cache *c, int b)
+{
+    if (b < 0 || b >= c->n_blocks) return -1;
+    if (!c->ref[b]) unlink_free(c, b);
+    c->ref[b]++;
+    return 0;
 }
 
 int kv_blocks_for(const struct kv_cache *c, int n_positions)

@@ -15,8 +15,12 @@
  * llama.cpp's default cache; values beyond +-65504 become infinite.
  * A sequence owns a block table: position p lives in block table[p / block_size], slot
  * p % block_size. Blocks come from a free list; sequences of any length share the pool, and the
- * scheduler preempts a sequence (frees its blocks) when the list runs dry. Not thread-safe: the
- * scheduler thread owns it. */
+ * scheduler preempts a sequence (frees its blocks) when the list runs dry. A block may be held by
+ * several sequences (a shared prompt prefix, serving/sched/prefix_cache.h): it counts its
+ * holders and goes back to the list when the last lets go. The list hands out the block freed
+ * longest ago, so a freed block keeps its keys and values as long as the pool allows, and a
+ * block's generation moves each time it is handed out (what it held is gone then). Not
+ * thread-safe: the scheduler thread owns it. */
 #ifndef STRATA_KV_CACHE_H
 #define STRATA_KV_CACHE_H
 
@@ -28,9 +32,13 @@ struct kv_cache {
     int type; /* KV_F32 or KV_F16 */
     int n_layers, kv_dim, head_dim;
     int block_size, n_blocks;
-    size_t elt;     /* bytes per element: 4 or 2 */
-    void *k, *v;    /* n_layers * n_blocks * block_size * kv_dim elements each */
-    int *free_list; /* stack of free block ids */
+    size_t elt;  /* bytes per element: 4 or 2 */
+    void *k, *v; /* n_layers * n_blocks * block_size * kv_dim elements each */
+    /* Per block: its holders (0: on the free list), its generation, and the free list's links
+     * (a queue, oldest freed first out; -1 ends it). After the planes, in the same memory. */
+    int *ref, *next, *prev;
+    unsigned *gen;
+    int head, tail;
     int n_free;
 };
 
@@ -45,9 +53,13 @@ size_t kv_cache_bytes(int type, int n_layers, int kv_dim, int block_size, int n_
 int kv_cache_init(struct kv_cache *c, void *mem, int type, int n_layers, int kv_dim, int head_dim,
                   int block_size, int n_blocks, char *err);
 
-/* Pop a free block; -1 when none is left. */
+/* The free block freed longest ago, now held once (its generation moves); -1 when none is left. */
 int kv_block_alloc(struct kv_cache *c);
+/* One holder lets go; the last puts the block at the end of the free list, contents kept. */
 void kv_block_free(struct kv_cache *c, int block);
+/* One more holder of a block that is held or free (then it leaves the list, contents and
+ * generation unchanged): a shared prefix. -1 for a block id out of range. */
+int kv_block_ref(struct kv_cache *c, int block);
 int kv_blocks_for(const struct kv_cache *c, int n_positions);
 
 /* A block's keys: kv_dim x block_size elements (float or uint16_t f16, as c->type says); the

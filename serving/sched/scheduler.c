@@ -1,4 +1,5 @@
 #include "serving/sched/scheduler.h"
+#include "serving/sched/prefix_cache.h"
 
 #include "os/runtime/clock.h"
 #include "os/common/errmsg.h"
@@ -23,6 +24,7 @@ struct sreq_state {
     char *text;
     size_t text_len, text_cap;
     int n_generated;
+    int n_cached; /* prompt tokens whose KV came from the prefix cache (first admission) */
     int finish;
     double t_first_token, t_done;
     char error[ERRMSG_LEN];
@@ -62,6 +64,7 @@ int sreq_output(struct sreq *r, struct sreq_output *out)
     pthread_mutex_lock(&st->mu);
     out->finish = st->finish;
     out->n_generated = st->n_generated;
+    out->n_cached = st->n_cached;
     out->text_len = st->text_len;
     out->t_first_token = st->t_first_token;
     out->t_done = st->t_done;
@@ -111,6 +114,7 @@ struct seq {
     int in_flight; /* coop pipelining: steps sent with rows of it and not answered yet */
     int awaiting;  /* one of them ends in its logit row: no row of it goes out until it is back */
     int alone_refused; /* split steps refused with it running alone, since its last token */
+    int px;            /* its full blocks go to the prefix cache (every layer computed here) */
 };
 
 struct plan {
@@ -143,6 +147,7 @@ struct scheduler {
     struct sched_config cfg;
     struct sched_ops ops;
     struct kv_cache *kv;
+    struct prefix_cache *px; /* NULL: off (--no-prefix-cache, static batching) */
     struct serve_metrics *m;
     struct step_online sm; /* the step model, refitted from every step (step_model.h) */
     int cal_done;          /* idle calibration: 1 every shape covered (or cached), -1 given up */
@@ -419,6 +424,11 @@ struct scheduler *sched_new(const struct sched_config *cfg, const struct sched_o
     }
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
+    if (!s->cfg.no_prefix_cache && s->cfg.static_batch <= 0 &&
+        !(s->px = prefix_cache_new(kv, err))) {
+        sched_free(s);
+        return NULL;
+    }
     atomic_store(&m->kv_blocks_total, kv->n_blocks);
     kv_gauges(s);
     return s;
@@ -466,6 +476,7 @@ void sched_free(struct scheduler *s)
     for (int f = 0; f < 2; f++) free(s->fl[f].plan), free(s->fl[f].logit);
     free(s->fl_tok);
     free(s->fl_rng);
+    prefix_cache_free(s->px);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     free(s);
@@ -690,6 +701,42 @@ static int ensure_blocks(struct scheduler *s, struct seq *q, int positions)
     return 0;
 }
 
+/* Every layer runs here: what this node computes is the whole KV (not a split step's part). */
+static int all_here(const struct scheduler *s)
+{
+    return s->k >= s->ops.coop.n_layers;
+}
+
+/* A waiting sequence with nothing computed takes the blocks of its longest cached prefix, leaving
+ * at least its last position to compute (that step gives its logits). Returns the positions taken. */
+static int take_prefix(struct scheduler *s, struct seq *q)
+{
+    if (q->n_blocks || q->n_computed) return 0;
+    q->px = s->px && all_here(s);
+    if (!q->px) return 0;
+    q->n_blocks = prefix_cache_match(s->px, q->tok, q->n_tok - 1, q->blocks, s->max_blocks);
+    q->n_computed = q->n_blocks * s->kv->block_size;
+    return q->n_computed;
+}
+
+/* A step computed q's positions [before, n_computed) with every layer here: its blocks that are
+ * full now go to the prefix cache. */
+static void add_prefix(struct scheduler *s, struct seq *q, int before)
+{
+    if (!s->px || !q->px) return;
+    int bs = s->kv->block_size;
+    for (int j = before / bs; j < q->n_computed / bs; j++)
+        prefix_cache_add(s->px, q->tok, q->blocks, j);
+}
+
+/* The layers run here changed: no block computed so far is the whole KV of this node's model. */
+static void forget_prefixes(struct scheduler *s)
+{
+    if (!s->px) return;
+    prefix_cache_clear(s->px);
+    for (int i = 0; i < s->n_running; i++) s->running[i]->px = 0;
+}
+
 static void plan_add(struct scheduler *s, struct seq *q, int n, int *budget)
 {
     s->plan[s->n_plan++] = (struct plan){q, n};
@@ -841,6 +888,7 @@ static void plan_waiting(struct scheduler *s, int *budget, double now)
     int reserve = s->kv->n_blocks / 100 + 1; /* headroom so decodes rarely preempt at once */
     while (*budget > 0 && s->n_waiting && s->n_running < s->cfg.max_seqs) {
         struct seq *q = s->waiting[0];
+        int cached = take_prefix(s, q);
         int want = q->n_tok - q->n_computed;
         int n = want < *budget ? want : *budget;
         if (s->n_running && !s->cfg.no_slo_admission) {
@@ -848,13 +896,23 @@ static void plan_waiting(struct scheduler *s, int *budget, double now)
             int fit = fit_tokens(s, allowed);
             if (fit < n) {
                 int least = want < MIN_CHUNK ? want : MIN_CHUNK;
-                if (fit < least) break;
-                n = fit;
+                n = fit < least ? -1 : fit;
             }
         }
-        int blocks = kv_blocks_for(s->kv, n) - q->n_blocks;
-        if (blocks > 0 && s->kv->n_free - blocks < (s->n_running ? reserve : 0)) break;
-        if (ensure_blocks(s, q, q->n_computed + n)) break;
+        int blocks = n < 0 ? 0 : kv_blocks_for(s->kv, q->n_computed + n) - q->n_blocks;
+        if (n < 0 || (blocks > 0 && s->kv->n_free - blocks < (s->n_running ? reserve : 0)) ||
+            ensure_blocks(s, q, q->n_computed + n)) {
+            /* not yet: a waiting sequence holds no blocks (the cached ones stay cached) */
+            free_blocks(s, q);
+            break;
+        }
+        if (cached && !q->ever_admitted) {
+            atomic_fetch_add_explicit(&s->m->prompt_cached_tokens, (unsigned long long)cached,
+                                      memory_order_relaxed);
+            pthread_mutex_lock(&q->r->st->mu);
+            q->r->st->n_cached = cached < q->r->n_prompt ? cached : q->r->n_prompt;
+            pthread_mutex_unlock(&q->r->st->mu);
+        }
         admit(s, 0, n, budget, now);
     }
 }
@@ -994,6 +1052,7 @@ static void raise_k(struct scheduler *s, int k1)
              k1, c->n_layers, k1 == c->n_layers ? ": serving alone" : "", s->k, k1, n_seqs,
              positions, moved, n_seqs - moved - failed, failed, (clock_now() - t0) * 1e3);
     s->k = k1;
+    forget_prefixes(s);
     if (k1 == c->n_layers && c->all_local) c->all_local(c->ctx);
 }
 
@@ -1026,6 +1085,7 @@ static void lower_k(struct scheduler *s, int k1)
     log_info("sched", "layers [0, %d) of %d run here now (%d sequences handed over)", k1,
              c->n_layers, n_seqs);
     s->k = k1;
+    forget_prefixes(s);
 }
 
 static void step_observe(struct scheduler *s, int n, int n_seqs, double secs)
@@ -1319,6 +1379,7 @@ static void land_plan(struct scheduler *s, int rc, int split, const char *fail, 
             retire(s, q, FINISH_ERROR, fail);
             continue;
         }
+        if (!split) add_prefix(s, q, q->n_computed - s->plan[p].n);
         if (q->n_computed == q->n_tok) {
             if (split)
                 advance_token(s, q, s->b_out[row++], t1);

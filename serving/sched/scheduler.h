@@ -75,7 +75,8 @@ struct sreq {
 struct sreq_output {
     int finish; /* enum sreq_finish; final once set */
     int n_generated;
-    char *text; /* sendable text so far (stop strings cut, partial UTF-8 held back): a malloc'd,
+    int n_cached; /* prompt tokens taken from the prefix cache when it was admitted */
+    char *text;   /* sendable text so far (stop strings cut, partial UTF-8 held back): a malloc'd,
                    NUL-terminated copy the caller frees */
     size_t text_len;
     double t_first_token, t_done;
@@ -192,6 +193,9 @@ struct sched_config {
     double static_wait_ms;   /* static: start a partial batch when the oldest waited this long */
     double ttft_ms, tpot_ms; /* default SLOs */
     int no_slo_admission;    /* ablation: admit whenever blocks and budget allow */
+    int no_prefix_cache;     /* compute every prompt whole (default: a prompt takes the KV blocks
+                                of the longest prefix an earlier sequence computed and left
+                                cached, serving/sched/prefix_cache.h; off with static batching) */
     int shed_late;           /* reject (503) a waiting request whose TTFT deadline passed before it
                                 was ever admitted, instead of serving it late: under overload the
                                 capacity goes to requests that can still meet their SLO */

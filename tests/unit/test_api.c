@@ -185,7 +185,8 @@ TEST(response_shapes)
                             .model = "m",
                             .finish_reason = "length",
                             .prompt_tokens = 3,
-                            .completion_tokens = 2};
+                            .completion_tokens = 2,
+                            .cached_tokens = 1};
     char *j = api_completion_json(&rep, "ab\xff", 3);
     cJSON *o = cJSON_Parse(j);
     CHECK(o);
@@ -194,6 +195,11 @@ TEST(response_shapes)
     CHECK_STR(cJSON_GetObjectItem(c0, "text")->valuestring, "ab\xef\xbf\xbd");
     CHECK_STR(cJSON_GetObjectItem(c0, "finish_reason")->valuestring, "length");
     CHECK_EQ_INT(cJSON_GetObjectItem(cJSON_GetObjectItem(o, "usage"), "total_tokens")->valueint, 5);
+    CHECK_EQ_INT(cJSON_GetObjectItem(
+                     cJSON_GetObjectItem(cJSON_GetObjectItem(o, "usage"), "prompt_tokens_details"),
+                     "cached_tokens")
+                     ->valueint,
+                 1);
     cJSON_Delete(o);
     free(j);
     rep.chat = 1;

@@ -242,7 +242,7 @@ TEST(kv_store_rounds_like_float16)
                                fk->name, kv_type_name(type), hd, bs, j, (double)v[j], gv, wv);
                     }
                     /* every other byte of the keys and values still 0xa5 */
-                    size_t changed = 0, planes = (size_t)((uint8_t *)kv.free_list - mem);
+                    size_t changed = 0, planes = (size_t)((uint8_t *)kv.ref - mem);
                     for (size_t b = 0; b < planes; b++) changed += mem[b] != 0xa5;
                     CHECKF(changed <= 2 * (size_t)kvd * kv.elt,
                            "%s, %s cache, hd %d, block %d: %zu bytes changed, at most %zu",

@@ -172,6 +172,86 @@ TEST(preemption_without_eos_tokens_matches_oracle)
     rig_close(&g);
 }
 
+/* A request whose prompt begins as a finished one's did (or a running one's: its blocks are
+ * shared while both hold them): three prompt families, each a shared head and its own tail,
+ * submitted in waves; the pool is small enough (pool_blocks) that cached blocks are handed out
+ * again and running sequences are preempted. Every output equals the fake model's alone (it reads
+ * each position's token back from the KV slots: a wrong shared block changes the text), cached
+ * tokens were taken, and every block is free at the end. */
+static void prefix_waves(int pool_blocks, int want_preempt)
+{
+    struct rig g;
+    struct sched_config cfg = {.max_seqs = 4, .max_step_tokens = 16, .ctx = 96};
+    rig_open(&g, pool_blocks, 4, cfg);
+    char err[ERRMSG_LEN];
+    struct sreq *r[24];
+    for (int wave = 0; wave < 3; wave++) {
+        for (int i = 0; i < 8; i++) {
+            int k = wave * 8 + i, fam = k % 3, head = 13 + 6 * fam, tail = 1 + (k * 5) % 9;
+            struct sreq *q = make_req(1000 + fam, head + tail, 3 + (k * 7) % 20);
+            for (int t = head; t < head + tail; t++) q->prompt[t] = 2 + (k * 13 + t) % 30;
+            r[k] = q;
+            CHECKF(sched_submit(g.s, q, err) == 0, "%s", err);
+        }
+        CHECK(run_until_done(&g, r + wave * 8, 8, 20000) >= 0);
+    }
+    for (int k = 0; k < 24; k++) check_matches_oracle(r[k], cfg.ctx);
+    unsigned long long cached = atomic_load(&g.m.prompt_cached_tokens);
+    CHECKF(cached >= 24, "only %llu prompt tokens came from the cache", cached);
+    if (want_preempt) CHECKF(atomic_load(&g.m.preemptions) > 0, "no preemption happened");
+    CHECK_EQ_INT(g.kv.n_free, pool_blocks);
+    for (int k = 0; k < 24; k++) sreq_put(r[k]);
+    rig_close(&g);
+}
+
+TEST(prefix_cache_shares_prompts_exactly)
+{
+    prefix_waves(96, 0);
+}
+
+TEST(prefix_cache_under_eviction_and_preemption)
+{
+    prefix_waves(16, 1);
+}
+
+/* The cached positions are not computed again: a prompt sent twice computes only what its
+ * whole cached blocks do not cover (and at least its last position, whose logits it needs);
+ * with --no-prefix-cache it computes all of it. */
+static void twice(int off)
+{
+    struct rig g;
+    struct sched_config cfg = {
+        .max_seqs = 2, .max_step_tokens = 64, .ctx = 64, .no_prefix_cache = off};
+    rig_open(&g, 32, 4, cfg);
+    char err[ERRMSG_LEN];
+    struct sreq *a = make_req(5, 30, 6), *b = make_req(5, 30, 6);
+    a->ignore_eos = b->ignore_eos = 1;
+    CHECKF(sched_submit(g.s, a, err) == 0, "%s", err);
+    CHECK(run_until_done(&g, &a, 1, 1000) >= 0);
+    unsigned long long t0 = atomic_load(&g.m.step_tokens);
+    CHECKF(sched_submit(g.s, b, err) == 0, "%s", err);
+    CHECK(run_until_done(&g, &b, 1, 1000) >= 0);
+    unsigned long long computed = atomic_load(&g.m.step_tokens) - t0;
+    int hit = off ? 0 : 28; /* 7 whole blocks of 4 below position 29 */
+    CHECK_EQ_INT(atomic_load(&g.m.prompt_cached_tokens), hit);
+    CHECK_EQ_INT(computed, 30 - hit + 5); /* the prompt's rest, then 5 decode steps */
+    struct sreq_output *o = out_of(a);
+    char ta[256];
+    snprintf(ta, sizeof ta, "%.*s", (int)o->text_len, o->text);
+    o = out_of(b);
+    CHECK(o->text_len == strlen(ta) && !memcmp(o->text, ta, o->text_len));
+    CHECK_EQ_INT(g.kv.n_free, 32);
+    sreq_put(a);
+    sreq_put(b);
+    rig_close(&g);
+}
+
+TEST(prefix_cache_skips_cached_positions)
+{
+    twice(0);
+    twice(1);
+}
+
 TEST(cancel_frees_blocks_at_once)
 {
     struct rig g;
@@ -1070,6 +1150,9 @@ int main(void)
     RUN(batched_equals_alone);
     RUN(preemption_recomputes_exactly);
     RUN(preemption_without_eos_tokens_matches_oracle);
+    RUN(prefix_cache_shares_prompts_exactly);
+    RUN(prefix_cache_under_eviction_and_preemption);
+    RUN(prefix_cache_skips_cached_positions);
     RUN(cancel_frees_blocks_at_once);
     RUN(stop_string_cuts_and_holds_back);
     RUN(end_of_generation_tokens_stop);
