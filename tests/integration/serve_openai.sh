@@ -1,7 +1,8 @@
 #!/bin/bash
 # The official `openai` npm client (installed into tests/node by `npm ci` from the committed
 # package-lock.json) against strata serve: models, completions and chat, plain and streamed, with
-# the exact greedy text of `strata generate --temp 0`, and server errors surfacing as APIError.
+# the exact greedy text of `strata generate --temp 0`, a second chat turn's cached prompt tokens in
+# usage.prompt_tokens_details, and server errors surfacing as APIError.
 set -u
 cd "$(dirname "$0")/../.."
 . tests/lib/serve.sh

@@ -44,6 +44,18 @@ async function main() {
   }
   check('chat.completions.create stream', role === 'assistant' && text === expect.chat, JSON.stringify({ role, text }));
 
+  // a chat's second turn sends the first again: the server's prefix cache serves that part, and
+  // the client reads how much in usage.prompt_tokens_details.cached_tokens
+  const sys = { role: 'system', content: 'You tell short happy stories about a little girl named Lily and her dog in the park.' };
+  const t1 = await client.chat.completions.create({ model: 'm', messages: [sys, messages[0]], max_tokens: 8, temperature: 0 });
+  const t2 = await client.chat.completions.create({
+    model: 'm', max_tokens: 8, temperature: 0,
+    messages: [sys, messages[0], { role: 'assistant', content: t1.choices[0].message.content }, { role: 'user', content: 'And then?' }],
+  });
+  const d = t2.usage.prompt_tokens_details;
+  check('usage.prompt_tokens_details.cached_tokens: the second turn of a chat reuses the first',
+        d && d.cached_tokens >= 16 && d.cached_tokens < t2.usage.prompt_tokens, JSON.stringify([t1.usage, t2.usage]));
+
   try {
     await client.completions.create({ model: 'm', prompt: 'x', max_tokens: -1 });
     check('errors surface as APIError', false, 'no error');
