@@ -25,6 +25,9 @@ struct prefix_cache {
     int *bucket;       /* first block of each chain, -1 */
 };
 
+#define HASH_START 0xcbf29ce484222325ull /* FNV-1a's offset basis */
+
+/* The hash of a prefix: h (the tokens before) and n more tokens. */
 static uint64_t mix(uint64_t h, const int *tok, int n)
 {
     for (int i = 0; i < n; i++) {
@@ -104,7 +107,7 @@ static int find(struct prefix_cache *p, uint64_t h, const int *tok, int parent, 
 
 int prefix_cache_match(struct prefix_cache *p, const int *tok, int n, int *blocks, int max_blocks)
 {
-    uint64_t h = 0xcbf29ce484222325ull;
+    uint64_t h = HASH_START;
     int got = 0, parent = -1;
     unsigned parent_gen = 0;
     for (int j = 0; j < max_blocks && (j + 1) * p->bs <= n; j++) {
@@ -123,8 +126,8 @@ void prefix_cache_add(struct prefix_cache *p, const int *tok, const int *blocks,
     int b = blocks[j], parent = j ? blocks[j - 1] : -1;
     if (live(p, b)) return;                      /* registered already (a block taken by a match) */
     if (parent >= 0 && !live(p, parent)) return; /* its prefix is not findable: nor is it */
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (int i = 0; i <= j; i++) h = mix(h, tok + (size_t)i * p->bs, p->bs);
+    /* the parent's entry holds the hash of the tokens up to it: add this block's */
+    uint64_t h = mix(parent >= 0 ? p->e[parent].hash : HASH_START, tok + (size_t)j * p->bs, p->bs);
     unsigned parent_gen = parent >= 0 ? p->kv->gen[parent] : 0;
     if (find(p, h, tok + (size_t)j * p->bs, parent, parent_gen) >= 0) return; /* a twin has it */
     unchain(p, b); /* a dead entry of its last life */

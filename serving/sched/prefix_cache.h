@@ -36,7 +36,7 @@ void prefix_cache_add(struct prefix_cache *p, const int *tok, const int *blocks,
 /* Forget every entry (the layers this node computes changed). */
 void prefix_cache_clear(struct prefix_cache *p);
 
-/* Live entries (tests, metrics). */
+/* Live entries (tests; a walk over every block). */
 int prefix_cache_entries(const struct prefix_cache *p);
 
 #endif

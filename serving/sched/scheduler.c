@@ -910,7 +910,7 @@ static void plan_waiting(struct scheduler *s, int *budget, double now)
             atomic_fetch_add_explicit(&s->m->prompt_cached_tokens, (unsigned long long)cached,
                                       memory_order_relaxed);
             pthread_mutex_lock(&q->r->st->mu);
-            q->r->st->n_cached = cached < q->r->n_prompt ? cached : q->r->n_prompt;
+            q->r->st->n_cached = cached; /* below n_prompt: never generated tokens yet */
             pthread_mutex_unlock(&q->r->st->mu);
         }
         admit(s, 0, n, budget, now);

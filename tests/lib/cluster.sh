@@ -126,10 +126,15 @@ cl_until() { # cl_until SECONDS NAME PYEXPR
     done
     return 1
 }
+cl_live() { # the names of the nodes still running, sorted
+    local name
+    for name in $(printf '%s\n' "${!CL_PID[@]}" | sort); do
+        kill -0 "${CL_PID[$name]}" 2>/dev/null && echo "$name"
+    done
+}
 cl_q_any() { # cl_q_any PYEXPR
     local name r
-    for name in $(printf '%s\n' "${!CL_PID[@]}" | sort); do
-        kill -0 "${CL_PID[$name]}" 2>/dev/null || continue
+    for name in $(cl_live); do
         r=$(cl_q "$name" "$1")
         [ -n "$r" ] && { echo "$r"; return; }
     done
@@ -145,8 +150,8 @@ cl_until_any() { # cl_until_any SECONDS PYEXPR
 cl_until_snap() { # cl_until_snap SECONDS PYEXPR FILE: cl_until_any, keeping in FILE the /v1/cluster
     local end=$((SECONDS + $1)) name j # answer that made PYEXPR true (checks of that moment read it)
     while [ $SECONDS -lt $end ]; do
-        for name in $(printf '%s\n' "${!CL_PID[@]}" | sort); do
-            kill -0 "${CL_PID[$name]}" 2>/dev/null || continue
+        j=""
+        for name in $(cl_live); do
             j=$(curl -s -m 2 "${CL_URL[$name]}/v1/cluster") && [ -n "$j" ] && break
         done
         if [ "$(printf '%s' "$j" | cl_eval "$2")" = True ]; then
