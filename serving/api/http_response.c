@@ -158,7 +158,8 @@ int http_response_feed(struct http_response *r, char *buf, size_t *len, size_t *
     if (r->done) return 1;
     if (r->chunked) {
         int status;
-        int rc = http_chunked_decode(&r->ch, buf, len, BODY_UNBOUNDED, &status, err);
+        /* the limit is on the whole body, however much of it was taken between feeds */
+        int rc = http_chunked_decode(&r->ch, buf, len, BODY_UNBOUNDED - r->taken, &status, err);
         if (rc < 0) return errmsg_prefix(err, "http response: ");
         *ready = r->ch.out;
         if (rc == 1) r->done = 1;
@@ -181,6 +182,7 @@ void http_response_took(struct http_response *r, char *buf, size_t *len, size_t 
     if (r->chunked) {
         r->ch.in -= ready;
         r->ch.out -= ready;
+        r->taken += ready;
     } else if (!r->until_close) {
         r->left -= (long long)ready;
     }

@@ -38,6 +38,7 @@ struct http_response {
     /* body progress */
     long long left; /* Content-Length bytes not yet received */
     struct http_chunked ch;
+    size_t taken; /* chunked: decoded bytes the caller took already (the size limit counts them) */
     int done;
 };
 
